@@ -1,0 +1,86 @@
+"""harombe memory: persistent, windowed, threaded and searchable conversation memory.
+
+The public API is exactly ``__all__``. Names are imported lazily so that ``import harombe_core``
+stays light (no torch, chromadb, langchain or llama_index until a feature needs them).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from harombe_core.errors import (
+    ConfigError,
+    EmbeddingError,
+    EmbeddingModelMismatchError,
+    HarombeError,
+    ImportFormatError,
+    InvalidBudgetError,
+    InvalidInputError,
+    InvalidMessageError,
+    MissingExtraError,
+    NotAHarombeDatabaseError,
+    SchemaTooNewError,
+    SessionNotFoundError,
+    StorageFullError,
+    StoreBusyError,
+    StoreError,
+    StoreReadOnlyError,
+    SummarizationError,
+)
+from harombe_core.models import ConversationNode, Message, MessageSummary, SearchHit, Session
+
+if TYPE_CHECKING:
+    from harombe_core.config import MemoryConfig
+    from harombe_core.manager import MemoryManager
+    from harombe_core.store.sqlite import SQLiteStore
+
+__version__ = "0.1.0"
+
+_LAZY: dict[str, str] = {
+    "MemoryManager": "harombe_core.manager",
+    "MemoryConfig": "harombe_core.config",
+    "SQLiteStore": "harombe_core.store.sqlite",
+}
+
+__all__ = [
+    "ConfigError",
+    "ConversationNode",
+    "EmbeddingError",
+    "EmbeddingModelMismatchError",
+    "HarombeError",
+    "ImportFormatError",
+    "InvalidBudgetError",
+    "InvalidInputError",
+    "InvalidMessageError",
+    "MemoryConfig",
+    "MemoryManager",
+    "Message",
+    "MessageSummary",
+    "MissingExtraError",
+    "NotAHarombeDatabaseError",
+    "SQLiteStore",
+    "SchemaTooNewError",
+    "SearchHit",
+    "Session",
+    "SessionNotFoundError",
+    "StorageFullError",
+    "StoreBusyError",
+    "StoreError",
+    "StoreReadOnlyError",
+    "SummarizationError",
+    "__version__",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'harombe_core' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

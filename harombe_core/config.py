@@ -1,0 +1,140 @@
+"""The YAML configuration schema (``memory:``, ``vector_store:``, ``rag:``), validated by pydantic.
+
+A typo in a key is an error rather than a silently ignored setting: every block forbids unknown
+keys, and the message names the key and the block.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from harombe_core.errors import ConfigError
+
+__all__ = [
+    "DEFAULT_DB_PATH",
+    "MemoryConfig",
+    "MemorySection",
+    "RagSection",
+    "VectorStoreSection",
+    "default_db_path",
+    "load_config",
+]
+
+DEFAULT_DB_PATH = "~/.harombe/memory.db"
+
+
+def default_db_path() -> str:
+    """``HAROMBE_DB`` if set, else the seed's ``~/.harombe/memory.db``."""
+    return os.environ.get("HAROMBE_DB") or DEFAULT_DB_PATH
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class MemorySection(_Section):
+    """``memory:``: where messages live and how much of them a model sees."""
+
+    enabled: bool = True
+    storage_path: str = Field(default_factory=default_db_path)
+    max_history_tokens: int = Field(default=4096, ge=0)
+    auto_prune_days: int | None = Field(default=None, ge=1)
+    strategy: Literal["simple", "summarization", "hybrid", "threaded"] = "simple"
+    token_counter: Literal["exact", "approximate"] = "exact"
+
+    @field_validator("storage_path")
+    @classmethod
+    def _expand(cls, value: str) -> str:
+        if value == ":memory:" or "://" in value:
+            return value
+        return str(Path(value).expanduser())
+
+
+class VectorStoreSection(_Section):
+    """``vector_store:``: the derived semantic index (rebuildable from the messages)."""
+
+    enabled: bool = True
+    provider: Literal["chroma"] = "chroma"
+    mode: Literal["persistent", "memory", "http"] = "persistent"
+    path: str | None = None
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=1, le=65535)
+    collection: str = "harombe_messages"
+    embedding_model: str = "default"
+    batch_size: int = Field(default=32, ge=1, le=4096)
+
+    @field_validator("path")
+    @classmethod
+    def _expand(cls, value: str | None) -> str | None:
+        return None if value is None else str(Path(value).expanduser())
+
+
+class RagSection(_Section):
+    """``rag:``: defaults for retrieval and the context it adds to a prompt."""
+
+    enabled: bool = True
+    top_k: int = Field(default=5, ge=1, le=1000)
+    min_similarity: float | None = Field(default=None, ge=-1.0, le=1.0)
+    temporal_decay: float = Field(default=0.0, ge=0.0)
+    vector_weight: float = Field(default=1.0, ge=0.0)
+    keyword_weight: float = Field(default=1.0, ge=0.0)
+    mmr_lambda: float | None = Field(default=None, ge=0.0, le=1.0)
+    max_context_tokens: int = Field(default=2048, ge=0)
+
+
+class MemoryConfig(_Section):
+    """The whole file. Every block is optional; defaults match ``MemoryManager()``."""
+
+    memory: MemorySection = Field(default_factory=MemorySection)
+    vector_store: VectorStoreSection = Field(default_factory=VectorStoreSection)
+    rag: RagSection = Field(default_factory=RagSection)
+
+
+def _format(exc: ValidationError) -> str:
+    lines = []
+    for error in exc.errors():
+        where = ".".join(str(p) for p in error["loc"]) or "(top level)"
+        lines.append(f"  {where}: {error['msg']}")
+    return "\n".join(lines)
+
+
+def load_config(source: str | os.PathLike[str] | Mapping[str, Any] | MemoryConfig) -> MemoryConfig:
+    """Read and validate a YAML file path or an already-parsed mapping."""
+    if isinstance(source, MemoryConfig):
+        return source
+    if isinstance(source, Mapping):
+        data: Any = dict(source)
+        origin = "configuration"
+    elif isinstance(source, (str, os.PathLike)):
+        path = Path(source).expanduser()
+        origin = str(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from exc
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"{path} is not UTF-8 text: {exc}") from exc
+        import yaml
+
+        try:
+            data = yaml.safe_load(text) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{path} is not valid YAML: {exc}") from exc
+    else:
+        raise ConfigError(
+            f"config must be a YAML path or a mapping, got {type(source).__name__}."
+        )
+    if not isinstance(data, Mapping):
+        raise ConfigError(
+            f"{origin} must be a mapping with memory:, vector_store: and rag: blocks, got "
+            f"{type(data).__name__}."
+        )
+    try:
+        return MemoryConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(f"{origin} does not match the schema:\n{_format(exc)}") from exc

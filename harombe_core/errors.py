@@ -1,0 +1,124 @@
+"""Every error harombe raises on purpose, under one base class.
+
+Each message says what was wrong and how to fix it, so a user never has to read our source to
+recover. The tree::
+
+    HarombeError
+    ├── InvalidInputError (also ValueError)        bad argument to a public method
+    │   ├── InvalidMessageError                    role, content, size, NUL bytes, metadata
+    │   └── InvalidBudgetError                     negative or non-integer token budget
+    ├── ConfigError (also ValueError)              YAML/dict configuration that does not validate
+    ├── SessionNotFoundError (also KeyError)       a read of a session that does not exist
+    ├── MissingExtraError (also ImportError)       an optional dependency is not installed
+    ├── StoreError                                 the database could not do what was asked
+    │   ├── NotAHarombeDatabaseError               file is not ours (or is corrupt); left untouched
+    │   ├── SchemaTooNewError                      file written by a newer harombe
+    │   ├── StoreBusyError                         still locked after every retry
+    │   ├── StoreReadOnlyError                     the file or its folder cannot be written
+    │   └── StorageFullError                       the disk (or a size limit) is full
+    ├── EmbeddingError                             the embedder failed or returned bad vectors
+    │   └── EmbeddingModelMismatchError            index built by another model: run `harombe reindex`
+    ├── SummarizationError                         a summariser failed (messages are never lost)
+    └── ImportFormatError (also ValueError)        a JSON/JSONL file that is not a harombe export
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigError",
+    "EmbeddingError",
+    "EmbeddingModelMismatchError",
+    "HarombeError",
+    "ImportFormatError",
+    "InvalidBudgetError",
+    "InvalidInputError",
+    "InvalidMessageError",
+    "MissingExtraError",
+    "NotAHarombeDatabaseError",
+    "SchemaTooNewError",
+    "SessionNotFoundError",
+    "StorageFullError",
+    "StoreBusyError",
+    "StoreError",
+    "StoreReadOnlyError",
+    "SummarizationError",
+]
+
+
+class HarombeError(Exception):
+    """Base of every error raised deliberately by harombe."""
+
+
+class InvalidInputError(HarombeError, ValueError):
+    """An argument to a public method is of the wrong type or out of range."""
+
+
+class InvalidMessageError(InvalidInputError):
+    """A message cannot be stored as given (role, content, size, metadata)."""
+
+
+class InvalidBudgetError(InvalidInputError):
+    """A token budget is negative or not an integer."""
+
+
+class ConfigError(HarombeError, ValueError):
+    """A configuration file or mapping does not match the schema."""
+
+
+class SessionNotFoundError(HarombeError, KeyError):
+    """A session id that is not in the store was asked for."""
+
+    def __str__(self) -> str:  # KeyError would otherwise quote the message
+        return str(self.args[0]) if self.args else "session not found"
+
+
+class MissingExtraError(HarombeError, ImportError):
+    """An optional dependency is needed; the message names the extra to install."""
+
+    def __init__(self, feature: str, extra: str, module: str) -> None:
+        super().__init__(
+            f"{feature} needs the '{module}' package, which is not installed. "
+            f"Install it with: pip install 'harombe-memory[{extra}]'"
+        )
+        self.extra = extra
+        self.module = module
+
+
+class StoreError(HarombeError):
+    """The store could not complete an operation; nothing was half-written."""
+
+
+class NotAHarombeDatabaseError(StoreError):
+    """The file is not a harombe database or is corrupt; it was not modified."""
+
+
+class SchemaTooNewError(StoreError):
+    """The database was written by a newer harombe than this one."""
+
+
+class StoreBusyError(StoreError):
+    """The database stayed locked by other writers after every retry."""
+
+
+class StoreReadOnlyError(StoreError):
+    """The database file (or its directory) is read-only."""
+
+
+class StorageFullError(StoreError):
+    """The disk or a file-size limit is full; the write was rolled back."""
+
+
+class EmbeddingError(HarombeError):
+    """The embedding model failed or returned vectors of the wrong shape."""
+
+
+class EmbeddingModelMismatchError(EmbeddingError):
+    """The vector index was built with another model or dimension."""
+
+
+class SummarizationError(HarombeError):
+    """A summariser failed; the messages it was given are still stored."""
+
+
+class ImportFormatError(HarombeError, ValueError):
+    """An import file is not in a format harombe writes."""

@@ -1,0 +1,436 @@
+"""MemoryManager: the façade an application (or an adapter) talks to.
+
+It owns one store and, when semantic memory is on, the embedder, vector index and background
+indexer derived from it. Every I/O method has an ``a``-prefixed async twin that runs the sync
+method on a worker thread, so SQLite and model calls never block the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timedelta, timezone
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from harombe_core.errors import InvalidInputError, InvalidMessageError, SessionNotFoundError
+from harombe_core.models import Message, Session
+from harombe_core.store.base import UNSET, MessageStore
+from harombe_core.strategies import Window, check_budget, window_newest
+from harombe_core.tokens import TokenCounter, resolve_token_counter
+
+if TYPE_CHECKING:
+    from harombe_core.config import MemoryConfig
+
+__all__ = ["MemoryManager", "open_store"]
+
+log = logging.getLogger(__name__)
+
+
+def open_store(storage_path: str | os.PathLike[str] | MessageStore) -> MessageStore:
+    """A store for a path (SQLite), a ``postgresql://`` URL, or an existing store object."""
+    if not isinstance(storage_path, (str, os.PathLike)):
+        if isinstance(storage_path, MessageStore):
+            return storage_path
+        raise InvalidInputError(
+            f"storage_path must be a file path, ':memory:' or a postgresql:// URL, got "
+            f"{type(storage_path).__name__}."
+        )
+    location = os.fspath(storage_path)
+    if location.startswith(("postgresql://", "postgres://")):
+        from harombe_core.store.postgres import PostgresStore
+
+        return PostgresStore(location)
+    from harombe_core.store.sqlite import SQLiteStore
+
+    return SQLiteStore(location)
+
+
+def _as_message(value: Any) -> Message:
+    if isinstance(value, Message):
+        return value
+    if isinstance(value, Mapping):
+        return Message.from_dict(value)
+    raise InvalidMessageError(
+        f"expected a harombe Message (or a dict with role and content), got "
+        f"{type(value).__name__}. Adapters convert framework messages for you."
+    )
+
+
+class MemoryManager:
+    """Sessions, messages, token windows and (with semantic memory) search, over one store.
+
+    ``storage_path`` is a SQLite file (``~`` expanded; ``":memory:"`` for a throwaway store) or a
+    ``postgresql://`` URL. ``embedding`` and ``vector_store`` choose semantic memory: the default
+    is the bundled all-MiniLM-L6-v2 model with an embedded ChromaDB beside the database; pass
+    ``None`` for either to keep only the store and its keyword index.
+    """
+
+    def __init__(
+        self,
+        storage_path: str | os.PathLike[str] | MessageStore = ":memory:",
+        *,
+        max_history_tokens: int = 4096,
+        embedding: Any = "default",
+        vector_store: Any = "chroma",
+        token_counter: Any = "exact",
+        config: MemoryConfig | None = None,
+    ) -> None:
+        self.max_history_tokens = check_budget(max_history_tokens, "max_history_tokens")
+        self.token_counter: TokenCounter = resolve_token_counter(token_counter)
+        self._store = open_store(storage_path)
+        self._config = config
+        self._semantic: Any = None
+        try:
+            if embedding is not None and vector_store is not None:
+                self._semantic = self._open_semantic(embedding, vector_store)
+        except BaseException:
+            self._store.close()
+            raise
+
+    # construction -------------------------------------------------------------------------
+    def _open_semantic(self, embedding: Any, vector_store: Any) -> Any:
+        from harombe_core.vectors.indexer import open_semantic_memory
+
+        return open_semantic_memory(
+            self._store, embedding=embedding, vector_store=vector_store, config=self._config
+        )
+
+    @classmethod
+    def from_config(cls, source: Any) -> MemoryManager:
+        """Build from a YAML path or mapping (see :mod:`harombe_core.config`).
+
+        ``memory.auto_prune_days`` prunes inactive sessions as the store opens.
+        """
+        from harombe_core.config import load_config
+
+        config = load_config(source)
+        semantic = config.memory.enabled and config.vector_store.enabled
+        manager = cls(
+            config.memory.storage_path,
+            max_history_tokens=config.memory.max_history_tokens,
+            embedding=config.vector_store.embedding_model if semantic else None,
+            vector_store=config.vector_store.provider if semantic else None,
+            token_counter=config.memory.token_counter,
+            config=config,
+        )
+        if config.memory.auto_prune_days:
+            pruned = manager.prune_old_sessions(config.memory.auto_prune_days)
+            if pruned:
+                log.info("pruned %d sessions older than %d days", pruned, config.memory.auto_prune_days)
+        return manager
+
+    @property
+    def store(self) -> MessageStore:
+        """The underlying store (the source of truth)."""
+        return self._store
+
+    @property
+    def config(self) -> MemoryConfig:
+        """The configuration in force (defaults if none was given)."""
+        if self._config is None:
+            from harombe_core.config import MemoryConfig
+
+            self._config = MemoryConfig()
+        return self._config
+
+    @property
+    def semantic_enabled(self) -> bool:
+        """True when messages are embedded and searchable by meaning."""
+        return self._semantic is not None
+
+    # sessions -----------------------------------------------------------------------------
+    def create_session(
+        self,
+        system_prompt: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        user_id: str | None = None,
+        *,
+        session_id: str | None = None,
+    ) -> str:
+        """Create a session and return its id (a new UUID unless ``session_id`` is given).
+
+        Raises InvalidInputError for a malformed id, metadata or an id already in use.
+        """
+        sid = session_id if session_id is not None else uuid.uuid4().hex
+        tokens = self._system_prompt_tokens(system_prompt)
+        if metadata is not None and not isinstance(metadata, Mapping):
+            raise InvalidInputError(f"metadata must be a dict, got {type(metadata).__name__}.")
+        Message(role="system", content="", metadata=dict(metadata or {}))  # validates JSON
+        self._store.create_session(
+            sid,
+            user_id=user_id,
+            system_prompt=system_prompt,
+            system_prompt_tokens=tokens,
+            metadata=metadata,
+        )
+        return sid
+
+    def _system_prompt_tokens(self, system_prompt: str | None) -> int:
+        if system_prompt is None:
+            return 0
+        return self.token_counter.count_message(Message(role="system", content=system_prompt))
+
+    def load_session(self, session_id: str) -> Session:
+        """The session's record. Raises SessionNotFoundError if it does not exist."""
+        session = self._store.get_session(session_id)
+        if session is None:
+            raise SessionNotFoundError(
+                f"no session {session_id!r} in {self._store.location}; list them with "
+                "list_sessions() or create it with create_session()."
+            )
+        return session
+
+    def session_exists(self, session_id: str) -> bool:
+        return self._store.get_session(session_id) is not None
+
+    def update_session(
+        self,
+        session_id: str,
+        *,
+        system_prompt: Any = UNSET,
+        metadata: Any = UNSET,
+        user_id: Any = UNSET,
+    ) -> None:
+        """Change a session's system prompt, metadata or owner (unset arguments are kept)."""
+        tokens: Any = UNSET
+        if system_prompt is not UNSET:
+            if system_prompt is not None and not isinstance(system_prompt, str):
+                raise InvalidInputError("system_prompt must be a str or None.")
+            tokens = self._system_prompt_tokens(system_prompt)
+        self._store.update_session(
+            session_id,
+            system_prompt=system_prompt,
+            system_prompt_tokens=tokens,
+            metadata=metadata,
+            user_id=user_id,
+        )
+
+    def list_sessions(self, limit: int | None = 10, user_id: str | None = None) -> list[Session]:
+        """Sessions with the most recent activity first."""
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+            raise InvalidInputError(f"limit must be a non-negative int or None, got {limit!r}.")
+        return self._store.list_sessions(limit=limit, user_id=user_id)
+
+    def delete_session(self, session_id: str) -> bool:
+        """Delete a session and all its messages (and their vectors). True if it existed."""
+        deleted = self._store.delete_session(session_id)
+        if deleted and self._semantic is not None:
+            self._semantic.forget_sessions([session_id])
+        return deleted
+
+    def clear_session(self, session_id: str) -> int:
+        """Delete a session's messages but keep the session; returns how many were removed."""
+        removed = self._store.clear_session(session_id)
+        if removed and self._semantic is not None:
+            self._semantic.forget_sessions([session_id])
+        return removed
+
+    def prune_old_sessions(self, days: int) -> int:
+        """Delete sessions with no activity in the last ``days`` days; returns how many."""
+        if isinstance(days, bool) or not isinstance(days, (int, float)) or days < 0:
+            raise InvalidInputError(f"days must be a non-negative number, got {days!r}.")
+        cutoff = datetime.now(timezone.utc) - timedelta(days=days)
+        removed = self._store.delete_sessions_before(cutoff)
+        if removed and self._semantic is not None:
+            self._semantic.forget_sessions(removed)
+        return len(removed)
+
+    # messages -----------------------------------------------------------------------------
+    def _prepare(self, message: Any) -> Message:
+        msg = _as_message(message)
+        return msg.with_ids(token_count=self.token_counter.count_message(msg))
+
+    def save_message(
+        self, session_id: str, message: Message | Mapping[str, Any], *, user_id: str | None = None
+    ) -> int:
+        """Store one message and return its id; an unknown session id is created.
+
+        Returns as soon as the row is committed; embedding happens in the background (see
+        :meth:`flush`). Raises InvalidMessageError for a message that cannot be stored.
+        """
+        return self.save_messages(session_id, [message], user_id=user_id)[0]
+
+    def save_messages(
+        self,
+        session_id: str,
+        messages: Iterable[Message | Mapping[str, Any]],
+        *,
+        user_id: str | None = None,
+    ) -> list[int]:
+        """Store many messages in one transaction (all or none); returns their ids in order."""
+        if isinstance(messages, (str, bytes, Message, Mapping)):
+            raise InvalidMessageError("save_messages takes a list of messages.")
+        prepared = [self._prepare(m) for m in messages]
+        if not prepared:
+            return []
+        ids = self._store.add_messages(session_id, prepared, user_id=user_id)
+        if self._semantic is not None:
+            self._semantic.notify()
+        return ids
+
+    def get_messages(
+        self, session_id: str, *, limit: int | None = None, after_id: int | None = None
+    ) -> list[Message]:
+        """Every message of a session in order (or ``limit`` of them after ``after_id``)."""
+        return self._store.get_messages(session_id, after_id=after_id, limit=limit)
+
+    def get_recent_messages(
+        self,
+        session_id: str,
+        max_tokens: int | None = None,
+        *,
+        include_system: bool = True,
+        start_on_user: bool = False,
+    ) -> list[Message]:
+        """The newest messages that fit ``max_tokens`` (default ``max_history_tokens``).
+
+        Oldest first; the session's system prompt leads and is counted. Reads only the rows it
+        returns (plus one), whatever the session's length.
+        """
+        return self.get_window(
+            session_id, max_tokens, include_system=include_system, start_on_user=start_on_user
+        ).messages
+
+    def get_window(
+        self,
+        session_id: str,
+        max_tokens: int | None = None,
+        *,
+        include_system: bool = True,
+        start_on_user: bool = False,
+    ) -> Window:
+        """Like :meth:`get_recent_messages`, with the token total the window costs."""
+        budget = self.max_history_tokens if max_tokens is None else check_budget(max_tokens)
+        session = self._store.get_session(session_id)
+        if session is None:
+            return Window(messages=[], tokens=0)
+        system: list[Message] = []
+        reserved = 0
+        if include_system and session.system_prompt is not None:
+            reserved = self._store.system_prompt_tokens(session_id)
+            system = [
+                Message(
+                    role="system",
+                    content=session.system_prompt,
+                    session_id=session_id,
+                    created_at=session.created_at,
+                    token_count=reserved,
+                )
+            ]
+        window = window_newest(
+            self._store.iter_newest(session_id),
+            budget,
+            reserved_tokens=reserved,
+            start_on_user=start_on_user,
+        )
+        return Window(messages=system + window.messages, tokens=window.tokens)
+
+    def count_tokens(self, messages: Sequence[Message]) -> int:
+        """Tokens these messages cost under this manager's counter (overhead included)."""
+        return self.token_counter.count_messages(messages)
+
+    # semantic memory lifecycle ------------------------------------------------------------
+    def flush(self, timeout: float | None = None) -> None:
+        """Block until every saved message is embedded and searchable (no-op without semantic)."""
+        if self._semantic is not None:
+            self._semantic.flush(timeout)
+
+    def stats(self) -> dict[str, Any]:
+        """Counts of sessions, users, messages, tokens and pending embeddings, and file size."""
+        return self._store.stats()
+
+    def close(self) -> None:
+        """Stop the background indexer and close the store. Safe to call twice."""
+        if self._semantic is not None:
+            self._semantic.close()
+            self._semantic = None
+        self._store.close()
+
+    def __enter__(self) -> MemoryManager:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # async twins ----------------------------------------------------------------------------
+    async def acreate_session(
+        self,
+        system_prompt: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        user_id: str | None = None,
+        *,
+        session_id: str | None = None,
+    ) -> str:
+        return await asyncio.to_thread(
+            self.create_session, system_prompt, metadata, user_id, session_id=session_id
+        )
+
+    async def aload_session(self, session_id: str) -> Session:
+        return await asyncio.to_thread(self.load_session, session_id)
+
+    async def alist_sessions(
+        self, limit: int | None = 10, user_id: str | None = None
+    ) -> list[Session]:
+        return await asyncio.to_thread(self.list_sessions, limit, user_id)
+
+    async def adelete_session(self, session_id: str) -> bool:
+        return await asyncio.to_thread(self.delete_session, session_id)
+
+    async def aclear_session(self, session_id: str) -> int:
+        return await asyncio.to_thread(self.clear_session, session_id)
+
+    async def aprune_old_sessions(self, days: int) -> int:
+        return await asyncio.to_thread(self.prune_old_sessions, days)
+
+    async def asave_message(
+        self, session_id: str, message: Message | Mapping[str, Any], *, user_id: str | None = None
+    ) -> int:
+        return await asyncio.to_thread(self.save_message, session_id, message, user_id=user_id)
+
+    async def asave_messages(
+        self,
+        session_id: str,
+        messages: Iterable[Message | Mapping[str, Any]],
+        *,
+        user_id: str | None = None,
+    ) -> list[int]:
+        batch = list(messages) if not isinstance(messages, (str, bytes, Message, Mapping)) else messages
+        return await asyncio.to_thread(self.save_messages, session_id, batch, user_id=user_id)
+
+    async def aget_messages(
+        self, session_id: str, *, limit: int | None = None, after_id: int | None = None
+    ) -> list[Message]:
+        return await asyncio.to_thread(
+            self.get_messages, session_id, limit=limit, after_id=after_id
+        )
+
+    async def aget_recent_messages(
+        self,
+        session_id: str,
+        max_tokens: int | None = None,
+        *,
+        include_system: bool = True,
+        start_on_user: bool = False,
+    ) -> list[Message]:
+        return await asyncio.to_thread(
+            self.get_recent_messages,
+            session_id,
+            max_tokens,
+            include_system=include_system,
+            start_on_user=start_on_user,
+        )
+
+    async def aflush(self, timeout: float | None = None) -> None:
+        await asyncio.to_thread(self.flush, timeout)
+
+    async def aclose(self) -> None:
+        await asyncio.to_thread(self.close)

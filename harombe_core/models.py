@@ -1,0 +1,248 @@
+"""The value types that cross every layer: messages, sessions, search hits, thread nodes.
+
+They are plain dataclasses so that adapters can build them cheaply and tests can compare them
+with ``==``. Validation happens once, at construction, so a bad message is refused before it can
+reach a transaction.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+from typing import Any, Literal, get_args
+
+from harombe_core.errors import InvalidMessageError
+
+__all__ = [
+    "MAX_CONTENT_CHARS",
+    "ROLES",
+    "ConversationNode",
+    "Message",
+    "MessageSummary",
+    "Role",
+    "SearchHit",
+    "Session",
+    "utc_now",
+]
+
+Role = Literal["user", "assistant", "system", "tool"]
+ROLES: frozenset[str] = frozenset(get_args(Role))
+
+#: Largest message content accepted, in characters. Beyond this a message is almost certainly a
+#: pasted file or a bug; store such data elsewhere and keep a reference in ``metadata``.
+MAX_CONTENT_CHARS = 1_000_000
+
+
+def utc_now() -> datetime:
+    """Timezone-aware now: every stored time is UTC so sessions from many hosts sort together."""
+    return datetime.now(timezone.utc)
+
+
+def _as_utc(value: datetime) -> datetime:
+    # Naive datetimes are taken as UTC rather than local time: the store must not depend on the
+    # timezone of whichever machine happened to write.
+    if value.tzinfo is None:
+        return value.replace(tzinfo=timezone.utc)
+    return value.astimezone(timezone.utc)
+
+
+def _check_json(value: Any, what: str) -> None:
+    try:
+        json.dumps(value, allow_nan=False, ensure_ascii=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidMessageError(
+            f"{what} must be JSON-serialisable (str, int, float, bool, None, list, dict with str "
+            f"keys; no NaN/inf): {exc}. Convert the value before saving it."
+        ) from exc
+
+
+def _check_text(value: Any, what: str, *, limit: int | None = None) -> None:
+    if not isinstance(value, str):
+        raise InvalidMessageError(
+            f"{what} must be a str, got {type(value).__name__}. Serialise structured content "
+            "(for example with json.dumps) or put it in metadata."
+        )
+    if "\x00" in value:
+        raise InvalidMessageError(
+            f"{what} contains a NUL byte (\\x00), which text stores and tokenizers mangle. "
+            "Strip it (value.replace('\\x00', '')) or store binary data elsewhere."
+        )
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidMessageError(
+            f"{what} is not valid Unicode text ({exc.reason} at position {exc.start}); "
+            "lone surrogates usually come from decoding bytes with errors='surrogateescape'."
+        ) from exc
+    if limit is not None and len(value) > limit:
+        raise InvalidMessageError(
+            f"{what} is {len(value):,} characters; the limit is {limit:,}. Split it into several "
+            "messages or store it elsewhere and keep a reference in metadata."
+        )
+
+
+@dataclass(slots=True)
+class Message:
+    """One chat message, exactly as it is stored and returned.
+
+    ``id``, ``session_id``, ``token_count`` and ``parent_id`` are filled in by the store; leave them
+    ``None`` when creating a message. ``created_at`` may be set so imported history keeps its real
+    times.
+    """
+
+    role: Role
+    content: str
+    name: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    created_at: datetime = field(default_factory=utc_now)
+    id: int | None = None
+    session_id: str | None = None
+    token_count: int | None = None
+    parent_id: int | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.role, str) or self.role not in ROLES:
+            raise InvalidMessageError(
+                f"unknown role {self.role!r}; use one of {sorted(ROLES)} "
+                "(map 'human' to 'user' and 'ai' to 'assistant')."
+            )
+        _check_text(self.content, "message content", limit=MAX_CONTENT_CHARS)
+        for attr in ("name", "tool_call_id"):
+            value = getattr(self, attr)
+            if value is not None:
+                _check_text(value, f"message {attr}", limit=10_000)
+        if self.metadata is None:
+            self.metadata = {}
+        if not isinstance(self.metadata, Mapping):
+            raise InvalidMessageError(
+                f"metadata must be a dict, got {type(self.metadata).__name__}."
+            )
+        self.metadata = dict(self.metadata)
+        if any(not isinstance(k, str) for k in self.metadata):
+            raise InvalidMessageError("metadata keys must be strings.")
+        _check_json(self.metadata, "metadata")
+        if self.tool_calls is not None:
+            if isinstance(self.tool_calls, (str, bytes)) or not isinstance(
+                self.tool_calls, Sequence
+            ):
+                raise InvalidMessageError(
+                    "tool_calls must be a list of dicts (OpenAI or LangChain shape)."
+                )
+            calls = list(self.tool_calls)
+            if not all(isinstance(c, Mapping) for c in calls):
+                raise InvalidMessageError("every tool call must be a dict.")
+            self.tool_calls = [dict(c) for c in calls]
+            _check_json(self.tool_calls, "tool_calls")
+        if not isinstance(self.created_at, datetime):
+            raise InvalidMessageError(
+                f"created_at must be a datetime, got {type(self.created_at).__name__}."
+            )
+        self.created_at = _as_utc(self.created_at)
+
+    def with_ids(self, **changes: Any) -> Message:
+        """A copy with store-assigned fields set (id, session_id, token_count, parent_id)."""
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form used by export and the adapters' serialisation."""
+        return {
+            "id": self.id,
+            "session_id": self.session_id,
+            "role": self.role,
+            "content": self.content,
+            "name": self.name,
+            "tool_calls": self.tool_calls,
+            "tool_call_id": self.tool_call_id,
+            "metadata": self.metadata,
+            "created_at": self.created_at.isoformat(),
+            "token_count": self.token_count,
+            "parent_id": self.parent_id,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Message:
+        """Inverse of :meth:`to_dict`; unknown keys are ignored, missing optional keys default."""
+        if not isinstance(data, Mapping):
+            raise InvalidMessageError(f"a message must be a mapping, got {type(data).__name__}.")
+        created = data.get("created_at")
+        if isinstance(created, str):
+            try:
+                created = datetime.fromisoformat(created)
+            except ValueError as exc:
+                raise InvalidMessageError(f"created_at {created!r} is not ISO 8601.") from exc
+        elif isinstance(created, (int, float)) and math.isfinite(created):
+            created = datetime.fromtimestamp(created, timezone.utc)
+        kwargs: dict[str, Any] = {
+            "role": data.get("role"),
+            "content": data.get("content"),
+            "name": data.get("name"),
+            "tool_calls": data.get("tool_calls"),
+            "tool_call_id": data.get("tool_call_id"),
+            "metadata": data.get("metadata") or {},
+        }
+        if created is not None:
+            kwargs["created_at"] = created
+        for key in ("id", "token_count", "parent_id"):
+            value = data.get(key)
+            if value is not None:
+                if isinstance(value, bool) or not isinstance(value, int):
+                    raise InvalidMessageError(f"{key} must be an integer, got {value!r}.")
+                kwargs[key] = value
+        if data.get("session_id") is not None:
+            kwargs["session_id"] = str(data["session_id"])
+        return cls(**kwargs)
+
+
+@dataclass(slots=True)
+class Session:
+    """A conversation: its owner, its system prompt, and (once summarised) its summary."""
+
+    id: str
+    user_id: str | None = None
+    system_prompt: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+    created_at: datetime = field(default_factory=utc_now)
+    updated_at: datetime = field(default_factory=utc_now)
+    message_count: int = 0
+    summary: str | None = None
+    summary_data: dict[str, Any] | None = None
+    summary_until_id: int | None = None
+
+
+@dataclass(slots=True)
+class SearchHit:
+    """One retrieved message and why it ranked where it did."""
+
+    message: Message
+    score: float
+    vector_score: float | None = None
+    keyword_score: float | None = None
+
+    @property
+    def session_id(self) -> str:
+        """The session the message belongs to (always set on stored messages)."""
+        return self.message.session_id or ""
+
+
+@dataclass(slots=True)
+class MessageSummary:
+    """The seed's per-message summary: a short title and a two-sentence summary."""
+
+    title: str
+    summary: str
+
+
+@dataclass(slots=True)
+class ConversationNode:
+    """A node of the thread graph: one message and where it hangs."""
+
+    id: int
+    message: Message
+    summary: MessageSummary | None = None
+    parent_id: int | None = None
+    timestamp: datetime = field(default_factory=utc_now)

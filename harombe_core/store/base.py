@@ -1,0 +1,146 @@
+"""The store protocol: the one place that holds the truth.
+
+Everything else (vector index, keyword index, thread graph, summaries) is derived from what a
+store returns, so a backend only has to get these operations right, each in one transaction.
+The protocol is synchronous; :class:`~harombe_core.manager.MemoryManager` gives every call an
+async twin that runs it off the event loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol, runtime_checkable
+
+from harombe_core.models import Message, Session
+
+__all__ = ["KeywordHit", "MessageStore", "SearchScope", "UNSET"]
+
+
+class _Unset:
+    """Marker for "leave this field as it is" in updates, where ``None`` means "clear it"."""
+
+    _instance: _Unset | None = None
+
+    def __new__(cls) -> _Unset:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET: Any = _Unset()
+
+
+@dataclass(frozen=True, slots=True)
+class SearchScope:
+    """Who may be seen by a search. Enforced by the store, never only by a vector filter."""
+
+    user_id: str | None = None
+    session_id: str | None = None
+    roles: tuple[str, ...] | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class KeywordHit:
+    """A message matched by the keyword index; ``score`` is BM25 made positive (higher is better)."""
+
+    message: Message
+    score: float
+
+
+@runtime_checkable
+class MessageStore(Protocol):
+    """What every backend (SQLite, Postgres) implements, with identical meaning."""
+
+    location: str
+
+    # sessions -----------------------------------------------------------------------------
+    def create_session(
+        self,
+        session_id: str,
+        *,
+        user_id: str | None = None,
+        system_prompt: str | None = None,
+        system_prompt_tokens: int = 0,
+        metadata: Mapping[str, Any] | None = None,
+        created_at: datetime | None = None,
+    ) -> Session: ...
+
+    def get_session(self, session_id: str) -> Session | None: ...
+
+    def update_session(
+        self,
+        session_id: str,
+        *,
+        user_id: Any = UNSET,
+        system_prompt: Any = UNSET,
+        system_prompt_tokens: Any = UNSET,
+        metadata: Any = UNSET,
+        summary: Any = UNSET,
+        summary_data: Any = UNSET,
+        summary_until_id: Any = UNSET,
+    ) -> None: ...
+
+    def system_prompt_tokens(self, session_id: str) -> int: ...
+
+    def list_sessions(
+        self, *, limit: int | None = 10, user_id: str | None = None, offset: int = 0
+    ) -> list[Session]: ...
+
+    def delete_session(self, session_id: str) -> bool: ...
+
+    def delete_sessions_before(self, cutoff: datetime) -> list[str]: ...
+
+    # messages -----------------------------------------------------------------------------
+    def add_messages(
+        self, session_id: str, messages: Sequence[Message], *, user_id: str | None = None
+    ) -> list[int]: ...
+
+    def get_messages(
+        self,
+        session_id: str,
+        *,
+        after_id: int | None = None,
+        limit: int | None = None,
+    ) -> list[Message]: ...
+
+    def iter_newest(self, session_id: str) -> Iterator[Message]: ...
+
+    def get_messages_by_ids(self, ids: Sequence[int], scope: SearchScope | None = None) -> list[Message]: ...
+
+    def count_messages(self, session_id: str | None = None) -> int: ...
+
+    def clear_session(self, session_id: str) -> int: ...
+
+    def set_parent(self, message_id: int, parent_id: int | None) -> None: ...
+
+    def set_message_summary(self, message_id: int, summary: Mapping[str, Any] | None) -> None: ...
+
+    def get_message_summaries(self, ids: Sequence[int]) -> dict[int, dict[str, Any]]: ...
+
+    # derived indexes ------------------------------------------------------------------------
+    def keyword_search(
+        self, query: str, *, limit: int = 10, scope: SearchScope | None = None
+    ) -> list[KeywordHit]: ...
+
+    def pending_embeddings(self, limit: int) -> list[tuple[Message, str]]: ...
+
+    def mark_embedded(self, ids: Sequence[int]) -> None: ...
+
+    def reset_embedded(self) -> int: ...
+
+    def rebuild_keyword_index(self) -> int: ...
+
+    def get_meta(self, key: str) -> str | None: ...
+
+    def set_meta(self, key: str, value: str) -> None: ...
+
+    def stats(self) -> dict[str, Any]: ...
+
+    def close(self) -> None: ...

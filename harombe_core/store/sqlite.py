@@ -1,0 +1,852 @@
+"""SQLite store: the default source of truth.
+
+Why it looks the way it does:
+
+* WAL journal, so readers never wait for a writer and a crash never loses a committed row.
+* Every write is one ``BEGIN IMMEDIATE`` transaction: it takes the write lock up front (no
+  deadlock on upgrade), waits ``busy_timeout`` for it, and is retried with exponential backoff
+  while another process holds it, so concurrent writers see no error.
+* Each thread gets its own connection (sqlite3 connections are not shareable across threads);
+  the async twins in the manager run on worker threads and so never block the event loop.
+* A file is checked before anything is written to it: the SQLite header, the size the header
+  promises, our ``application_id`` and the schema version. A foreign or corrupt file is refused
+  with :class:`NotAHarombeDatabaseError` and left byte-for-byte as it was.
+* Schema changes are forward migrations keyed by ``PRAGMA user_version``, each applied in the
+  same transaction that bumps the version.
+* The keyword index (FTS5, BM25) is written in the same transaction as the message it indexes;
+  each row holds the message and the turn it answers, so a question finds its answer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import random
+import re
+import sqlite3
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, TypeVar
+
+from harombe_core.errors import (
+    InvalidInputError,
+    NotAHarombeDatabaseError,
+    SchemaTooNewError,
+    StorageFullError,
+    StoreBusyError,
+    StoreError,
+    StoreReadOnlyError,
+)
+from harombe_core.models import Message, Session
+from harombe_core.store.base import UNSET, KeywordHit, SearchScope
+
+__all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "SQLiteStore", "from_micros", "to_micros"]
+
+log = logging.getLogger(__name__)
+
+#: Written to the SQLite header so a harombe database can be told from any other SQLite file.
+APPLICATION_ID = 0x48524D42  # "HRMB"
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+T = TypeVar("T")
+
+_MESSAGE_COLUMNS = (
+    "m.id, m.session_id, m.role, m.content, m.name, m.tool_calls, m.tool_call_id, m.metadata, "
+    "m.created_at, m.token_count, m.parent_id"
+)
+_SESSION_COLUMNS = (
+    "id, user_id, system_prompt, metadata, created_at, updated_at, message_count, summary, "
+    "summary_json, summary_until_id"
+)
+
+# Each migration is a list of statements run in one transaction with the version bump.
+MIGRATIONS: list[list[str]] = [
+    [
+        """CREATE TABLE harombe_meta (
+            key TEXT PRIMARY KEY,
+            value TEXT NOT NULL
+        )""",
+        """CREATE TABLE sessions (
+            id TEXT PRIMARY KEY,
+            user_id TEXT,
+            system_prompt TEXT,
+            system_prompt_tokens INTEGER NOT NULL DEFAULT 0,
+            metadata TEXT NOT NULL DEFAULT '{}',
+            created_at INTEGER NOT NULL,
+            updated_at INTEGER NOT NULL,
+            message_count INTEGER NOT NULL DEFAULT 0,
+            summary TEXT,
+            summary_json TEXT,
+            summary_until_id INTEGER
+        )""",
+        "CREATE INDEX sessions_updated ON sessions(updated_at DESC)",
+        "CREATE INDEX sessions_user_updated ON sessions(user_id, updated_at DESC)",
+        """CREATE TABLE messages (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+            role TEXT NOT NULL CHECK (role IN ('user', 'assistant', 'system', 'tool')),
+            content TEXT NOT NULL,
+            name TEXT,
+            tool_calls TEXT,
+            tool_call_id TEXT,
+            metadata TEXT NOT NULL DEFAULT '{}',
+            created_at INTEGER NOT NULL,
+            token_count INTEGER NOT NULL,
+            parent_id INTEGER REFERENCES messages(id) ON DELETE SET NULL,
+            summary_json TEXT,
+            embedded INTEGER NOT NULL DEFAULT 0
+        )""",
+        "CREATE INDEX messages_session ON messages(session_id, id)",
+        "CREATE INDEX messages_parent ON messages(parent_id) WHERE parent_id IS NOT NULL",
+        "CREATE INDEX messages_unembedded ON messages(id) WHERE embedded = 0",
+        """CREATE VIRTUAL TABLE messages_fts USING fts5(
+            content, context, tokenize = 'porter unicode61 remove_diacritics 2'
+        )""",
+        """CREATE TRIGGER messages_fts_delete AFTER DELETE ON messages BEGIN
+            DELETE FROM messages_fts WHERE rowid = old.id;
+        END""",
+    ],
+]
+SCHEMA_VERSION = len(MIGRATIONS)
+_KNOWN_TABLES = {"harombe_meta", "sessions", "messages", "messages_fts"}
+
+
+def to_micros(value: datetime) -> int:
+    """Datetimes are stored as integer microseconds since the epoch: exact, sortable, small."""
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=timezone.utc)
+    delta = value - datetime(1970, 1, 1, tzinfo=timezone.utc)
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def from_micros(value: int) -> datetime:
+    seconds, micros = divmod(int(value), 1_000_000)
+    return datetime.fromtimestamp(seconds, timezone.utc).replace(microsecond=micros)
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+def _check_id(value: Any, what: str) -> str:
+    if not isinstance(value, str) or not value or len(value) > 512 or "\x00" in value:
+        raise InvalidInputError(
+            f"{what} must be a non-empty str of at most 512 characters without NUL bytes, "
+            f"got {value!r:.80}."
+        )
+    return value
+
+
+def _row_to_message(row: Sequence[Any]) -> Message:
+    return Message(
+        id=row[0],
+        session_id=row[1],
+        role=row[2],
+        content=row[3],
+        name=row[4],
+        tool_calls=json.loads(row[5]) if row[5] is not None else None,
+        tool_call_id=row[6],
+        metadata=json.loads(row[7]),
+        created_at=from_micros(row[8]),
+        token_count=row[9],
+        parent_id=row[10],
+    )
+
+
+def _row_to_session(row: Sequence[Any]) -> Session:
+    return Session(
+        id=row[0],
+        user_id=row[1],
+        system_prompt=row[2],
+        metadata=json.loads(row[3]),
+        created_at=from_micros(row[4]),
+        updated_at=from_micros(row[5]),
+        message_count=row[6],
+        summary=row[7],
+        summary_data=json.loads(row[8]) if row[8] is not None else None,
+        summary_until_id=row[9],
+    )
+
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+def fts_query(text: str) -> str | None:
+    """Turn free text into an FTS5 query: every word quoted (no syntax injection), OR-ed.
+
+    BM25 then ranks by how many rare words match, which is what a user typing a question means.
+    """
+    words = list(dict.fromkeys(w.lower() for w in _WORD.findall(text) if len(w) > 1 or w.isdigit()))
+    if not words:
+        return None
+    return " OR ".join(f'"{w}"' for w in words[:64])
+
+
+def _classify(exc: sqlite3.Error, location: str) -> StoreError:
+    message = str(exc).lower()
+    if "disk is full" in message or "database or disk is full" in message:
+        return StorageFullError(
+            f"{location}: the disk (or a file-size limit) is full; the write was rolled back and "
+            "nothing stored was changed. Free space and retry."
+        )
+    if "readonly" in message or "read-only" in message:
+        return StoreReadOnlyError(
+            f"{location} cannot be written ({exc}). Check the file's and its directory's "
+            "permissions, or open it elsewhere for reading only."
+        )
+    if "not a database" in message or "malformed" in message:
+        return NotAHarombeDatabaseError(
+            f"{location} is corrupt ({exc}). Restore it from a backup or export what can be "
+            "read with `harombe export` and start a new file."
+        )
+    if "locked" in message or "busy" in message:
+        return StoreBusyError(
+            f"{location} stayed locked by other writers after every retry ({exc}). Reduce the "
+            "number of concurrent writers or raise busy_timeout."
+        )
+    return StoreError(f"{location}: {exc}")
+
+
+def _is_busy(exc: sqlite3.Error) -> bool:
+    message = str(exc).lower()
+    return "locked" in message or "busy" in message
+
+
+class SQLiteStore:
+    """The default :class:`~harombe_core.store.base.MessageStore`.
+
+    ``path`` is a file path (``~`` expanded, parent directories created, file mode 0600) or
+    ``":memory:"`` for a private in-memory database shared by this object's threads.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str] = ":memory:",
+        *,
+        busy_timeout_ms: int = 5_000,
+        max_retries: int = 12,
+    ) -> None:
+        self._busy_timeout_ms = busy_timeout_ms
+        self._max_retries = max_retries
+        self._local = threading.local()
+        self._connections: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+        self._closed = False
+        raw = os.fspath(path)
+        if raw in (":memory:", ""):
+            self.location = ":memory:"
+            self._uri = f"file:harombe-{uuid.uuid4().hex}?mode=memory&cache=shared"
+            self._keepalive: sqlite3.Connection | None = self._connect()
+        else:
+            file = Path(raw).expanduser().resolve()
+            self.location = str(file)
+            self._uri = file.as_uri()
+            self._keepalive = None
+            self._prepare_file(file)
+        self._migrate()
+
+    # connection handling ------------------------------------------------------------------
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            conn = sqlite3.connect(
+                self._uri,
+                uri=True,
+                isolation_level=None,
+                check_same_thread=False,
+                timeout=self._busy_timeout_ms / 1000,
+            )
+            conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
+            conn.execute("PRAGMA foreign_keys = ON")
+            if self.location != ":memory:":
+                conn.execute("PRAGMA synchronous = NORMAL")
+        except sqlite3.Error as exc:
+            raise _classify(exc, self.location) from exc
+        with self._lock:
+            self._connections.append(conn)
+        return conn
+
+    @property
+    def _conn(self) -> sqlite3.Connection:
+        if self._closed:
+            raise StoreError(f"{self.location}: the store is closed; open a new MemoryManager.")
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._connect()
+            self._local.conn = conn
+        return conn
+
+    def close(self) -> None:
+        """Close every connection this store opened, from any thread."""
+        with self._lock:
+            conns, self._connections = self._connections, []
+            self._closed = True
+        for conn in conns:
+            with contextlib.suppress(sqlite3.Error):
+                conn.close()
+        self._local = threading.local()
+
+    # opening and migrations ---------------------------------------------------------------
+    def _prepare_file(self, file: Path) -> None:
+        if file.is_dir():
+            raise NotAHarombeDatabaseError(f"{file} is a directory; pass a file path.")
+        if file.exists() and file.stat().st_size > 0:
+            self._inspect_existing(file)
+            return
+        try:
+            file.parent.mkdir(parents=True, exist_ok=True)
+            if not file.exists():
+                fd = os.open(file, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+                os.close(fd)
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            raise StoreReadOnlyError(
+                f"cannot create {file} ({exc.strerror}). Choose a writable location with "
+                "storage_path=... or HAROMBE_DB."
+            ) from exc
+
+    def _inspect_existing(self, file: Path) -> None:
+        """Refuse foreign or damaged files before anything can write to them."""
+        try:
+            with file.open("rb") as handle:
+                header = handle.read(100)
+        except OSError as exc:
+            raise StoreError(f"cannot read {file}: {exc.strerror}") from exc
+        if len(header) < 100 or not header.startswith(SQLITE_MAGIC):
+            raise NotAHarombeDatabaseError(
+                f"{file} is not a SQLite database (no SQLite header), so it is not a harombe "
+                "database; it was left untouched. Pass a new path with storage_path=..."
+            )
+        page_size = int.from_bytes(header[16:18], "big")
+        page_size = 65536 if page_size == 1 else page_size
+        page_count = int.from_bytes(header[28:32], "big")
+        if page_size and page_count and file.stat().st_size < page_size * page_count:
+            raise NotAHarombeDatabaseError(
+                f"{file} is truncated ({file.stat().st_size} bytes, its header promises "
+                f"{page_size * page_count}); it was left untouched. Restore it from a backup."
+            )
+        try:
+            probe = sqlite3.connect(f"{file.as_uri()}?mode=ro", uri=True)
+            try:
+                app_id = probe.execute("PRAGMA application_id").fetchone()[0]
+                tables = {
+                    r[0]
+                    for r in probe.execute(
+                        "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')"
+                    )
+                }
+                if app_id == APPLICATION_ID:
+                    check = probe.execute("PRAGMA quick_check(1)").fetchone()[0]
+                else:
+                    check = "ok"
+            finally:
+                probe.close()
+        except sqlite3.Error as exc:
+            raise NotAHarombeDatabaseError(
+                f"{file} cannot be read as a SQLite database ({exc}); it was left untouched. "
+                "If it is a harombe database it is corrupt: restore it from a backup."
+            ) from exc
+        if app_id != APPLICATION_ID and tables:
+            raise NotAHarombeDatabaseError(
+                f"{file} is a SQLite database of another application (tables: "
+                f"{', '.join(sorted(tables)[:5])}); it was left untouched. Point harombe at its "
+                "own file."
+            )
+        if check != "ok":
+            raise NotAHarombeDatabaseError(
+                f"{file} is a damaged harombe database ({check}); it was left untouched. "
+                "Restore it from a backup."
+            )
+
+    def _migrate(self) -> None:
+        conn = self._conn
+        try:
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+        except sqlite3.Error as exc:
+            raise _classify(exc, self.location) from exc
+        if version > SCHEMA_VERSION:
+            raise SchemaTooNewError(
+                f"{self.location} has schema version {version}, newer than this harombe "
+                f"understands ({SCHEMA_VERSION}). Upgrade harombe-memory."
+            )
+        if self.location != ":memory:":
+            try:
+                mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            except sqlite3.Error as exc:
+                raise _classify(exc, self.location) from exc
+            if str(mode).lower() != "wal":
+                log.warning("%s: journal mode is %s, not WAL", self.location, mode)
+        if version == SCHEMA_VERSION:
+            return
+
+        def apply(c: sqlite3.Connection) -> None:
+            current = c.execute("PRAGMA user_version").fetchone()[0]
+            for index in range(current, SCHEMA_VERSION):
+                for statement in MIGRATIONS[index]:
+                    c.execute(statement)
+                c.execute(f"PRAGMA user_version = {index + 1}")
+            c.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+
+        self._write(apply)
+
+    # transactions -------------------------------------------------------------------------
+    def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn`` in one IMMEDIATE transaction, retrying while the database is locked."""
+        conn = self._conn
+        delay = 0.005
+        for attempt in range(self._max_retries + 1):
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as exc:
+                if _is_busy(exc) and attempt < self._max_retries:
+                    time.sleep(delay * (1 + random.random()))
+                    delay = min(delay * 2, 1.0)
+                    continue
+                raise _classify(exc, self.location) from exc
+            try:
+                result = fn(conn)
+                conn.execute("COMMIT")
+                return result
+            except BaseException as exc:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+                if isinstance(exc, sqlite3.OperationalError) and _is_busy(exc):
+                    if attempt < self._max_retries:
+                        time.sleep(delay * (1 + random.random()))
+                        delay = min(delay * 2, 1.0)
+                        continue
+                if isinstance(exc, sqlite3.IntegrityError):
+                    raise InvalidInputError(f"{self.location}: {exc}") from exc
+                if isinstance(exc, sqlite3.Error):
+                    raise _classify(exc, self.location) from exc
+                raise
+        raise StoreBusyError(f"{self.location}: still locked after {self._max_retries} retries")
+
+    def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        try:
+            return self._conn.execute(sql, params).fetchall()
+        except sqlite3.Error as exc:
+            raise _classify(exc, self.location) from exc
+
+    # sessions -----------------------------------------------------------------------------
+    def create_session(
+        self,
+        session_id: str,
+        *,
+        user_id: str | None = None,
+        system_prompt: str | None = None,
+        system_prompt_tokens: int = 0,
+        metadata: Mapping[str, Any] | None = None,
+        created_at: datetime | None = None,
+    ) -> Session:
+        _check_id(session_id, "session_id")
+        if user_id is not None:
+            _check_id(user_id, "user_id")
+        now = to_micros(created_at or datetime.now(timezone.utc))
+        meta = _dumps(dict(metadata or {}))
+
+        def insert(c: sqlite3.Connection) -> None:
+            c.execute(
+                "INSERT INTO sessions (id, user_id, system_prompt, system_prompt_tokens, "
+                "metadata, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (session_id, user_id, system_prompt, system_prompt_tokens, meta, now, now),
+            )
+
+        try:
+            self._write(insert)
+        except InvalidInputError as exc:
+            raise InvalidInputError(
+                f"session {session_id!r} already exists; load it with load_session() or choose "
+                "another id."
+            ) from exc
+        session = self.get_session(session_id)
+        assert session is not None
+        return session
+
+    def get_session(self, session_id: str) -> Session | None:
+        _check_id(session_id, "session_id")
+        rows = self._read(f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = ?", (session_id,))
+        return _row_to_session(rows[0]) if rows else None
+
+    def update_session(
+        self,
+        session_id: str,
+        *,
+        user_id: Any = UNSET,
+        system_prompt: Any = UNSET,
+        system_prompt_tokens: Any = UNSET,
+        metadata: Any = UNSET,
+        summary: Any = UNSET,
+        summary_data: Any = UNSET,
+        summary_until_id: Any = UNSET,
+    ) -> None:
+        _check_id(session_id, "session_id")
+        changes: dict[str, Any] = {}
+        if user_id is not UNSET:
+            changes["user_id"] = user_id
+        if system_prompt is not UNSET:
+            changes["system_prompt"] = system_prompt
+        if system_prompt_tokens is not UNSET:
+            changes["system_prompt_tokens"] = int(system_prompt_tokens)
+        if metadata is not UNSET:
+            changes["metadata"] = _dumps(dict(metadata or {}))
+        if summary is not UNSET:
+            changes["summary"] = summary
+        if summary_data is not UNSET:
+            changes["summary_json"] = None if summary_data is None else _dumps(summary_data)
+        if summary_until_id is not UNSET:
+            changes["summary_until_id"] = summary_until_id
+        if not changes:
+            return
+        assignments = ", ".join(f"{column} = ?" for column in changes)
+
+        def update(c: sqlite3.Connection) -> int:
+            cursor = c.execute(
+                f"UPDATE sessions SET {assignments} WHERE id = ?", (*changes.values(), session_id)
+            )
+            return cursor.rowcount
+
+        if self._write(update) == 0:
+            from harombe_core.errors import SessionNotFoundError
+
+            raise SessionNotFoundError(f"no session {session_id!r} in {self.location}")
+
+    def system_prompt_tokens(self, session_id: str) -> int:
+        rows = self._read("SELECT system_prompt_tokens FROM sessions WHERE id = ?", (session_id,))
+        return int(rows[0][0]) if rows else 0
+
+    def list_sessions(
+        self, *, limit: int | None = 10, user_id: str | None = None, offset: int = 0
+    ) -> list[Session]:
+        sql = f"SELECT {_SESSION_COLUMNS} FROM sessions"
+        params: list[Any] = []
+        if user_id is not None:
+            sql += " WHERE user_id = ?"
+            params.append(user_id)
+        sql += " ORDER BY updated_at DESC, rowid DESC LIMIT ? OFFSET ?"
+        params += [-1 if limit is None else limit, offset]
+        return [_row_to_session(r) for r in self._read(sql, params)]
+
+    def delete_session(self, session_id: str) -> bool:
+        _check_id(session_id, "session_id")
+        return bool(
+            self._write(
+                lambda c: c.execute("DELETE FROM sessions WHERE id = ?", (session_id,)).rowcount
+            )
+        )
+
+    def delete_sessions_before(self, cutoff: datetime) -> list[str]:
+        """Delete sessions with no activity since ``cutoff``; returns their ids."""
+        limit = to_micros(cutoff)
+
+        def delete(c: sqlite3.Connection) -> list[str]:
+            ids = [
+                r[0]
+                for r in c.execute("SELECT id FROM sessions WHERE updated_at < ?", (limit,))
+            ]
+            c.execute("DELETE FROM sessions WHERE updated_at < ?", (limit,))
+            return ids
+
+        return self._write(delete)
+
+    # messages -----------------------------------------------------------------------------
+    def add_messages(
+        self, session_id: str, messages: Sequence[Message], *, user_id: str | None = None
+    ) -> list[int]:
+        """Insert messages (creating the session if needed) and index them, in one transaction."""
+        _check_id(session_id, "session_id")
+        if user_id is not None:
+            _check_id(user_id, "user_id")
+        rows = []
+        for message in messages:
+            if message.token_count is None:
+                raise InvalidInputError("token_count must be set before a message is stored.")
+            rows.append(
+                (
+                    session_id,
+                    message.role,
+                    message.content,
+                    message.name,
+                    None if message.tool_calls is None else _dumps(message.tool_calls),
+                    message.tool_call_id,
+                    _dumps(message.metadata),
+                    to_micros(message.created_at),
+                    message.token_count,
+                    message.parent_id,
+                )
+            )
+        now = to_micros(datetime.now(timezone.utc))
+
+        def insert(c: sqlite3.Connection) -> list[int]:
+            c.execute(
+                "INSERT INTO sessions (id, user_id, created_at, updated_at) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT(id) DO NOTHING",
+                (session_id, user_id, now, now),
+            )
+            previous = c.execute(
+                "SELECT content FROM messages WHERE session_id = ? ORDER BY id DESC LIMIT 1",
+                (session_id,),
+            ).fetchone()
+            context = previous[0] if previous else ""
+            ids: list[int] = []
+            for row in rows:
+                cursor = c.execute(
+                    "INSERT INTO messages (session_id, role, content, name, tool_calls, "
+                    "tool_call_id, metadata, created_at, token_count, parent_id) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    row,
+                )
+                new_id = int(cursor.lastrowid or 0)
+                c.execute(
+                    "INSERT INTO messages_fts (rowid, content, context) VALUES (?, ?, ?)",
+                    (new_id, row[2], context),
+                )
+                context = row[2]
+                ids.append(new_id)
+            c.execute(
+                "UPDATE sessions SET updated_at = MAX(updated_at, ?), "
+                "message_count = message_count + ? WHERE id = ?",
+                (now, len(rows), session_id),
+            )
+            return ids
+
+        return self._write(insert)
+
+    def get_messages(
+        self, session_id: str, *, after_id: int | None = None, limit: int | None = None
+    ) -> list[Message]:
+        _check_id(session_id, "session_id")
+        sql = f"SELECT {_MESSAGE_COLUMNS} FROM messages m WHERE m.session_id = ?"
+        params: list[Any] = [session_id]
+        if after_id is not None:
+            sql += " AND m.id > ?"
+            params.append(after_id)
+        sql += " ORDER BY m.id LIMIT ?"
+        params.append(-1 if limit is None else limit)
+        return [_row_to_message(r) for r in self._read(sql, params)]
+
+    def iter_newest(self, session_id: str) -> Iterator[Message]:
+        """Newest first, fetched lazily: a token window stops reading as soon as it is full."""
+        _check_id(session_id, "session_id")
+        try:
+            cursor = self._conn.execute(
+                f"SELECT {_MESSAGE_COLUMNS} FROM messages m WHERE m.session_id = ? "
+                "ORDER BY m.id DESC",
+                (session_id,),
+            )
+        except sqlite3.Error as exc:
+            raise _classify(exc, self.location) from exc
+        try:
+            while True:
+                batch = cursor.fetchmany(32)
+                if not batch:
+                    return
+                for row in batch:
+                    yield _row_to_message(row)
+        finally:
+            cursor.close()
+
+    def get_messages_by_ids(
+        self, ids: Sequence[int], scope: SearchScope | None = None
+    ) -> list[Message]:
+        """Messages with these ids that fall inside ``scope``, in the order of ``ids``."""
+        wanted = [int(i) for i in ids]
+        if not wanted:
+            return []
+        found: dict[int, Message] = {}
+        for start in range(0, len(wanted), 500):
+            chunk = wanted[start : start + 500]
+            where, params = _scope_sql(scope)
+            sql = (
+                f"SELECT {_MESSAGE_COLUMNS} FROM messages m JOIN sessions s ON s.id = m.session_id "
+                f"WHERE m.id IN ({','.join('?' * len(chunk))}){where}"
+            )
+            for row in self._read(sql, [*chunk, *params]):
+                found[row[0]] = _row_to_message(row)
+        return [found[i] for i in wanted if i in found]
+
+    def count_messages(self, session_id: str | None = None) -> int:
+        if session_id is None:
+            return int(self._read("SELECT COUNT(*) FROM messages")[0][0])
+        rows = self._read("SELECT message_count FROM sessions WHERE id = ?", (session_id,))
+        return int(rows[0][0]) if rows else 0
+
+    def clear_session(self, session_id: str) -> int:
+        _check_id(session_id, "session_id")
+
+        def clear(c: sqlite3.Connection) -> int:
+            count = c.execute("DELETE FROM messages WHERE session_id = ?", (session_id,)).rowcount
+            c.execute(
+                "UPDATE sessions SET message_count = 0, summary = NULL, summary_json = NULL, "
+                "summary_until_id = NULL WHERE id = ?",
+                (session_id,),
+            )
+            return int(count)
+
+        return self._write(clear)
+
+    def set_parent(self, message_id: int, parent_id: int | None) -> None:
+        def update(c: sqlite3.Connection) -> None:
+            if c.execute(
+                "UPDATE messages SET parent_id = ? WHERE id = ?", (parent_id, message_id)
+            ).rowcount == 0:
+                raise InvalidInputError(f"no message with id {message_id}")
+
+        self._write(update)
+
+    def set_message_summary(self, message_id: int, summary: Mapping[str, Any] | None) -> None:
+        value = None if summary is None else _dumps(dict(summary))
+        self._write(
+            lambda c: c.execute(
+                "UPDATE messages SET summary_json = ? WHERE id = ?", (value, message_id)
+            )
+        )
+
+    def get_message_summaries(self, ids: Sequence[int]) -> dict[int, dict[str, Any]]:
+        out: dict[int, dict[str, Any]] = {}
+        wanted = [int(i) for i in ids]
+        for start in range(0, len(wanted), 500):
+            chunk = wanted[start : start + 500]
+            for mid, value in self._read(
+                f"SELECT id, summary_json FROM messages WHERE id IN ({','.join('?' * len(chunk))}) "
+                "AND summary_json IS NOT NULL",
+                chunk,
+            ):
+                out[int(mid)] = json.loads(value)
+        return out
+
+    # derived indexes ----------------------------------------------------------------------
+    def keyword_search(
+        self, query: str, *, limit: int = 10, scope: SearchScope | None = None
+    ) -> list[KeywordHit]:
+        """BM25 over each message and the turn it answers, scoped in the same query."""
+        match = fts_query(query)
+        if match is None or limit <= 0:
+            return []
+        where, params = _scope_sql(scope)
+        sql = (
+            f"SELECT {_MESSAGE_COLUMNS}, bm25(messages_fts, 1.0, 0.4) AS rank "
+            "FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid "
+            "JOIN sessions s ON s.id = m.session_id "
+            f"WHERE messages_fts MATCH ?{where} ORDER BY rank LIMIT ?"
+        )
+        rows = self._read(sql, [match, *params, limit])
+        return [KeywordHit(_row_to_message(r[:-1]), -float(r[-1])) for r in rows]
+
+    def pending_embeddings(self, limit: int) -> list[tuple[Message, str]]:
+        """Oldest messages not yet in the vector index, each with the turn it answers."""
+        rows = self._read(
+            f"SELECT {_MESSAGE_COLUMNS}, f.context FROM messages m "
+            "JOIN messages_fts f ON f.rowid = m.id WHERE m.embedded = 0 ORDER BY m.id LIMIT ?",
+            (limit,),
+        )
+        return [(_row_to_message(r[:-1]), r[-1] or "") for r in rows]
+
+    def mark_embedded(self, ids: Sequence[int]) -> None:
+        wanted = [int(i) for i in ids]
+
+        def mark(c: sqlite3.Connection) -> None:
+            for start in range(0, len(wanted), 500):
+                chunk = wanted[start : start + 500]
+                c.execute(
+                    f"UPDATE messages SET embedded = 1 WHERE id IN ({','.join('?' * len(chunk))})",
+                    chunk,
+                )
+
+        if wanted:
+            self._write(mark)
+
+    def reset_embedded(self) -> int:
+        return int(
+            self._write(
+                lambda c: c.execute("UPDATE messages SET embedded = 0 WHERE embedded != 0").rowcount
+            )
+        )
+
+    def rebuild_keyword_index(self) -> int:
+        """Recreate every FTS row from the messages table (idempotent)."""
+
+        def rebuild(c: sqlite3.Connection) -> int:
+            c.execute("DELETE FROM messages_fts")
+            count = 0
+            previous_session: str | None = None
+            context = ""
+            for mid, session_id, content in c.execute(
+                "SELECT id, session_id, content FROM messages ORDER BY session_id, id"
+            ).fetchall():
+                if session_id != previous_session:
+                    previous_session, context = session_id, ""
+                c.execute(
+                    "INSERT INTO messages_fts (rowid, content, context) VALUES (?, ?, ?)",
+                    (mid, content, context),
+                )
+                context = content
+                count += 1
+            return count
+
+        return self._write(rebuild)
+
+    def get_meta(self, key: str) -> str | None:
+        rows = self._read("SELECT value FROM harombe_meta WHERE key = ?", (key,))
+        return rows[0][0] if rows else None
+
+    def set_meta(self, key: str, value: str) -> None:
+        self._write(
+            lambda c: c.execute(
+                "INSERT INTO harombe_meta (key, value) VALUES (?, ?) "
+                "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                (key, value),
+            )
+        )
+
+    def stats(self) -> dict[str, Any]:
+        sessions, users = self._read("SELECT COUNT(*), COUNT(DISTINCT user_id) FROM sessions")[0]
+        messages, tokens, pending = self._read(
+            "SELECT COUNT(*), COALESCE(SUM(token_count), 0), COALESCE(SUM(embedded = 0), 0) "
+            "FROM messages"
+        )[0]
+        size = 0
+        if self.location != ":memory:":
+            for suffix in ("", "-wal"):
+                with contextlib.suppress(OSError):
+                    size += os.stat(self.location + suffix).st_size
+        return {
+            "location": self.location,
+            "schema_version": SCHEMA_VERSION,
+            "sessions": sessions,
+            "users": users,
+            "messages": messages,
+            "tokens": tokens,
+            "pending_embeddings": pending,
+            "bytes": size,
+        }
+
+
+def _scope_sql(scope: SearchScope | None) -> tuple[str, list[Any]]:
+    """The WHERE fragment (on aliases ``m`` and ``s``) that keeps a query inside its scope."""
+    if scope is None:
+        return "", []
+    parts: list[str] = []
+    params: list[Any] = []
+    if scope.user_id is not None:
+        parts.append("s.user_id = ?")
+        params.append(scope.user_id)
+    if scope.session_id is not None:
+        parts.append("m.session_id = ?")
+        params.append(scope.session_id)
+    if scope.roles:
+        parts.append(f"m.role IN ({','.join('?' * len(scope.roles))})")
+        params.extend(scope.roles)
+    if scope.since is not None:
+        parts.append("m.created_at >= ?")
+        params.append(to_micros(scope.since))
+    if scope.until is not None:
+        parts.append("m.created_at <= ?")
+        params.append(to_micros(scope.until))
+    return ("".join(f" AND {p}" for p in parts), params)
