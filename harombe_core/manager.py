@@ -272,6 +272,45 @@ class MemoryManager:
             self._semantic.notify()
         return ids
 
+    def replace_messages(
+        self,
+        session_id: str,
+        delete_ids: Sequence[int],
+        messages: Iterable[Message | Mapping[str, Any]] = (),
+        *,
+        user_id: str | None = None,
+    ) -> list[int]:
+        """Delete ``delete_ids`` of a session and append ``messages``, in one transaction.
+
+        What a framework's "set the history" or "delete message i" needs without ever leaving
+        half a history; returns the new messages' ids. Ids of other sessions are ignored.
+        """
+        if isinstance(messages, (str, bytes, Message, Mapping)):
+            raise InvalidMessageError("replace_messages takes a list of messages.")
+        prepared = [self._prepare(m) for m in messages]
+        doomed = [int(i) for i in delete_ids]
+        if not prepared and not doomed:
+            return []
+        ids = self._store.add_messages(
+            session_id, prepared, user_id=user_id, replace_ids=doomed
+        )
+        if self._semantic is not None and prepared:
+            self._semantic.notify()
+        return ids
+
+    async def areplace_messages(
+        self,
+        session_id: str,
+        delete_ids: Sequence[int],
+        messages: Iterable[Message | Mapping[str, Any]] = (),
+        *,
+        user_id: str | None = None,
+    ) -> list[int]:
+        batch = list(messages) if not isinstance(messages, (str, bytes, Message, Mapping)) else messages
+        return await asyncio.to_thread(
+            self.replace_messages, session_id, list(delete_ids), batch, user_id=user_id
+        )
+
     def get_messages(
         self, session_id: str, *, limit: int | None = None, after_id: int | None = None
     ) -> list[Message]:

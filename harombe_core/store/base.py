@@ -99,8 +99,15 @@ class MessageStore(Protocol):
 
     # messages -----------------------------------------------------------------------------
     def add_messages(
-        self, session_id: str, messages: Sequence[Message], *, user_id: str | None = None
-    ) -> list[int]: ...
+        self,
+        session_id: str,
+        messages: Sequence[Message],
+        *,
+        user_id: str | None = None,
+        replace_ids: Sequence[int] = (),
+    ) -> list[int]:
+        """Append ``messages``; ``replace_ids`` (of this session) are deleted in the same transaction."""
+        ...
 
     def get_messages(
         self,

@@ -557,10 +557,20 @@ class SQLiteStore:
 
     # messages -----------------------------------------------------------------------------
     def add_messages(
-        self, session_id: str, messages: Sequence[Message], *, user_id: str | None = None
+        self,
+        session_id: str,
+        messages: Sequence[Message],
+        *,
+        user_id: str | None = None,
+        replace_ids: Sequence[int] = (),
     ) -> list[int]:
-        """Insert messages (creating the session if needed) and index them, in one transaction."""
+        """Insert messages (creating the session if needed) and index them, in one transaction.
+
+        ``replace_ids`` are messages of this session deleted in the same transaction, so a
+        framework's "replace the history" or "delete message i" never leaves half a history.
+        """
         _check_id(session_id, "session_id")
+        doomed = [int(i) for i in replace_ids]
         if user_id is not None:
             _check_id(user_id, "user_id")
         rows = []
@@ -589,6 +599,14 @@ class SQLiteStore:
                 "ON CONFLICT(id) DO NOTHING",
                 (session_id, user_id, now, now),
             )
+            removed = 0
+            for start in range(0, len(doomed), 500):
+                chunk = doomed[start : start + 500]
+                removed += c.execute(
+                    f"DELETE FROM messages WHERE session_id = ? AND id IN "
+                    f"({','.join('?' * len(chunk))})",
+                    (session_id, *chunk),
+                ).rowcount
             previous = c.execute(
                 "SELECT content FROM messages WHERE session_id = ? ORDER BY id DESC LIMIT 1",
                 (session_id,),
@@ -612,7 +630,7 @@ class SQLiteStore:
             c.execute(
                 "UPDATE sessions SET updated_at = MAX(updated_at, ?), "
                 "message_count = message_count + ? WHERE id = ?",
-                (now, len(rows), session_id),
+                (now, len(rows) - removed, session_id),
             )
             return ids
 
