@@ -116,9 +116,11 @@ def resolve_embedder(spec: Any = "default", *, cache: bool | None = None) -> Emb
         embedder = OnnxEmbedder(rest or None)
     elif prefix == "st" and (not sep or rest):
         embedder = _sentence_transformer(rest or None)
-    elif text in _BUNDLED_ALIASES or os.path.isdir(os.path.expanduser(text)):
-        embedder = _sentence_transformer(text)
-    elif _looks_like_hub_id(text):
+    elif (
+        text in _BUNDLED_ALIASES
+        or os.path.isdir(os.path.expanduser(text))
+        or _looks_like_hub_id(text)
+    ):
         embedder = _sentence_transformer(text)
     else:
         raise InvalidInputError(f"unknown embedder {text!r}; accepted: {ACCEPTED_SPECS}")

@@ -44,7 +44,7 @@ class Embedder(Protocol):
 
     @property
     def name(self) -> str:
-        """Stable id recorded in the vector index (e.g. ``sentence-transformers/all-MiniLM-L6-v2``)."""
+        """Stable id the vector index records, e.g. ``sentence-transformers/all-MiniLM-L6-v2``."""
         ...
 
     @property
