@@ -19,7 +19,8 @@ recover. The tree::
     ├── EmbeddingError                             the embedder failed or returned bad vectors
     │   └── EmbeddingModelMismatchError            index built by another model: run `harombe reindex`
     ├── SummarizationError                         a summariser failed (messages are never lost)
-    └── ImportFormatError (also ValueError)        a JSON/JSONL file that is not a harombe export
+    ├── ImportFormatError (also ValueError)        a JSON/JSONL file that is not a harombe export
+    └── ExportPathError (also ValueError)          export path outside its folder, or unwritable
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ __all__ = [
     "ConfigError",
     "EmbeddingError",
     "EmbeddingModelMismatchError",
+    "ExportPathError",
     "HarombeError",
     "ImportFormatError",
     "InvalidBudgetError",
@@ -122,3 +124,7 @@ class SummarizationError(HarombeError):
 
 class ImportFormatError(HarombeError, ValueError):
     """An import file is not in a format harombe writes."""
+
+
+class ExportPathError(HarombeError, ValueError):
+    """An export file would land outside the folder it was confined to, or cannot be written."""
