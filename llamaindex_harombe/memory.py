@@ -1,0 +1,339 @@
+"""``HarombeMemory``: a LlamaIndex ``BaseMemory`` backed by the harombe store.
+
+Pass it as ``memory=`` to any chat engine or agent. Every message is written to SQLite as it is
+put, so a new process that builds the same memory (same ``storage_path`` and ``session_id``)
+continues the conversation. ``get`` returns the newest messages that fit the token limit, counted
+with tool calls and tool results included (LlamaIndex's own ``Memory`` counts those as zero), never
+starting on an assistant or tool turn, and, when the engine passes the user's input, the most
+relevant turns of the user's earlier sessions as one system message in front.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from llama_index.core.base.llms.types import ChatMessage
+from llama_index.core.bridge.pydantic import Field, PrivateAttr
+from llama_index.core.llms.llm import LLM
+from llama_index.core.memory.types import BaseMemory
+
+from harombe_core.errors import InvalidInputError
+from harombe_core.manager import MemoryManager
+from harombe_core.models import Message
+from harombe_core.strategies import check_budget
+from llamaindex_harombe._recall import arecall, format_context, recall
+from llamaindex_harombe.convert import from_llamaindex, to_llamaindex
+
+__all__ = ["DEFAULT_STORAGE_PATH", "DEFAULT_TOKEN_LIMIT", "HarombeMemory"]
+
+#: Where memories live unless told otherwise (one file for every session and user).
+DEFAULT_STORAGE_PATH = "~/.harombe/memory.db"
+#: The same default as LlamaIndex's ChatMemoryBuffer when no LLM is given.
+DEFAULT_TOKEN_LIMIT = 3000
+_CONTEXT_RATIO = 0.75  # LlamaIndex's share of an LLM's context window given to history
+
+Strategy = Literal["simple", "summarization", "hybrid", "threaded"]
+
+
+def open_manager(
+    storage_path: str | os.PathLike[str], embedding: Any, vector_store: Any
+) -> MemoryManager:
+    """A MemoryManager for a location; semantic memory only when both parts are named."""
+    if embedding is None or vector_store is None:
+        return MemoryManager(storage_path, embedding=None, vector_store=None)
+    return MemoryManager(storage_path, embedding=embedding, vector_store=vector_store)
+
+
+def describe_manager(manager: MemoryManager) -> tuple[str, Any, Any]:
+    """(storage_path, embedding, vector_store) that reopen ``manager``'s store from a dict."""
+    location = manager.store.location
+    if manager.semantic_enabled:
+        return location, "default", "chroma"
+    return location, None, None
+
+
+class HarombeMemory(BaseMemory):
+    """Persistent, token-windowed chat memory with recall of earlier sessions.
+
+    Build it with :meth:`from_defaults`. ``to_dict()`` records where the store is (never its
+    contents), so ``HarombeMemory.from_dict(memory.to_dict())`` in another process, or a
+    serialised workflow ``Context``, reopens the same conversation.
+    """
+
+    session_id: str = Field(description="The conversation this memory reads and writes.")
+    user_id: str | None = Field(default=None, description="Owner of the session; scopes recall.")
+    token_limit: int = Field(default=DEFAULT_TOKEN_LIMIT, description="Budget of get().")
+    storage_path: str = Field(default=DEFAULT_STORAGE_PATH, description="SQLite file or URL.")
+    embedding: str | None = Field(
+        default=None, description="Embedding model for semantic recall (None: keywords only)."
+    )
+    vector_store: str | None = Field(default=None, description="Vector index ('chroma').")
+    strategy: str = Field(default="simple", description="Context strategy of the window.")
+    system_prompt: str | None = Field(
+        default=None, description="System prompt of a session created by this memory."
+    )
+    rag: bool = Field(default=True, description="Recall earlier sessions when get(input=...).")
+    rag_top_k: int = Field(default=5, description="How many past messages to recall at most.")
+    rag_max_tokens: int = Field(
+        default=512, description="Most tokens the recalled context may take from the budget."
+    )
+    rag_scope: Literal["user", "all"] = Field(
+        default="user",
+        description="'user': recall only this user's sessions (all sessions if user_id is None).",
+    )
+
+    _manager: MemoryManager = PrivateAttr()
+    _owns_manager: bool = PrivateAttr(default=True)
+
+    def __init__(self, *, manager: MemoryManager | None = None, **data: Any) -> None:
+        if manager is not None:
+            location, embedding, vector_store = describe_manager(manager)
+            data.setdefault("storage_path", location)
+            data.setdefault("embedding", embedding)
+            data.setdefault("vector_store", vector_store)
+        super().__init__(**data)
+        check_budget(self.token_limit, "token_limit")
+        if self.strategy not in ("simple", "summarization", "hybrid", "threaded"):
+            raise InvalidInputError(
+                f"unknown strategy {self.strategy!r}; use 'simple', 'summarization', 'hybrid' "
+                "or 'threaded'."
+            )
+        if manager is None:
+            manager = open_manager(self.storage_path, self.embedding, self.vector_store)
+            self._owns_manager = True
+        else:
+            self._owns_manager = False
+        self._manager = manager
+        if not manager.session_exists(self.session_id):
+            manager.create_session(
+                self.system_prompt, user_id=self.user_id, session_id=self.session_id
+            )
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "HarombeMemory"
+
+    @classmethod
+    def from_defaults(  # type: ignore[override]
+        cls,
+        chat_history: list[ChatMessage] | None = None,
+        llm: LLM | None = None,
+        token_limit: int | None = None,
+        *,
+        session_id: str = "default",
+        user_id: str | None = None,
+        storage_path: str | os.PathLike[str] | None = None,
+        manager: MemoryManager | None = None,
+        strategy: Strategy = "simple",
+        system_prompt: str | None = None,
+        embedding: str | None = None,
+        vector_store: str | None = "chroma",
+        rag: bool = True,
+        rag_top_k: int = 5,
+        rag_max_tokens: int = 512,
+        rag_scope: Literal["user", "all"] = "user",
+        **kwargs: Any,
+    ) -> HarombeMemory:
+        """Open (or create) ``session_id`` in the store at ``storage_path`` (or ``manager``).
+
+        ``token_limit`` defaults to 3/4 of ``llm``'s context window, as LlamaIndex's buffers do,
+        else 3000. ``chat_history``, if given, replaces what the session holds (the engines pass
+        it this way through ``memory_cls``). ``embedding`` names an embedding model
+        (``"default"``: the bundled all-MiniLM-L6-v2) to recall by meaning as well as by keyword.
+        """
+        if token_limit is None:
+            token_limit = (
+                int(llm.metadata.context_window * _CONTEXT_RATIO)
+                if llm is not None
+                else DEFAULT_TOKEN_LIMIT
+            )
+        if manager is not None and storage_path is not None:
+            raise InvalidInputError("pass storage_path or manager, not both.")
+        fields: dict[str, Any] = {
+            "session_id": session_id,
+            "user_id": user_id,
+            "token_limit": token_limit,
+            "strategy": strategy,
+            "system_prompt": system_prompt,
+            "rag": rag,
+            "rag_top_k": rag_top_k,
+            "rag_max_tokens": rag_max_tokens,
+            "rag_scope": rag_scope,
+            **kwargs,
+        }
+        if manager is None:
+            fields["storage_path"] = os.fspath(storage_path or DEFAULT_STORAGE_PATH)
+            fields["embedding"] = embedding
+            fields["vector_store"] = vector_store if embedding is not None else None
+        memory = cls(manager=manager, **fields)
+        if chat_history is not None:
+            memory.set(chat_history)
+        return memory
+
+    # plumbing -----------------------------------------------------------------------------
+    @property
+    def manager(self) -> MemoryManager:
+        """The MemoryManager underneath (for search, export and everything else harombe does)."""
+        return self._manager
+
+    def close(self) -> None:
+        """Close the store if this memory opened it (a manager passed in is left open)."""
+        if self._owns_manager:
+            self._manager.close()
+
+    def _recall_user(self) -> str | None:
+        return self.user_id if self.rag_scope == "user" else None
+
+    def _budget(self, initial_token_count: int) -> int:
+        check_budget(initial_token_count, "initial_token_count")
+        return max(self.token_limit - initial_token_count, 0)
+
+    def _rag_message(self, text: str) -> list[Message]:
+        return [Message(role="system", content=text)] if text else []
+
+    def _window(self, budget: int) -> list[Message]:
+        if self.strategy == "simple":
+            return self._manager.get_recent_messages(self.session_id, budget, start_on_user=True)
+        return self._context_with_strategy(budget)
+
+    def _context_with_strategy(self, budget: int) -> list[Message]:
+        get_context = getattr(self._manager, "get_context", None)
+        if get_context is None:
+            raise InvalidInputError(
+                f"strategy {self.strategy!r} needs a harombe version with "
+                "MemoryManager.get_context; use strategy='simple'."
+            )
+        messages: list[Message] = get_context(
+            self.session_id, strategy=self.strategy, max_tokens=budget, start_on_user=True
+        )
+        return messages
+
+    def _fit(self, context: list[Message], budget: int) -> tuple[int, list[Message]]:
+        """What remains for the window once recalled context is paid for (dropped if too big)."""
+        cost = self._manager.count_tokens(context) if context else 0
+        if cost > budget:
+            return budget, []
+        return budget - cost, context
+
+    # BaseMemory ---------------------------------------------------------------------------
+    def get(
+        self, input: str | None = None, initial_token_count: int = 0, **kwargs: Any
+    ) -> list[ChatMessage]:
+        """The window that fits ``token_limit - initial_token_count``, recalled context first.
+
+        Tool calls and their results are counted and never separated; the window never begins
+        on an assistant or tool message. With ``input`` and ``rag`` on, the most relevant
+        messages of earlier sessions come first as one system message (inside the budget).
+        """
+        budget = self._budget(initial_token_count)
+        context: list[Message] = []
+        if input and self.rag and self.rag_top_k > 0:
+            hits = recall(
+                self._manager,
+                str(input),
+                top_k=self.rag_top_k,
+                user_id=self._recall_user(),
+                exclude_session_id=self.session_id,
+            )
+            text = format_context(hits, self._manager, min(self.rag_max_tokens, budget))
+            context = self._rag_message(text)
+        remaining, context = self._fit(context, budget)
+        window = self._window(remaining)
+        return [to_llamaindex(m) for m in _merge_system(context, window)]
+
+    async def aget(
+        self, input: str | None = None, initial_token_count: int = 0, **kwargs: Any
+    ) -> list[ChatMessage]:
+        """Async twin of :meth:`get`; store and search work run off the event loop."""
+        budget = self._budget(initial_token_count)
+        context: list[Message] = []
+        if input and self.rag and self.rag_top_k > 0:
+            hits = await arecall(
+                self._manager,
+                str(input),
+                top_k=self.rag_top_k,
+                user_id=self._recall_user(),
+                exclude_session_id=self.session_id,
+            )
+            text = format_context(hits, self._manager, min(self.rag_max_tokens, budget))
+            context = self._rag_message(text)
+        remaining, context = self._fit(context, budget)
+        if self.strategy == "simple":
+            window = await self._manager.aget_recent_messages(
+                self.session_id, remaining, start_on_user=True
+            )
+        else:
+            aget_context = getattr(self._manager, "aget_context", None)
+            if aget_context is None:
+                window = self._context_with_strategy(remaining)
+            else:
+                window = await aget_context(
+                    self.session_id,
+                    strategy=self.strategy,
+                    max_tokens=remaining,
+                    start_on_user=True,
+                )
+        return [to_llamaindex(m) for m in _merge_system(context, window)]
+
+    def get_all(self) -> list[ChatMessage]:
+        """Every message of the session, oldest first (no window, no recall)."""
+        return [to_llamaindex(m) for m in self._manager.get_messages(self.session_id)]
+
+    async def aget_all(self) -> list[ChatMessage]:
+        return [to_llamaindex(m) for m in await self._manager.aget_messages(self.session_id)]
+
+    def put(self, message: ChatMessage) -> None:
+        """Store one message (committed before this returns)."""
+        self._manager.save_message(
+            self.session_id, from_llamaindex(message), user_id=self.user_id
+        )
+
+    async def aput(self, message: ChatMessage) -> None:
+        await self._manager.asave_message(
+            self.session_id, from_llamaindex(message), user_id=self.user_id
+        )
+
+    def put_messages(self, messages: Sequence[ChatMessage]) -> None:
+        """Store several messages in one transaction (a tool call and its results together)."""
+        self._manager.save_messages(
+            self.session_id, [from_llamaindex(m) for m in messages], user_id=self.user_id
+        )
+
+    async def aput_messages(self, messages: Sequence[ChatMessage]) -> None:
+        await self._manager.asave_messages(
+            self.session_id, [from_llamaindex(m) for m in messages], user_id=self.user_id
+        )
+
+    def set(self, messages: Sequence[ChatMessage]) -> None:
+        """Replace the session's messages with ``messages``, in one transaction."""
+        old = [m.id for m in self._manager.get_messages(self.session_id) if m.id is not None]
+        self._manager.replace_messages(
+            self.session_id, old, [from_llamaindex(m) for m in messages], user_id=self.user_id
+        )
+
+    async def aset(self, messages: Sequence[ChatMessage]) -> None:
+        old = [m.id for m in await self._manager.aget_messages(self.session_id)]
+        await self._manager.areplace_messages(
+            self.session_id,
+            [i for i in old if i is not None],
+            [from_llamaindex(m) for m in messages],
+            user_id=self.user_id,
+        )
+
+    def reset(self) -> None:
+        """Forget this session's messages (the session and other sessions stay)."""
+        self._manager.clear_session(self.session_id)
+
+    async def areset(self) -> None:
+        await self._manager.aclear_session(self.session_id)
+
+
+def _merge_system(context: list[Message], window: list[Message]) -> list[Message]:
+    """Recalled context goes after the session's system prompt, before the conversation."""
+    if not context:
+        return window
+    head = [m for m in window[:1] if m.role == "system" and m.id is None]
+    return head + context + window[len(head) :]
+
