@@ -7,10 +7,9 @@ reach a transaction.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
 from datetime import datetime, timezone
 from typing import Any, Literal, get_args
 
@@ -49,14 +48,50 @@ def _as_utc(value: datetime) -> datetime:
     return value.astimezone(timezone.utc)
 
 
+def _json_problem(value: Any, depth: int = 0) -> str | None:
+    """Why ``value`` would not come back from the store as itself, or None if it would.
+
+    Stricter than ``json.dumps``, which silently turns tuples into lists and int keys into str
+    keys: a read must return exactly what was saved.
+    """
+    if value is None or isinstance(value, (bool, int)):
+        return None
+    if isinstance(value, str):
+        if value.isascii():
+            return None
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            return f"a string is not valid Unicode ({exc.reason})"
+        return None
+    if isinstance(value, float):
+        return None if math.isfinite(value) else f"{value!r} is not a JSON number"
+    if depth > 200:
+        return "it is nested more than 200 levels deep"
+    if isinstance(value, list):
+        for item in value:
+            problem = _json_problem(item, depth + 1)
+            if problem:
+                return problem
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                return f"dict key {key!r} is not a str"
+            problem = _json_problem(key, depth + 1) or _json_problem(item, depth + 1)
+            if problem:
+                return problem
+        return None
+    return f"{type(value).__name__} is not a JSON type"
+
+
 def _check_json(value: Any, what: str) -> None:
-    try:
-        json.dumps(value, allow_nan=False, ensure_ascii=False)
-    except (TypeError, ValueError) as exc:
+    problem = _json_problem(value)
+    if problem:
         raise InvalidMessageError(
-            f"{what} must be JSON-serialisable (str, int, float, bool, None, list, dict with str "
-            f"keys; no NaN/inf): {exc}. Convert the value before saving it."
-        ) from exc
+            f"{what} must be JSON (str, int, float, bool, None, list, dict with str keys; no "
+            f"NaN/inf, no tuples): {problem}. Convert the value before saving it."
+        )
 
 
 def _check_text(value: Any, what: str, *, limit: int | None = None) -> None:
@@ -146,7 +181,26 @@ class Message:
 
     def with_ids(self, **changes: Any) -> Message:
         """A copy with store-assigned fields set (id, session_id, token_count, parent_id)."""
+        if changes.keys() <= _STORE_FIELDS:
+            # Only store-assigned fields change, so the validated content needs no re-check.
+            values = {name: getattr(self, name) for name in _FIELDS}
+            values.update(changes)
+            return Message.trusted(**values)
         return replace(self, **changes)
+
+    @classmethod
+    def trusted(cls, **values: Any) -> Message:
+        """Build without validation, for rows the store already validated when writing them."""
+        message = cls.__new__(cls)
+        for spec in fields(cls):
+            if spec.name in values:
+                value = values[spec.name]
+            elif spec.default is not MISSING:
+                value = spec.default
+            else:
+                value = spec.default_factory()  # type: ignore[misc]
+            object.__setattr__(message, spec.name, value)
+        return message
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form used by export and the adapters' serialisation."""
@@ -196,6 +250,10 @@ class Message:
         if data.get("session_id") is not None:
             kwargs["session_id"] = str(data["session_id"])
         return cls(**kwargs)
+
+
+_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Message))
+_STORE_FIELDS = frozenset({"id", "session_id", "token_count", "parent_id"})
 
 
 @dataclass(slots=True)

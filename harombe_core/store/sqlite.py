@@ -13,8 +13,11 @@ Why it looks the way it does:
   with :class:`NotAHarombeDatabaseError` and left byte-for-byte as it was.
 * Schema changes are forward migrations keyed by ``PRAGMA user_version``, each applied in the
   same transaction that bumps the version.
-* The keyword index (FTS5, BM25) is written in the same transaction as the message it indexes;
-  each row holds the message and the turn it answers, so a question finds its answer.
+* The keyword index (FTS5, BM25) is derived: each row holds the message and the turn it
+  answers, so a question finds its answer. It is brought up to date (one transaction, many rows)
+  just before it is read, not on every append: an FTS5 row costs a fresh index segment per
+  commit, which would triple the cost of ``save_message``. A high-water mark in ``harombe_meta``
+  makes the catch-up idempotent and safe with many writers (ids grow in commit order).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -117,17 +120,20 @@ SCHEMA_VERSION = len(MIGRATIONS)
 _KNOWN_TABLES = {"harombe_meta", "sessions", "messages", "messages_fts"}
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_MICROSECOND = timedelta(microseconds=1)
+
+
 def to_micros(value: datetime) -> int:
     """Datetimes are stored as integer microseconds since the epoch: exact, sortable, small."""
     if value.tzinfo is None:
         value = value.replace(tzinfo=timezone.utc)
-    delta = value - datetime(1970, 1, 1, tzinfo=timezone.utc)
-    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+    return (value - _EPOCH) // _MICROSECOND
 
 
 def from_micros(value: int) -> datetime:
-    seconds, micros = divmod(int(value), 1_000_000)
-    return datetime.fromtimestamp(seconds, timezone.utc).replace(microsecond=micros)
+    # Timedelta arithmetic rather than fromtimestamp(): exact, and valid for years 1 to 9999.
+    return _EPOCH + timedelta(microseconds=int(value))
 
 
 def _dumps(value: Any) -> str:
@@ -140,11 +146,21 @@ def _check_id(value: Any, what: str) -> str:
             f"{what} must be a non-empty str of at most 512 characters without NUL bytes, "
             f"got {value!r:.80}."
         )
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise InvalidInputError(
+                f"{what} is not valid Unicode ({exc.reason}); lone surrogates usually come from "
+                "decoding bytes with errors='surrogateescape'. Decode it as UTF-8 first."
+            ) from exc
     return value
 
 
 def _row_to_message(row: Sequence[Any]) -> Message:
-    return Message(
+    # Rows were validated when they were written, so they skip Message's checks: a token window
+    # builds dozens of these per call.
+    return Message.trusted(
         id=row[0],
         session_id=row[1],
         role=row[2],
@@ -152,7 +168,7 @@ def _row_to_message(row: Sequence[Any]) -> Message:
         name=row[4],
         tool_calls=json.loads(row[5]) if row[5] is not None else None,
         tool_call_id=row[6],
-        metadata=json.loads(row[7]),
+        metadata=json.loads(row[7]) if row[7] != "{}" else {},
         created_at=from_micros(row[8]),
         token_count=row[9],
         parent_id=row[10],
@@ -249,7 +265,11 @@ class SQLiteStore:
             self._uri = file.as_uri()
             self._keepalive = None
             self._prepare_file(file)
-        self._migrate()
+        try:
+            self._migrate()
+        except BaseException:
+            self.close()  # a refused file must not stay open (or locked) behind the error
+            raise
 
     # connection handling ------------------------------------------------------------------
     def _connect(self) -> sqlite3.Connection:
@@ -585,7 +605,7 @@ class SQLiteStore:
                     message.name,
                     None if message.tool_calls is None else _dumps(message.tool_calls),
                     message.tool_call_id,
-                    _dumps(message.metadata),
+                    _dumps(message.metadata) if message.metadata else "{}",
                     to_micros(message.created_at),
                     message.token_count,
                     message.parent_id,
@@ -594,10 +614,14 @@ class SQLiteStore:
         now = to_micros(datetime.now(timezone.utc))
 
         def insert(c: sqlite3.Connection) -> list[int]:
+            # One upsert creates the session or bumps its activity and count. The keyword index
+            # is caught up lazily (see index_keywords), so an append touches as few pages as it can.
             c.execute(
-                "INSERT INTO sessions (id, user_id, created_at, updated_at) VALUES (?, ?, ?, ?) "
-                "ON CONFLICT(id) DO NOTHING",
-                (session_id, user_id, now, now),
+                "INSERT INTO sessions (id, user_id, created_at, updated_at, message_count) "
+                "VALUES (?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET "
+                "updated_at = MAX(updated_at, excluded.updated_at), "
+                "message_count = message_count + excluded.message_count",
+                (session_id, user_id, now, now, len(rows)),
             )
             removed = 0
             for start in range(0, len(doomed), 500):
@@ -607,11 +631,6 @@ class SQLiteStore:
                     f"({','.join('?' * len(chunk))})",
                     (session_id, *chunk),
                 ).rowcount
-            previous = c.execute(
-                "SELECT content FROM messages WHERE session_id = ? ORDER BY id DESC LIMIT 1",
-                (session_id,),
-            ).fetchone()
-            context = previous[0] if previous else ""
             ids: list[int] = []
             for row in rows:
                 cursor = c.execute(
@@ -620,18 +639,12 @@ class SQLiteStore:
                     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     row,
                 )
-                new_id = int(cursor.lastrowid or 0)
+                ids.append(int(cursor.lastrowid or 0))
+            if removed:
                 c.execute(
-                    "INSERT INTO messages_fts (rowid, content, context) VALUES (?, ?, ?)",
-                    (new_id, row[2], context),
+                    "UPDATE sessions SET message_count = message_count - ? WHERE id = ?",
+                    (removed, session_id),
                 )
-                context = row[2]
-                ids.append(new_id)
-            c.execute(
-                "UPDATE sessions SET updated_at = MAX(updated_at, ?), "
-                "message_count = message_count + ? WHERE id = ?",
-                (now, len(rows) - removed, session_id),
-            )
             return ids
 
         return self._write(insert)
@@ -747,6 +760,7 @@ class SQLiteStore:
         match = fts_query(query)
         if match is None or limit <= 0:
             return []
+        self.index_keywords()
         where, params = _scope_sql(scope)
         sql = (
             f"SELECT {_MESSAGE_COLUMNS}, bm25(messages_fts, 1.0, 0.4) AS rank "
@@ -759,6 +773,7 @@ class SQLiteStore:
 
     def pending_embeddings(self, limit: int) -> list[tuple[Message, str]]:
         """Oldest messages not yet in the vector index, each with the turn it answers."""
+        self.index_keywords()
         rows = self._read(
             f"SELECT {_MESSAGE_COLUMNS}, f.context FROM messages m "
             "JOIN messages_fts f ON f.rowid = m.id WHERE m.embedded = 0 ORDER BY m.id LIMIT ?",
@@ -806,9 +821,41 @@ class SQLiteStore:
                 )
                 context = content
                 count += 1
+            _set_keyword_mark(c, _max_message_id(c))
             return count
 
         return self._write(rebuild)
+
+    def index_keywords(self) -> int:
+        """Bring the keyword index up to date with the messages table; returns rows indexed.
+
+        Called before every read of the index. Costs one indexed lookup when nothing is new;
+        otherwise indexes every new message in one transaction (fast: one FTS5 segment).
+        """
+        latest = self._read("SELECT MAX(id) FROM messages")[0][0] or 0
+        mark = self._read("SELECT value FROM harombe_meta WHERE key = ?", (_KEYWORD_MARK,))
+        if mark and int(mark[0][0]) >= latest:
+            return 0
+
+        def catch_up(c: sqlite3.Connection) -> int:
+            row = c.execute(
+                "SELECT value FROM harombe_meta WHERE key = ?", (_KEYWORD_MARK,)
+            ).fetchone()
+            if row is not None:
+                done = int(row[0])
+            else:  # a file whose index was written row by row: start after what it holds
+                done = int(c.execute("SELECT MAX(rowid) FROM messages_fts").fetchone()[0] or 0)
+            count = c.execute(
+                "INSERT INTO messages_fts (rowid, content, context) "
+                "SELECT m.id, m.content, COALESCE((SELECT p.content FROM messages p "
+                "WHERE p.session_id = m.session_id AND p.id < m.id "
+                "ORDER BY p.id DESC LIMIT 1), '') FROM messages m WHERE m.id > ? ORDER BY m.id",
+                (done,),
+            ).rowcount
+            _set_keyword_mark(c, max(done, _max_message_id(c)))
+            return int(count)
+
+        return self._write(catch_up)
 
     def get_meta(self, key: str) -> str | None:
         rows = self._read("SELECT value FROM harombe_meta WHERE key = ?", (key,))
@@ -844,6 +891,21 @@ class SQLiteStore:
             "pending_embeddings": pending,
             "bytes": size,
         }
+
+
+_KEYWORD_MARK = "keyword_index_upto"
+
+
+def _max_message_id(c: sqlite3.Connection) -> int:
+    return int(c.execute("SELECT MAX(id) FROM messages").fetchone()[0] or 0)
+
+
+def _set_keyword_mark(c: sqlite3.Connection, upto: int) -> None:
+    c.execute(
+        "INSERT INTO harombe_meta (key, value) VALUES (?, ?) "
+        "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+        (_KEYWORD_MARK, str(upto)),
+    )
 
 
 def _scope_sql(scope: SearchScope | None) -> tuple[str, list[Any]]:
