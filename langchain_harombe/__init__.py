@@ -1,0 +1,70 @@
+"""LangChain adapter: persistent, windowed, threaded and searchable memory for chains and agents.
+
+The public API is exactly ``__all__``; names load lazily so importing the package stays cheap
+until a piece is used (the LangGraph store and the agent middleware pull in langgraph).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from langchain_harombe.convert import LC_KEY, from_langchain, to_langchain
+    from langchain_harombe.embeddings import LangChainEmbedder
+    from langchain_harombe.history import (
+        HarombeChatMessageHistory,
+        conversation_history_factory,
+        conversation_history_fields,
+        session_history_factory,
+    )
+    from langchain_harombe.llm import chat_model_callable
+    from langchain_harombe.middleware import HarombeMemoryMiddleware
+    from langchain_harombe.retriever import HarombeRetriever
+    from langchain_harombe.store import HarombeStore
+    from langchain_harombe.testing import RecordingChatModel
+
+_LAZY: dict[str, str] = {
+    "LC_KEY": "langchain_harombe.convert",
+    "from_langchain": "langchain_harombe.convert",
+    "to_langchain": "langchain_harombe.convert",
+    "LangChainEmbedder": "langchain_harombe.embeddings",
+    "HarombeChatMessageHistory": "langchain_harombe.history",
+    "conversation_history_factory": "langchain_harombe.history",
+    "conversation_history_fields": "langchain_harombe.history",
+    "session_history_factory": "langchain_harombe.history",
+    "chat_model_callable": "langchain_harombe.llm",
+    "HarombeMemoryMiddleware": "langchain_harombe.middleware",
+    "HarombeRetriever": "langchain_harombe.retriever",
+    "HarombeStore": "langchain_harombe.store",
+    "RecordingChatModel": "langchain_harombe.testing",
+}
+
+__all__ = [
+    "LC_KEY",
+    "HarombeChatMessageHistory",
+    "HarombeMemoryMiddleware",
+    "HarombeRetriever",
+    "HarombeStore",
+    "LangChainEmbedder",
+    "RecordingChatModel",
+    "chat_model_callable",
+    "conversation_history_factory",
+    "conversation_history_fields",
+    "from_langchain",
+    "session_history_factory",
+    "to_langchain",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'langchain_harombe' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

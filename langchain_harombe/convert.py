@@ -1,0 +1,182 @@
+"""The one place LangChain messages become harombe messages, and back.
+
+harombe stores what every framework shares (role, plain-text content, name, tool calls,
+tool_call_id) in its own columns, so keyword search, embeddings and token counts see real text.
+Everything LangChain has beyond that (the message ``id``, ``additional_kwargs``,
+``response_metadata``, ``usage_metadata``, ``invalid_tool_calls``, a ToolMessage's ``artifact``
+and ``status``, a ChatMessage's custom role, list-of-parts content) is kept under one reserved
+metadata key, :data:`LC_KEY`, so :func:`to_langchain` rebuilds the exact message that was saved.
+Messages written by other front ends (no :data:`LC_KEY`) are rebuilt from the shared columns.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    ChatMessage,
+    FunctionMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+)
+
+from harombe_core.errors import InvalidMessageError
+from harombe_core.models import Message
+
+__all__ = ["LC_KEY", "from_langchain", "to_langchain"]
+
+#: Metadata key reserved for the LangChain fields harombe has no column for.
+LC_KEY = "lc"
+
+_TYPE_TO_ROLE = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool"}
+_CHAT_ROLE_TO_ROLE = {
+    "user": "user",
+    "human": "user",
+    "assistant": "assistant",
+    "ai": "assistant",
+    "system": "system",
+    "tool": "tool",
+}
+
+
+def from_langchain(message: BaseMessage, *, metadata: dict[str, Any] | None = None) -> Message:
+    """A harombe :class:`Message` holding everything ``message`` carries.
+
+    ``metadata`` is merged into the message's metadata (the :data:`LC_KEY` entry is ours).
+    Raises InvalidMessageError for a message type or a value that cannot be stored as JSON.
+    """
+    if not isinstance(message, BaseMessage):
+        raise InvalidMessageError(
+            f"expected a LangChain BaseMessage, got {type(message).__name__}; build one with "
+            "HumanMessage(...)/AIMessage(...) or langchain_core.messages.convert_to_messages."
+        )
+    lc: dict[str, Any] = {"type": _base_type(message)}
+    if message.id is not None:
+        lc["id"] = message.id
+    if message.additional_kwargs:
+        lc["additional_kwargs"] = message.additional_kwargs
+    if message.response_metadata:
+        lc["response_metadata"] = message.response_metadata
+    if not isinstance(message.content, str):
+        lc["content"] = message.content
+    role: str
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+    if isinstance(message, AIMessage):
+        role = "assistant"
+        tool_calls = [dict(call) for call in message.tool_calls] or None
+        if message.invalid_tool_calls:
+            lc["invalid_tool_calls"] = [dict(c) for c in message.invalid_tool_calls]
+        if message.usage_metadata is not None:
+            lc["usage_metadata"] = dict(message.usage_metadata)
+    elif isinstance(message, ToolMessage):
+        role = "tool"
+        tool_call_id = message.tool_call_id
+        if message.artifact is not None:
+            lc["artifact"] = message.artifact
+        if message.status != "success":
+            lc["status"] = message.status
+    elif isinstance(message, ChatMessage):
+        role = _CHAT_ROLE_TO_ROLE.get(message.role, "user")
+        lc["role"] = message.role
+    elif isinstance(message, FunctionMessage):
+        role = "tool"
+    elif isinstance(message, (HumanMessage, SystemMessage)):
+        role = _TYPE_TO_ROLE[message.type]
+    else:
+        raise InvalidMessageError(
+            f"cannot store a LangChain {type(message).__name__} (type {message.type!r}); "
+            "convert it to a Human/AI/System/Tool/ChatMessage first."
+        )
+    merged = dict(metadata or {})
+    merged[LC_KEY] = lc
+    return Message(
+        role=role,  # type: ignore[arg-type]
+        content=message.text,
+        name=message.name,
+        tool_calls=tool_calls,
+        tool_call_id=tool_call_id,
+        metadata=merged,
+    )
+
+
+def _base_type(message: BaseMessage) -> str:
+    # By class, not by ``message.type``: a chunk ("AIMessageChunk") is stored as the message it
+    # adds up to ("ai").
+    for cls, kind in _KINDS:
+        if isinstance(message, cls):
+            return kind
+    return str(message.type)
+
+
+_KINDS: tuple[tuple[type[BaseMessage], str], ...] = (
+    (AIMessage, "ai"),
+    (HumanMessage, "human"),
+    (SystemMessage, "system"),
+    (ToolMessage, "tool"),
+    (ChatMessage, "chat"),
+    (FunctionMessage, "function"),
+)
+
+
+def to_langchain(message: Message) -> BaseMessage:
+    """The LangChain message ``message`` was saved from (or the natural one for its role)."""
+    lc: dict[str, Any] = message.metadata.get(LC_KEY) or {}
+    content: Any = lc.get("content", message.content)
+    common: dict[str, Any] = {
+        "content": content,
+        "id": lc.get("id"),
+        "name": message.name,
+        "additional_kwargs": lc.get("additional_kwargs") or {},
+        "response_metadata": lc.get("response_metadata") or {},
+    }
+    kind = lc.get("type") or {
+        "user": "human",
+        "assistant": "ai",
+        "system": "system",
+        "tool": "tool",
+    }[message.role]
+    if kind == "ai":
+        return AIMessage(
+            **common,
+            tool_calls=[_tool_call(c) for c in message.tool_calls or []],
+            invalid_tool_calls=lc.get("invalid_tool_calls") or [],
+            usage_metadata=lc.get("usage_metadata"),
+        )
+    if kind == "tool":
+        return ToolMessage(
+            **common,
+            tool_call_id=message.tool_call_id or "",
+            artifact=lc.get("artifact"),
+            status=lc.get("status", "success"),
+        )
+    if kind == "chat":
+        return ChatMessage(**common, role=lc.get("role", message.role))
+    if kind == "function":
+        return FunctionMessage(**{**common, "name": message.name or ""})
+    if kind == "system":
+        return SystemMessage(**common)
+    return HumanMessage(**common)
+
+
+def _tool_call(call: dict[str, Any]) -> dict[str, Any]:
+    """A LangChain ToolCall from either LangChain's shape or OpenAI's ``function`` shape."""
+    if "function" in call and "name" not in call:
+        function = call.get("function") or {}
+        raw = function.get("arguments") or "{}"
+        try:
+            args = json.loads(raw) if isinstance(raw, str) else dict(raw)
+        except json.JSONDecodeError:
+            args = {"__raw__": raw}
+        return {"name": function.get("name", ""), "args": args, "id": call.get("id"),
+                "type": "tool_call"}
+    return {
+        "name": call.get("name", ""),
+        "args": call.get("args") or {},
+        "id": call.get("id"),
+        "type": "tool_call",
+    }

@@ -1,0 +1,234 @@
+"""HarombeChatMessageHistory: a LangChain chat history backed by a harombe store.
+
+``messages`` is not the whole session but the *view* a model should get: the newest turns that
+fit ``max_tokens`` (``strategy="simple"``), or the threaded, summarised or hybrid context the
+core assembles. The view is computed from the store alone, so two reads with no write between
+them return the same list, which ``RunnableWithMessageHistory`` relies on when it subtracts the
+history from its input. Writes go through one transaction per batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
+
+from langchain_core.chat_history import BaseChatMessageHistory
+from langchain_core.messages import BaseMessage
+from langchain_core.runnables.utils import ConfigurableFieldSpec
+
+from harombe_core.errors import InvalidInputError
+from harombe_core.manager import MemoryManager
+from harombe_core.models import Message
+from langchain_harombe.convert import from_langchain, to_langchain
+
+__all__ = [
+    "HarombeChatMessageHistory",
+    "Strategy",
+    "conversation_history_factory",
+    "conversation_history_fields",
+    "session_history_factory",
+]
+
+Strategy = Literal["simple", "threaded", "summarization", "hybrid", "all"]
+_STRATEGIES: frozenset[str] = frozenset(("simple", "threaded", "summarization", "hybrid", "all"))
+
+
+def resolve_manager(
+    manager: MemoryManager | None,
+    storage_path: str | os.PathLike[str] | None,
+    manager_options: dict[str, Any] | None,
+    *,
+    owner: str,
+) -> tuple[MemoryManager, bool]:
+    """The manager to use and whether we opened it (and so must close it).
+
+    A ``storage_path`` opens a manager without semantic memory unless ``manager_options`` says
+    otherwise: a chat history needs none, and loading an embedding model per history would be slow.
+    """
+    if manager is not None and storage_path is not None:
+        raise InvalidInputError(f"{owner}: pass manager= or storage_path=, not both.")
+    if manager is not None:
+        if not isinstance(manager, MemoryManager):
+            raise InvalidInputError(
+                f"{owner}: manager must be a harombe_core.MemoryManager, got "
+                f"{type(manager).__name__}."
+            )
+        return manager, False
+    if storage_path is None:
+        raise InvalidInputError(
+            f"{owner}: pass manager=MemoryManager(...) or storage_path='path/to/memory.db'."
+        )
+    options = {"embedding": None, **(manager_options or {})}
+    return MemoryManager(storage_path, **options), True
+
+
+class HarombeChatMessageHistory(BaseChatMessageHistory):
+    """Persistent, windowed chat history for ``RunnableWithMessageHistory`` and friends.
+
+    Args:
+        session_id: The conversation; created on first write if it does not exist.
+        manager: A :class:`~harombe_core.MemoryManager` to share (preferred in applications).
+        storage_path: Or a database path; the history then opens (and owns) its own manager.
+        user_id: Owner recorded on the session, so searches can be scoped per user.
+        strategy: ``"simple"`` (token window), ``"threaded"``, ``"summarization"``, ``"hybrid"``
+            (the core's context strategies) or ``"all"`` (every message, no window).
+        max_tokens: Budget of the view (default: the manager's ``max_history_tokens``).
+        start_on_user: Never let the view begin with an assistant turn.
+        system_prompt: Set as the session's system prompt when the session is created.
+        manager_options: Keyword arguments for the manager opened from ``storage_path``.
+        context_options: Extra keyword arguments for ``MemoryManager.get_context``.
+    """
+
+    def __init__(
+        self,
+        session_id: str,
+        *,
+        manager: MemoryManager | None = None,
+        storage_path: str | os.PathLike[str] | None = None,
+        user_id: str | None = None,
+        strategy: Strategy = "simple",
+        max_tokens: int | None = None,
+        start_on_user: bool = False,
+        system_prompt: str | None = None,
+        manager_options: dict[str, Any] | None = None,
+        context_options: dict[str, Any] | None = None,
+    ) -> None:
+        if not isinstance(session_id, str) or not session_id:
+            raise InvalidInputError("session_id must be a non-empty str.")
+        if strategy not in _STRATEGIES:
+            raise InvalidInputError(
+                f"unknown strategy {strategy!r}; use one of {sorted(_STRATEGIES)}."
+            )
+        self.manager, self._owns_manager = resolve_manager(
+            manager, storage_path, manager_options, owner="HarombeChatMessageHistory"
+        )
+        self.session_id = session_id
+        self.user_id = user_id
+        self.strategy: Strategy = strategy
+        self.max_tokens = max_tokens
+        self.start_on_user = start_on_user
+        self.context_options = dict(context_options or {})
+        if system_prompt is not None and not self.manager.session_exists(session_id):
+            self.manager.create_session(system_prompt, None, user_id, session_id=session_id)
+
+    # reads --------------------------------------------------------------------------------
+    def _view(self) -> list[Message]:
+        if self.strategy == "all":
+            return self.manager.get_messages(self.session_id)
+        get_context: Callable[..., list[Message]] | None = getattr(
+            self.manager, "get_context", None
+        )
+        if get_context is not None:
+            return get_context(
+                self.session_id,
+                strategy=self.strategy,
+                max_tokens=self.max_tokens,
+                start_on_user=self.start_on_user,
+                **self.context_options,
+            )
+        if self.strategy != "simple":
+            raise InvalidInputError(
+                f"strategy {self.strategy!r} needs MemoryManager.get_context, which this "
+                "harombe-memory does not have; upgrade it or use strategy='simple'."
+            )
+        return self.manager.get_recent_messages(
+            self.session_id, self.max_tokens, start_on_user=self.start_on_user
+        )
+
+    @property
+    def messages(self) -> list[BaseMessage]:  # type: ignore[override]
+        """The strategy's view of the session, oldest first, as LangChain messages."""
+        return [to_langchain(m) for m in self._view()]
+
+    async def aget_messages(self) -> list[BaseMessage]:
+        return await asyncio.to_thread(lambda: self.messages)
+
+    def get_all_messages(self) -> list[BaseMessage]:
+        """Every stored message of the session, whatever the strategy."""
+        return [to_langchain(m) for m in self.manager.get_messages(self.session_id)]
+
+    # writes -------------------------------------------------------------------------------
+    def add_messages(self, messages: Sequence[BaseMessage]) -> None:
+        """Store ``messages`` in one transaction (all or none)."""
+        batch = [from_langchain(m) for m in messages]
+        if batch:
+            self.manager.save_messages(self.session_id, batch, user_id=self.user_id)
+
+    async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
+        batch = [from_langchain(m) for m in messages]
+        if batch:
+            await self.manager.asave_messages(self.session_id, batch, user_id=self.user_id)
+
+    def clear(self) -> None:
+        """Delete the session's messages (the session itself, its owner and prompt stay)."""
+        self.manager.clear_session(self.session_id)
+
+    async def aclear(self) -> None:
+        await self.manager.aclear_session(self.session_id)
+
+    def close(self) -> None:
+        """Close the manager if this history opened it from ``storage_path``."""
+        if self._owns_manager:
+            self.manager.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"HarombeChatMessageHistory(session_id={self.session_id!r}, "
+            f"user_id={self.user_id!r}, strategy={self.strategy!r}, max_tokens={self.max_tokens})"
+        )
+
+
+def session_history_factory(
+    manager: MemoryManager, **options: Any
+) -> Callable[[str], HarombeChatMessageHistory]:
+    """``get_session_history`` for ``RunnableWithMessageHistory`` keyed by ``session_id``.
+
+    ``options`` are passed to every :class:`HarombeChatMessageHistory` (strategy, max_tokens...).
+    """
+
+    def get_session_history(session_id: str) -> HarombeChatMessageHistory:
+        return HarombeChatMessageHistory(session_id, manager=manager, **options)
+
+    return get_session_history
+
+
+def conversation_history_factory(
+    manager: MemoryManager, **options: Any
+) -> Callable[[str, str], HarombeChatMessageHistory]:
+    """The two-key form: ``get_session_history(user_id, conversation_id)``.
+
+    The session id is ``"{user_id}:{conversation_id}"`` and the session is owned by ``user_id``,
+    so two users can use the same conversation id without seeing each other's messages. Pass
+    :func:`conversation_history_fields` as ``history_factory_config``.
+    """
+
+    def get_session_history(user_id: str, conversation_id: str) -> HarombeChatMessageHistory:
+        return HarombeChatMessageHistory(
+            f"{user_id}:{conversation_id}", manager=manager, user_id=user_id, **options
+        )
+
+    return get_session_history
+
+
+def conversation_history_fields() -> list[ConfigurableFieldSpec]:
+    """``history_factory_config`` matching :func:`conversation_history_factory`."""
+    return [
+        ConfigurableFieldSpec(
+            id="user_id",
+            annotation=str,
+            name="User ID",
+            description="Unique identifier for the user.",
+            default="",
+            is_shared=True,
+        ),
+        ConfigurableFieldSpec(
+            id="conversation_id",
+            annotation=str,
+            name="Conversation ID",
+            description="Unique identifier for the conversation.",
+            default="",
+            is_shared=True,
+        ),
+    ]

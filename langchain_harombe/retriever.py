@@ -1,0 +1,155 @@
+"""HarombeRetriever: past conversation turns as LangChain ``Document``s.
+
+It asks the core for search hits (by meaning, by keyword, or both fused) scoped to a user or a
+session, and turns each hit into a Document whose metadata says where the turn came from and
+how well it matched, so a RAG prompt can cite it and a filter can drop weak matches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any, Literal
+
+from langchain_core.callbacks import (
+    AsyncCallbackManagerForRetrieverRun,
+    CallbackManagerForRetrieverRun,
+)
+from langchain_core.documents import Document
+from langchain_core.retrievers import BaseRetriever
+from pydantic import ConfigDict, Field, PrivateAttr, field_validator
+
+from harombe_core.errors import InvalidInputError
+from harombe_core.manager import MemoryManager
+from harombe_core.models import SearchHit
+from harombe_core.store.base import SearchScope
+from langchain_harombe.history import resolve_manager
+
+__all__ = ["HarombeRetriever", "SearchType", "hit_to_document"]
+
+SearchType = Literal["hybrid", "similarity", "mmr"]
+
+
+def hit_to_document(hit: SearchHit) -> Document:
+    """A Document for one hit; ``metadata`` carries provenance and scores."""
+    message = hit.message
+    metadata: dict[str, Any] = {
+        "session_id": message.session_id,
+        "role": message.role,
+        "name": message.name,
+        "created_at": message.created_at.isoformat(),
+        "message_id": message.id,
+        "score": hit.score,
+    }
+    if hit.vector_score is not None:
+        metadata["vector_score"] = hit.vector_score
+    if hit.keyword_score is not None:
+        metadata["keyword_score"] = hit.keyword_score
+    return Document(
+        page_content=message.content,
+        metadata=metadata,
+        id=None if message.id is None else str(message.id),
+    )
+
+
+class HarombeRetriever(BaseRetriever):
+    """Retrieve stored messages relevant to a query.
+
+    Args:
+        manager: A :class:`~harombe_core.MemoryManager` (share the application's one), or
+        storage_path: a database path; the retriever then opens its own manager with
+            ``manager_options`` (semantic memory on by default, as in ``MemoryManager``).
+        k: How many documents to return; ``retriever.invoke(query, k=2)`` overrides it per call.
+        user_id / session_id: Only this user's / this session's messages are searched (enforced
+            by the store, whatever the vector index returns).
+        min_similarity: Drop hits scoring below this.
+        search_type: ``"hybrid"`` (vector + keyword, fused; keyword only when semantic memory is
+            off), ``"similarity"`` (vector only) or ``"mmr"`` (vector, diversified).
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    manager: MemoryManager | None = None
+    storage_path: str | None = None
+    k: int = Field(default=4, ge=0)
+    user_id: str | None = None
+    session_id: str | None = None
+    min_similarity: float | None = None
+    search_type: SearchType = "hybrid"
+    manager_options: dict[str, Any] = Field(default_factory=dict)
+
+    _manager: MemoryManager | None = PrivateAttr(default=None)
+
+    @field_validator("storage_path", mode="before")
+    @classmethod
+    def _path_to_str(cls, value: Any) -> Any:
+        return os.fspath(value) if isinstance(value, os.PathLike) else value
+
+    def _memory(self) -> MemoryManager:
+        if self._manager is None:
+            self._manager, _ = resolve_manager(
+                self.manager,
+                self.storage_path,
+                {"embedding": "default", **self.manager_options},
+                owner="HarombeRetriever",
+            )
+        return self._manager
+
+    def _k(self, overrides: dict[str, Any]) -> int:
+        k = overrides.pop("k", self.k)
+        if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+            raise InvalidInputError(f"k must be a non-negative int, got {k!r}.")
+        if overrides:
+            raise InvalidInputError(
+                f"unknown retriever arguments {sorted(overrides)}; only k can be overridden."
+            )
+        return k
+
+    def search_hits(self, query: str, k: int) -> list[SearchHit]:
+        """The scored hits behind :meth:`invoke` (useful to inspect scores directly)."""
+        manager = self._memory()
+        if k == 0:
+            return []
+        search = getattr(manager, "search", None)
+        if search is not None and manager.semantic_enabled:
+            hits: list[SearchHit] = search(
+                query,
+                top_k=k,
+                session_id=self.session_id,
+                user_id=self.user_id,
+                min_similarity=self.min_similarity,
+                mode=self.search_type,
+            )
+            return hits[:k]
+        if self.search_type != "hybrid":
+            raise InvalidInputError(
+                f"search_type={self.search_type!r} needs semantic memory, which this manager "
+                "does not have; open it with embedding='default' (pip install "
+                "'harombe-memory[st,chroma]') or use search_type='hybrid' (keyword only)."
+            )
+        scope = SearchScope(user_id=self.user_id, session_id=self.session_id)
+        keyword = manager.store.keyword_search(query, limit=k, scope=scope)
+        return [
+            SearchHit(message=h.message, score=h.score, keyword_score=h.score)
+            for h in keyword
+            if self.min_similarity is None or h.score >= self.min_similarity
+        ]
+
+    def _get_relevant_documents(
+        self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any
+    ) -> list[Document]:
+        k = self._k(dict(kwargs))
+        return [hit_to_document(h) for h in self.search_hits(query, k)]
+
+    async def _aget_relevant_documents(
+        self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **kwargs: Any
+    ) -> list[Document]:
+        k = self._k(dict(kwargs))
+        hits = await asyncio.to_thread(self.search_hits, query, k)
+        return [hit_to_document(h) for h in hits]
+
+    def close(self) -> None:
+        """Close the manager this retriever opened from ``storage_path`` (not a shared one)."""
+        if self._manager is not None and self.manager is None:
+            self._manager.close()
+        self._manager = None

@@ -1,0 +1,66 @@
+"""A fake chat model for tests and demos, shipped so users can test their own chains offline.
+
+:class:`RecordingChatModel` answers from a script (or echoes the last user message) and records
+every list of messages it was sent, so a test can assert exactly what the model saw. It accepts
+``bind_tools`` (tool calls come from the script), which makes it usable with ``create_agent``.
+``harombe chat --model fake`` uses it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from langchain_core.callbacks import CallbackManagerForLLMRun
+from langchain_core.language_models import BaseChatModel, LanguageModelInput
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.runnables import Runnable
+from langchain_core.tools import BaseTool
+from pydantic import Field
+
+__all__ = ["RecordingChatModel"]
+
+
+class RecordingChatModel(BaseChatModel):
+    """Scripted (or echoing) chat model that records its inputs.
+
+    ``responses`` are returned in order (strings become ``AIMessage``; an ``AIMessage`` may carry
+    ``tool_calls``); when they run out, or if none were given, the model answers
+    ``"echo: <last human message>"``. ``calls`` holds a copy of every input, one list per call.
+    """
+
+    responses: list[Any] = Field(default_factory=list)  # AIMessage or str
+    calls: list[list[BaseMessage]] = Field(default_factory=list)
+    position: int = 0
+
+    @property
+    def _llm_type(self) -> str:
+        return "harombe-recording-fake"
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        self.calls.append([m.model_copy() for m in messages])
+        if self.position < len(self.responses):
+            reply = self.responses[self.position]
+            self.position += 1
+            message = AIMessage(content=reply) if isinstance(reply, str) else reply.model_copy()
+        else:
+            last = next((m for m in reversed(messages) if isinstance(m, HumanMessage)), None)
+            message = AIMessage(content=f"echo: {last.text if last is not None else ''}")
+        return ChatResult(generations=[ChatGeneration(message=message)])
+
+    def bind_tools(
+        self,
+        tools: Sequence[dict[str, Any] | type | Callable[..., Any] | BaseTool],
+        *,
+        tool_choice: str | None = None,
+        **kwargs: Any,
+    ) -> Runnable[LanguageModelInput, AIMessage]:
+        """Accept any tools: which tool is called is decided by the script, not the model."""
+        return self
