@@ -115,9 +115,17 @@ MIGRATIONS: list[list[str]] = [
             DELETE FROM messages_fts WHERE rowid = old.id;
         END""",
     ],
+    # 2: each message's embedding as a float32 blob, so small scopes are searched exactly here
+    # and the vector index can be rebuilt without re-embedding.
+    [
+        """CREATE TABLE message_vectors (
+            message_id INTEGER PRIMARY KEY REFERENCES messages(id) ON DELETE CASCADE,
+            vector BLOB NOT NULL
+        )""",
+    ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
-_KNOWN_TABLES = {"harombe_meta", "sessions", "messages", "messages_fts"}
+_KNOWN_TABLES = {"harombe_meta", "sessions", "messages", "messages_fts", "message_vectors"}
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
