@@ -1,0 +1,276 @@
+"""Store contract: behaviours every backend must show identically through MemoryManager.
+
+Each behaviour is a plain function taking a fresh ``MemoryManager`` (semantic memory off).
+``BEHAVIOURS`` lists them; ``test_store_contract.py`` runs each over in-memory SQLite, file SQLite
+and PostgreSQL. Another test module can import ``BEHAVIOURS`` to run them over its own backend.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from harombe_core.errors import HarombeError, InvalidInputError, SessionNotFoundError
+from harombe_core.manager import MemoryManager
+from harombe_core.models import Message
+from harombe_core.store.base import SearchScope
+
+Behaviour = Callable[[MemoryManager], None]
+BEHAVIOURS: list[Behaviour] = []
+
+
+def behaviour(fn: Behaviour) -> Behaviour:
+    BEHAVIOURS.append(fn)
+    return fn
+
+
+def _snapshot(mm: MemoryManager) -> list[tuple[object, ...]]:
+    """Everything stored, in a comparable form (to prove a rejected call changed nothing)."""
+    out: list[tuple[object, ...]] = []
+    for session in mm.list_sessions(limit=None):
+        out.append(("s", session.id, session.user_id, session.system_prompt, str(session.metadata),
+                    session.message_count, session.summary))
+        out.extend(("m", m.id, m.role, m.content, str(m.metadata)) for m in mm.get_messages(session.id))
+    return out
+
+
+@behaviour
+def round_trip_every_field(mm: MemoryManager) -> None:
+    sid = mm.create_session("You are terse.", {"topic": "x", "n": [1, 2.5, None]}, user_id="u1")
+    when = datetime(2024, 5, 6, 7, 8, 9, 123456, tzinfo=timezone.utc)
+    calls = [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]
+    original = [
+        Message(role="user", content="héllo 👋 'quote' \"dq\"", name="Ann", created_at=when,
+                metadata={"k": "v", "nested": {"a": [1, 2]}}),
+        Message(role="assistant", content="", tool_calls=calls),
+        Message(role="tool", content="42", tool_call_id="c1", name="f"),
+    ]
+    ids = mm.save_messages(sid, original)
+    assert ids == sorted(ids) and len(set(ids)) == 3
+    back = mm.get_messages(sid)
+    for saved, got, mid in zip(original, back, ids, strict=True):
+        assert got.id == mid and got.session_id == sid and got.token_count is not None
+        for field in ("role", "content", "name", "tool_calls", "tool_call_id", "metadata",
+                      "created_at"):
+            assert getattr(got, field) == getattr(saved, field), field
+    session = mm.load_session(sid)
+    assert session.system_prompt == "You are terse."
+    assert session.metadata == {"topic": "x", "n": [1, 2.5, None]}
+    assert session.user_id == "u1" and session.message_count == 3
+
+
+@behaviour
+def order_paging_and_counts(mm: MemoryManager) -> None:
+    sid = mm.create_session()
+    ids = [mm.save_message(sid, Message(role="user", content=f"m{i}")) for i in range(150)]
+    assert [m.id for m in mm.get_messages(sid)] == ids
+    assert [m.content for m in mm.get_messages(sid, after_id=ids[9], limit=5)] == [
+        f"m{i}" for i in range(10, 15)
+    ]
+    assert mm.store.count_messages(sid) == 150
+    assert [m.id for m in mm.store.iter_newest(sid)] == ids[::-1]
+    assert [m.id for m in mm.store.get_messages_by_ids([ids[5], ids[2], 10**9])] == [ids[5], ids[2]]
+
+
+@behaviour
+def token_window(mm: MemoryManager) -> None:
+    sid = mm.create_session("sys")
+    for i in range(40):
+        mm.save_message(sid, Message(role="user" if i % 2 == 0 else "assistant",
+                                     content=f"message number {i} " * 3))
+    window = mm.get_window(sid, 120)
+    assert window.tokens <= 120
+    assert window.messages[0].role == "system"
+    assert window.messages[-1].content.startswith("message number 39")
+    contents = [m.content for m in window.messages[1:]]
+    assert contents == sorted(contents, key=lambda c: int(c.split()[2]))
+    assert mm.get_recent_messages(sid, 0) == [] or all(
+        m.role == "system" for m in mm.get_recent_messages(sid, 0)
+    )
+    assert mm.get_recent_messages("no-such-session", 100) == []
+
+
+@behaviour
+def sessions_list_update_delete(mm: MemoryManager) -> None:
+    a = mm.create_session(user_id="alice", session_id="a")
+    b = mm.create_session(user_id="bob", session_id="b")
+    c = mm.create_session(user_id="alice", session_id="c")
+    mm.save_message(a, Message(role="user", content="newest activity"))
+    assert [s.id for s in mm.list_sessions()][0] == a
+    assert {s.id for s in mm.list_sessions(user_id="alice")} == {a, c}
+    assert len(mm.list_sessions(limit=1)) == 1
+    mm.update_session(b, system_prompt="new prompt", metadata={"m": 1}, user_id="carol")
+    got = mm.load_session(b)
+    assert (got.system_prompt, got.metadata, got.user_id) == ("new prompt", {"m": 1}, "carol")
+    with pytest.raises(InvalidInputError):
+        mm.create_session(session_id="a")
+    with pytest.raises(SessionNotFoundError):
+        mm.update_session("missing", metadata={})
+    assert mm.delete_session(c) is True and mm.delete_session(c) is False
+    with pytest.raises(SessionNotFoundError):
+        mm.load_session(c)
+    assert mm.clear_session(a) == 1
+    assert mm.get_messages(a) == [] and mm.session_exists(a)
+
+
+@behaviour
+def replace_is_one_transaction(mm: MemoryManager) -> None:
+    sid = mm.create_session()
+    other = mm.create_session()
+    ids = mm.save_messages(sid, [Message(role="user", content=f"x{i}") for i in range(4)])
+    foreign = mm.save_message(other, Message(role="user", content="not yours"))
+    new = mm.replace_messages(sid, [ids[0], ids[1], foreign], [Message(role="user", content="y")])
+    assert [m.content for m in mm.get_messages(sid)] == ["x2", "x3", "y"]
+    assert mm.get_messages(other)[0].id == foreign  # ids of another session are ignored
+    assert mm.load_session(sid).message_count == 3 and len(new) == 1
+
+
+@behaviour
+def prune_old(mm: MemoryManager) -> None:
+    old = datetime.now(timezone.utc) - timedelta(days=40)
+    mm.store.create_session("old", created_at=old)
+    mm.create_session(session_id="fresh")
+    assert mm.prune_old_sessions(30) == 1
+    assert [s.id for s in mm.list_sessions()] == ["fresh"]
+
+
+@behaviour
+def threads_and_summaries(mm: MemoryManager) -> None:
+    sid = mm.create_session()
+    root, child = mm.save_messages(sid, [Message(role="user", content="root"),
+                                         Message(role="assistant", content="child")])
+    mm.store.set_parent(child, root)
+    assert mm.get_messages(sid)[1].parent_id == root
+    mm.store.set_message_summary(child, {"title": "T", "summary": "S"})
+    assert mm.store.get_message_summaries([root, child]) == {child: {"title": "T", "summary": "S"}}
+    mm.store.update_session(sid, summary="so far", summary_data={"k": 1}, summary_until_id=child)
+    session = mm.load_session(sid)
+    assert (session.summary, session.summary_data, session.summary_until_id) == (
+        "so far", {"k": 1}, child)
+    with pytest.raises(InvalidInputError):
+        mm.store.set_parent(10**9, None)
+    mm.delete_session(sid)
+    assert mm.store.get_message_summaries([child]) == {}
+
+
+@behaviour
+def keyword_search_scoped(mm: MemoryManager) -> None:
+    mm.save_messages("s1", [Message(role="user", content="Where did we park the blue bicycle?"),
+                            Message(role="assistant", content="Behind the library.")], user_id="u1")
+    mm.save_messages("s2", [Message(role="user", content="The bicycle shop opens at nine.")],
+                     user_id="u2")
+    hits = mm.store.keyword_search("bicycle")
+    assert {h.message.session_id for h in hits} == {"s1", "s2"}
+    assert all(h.score > 0 for h in hits)
+    scoped = mm.store.keyword_search("bicycle", scope=SearchScope(user_id="u1"))
+    assert scoped and {h.message.session_id for h in scoped} == {"s1"}
+    # the answer is found through the question it answers
+    answer = mm.store.keyword_search("park bicycle", scope=SearchScope(roles=("assistant",)))
+    assert [h.message.content for h in answer] == ["Behind the library."]
+    assert mm.store.keyword_search("!!! ???") == []
+    assert mm.store.keyword_search('" OR 1=1; DROP TABLE messages; --') is not None
+    assert mm.store.count_messages() == 3
+
+
+@behaviour
+def embedding_bookkeeping(mm: MemoryManager) -> None:
+    sid = mm.create_session()
+    ids = mm.save_messages(sid, [Message(role="user", content="q"),
+                                 Message(role="assistant", content="a")])
+    pending = mm.store.pending_embeddings(10)
+    assert [m.id for m, _ in pending] == ids
+    assert pending[1][1] == "q"  # each message comes with the turn it answers
+    mm.store.mark_embedded(ids[:1])
+    assert [m.id for m, _ in mm.store.pending_embeddings(10)] == ids[1:]
+    assert mm.store.reset_embedded() == 1
+    assert len(mm.store.pending_embeddings(10)) == 2
+    assert mm.store.rebuild_keyword_index() == 2
+    assert {h.message.id for h in mm.store.keyword_search("q")} <= set(ids)
+    mm.store.set_meta("k", "v1")
+    mm.store.set_meta("k", "v2")
+    assert mm.store.get_meta("k") == "v2" and mm.store.get_meta("nope") is None
+    stats = mm.stats()
+    assert stats["messages"] == 2 and stats["sessions"] == 1 and stats["pending_embeddings"] == 2
+
+
+@behaviour
+def rejected_calls_change_nothing(mm: MemoryManager) -> None:
+    sid = mm.create_session(session_id="keep", user_id="u")
+    mm.save_messages(sid, [Message(role="user", content="one")])
+    before = _snapshot(mm)
+    bad_calls: list[Callable[[], object]] = [
+        lambda: mm.save_messages(sid, [Message(role="user", content="fine"),
+                                       {"role": "robot", "content": "x"}]),
+        lambda: mm.save_message(sid, {"role": "user", "content": "a\x00b"}),
+        lambda: mm.save_message("", Message(role="user", content="x")),
+        lambda: mm.save_message(sid, {"role": "user", "content": "x", "metadata": {"f": float("nan")}}),
+        lambda: mm.create_session(metadata={"x": object()}),
+        lambda: mm.create_session(session_id="x" * 600),
+        lambda: mm.list_sessions(limit=-1),
+        lambda: mm.prune_old_sessions(-1),
+        lambda: mm.get_recent_messages(sid, -5),
+        lambda: mm.save_messages(sid, "not a list"),
+    ]
+    for call in bad_calls:
+        with pytest.raises(HarombeError):
+            call()
+    assert _snapshot(mm) == before
+
+
+@behaviour
+def sql_metacharacters_are_data(mm: MemoryManager) -> None:
+    nasty = [
+        "'; DROP TABLE messages; --",
+        "\" OR 1=1 --",
+        "%s %(x)s {0} $1 ? :name",
+        "Robert'); DELETE FROM sessions;--",
+        "\\'\\\" \\\\ `backtick` ; /* comment */",
+    ]
+    for i, text in enumerate(nasty):
+        sid = mm.create_session(text, {text: text}, user_id=text, session_id=f"{text}{i}")
+        mid = mm.save_message(sid, Message(role="user", content=text, name=text[:50],
+                                           metadata={text: [text]}, tool_call_id=text))
+        got = mm.get_messages(sid)[0]
+        assert (got.id, got.content, got.name, got.metadata, got.tool_call_id) == (
+            mid, text, text[:50], {text: [text]}, text)
+        session = mm.load_session(sid)
+        assert (session.system_prompt, session.metadata, session.user_id) == (text, {text: text}, text)
+        assert [s.id for s in mm.list_sessions(user_id=text)] == [sid]
+        mm.store.keyword_search(text, scope=SearchScope(user_id=text, session_id=sid))
+    assert mm.store.count_messages() == len(nasty)
+    assert len(mm.list_sessions(limit=None)) == len(nasty)
+
+
+@behaviour
+def scope_isolation_fifty_users(mm: MemoryManager) -> None:
+    rng = random.Random(7)
+    words = ["apple", "river", "engine", "garden", "piano", "rocket", "winter", "coffee"]
+    owner: dict[str, str] = {}
+    for u in range(50):
+        user = f"user{u}"
+        for s in range(2):
+            sid = f"{user}-s{s}"
+            owner[sid] = user
+            mm.save_messages(
+                sid,
+                [Message(role=rng.choice(["user", "assistant"]),
+                         content=" ".join(rng.choices(words, k=5)) + f" {user}")
+                 for _ in range(4)],
+                user_id=user,
+            )
+    all_ids = [m.id for sid in owner for m in mm.get_messages(sid)]
+    for _ in range(1000):
+        user = f"user{rng.randrange(50)}"
+        by_session = rng.random() < 0.5
+        scope = (SearchScope(session_id=f"{user}-s{rng.randrange(2)}") if by_session
+                 else SearchScope(user_id=user))
+        query = " ".join(rng.choices(words, k=2))
+        for hit in mm.store.keyword_search(query, limit=20, scope=scope):
+            assert owner[hit.message.session_id] == user
+            if by_session:
+                assert hit.message.session_id == scope.session_id
+        for message in mm.store.get_messages_by_ids(rng.sample(all_ids, 10), scope):
+            assert owner[message.session_id or ""] == user
