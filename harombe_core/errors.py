@@ -15,7 +15,9 @@ recover. The tree::
     │   ├── SchemaTooNewError                      file written by a newer harombe
     │   ├── StoreBusyError                         still locked after every retry
     │   ├── StoreReadOnlyError                     the file or its folder cannot be written
-    │   └── StorageFullError                       the disk (or a size limit) is full
+    │   ├── StorageFullError                       the disk (or a size limit) is full
+    │   ├── StoreUnavailableError                  the database server stayed unreachable
+    │   └── EncryptionKeyError                     wrong or missing key for an encrypted file
     ├── EmbeddingError                             the embedder failed or returned bad vectors
     │   └── EmbeddingModelMismatchError            index built by another model: run `harombe reindex`
     ├── SummarizationError                         a summariser failed (messages are never lost)
@@ -29,6 +31,7 @@ __all__ = [
     "ConfigError",
     "EmbeddingError",
     "EmbeddingModelMismatchError",
+    "EncryptionKeyError",
     "ExportPathError",
     "HarombeError",
     "ImportFormatError",
@@ -43,6 +46,7 @@ __all__ = [
     "StoreBusyError",
     "StoreError",
     "StoreReadOnlyError",
+    "StoreUnavailableError",
     "SummarizationError",
 ]
 
@@ -108,6 +112,14 @@ class StoreReadOnlyError(StoreError):
 
 class StorageFullError(StoreError):
     """The disk or a file-size limit is full; the write was rolled back."""
+
+
+class StoreUnavailableError(StoreError):
+    """The database server could not be reached during every retry; nothing was half-written."""
+
+
+class EncryptionKeyError(StoreError):
+    """An encrypted database was opened without its key or with the wrong one; it was not changed."""
 
 
 class EmbeddingError(HarombeError):
