@@ -23,7 +23,7 @@ from harombe_core.errors import InvalidInputError
 from harombe_core.manager import MemoryManager
 from harombe_core.models import Message
 from harombe_core.strategies import check_budget
-from llamaindex_harombe._recall import arecall, format_context, recall
+from llamaindex_harombe._recall import fit_context
 from llamaindex_harombe.convert import from_llamaindex, to_llamaindex
 
 __all__ = ["DEFAULT_STORAGE_PATH", "DEFAULT_TOKEN_LIMIT", "HarombeMemory"]
@@ -183,15 +183,24 @@ class HarombeMemory(BaseMemory):
         if self._owns_manager:
             self._manager.close()
 
-    def _recall_user(self) -> str | None:
-        return self.user_id if self.rag_scope == "user" else None
-
     def _budget(self, initial_token_count: int) -> int:
         check_budget(initial_token_count, "initial_token_count")
         return max(self.token_limit - initial_token_count, 0)
 
-    def _rag_message(self, text: str) -> list[Message]:
-        return [Message(role="system", content=text)] if text else []
+    def _wants_recall(self, input: object) -> bool:
+        return bool(input) and self.rag and self.rag_top_k > 0
+
+    def _rag_args(self, budget: int) -> dict[str, Any]:
+        return {
+            "max_tokens": min(self.rag_max_tokens, budget),
+            "user_id": self.user_id if self.rag_scope == "user" else None,
+            "exclude_session_id": self.session_id,
+            "top_k": self.rag_top_k,
+        }
+
+    def _context(self, recalled: list[Message], budget: int) -> list[Message]:
+        message = fit_context(recalled, self._manager, min(self.rag_max_tokens, budget))
+        return [message] if message is not None else []
 
     def _window(self, budget: int) -> list[Message]:
         if self.strategy == "simple":
@@ -229,16 +238,9 @@ class HarombeMemory(BaseMemory):
         """
         budget = self._budget(initial_token_count)
         context: list[Message] = []
-        if input and self.rag and self.rag_top_k > 0:
-            hits = recall(
-                self._manager,
-                str(input),
-                top_k=self.rag_top_k,
-                user_id=self._recall_user(),
-                exclude_session_id=self.session_id,
-            )
-            text = format_context(hits, self._manager, min(self.rag_max_tokens, budget))
-            context = self._rag_message(text)
+        if self._wants_recall(input):
+            recalled = self._manager.get_relevant_context(str(input), **self._rag_args(budget))
+            context = self._context(recalled, budget)
         remaining, context = self._fit(context, budget)
         window = self._window(remaining)
         return [to_llamaindex(m) for m in _merge_system(context, window)]
@@ -249,16 +251,11 @@ class HarombeMemory(BaseMemory):
         """Async twin of :meth:`get`; store and search work run off the event loop."""
         budget = self._budget(initial_token_count)
         context: list[Message] = []
-        if input and self.rag and self.rag_top_k > 0:
-            hits = await arecall(
-                self._manager,
-                str(input),
-                top_k=self.rag_top_k,
-                user_id=self._recall_user(),
-                exclude_session_id=self.session_id,
+        if self._wants_recall(input):
+            recalled = await self._manager.aget_relevant_context(
+                str(input), **self._rag_args(budget)
             )
-            text = format_context(hits, self._manager, min(self.rag_max_tokens, budget))
-            context = self._rag_message(text)
+            context = self._context(recalled, budget)
         remaining, context = self._fit(context, budget)
         if self.strategy == "simple":
             window = await self._manager.aget_recent_messages(

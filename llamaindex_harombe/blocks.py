@@ -1,0 +1,148 @@
+"""``HarombeMemoryBlock``: long-term recall for LlamaIndex's ``Memory``.
+
+``Memory`` keeps a short FIFO queue and hands the messages it flushes to its memory blocks. This
+block keeps them in harombe (unless they are there already, see ``persist_flushed``) and, on every
+``get``, recalls the past messages most relevant to the latest turns: flushed ones and those of
+earlier sessions, by meaning and by keyword.
+
+The session whose recall is asked for arrives with each call, so one block shared by many
+``Memory`` objects keeps their sessions apart (LlamaIndex's ``VectorMemoryBlock`` stores the first
+session id in its query filter and then answers every later session with it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections import defaultdict
+from typing import Any, Literal
+
+from llama_index.core.base.llms.types import ChatMessage
+from llama_index.core.bridge.pydantic import Field, PrivateAttr
+from llama_index.core.memory.memory import BaseMemoryBlock
+
+from harombe_core.errors import InvalidInputError
+from harombe_core.manager import MemoryManager
+from harombe_core.models import Message
+from llamaindex_harombe._recall import fit_context
+from llamaindex_harombe.convert import from_llamaindex
+from llamaindex_harombe.memory import DEFAULT_STORAGE_PATH, describe_manager, open_manager
+
+__all__ = ["HarombeMemoryBlock"]
+
+
+class HarombeMemoryBlock(BaseMemoryBlock[str]):
+    """Recall from harombe as a ``Memory`` block (returns text for the memory template).
+
+    ``scope``: ``"session"`` recalls only the session being asked for; ``"user"`` everything
+    ``user_id`` said in any session; ``"all"`` the whole database (one-user applications).
+    """
+
+    name: str = Field(default="harombe_recall", description="Block name in the memory template.")
+    description: str | None = Field(
+        default="Relevant messages recalled from earlier in this and past conversations."
+    )
+    storage_path: str = Field(default=DEFAULT_STORAGE_PATH, description="SQLite file or URL.")
+    embedding: str | None = Field(default=None, description="Embedding model, None: keywords.")
+    vector_store: str | None = Field(default=None, description="Vector index ('chroma').")
+    scope: Literal["session", "user", "all"] = Field(default="session")
+    user_id: str | None = Field(default=None, description="Owner; required for scope='user'.")
+    top_k: int = Field(default=5, description="Most messages recalled per get.")
+    max_tokens: int = Field(default=512, description="Most tokens the recalled text may take.")
+    query_window: int = Field(
+        default=2, description="How many of the newest messages form the recall query."
+    )
+    persist_flushed: bool = Field(
+        default=True,
+        description=(
+            "Store messages flushed from short-term memory. Set False when Memory's sql_store "
+            "is a HarombeDBChatStore on this database: they are stored (and searchable) already."
+        ),
+    )
+
+    _manager: MemoryManager = PrivateAttr()
+    _owns_manager: bool = PrivateAttr(default=True)
+
+    def __init__(self, *, manager: MemoryManager | None = None, **data: Any) -> None:
+        if manager is not None:
+            location, embedding, vector_store = describe_manager(manager)
+            data.setdefault("storage_path", location)
+            data.setdefault("embedding", embedding)
+            data.setdefault("vector_store", vector_store)
+        elif "storage_path" in data:
+            data["storage_path"] = os.fspath(data["storage_path"])
+        super().__init__(**data)
+        if self.scope == "user" and self.user_id is None:
+            raise InvalidInputError("scope='user' needs user_id; or use scope='session'.")
+        if manager is None:
+            manager = open_manager(self.storage_path, self.embedding, self.vector_store)
+            self._owns_manager = True
+        else:
+            self._owns_manager = False
+        self._manager = manager
+
+    @property
+    def manager(self) -> MemoryManager:
+        return self._manager
+
+    def close(self) -> None:
+        if self._owns_manager:
+            self._manager.close()
+
+    async def _aget(
+        self,
+        messages: list[ChatMessage] | None = None,
+        session_id: str | None = None,
+        **block_kwargs: Any,
+    ) -> str:
+        if not messages:
+            return ""
+        recent = messages[-self.query_window :] if self.query_window > 0 else messages
+        query = " ".join(m.content or "" for m in recent).strip()
+        if not query:
+            return ""
+        if self.scope == "session":
+            if session_id is None:
+                raise InvalidInputError(
+                    "scope='session' needs the session id, which Memory passes; when calling "
+                    "the block yourself pass session_id=..."
+                )
+            where: dict[str, Any] = {"session_id": session_id}
+        elif self.scope == "user":
+            where = {"user_id": self.user_id}
+        else:
+            where = {}
+        hits = await self._manager.asearch(query, top_k=self.top_k + len(messages), **where)
+        # What the model already sees in the window is not "recalled".
+        visible = {(m.role.value, m.content or "") for m in messages}
+        fresh = [
+            h.message for h in hits if (_li_role(h.message), h.message.content) not in visible
+        ][: self.top_k]
+        context = fit_context(fresh, self._manager, self.max_tokens)
+        return context.content if context is not None else ""
+
+    async def _aput(self, messages: list[ChatMessage]) -> None:
+        by_session: dict[str, list[Message]] = defaultdict(list)
+        for message in messages:
+            session = message.additional_kwargs.pop("session_id", None)
+            if not self.persist_flushed:
+                continue
+            if session is None:
+                raise InvalidInputError(
+                    "a message flushed to HarombeMemoryBlock carries no session_id; call "
+                    "block.aput(messages, session_id=...)."
+                )
+            by_session[str(session)].append(from_llamaindex(message))
+        await asyncio.gather(
+            *(
+                self._manager.asave_messages(sid, batch, user_id=self.user_id)
+                for sid, batch in by_session.items()
+            )
+        )
+
+
+def _li_role(message: Message) -> str:
+    extra = message.metadata.get("li")
+    if isinstance(extra, dict) and isinstance(extra.get("role"), str):
+        return str(extra["role"])
+    return message.role

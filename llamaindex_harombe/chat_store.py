@@ -1,0 +1,322 @@
+"""LlamaIndex chat stores on the harombe database.
+
+``HarombeChatStore`` is a ``BaseChatStore``: hand it to ``ChatMemoryBuffer`` (or any memory that
+takes ``chat_store=``) and the buffer's history outlives the process. ``HarombeDBChatStore`` is an
+``AsyncDBChatStore`` for LlamaIndex's newer ``Memory(sql_store=...)``, with its active/archived
+FIFO queue kept in the same database. In both a chat-store *key* is a harombe session id, so the
+messages are also visible to harombe's search, export and CLI.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from llama_index.core.base.llms.types import ChatMessage
+from llama_index.core.bridge.pydantic import BaseModel, Field, PrivateAttr
+from llama_index.core.storage.chat_store.base import BaseChatStore
+from llama_index.core.storage.chat_store.base_db import AsyncDBChatStore, MessageStatus
+
+from harombe_core.manager import MemoryManager
+from harombe_core.models import Message
+from llamaindex_harombe.convert import from_llamaindex, to_llamaindex
+from llamaindex_harombe.memory import DEFAULT_STORAGE_PATH, describe_manager, open_manager
+
+__all__ = ["HarombeChatStore", "HarombeDBChatStore"]
+
+
+class _ManagedStore(BaseModel):
+    """Fields and plumbing shared by both stores: where the database is, and the manager."""
+
+    storage_path: str = Field(default=DEFAULT_STORAGE_PATH, description="SQLite file or URL.")
+    embedding: str | None = Field(default=None, description="Embedding model, None: keywords.")
+    vector_store: str | None = Field(default=None, description="Vector index ('chroma').")
+    user_id: str | None = Field(default=None, description="Owner of sessions this store creates.")
+
+    _manager: MemoryManager = PrivateAttr()
+    _owns_manager: bool = PrivateAttr(default=True)
+
+    def __init__(
+        self,
+        storage_path: str | os.PathLike[str] | None = None,
+        *,
+        manager: MemoryManager | None = None,
+        **data: Any,
+    ) -> None:
+        if manager is not None:
+            location, embedding, vector_store = describe_manager(manager)
+            data.setdefault("embedding", embedding)
+            data.setdefault("vector_store", vector_store)
+            storage_path = storage_path or location
+        data["storage_path"] = os.fspath(storage_path or DEFAULT_STORAGE_PATH)
+        super().__init__(**data)
+        if manager is None:
+            manager = open_manager(self.storage_path, self.embedding, self.vector_store)
+            self._owns_manager = True
+        else:
+            self._owns_manager = False
+        self._manager = manager
+
+    @property
+    def manager(self) -> MemoryManager:
+        """The MemoryManager underneath."""
+        return self._manager
+
+    def close(self) -> None:
+        """Close the database if this store opened it."""
+        if self._owns_manager:
+            self._manager.close()
+
+    def _stored(self, key: str) -> list[Message]:
+        return self._manager.get_messages(key)
+
+    def _keys(self) -> list[str]:
+        sessions = self._manager.list_sessions(limit=None, user_id=self.user_id)
+        return [s.id for s in sorted(sessions, key=lambda s: (s.created_at, s.id))]
+
+
+class HarombeChatStore(_ManagedStore, BaseChatStore):
+    """A ``BaseChatStore`` whose keys are harombe sessions.
+
+    Same meaning as LlamaIndex's ``SimpleChatStore`` (its behaviour is the contract), but every
+    call is one transaction in SQLite: ``set_messages`` replaces, ``add_message`` appends (or
+    inserts at ``idx``), ``delete_*`` return what they removed or None.
+    """
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "HarombeChatStore"
+
+    def set_messages(self, key: str, messages: list[ChatMessage]) -> None:
+        old = [m.id for m in self._stored(key) if m.id is not None]
+        self._manager.replace_messages(
+            key, old, [from_llamaindex(m) for m in messages], user_id=self.user_id
+        )
+
+    def get_messages(self, key: str) -> list[ChatMessage]:
+        return [to_llamaindex(m) for m in self._stored(key)]
+
+    def add_message(self, key: str, message: ChatMessage, idx: int | None = None) -> None:
+        """Append ``message``; with ``idx``, insert it before the message now at ``idx``."""
+        converted = from_llamaindex(message)
+        if idx is None:
+            self._manager.save_message(key, converted, user_id=self.user_id)
+            return
+        stored = self._stored(key)
+        position = min(idx, len(stored)) if idx >= 0 else max(len(stored) + idx, 0)
+        tail = stored[position:]
+        # Ids are the order, so the messages after the insertion point are written again after
+        # the new one, in the same transaction.
+        self._manager.replace_messages(
+            key,
+            [m.id for m in tail if m.id is not None],
+            [converted, *(_fresh(m) for m in tail)],
+            user_id=self.user_id,
+        )
+
+    def delete_messages(self, key: str) -> list[ChatMessage] | None:
+        """Remove the key and its messages; returns them, or None if the key is unknown."""
+        if not self._manager.session_exists(key):
+            return None
+        removed = [to_llamaindex(m) for m in self._stored(key)]
+        self._manager.delete_session(key)
+        return removed
+
+    def delete_message(self, key: str, idx: int) -> ChatMessage | None:
+        """Remove the message at ``idx`` (negative counts from the end); None if out of range."""
+        stored = self._stored(key)
+        if not -len(stored) <= idx < len(stored):
+            return None
+        doomed = stored[idx]
+        self._manager.replace_messages(key, [doomed.id] if doomed.id is not None else [], [])
+        return to_llamaindex(doomed)
+
+    def delete_last_message(self, key: str) -> ChatMessage | None:
+        return self.delete_message(key, -1)
+
+    def get_keys(self) -> list[str]:
+        """Every key (session), oldest first, like the insertion order of SimpleChatStore."""
+        return self._keys()
+
+    # Native async twins: store work runs on a worker thread, never on the event loop.
+    async def aset_messages(self, key: str, messages: list[ChatMessage]) -> None:
+        await asyncio.to_thread(self.set_messages, key, messages)
+
+    async def aget_messages(self, key: str) -> list[ChatMessage]:
+        return [to_llamaindex(m) for m in await self._manager.aget_messages(key)]
+
+    async def async_add_message(
+        self, key: str, message: ChatMessage, idx: int | None = None
+    ) -> None:
+        if idx is None:
+            await self._manager.asave_message(key, from_llamaindex(message), user_id=self.user_id)
+        else:
+            await asyncio.to_thread(self.add_message, key, message, idx)
+
+    async def aadd_message(self, key: str, message: ChatMessage, idx: int | None = None) -> None:
+        """The ``a``-prefixed name for :meth:`async_add_message`."""
+        await self.async_add_message(key, message, idx)
+
+    async def adelete_messages(self, key: str) -> list[ChatMessage] | None:
+        return await asyncio.to_thread(self.delete_messages, key)
+
+    async def adelete_message(self, key: str, idx: int) -> ChatMessage | None:
+        return await asyncio.to_thread(self.delete_message, key, idx)
+
+    async def adelete_last_message(self, key: str) -> ChatMessage | None:
+        return await asyncio.to_thread(self.delete_last_message, key)
+
+    async def aget_keys(self) -> list[str]:
+        return await asyncio.to_thread(self.get_keys)
+
+
+def _fresh(message: Message) -> Message:
+    """A stored message as a new one (store-assigned fields cleared) to write it again."""
+    return message.with_ids(id=None, session_id=None, token_count=None, parent_id=None)
+
+
+#: Session metadata key: id of the newest message archived by ``archive_oldest_messages``.
+ARCHIVED_THROUGH_KEY = "li_archived_through"
+#: Message metadata key marking a message written with status ARCHIVED.
+STATUS_KEY = "li_status"
+
+
+class HarombeDBChatStore(_ManagedStore, AsyncDBChatStore):
+    """An ``AsyncDBChatStore`` so ``Memory(sql_store=HarombeDBChatStore(...))`` uses harombe.
+
+    ``Memory`` archives the oldest messages of its FIFO queue as it fills. Archiving here writes
+    one number (the id of the newest archived message) instead of rewriting rows, so it costs the
+    same whatever the history's length, and archived messages stay searchable by harombe.
+    """
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "HarombeDBChatStore"
+
+    # status bookkeeping ---------------------------------------------------------------------
+    def _archived_through(self, key: str) -> int:
+        if not self._manager.session_exists(key):
+            return 0
+        value = self._manager.load_session(key).metadata.get(ARCHIVED_THROUGH_KEY, 0)
+        return int(value) if isinstance(value, int) else 0
+
+    def _status(self, message: Message, through: int) -> MessageStatus:
+        if message.metadata.get(STATUS_KEY) == MessageStatus.ARCHIVED.value:
+            return MessageStatus.ARCHIVED
+        if message.id is not None and message.id <= through:
+            return MessageStatus.ARCHIVED
+        return MessageStatus.ACTIVE
+
+    def _select(self, key: str, status: MessageStatus | None) -> list[Message]:
+        stored = self._stored(key)
+        if status is None:
+            return stored
+        through = self._archived_through(key)
+        return [m for m in stored if self._status(m, through) == status]
+
+    def _convert(self, messages: Sequence[ChatMessage], status: MessageStatus) -> list[Message]:
+        extra = {STATUS_KEY: status.value} if status == MessageStatus.ARCHIVED else None
+        return [from_llamaindex(m, metadata=extra) for m in messages]
+
+    # sync implementations, run on a worker thread by the async API ---------------------------
+    def _get(
+        self, key: str, status: MessageStatus | None, limit: int | None, offset: int | None
+    ) -> list[ChatMessage]:
+        selected = self._select(key, status)
+        start = offset or 0
+        end = None if limit is None else start + limit
+        return [to_llamaindex(m) for m in selected[start:end]]
+
+    def _set(self, key: str, messages: Sequence[ChatMessage], status: MessageStatus) -> None:
+        doomed = [m.id for m in self._select(key, status) if m.id is not None]
+        self._manager.replace_messages(
+            key, doomed, self._convert(messages, status), user_id=self.user_id
+        )
+
+    def _delete_ids(self, key: str, victims: list[Message]) -> list[ChatMessage]:
+        self._manager.replace_messages(key, [m.id for m in victims if m.id is not None], [])
+        return [to_llamaindex(m) for m in victims]
+
+    def _delete_at(self, key: str, idx: int) -> ChatMessage | None:
+        stored = self._stored(key)
+        if not -len(stored) <= idx < len(stored):
+            return None
+        return self._delete_ids(key, [stored[idx]])[0]
+
+    def _delete_status(self, key: str, status: MessageStatus | None) -> None:
+        if status is None:
+            self._manager.clear_session(key)
+            return
+        self._delete_ids(key, self._select(key, status))
+
+    def _delete_oldest(self, key: str, n: int) -> list[ChatMessage]:
+        if n <= 0:
+            return []
+        return self._delete_ids(key, self._select(key, MessageStatus.ACTIVE)[:n])
+
+    def _archive_oldest(self, key: str, n: int) -> list[ChatMessage]:
+        active = self._select(key, MessageStatus.ACTIVE)[: max(n, 0)]
+        if not active:
+            return []
+        session = self._manager.load_session(key)
+        metadata = dict(session.metadata)
+        metadata[ARCHIVED_THROUGH_KEY] = max(m.id or 0 for m in active)
+        self._manager.update_session(key, metadata=metadata)
+        return [to_llamaindex(m) for m in active]
+
+    # AsyncDBChatStore -------------------------------------------------------------------------
+    async def get_messages(
+        self,
+        key: str,
+        status: MessageStatus | None = MessageStatus.ACTIVE,
+        limit: int | None = None,
+        offset: int | None = None,
+    ) -> list[ChatMessage]:
+        return await asyncio.to_thread(self._get, key, status, limit, offset)
+
+    async def count_messages(
+        self, key: str, status: MessageStatus | None = MessageStatus.ACTIVE
+    ) -> int:
+        return len(await asyncio.to_thread(self._select, key, status))
+
+    async def add_message(
+        self, key: str, message: ChatMessage, status: MessageStatus = MessageStatus.ACTIVE
+    ) -> None:
+        await self._manager.asave_messages(
+            key, self._convert([message], status), user_id=self.user_id
+        )
+
+    async def add_messages(
+        self,
+        key: str,
+        messages: list[ChatMessage],
+        status: MessageStatus = MessageStatus.ACTIVE,
+    ) -> None:
+        await self._manager.asave_messages(
+            key, self._convert(messages, status), user_id=self.user_id
+        )
+
+    async def set_messages(
+        self,
+        key: str,
+        messages: list[ChatMessage],
+        status: MessageStatus = MessageStatus.ACTIVE,
+    ) -> None:
+        await asyncio.to_thread(self._set, key, messages, status)
+
+    async def delete_message(self, key: str, idx: int) -> ChatMessage | None:
+        return await asyncio.to_thread(self._delete_at, key, idx)
+
+    async def delete_messages(self, key: str, status: MessageStatus | None = None) -> None:
+        await asyncio.to_thread(self._delete_status, key, status)
+
+    async def delete_oldest_messages(self, key: str, n: int) -> list[ChatMessage]:
+        return await asyncio.to_thread(self._delete_oldest, key, n)
+
+    async def archive_oldest_messages(self, key: str, n: int) -> list[ChatMessage]:
+        return await asyncio.to_thread(self._archive_oldest, key, n)
+
+    async def get_keys(self) -> list[str]:
+        return await asyncio.to_thread(self._keys)

@@ -1,0 +1,118 @@
+"""``HarombeRetriever``: past messages as LlamaIndex nodes, for any engine that takes a retriever.
+
+Each hit becomes a ``TextNode`` whose text is the message (``role: content``) and whose metadata
+says where it came from (session, role, time, message id), scored by harombe's hybrid search.
+Plug it into ``CondensePlusContextChatEngine`` or ``ContextChatEngine`` to answer from what was
+said in earlier conversations.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from llama_index.core.base.base_retriever import BaseRetriever
+from llama_index.core.callbacks import CallbackManager
+from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
+
+from harombe_core.errors import InvalidInputError
+from harombe_core.manager import MemoryManager
+from harombe_core.models import SearchHit
+from llamaindex_harombe.memory import DEFAULT_STORAGE_PATH, open_manager
+
+__all__ = ["HarombeRetriever", "hit_to_node"]
+
+_HIDDEN_FROM_LLM = ["message_id", "session_id", "user_id", "score_vector", "score_keyword"]
+
+
+def hit_to_node(hit: SearchHit) -> NodeWithScore:
+    """One search hit as a scored node (stable id: the message's id)."""
+    m = hit.message
+    metadata: dict[str, Any] = {
+        "message_id": m.id,
+        "session_id": m.session_id,
+        "role": m.role,
+        "created_at": m.created_at.isoformat(),
+    }
+    if m.name:
+        metadata["name"] = m.name
+    if hit.vector_score is not None:
+        metadata["score_vector"] = hit.vector_score
+    if hit.keyword_score is not None:
+        metadata["score_keyword"] = hit.keyword_score
+    node = TextNode(
+        id_=f"harombe-message-{m.id}",
+        text=f"{m.role}: {m.content}",
+        metadata=metadata,
+        excluded_llm_metadata_keys=list(_HIDDEN_FROM_LLM),
+        excluded_embed_metadata_keys=list(metadata),
+    )
+    return NodeWithScore(node=node, score=float(hit.score))
+
+
+class HarombeRetriever(BaseRetriever):
+    """Retrieves past messages relevant to a query.
+
+    Scope it with ``session_id`` (one conversation) or ``user_id`` (everything a user said, the
+    store enforces it); ``exclude_session_id`` leaves out the conversation in progress, whose
+    messages the engine's memory already shows the model.
+    """
+
+    def __init__(
+        self,
+        *,
+        manager: MemoryManager | None = None,
+        storage_path: str | os.PathLike[str] | None = None,
+        embedding: str | None = None,
+        vector_store: str | None = "chroma",
+        top_k: int = 5,
+        session_id: str | None = None,
+        user_id: str | None = None,
+        exclude_session_id: str | None = None,
+        callback_manager: CallbackManager | None = None,
+        verbose: bool = False,
+    ) -> None:
+        if manager is not None and storage_path is not None:
+            raise InvalidInputError("pass storage_path or manager, not both.")
+        if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
+            raise InvalidInputError(f"top_k must be a non-negative int, got {top_k!r}.")
+        self._owns_manager = manager is None
+        self._manager = manager or open_manager(
+            storage_path or DEFAULT_STORAGE_PATH, embedding, vector_store
+        )
+        self.top_k = top_k
+        self.session_id = session_id
+        self.user_id = user_id
+        self.exclude_session_id = exclude_session_id
+        super().__init__(callback_manager=callback_manager, verbose=verbose)
+
+    @property
+    def manager(self) -> MemoryManager:
+        return self._manager
+
+    def close(self) -> None:
+        """Close the database if this retriever opened it."""
+        if self._owns_manager:
+            self._manager.close()
+
+    def _search_args(self) -> dict[str, Any]:
+        args: dict[str, Any] = {
+            "top_k": self.top_k,
+            "session_id": self.session_id,
+            "user_id": self.user_id,
+        }
+        if self.exclude_session_id is not None:
+            args["exclude_session_id"] = self.exclude_session_id
+        return args
+
+    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        if not query_bundle.query_str.strip():
+            return []
+        hits = self._manager.search(query_bundle.query_str, **self._search_args())
+        return [hit_to_node(h) for h in hits]
+
+    async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        if not query_bundle.query_str.strip():
+            return []
+        hits = await self._manager.asearch(query_bundle.query_str, **self._search_args())
+        return [hit_to_node(h) for h in hits]
