@@ -50,6 +50,29 @@ def open_store(storage_path: str | os.PathLike[str] | MessageStore) -> MessageSt
     return SQLiteStore(location)
 
 
+def _message_list(messages: Any, what: str) -> list[Any]:
+    """The messages of a bulk call as a list, refusing a lone message or a non-iterable."""
+    if isinstance(messages, (str, bytes, Message, Mapping)) or not isinstance(messages, Iterable):
+        raise InvalidMessageError(
+            f"{what} takes a list of messages, got {type(messages).__name__}; wrap a single "
+            "message in a list or call save_message()."
+        )
+    return list(messages)
+
+
+def _optional_count(value: Any, what: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InvalidInputError(f"{what} must be a non-negative int or None, got {value!r}.")
+    return value
+
+
+def _optional_text(value: Any, what: str) -> None:
+    if value is not None and not isinstance(value, str):
+        raise InvalidInputError(f"{what} must be a str or None, got {type(value).__name__}.")
+
+
 def _as_message(value: Any) -> Message:
     if isinstance(value, Message):
         return value
@@ -157,6 +180,7 @@ class MemoryManager:
         Raises InvalidInputError for a malformed id, metadata or an id already in use.
         """
         sid = session_id if session_id is not None else uuid.uuid4().hex
+        _optional_text(system_prompt, "system_prompt")
         tokens = self._system_prompt_tokens(system_prompt)
         if metadata is not None and not isinstance(metadata, Mapping):
             raise InvalidInputError(f"metadata must be a dict, got {type(metadata).__name__}.")
@@ -202,6 +226,14 @@ class MemoryManager:
             if system_prompt is not None and not isinstance(system_prompt, str):
                 raise InvalidInputError("system_prompt must be a str or None.")
             tokens = self._system_prompt_tokens(system_prompt)
+        if metadata is not UNSET and metadata is not None:
+            if not isinstance(metadata, Mapping):
+                raise InvalidInputError(
+                    f"metadata must be a dict or None, got {type(metadata).__name__}."
+                )
+            Message(role="system", content="", metadata=dict(metadata))  # validates JSON
+        if user_id is not UNSET:
+            _optional_text(user_id, "user_id")
         self._store.update_session(
             session_id,
             system_prompt=system_prompt,
@@ -212,8 +244,8 @@ class MemoryManager:
 
     def list_sessions(self, limit: int | None = 10, user_id: str | None = None) -> list[Session]:
         """Sessions with the most recent activity first."""
-        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
-            raise InvalidInputError(f"limit must be a non-negative int or None, got {limit!r}.")
+        limit = _optional_count(limit, "limit")
+        _optional_text(user_id, "user_id")
         return self._store.list_sessions(limit=limit, user_id=user_id)
 
     def delete_session(self, session_id: str) -> bool:
@@ -232,8 +264,14 @@ class MemoryManager:
 
     def prune_old_sessions(self, days: int) -> int:
         """Delete sessions with no activity in the last ``days`` days; returns how many."""
-        if isinstance(days, bool) or not isinstance(days, (int, float)) or days < 0:
-            raise InvalidInputError(f"days must be a non-negative number, got {days!r}.")
+        if (
+            isinstance(days, bool)
+            or not isinstance(days, (int, float))
+            or not 0 <= days <= 3_000_000  # NaN fails too; beyond ~8,000 years nothing is older
+        ):
+            raise InvalidInputError(
+                f"days must be a number of days between 0 and 3,000,000, got {days!r}."
+            )
         cutoff = datetime.now(timezone.utc) - timedelta(days=days)
         removed = self._store.delete_sessions_before(cutoff)
         if removed and self._semantic is not None:
@@ -263,9 +301,7 @@ class MemoryManager:
         user_id: str | None = None,
     ) -> list[int]:
         """Store many messages in one transaction (all or none); returns their ids in order."""
-        if isinstance(messages, (str, bytes, Message, Mapping)):
-            raise InvalidMessageError("save_messages takes a list of messages.")
-        prepared = [self._prepare(m) for m in messages]
+        prepared = [self._prepare(m) for m in _message_list(messages, "save_messages")]
         if not prepared:
             return []
         ids = self._store.add_messages(session_id, prepared, user_id=user_id)
@@ -316,6 +352,8 @@ class MemoryManager:
         self, session_id: str, *, limit: int | None = None, after_id: int | None = None
     ) -> list[Message]:
         """Every message of a session in order (or ``limit`` of them after ``after_id``)."""
+        limit = _optional_count(limit, "limit")
+        after_id = _optional_count(after_id, "after_id")
         return self._store.get_messages(session_id, after_id=after_id, limit=limit)
 
     def get_recent_messages(
@@ -590,7 +628,7 @@ class MemoryManager:
         *,
         user_id: str | None = None,
     ) -> list[int]:
-        batch = list(messages) if not isinstance(messages, (str, bytes, Message, Mapping)) else messages
+        batch = _message_list(messages, "asave_messages")
         return await asyncio.to_thread(self.save_messages, session_id, batch, user_id=user_id)
 
     async def aget_messages(
@@ -615,6 +653,52 @@ class MemoryManager:
             include_system=include_system,
             start_on_user=start_on_user,
         )
+
+    async def aupdate_session(
+        self,
+        session_id: str,
+        *,
+        system_prompt: Any = UNSET,
+        metadata: Any = UNSET,
+        user_id: Any = UNSET,
+    ) -> None:
+        await asyncio.to_thread(
+            self.update_session,
+            session_id,
+            system_prompt=system_prompt,
+            metadata=metadata,
+            user_id=user_id,
+        )
+
+    async def aget_window(
+        self,
+        session_id: str,
+        max_tokens: int | None = None,
+        *,
+        include_system: bool = True,
+        start_on_user: bool = False,
+    ) -> Window:
+        return await asyncio.to_thread(
+            self.get_window,
+            session_id,
+            max_tokens,
+            include_system=include_system,
+            start_on_user=start_on_user,
+        )
+
+    async def astats(self) -> dict[str, Any]:
+        return await asyncio.to_thread(self.stats)
+
+    async def __aenter__(self) -> MemoryManager:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
 
     async def aflush(self, timeout: float | None = None) -> None:
         await asyncio.to_thread(self.flush, timeout)
