@@ -1,0 +1,240 @@
+"""Agent memory for LangChain 1.x ``create_agent``, with no change to the agent's code.
+
+``HarombeMemoryMiddleware`` does three things around every model call of the agent loop:
+
+1. before the model: every message the agent state gained since the last save (the user's
+   input, tool results) is stored, in one transaction;
+2. the model is sent the session's windowed (or threaded, summarised, hybrid) history from the
+   store instead of the raw state, optionally with relevant turns of the user's *other* sessions
+   added to the system message;
+3. after the model: its reply (and its tool calls) is stored.
+
+The session is the run's ``thread_id`` (``config={"configurable": {"thread_id": ...}}``) unless
+a fixed ``session_id`` is given; the user is ``configurable["user_id"]`` or ``user_id`` on the
+runtime context. The current turn (from the last user message on, tool calls with their
+results) is always sent whole, so a tool call is never separated from its result; older turns
+fill what is left of the budget.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Annotated, Any
+
+from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
+from langchain.agents.middleware.types import PrivateStateAttr
+from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
+from langgraph.config import get_config
+from langgraph.runtime import Runtime
+from typing_extensions import NotRequired
+
+from harombe_core.errors import InvalidInputError
+from harombe_core.manager import MemoryManager
+from langchain_harombe.convert import from_langchain, to_langchain
+from langchain_harombe.history import HarombeChatMessageHistory, Strategy
+
+__all__ = ["HarombeMemoryMiddleware", "HarombeMemoryState"]
+
+
+class HarombeMemoryState(AgentState[Any]):
+    """Agent state plus how many of its messages are already stored (private to the middleware)."""
+
+    harombe_saved: NotRequired[Annotated[int, PrivateStateAttr]]
+
+
+class HarombeMemoryMiddleware(AgentMiddleware[HarombeMemoryState, Any, Any]):
+    """Persistent, windowed memory (and optional recall of past sessions) for an agent.
+
+    Args:
+        manager: The :class:`~harombe_core.MemoryManager` holding the conversations.
+        session_id: A fixed session; default: the run's ``thread_id``.
+        user_id: A fixed owner; default: ``configurable["user_id"]`` or the runtime context's.
+        strategy / max_tokens / start_on_user / context_options: the context view, as in
+            :class:`~langchain_harombe.HarombeChatMessageHistory`.
+        recall_tokens: If > 0 and semantic memory is on, up to this many tokens of relevant
+            turns from the user's other sessions are added to the system message.
+    """
+
+    state_schema = HarombeMemoryState
+
+    def __init__(
+        self,
+        manager: MemoryManager,
+        *,
+        session_id: str | None = None,
+        user_id: str | None = None,
+        strategy: Strategy = "simple",
+        max_tokens: int | None = None,
+        start_on_user: bool = False,
+        recall_tokens: int = 0,
+        context_options: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__()
+        if not isinstance(manager, MemoryManager):
+            raise InvalidInputError(
+                f"manager must be a harombe_core.MemoryManager, got {type(manager).__name__}."
+            )
+        self.manager = manager
+        self.session_id = session_id
+        self.user_id = user_id
+        self.strategy: Strategy = strategy
+        self.max_tokens = max_tokens
+        self.start_on_user = start_on_user
+        self.recall_tokens = recall_tokens
+        self.context_options = context_options
+        # Validates strategy and the other options once, not on the first model call.
+        self._history("validate", None)
+
+    # keys ---------------------------------------------------------------------------------
+    def _keys(self, runtime: Runtime[Any] | None) -> tuple[str, str | None]:
+        configurable: dict[str, Any] = {}
+        try:
+            configurable = dict(get_config().get("configurable") or {})
+        except RuntimeError:  # called outside a runnable context (direct unit use)
+            configurable = {}
+        session_id = self.session_id or configurable.get("thread_id")
+        if not session_id:
+            raise InvalidInputError(
+                "HarombeMemoryMiddleware needs a session: pass session_id=... or invoke the "
+                "agent with config={'configurable': {'thread_id': '...'}}."
+            )
+        user_id = self.user_id or configurable.get("user_id")
+        context = getattr(runtime, "context", None)
+        if user_id is None and context is not None:
+            user_id = (
+                context.get("user_id") if isinstance(context, dict)
+                else getattr(context, "user_id", None)
+            )
+        return str(session_id), None if user_id is None else str(user_id)
+
+    def _history(self, session_id: str, user_id: str | None) -> HarombeChatMessageHistory:
+        return HarombeChatMessageHistory(
+            session_id,
+            manager=self.manager,
+            user_id=user_id,
+            strategy=self.strategy,
+            max_tokens=self.max_tokens,
+            start_on_user=self.start_on_user,
+            context_options=self.context_options,
+        )
+
+    # saving -------------------------------------------------------------------------------
+    def _unsaved(self, state: HarombeMemoryState) -> tuple[list[BaseMessage], int]:
+        messages = list(state.get("messages") or [])
+        saved = state.get("harombe_saved") or 0
+        return messages[saved:], len(messages)
+
+    def _save(self, state: HarombeMemoryState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        new, total = self._unsaved(state)
+        if not new:
+            return None
+        session_id, user_id = self._keys(runtime)
+        self.manager.save_messages(
+            session_id, [from_langchain(m) for m in new], user_id=user_id
+        )
+        return {"harombe_saved": total}
+
+    async def _asave(
+        self, state: HarombeMemoryState, runtime: Runtime[Any]
+    ) -> dict[str, Any] | None:
+        new, total = self._unsaved(state)
+        if not new:
+            return None
+        session_id, user_id = self._keys(runtime)
+        await self.manager.asave_messages(
+            session_id, [from_langchain(m) for m in new], user_id=user_id
+        )
+        return {"harombe_saved": total}
+
+    def before_model(
+        self, state: HarombeMemoryState, runtime: Runtime[Any]
+    ) -> dict[str, Any] | None:
+        return self._save(state, runtime)
+
+    async def abefore_model(
+        self, state: HarombeMemoryState, runtime: Runtime[Any]
+    ) -> dict[str, Any] | None:
+        return await self._asave(state, runtime)
+
+    def after_model(
+        self, state: HarombeMemoryState, runtime: Runtime[Any]
+    ) -> dict[str, Any] | None:
+        return self._save(state, runtime)
+
+    async def aafter_model(
+        self, state: HarombeMemoryState, runtime: Runtime[Any]
+    ) -> dict[str, Any] | None:
+        return await self._asave(state, runtime)
+
+    # the model call -----------------------------------------------------------------------
+    def _build(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
+        session_id, user_id = self._keys(request.runtime)
+        view = self._history(session_id, user_id).messages
+        recall = self._recall(request.messages, session_id, user_id)
+        return self._assemble(request, view, recall)
+
+    async def _abuild(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
+        return await asyncio.to_thread(self._build, request)
+
+    def _recall(
+        self, messages: Sequence[BaseMessage], session_id: str, user_id: str | None
+    ) -> str | None:
+        if self.recall_tokens <= 0 or not self.manager.semantic_enabled:
+            return None
+        query = next((m.text for m in reversed(messages) if isinstance(m, HumanMessage)), "")
+        get_relevant_context = getattr(self.manager, "get_relevant_context", None)
+        if not query or get_relevant_context is None:
+            return None
+        context = get_relevant_context(
+            query,
+            max_tokens=self.recall_tokens,
+            user_id=user_id,
+            exclude_session_id=session_id,
+        )
+        text = context if isinstance(context, str) else "\n".join(
+            f"{m.role}: {m.content}" for m in context
+        )
+        return text or None
+
+    @staticmethod
+    def _assemble(
+        request: ModelRequest[Any], view: list[BaseMessage], recall: str | None
+    ) -> ModelRequest[Any]:
+        # The current turn (from the newest user message on) is sent whole even if the budget
+        # is smaller, so the model always sees the question and every tool result it asked for.
+        state_messages = list(request.messages)
+        start = max(
+            (i for i, m in enumerate(state_messages) if isinstance(m, HumanMessage)), default=0
+        )
+        current = state_messages[start:]
+        view_ids = {m.id for m in view if m.id is not None}
+        if current and current[0].id is not None and current[0].id not in view_ids:
+            view = current
+        overrides: dict[str, Any] = {"messages": view}
+        if recall:
+            base = request.system_message.text if request.system_message is not None else ""
+            note = f"Relevant turns from earlier conversations:\n{recall}"
+            overrides["system_message"] = SystemMessage(
+                f"{base}\n\n{note}" if base else note
+            )
+        return request.override(**overrides)
+
+    def wrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
+    ) -> ModelResponse[Any]:
+        return handler(self._build(request))
+
+    async def awrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
+    ) -> ModelResponse[Any]:
+        return await handler(await self._abuild(request))
+
+
+def stored_messages(manager: MemoryManager, session_id: str) -> list[BaseMessage]:
+    """Every stored message of an agent session, as LangChain messages (for inspection)."""
+    return [to_langchain(m) for m in manager.get_messages(session_id)]

@@ -1,0 +1,167 @@
+"""create_agent + HarombeMemoryMiddleware: persistence across processes, tool-call integrity."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from langchain.agents import create_agent
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+    messages_from_dict,
+)
+from langchain_core.tools import tool
+
+from harombe_core.errors import InvalidInputError
+from harombe_core.manager import MemoryManager
+from langchain_harombe import HarombeMemoryMiddleware, RecordingChatModel, to_langchain
+
+ROOT = Path(__file__).resolve().parents[2]
+AGENT_TURN = Path(__file__).with_name("agent_turn.py")
+
+
+@tool
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+def _call(a: int, b: int, call_id: str) -> dict[str, Any]:
+    return {"tool_calls": [{"name": "add", "args": {"a": a, "b": b}, "id": call_id}]}
+
+
+def _run(db: str, thread: str, question: str, script: list[Any], max_tokens: int | None = None
+         ) -> dict[str, Any]:
+    command = [sys.executable, "-W", "ignore::DeprecationWarning", str(AGENT_TURN), db, thread,
+               question, json.dumps(script)]
+    if max_tokens is not None:
+        command += ["--max-tokens", str(max_tokens)]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=True)
+    result: dict[str, Any] = json.loads(done.stdout)
+    result["calls"] = [messages_from_dict(c) for c in result["calls"]]
+    return result
+
+
+def _pairs_intact(messages: list[BaseMessage]) -> bool:
+    calls = {c["id"] for m in messages if isinstance(m, AIMessage) for c in m.tool_calls}
+    results = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
+    return calls == results and not (messages and isinstance(messages[0], ToolMessage))
+
+
+def test_agent_memory_survives_a_restart_and_keeps_tool_pairs(db_path: str) -> None:
+    first = _run(db_path, "t1", "add 1 and 2", [_call(1, 2, "c1"), "It is 3."])
+    assert first["answer"] == "It is 3."
+    one, two = first["calls"]
+    assert one == [SystemMessage("You add numbers."), HumanMessage("add 1 and 2", id=one[1].id)]
+    assert isinstance(two[2], AIMessage) and two[2].tool_calls[0]["id"] == "c1"
+    assert isinstance(two[3], ToolMessage) and (two[3].tool_call_id, two[3].text) == ("c1", "3")
+
+    # A new process: the model is sent the stored history, windowed, then the new question.
+    second = _run(db_path, "t1", "and 3 and 4?", [_call(3, 4, "c2"), "It is 7."])
+    sent = second["calls"][0]
+    assert sent[0] == SystemMessage("You add numbers.")
+    assert [m.text for m in sent[1:]] == ["add 1 and 2", "", "3", "It is 3.", "and 3 and 4?"]
+    assert _pairs_intact(sent[1:])
+
+    with MemoryManager(db_path, embedding=None) as manager:
+        stored = manager.get_messages("t1")
+    restored = [to_langchain(m) for m in stored]
+    assert [type(m).__name__ for m in restored] == [
+        "HumanMessage", "AIMessage", "ToolMessage", "AIMessage",
+    ] * 2
+    assert restored[1].tool_calls == [
+        {"name": "add", "args": {"a": 1, "b": 2}, "id": "c1", "type": "tool_call"}
+    ]
+    assert restored[6].tool_call_id == "c2"
+    assert restored[2] == two[3], "the tool result round-trips exactly"
+
+
+def test_window_edge_never_splits_a_tool_call_from_its_result(db_path: str) -> None:
+    _run(db_path, "t1", "add 1 and 2", [_call(1, 2, "c1"), "It is 3."])
+    with MemoryManager(db_path, embedding=None) as manager:
+        stored = manager.get_messages("t1")
+    total = sum(m.token_count or 0 for m in stored)
+    second = _run(db_path, "t1", "and 3 and 4?", [_call(3, 4, "c2"), "It is 7."], max_tokens=40)
+    for sent in second["calls"]:
+        assert _pairs_intact(sent[1:])
+    first_call = second["calls"][0][1:]
+    # The window is the newest stored messages that fit 40 tokens, trimmed to a valid start.
+    prefix = [to_langchain(m) for m in stored]
+    assert first_call[-1].text == "and 3 and 4?"
+    history = first_call[:-1]
+    assert history == prefix[len(prefix) - len(history) :]
+    assert sum(m.token_count or 0 for m in stored[len(stored) - len(history) :]) <= 40 < total
+
+
+def test_every_budget_keeps_tool_pairs_whole(manager: MemoryManager) -> None:
+    turn = [
+        HumanMessage("add 1 and 2"),
+        AIMessage("", tool_calls=[{"name": "add", "args": {"a": 1, "b": 2}, "id": "c1"},
+                                  {"name": "add", "args": {"a": 5, "b": 5}, "id": "c3"}]),
+        ToolMessage("3", tool_call_id="c1"),
+        ToolMessage("10", tool_call_id="c3"),
+        AIMessage("3 and 10"),
+    ]
+    from langchain_harombe import from_langchain
+
+    stored_total = 0
+    for budget in range(0, 120, 7):
+        sid = f"b{budget}"
+        manager.save_messages(sid, [from_langchain(m) for m in turn])
+        stored_total = sum(m.token_count or 0 for m in manager.get_messages(sid))
+        model = RecordingChatModel(responses=[_ai_call(2, 2, "c9"), "4"])
+        agent = create_agent(
+            model, tools=[add], middleware=[HarombeMemoryMiddleware(manager, max_tokens=budget)]
+        )
+        agent.invoke({"messages": [HumanMessage("2+2?")]}, {"configurable": {"thread_id": sid}})
+        for sent in model.calls:
+            assert _pairs_intact(sent), (budget, sent)
+            assert any(isinstance(m, HumanMessage) and m.text == "2+2?" for m in sent)
+    assert stored_total < 119, "the sweep covers budgets above the whole history"
+
+
+def _ai_call(a: int, b: int, call_id: str) -> AIMessage:
+    return AIMessage("", tool_calls=[{"name": "add", "args": {"a": a, "b": b}, "id": call_id}])
+
+
+async def test_async_agent_matches_sync(manager: MemoryManager) -> None:
+    results: dict[str, list[BaseMessage]] = {}
+    for mode in ("sync", "async"):
+        model = RecordingChatModel(responses=[_ai_call(1, 2, "c1"), "3"])
+        agent = create_agent(model, tools=[add], middleware=[HarombeMemoryMiddleware(manager)])
+        config = {"configurable": {"thread_id": mode, "user_id": "ann"}}
+        if mode == "sync":
+            agent.invoke({"messages": [HumanMessage("1+2?")]}, config)
+        else:
+            await agent.ainvoke({"messages": [HumanMessage("1+2?")]}, config)
+        results[mode] = [to_langchain(m) for m in manager.get_messages(mode)]
+        assert manager.load_session(mode).user_id == "ann"
+    strip = [(type(m), m.text, getattr(m, "tool_calls", None)) for m in results["sync"]]
+    assert strip == [(type(m), m.text, getattr(m, "tool_calls", None)) for m in results["async"]]
+    assert len(results["async"]) == 4
+
+
+def test_user_from_runtime_context_and_fixed_session(manager: MemoryManager) -> None:
+    model = RecordingChatModel()
+    agent = create_agent(
+        model, middleware=[HarombeMemoryMiddleware(manager, session_id="fixed")],
+        context_schema=dict,
+    )
+    agent.invoke({"messages": [HumanMessage("hi")]}, context={"user_id": "bob"})
+    agent.invoke({"messages": [HumanMessage("again")]}, context={"user_id": "bob"})
+    assert manager.load_session("fixed").user_id == "bob"
+    assert [m.text for m in model.calls[-1]] == ["hi", "echo: hi", "again"]
+
+
+def test_missing_session_is_a_clear_error(manager: MemoryManager) -> None:
+    agent = create_agent(RecordingChatModel(), middleware=[HarombeMemoryMiddleware(manager)])
+    with pytest.raises(InvalidInputError, match="thread_id"):
+        agent.invoke({"messages": [HumanMessage("hi")]})
