@@ -1,0 +1,33 @@
+"""LlamaIndex adapter for harombe memory.
+
+``HarombeMemory`` gives any chat engine or agent persistent, windowed memory with recall of
+earlier sessions by passing ``memory=``; ``HarombeChatStore`` / ``HarombeDBChatStore`` make
+LlamaIndex's own memories persistent; ``HarombeMemoryBlock`` adds long-term recall to LlamaIndex's
+``Memory``; ``HarombeRetriever`` serves past messages to any engine that takes a retriever. The
+public API is exactly ``__all__``.
+"""
+
+from __future__ import annotations
+
+from llamaindex_harombe.blocks import HarombeMemoryBlock
+from llamaindex_harombe.chat_store import HarombeChatStore, HarombeDBChatStore
+from llamaindex_harombe.convert import LI_KEY, from_llamaindex, to_llamaindex
+from llamaindex_harombe.embeddings import LlamaIndexEmbedder
+from llamaindex_harombe.llm import LlamaIndexLLM, node_selector, summarizer
+from llamaindex_harombe.memory import HarombeMemory
+from llamaindex_harombe.retriever import HarombeRetriever
+
+__all__ = [
+    "LI_KEY",
+    "HarombeChatStore",
+    "HarombeDBChatStore",
+    "HarombeMemory",
+    "HarombeMemoryBlock",
+    "HarombeRetriever",
+    "LlamaIndexEmbedder",
+    "LlamaIndexLLM",
+    "from_llamaindex",
+    "node_selector",
+    "summarizer",
+    "to_llamaindex",
+]
