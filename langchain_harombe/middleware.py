@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Annotated, Any
+from typing import Annotated, Any, NotRequired
 
 from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
 from langchain.agents.middleware.types import PrivateStateAttr
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from langgraph.config import get_config
 from langgraph.runtime import Runtime
-from typing_extensions import NotRequired
 
 from harombe_core.errors import InvalidInputError
 from harombe_core.manager import MemoryManager
@@ -192,9 +191,7 @@ class HarombeMemoryMiddleware(AgentMiddleware[HarombeMemoryState, Any, Any]):
             user_id=user_id,
             exclude_session_id=session_id,
         )
-        text = context if isinstance(context, str) else "\n".join(
-            f"{m.role}: {m.content}" for m in context
-        )
+        text = self.manager.format_context(context) if context else ""
         return text or None
 
     @staticmethod
@@ -214,9 +211,8 @@ class HarombeMemoryMiddleware(AgentMiddleware[HarombeMemoryState, Any, Any]):
         overrides: dict[str, Any] = {"messages": view}
         if recall:
             base = request.system_message.text if request.system_message is not None else ""
-            note = f"Relevant turns from earlier conversations:\n{recall}"
             overrides["system_message"] = SystemMessage(
-                f"{base}\n\n{note}" if base else note
+                f"{base}\n\n{recall}" if base else recall
             )
         return request.override(**overrides)
 

@@ -22,7 +22,6 @@ from pydantic import ConfigDict, Field, PrivateAttr, field_validator
 from harombe_core.errors import InvalidInputError
 from harombe_core.manager import MemoryManager
 from harombe_core.models import SearchHit
-from harombe_core.store.base import SearchScope
 from langchain_harombe.history import resolve_manager
 
 __all__ = ["HarombeRetriever", "SearchType", "hit_to_document"]
@@ -62,9 +61,11 @@ class HarombeRetriever(BaseRetriever):
         k: How many documents to return; ``retriever.invoke(query, k=2)`` overrides it per call.
         user_id / session_id: Only this user's / this session's messages are searched (enforced
             by the store, whatever the vector index returns).
-        min_similarity: Drop hits scoring below this.
+        min_similarity: Drop hits whose cosine similarity is below this (semantic memory only).
+        exclude_session_id: Search everywhere but this session (typically the current one).
         search_type: ``"hybrid"`` (vector + keyword, fused; keyword only when semantic memory is
-            off), ``"similarity"`` (vector only) or ``"mmr"`` (vector, diversified).
+            off), ``"similarity"`` (vector only) or ``"mmr"`` (hybrid, then diversified by
+            maximal marginal relevance with ``mmr_lambda``; 1.0 is pure relevance).
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -76,6 +77,8 @@ class HarombeRetriever(BaseRetriever):
     session_id: str | None = None
     min_similarity: float | None = None
     search_type: SearchType = "hybrid"
+    mmr_lambda: float = Field(default=0.5, ge=0.0, le=1.0)
+    exclude_session_id: str | None = None
     manager_options: dict[str, Any] = Field(default_factory=dict)
 
     _manager: MemoryManager | None = PrivateAttr(default=None)
@@ -110,30 +113,29 @@ class HarombeRetriever(BaseRetriever):
         manager = self._memory()
         if k == 0:
             return []
-        search = getattr(manager, "search", None)
-        if search is not None and manager.semantic_enabled:
-            hits: list[SearchHit] = search(
-                query,
-                top_k=k,
-                session_id=self.session_id,
-                user_id=self.user_id,
-                min_similarity=self.min_similarity,
-                mode=self.search_type,
-            )
-            return hits[:k]
+        options: dict[str, Any] = {}
+        if self.exclude_session_id is not None:
+            options["exclude_session_id"] = self.exclude_session_id
         if self.search_type != "hybrid":
-            raise InvalidInputError(
-                f"search_type={self.search_type!r} needs semantic memory, which this manager "
-                "does not have; open it with embedding='default' (pip install "
-                "'harombe-memory[st,chroma]') or use search_type='hybrid' (keyword only)."
-            )
-        scope = SearchScope(user_id=self.user_id, session_id=self.session_id)
-        keyword = manager.store.keyword_search(query, limit=k, scope=scope)
-        return [
-            SearchHit(message=h.message, score=h.score, keyword_score=h.score)
-            for h in keyword
-            if self.min_similarity is None or h.score >= self.min_similarity
-        ]
+            if not manager.semantic_enabled:
+                raise InvalidInputError(
+                    f"search_type={self.search_type!r} needs semantic memory, which this "
+                    "manager does not have; open it with embedding='default' (pip install "
+                    "'harombe-memory[st,chroma]') or use search_type='hybrid' (keyword only)."
+                )
+            if self.search_type == "similarity":
+                options["keyword_weight"] = 0.0
+            else:
+                options["mmr_lambda"] = self.mmr_lambda
+        hits = manager.search(
+            query,
+            top_k=k,
+            session_id=self.session_id,
+            user_id=self.user_id,
+            min_similarity=self.min_similarity,
+            **options,
+        )
+        return hits[:k]
 
     def _get_relevant_documents(
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any
