@@ -35,6 +35,27 @@ DbOption = Annotated[
 ]
 
 
+# migrate ------------------------------------------------------------------------------------
+@app.command("migrate")
+def migrate_command(
+    source: Annotated[str, typer.Option("--from", help="Source: a SQLite path or postgresql:// URL.")],
+    destination: Annotated[
+        str, typer.Option("--to", help="Destination: a SQLite path or postgresql:// URL.")
+    ],
+    batch_size: Annotated[int, typer.Option(help="Messages per transaction.")] = 500,
+    progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+) -> None:
+    """Copy sessions, messages, threads and summaries between backends (resumable, verified)."""
+    from harombe_core.migrate import migrate
+
+    report = migrate(source, destination, batch_size=batch_size, progress=progress)
+    console.print(
+        f"migrated {report.sessions} sessions and {report.messages} messages "
+        f"({report.copied_messages} copied now, {report.skipped_sessions} sessions already done); "
+        "verified: counts and checksums match."
+    )
+
+
 def main() -> None:
     """Entry point: typed harombe errors become one red line and exit code 1, not a traceback."""
     try:

@@ -824,7 +824,7 @@ class PostgresStore:
         _check_id(session_id, "session_id")
         before: int | None = None
         while True:
-            page = self._run(lambda: self._newest_page_body(session_id, before), write=False)
+            page = self._run(lambda before=before: self._newest_page_body(session_id, before), write=False)
             yield from page
             if len(page) < 64:
                 return
@@ -835,7 +835,7 @@ class PostgresStore:
         before: int | None = None
         while True:
             page = await self._arun(
-                lambda: self._newest_page_body(session_id, before), write=False
+                lambda before=before: self._newest_page_body(session_id, before), write=False
             )
             for message in page:
                 yield message
