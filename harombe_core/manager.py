@@ -162,6 +162,11 @@ class MemoryManager:
         return self._config
 
     @property
+    def embedder(self) -> Any:
+        """The embedder of semantic memory (an ``Embedder``), or None when it is off."""
+        return None if self._semantic is None else self._semantic.embedder
+
+    @property
     def semantic_enabled(self) -> bool:
         """True when messages are embedded and searchable by meaning."""
         return self._semantic is not None

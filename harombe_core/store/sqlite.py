@@ -123,9 +123,35 @@ MIGRATIONS: list[list[str]] = [
             vector BLOB NOT NULL
         )""",
     ],
+    # 3: long-term key-value memory (the LangGraph store of the LangChain adapter): JSON values
+    # under a dotted namespace, optional expiry, and one embedding per indexed text field.
+    [
+        """CREATE TABLE store_items (
+            namespace TEXT NOT NULL,
+            key TEXT NOT NULL,
+            value TEXT NOT NULL,
+            created_at INTEGER NOT NULL,
+            updated_at INTEGER NOT NULL,
+            expires_at INTEGER,
+            ttl_minutes REAL,
+            PRIMARY KEY (namespace, key)
+        )""",
+        "CREATE INDEX store_items_expiry ON store_items(expires_at) WHERE expires_at IS NOT NULL",
+        """CREATE TABLE store_vectors (
+            namespace TEXT NOT NULL,
+            key TEXT NOT NULL,
+            path TEXT NOT NULL,
+            vector BLOB NOT NULL,
+            PRIMARY KEY (namespace, key, path),
+            FOREIGN KEY (namespace, key) REFERENCES store_items(namespace, key) ON DELETE CASCADE
+        )""",
+    ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
-_KNOWN_TABLES = {"harombe_meta", "sessions", "messages", "messages_fts", "message_vectors"}
+_KNOWN_TABLES = {
+    "harombe_meta", "sessions", "messages", "messages_fts", "message_vectors", "store_items",
+    "store_vectors",
+}
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -455,6 +481,18 @@ class SQLiteStore:
                     raise _classify(exc, self.location) from exc
                 raise
         raise StoreBusyError(f"{self.location}: still locked after {self._max_retries} retries")
+
+    def transaction(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn(connection)`` in one write transaction, with the store's retries.
+
+        For tables kept beside the messages by an extension (the LangGraph store of the
+        LangChain adapter), so they share this file, its locking and its error types.
+        """
+        return self._write(fn)
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        """Rows of one read-only statement (see :meth:`transaction`)."""
+        return self._read(sql, params)
 
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         try:
