@@ -46,6 +46,8 @@ class MemorySection(_Section):
     auto_prune_days: int | None = Field(default=None, ge=1)
     strategy: Literal["simple", "summarization", "hybrid", "threaded"] = "simple"
     token_counter: Literal["exact", "approximate"] = "exact"
+    #: SQLCipher key for a SQLite file (extra ``encryption``); else ``HAROMBE_DB_KEY`` is used.
+    encryption_key: str | None = Field(default=None, repr=False)
 
     @field_validator("storage_path")
     @classmethod

@@ -31,8 +31,13 @@ __all__ = ["MemoryManager", "open_store"]
 log = logging.getLogger(__name__)
 
 
-def open_store(storage_path: str | os.PathLike[str] | MessageStore) -> MessageStore:
-    """A store for a path (SQLite), a ``postgresql://`` URL, or an existing store object."""
+def open_store(
+    storage_path: str | os.PathLike[str] | MessageStore, *, encryption_key: str | None = None
+) -> MessageStore:
+    """A store for a path (SQLite), a ``postgresql://`` URL, or an existing store object.
+
+    ``encryption_key`` (else ``HAROMBE_DB_KEY``) encrypts a SQLite file with SQLCipher.
+    """
     if not isinstance(storage_path, (str, os.PathLike)):
         if isinstance(storage_path, MessageStore):
             return storage_path
@@ -47,7 +52,7 @@ def open_store(storage_path: str | os.PathLike[str] | MessageStore) -> MessageSt
         return PostgresStore(location)
     from harombe_core.store.sqlite import SQLiteStore
 
-    return SQLiteStore(location)
+    return SQLiteStore(location, encryption_key=encryption_key)
 
 
 def _message_list(messages: Any, what: str) -> list[Any]:
@@ -102,10 +107,11 @@ class MemoryManager:
         vector_store: Any = "chroma",
         token_counter: Any = "exact",
         config: MemoryConfig | None = None,
+        encryption_key: str | None = None,
     ) -> None:
         self.max_history_tokens = check_budget(max_history_tokens, "max_history_tokens")
         self.token_counter: TokenCounter = resolve_token_counter(token_counter)
-        self._store = open_store(storage_path)
+        self._store = open_store(storage_path, encryption_key=encryption_key)
         self._config = config
         self._semantic: Any = None
         try:
@@ -140,6 +146,7 @@ class MemoryManager:
             vector_store=config.vector_store.provider if semantic else None,
             token_counter=config.memory.token_counter,
             config=config,
+            encryption_key=config.memory.encryption_key,
         )
         if config.memory.auto_prune_days:
             pruned = manager.prune_old_sessions(config.memory.auto_prune_days)

@@ -281,9 +281,16 @@ class SQLiteStore:
         *,
         busy_timeout_ms: int = 5_000,
         max_retries: int = 12,
+        encryption_key: str | None = None,
     ) -> None:
         self._busy_timeout_ms = busy_timeout_ms
         self._max_retries = max_retries
+        # SQLCipher key (argument, else HAROMBE_DB_KEY); see harombe_core.store.encryption.
+        self._key: str | None = None
+        if os.fspath(path) not in (":memory:", ""):
+            from harombe_core.store.encryption import resolve_key
+
+            self._key = resolve_key(encryption_key)
         self._local = threading.local()
         self._connections: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
@@ -308,13 +315,20 @@ class SQLiteStore:
     # connection handling ------------------------------------------------------------------
     def _connect(self) -> sqlite3.Connection:
         try:
-            conn = sqlite3.connect(
-                self._uri,
-                uri=True,
-                isolation_level=None,
-                check_same_thread=False,
-                timeout=self._busy_timeout_ms / 1000,
-            )
+            if self._key is not None:
+                from harombe_core.store.encryption import connect as encrypted_connect
+
+                conn = encrypted_connect(
+                    self._uri, self._key, timeout=self._busy_timeout_ms / 1000
+                )
+            else:
+                conn = sqlite3.connect(
+                    self._uri,
+                    uri=True,
+                    isolation_level=None,
+                    check_same_thread=False,
+                    timeout=self._busy_timeout_ms / 1000,
+                )
             conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
             conn.execute("PRAGMA foreign_keys = ON")
             if self.location != ":memory:":
@@ -350,6 +364,11 @@ class SQLiteStore:
         if file.is_dir():
             raise NotAHarombeDatabaseError(f"{file} is a directory; pass a file path.")
         if file.exists() and file.stat().st_size > 0:
+            if self._key is not None:
+                from harombe_core.store.encryption import check_key
+
+                check_key(file, self._key)
+                return
             self._inspect_existing(file)
             return
         try:

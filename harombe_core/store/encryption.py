@@ -1,0 +1,149 @@
+"""Encryption at rest for the SQLite store, through SQLCipher (extra ``encryption``).
+
+``sqlcipher3`` is a drop-in copy of the ``sqlite3`` module linked against SQLCipher, but its
+exception classes are its own. The SQLite store classifies errors by the standard ``sqlite3``
+classes (busy, read-only, disk full), so the connection returned here re-raises each SQLCipher
+error as the ``sqlite3`` class of the same name: every retry and typed error of the store works
+unchanged on an encrypted file.
+
+The key comes from ``encryption_key=`` (or the ``memory.encryption_key`` config), else from the
+``HAROMBE_DB_KEY`` environment variable. A wrong key is reported as
+:class:`~harombe_core.errors.EncryptionKeyError` before anything is written.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from harombe_core.errors import EncryptionKeyError, InvalidInputError, MissingExtraError
+
+__all__ = ["KEY_ENV", "check_key", "connect", "resolve_key"]
+
+KEY_ENV = "HAROMBE_DB_KEY"
+
+
+def resolve_key(explicit: str | None) -> str | None:
+    """The key to use: the explicit one, else ``HAROMBE_DB_KEY``, else None (no encryption)."""
+    key = explicit if explicit is not None else os.environ.get(KEY_ENV)
+    if key is None or key == "":
+        return None
+    if not isinstance(key, str) or "\x00" in key:
+        raise InvalidInputError("encryption_key must be a non-empty str without NUL bytes.")
+    return key
+
+
+def _module() -> Any:
+    try:
+        from sqlcipher3 import dbapi2
+    except ImportError as exc:
+        raise MissingExtraError("An encrypted database", "encryption", "sqlcipher3") from exc
+    return dbapi2
+
+
+def _translate(exc: BaseException) -> BaseException:
+    cls = getattr(sqlite3, type(exc).__name__, sqlite3.Error)
+    if not (isinstance(cls, type) and issubclass(cls, sqlite3.Error)):
+        cls = sqlite3.Error
+    return cls(*exc.args)
+
+
+class _Cursor:
+    def __init__(self, cursor: Any, errors: tuple[type[BaseException], ...]) -> None:
+        self._cursor = cursor
+        self._errors = errors
+
+    def _call(self, name: str, *args: Any) -> Any:
+        try:
+            return getattr(self._cursor, name)(*args)
+        except self._errors as exc:
+            raise _translate(exc) from exc
+
+    def fetchone(self) -> Any:
+        return self._call("fetchone")
+
+    def fetchall(self) -> list[Any]:
+        return self._call("fetchall")  # type: ignore[no-any-return]
+
+    def fetchmany(self, size: int = 1) -> list[Any]:
+        return self._call("fetchmany", size)  # type: ignore[no-any-return]
+
+    def execute(self, sql: str, params: Any = ()) -> _Cursor:
+        self._call("execute", sql, params)
+        return self
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.fetchall())
+
+    def __getattr__(self, name: str) -> Any:  # rowcount, lastrowid, description, close
+        return getattr(self._cursor, name)
+
+
+class _Connection:
+    """A SQLCipher connection that raises the standard ``sqlite3`` exception classes."""
+
+    def __init__(self, conn: Any, errors: tuple[type[BaseException], ...]) -> None:
+        self._conn = conn
+        self._errors = errors
+
+    def execute(self, sql: str, params: Any = ()) -> _Cursor:
+        try:
+            return _Cursor(self._conn.execute(sql, params), self._errors)
+        except self._errors as exc:
+            raise _translate(exc) from exc
+
+    def executemany(self, sql: str, rows: Any) -> _Cursor:
+        try:
+            return _Cursor(self._conn.executemany(sql, rows), self._errors)
+        except self._errors as exc:
+            raise _translate(exc) from exc
+
+    def cursor(self) -> _Cursor:
+        return _Cursor(self._conn.cursor(), self._errors)
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+
+def _quote(key: str) -> str:
+    return "'" + key.replace("'", "''") + "'"
+
+
+def connect(uri: str, key: str, *, timeout: float) -> Any:
+    """Open ``uri`` with SQLCipher and apply ``key`` (before any other statement)."""
+    module = _module()
+    errors = (module.Error,)
+    try:
+        raw = module.connect(
+            uri, uri=True, isolation_level=None, check_same_thread=False, timeout=timeout
+        )
+        raw.execute("PRAGMA cipher_log_level = NONE")
+        raw.execute(f"PRAGMA key = {_quote(key)}")
+    except errors as exc:
+        raise _translate(exc) from exc
+    return _Connection(raw, errors)
+
+
+def check_key(file: Path, key: str) -> None:
+    """Refuse a wrong key (or an unencrypted file opened with a key) before any write."""
+    module = _module()
+    try:
+        conn = module.connect(f"{file.as_uri()}?mode=ro", uri=True)
+        try:
+            conn.execute("PRAGMA cipher_log_level = NONE")
+            conn.execute(f"PRAGMA key = {_quote(key)}")
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        finally:
+            conn.close()
+    except module.DatabaseError as exc:
+        raise EncryptionKeyError(
+            f"{file} cannot be opened with this encryption key ({exc}); it was left untouched. "
+            f"Pass the key it was created with (encryption_key=... or {KEY_ENV}); a file "
+            "created without encryption must be opened without a key."
+        ) from exc
