@@ -1,0 +1,226 @@
+"""HarombeMemory as LlamaIndex's engines and agents use it: window, recall, tools, persistence."""
+
+from __future__ import annotations
+
+import pytest
+from llama_index.core.base.llms.types import ChatMessage, TextBlock, ToolCallBlock
+from llama_index.core.llms import MockLLM
+from llama_index.core.memory import BaseMemory
+
+from harombe_core.errors import InvalidBudgetError, InvalidInputError
+from harombe_core.manager import MemoryManager
+from harombe_core.retrieval import CONTEXT_HEADER
+from llamaindex_harombe import HarombeMemory
+
+
+def user(text: str) -> ChatMessage:
+    return ChatMessage(role="user", content=text)
+
+
+def assistant(text: str) -> ChatMessage:
+    return ChatMessage(role="assistant", content=text)
+
+
+def conversation(n: int) -> list[ChatMessage]:
+    return [
+        (user if i % 2 == 0 else assistant)(f"turn {i} of a long chat about sailing boats")
+        for i in range(n)
+    ]
+
+
+def cost(memory: HarombeMemory, messages: list[ChatMessage]) -> int:
+    from llamaindex_harombe.convert import from_llamaindex
+
+    return memory.manager.count_tokens([from_llamaindex(m) for m in messages])
+
+
+@pytest.fixture
+def memory(manager: MemoryManager) -> HarombeMemory:
+    return HarombeMemory.from_defaults(manager=manager, session_id="s1", token_limit=80)
+
+
+def test_is_a_llamaindex_memory(memory: HarombeMemory) -> None:
+    assert isinstance(memory, BaseMemory)
+
+
+def test_put_get_all_set_reset(memory: HarombeMemory) -> None:
+    memory.put(user("hi"))
+    memory.put_messages([assistant("hello"), user("bye")])
+    assert [m.content for m in memory.get_all()] == ["hi", "hello", "bye"]
+    memory.set([user("fresh start")])
+    assert memory.get_all() == [user("fresh start")]
+    memory.reset()
+    assert memory.get_all() == []
+    assert memory.get() == []
+
+
+async def test_async_twins(memory: HarombeMemory) -> None:
+    await memory.aput(user("hi"))
+    await memory.aput_messages([assistant("hello"), user("bye")])
+    assert [m.content for m in await memory.aget_all()] == ["hi", "hello", "bye"]
+    assert await memory.aget() == memory.get()
+    await memory.aset([user("again")])
+    assert await memory.aget_all() == [user("again")]
+    await memory.areset()
+    assert await memory.aget_all() == []
+
+
+def test_window_respects_limit_and_initial_token_count(memory: HarombeMemory) -> None:
+    memory.put_messages(conversation(20))
+    full = memory.get()
+    assert cost(memory, full) <= 80
+    assert full[-1].content == "turn 19 of a long chat about sailing boats"
+    smaller = memory.get(initial_token_count=40)
+    assert cost(memory, smaller) <= 40
+    assert len(smaller) < len(full)
+    assert memory.get(initial_token_count=80) == []
+    with pytest.raises(InvalidBudgetError):
+        memory.get(initial_token_count=-1)
+
+
+@pytest.mark.parametrize("limit", [20, 30, 45, 60, 75])
+def test_window_never_starts_on_assistant(manager: MemoryManager, limit: int) -> None:
+    memory = HarombeMemory.from_defaults(manager=manager, session_id="s", token_limit=limit)
+    memory.put_messages(conversation(15))
+    window = memory.get()
+    assert window, "some turns fit"
+    assert window[0].role.value == "user"
+
+
+def tool_turn(i: int, result: str) -> list[ChatMessage]:
+    return [
+        user(f"question {i}"),
+        ChatMessage(
+            role="assistant",
+            blocks=[
+                TextBlock(text=""),
+                ToolCallBlock(tool_call_id=f"c{i}", tool_name="lookup", tool_kwargs={"q": i}),
+            ],
+        ),
+        ChatMessage(role="tool", content=result, additional_kwargs={"tool_call_id": f"c{i}"}),
+        assistant(f"answer {i}"),
+    ]
+
+
+def test_tool_results_are_counted(manager: MemoryManager) -> None:
+    memory = HarombeMemory.from_defaults(manager=manager, session_id="t", token_limit=200)
+    big = "data " * 150
+    memory.put_messages(tool_turn(1, big) + tool_turn(2, "ok"))
+    window = memory.get()
+    assert cost(memory, window) <= 200
+    # the first turn's 150-token tool result does not fit beside the second turn
+    assert all(m.content != big.strip() and m.content != big for m in window)
+    assert window[0].content == "question 2"
+
+
+@pytest.mark.parametrize("limit", range(10, 90, 4))
+def test_tool_call_and_result_never_split(manager: MemoryManager, limit: int) -> None:
+    memory = HarombeMemory.from_defaults(manager=manager, session_id="t", token_limit=limit)
+    memory.put_messages(tool_turn(1, "sunny") + tool_turn(2, "rain all day") + tool_turn(3, "x"))
+    window = memory.get()
+    assert cost(memory, window) <= limit
+    if window:
+        assert window[0].role.value == "user"
+    calls = {b.tool_call_id for m in window for b in m.blocks if isinstance(b, ToolCallBlock)}
+    results = {m.additional_kwargs["tool_call_id"] for m in window if m.role.value == "tool"}
+    assert calls == results
+
+
+def test_recall_from_past_sessions_is_one_system_message(manager: MemoryManager) -> None:
+    past = HarombeMemory.from_defaults(manager=manager, session_id="old", user_id="ann")
+    past.put_messages([user("my dog is called Biscuit"), assistant("what a lovely name")])
+    other = HarombeMemory.from_defaults(manager=manager, session_id="bob", user_id="bob")
+    other.put(user("my dog is called Rex"))
+    memory = HarombeMemory.from_defaults(
+        manager=manager, session_id="new", user_id="ann", token_limit=300
+    )
+    memory.put(user("hello again"))
+    window = memory.get(input="what is my dog called?")
+    assert window[0].role.value == "system"
+    assert window[0].content is not None
+    assert window[0].content.startswith(CONTEXT_HEADER)
+    assert "Biscuit" in window[0].content
+    assert "Rex" not in window[0].content  # another user's session is never recalled
+    assert sum(m.role.value == "system" for m in window) == 1
+    assert window[1:] == [user("hello again")]
+    assert cost(memory, window) <= 300
+    # without input (agents' intermediate steps) there is no recall
+    assert memory.get() == [user("hello again")]
+
+
+def test_recall_inside_the_budget_and_switchable(manager: MemoryManager) -> None:
+    HarombeMemory.from_defaults(manager=manager, session_id="old").put_messages(
+        [user("the launch code is tangerine " * 5)] * 6
+    )
+    memory = HarombeMemory.from_defaults(manager=manager, session_id="new", token_limit=60)
+    memory.put(user("short"))
+    window = memory.get(input="launch code tangerine")
+    assert cost(memory, window) <= 60
+    off = HarombeMemory.from_defaults(manager=manager, session_id="new", rag=False)
+    assert off.get(input="launch code tangerine") == [user("short")]
+
+
+async def test_async_recall_matches_sync(manager: MemoryManager) -> None:
+    HarombeMemory.from_defaults(manager=manager, session_id="old").put(user("pizza on friday"))
+    memory = HarombeMemory.from_defaults(manager=manager, session_id="new")
+    memory.put(user("hi"))
+    assert await memory.aget(input="pizza") == memory.get(input="pizza")
+    assert "pizza" in str(memory.get(input="pizza")[0].content)
+
+
+def test_session_system_prompt_leads(manager: MemoryManager) -> None:
+    memory = HarombeMemory.from_defaults(
+        manager=manager, session_id="p", system_prompt="You are terse."
+    )
+    memory.put(user("hi"))
+    assert [m.content for m in memory.get()] == ["You are terse.", "hi"]
+    assert memory.get_all() == [user("hi")]
+
+
+def test_from_defaults_as_engines_call_it(db: str) -> None:
+    memory = HarombeMemory.from_defaults(
+        chat_history=[user("a"), assistant("b")], llm=MockLLM(), storage_path=db
+    )
+    assert memory.token_limit == int(MockLLM().metadata.context_window * 0.75)
+    assert memory.get_all() == [user("a"), assistant("b")]
+    # chat_history replaces, as LlamaIndex's buffers do
+    again = HarombeMemory.from_defaults(chat_history=[user("c")], storage_path=db)
+    assert again.get_all() == [user("c")]
+    assert again.token_limit == 3000
+    memory.close()
+    again.close()
+
+
+def test_to_dict_from_dict_reopens_the_store(db: str) -> None:
+    memory = HarombeMemory.from_defaults(
+        storage_path=db, session_id="s", user_id="ann", token_limit=123
+    )
+    memory.put(user("remember me"))
+    data = memory.to_dict()
+    memory.close()
+    assert data["storage_path"] == db
+    assert data["class_name"] == "HarombeMemory"
+    restored = HarombeMemory.from_dict(data)
+    assert (restored.session_id, restored.user_id, restored.token_limit) == ("s", "ann", 123)
+    assert restored.get_all() == [user("remember me")]
+    restored.close()
+    assert HarombeMemory.from_json(memory.to_json()).get_all() == [user("remember me")]
+
+
+def test_bad_arguments_are_typed_errors(manager: MemoryManager, db: str) -> None:
+    with pytest.raises(InvalidInputError, match="strategy"):
+        HarombeMemory.from_defaults(manager=manager, strategy="nonsense")  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError, match="not both"):
+        HarombeMemory.from_defaults(manager=manager, storage_path=db)
+    with pytest.raises(InvalidBudgetError):
+        HarombeMemory.from_defaults(manager=manager, token_limit=-5)
+
+
+def test_sessions_stay_apart(manager: MemoryManager) -> None:
+    a = HarombeMemory.from_defaults(manager=manager, session_id="a", rag=False)
+    b = HarombeMemory.from_defaults(manager=manager, session_id="b", rag=False)
+    for i in range(3):
+        a.put(user(f"a{i}"))
+        b.put(user(f"b{i}"))
+    assert [m.content for m in a.get_all()] == ["a0", "a1", "a2"]
+    assert [m.content for m in b.get(input="a1")] == ["b0", "b1", "b2"]
