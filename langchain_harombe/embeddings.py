@@ -1,0 +1,88 @@
+"""Any LangChain ``Embeddings`` as a harombe ``Embedder``.
+
+harombe's vector index needs to know a model's name and dimension (it refuses to mix vectors
+of two models) and wants unit-length float32 rows; LangChain embeddings give lists of floats of
+a length you only learn by calling them. This wrapper supplies the name, measures the dimension
+once, validates and normalises every batch, and uses the model's own async methods for the
+async twins.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from langchain_core.embeddings import Embeddings
+
+from harombe_core.embeddings.base import BaseEmbedder, FloatArray, check_texts, validate_vectors
+from harombe_core.errors import EmbeddingError, InvalidInputError
+
+__all__ = ["LangChainEmbedder", "as_embedder"]
+
+
+class LangChainEmbedder(BaseEmbedder):
+    """Wrap ``embeddings`` (e.g. ``OpenAIEmbeddings()``, ``OllamaEmbeddings(...)``).
+
+    Args:
+        embeddings: The LangChain embeddings object.
+        name: Stable id recorded in the vector index; default ``langchain/<Class>/<model>``.
+            Give a distinct name whenever two configurations produce different vectors.
+        dimension: Vector length; measured with one call when omitted.
+    """
+
+    def __init__(
+        self, embeddings: Embeddings, *, name: str | None = None, dimension: int | None = None
+    ) -> None:
+        if not isinstance(embeddings, Embeddings):
+            raise InvalidInputError(
+                f"expected a LangChain Embeddings object, got {type(embeddings).__name__}."
+            )
+        self.embeddings = embeddings
+        model = next(
+            (
+                str(getattr(embeddings, attr))
+                for attr in ("model", "model_name", "model_id")
+                if getattr(embeddings, attr, None)
+            ),
+            None,
+        )
+        self._name = name or "/".join(
+            p for p in ("langchain", type(embeddings).__name__, model) if p
+        )
+        if dimension is None:
+            try:
+                probe = embeddings.embed_query("dimension probe")
+            except Exception as exc:  # any backend failure becomes our typed error
+                raise EmbeddingError(f"{self._name} failed on a probe text: {exc}") from exc
+            dimension = len(probe)
+        if isinstance(dimension, bool) or not isinstance(dimension, int) or dimension <= 0:
+            raise EmbeddingError(f"{self._name} reports an invalid dimension {dimension!r}.")
+        self._dimension = dimension
+
+    def _embed_batch(self, texts: list[str]) -> FloatArray:
+        try:
+            rows = self.embeddings.embed_documents(texts)
+        except Exception as exc:  # any backend failure becomes our typed error
+            raise EmbeddingError(f"{self._name} failed to embed {len(texts)} texts: {exc}") from exc
+        return np.asarray(rows, dtype=np.float32)
+
+    async def aembed(self, texts: Sequence[str]) -> FloatArray:
+        items = check_texts(texts)
+        if not items:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        try:
+            rows = await self.embeddings.aembed_documents(items)
+        except Exception as exc:  # any backend failure becomes our typed error
+            raise EmbeddingError(f"{self._name} failed to embed {len(items)} texts: {exc}") from exc
+        return validate_vectors(rows, len(items), self.dimension, self.name)
+
+    async def aembed_query(self, text: str) -> FloatArray:
+        if not isinstance(text, str):
+            raise InvalidInputError(f"aembed_query() takes one str, got {type(text).__name__}")
+        result: FloatArray = (await self.aembed([text]))[0]
+        return result
+
+
+def as_embedder(value: object) -> object:
+    """A harombe embedder from a LangChain ``Embeddings`` (anything else is returned as is)."""
+    return LangChainEmbedder(value) if isinstance(value, Embeddings) else value
