@@ -10,8 +10,9 @@ relevant turns of the user's earlier sessions as one system message in front.
 
 from __future__ import annotations
 
+import asyncio
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from llama_index.core.base.llms.types import ChatMessage
@@ -178,6 +179,17 @@ class HarombeMemory(BaseMemory):
         """The MemoryManager underneath (for search, export and everything else harombe does)."""
         return self._manager
 
+    @property
+    def tokenizer_fn(self) -> Callable[[str], list[int]]:
+        """Counts text with this memory's counter; chat engines use it to charge their prefix
+        messages (system prompt) to the window, through ``initial_token_count``."""
+        counter = self._manager.token_counter
+
+        def tokenize(text: str) -> list[int]:
+            return [0] * counter.count_text(text)
+
+        return tokenize
+
     def close(self) -> None:
         """Close the store if this memory opened it (a manager passed in is left open)."""
         if self._owns_manager:
@@ -187,8 +199,17 @@ class HarombeMemory(BaseMemory):
         check_budget(initial_token_count, "initial_token_count")
         return max(self.token_limit - initial_token_count, 0)
 
-    def _wants_recall(self, input: object) -> bool:
-        return bool(input) and self.rag and self.rag_top_k > 0
+    def _recall_query(self, input: object) -> str | None:
+        """What to recall for: the engine's input, else the newest user message (as
+        LlamaIndex's own memory blocks do), so agents and SimpleChatEngine recall too."""
+        if not self.rag or self.rag_top_k <= 0:
+            return None
+        if input:
+            return input.content or None if isinstance(input, ChatMessage) else str(input)
+        for message in self._manager.store.iter_newest(self.session_id):
+            if message.role == "user" and message.content.strip():
+                return message.content
+        return None
 
     def _rag_args(self, budget: int) -> dict[str, Any]:
         return {
@@ -233,13 +254,15 @@ class HarombeMemory(BaseMemory):
         """The window that fits ``token_limit - initial_token_count``, recalled context first.
 
         Tool calls and their results are counted and never separated; the window never begins
-        on an assistant or tool message. With ``input`` and ``rag`` on, the most relevant
-        messages of earlier sessions come first as one system message (inside the budget).
+        on an assistant or tool message. With ``rag`` on, the messages of earlier sessions most
+        relevant to ``input`` (or, without it, to the newest user message) come first as one
+        system message, inside the budget.
         """
         budget = self._budget(initial_token_count)
         context: list[Message] = []
-        if self._wants_recall(input):
-            recalled = self._manager.get_relevant_context(str(input), **self._rag_args(budget))
+        query = self._recall_query(input)
+        if query:
+            recalled = self._manager.get_relevant_context(query, **self._rag_args(budget))
             context = self._context(recalled, budget)
         remaining, context = self._fit(context, budget)
         window = self._window(remaining)
@@ -251,9 +274,10 @@ class HarombeMemory(BaseMemory):
         """Async twin of :meth:`get`; store and search work run off the event loop."""
         budget = self._budget(initial_token_count)
         context: list[Message] = []
-        if self._wants_recall(input):
+        query = await asyncio.to_thread(self._recall_query, input)
+        if query:
             recalled = await self._manager.aget_relevant_context(
-                str(input), **self._rag_args(budget)
+                query, **self._rag_args(budget)
             )
             context = self._context(recalled, budget)
         remaining, context = self._fit(context, budget)

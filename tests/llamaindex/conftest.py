@@ -37,7 +37,8 @@ def db(tmp_path: Path) -> str:
 @pytest.fixture
 def semantic_manager(tmp_path: Path) -> Iterator[MemoryManager]:
     """Hybrid search over a real ChromaDB with the deterministic FakeEmbedder."""
-    mm = MemoryManager(str(tmp_path / "semantic.db"), embedding=FakeEmbedder(), vector_store="chroma")
+    path = str(tmp_path / "semantic.db")
+    mm = MemoryManager(path, embedding=FakeEmbedder(), vector_store="chroma")
     try:
         yield mm
     finally:

@@ -47,7 +47,10 @@ CASES = [
     ),
     ChatMessage(
         role="user",
-        blocks=[TextBlock(text="what is this?"), ImageBlock(image=b"\x89PNG", image_mimetype="image/png")],
+        blocks=[
+            TextBlock(text="what is this?"),
+            ImageBlock(image=b"\x89PNG", image_mimetype="image/png"),
+        ],
     ),
     ChatMessage(
         role="assistant",
