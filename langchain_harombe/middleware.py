@@ -120,7 +120,7 @@ class HarombeMemoryMiddleware(AgentMiddleware[HarombeMemoryState, Any, Any]):
 
     # saving -------------------------------------------------------------------------------
     def _unsaved(self, state: HarombeMemoryState) -> tuple[list[BaseMessage], int]:
-        messages = list(state.get("messages") or [])
+        messages: list[BaseMessage] = list(state.get("messages") or [])
         saved = state.get("harombe_saved") or 0
         return messages[saved:], len(messages)
 
@@ -200,11 +200,11 @@ class HarombeMemoryMiddleware(AgentMiddleware[HarombeMemoryState, Any, Any]):
     ) -> ModelRequest[Any]:
         # The current turn (from the newest user message on) is sent whole even if the budget
         # is smaller, so the model always sees the question and every tool result it asked for.
-        state_messages = list(request.messages)
+        state_messages: list[BaseMessage] = list(request.messages)
         start = max(
             (i for i, m in enumerate(state_messages) if isinstance(m, HumanMessage)), default=0
         )
-        current = state_messages[start:]
+        current: list[BaseMessage] = state_messages[start:]
         view_ids = {m.id for m in view if m.id is not None}
         if current and current[0].id is not None and current[0].id not in view_ids:
             view = current

@@ -55,7 +55,10 @@ def _now() -> int:
 
 
 class HarombeStore(BaseStore):
-    """A LangGraph ``BaseStore`` on a harombe database: ``create_agent(..., store=HarombeStore(mm))``.
+    """A LangGraph ``BaseStore`` on a harombe database.
+
+    Use it as ``create_agent(..., store=HarombeStore(manager))`` or anywhere LangGraph takes a
+    store (LangMem tools, graph nodes via ``get_store()``).
 
     Args:
         manager: The application's :class:`~harombe_core.MemoryManager` (SQLite), or

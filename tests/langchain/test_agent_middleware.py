@@ -61,8 +61,10 @@ def test_agent_memory_survives_a_restart_and_keeps_tool_pairs(db_path: str) -> N
     assert first["answer"] == "It is 3."
     one, two = first["calls"]
     assert one == [SystemMessage("You add numbers."), HumanMessage("add 1 and 2", id=one[1].id)]
-    assert isinstance(two[2], AIMessage) and two[2].tool_calls[0]["id"] == "c1"
-    assert isinstance(two[3], ToolMessage) and (two[3].tool_call_id, two[3].text) == ("c1", "3")
+    assert isinstance(two[2], AIMessage)
+    assert two[2].tool_calls[0]["id"] == "c1"
+    assert isinstance(two[3], ToolMessage)
+    assert (two[3].tool_call_id, two[3].text) == ("c1", "3")
 
     # A new process: the model is sent the stored history, windowed, then the new question.
     second = _run(db_path, "t1", "and 3 and 4?", [_call(3, 4, "c2"), "It is 7."])

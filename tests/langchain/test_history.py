@@ -239,7 +239,8 @@ def test_lcel_chain_window_after_restart(db_path: str) -> None:
         stored = manager.get_messages("s1")
     assert 0 < len(expected) < len(stored)
     result = _turn(db_path, "s1", "Which facts?", "Some.", max_tokens=50)
-    assert result["sent"] == [SystemMessage("You are terse."), *expected, HumanMessage("Which facts?")]
+    system, question = SystemMessage("You are terse."), HumanMessage("Which facts?")
+    assert result["sent"] == [system, *expected, question]
     window = stored[-len(expected) :]
     assert sum(m.token_count or 0 for m in window) <= 50
     assert [m.text for m in expected] == [m.content for m in window]

@@ -20,8 +20,11 @@ def semantic(tmp_path: Path) -> Iterator[MemoryManager]:
         str(tmp_path / "m.db"), embedding=FakeEmbedder(), vector_store="chroma"
     ) as manager:
         manager.save_messages(
-            "trip", [Message(role="user", content="I am planning a trip to Lisbon in May", name="Ann"),
-                     Message(role="assistant", content="Lisbon in May is warm and sunny")],
+            "trip",
+            [
+                Message(role="user", content="I am planning a trip to Lisbon in May", name="Ann"),
+                Message(role="assistant", content="Lisbon in May is warm and sunny"),
+            ],
             user_id="ann",
         )
         manager.save_messages(
@@ -38,8 +41,10 @@ def test_documents_carry_provenance_and_scores(semantic: MemoryManager) -> None:
     assert docs[0].page_content == "I am planning a trip to Lisbon in May"
     meta = docs[0].metadata
     assert (meta["session_id"], meta["role"], meta["name"]) == ("trip", "user", "Ann")
-    assert isinstance(meta["message_id"], int) and docs[0].id == str(meta["message_id"])
-    assert meta["score"] > 0 and meta["vector_score"] is not None
+    assert isinstance(meta["message_id"], int)
+    assert docs[0].id == str(meta["message_id"])
+    assert meta["score"] > 0
+    assert meta["vector_score"] is not None
     assert meta["created_at"].endswith("+00:00")
 
 

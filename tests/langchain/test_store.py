@@ -30,7 +30,8 @@ def test_put_get_update_delete(store: HarombeStore) -> None:
     store.put(("users", "ann"), "prefs", {"text": "likes tea", "n": 1})
     item = store.get(("users", "ann"), "prefs")
     assert item is not None
-    assert (item.namespace, item.key, item.value) == (("users", "ann"), "prefs", {"text": "likes tea", "n": 1})
+    assert (item.namespace, item.key) == (("users", "ann"), "prefs")
+    assert item.value == {"text": "likes tea", "n": 1}
     created = item.created_at
     store.put(("users", "ann"), "prefs", {"text": "likes coffee", "n": 2})
     updated = store.get(("users", "ann"), "prefs")
@@ -66,7 +67,7 @@ def test_semantic_search_filter_and_pagination(store: HarombeStore) -> None:
     store.put(ns, "3", {"text": "Ann enjoys mountain biking", "kind": "hobby", "year": 2024})
     store.put(("memories", "bob"), "1", {"text": "Bob loves hiking", "kind": "hobby"})
     hits = store.search(ns, query="hiking in the mountains", limit=2)
-    assert [h.key for h in hits][0] == "1"
+    assert next(h.key for h in hits) == "1"
     assert len(hits) == 2
     assert hits[0].score is not None
     assert hits[0].score >= (hits[1].score or 0)
