@@ -6,14 +6,24 @@ Commands are grouped here; each feature's commands sit in their own section belo
 
 from __future__ import annotations
 
+import os
 import sys
-from typing import Annotated
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
 
 from harombe_core.config import default_db_path
-from harombe_core.errors import HarombeError
+from harombe_core.errors import HarombeError, InvalidInputError
+
+if TYPE_CHECKING:
+    from harombe_core.manager import MemoryManager
 
 app = typer.Typer(
     name="harombe",
@@ -33,6 +43,282 @@ DbOption = Annotated[
         default_factory=default_db_path,
     ),
 ]
+
+
+# shared helpers ------------------------------------------------------------------------------
+@contextmanager
+def clean_errors() -> Iterator[None]:
+    """Turn a typed harombe error into one red line on stderr and exit code 1."""
+    try:
+        yield
+    except HarombeError as exc:
+        err_console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
+        raise typer.Exit(1) from None
+
+
+@contextmanager
+def open_memory(db: str, *, create: bool = False) -> Iterator[MemoryManager]:
+    """A manager over ``db`` without semantic memory (no model load for inspecting a store).
+
+    Unless ``create``, a path with no file is an error rather than a new empty database, so a
+    typo in ``--db`` is reported instead of silently showing nothing.
+    """
+    from harombe_core.errors import StoreError
+    from harombe_core.manager import MemoryManager
+
+    path = db if db == ":memory:" or "://" in db else os.path.expanduser(db)
+    if not create and path != ":memory:" and "://" not in path and not os.path.exists(path):
+        raise StoreError(
+            f"no database at {path}. Pass --db PATH (or set HAROMBE_DB), or create one with "
+            f"`harombe demo --db {path}` or `harombe import FILE --db {path}`."
+        )
+    with MemoryManager(path, embedding=None) as manager:
+        yield manager
+
+
+def _when(value: datetime) -> str:
+    return f"{value:%Y-%m-%d %H:%M}"
+
+
+def _one_line(text: str, width: int = 60) -> str:
+    flat = " ".join(text.split())
+    return escape(flat if len(flat) <= width else flat[: width - 1] + "…")
+
+
+# sessions, history, export, import, prune, stats, demo -------------------------------------
+@app.command("sessions")
+def sessions_command(
+    db: DbOption,
+    user: Annotated[str | None, typer.Option("--user", help="Only this user's sessions.")] = None,
+    limit: Annotated[int, typer.Option("--limit", min=0, help="How many to list.")] = 20,
+) -> None:
+    """List sessions, most recent activity first."""
+    with clean_errors(), open_memory(db) as manager:
+        sessions = manager.list_sessions(limit=limit, user_id=user)
+        if not sessions:
+            console.print(f"No sessions{f' for user {escape(user)}' if user else ''} in {db}.")
+            return
+        table = Table(title=f"Sessions in {escape(manager.store.location)}")
+        table.add_column("session", no_wrap=True)
+        table.add_column("user", no_wrap=True)
+        table.add_column("msgs", justify="right", no_wrap=True)
+        table.add_column("last activity", no_wrap=True)
+        table.add_column("first message")
+        for s in sessions:
+            first = manager.get_messages(s.id, limit=1)
+            table.add_row(
+                escape(s.id),
+                escape(s.user_id or "-"),
+                str(s.message_count),
+                _when(s.updated_at),
+                _one_line(first[0].content, 48) if first else "",
+            )
+        console.print(table)
+
+
+@app.command("history")
+def history_command(
+    session_id: Annotated[str, typer.Argument(metavar="SESSION", help="The session id.")],
+    db: DbOption,
+    max_tokens: Annotated[
+        int | None,
+        typer.Option("--max-tokens", min=0, help="Token budget of the context window shown."),
+    ] = None,
+) -> None:
+    """Show a session's messages and which of them fit a model's token window."""
+    from harombe_core.export import describe_tool_call
+
+    with clean_errors(), open_memory(db) as manager:
+        session = manager.load_session(session_id)
+        messages = manager.get_messages(session_id)
+        budget = manager.max_history_tokens if max_tokens is None else max_tokens
+        window = manager.get_window(session_id, budget)
+        kept = {m.id for m in window.messages if m.id is not None}
+        console.print(
+            f"[bold]{escape(session.id)}[/bold]  user {escape(session.user_id or '-')}, "
+            f"{len(messages)} messages, started {_when(session.created_at)} UTC"
+        )
+        if session.system_prompt is not None:
+            console.print(f"System prompt: {escape(session.system_prompt)}")
+        table = Table()
+        table.add_column("#", justify="right")
+        table.add_column("time", no_wrap=True)
+        table.add_column("role")
+        table.add_column("tokens", justify="right")
+        table.add_column("window", no_wrap=True)
+        table.add_column("content")
+        for i, m in enumerate(messages, start=1):
+            who = m.role + (f" ({m.name})" if m.name else "")
+            body = escape(m.content)
+            if m.tool_call_id is not None:
+                body = f"[dim]result of {escape(m.tool_call_id)}:[/dim] {body}"
+            for call in m.tool_calls or []:
+                body += f"\n[dim]-> tool call {escape(describe_tool_call(call))}[/dim]"
+            table.add_row(
+                str(i),
+                _when(m.created_at),
+                escape(who),
+                str(m.token_count),
+                "[green]in[/green]" if m.id in kept else "[red]out[/red]",
+                body,
+            )
+        console.print(table)
+        inside = sum(1 for m in messages if m.id in kept)
+        console.print(
+            f"Context for a {budget}-token budget: the newest {inside} of {len(messages)} "
+            f"messages ({window.tokens} tokens, system prompt included); "
+            f"{len(messages) - inside} older messages fall outside the window."
+        )
+
+
+@app.command("export")
+def export_command(
+    db: DbOption,
+    session_id: Annotated[
+        str | None,
+        typer.Argument(metavar="[SESSION]", help="One session (default: every session)."),
+    ] = None,
+    fmt: Annotated[
+        str, typer.Option("--format", "-f", help="json, jsonl (OpenAI chat format) or text.")
+    ] = "json",
+    out: Annotated[
+        str | None, typer.Option("--out", "-o", help="File to write (default: standard output).")
+    ] = None,
+    out_dir: Annotated[
+        str | None,
+        typer.Option(
+            "--out-dir",
+            help="Folder to write into; without --out, one file per session named by its id. "
+            "Nothing is ever written outside it.",
+        ),
+    ] = None,
+    user: Annotated[str | None, typer.Option("--user", help="Only this user's sessions.")] = None,
+) -> None:
+    """Export one session or the whole store as json, jsonl or a text transcript."""
+    from harombe_core import export as ex
+
+    with clean_errors(), open_memory(db) as manager:
+        if fmt not in ex.EXPORT_FORMATS:
+            raise InvalidInputError(
+                f"unknown format {fmt!r}; use one of {', '.join(ex.EXPORT_FORMATS)}."
+            )
+        if out_dir is not None and out is None:
+            ids = [session_id] if session_id is not None else None
+            if ids is not None:
+                manager.load_session(session_id or "")
+            paths = ex.export_to_directory(manager, out_dir, fmt, user_id=user, session_ids=ids)
+            console.print(f"Wrote {len(paths)} files to {escape(str(Path(out_dir).resolve()))}")
+            return
+        text = ex.export_store(manager, fmt, session_id=session_id, user_id=user)
+        if out is None:
+            sys.stdout.write(text)
+            return
+        path = ex.write_text(ex.resolve_output_path(out, out_dir), text)
+        what = f"session {session_id}" if session_id is not None else "every session"
+        console.print(f"Wrote {escape(what)} as {fmt} to {escape(str(path))}")
+
+
+@app.command("import")
+def import_command(
+    file: Annotated[str, typer.Argument(metavar="FILE", help="A json or jsonl export.")],
+    db: DbOption,
+    on_conflict: Annotated[
+        str,
+        typer.Option(
+            "--on-conflict",
+            help="When a session id is already stored: error, new-id (import under a new id) "
+            "or skip.",
+        ),
+    ] = "error",
+    user: Annotated[
+        str | None, typer.Option("--user", help="Owner for the imported sessions.")
+    ] = None,
+) -> None:
+    """Import a json or jsonl export (all of it or, if anything is wrong, none of it)."""
+    from harombe_core import export as ex
+
+    policy = on_conflict.replace("-", "_")
+    with clean_errors():
+        if policy not in ("error", "new_id", "skip"):
+            raise InvalidInputError(
+                f"--on-conflict must be error, new-id or skip, got {on_conflict!r}."
+            )
+        with open_memory(db, create=True) as manager:
+            result = ex.import_file(manager, file, on_conflict=policy, user_id=user)  # type: ignore[arg-type]
+            console.print(
+                f"Imported {len(result.session_ids)} sessions ({result.messages} messages) into "
+                f"{escape(manager.store.location)}"
+                + (f": {escape(', '.join(result.session_ids))}" if result.session_ids else ".")
+            )
+            if result.skipped:
+                console.print(f"Skipped (already stored): {escape(', '.join(result.skipped))}")
+
+
+@app.command("prune")
+def prune_command(
+    db: DbOption,
+    days: Annotated[
+        int, typer.Option("--days", min=0, help="Delete sessions idle for more than N days.")
+    ],
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Only list what would be deleted.")
+    ] = False,
+) -> None:
+    """Delete sessions (and their messages) with no activity in the last N days."""
+    with clean_errors(), open_memory(db) as manager:
+        if dry_run:
+            cutoff = datetime.now(UTC) - timedelta(days=days)
+            old = [s for s in manager.list_sessions(limit=None) if s.updated_at < cutoff]
+            console.print(f"Would delete {len(old)} sessions idle for more than {days} days.")
+            for s in old:
+                console.print(f"  {escape(s.id)} (last activity {_when(s.updated_at)})")
+            return
+        removed = manager.prune_old_sessions(days)
+        console.print(
+            f"Deleted {removed} sessions with no activity in the last {days} days from "
+            f"{escape(manager.store.location)}."
+        )
+
+
+@app.command("stats")
+def stats_command(db: DbOption) -> None:
+    """Counts of sessions, users, messages and tokens, and the size of the database."""
+    with clean_errors(), open_memory(db) as manager:
+        stats = manager.stats()
+        table = Table(title="harombe store", show_header=False)
+        table.add_column("what")
+        table.add_column("value", justify="right")
+        for key, value in stats.items():
+            if key == "bytes":
+                value = f"{value / 1_048_576:.2f} MiB" if value >= 1_048_576 else f"{value:,} B"
+            elif isinstance(value, int):
+                value = f"{value:,}"
+            table.add_row(key.replace("_", " "), escape(str(value)))
+        console.print(table)
+
+
+@app.command("demo")
+def demo_command(
+    db: Annotated[
+        str | None,
+        typer.Option("--db", help="Database to write the sample into (default: a new temp file)."),
+    ] = None,
+    budget: Annotated[
+        int, typer.Option("--budget", min=0, help="Token budget of the window shown.")
+    ] = 120,
+    semantic: Annotated[
+        bool,
+        typer.Option(
+            "--semantic/--no-semantic",
+            help="Recall by meaning with the bundled model (else keyword recall only).",
+        ),
+    ] = True,
+) -> None:
+    """Write a sample multi-session conversation and show what memory gives a model."""
+    from harombe_core.demo import run_demo
+
+    with clean_errors():
+        run_demo(console, db, semantic=semantic, budget=budget)
 
 
 # migrate ------------------------------------------------------------------------------------

@@ -58,6 +58,7 @@ __all__ = [
     "SessionRecord",
     "aexport_store",
     "aimport_file",
+    "describe_tool_call",
     "dumps",
     "export_store",
     "export_to_directory",
@@ -618,7 +619,8 @@ def _records_from_jsonl(text: str) -> list[SessionRecord]:
 # plain-text transcript
 
 
-def _describe_call(call: Mapping[str, Any]) -> str:
+def describe_tool_call(call: Mapping[str, Any]) -> str:
+    """``name(arguments) [id ...]`` for a tool call in OpenAI or LangChain shape."""
     function = call.get("function")
     if isinstance(function, Mapping):
         name, args = function.get("name"), function.get("arguments", "")
@@ -650,7 +652,7 @@ def transcript(record: SessionRecord) -> str:
         body = m.content.replace("\n", "\n    ")
         lines.append(f"[{m.created_at:%Y-%m-%d %H:%M:%S}] {who}:{' ' if body else ''}{body}")
         for call in m.tool_calls or []:
-            lines.append(f"    -> tool call {_describe_call(call)}")
+            lines.append(f"    -> tool call {describe_tool_call(call)}")
     return "\n".join(lines) + "\n"
 
 
