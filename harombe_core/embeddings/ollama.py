@@ -1,0 +1,80 @@
+"""Ollama embeddings through its ``/api/embed`` endpoint (standard library only)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from harombe_core.embeddings._http import post_json
+from harombe_core.embeddings.base import BaseEmbedder, FloatArray
+from harombe_core.errors import EmbeddingError, InvalidInputError
+
+__all__ = ["OllamaEmbedder"]
+
+
+def _default_base_url() -> str:
+    """``OLLAMA_HOST`` as Ollama itself reads it (scheme optional), else the local default."""
+    host = os.environ.get("OLLAMA_HOST", "").strip()
+    if not host:
+        return "http://127.0.0.1:11434"
+    return host if "://" in host else f"http://{host}"
+
+
+class OllamaEmbedder(BaseEmbedder):
+    """Embeds with a model served by Ollama (``ollama pull nomic-embed-text`` first).
+
+    ``dimension`` is asked of the server with one short request the first time it is needed,
+    unless given. ``name`` is ``ollama/<model>``. Texts go in batches of ``batch_size``.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None = None,
+        dimension: int | None = None,
+        batch_size: int = 64,
+        timeout: float = 120.0,
+        truncate: bool = True,
+    ) -> None:
+        if not model or not isinstance(model, str):
+            raise InvalidInputError("OllamaEmbedder needs a model name, e.g. 'nomic-embed-text'")
+        self.model = model
+        self.base_url = (base_url or _default_base_url()).rstrip("/")
+        self._name = f"ollama/{model}"
+        self._dimension_given = dimension
+        self.batch_size = batch_size
+        self.timeout = timeout
+        self.truncate = truncate
+
+    @property
+    def dimension(self) -> int:
+        if self._dimension_given is None:
+            self._dimension_given = len(self._request(["dimension probe"])[0])
+        return self._dimension_given
+
+    def _request(self, texts: list[str]) -> list[Any]:
+        answer = post_json(
+            f"{self.base_url}/api/embed",
+            {"model": self.model, "input": texts, "truncate": self.truncate},
+            timeout=self.timeout,
+            service="Ollama",
+        )
+        vectors = answer.get("embeddings") if isinstance(answer, dict) else None
+        if not isinstance(vectors, list) or len(vectors) != len(texts):
+            raise EmbeddingError(
+                f"Ollama at {self.base_url} returned no 'embeddings' list of {len(texts)} vectors "
+                f"for model {self.model!r} (is it an embedding model?)"
+            )
+        return vectors
+
+    def _embed_batch(self, texts: list[str]) -> FloatArray:
+        import numpy as np
+
+        rows: list[Any] = []
+        for start in range(0, len(texts), self.batch_size):
+            rows.extend(self._request(texts[start : start + self.batch_size]))
+        try:
+            return np.asarray(rows, dtype=np.float32)
+        except ValueError as exc:
+            raise EmbeddingError(f"Ollama returned vectors of different lengths: {exc}") from exc
