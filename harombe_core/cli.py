@@ -342,6 +342,50 @@ def migrate_command(
     )
 
 
+# chat (LangChain) ---------------------------------------------------------------------------
+@app.command("chat")
+def chat_command(
+    db: DbOption,
+    model: Annotated[
+        str,
+        typer.Option(
+            "--model",
+            "-m",
+            envvar="HAROMBE_CHAT_MODEL",
+            help="A LangChain chat model as provider:model (init_chat_model), or 'fake' for an "
+            "offline echo model.",
+        ),
+    ] = "fake",
+    session: Annotated[
+        str | None, typer.Option("--session", "-s", help="Session to continue (default: new).")
+    ] = None,
+    user: Annotated[str | None, typer.Option("--user", help="Owner of the session.")] = None,
+    system: Annotated[str | None, typer.Option("--system", help="System prompt.")] = None,
+    max_tokens: Annotated[int, typer.Option(help="Token budget of the context sent.")] = 4096,
+    embedding: Annotated[
+        str, typer.Option(help="'default' (bundled MiniLM) or 'none' (keyword search only).")
+    ] = "default",
+    memory: Annotated[bool, typer.Option(help="Persist the chat in --db.")] = True,
+) -> None:
+    """Chat with a LangChain chat model, with persistent memory (needs the langchain extra)."""
+    try:
+        from langchain_harombe.chat_cli import run_chat
+    except ImportError as exc:
+        from harombe_core.errors import MissingExtraError
+
+        raise MissingExtraError("harombe chat", "langchain", exc.name or "langchain") from exc
+    with clean_errors():
+        run_chat(
+            db=db,
+            model=model,
+            session_id=session,
+            user_id=user,
+            system_prompt=system,
+            max_tokens=max_tokens,
+            embedding=embedding,
+            memory=memory,
+        )
+
 def main() -> None:
     """Entry point: typed harombe errors become one red line and exit code 1, not a traceback."""
     try:
