@@ -255,12 +255,32 @@ def _classify(exc: sqlite3.Error, location: str) -> StoreError:
             f"{location} is corrupt ({exc}). Restore it from a backup or export what can be "
             "read with `harombe export` and start a new file."
         )
+    if "disk i/o error" in message and _out_of_space(location):
+        # A write refused with EFBIG (a file-size limit) or ENOSPC surfaces as an I/O error.
+        return StorageFullError(
+            f"{location}: the disk (or a file-size limit) is full ({exc}); the write was rolled "
+            "back and nothing stored was changed. Free space or raise the limit and retry."
+        )
     if "locked" in message or "busy" in message:
         return StoreBusyError(
             f"{location} stayed locked by other writers after every retry ({exc}). Reduce the "
             "number of concurrent writers or raise busy_timeout."
         )
     return StoreError(f"{location}: {exc}")
+
+
+def _out_of_space(location: str) -> bool:
+    """True when a file-size limit is set or the database's filesystem is (nearly) full."""
+    import resource
+
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    if limit != resource.RLIM_INFINITY:
+        return True
+    try:
+        fs = os.statvfs(os.path.dirname(location) or ".")
+    except OSError:
+        return False
+    return fs.f_bavail * fs.f_frsize < 1_000_000
 
 
 def _is_busy(exc: sqlite3.Error) -> bool:

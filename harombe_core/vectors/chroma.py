@@ -8,7 +8,9 @@ download a model), in cosine space, keyed by the message id as a string, with th
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
+import time
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -18,6 +20,8 @@ import numpy as np
 
 from harombe_core.errors import MissingExtraError, StoreError
 from harombe_core.vectors.base import FloatArray, MetaValue, VectorMatch
+
+log = logging.getLogger(__name__)
 
 __all__ = ["ChromaVectorIndex", "chroma_where"]
 
@@ -80,7 +84,22 @@ class ChromaVectorIndex:
                 raise StoreError("a persistent Chroma index needs a directory path.")
             directory = Path(path).expanduser()
             directory.mkdir(parents=True, exist_ok=True)
-            self._client = chromadb.PersistentClient(path=str(directory), settings=settings)
+            try:
+                self._client = chromadb.PersistentClient(path=str(directory), settings=settings)
+            except Exception as exc:  # chromadb raises its own untyped errors for a bad file
+                # The index is derived data: set the damaged copy aside and start an empty
+                # one; the indexer refills it from the vectors and messages in the store.
+                aside = directory.with_name(f"{directory.name}.corrupt-{int(time.time())}")
+                directory.rename(aside)
+                log.warning(
+                    "vector index %s is damaged (%s); moved it to %s and rebuilding it from "
+                    "the store's messages", directory, exc, aside,
+                )
+                directory.mkdir(parents=True, exist_ok=True)
+                from chromadb.api.shared_system_client import SharedSystemClient
+
+                SharedSystemClient.clear_system_cache()  # forget the failed client for this path
+                self._client = chromadb.PersistentClient(path=str(directory), settings=settings)
             self._name = f"chroma {directory}"
         elif mode == "http":
             try:

@@ -229,7 +229,12 @@ class SemanticMemory:
         if self.stored is None:
             return
         try:
-            if self.index.count() < self.stored.count():
+            have, want = self.index.count(), self.stored.count()
+            if have < want:
+                log.warning(
+                    "vector index %s holds %d of %d vectors; rebuilding it from the store",
+                    self.index.name, have, want,
+                )
                 self.rebuild_index_from_store()
         except Exception as exc:  # a broken index must not stop embedding; reindex fixes it
             self.last_error = exc
