@@ -27,12 +27,14 @@ class RecordingChatModel(BaseChatModel):
 
     ``responses`` are returned in order (strings become ``AIMessage``; an ``AIMessage`` may carry
     ``tool_calls``); when they run out, or if none were given, the model answers
-    ``"echo: <last human message>"``. ``calls`` holds a copy of every input, one list per call.
+    ``"echo: <last human message>"`` (or, with ``echo="transcript"``, lists every message it
+    was sent, so a demo or an end-to-end test can see the context). ``calls`` holds a copy of every input, one list per call.
     """
 
     responses: list[Any] = Field(default_factory=list)  # AIMessage or str
     calls: list[list[BaseMessage]] = Field(default_factory=list)
     position: int = 0
+    echo: str = "last"  # "last": echo the last human message; "transcript": every message
 
     @property
     def _llm_type(self) -> str:
@@ -51,9 +53,14 @@ class RecordingChatModel(BaseChatModel):
             self.position += 1
             message = AIMessage(content=reply) if isinstance(reply, str) else reply.model_copy()
         else:
-            last = next((m for m in reversed(messages) if isinstance(m, HumanMessage)), None)
-            message = AIMessage(content=f"echo: {last.text if last is not None else ''}")
+            message = AIMessage(content=self._echo(messages))
         return ChatResult(generations=[ChatGeneration(message=message)])
+
+    def _echo(self, messages: list[BaseMessage]) -> str:
+        if self.echo == "transcript":
+            return "saw " + " | ".join(f"{m.type}:{m.text}" for m in messages)
+        last = next((m for m in reversed(messages) if isinstance(m, HumanMessage)), None)
+        return f"echo: {last.text if last is not None else ''}"
 
     def bind_tools(
         self,
