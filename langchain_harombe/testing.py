@@ -28,7 +28,8 @@ class RecordingChatModel(BaseChatModel):
     ``responses`` are returned in order (strings become ``AIMessage``; an ``AIMessage`` may carry
     ``tool_calls``); when they run out, or if none were given, the model answers
     ``"echo: <last human message>"`` (or, with ``echo="transcript"``, lists every message it
-    was sent, so a demo or an end-to-end test can see the context). ``calls`` holds a copy of every input, one list per call.
+    was sent, so a demo or an end-to-end test can see the context). ``calls`` holds a copy of
+    every input, one list per call.
     """
 
     responses: list[Any] = Field(default_factory=list)  # AIMessage or str

@@ -80,7 +80,7 @@ def test_chat_through_every_slash_command(db_path: str) -> None:
 
     with MemoryManager(db_path, embedding=None) as manager:
         assert not manager.session_exists("trip")
-        assert [m.content for m in manager.get_messages(new_session)][0] == "hello again"
+        assert manager.get_messages(new_session)[0].content == "hello again"
 
 
 @pytest.mark.timeout(120)
