@@ -146,7 +146,7 @@ def history_command(
         table.add_column("role")
         table.add_column("tokens", justify="right")
         table.add_column("window", no_wrap=True)
-        table.add_column("content")
+        table.add_column("content", overflow="fold")  # fold, never crop: this is the record
         for i, m in enumerate(messages, start=1):
             who = m.role + (f" ({m.name})" if m.name else "")
             body = escape(m.content)

@@ -342,7 +342,8 @@ def _show_recall(console: Console, result: DemoResult) -> None:
     console.print(f"\n[bold]New question in '{CURRENT_SESSION}':[/bold] {QUESTION}")
     table = Table(title=f"3. Recall across earlier sessions, {how}")
     table.add_column("rank", justify="right")
-    table.add_column("score", justify="right")
+    table.add_column("meaning", justify="right")
+    table.add_column("keyword", justify="right")
     table.add_column("session", no_wrap=True)
     table.add_column("role")
     table.add_column("message")
@@ -350,13 +351,14 @@ def _show_recall(console: Console, result: DemoResult) -> None:
     for rank, hit in enumerate(hits, start=1):
         table.add_row(
             str(rank),
-            f"{hit.score:.3f}",
+            "-" if hit.vector_score is None else f"{hit.vector_score:.2f}",
+            "-" if hit.keyword_score is None else f"{hit.keyword_score:.2f}",
             escape(hit.session_id),
             hit.message.role,
             _preview(hit.message.content, 80),
         )
     if not hits:
-        table.add_row("-", "-", "-", "-", "nothing found")
+        table.add_row("-", "-", "-", "-", "-", "nothing found")
     console.print(table)
     console.print(
         Panel(

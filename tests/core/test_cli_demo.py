@@ -1,0 +1,116 @@
+"""``harombe demo``: what it writes, what it shows, and that it runs as a real process offline."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner
+
+from harombe_core import cli
+from harombe_core.cli import app
+from harombe_core.demo import CURRENT_SESSION, DEMO_USER, QUESTION, SAMPLE, run_demo
+from harombe_core.manager import MemoryManager
+
+runner = CliRunner()
+SAMPLE_MESSAGES = sum(len(s.turns) for s in SAMPLE)
+
+
+def flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def test_keyword_demo_writes_the_sample_and_shows_window_and_recall(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cli, "console", Console(width=200))
+    db = tmp_path / "demo.db"
+    result = runner.invoke(app, ["demo", "--no-semantic", "--db", str(db)])
+    assert result.exit_code == 0, result.output
+    out = flat(result.output)
+    assert f"writing a sample conversation to {db}" in out
+    for session in SAMPLE:
+        assert session.id in out
+    assert "fell out" in out
+    assert "by keyword (SQLite FTS5, BM25)" in out
+    assert "semantic memory switched off" in out
+    assert QUESTION in out
+    assert "Relevant context from past conversations:" in out
+    assert "The prompt a model receives" in out
+    with MemoryManager(str(db), embedding=None) as mm:
+        sessions = mm.list_sessions(limit=None, user_id=DEMO_USER)
+        assert {s.id for s in sessions} == {s.id for s in SAMPLE}
+        assert mm.stats()["messages"] == SAMPLE_MESSAGES
+        tool_turn = [m for m in mm.get_messages("demo-csv-bug") if m.tool_calls]
+        assert tool_turn[0].tool_calls[0]["function"]["name"] == "run_tests"
+
+    again = runner.invoke(app, ["demo", "--no-semantic", "--db", str(db)])
+    assert again.exit_code == 0, again.output
+    assert "already in this database" in flat(again.output)
+    with MemoryManager(str(db), embedding=None) as mm:
+        assert mm.stats()["messages"] == SAMPLE_MESSAGES  # nothing written twice
+
+
+def test_demo_result_window_drops_old_turns_and_recall_stays_outside_the_session(
+    tmp_path: Path,
+) -> None:
+    console = Console(file=open(os.devnull, "w"), width=120)  # noqa: SIM115
+    try:
+        result = run_demo(console, str(tmp_path / "d.db"), semantic=False, budget=120)
+    finally:
+        console.file.close()
+    assert result.window_ids
+    assert result.dropped_ids
+    assert max(result.dropped_ids) < min(result.window_ids)  # the oldest fall out
+    assert result.hits
+    assert all(h.session_id != CURRENT_SESSION for h in result.hits)
+    assert result.context_block.startswith("Relevant context from past conversations:")
+    assert [m.role for m in result.prompt][-1] == "user"
+    assert result.prompt[-1].content == QUESTION
+    assert result.prompt[0].content == SAMPLE[-1].system_prompt
+
+
+def test_demo_defaults_to_a_fresh_temporary_database(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cli, "console", Console(width=300))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setenv("HAROMBE_DB", str(tmp_path / "users-real-memory.db"))
+    result = runner.invoke(app, ["demo", "--no-semantic"])
+    assert result.exit_code == 0, result.output
+    (made,) = list(tmp_path.glob("harombe-demo-*/memory.db"))
+    assert str(made) in flat(result.output)
+    assert not (tmp_path / "users-real-memory.db").exists()
+
+
+def test_demo_runs_as_a_process_with_semantic_recall_offline(tmp_path: Path) -> None:
+    db = tmp_path / "demo.db"
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "COLUMNS": "200",
+        "NO_COLOR": "1",
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "harombe_core.cli", "demo", "--db", str(db)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = flat(proc.stdout)
+    assert "by meaning and keyword" in out
+    rag = out[out.index("4. RAG context block") : out.index("5. The prompt")]
+    assert "vegetarian" in rag
+    assert "Lisbon" in rag
+    assert "Traceback" not in proc.stderr
+    with MemoryManager(str(db), embedding=None) as mm:
+        assert mm.stats()["pending_embeddings"] == 0  # every sample message was embedded
