@@ -1,0 +1,254 @@
+"""The SQLite store: schema versions, WAL, file mode, indexes, locking, keyword catch-up."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import stat
+import threading
+from pathlib import Path
+
+import pytest
+
+from harombe_core import MemoryManager, Message, SchemaTooNewError, StoreBusyError, StoreError
+from harombe_core.store import sqlite as sqlite_module
+from harombe_core.store.sqlite import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION, SQLiteStore
+
+
+def _user(text: str) -> Message:
+    return Message(role="user", content=text)
+
+
+def _version(path: Path | str) -> int:
+    with sqlite3.connect(path) as raw:
+        return int(raw.execute("PRAGMA user_version").fetchone()[0])
+
+
+def _tables(path: Path | str) -> set[str]:
+    raw = sqlite3.connect(path)
+    try:
+        return {r[0] for r in raw.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    finally:
+        raw.close()
+
+
+def _write_version_one(path: Path) -> None:
+    """A database exactly as the first released schema left it, with one message in it."""
+    raw = sqlite3.connect(path, isolation_level=None)
+    raw.execute("PRAGMA journal_mode = WAL")
+    raw.execute("BEGIN")
+    for statement in MIGRATIONS[0]:
+        raw.execute(statement)
+    raw.execute("PRAGMA user_version = 1")
+    raw.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    raw.execute(
+        "INSERT INTO sessions (id, created_at, updated_at, message_count) VALUES ('old', 1, 1, 1)"
+    )
+    raw.execute(
+        "INSERT INTO messages (session_id, role, content, metadata, created_at, token_count) "
+        "VALUES ('old', 'user', 'written by version one about zebras', '{}', 1000000, 9)"
+    )
+    raw.execute(
+        "INSERT INTO messages_fts (rowid, content, context) "
+        "VALUES (1, 'written by version one about zebras', '')"
+    )
+    raw.execute("COMMIT")
+    raw.close()
+
+
+def test_new_file_is_ours_at_the_current_version(db_path: str) -> None:
+    SQLiteStore(db_path).close()
+    assert _version(db_path) == SCHEMA_VERSION
+    with sqlite3.connect(db_path) as raw:
+        assert raw.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
+    assert {"sessions", "messages", "harombe_meta"} <= _tables(db_path)
+
+
+def test_wal_and_file_mode_0600(tmp_path: Path) -> None:
+    path = tmp_path / "deeper" / "dir" / "memory.db"  # parents are created
+    store = SQLiteStore(path)
+    try:
+        store.create_session("s")
+        with sqlite3.connect(path) as raw:
+            assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+        wal = Path(f"{path}-wal")
+        assert wal.exists()
+        assert stat.S_IMODE(os.stat(wal).st_mode) == 0o600  # SQLite copies the file's mode
+    finally:
+        store.close()
+
+
+def test_tilde_is_expanded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    store = SQLiteStore("~/memories/m.db")
+    store.close()
+    assert store.location == str(tmp_path / "memories" / "m.db")
+    assert (tmp_path / "memories" / "m.db").exists()
+
+
+def test_an_older_file_migrates_forward(tmp_path: Path) -> None:
+    path = tmp_path / "v1.db"
+    _write_version_one(path)
+    with MemoryManager(path, embedding=None) as mm:
+        assert _version(path) == SCHEMA_VERSION
+        (old,) = mm.get_messages("old")
+        assert old.content == "written by version one about zebras"
+        mm.save_message("old", _user("new message about zebras too"))
+        hits = mm.store.keyword_search("zebras")
+        assert sorted(h.message.content for h in hits) == [
+            "new message about zebras too",
+            "written by version one about zebras",
+        ]
+
+
+def test_each_migration_is_applied_once_in_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "m.db"
+    with MemoryManager(path, embedding=None) as mm:
+        mm.save_message("s", _user("before the upgrade"))
+    extra = [
+        "CREATE TABLE upgrade_probe (n INTEGER)",
+        "INSERT INTO upgrade_probe (n) SELECT COUNT(*) FROM messages",
+    ]
+    monkeypatch.setattr(sqlite_module, "MIGRATIONS", [*MIGRATIONS, extra])
+    monkeypatch.setattr(sqlite_module, "SCHEMA_VERSION", SCHEMA_VERSION + 1)
+    for _ in range(2):  # the second open finds nothing to do
+        SQLiteStore(path).close()
+    assert _version(path) == SCHEMA_VERSION + 1
+    with sqlite3.connect(path) as raw:
+        assert raw.execute("SELECT n FROM upgrade_probe").fetchall() == [(1,)]
+
+
+def test_a_failing_migration_changes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "m.db"
+    with MemoryManager(path, embedding=None) as mm:
+        mm.save_message("s", _user("kept"))
+    broken = ["CREATE TABLE half_done (n INTEGER)", "SELECT no_such_column FROM messages"]
+    monkeypatch.setattr(sqlite_module, "MIGRATIONS", [*MIGRATIONS, broken])
+    monkeypatch.setattr(sqlite_module, "SCHEMA_VERSION", SCHEMA_VERSION + 1)
+    with pytest.raises(StoreError):
+        SQLiteStore(path)
+    monkeypatch.undo()
+    assert _version(path) == SCHEMA_VERSION
+    assert "half_done" not in _tables(path)
+    with MemoryManager(path, embedding=None) as mm:
+        assert [m.content for m in mm.get_messages("s")] == ["kept"]
+
+
+def test_a_newer_schema_is_refused_untouched(tmp_path: Path) -> None:
+    path = tmp_path / "future.db"
+    with MemoryManager(path, embedding=None) as mm:
+        mm.save_message("s", _user("from the future"))
+    with sqlite3.connect(path) as raw:
+        raw.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    before = path.read_bytes()
+    with pytest.raises(SchemaTooNewError, match="Upgrade harombe-memory"):
+        MemoryManager(path, embedding=None)
+    assert path.read_bytes() == before
+    assert _version(path) == SCHEMA_VERSION + 1
+
+
+def test_an_empty_sqlite_file_is_adopted(tmp_path: Path) -> None:
+    path = tmp_path / "empty.db"
+    sqlite3.connect(path).execute("PRAGMA user_version = 0").connection.close()
+    with MemoryManager(path, embedding=None) as mm:
+        mm.save_message("s", _user("x"))
+    assert _version(path) == SCHEMA_VERSION
+
+
+@pytest.mark.parametrize(
+    ("sql", "index"),
+    [
+        (
+            f"SELECT {sqlite_module._MESSAGE_COLUMNS} FROM messages m WHERE m.session_id = ? "
+            "ORDER BY m.id DESC",
+            "messages_session",
+        ),
+        (
+            f"SELECT {sqlite_module._MESSAGE_COLUMNS} FROM messages m WHERE m.session_id = ? "
+            "AND m.id > ? ORDER BY m.id LIMIT ?",
+            "messages_session",
+        ),
+        (
+            "SELECT * FROM sessions ORDER BY updated_at DESC, rowid DESC LIMIT 9",
+            "sessions_updated",
+        ),
+        (
+            "SELECT * FROM sessions WHERE user_id = ? "
+            "ORDER BY updated_at DESC, rowid DESC LIMIT 9",
+            "sessions_user_updated",
+        ),
+    ],
+)
+def test_queries_use_indexes(db_path: str, sql: str, index: str) -> None:
+    SQLiteStore(db_path).close()
+    with sqlite3.connect(db_path) as raw:
+        params = [None] * sql.count("?")
+        plan = " ".join(r[-1] for r in raw.execute(f"EXPLAIN QUERY PLAN {sql}", params))
+    assert index in plan
+    assert "SCAN m " not in plan + " "
+    assert "TEMP B-TREE FOR ORDER BY" not in plan  # ties on the time may be sorted, no more
+
+
+def test_writers_wait_for_a_lock_then_succeed(db_path: str) -> None:
+    store = SQLiteStore(db_path, busy_timeout_ms=20, max_retries=12)
+    blocker = sqlite3.connect(db_path, isolation_level=None, check_same_thread=False)
+    blocker.execute("BEGIN IMMEDIATE")
+    release = threading.Timer(0.3, lambda: blocker.execute("COMMIT"))
+    release.start()
+    try:
+        mm = MemoryManager(store, embedding=None)
+        mid = mm.save_message("s", _user("after the lock"))
+        assert [m.id for m in mm.get_messages("s")] == [mid]
+    finally:
+        release.join()
+        blocker.close()
+        store.close()
+
+
+def test_a_lock_held_past_every_retry_is_a_typed_error(db_path: str) -> None:
+    store = SQLiteStore(db_path, busy_timeout_ms=1, max_retries=2)
+    blocker = sqlite3.connect(db_path, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")
+    try:
+        with pytest.raises(StoreBusyError, match="concurrent writers"):
+            MemoryManager(store, embedding=None).save_message("s", _user("x"))
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+    with MemoryManager(store, embedding=None) as mm:
+        assert mm.get_messages("s") == []
+
+
+def test_keyword_index_catches_up_and_follows_deletes(db_path: str) -> None:
+    with MemoryManager(db_path, embedding=None) as mm:
+        mm.save_messages("a", [_user("where did I park the bicycle"), _user("in the garage")])
+        mm.save_message("b", _user("bicycle repair shop"))
+        assert mm.store.index_keywords() == 3
+        assert mm.store.index_keywords() == 0  # idempotent
+        mm.save_message("b", _user("a new bicycle bell"))
+        hits = mm.store.keyword_search("bicycle")
+        # three say "bicycle"; "in the garage" is found through the question it answers
+        assert sorted(h.message.content for h in hits) == [
+            "a new bicycle bell",
+            "bicycle repair shop",
+            "in the garage",
+            "where did I park the bicycle",
+        ]
+        mm.delete_session("b")
+        assert {h.message.session_id for h in mm.store.keyword_search("bicycle")} == {"a"}
+        assert mm.store.rebuild_keyword_index() == 2
+        assert len(mm.store.keyword_search("bicycle garage")) == 2
+
+
+def test_in_memory_stores_are_private() -> None:
+    with MemoryManager(":memory:", embedding=None) as one, MemoryManager(
+        ":memory:", embedding=None
+    ) as two:
+        one.save_message("s", _user("only in one"))
+        assert two.get_messages("s") == []
+        assert one.stats()["bytes"] == 0
