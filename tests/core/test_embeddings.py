@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -214,9 +215,11 @@ def test_benchmark_runs_and_reports_both_paths(onnx_cache: Path) -> None:
         capture_output=True,
         text=True,
         check=True,
-        env={**__import__("os").environ, "HAROMBE_CACHE_DIR": str(onnx_cache)},
+        env={**os.environ, "HAROMBE_CACHE_DIR": str(onnx_cache)},
     ).stdout
-    rows = {line.split()[0]: line.split() for line in out.splitlines() if line[:4] in ("st  ", "onnx")}
+    rows = {
+        line.split()[0]: line.split() for line in out.splitlines() if line[:4] in ("st  ", "onnx")
+    }
     assert set(rows) == {"st", "onnx"}
     assert float(rows["onnx"][3]) > 0.999  # min cosine against the reference
 
