@@ -24,7 +24,8 @@ def fit_context(
     The weakest messages are dropped until the formatted message, header and dates included,
     fits; ``None`` when nothing does.
     """
-    chosen = list(messages)
+    # A tool-calling assistant turn has no text: as recalled context it would be an empty line.
+    chosen = [m for m in messages if m.content.strip()]
     while chosen:
         message = context_message(chosen)
         if message is None:

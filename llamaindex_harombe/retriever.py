@@ -22,7 +22,7 @@ from llamaindex_harombe.memory import DEFAULT_STORAGE_PATH, open_manager
 
 __all__ = ["HarombeRetriever", "hit_to_node"]
 
-_HIDDEN_FROM_LLM = ["message_id", "session_id", "user_id", "score_vector", "score_keyword"]
+_HIDDEN_FROM_LLM = ["message_id", "session_id", "role", "name", "score_vector", "score_keyword"]
 
 
 def hit_to_node(hit: SearchHit) -> NodeWithScore:

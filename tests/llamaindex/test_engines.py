@@ -1,0 +1,119 @@
+"""LlamaIndex's chat engines and agents, unmodified, on HarombeMemory with mock models.
+
+Every engine runs sync and async, streaming and not. The restart tests run each turn in a new
+Python process: the second process sees the first one's history, keeps the window inside the
+token limit, and the model receives what was recalled from an earlier session.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from llamaindex_harombe import HarombeMemory
+from tests.llamaindex.engine_turn import ENGINES, MODES, run_turn
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = Path(__file__).with_name("engine_turn.py")
+
+
+def seed_past_session(db: str, user_id: str = "ann") -> None:
+    """An earlier conversation whose fact only recall can bring back."""
+    memory = HarombeMemory.from_defaults(storage_path=db, session_id="earlier", user_id=user_id)
+    from llama_index.core.llms import ChatMessage
+
+    memory.put_messages(
+        [
+            ChatMessage(role="user", content="Remember that my boat is named Marigold."),
+            ChatMessage(role="assistant", content="Noted: your boat is Marigold."),
+        ]
+    )
+    memory.close()
+
+
+def sent_text(result: dict[str, Any]) -> str:
+    return "\n".join(content for _role, content in result["sent"])
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("engine", ENGINES)
+async def test_engine_keeps_history_and_gets_recall(db: str, engine: str, mode: str) -> None:
+    seed_past_session(db)
+    args = {"db": db, "engine": engine, "mode": mode, "session_id": "now", "user_id": "ann"}
+    first = await run_turn(message="What is the name of my boat?", **args)
+    second = await run_turn(message="And what colour is the boat?", **args)
+    assert first["reply"]
+    users = [c for r, c in second["history"] if r == "user"]
+    assert users == ["What is the name of my boat?", "And what colour is the boat?"]
+    assert second["history"][-1][0] == "assistant"
+    if engine in ("function_agent", "agent_workflow"):
+        # the tool call and its result were stored with the turn
+        roles = [r for r, _ in second["history"]]
+        assert roles.count("tool") == 2
+        assert second["reply"] == "The forecast says sunny in Paris."
+    # the earlier session's fact reached the model
+    assert "Marigold" in sent_text(second)
+    # the model saw the first turn of this session too
+    assert "What is the name of my boat?" in sent_text(second)
+    assert second["window_tokens"] <= 400
+
+
+async def test_no_recall_across_users(db: str) -> None:
+    seed_past_session(db, user_id="someone-else")
+    result = await run_turn(
+        db=db,
+        engine="simple",
+        mode="chat",
+        message="What is the name of my boat?",
+        session_id="now",
+        user_id="ann",
+    )
+    assert "Marigold" not in sent_text(result)
+
+
+def turn_in_new_process(**args: Any) -> dict[str, Any]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), json.dumps(args)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        check=False,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+@pytest.mark.parametrize(("engine", "mode"), [("simple", "stream"), ("function_agent", "achat")])
+def test_conversation_survives_a_restart(db: str, engine: str, mode: str) -> None:
+    seed_past_session(db)
+    limit = 150
+    args = {
+        "db": db,
+        "engine": engine,
+        "mode": mode,
+        "session_id": "now",
+        "user_id": "ann",
+        "token_limit": limit,
+    }
+    questions = [f"Question {i}: what is the name of my boat again?" for i in range(4)]
+    for question in questions[:-1]:
+        turn_in_new_process(message=question, **args)
+    last = turn_in_new_process(message=questions[-1], **args)
+    # history from every earlier process is there
+    assert [c for r, c in last["history"] if r == "user"] == questions
+    # the window respected the token limit even though the history outgrew it
+    assert last["window_tokens"] <= limit
+    assert questions[0] not in sent_text(last)
+    assert questions[-1] in sent_text(last)
+    # recalled context from the earlier session reached the model
+    assert "Marigold" in sent_text(last)
