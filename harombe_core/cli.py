@@ -11,6 +11,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
+from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -124,19 +125,26 @@ def history_command(
         int | None,
         typer.Option("--max-tokens", min=0, help="Token budget of the context window shown."),
     ] = None,
+    last: Annotated[
+        int | None, typer.Option("--last", min=1, help="Show only the newest N messages.")
+    ] = None,
 ) -> None:
     """Show a session's messages and which of them fit a model's token window."""
     from harombe_core.export import describe_tool_call
 
     with clean_errors(), open_memory(db) as manager:
         session = manager.load_session(session_id)
-        messages = manager.get_messages(session_id)
+        if last is None:
+            messages = manager.get_messages(session_id)
+        else:  # newest first, read lazily: a long session costs only the rows shown
+            messages = list(islice(manager.store.iter_newest(session_id), last))[::-1]
         budget = manager.max_history_tokens if max_tokens is None else max_tokens
         window = manager.get_window(session_id, budget)
         kept = {m.id for m in window.messages if m.id is not None}
         console.print(
             f"[bold]{escape(session.id)}[/bold]  user {escape(session.user_id or '-')}, "
-            f"{len(messages)} messages, started {_when(session.created_at)} UTC"
+            f"{session.message_count} messages, started {_when(session.created_at)} UTC"
+            + (f" (showing the newest {len(messages)})" if last is not None else "")
         )
         if session.system_prompt is not None:
             console.print(f"System prompt: {escape(session.system_prompt)}")
@@ -147,7 +155,8 @@ def history_command(
         table.add_column("tokens", justify="right")
         table.add_column("window", no_wrap=True)
         table.add_column("content", overflow="fold")  # fold, never crop: this is the record
-        for i, m in enumerate(messages, start=1):
+        first_number = session.message_count - len(messages) + 1
+        for i, m in enumerate(messages, start=first_number):
             who = m.role + (f" ({m.name})" if m.name else "")
             body = escape(m.content)
             if m.tool_call_id is not None:
@@ -163,11 +172,12 @@ def history_command(
                 body,
             )
         console.print(table)
-        inside = sum(1 for m in messages if m.id in kept)
+        inside = len(kept)
+        total = session.message_count
         console.print(
-            f"Context for a {budget}-token budget: the newest {inside} of {len(messages)} "
+            f"Context for a {budget}-token budget: the newest {inside} of {total} "
             f"messages ({window.tokens} tokens, system prompt included); "
-            f"{len(messages) - inside} older messages fall outside the window."
+            f"{total - inside} older messages fall outside the window."
         )
 
 
@@ -391,7 +401,7 @@ def main() -> None:
     try:
         app()
     except HarombeError as exc:
-        err_console.print(f"[red]error:[/red] {exc}")
+        err_console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
         sys.exit(1)
 
 

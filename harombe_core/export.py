@@ -65,6 +65,9 @@ __all__ = [
     "import_file",
     "import_records",
     "loads",
+    "messages_from_dict",
+    "messages_to_dict",
+    "read_records",
     "read_session",
     "resolve_output_path",
     "safe_filename",
@@ -73,6 +76,7 @@ __all__ = [
     "session_to_dict",
     "session_to_openai",
     "transcript",
+    "write_records",
     "write_text",
 ]
 
@@ -373,6 +377,26 @@ def session_from_dict(data: Any, *, where: str = "session") -> SessionRecord:
         ),
         message_summaries=summaries,
     )
+
+
+def messages_to_dict(
+    messages: Sequence[Message],
+    *,
+    summaries: Mapping[int, Mapping[str, Any]] | None = None,
+    session: Session | None = None,
+    mode: str | None = None,
+) -> dict[str, Any]:
+    """Messages (optionally with their session and per-message summaries) as a JSON document.
+
+    The shortcut for in-memory conversations: ``parent_id`` links and ids are written as they
+    are, so a threaded conversation keeps its shape.
+    """
+    return session_to_dict(SessionRecord.from_session(session, messages, summaries), mode=mode)
+
+
+def messages_from_dict(data: Any) -> list[Message]:
+    """The messages of a JSON session document, with the ids and ``parent_id`` it gave them."""
+    return session_from_dict(data).messages
 
 
 def bundle_to_dict(records: Iterable[SessionRecord]) -> dict[str, Any]:
@@ -781,6 +805,27 @@ def write_text(path: Path, text: str) -> Path:
     return path
 
 
+def write_records(
+    records: Sequence[SessionRecord],
+    out: str | os.PathLike[str],
+    fmt: str = "json",
+    *,
+    directory: str | os.PathLike[str] | None = None,
+    bundle: bool | None = None,
+) -> Path:
+    """Write records to a file (atomically; confined to ``directory`` when one is given)."""
+    return write_text(resolve_output_path(out, directory), dumps(records, fmt, bundle=bundle))
+
+
+def read_records(path: str | os.PathLike[str], fmt: str | None = None) -> list[SessionRecord]:
+    """Read and validate an export file without touching any store."""
+    text = _read_file(path)
+    try:
+        return loads(text, fmt)
+    except ImportFormatError as exc:  # say which file, then where in it
+        raise ImportFormatError(f"{Path(path).name}: {exc}") from exc
+
+
 # --------------------------------------------------------------------------------------------
 # the store side
 
@@ -985,11 +1030,7 @@ def import_file(
     The whole file is validated first; a bad file raises :class:`ImportFormatError` naming the
     line or node at fault, and nothing is written.
     """
-    text = _read_file(path)
-    try:
-        records = loads(text, fmt)
-    except ImportFormatError as exc:
-        raise ImportFormatError(f"{Path(path).name}: {exc}") from exc
+    records = read_records(path, fmt)
     return import_records(manager, records, on_conflict=on_conflict, user_id=user_id)
 
 

@@ -280,3 +280,29 @@ def test_a_missing_db_is_reported_not_created(tmp_path: Path) -> None:
     assert result.exit_code == 1
     assert f"no database at {missing}" in result.stderr
     assert not missing.exists()
+
+
+def test_history_last_shows_only_the_newest_with_their_positions(db: str) -> None:
+    result = runner.invoke(app, ["history", "alpha", "--db", db, "--last", "2"])
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "(showing the newest 2)" in out
+    assert "turn number 8" in out
+    assert "turn number 9" in out
+    assert "turn number 7" not in out
+    assert "│  9 │" in out or "│ 9 │" in out
+
+
+def test_history_in_a_narrow_terminal_folds_text_instead_of_cropping(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cli, "console", Console(width=80))
+    path = str(tmp_path / "n.db")
+    code = "out.append(parse(rows[i]))_and_a_very_long_identifier_without_any_spaces_at_all"
+    with MemoryManager(path, embedding=None) as mm:
+        mm.save_message("s", Message(role="user", content=code))
+    result = runner.invoke(app, ["history", "s", "--db", path])
+    assert result.exit_code == 0, result.output
+    cells = [line.split("│")[-2].strip() for line in result.output.splitlines() if "│" in line]
+    assert code in "".join(cells)
+    assert "…" not in result.output

@@ -114,3 +114,12 @@ def test_demo_runs_as_a_process_with_semantic_recall_offline(tmp_path: Path) -> 
     assert "Traceback" not in proc.stderr
     with MemoryManager(str(db), embedding=None) as mm:
         assert mm.stats()["pending_embeddings"] == 0  # every sample message was embedded
+
+
+def test_demo_into_a_foreign_file_is_refused(tmp_path: Path) -> None:
+    foreign = tmp_path / "photo.jpg"
+    foreign.write_bytes(b"\xff\xd8\xff\xe0 not a database")
+    result = runner.invoke(app, ["demo", "--no-semantic", "--db", str(foreign)])
+    assert result.exit_code == 1
+    assert "not a harombe database" in result.stderr
+    assert foreign.read_bytes() == b"\xff\xd8\xff\xe0 not a database"

@@ -431,3 +431,27 @@ async def test_async_twins(mm: MemoryManager, tmp_path: Path) -> None:
         result = await ex.aimport_file(other, path)
         assert result.session_ids == ["trip"]
         assert result.messages == 4
+
+
+def test_pure_helpers_for_in_memory_conversations(tmp_path: Path) -> None:
+    messages = [
+        Message(role="user", content="root", id=1, created_at=T0),
+        Message(role="assistant", content="answer", id=2, parent_id=1, created_at=T0),
+        Message(role="user", content="branch", id=3, parent_id=2, created_at=T0),
+    ]
+    doc = ex.messages_to_dict(messages, summaries={1: {"title": "t", "summary": "s"}})
+    assert doc["metadata"]["mode"] == "graph"
+    assert doc["edges"] == [{"from": 1, "to": 2}, {"from": 2, "to": 3}]
+    back = ex.messages_from_dict(json.loads(json.dumps(doc)))
+    assert [m.to_dict() for m in back] == [m.to_dict() for m in messages]
+
+    record = ex.SessionRecord(messages=messages, session_id="mem")
+    path = ex.write_records([record], tmp_path / "mem.json")
+    (loaded,) = ex.read_records(path)
+    assert loaded.session_id == "mem"
+    assert loaded.messages[2].parent_id == 2
+    path.write_text(path.read_text().replace('"assistant"', '"bot"'))
+    with pytest.raises(
+        ImportFormatError, match=r"^mem\.json: file\.nodes\[1\]: unknown role 'bot'"
+    ):
+        ex.read_records(path)
