@@ -424,8 +424,12 @@ class SQLiteStore:
                 f"{file} is truncated ({file.stat().st_size} bytes, its header promises "
                 f"{page_size * page_count}); it was left untouched. Restore it from a backup."
             )
+        # A file whose header does not name us is read as immutable: no lock, and none of the
+        # -wal/-shm files a WAL-mode database would otherwise get beside it.
+        ours = int.from_bytes(header[68:72], "big") == APPLICATION_ID
+        options = "mode=ro" if ours else "mode=ro&immutable=1"
         try:
-            probe = sqlite3.connect(f"{file.as_uri()}?mode=ro", uri=True)
+            probe = sqlite3.connect(f"{file.as_uri()}?{options}", uri=True)
             try:
                 app_id = probe.execute("PRAGMA application_id").fetchone()[0]
                 tables = {
