@@ -75,6 +75,9 @@ class OllamaEmbedder(BaseEmbedder):
         for start in range(0, len(texts), self.batch_size):
             rows.extend(self._request(texts[start : start + self.batch_size]))
         try:
-            return np.asarray(rows, dtype=np.float32)
+            vectors = np.asarray(rows, dtype=np.float32)
         except ValueError as exc:
             raise EmbeddingError(f"Ollama returned vectors of different lengths: {exc}") from exc
+        if self._dimension_given is None and vectors.ndim == 2:
+            self._dimension_given = int(vectors.shape[1])  # learnt without a probe request
+        return vectors
