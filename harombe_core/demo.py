@@ -345,7 +345,6 @@ def _show_recall(console: Console, result: DemoResult) -> None:
     table.add_column("meaning", justify="right")
     table.add_column("keyword", justify="right")
     table.add_column("session", no_wrap=True)
-    table.add_column("role")
     table.add_column("message")
     hits = result.hits
     for rank, hit in enumerate(hits, start=1):
@@ -354,11 +353,10 @@ def _show_recall(console: Console, result: DemoResult) -> None:
             "-" if hit.vector_score is None else f"{hit.vector_score:.2f}",
             "-" if hit.keyword_score is None else f"{hit.keyword_score:.2f}",
             escape(hit.session_id),
-            hit.message.role,
-            _preview(hit.message.content, 80),
+            f"{hit.message.role}: " + _preview(hit.message.content, 70),
         )
     if not hits:
-        table.add_row("-", "-", "-", "-", "-", "nothing found")
+        table.add_row("-", "-", "-", "-", "nothing found")
     console.print(table)
     console.print(
         Panel(
