@@ -41,7 +41,8 @@ class MemorySection(_Section):
     """``memory:``: where messages live and how much of them a model sees."""
 
     enabled: bool = True
-    storage_path: str = Field(default_factory=default_db_path)
+    # validate_default: the default (``HAROMBE_DB`` or ``~/.harombe``) gets ``~`` expanded too.
+    storage_path: str = Field(default_factory=default_db_path, validate_default=True)
     max_history_tokens: int = Field(default=4096, ge=0)
     auto_prune_days: int | None = Field(default=None, ge=1)
     strategy: Literal["simple", "summarization", "hybrid", "threaded"] = "simple"
