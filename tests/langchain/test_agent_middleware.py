@@ -167,3 +167,37 @@ def test_missing_session_is_a_clear_error(manager: MemoryManager) -> None:
     agent = create_agent(RecordingChatModel(), middleware=[HarombeMemoryMiddleware(manager)])
     with pytest.raises(InvalidInputError, match="thread_id"):
         agent.invoke({"messages": [HumanMessage("hi")]})
+
+
+def test_recall_of_other_sessions_goes_into_the_system_message(tmp_path: Path) -> None:
+    from harombe_core.testing import FakeEmbedder
+
+    with MemoryManager(
+        str(tmp_path / "m.db"), embedding=FakeEmbedder(), vector_store="chroma"
+    ) as manager:
+        manager.save_messages(
+            "old",
+            [{"role": "user", "content": "My cat is called Miso"},
+             {"role": "assistant", "content": "Miso is a lovely name for a cat"}],
+            user_id="ann",
+        )
+        manager.save_messages(
+            "bob-old", [{"role": "user", "content": "My cat is called Rex"}], user_id="bob"
+        )
+        manager.flush()
+        model = RecordingChatModel()
+        agent = create_agent(
+            model,
+            system_prompt="Be kind.",
+            middleware=[HarombeMemoryMiddleware(manager, recall_tokens=200)],
+        )
+        agent.invoke(
+            {"messages": [HumanMessage("what is my cat called?")]},
+            {"configurable": {"thread_id": "new", "user_id": "ann"}},
+        )
+    system = model.calls[0][0]
+    assert isinstance(system, SystemMessage)
+    assert system.text.startswith("Be kind.")
+    assert "My cat is called Miso" in system.text
+    assert "Rex" not in system.text, "another user's sessions are never recalled"
+    assert model.calls[0][1:] == [HumanMessage("what is my cat called?", id=model.calls[0][1].id)]

@@ -15,7 +15,10 @@ NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "langchain_quicks
 def test_quickstart_notebook_executes(tmp_path: Path) -> None:
     notebook = nbformat.read(NOTEBOOK, as_version=4)
     client = NotebookClient(
-        notebook, timeout=240, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+        notebook,
+        timeout=240,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(tmp_path)}},
     )
     client.execute()
     outputs = "".join(
