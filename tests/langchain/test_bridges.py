@@ -90,3 +90,27 @@ def test_manager_searches_with_langchain_embeddings(tmp_path: Path) -> None:
         hits = mm.search("alpha", top_k=1)
         assert hits[0].message.content == "alpha"
         assert hits[0].vector_score == pytest.approx(1.0, abs=1e-5)
+
+
+def test_chat_model_as_the_core_summariser() -> None:
+    from harombe_core.summarize import LLMSummarizer
+
+    model = RecordingChatModel(
+        responses=['{"title": "Lisbon trip", "summary": "Ann plans a trip to Lisbon in May."}']
+    )
+    summary = LLMSummarizer(llm=chat_model_callable(model)).summarize_message(
+        Message(role="user", content="I am planning a trip to Lisbon in May.")
+    )
+    assert summary.title == "Lisbon trip"
+    assert "Lisbon" in summary.summary
+    assert "I am planning a trip to Lisbon in May." in model.calls[0][-1].text
+
+
+async def test_chat_model_as_the_core_summariser_async() -> None:
+    from harombe_core.summarize import LLMSummarizer
+
+    model = RecordingChatModel(responses=['{"title": "Pasta", "summary": "Boil ten minutes."}'])
+    summary = await LLMSummarizer(llm=chat_model_callable(model)).asummarize_message(
+        Message(role="user", content="How long do I boil pasta?")
+    )
+    assert summary.title == "Pasta"
