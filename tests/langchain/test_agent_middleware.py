@@ -101,6 +101,12 @@ def test_window_edge_never_splits_a_tool_call_from_its_result(db_path: str) -> N
     history = first_call[:-1]
     assert history == prefix[len(prefix) - len(history) :]
     assert sum(m.token_count or 0 for m in stored[len(stored) - len(history) :]) <= 40 < total
+    # Exactly the core's window over the same messages: rebuild the state the first call saw.
+    with MemoryManager(db_path, embedding=None) as manager:
+        replay = manager.get_messages("t1")[: len(stored) + 1]
+        manager.save_messages("replay", [m.with_ids(id=None, session_id=None) for m in replay])
+        expected = [to_langchain(m) for m in manager.get_recent_messages("replay", 40)]
+    assert first_call == expected
 
 
 def test_every_budget_keeps_tool_pairs_whole(manager: MemoryManager) -> None:
