@@ -207,3 +207,21 @@ def test_recall_of_other_sessions_goes_into_the_system_message(tmp_path: Path) -
     assert "My cat is called Miso" in system.text
     assert "Rex" not in system.text, "another user's sessions are never recalled"
     assert model.calls[0][1:] == [HumanMessage("what is my cat called?", id=model.calls[0][1].id)]
+
+
+def test_with_a_checkpointer_nothing_is_saved_twice(manager: MemoryManager) -> None:
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    model = RecordingChatModel(responses=[_ai_call(1, 2, "c1"), "3", "bye"])
+    agent = create_agent(
+        model, tools=[add], middleware=[HarombeMemoryMiddleware(manager)],
+        checkpointer=InMemorySaver(),
+    )
+    config = {"configurable": {"thread_id": "cp"}}
+    agent.invoke({"messages": [HumanMessage("1+2?")]}, config)
+    agent.invoke({"messages": [HumanMessage("thanks")]}, config)
+    stored = [to_langchain(m) for m in manager.get_messages("cp")]
+    assert [type(m).__name__ for m in stored] == [
+        "HumanMessage", "AIMessage", "ToolMessage", "AIMessage", "HumanMessage", "AIMessage",
+    ]
+    assert [m.text for m in model.calls[-1]] == ["1+2?", "", "3", "3", "thanks"]
