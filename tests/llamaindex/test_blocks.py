@@ -1,0 +1,132 @@
+"""HarombeMemoryBlock inside LlamaIndex's Memory: flushed turns and past sessions recalled,
+sessions and users kept apart even when one block serves many interleaved sessions."""
+
+from __future__ import annotations
+
+import pytest
+from llama_index.core.llms import ChatMessage
+from llama_index.core.memory import Memory
+from llama_index.core.storage.chat_store.base_db import MessageStatus
+
+from harombe_core.errors import InvalidInputError
+from harombe_core.manager import MemoryManager
+from llamaindex_harombe import HarombeDBChatStore, HarombeMemoryBlock
+
+
+def user(text: str) -> ChatMessage:
+    return ChatMessage(role="user", content=text)
+
+
+def assistant(text: str) -> ChatMessage:
+    return ChatMessage(role="assistant", content=text)
+
+
+def memory_with(block: HarombeMemoryBlock, session_id: str, **kwargs: object) -> Memory:
+    return Memory.from_defaults(
+        session_id=session_id,
+        token_limit=120,
+        token_flush_size=20,
+        chat_history_token_ratio=0.5,
+        memory_blocks=[block],
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+def filler(tag: str, n: int) -> list[ChatMessage]:
+    return [
+        (user if i % 2 == 0 else assistant)(f"{tag} small talk number {i} about nothing much")
+        for i in range(n)
+    ]
+
+
+def system_text(messages: list[ChatMessage]) -> str:
+    return "\n".join(m.content or "" for m in messages if m.role.value == "system")
+
+
+async def test_flushed_turns_are_recalled(semantic_manager: MemoryManager) -> None:
+    block = HarombeMemoryBlock(manager=semantic_manager)
+    memory = memory_with(block, "s1")
+    await memory.aput_messages(
+        [user("My locker code is 4417."), assistant("Saved your locker code.")]
+    )
+    await memory.aput_messages(filler("s1", 12))
+    queue = await memory.sql_store.get_messages("s1", status=MessageStatus.ACTIVE)
+    assert queue
+    assert all("4417" not in (m.content or "") for m in queue)
+    await semantic_manager.aflush()
+    # the flushed fact is no longer in the short-term queue but comes back through the block
+    window = await memory.aget(input="what is my locker code?")
+    assert "4417" in system_text(window)
+    assert "4417" in " ".join(m.content for m in semantic_manager.get_messages("s1"))
+
+
+def test_interleaved_sessions_stay_apart(semantic_manager: MemoryManager) -> None:
+    # One block shared by two memories, used in turn: upstream's VectorMemoryBlock answers the
+    # second session with the first one's filter (issue 22701 upstream).
+    block = HarombeMemoryBlock(manager=semantic_manager)
+    alice = memory_with(block, "alice-session")
+    bob = memory_with(block, "bob-session")
+    for i in range(8):
+        alice.put(user(f"alice secret ingredient is saffron, round {i}"))
+        bob.put(user(f"bob secret ingredient is paprika, round {i}"))
+        alice.put(assistant("noted"))
+        bob.put(assistant("noted"))
+    semantic_manager.flush()
+    for _ in range(2):  # asking twice, alternately, is where a pinned filter shows
+        a = system_text(alice.get(input="what is the secret ingredient?"))
+        b = system_text(bob.get(input="what is the secret ingredient?"))
+        assert "saffron" in a
+        assert "paprika" not in a
+        assert "paprika" in b
+        assert "saffron" not in b
+
+
+async def test_user_scope_recalls_past_sessions_of_that_user_only(
+    semantic_manager: MemoryManager,
+) -> None:
+    semantic_manager.save_messages(
+        "ann-old", [{"role": "user", "content": "I am allergic to peanuts"}], user_id="ann"
+    )
+    semantic_manager.save_messages(
+        "ben-old", [{"role": "user", "content": "I am allergic to shellfish"}], user_id="ben"
+    )
+    semantic_manager.flush()
+    block = HarombeMemoryBlock(manager=semantic_manager, scope="user", user_id="ann")
+    text = await block.aget([user("what am I allergic to?")], session_id="ann-new")
+    assert "peanuts" in text
+    assert "shellfish" not in text
+    with pytest.raises(InvalidInputError, match="user_id"):
+        HarombeMemoryBlock(manager=semantic_manager, scope="user")
+
+
+async def test_window_messages_are_not_recalled_again(manager: MemoryManager) -> None:
+    block = HarombeMemoryBlock(manager=manager)
+    await block.aput([user("the tide is high at noon")], session_id="s")
+    visible = [user("the tide is high at noon")]
+    assert await block.aget(visible, session_id="s") == ""
+    assert "noon" in await block.aget([user("when is the tide high?")], session_id="s")
+
+
+async def test_persist_flushed_off_with_harombe_db_store(db: str) -> None:
+    # With Memory's queue already in harombe, flushed turns are searchable without copies.
+    store = HarombeDBChatStore(db)
+    block = HarombeMemoryBlock(manager=store.manager, persist_flushed=False)
+    memory = memory_with(block, "s", chat_store=store)
+    await memory.aput_messages([user("The wifi password is heron42."), assistant("ok")])
+    await memory.aput_messages(filler("s", 12))
+    stored = store.manager.get_messages("s")
+    assert sum("heron42" in m.content for m in stored) == 1
+    assert len(stored) == 14
+    window = await memory.aget(input="what is the wifi password?")
+    assert "heron42" in system_text(window)
+    store.close()
+
+
+def test_block_serialises_its_location(db: str) -> None:
+    block = HarombeMemoryBlock(storage_path=db, scope="all", top_k=3)
+    data = block.model_dump()
+    block.close()
+    assert data["storage_path"] == db
+    again = HarombeMemoryBlock(**data)
+    assert (again.scope, again.top_k) == ("all", 3)
+    again.close()
