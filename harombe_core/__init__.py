@@ -13,6 +13,7 @@ from harombe_core.errors import (
     ConfigError,
     EmbeddingError,
     EmbeddingModelMismatchError,
+    EncryptionKeyError,
     ExportPathError,
     HarombeError,
     ImportFormatError,
@@ -27,6 +28,7 @@ from harombe_core.errors import (
     StoreBusyError,
     StoreError,
     StoreReadOnlyError,
+    StoreUnavailableError,
     SummarizationError,
 )
 from harombe_core.models import ConversationNode, Message, MessageSummary, SearchHit, Session
@@ -49,6 +51,7 @@ __all__ = [
     "ConversationNode",
     "EmbeddingError",
     "EmbeddingModelMismatchError",
+    "EncryptionKeyError",
     "ExportPathError",
     "HarombeError",
     "ImportFormatError",
@@ -70,6 +73,7 @@ __all__ = [
     "StoreBusyError",
     "StoreError",
     "StoreReadOnlyError",
+    "StoreUnavailableError",
     "SummarizationError",
     "__version__",
 ]
