@@ -7,8 +7,6 @@ LlamaIndex's own memories persistent; ``HarombeMemoryBlock`` adds long-term reca
 public API is exactly ``__all__``.
 """
 
-from __future__ import annotations
-
 from llamaindex_harombe.blocks import HarombeMemoryBlock
 from llamaindex_harombe.chat_store import HarombeChatStore, HarombeDBChatStore
 from llamaindex_harombe.convert import LI_KEY, from_llamaindex, to_llamaindex
