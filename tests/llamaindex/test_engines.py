@@ -117,3 +117,37 @@ async def test_conversation_survives_a_restart(db: str, engine: str, mode: str) 
     assert questions[-1] in sent_text(last)
     # recalled context from the earlier session reached the model
     assert "Marigold" in sent_text(last)
+
+
+async def test_serialised_workflow_context_restores_its_memory(db: str) -> None:
+    from llama_index.core.agent.workflow import FunctionAgent
+    from llama_index.core.llms.mock import MockFunctionCallingLLM
+    from llama_index.core.tools import FunctionTool
+    from workflows import Context
+    from workflows.context.serializers import JsonSerializer
+
+    from tests.llamaindex.engine_turn import agent_brain, get_weather
+
+    agent = FunctionAgent(
+        tools=[FunctionTool.from_defaults(fn=get_weather)],
+        llm=MockFunctionCallingLLM(response_generator=agent_brain),
+    )
+    memory = HarombeMemory.from_defaults(storage_path=db, session_id="wf", token_limit=500)
+    ctx = Context(agent)
+    await agent.run(user_msg="weather?", memory=memory, ctx=ctx)
+    data = json.loads(json.dumps(ctx.to_dict(serializer=JsonSerializer())))
+    memory.close()
+
+    restored = Context.from_dict(agent, data, serializer=JsonSerializer())
+    again = await restored.store.get("memory")
+    assert isinstance(again, HarombeMemory)
+    assert (again.storage_path, again.session_id, again.token_limit) == (db, "wf", 500)
+    roles = [m.role.value for m in await again.aget_all()]
+    assert roles == ["user", "assistant", "tool", "assistant"]
+    result = await agent.run(user_msg="and tomorrow?", ctx=restored)
+    assert str(result) == "The forecast says sunny in Paris."
+    assert [m.content for m in await again.aget_all() if m.role.value == "user"] == [
+        "weather?",
+        "and tomorrow?",
+    ]
+    again.close()
