@@ -421,7 +421,11 @@ class MemoryManager:
 
     def count_tokens(self, messages: Sequence[Message]) -> int:
         """Tokens these messages cost under this manager's counter (overhead included)."""
-        return self.token_counter.count_messages(messages)
+        if isinstance(messages, (str, bytes, Message, Mapping)) or not isinstance(
+            messages, Iterable
+        ):
+            raise InvalidMessageError("count_tokens takes a list of messages.")
+        return self.token_counter.count_messages([_as_message(m) for m in messages])
 
     # search, RAG context, backfill and reindex (harombe_core.retrieval) ---------------------
     @property

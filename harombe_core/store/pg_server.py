@@ -84,7 +84,7 @@ class EmbeddedPostgres:
             text=True,
             timeout=timeout,
             env=env,
-            preexec_fn=self._demote if self._run_as else None,  # noqa: PLW1509
+            preexec_fn=self._demote if self._run_as else None,
             cwd=str(self.base),
             check=False,
         )

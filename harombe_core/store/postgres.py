@@ -35,7 +35,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
@@ -520,7 +520,7 @@ class PostgresStore:
         _check_id(session_id, "session_id")
         if user_id is not None:
             _check_id(user_id, "user_id")
-        now = to_micros(created_at or datetime.now(timezone.utc))
+        now = to_micros(created_at or datetime.now(UTC))
         return (session_id, user_id, system_prompt, int(system_prompt_tokens),
                 _dumps(dict(metadata or {})), now)
 
@@ -755,7 +755,7 @@ class PostgresStore:
                     message.parent_id,
                 )
             )
-        now = to_micros(datetime.now(timezone.utc))
+        now = to_micros(datetime.now(UTC))
         return (session_id, rows, user_id, _ids(replace_ids), now)
 
     def add_messages(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -40,7 +40,7 @@ def _snapshot(mm: MemoryManager) -> list[tuple[object, ...]]:
 @behaviour
 def round_trip_every_field(mm: MemoryManager) -> None:
     sid = mm.create_session("You are terse.", {"topic": "x", "n": [1, 2.5, None]}, user_id="u1")
-    when = datetime(2024, 5, 6, 7, 8, 9, 123456, tzinfo=timezone.utc)
+    when = datetime(2024, 5, 6, 7, 8, 9, 123456, tzinfo=UTC)
     calls = [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]
     original = [
         Message(role="user", content="héllo 👋 'quote' \"dq\"", name="Ann", created_at=when,
@@ -49,17 +49,21 @@ def round_trip_every_field(mm: MemoryManager) -> None:
         Message(role="tool", content="42", tool_call_id="c1", name="f"),
     ]
     ids = mm.save_messages(sid, original)
-    assert ids == sorted(ids) and len(set(ids)) == 3
+    assert ids == sorted(ids)
+    assert len(set(ids)) == 3
     back = mm.get_messages(sid)
     for saved, got, mid in zip(original, back, ids, strict=True):
-        assert got.id == mid and got.session_id == sid and got.token_count is not None
+        assert got.id == mid
+        assert got.session_id == sid
+        assert got.token_count is not None
         for field in ("role", "content", "name", "tool_calls", "tool_call_id", "metadata",
                       "created_at"):
             assert getattr(got, field) == getattr(saved, field), field
     session = mm.load_session(sid)
     assert session.system_prompt == "You are terse."
     assert session.metadata == {"topic": "x", "n": [1, 2.5, None]}
-    assert session.user_id == "u1" and session.message_count == 3
+    assert session.user_id == "u1"
+    assert session.message_count == 3
 
 
 @behaviour
@@ -99,7 +103,7 @@ def sessions_list_update_delete(mm: MemoryManager) -> None:
     b = mm.create_session(user_id="bob", session_id="b")
     c = mm.create_session(user_id="alice", session_id="c")
     mm.save_message(a, Message(role="user", content="newest activity"))
-    assert [s.id for s in mm.list_sessions()][0] == a
+    assert next(s.id for s in mm.list_sessions()) == a
     assert {s.id for s in mm.list_sessions(user_id="alice")} == {a, c}
     assert len(mm.list_sessions(limit=1)) == 1
     mm.update_session(b, system_prompt="new prompt", metadata={"m": 1}, user_id="carol")
@@ -109,11 +113,13 @@ def sessions_list_update_delete(mm: MemoryManager) -> None:
         mm.create_session(session_id="a")
     with pytest.raises(SessionNotFoundError):
         mm.update_session("missing", metadata={})
-    assert mm.delete_session(c) is True and mm.delete_session(c) is False
+    assert mm.delete_session(c) is True
+    assert mm.delete_session(c) is False
     with pytest.raises(SessionNotFoundError):
         mm.load_session(c)
     assert mm.clear_session(a) == 1
-    assert mm.get_messages(a) == [] and mm.session_exists(a)
+    assert mm.get_messages(a) == []
+    assert mm.session_exists(a)
 
 
 @behaviour
@@ -125,12 +131,13 @@ def replace_is_one_transaction(mm: MemoryManager) -> None:
     new = mm.replace_messages(sid, [ids[0], ids[1], foreign], [Message(role="user", content="y")])
     assert [m.content for m in mm.get_messages(sid)] == ["x2", "x3", "y"]
     assert mm.get_messages(other)[0].id == foreign  # ids of another session are ignored
-    assert mm.load_session(sid).message_count == 3 and len(new) == 1
+    assert mm.load_session(sid).message_count == 3
+    assert len(new) == 1
 
 
 @behaviour
 def prune_old(mm: MemoryManager) -> None:
-    old = datetime.now(timezone.utc) - timedelta(days=40)
+    old = datetime.now(UTC) - timedelta(days=40)
     mm.store.create_session("old", created_at=old)
     mm.create_session(session_id="fresh")
     assert mm.prune_old_sessions(30) == 1
@@ -166,7 +173,8 @@ def keyword_search_scoped(mm: MemoryManager) -> None:
     assert {h.message.session_id for h in hits} == {"s1", "s2"}
     assert all(h.score > 0 for h in hits)
     scoped = mm.store.keyword_search("bicycle", scope=SearchScope(user_id="u1"))
-    assert scoped and {h.message.session_id for h in scoped} == {"s1"}
+    assert scoped
+    assert {h.message.session_id for h in scoped} == {"s1"}
     # the answer is found through the question it answers
     answer = mm.store.keyword_search("park bicycle", scope=SearchScope(roles=("assistant",)))
     assert [h.message.content for h in answer] == ["Behind the library."]
@@ -191,9 +199,12 @@ def embedding_bookkeeping(mm: MemoryManager) -> None:
     assert {h.message.id for h in mm.store.keyword_search("q")} <= set(ids)
     mm.store.set_meta("k", "v1")
     mm.store.set_meta("k", "v2")
-    assert mm.store.get_meta("k") == "v2" and mm.store.get_meta("nope") is None
+    assert mm.store.get_meta("k") == "v2"
+    assert mm.store.get_meta("nope") is None
     stats = mm.stats()
-    assert stats["messages"] == 2 and stats["sessions"] == 1 and stats["pending_embeddings"] == 2
+    assert stats["messages"] == 2
+    assert stats["sessions"] == 1
+    assert stats["pending_embeddings"] == 2
 
 
 @behaviour

@@ -7,7 +7,7 @@ import signal
 import subprocess
 import sys
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import psycopg
@@ -18,7 +18,7 @@ from harombe_core.migrate import MigrationError, migrate, session_checksum
 from harombe_core.models import Message
 from harombe_core.store.pg_server import EmbeddedPostgres
 
-T0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2024, 1, 1, tzinfo=UTC)
 
 
 def _fill(url: str, sessions: int = 6, per_session: int = 40) -> dict[str, tuple[int, str]]:

@@ -25,7 +25,8 @@ async def test_async_twins(manager: MemoryManager) -> None:
     )
     assert sorted(ids) == [m.id for m in await manager.aget_messages(sid)]
     recent = await manager.aget_recent_messages(sid, 50)
-    assert recent[0].role == "system" and recent[-1].id == max(ids)
+    assert recent[0].role == "system"
+    assert recent[-1].id == max(ids)
     assert [s.id for s in await manager.alist_sessions(user_id="u")] == [sid]
     assert await manager.aclear_session(sid) == 20
     assert await manager.adelete_session(sid) is True
