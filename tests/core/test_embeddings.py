@@ -226,6 +226,6 @@ def test_benchmark_runs_and_reports_both_paths(onnx_cache: Path) -> None:
 
 def test_bad_input_is_rejected(fast: OnnxEmbedder) -> None:
     with pytest.raises(InvalidInputError, match="not one string"):
-        fast.embed("a bare string")  # type: ignore[arg-type]
+        fast.embed("a bare string")
     with pytest.raises(InvalidInputError, match="not str"):
         fast.embed(["fine", 3])  # type: ignore[list-item]

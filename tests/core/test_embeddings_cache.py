@@ -185,6 +185,6 @@ async def test_async_twins_do_not_block_the_event_loop() -> None:
 
 async def test_async_input_is_checked_before_the_thread_hop() -> None:
     with pytest.raises(InvalidInputError):
-        await FakeEmbedder().aembed("bare string")  # type: ignore[arg-type]
+        await FakeEmbedder().aembed("bare string")
     with pytest.raises(InvalidInputError):
         await CachedEmbedder(FakeEmbedder()).aembed_query(["not", "one"])  # type: ignore[arg-type]
