@@ -309,3 +309,30 @@ async def test_concurrent_aadd_messages_lose_nothing(db_path: str) -> None:
     # Each batch was one transaction: a question is always directly followed by its answer.
     for question, answer in zip(messages[::2], messages[1::2], strict=True):
         assert answer.text == "a" + question.text[1:]
+
+
+class _ContextRecorder(MemoryManager):
+    """A real manager whose get_context records how the history asked for its view."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.asked: list[dict[str, object]] = []
+
+    def get_context(self, session_id: str, **options: object) -> list[Message]:
+        self.asked.append({"session_id": session_id, **options})
+        return self.get_messages(session_id)[-1:]
+
+
+@pytest.mark.parametrize("strategy", ["simple", "threaded", "summarization", "hybrid"])
+def test_strategies_are_delegated_to_the_core(strategy: str) -> None:
+    with _ContextRecorder(":memory:", embedding=None) as manager:
+        history = HarombeChatMessageHistory(
+            "s", manager=manager, strategy=strategy, max_tokens=300,  # type: ignore[arg-type]
+            start_on_user=True, context_options={"k": 2},
+        )
+        history.add_messages([HumanMessage("a"), AIMessage("b")])
+        assert history.messages == [AIMessage("b")]
+        assert manager.asked == [
+            {"session_id": "s", "strategy": strategy, "max_tokens": 300, "start_on_user": True,
+             "k": 2}
+        ]
