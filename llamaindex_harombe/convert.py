@@ -127,7 +127,8 @@ def from_llamaindex(message: ChatMessage, *, metadata: dict[str, Any] | None = N
 def _blocks_for_tool_calls(calls: list[dict[str, Any]]) -> list[ToolCallBlock]:
     blocks = []
     for call in calls:
-        fn = call.get("function") if isinstance(call.get("function"), dict) else call
+        nested = call.get("function")
+        fn: dict[str, Any] = nested if isinstance(nested, dict) else call
         args: Any = fn.get("arguments", fn.get("args", {}))
         if isinstance(args, str):
             # Arguments that are not JSON (a model's malformed output) are kept as the string.

@@ -117,7 +117,7 @@ class HarombeMemory(BaseMemory):
         return "HarombeMemory"
 
     @classmethod
-    def from_defaults(  # type: ignore[override]
+    def from_defaults(
         cls,
         chat_history: list[ChatMessage] | None = None,
         llm: LLM | None = None,
