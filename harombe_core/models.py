@@ -182,16 +182,24 @@ class Message:
     def with_ids(self, **changes: Any) -> Message:
         """A copy with store-assigned fields set (id, session_id, token_count, parent_id)."""
         if changes.keys() <= _STORE_FIELDS:
-            # Only store-assigned fields change, so the validated content needs no re-check.
-            values = {name: getattr(self, name) for name in _FIELDS}
-            values.update(changes)
-            return Message.trusted(**values)
+            # Only store-assigned fields change, so the validated content needs no re-check
+            # (this runs on every save, so it copies slot by slot instead of re-validating).
+            copy = Message.__new__(Message)
+            for name in _FIELDS:
+                setattr(copy, name, getattr(self, name))
+            for name, value in changes.items():
+                setattr(copy, name, value)
+            return copy
         return replace(self, **changes)
 
     @classmethod
     def trusted(cls, **values: Any) -> Message:
         """Build without validation, for rows the store already validated when writing them."""
         message = cls.__new__(cls)
+        if values.keys() == _FIELD_SET:  # every field given, as the store does
+            for name, value in values.items():
+                setattr(message, name, value)
+            return message
         for spec in fields(cls):
             if spec.name in values:
                 value = values[spec.name]
@@ -253,6 +261,7 @@ class Message:
 
 
 _FIELDS: tuple[str, ...] = tuple(f.name for f in fields(Message))
+_FIELD_SET = frozenset(_FIELDS)
 _STORE_FIELDS = frozenset({"id", "session_id", "token_count", "parent_id"})
 
 

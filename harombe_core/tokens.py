@@ -69,8 +69,21 @@ class _TextCounterBase:
     def count_text(self, text: str) -> int:  # pragma: no cover - overridden
         raise NotImplementedError
 
+    #: Counters whose count of a role never changes remember it (four roles, asked on every save).
+    _cache_roles = False
+
+    def _role_tokens(self, role: str) -> int:
+        if not self._cache_roles:
+            return self.count_text(role)
+        cache: dict[str, int] = self.__dict__.setdefault("_role_cache", {})
+        count = cache.get(role)
+        if count is None:
+            count = cache[role] = self.count_text(role)
+        return count
+
     def count_message(self, message: Message) -> int:
-        total = MESSAGE_OVERHEAD + self.count_text(message.role) + self.count_text(message.content)
+        total = MESSAGE_OVERHEAD + self._role_tokens(message.role)
+        total += self.count_text(message.content)
         if message.name:
             total += NAME_OVERHEAD + self.count_text(message.name)
         if message.tool_calls:
@@ -87,6 +100,7 @@ class ApproximateTokenCounter(_TextCounterBase):
     """The seed's estimate: one token per four characters, rounded up. No dependency at all."""
 
     name = "approximate"
+    _cache_roles = True
 
     def count_text(self, text: str) -> int:
         return math.ceil(len(text) / 4)
@@ -108,6 +122,7 @@ class TiktokenCounter(_TextCounterBase):
     """Exact ``cl100k_base`` counts (GPT-4 / GPT-3.5 family), loaded from a bundled file."""
 
     name = "tiktoken:cl100k_base"
+    _cache_roles = True
 
     def __init__(self) -> None:
         self._encoding = _offline_encoding()
