@@ -225,3 +225,31 @@ def test_sessions_stay_apart(manager: MemoryManager) -> None:
         b.put(user(f"b{i}"))
     assert [m.content for m in a.get_all()] == ["a0", "a1", "a2"]
     assert [m.content for m in b.get(input="a1")] == ["b0", "b1", "b2"]
+
+
+def test_recall_by_meaning_with_the_bundled_model(db: str) -> None:
+    # No word of the question is in the remembered turn: only the embedding model can find it.
+    past = HarombeMemory.from_defaults(
+        storage_path=db, session_id="old", user_id="ann", embedding="default"
+    )
+    past.put_messages(
+        [
+            user("My golden retriever is called Biscuit."),
+            user("I repaired the kitchen sink yesterday."),
+            user("Quarterly tax forms are due in April."),
+        ]
+    )
+    past.manager.flush()
+    past.close()
+    memory = HarombeMemory.from_defaults(
+        storage_path=db,
+        session_id="new",
+        user_id="ann",
+        embedding="default",
+        rag_top_k=1,
+    )
+    assert memory.manager.semantic_enabled
+    window = memory.get(input="What is my dog called?")
+    assert "Biscuit" in str(window[0].content)
+    assert "sink" not in str(window[0].content)
+    memory.close()
