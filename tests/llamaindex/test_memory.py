@@ -249,7 +249,7 @@ def test_recall_by_meaning_with_the_bundled_model(db: str) -> None:
         rag_top_k=1,
     )
     assert memory.manager.semantic_enabled
-    window = memory.get(input="What is my dog called?")
+    window = memory.get(input="puppy name?")
     assert "Biscuit" in str(window[0].content)
     assert "sink" not in str(window[0].content)
     memory.close()
