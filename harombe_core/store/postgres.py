@@ -89,6 +89,15 @@ _FTS_EXPR = (
     f"setweight(to_tsvector('{_TS_CONFIG}', %s), 'B')"
 )
 
+#: The pgvector table: one vector per message, gone with its message. The column is untyped so
+#: vectors of any model fit; each dimension gets its own partial HNSW index (vectors/pgvector.py).
+VECTORS_TABLE_DDL = (
+    "CREATE TABLE IF NOT EXISTS message_vectors ("
+    "message_id BIGINT PRIMARY KEY REFERENCES messages(id) ON DELETE CASCADE, "
+    "dimension INTEGER NOT NULL, "
+    "embedding vector NOT NULL)"
+)
+
 # Each migration runs in one transaction together with its row in harombe_schema.
 PG_MIGRATIONS: list[list[str]] = [
     [
@@ -138,6 +147,22 @@ PG_MIGRATIONS: list[list[str]] = [
             result TEXT NOT NULL,
             at TIMESTAMPTZ NOT NULL DEFAULT now()
         )""",
+    ],
+    # 2: vectors beside the messages (pgvector). Skipped, with a notice, where the extension
+    # cannot be created; the pgvector index creates the table itself once it can.
+    [
+        """DO $$
+        BEGIN
+            BEGIN
+                CREATE EXTENSION IF NOT EXISTS vector;
+            EXCEPTION WHEN OTHERS THEN
+                RAISE NOTICE USING MESSAGE = 'pgvector is not available: ' || SQLERRM;
+                RETURN;
+            END;
+            EXECUTE $ddl$"""
+        + VECTORS_TABLE_DDL
+        + """$ddl$;
+        END $$""",
     ],
 ]
 PG_SCHEMA_VERSION = len(PG_MIGRATIONS)
@@ -824,7 +849,9 @@ class PostgresStore:
         _check_id(session_id, "session_id")
         before: int | None = None
         while True:
-            page = self._run(lambda before=before: self._newest_page_body(session_id, before), write=False)
+            page = self._run(
+                lambda before=before: self._newest_page_body(session_id, before), write=False
+            )
             yield from page
             if len(page) < 64:
                 return

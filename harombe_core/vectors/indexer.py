@@ -68,14 +68,22 @@ def resolve_index(
     """A vector index from a name (``"chroma"``) or an object implementing the protocol."""
     if isinstance(vector_store, VectorIndex):
         return vector_store
-    if vector_store != "chroma":
+    if vector_store not in ("chroma", "pgvector"):
         raise InvalidInputError(
-            f"vector_store must be 'chroma', None or a VectorIndex object, got {vector_store!r}."
+            "vector_store must be 'chroma', 'pgvector', None or a VectorIndex object, got "
+            f"{vector_store!r}."
         )
-    from harombe_core.vectors.chroma import DEFAULT_COLLECTION, ChromaVectorIndex
-
     section = config.vector_store if config is not None else None
     mode = section.mode if section is not None else "persistent"
+    on_postgres = store.location.startswith(("postgresql://", "postgres://"))
+    if vector_store == "pgvector" or (mode == "persistent" and on_postgres):
+        # A PostgreSQL store keeps its vectors in the same database (pgvector), so they
+        # persist with the messages and a scoped search is one SQL query.
+        from harombe_core.vectors.pgvector import PgVectorIndex
+
+        return PgVectorIndex(store)  # type: ignore[arg-type]
+    from harombe_core.vectors.chroma import DEFAULT_COLLECTION, ChromaVectorIndex
+
     collection = section.collection if section is not None else DEFAULT_COLLECTION
     if mode == "http":
         assert section is not None
