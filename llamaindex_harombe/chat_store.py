@@ -210,10 +210,15 @@ class HarombeDBChatStore(_ManagedStore, AsyncDBChatStore):
         return MessageStatus.ACTIVE
 
     def _select(self, key: str, status: MessageStatus | None) -> list[Message]:
-        stored = self._stored(key)
         if status is None:
-            return stored
+            return self._stored(key)
         through = self._archived_through(key)
+        if status == MessageStatus.ACTIVE:
+            # Memory reads the active queue on every put: read only the rows after the archived
+            # prefix, so the cost follows the queue, not the whole history.
+            stored = self._manager.get_messages(key, after_id=through or None)
+        else:
+            stored = self._stored(key)
         return [m for m in stored if self._status(m, through) == status]
 
     def _convert(self, messages: Sequence[ChatMessage], status: MessageStatus) -> list[Message]:

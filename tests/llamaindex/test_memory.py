@@ -253,3 +253,28 @@ def test_recall_by_meaning_with_the_bundled_model(db: str) -> None:
     assert "Biscuit" in str(window[0].content)
     assert "sink" not in str(window[0].content)
     memory.close()
+
+
+def test_tool_call_arguments_are_counted(manager: MemoryManager) -> None:
+    # LlamaIndex's own Memory skips ToolCallBlocks when it counts; here a call whose arguments
+    # alone exceed the budget cannot slip into the window.
+    memory = HarombeMemory.from_defaults(manager=manager, session_id="t", token_limit=120)
+    huge_args = {"document": "lorem ipsum dolor sit amet " * 40}
+    memory.put_messages(
+        [
+            user("summarise this"),
+            ChatMessage(
+                role="assistant",
+                blocks=[
+                    ToolCallBlock(tool_call_id="c1", tool_name="summarise", tool_kwargs=huge_args)
+                ],
+            ),
+            ChatMessage(role="tool", content="done", additional_kwargs={"tool_call_id": "c1"}),
+            assistant("It is about lorem ipsum."),
+            user("thanks"),
+        ]
+    )
+    window = memory.get()
+    assert cost(memory, window) <= 120
+    assert [m.content for m in window] == ["thanks"]
+    assert memory.manager.count_tokens([memory.manager.get_messages("t")[1]]) > 120
