@@ -8,9 +8,10 @@ How a query is answered:
    names, numbers and rare words are the keyword side's strength, paraphrase the vector side's.
 2. Every vector candidate is re-read from the store *with the caller's scope*, so nothing
    outside the user or session asked for can come back, whatever the index returned.
-3. The two ranked lists are fused by weighted reciprocal-rank fusion (scores of different
-   kinds are not comparable, ranks are), optionally decayed by age (``temporal_decay`` per
-   day), filtered by ``min_similarity`` and diversified by MMR.
+3. The two lists are fused: by default the cosine (min-max scaled over the candidates) and
+   BM25 (scaled by the best match) are averaged with the configured weights; weighted
+   reciprocal-rank fusion is the alternative. Scores are then optionally decayed by age
+   (``temporal_decay`` per day), filtered by ``min_similarity`` and diversified by MMR.
 
 Without semantic memory, the same entry points run keyword search alone and say so
 (:attr:`Retriever.mode` is ``"keyword"``; hits carry no ``vector_score``).
@@ -19,15 +20,16 @@ Without semantic memory, the same entry points run keyword search alone and say 
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from harombe_core.errors import InvalidInputError
+from harombe_core.errors import EmbeddingError, InvalidInputError
 from harombe_core.models import Message, SearchHit, Session
 from harombe_core.store.base import MessageStore, SearchScope
 
@@ -45,6 +47,8 @@ __all__ = [
     "rag_messages",
 ]
 
+log = logging.getLogger(__name__)
+
 CONTEXT_HEADER = "Relevant context from past conversations:"
 
 
@@ -52,7 +56,8 @@ CONTEXT_HEADER = "Relevant context from past conversations:"
 class RetrievalSettings:
     """Defaults for every search; built from the ``rag:`` config block.
 
-    ``rrf_k`` damps how much the very top ranks dominate the fusion; ``candidates`` is how many
+    ``fusion`` is ``"score"`` (normalised score fusion) or ``"rrf"`` (reciprocal-rank fusion,
+    ``rrf_k`` damping how much the very top ranks dominate); ``candidates`` is how many
     hits each side proposes per result asked for (more finds more, at the cost of time).
     """
 
@@ -63,6 +68,7 @@ class RetrievalSettings:
     keyword_weight: float = 1.0
     mmr_lambda: float | None = None
     max_context_tokens: int = 2048
+    fusion: str = "score"
     rrf_k: int = 60
     candidates: int = 4
     min_candidates: int = 40
@@ -168,10 +174,17 @@ class Retriever:
         vector_rank: dict[int, int] = {}
         cosine: dict[int, float] = {}
         query_vector = None
-        if self.semantic is not None:
-            query_vector = self.semantic.embed_query(query)
+        semantic = self.semantic
+        if semantic is not None:
+            try:
+                query_vector = semantic.embed_query(query)
+            except EmbeddingError as exc:
+                # An embedding outage must not take search down: the keyword side still works.
+                log.warning("query embedding failed, searching by keyword only: %s", exc)
+                semantic = None
+        if semantic is not None and query_vector is not None:
             if wv > 0 or min_sim is not None or lam is not None:
-                matches = self.semantic.nearest(query_vector, pool, scope)
+                matches = semantic.nearest(query_vector, pool, scope)
                 # The store decides what is in scope; the index only proposed.
                 allowed = self.store.get_messages_by_ids([m.message_id for m in matches], scope)
                 for message in allowed:
@@ -185,9 +198,10 @@ class Retriever:
                             rank += 1
             missing = [i for i in by_id if i not in cosine]
             if missing:
-                for mid, vec in self.semantic.vectors_for(missing).items():
+                for mid, vec in semantic.vectors_for(missing).items():
                     cosine[mid] = float(np.dot(vec, query_vector))
 
+        fuse = _fusion(s.fusion, s.rrf_k, wv, wk, cosine, vector_rank, keyword_rank, keyword_score)
         hits: list[SearchHit] = []
         reference = now or datetime.now(UTC)
         for mid, message in by_id.items():
@@ -196,23 +210,14 @@ class Retriever:
             vscore = cosine.get(mid)
             if min_sim is not None and (vscore is None or vscore < min_sim):
                 continue
-            if self.semantic is None:
-                score = keyword_score.get(mid, 0.0)
-            else:
-                score = 0.0
-                if mid in vector_rank:
-                    score += wv / (s.rrf_k + 1 + vector_rank[mid])
-                if mid in keyword_rank:
-                    score += wk / (s.rrf_k + 1 + keyword_rank[mid])
-                if wv == 0 and wk == 0 and vscore is not None:
-                    score = vscore
+            score = keyword_score.get(mid, 0.0) if semantic is None else fuse(mid)
             if decay > 0:
                 age_days = max((reference - message.created_at).total_seconds() / 86_400, 0.0)
                 score *= math.exp(-decay * age_days)
             hits.append(SearchHit(message, score, vscore, keyword_score.get(mid)))
         hits.sort(key=lambda h: (-h.score, -(h.message.id or 0)))
-        if lam is not None and self.semantic is not None and len(hits) > 1:
-            vectors = self.semantic.vectors_for([h.message.id or 0 for h in hits[: k * 4]])
+        if lam is not None and semantic is not None and len(hits) > 1:
+            vectors = semantic.vectors_for([h.message.id or 0 for h in hits[: k * 4]])
             return mmr_select(hits[: k * 4], vectors, k, lam)
         return hits[:k]
 
@@ -300,6 +305,51 @@ class Retriever:
 
     async def aget_relevant_context(self, query: str, *args: Any, **kwargs: Any) -> list[Message]:
         return await asyncio.to_thread(self.get_relevant_context, query, *args, **kwargs)
+
+
+def _fusion(
+    method: str,
+    rrf_k: int,
+    wv: float,
+    wk: float,
+    cosine: dict[int, float],
+    vector_rank: dict[int, int],
+    keyword_rank: dict[int, int],
+    keyword_score: dict[int, float],
+) -> Callable[[int], float]:
+    """The fused score of a candidate id.
+
+    ``"score"`` (default): a weighted mean of the cosine, min-max scaled over the candidates,
+    and BM25 scaled by the best BM25 (0 where the words did not match). Scaling per query
+    makes the two comparable, and unlike rank fusion a clear win on one side is not flattened
+    into a rank. ``"rrf"``: weighted reciprocal-rank fusion, ``w / (rrf_k + rank)``.
+    """
+    if wv == 0 and wk == 0:
+        return lambda mid: cosine.get(mid, 0.0)
+    if method == "rrf":
+
+        def rrf(mid: int) -> float:
+            score = 0.0
+            if mid in vector_rank:
+                score += wv / (rrf_k + 1 + vector_rank[mid])
+            if mid in keyword_rank:
+                score += wk / (rrf_k + 1 + keyword_rank[mid])
+            return score
+
+        return rrf
+    if method != "score":
+        raise InvalidInputError(f"fusion must be 'score' or 'rrf', got {method!r}.")
+    low = min(cosine.values(), default=0.0)
+    span = max(cosine.values(), default=0.0) - low or 1.0
+    best = max(keyword_score.values(), default=0.0) or 1.0
+    total = wv + wk
+
+    def scaled(mid: int) -> float:
+        vector = (cosine[mid] - low) / span if mid in cosine else 0.0
+        keyword = keyword_score.get(mid, 0.0) / best
+        return (wv * vector + wk * keyword) / total
+
+    return scaled
 
 
 def mmr_select(

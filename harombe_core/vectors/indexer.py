@@ -154,6 +154,7 @@ class SemanticMemory:
         *,
         batch_size: int = 32,
         exact_search_limit: int = EXACT_SEARCH_LIMIT,
+        linger: float = 0.05,
     ) -> None:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise InvalidInputError(f"batch_size must be a positive int, got {batch_size!r}.")
@@ -162,6 +163,7 @@ class SemanticMemory:
         self.index = index
         self.batch_size = batch_size
         self.exact_search_limit = exact_search_limit
+        self.linger = linger
         from harombe_core.store.sqlite import SQLiteStore
 
         self.stored: StoredVectors | None = (
@@ -221,6 +223,9 @@ class SemanticMemory:
         self._repair_index()
         while not self._stop.is_set():
             self._wake.wait()
+            # Messages usually arrive one by one; lingering a moment lets a batch gather, so
+            # the model runs once per batch instead of once per message.
+            self._stop.wait(self.linger)
             self._wake.clear()
             while not self._stop.is_set():
                 try:
