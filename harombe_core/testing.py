@@ -16,8 +16,9 @@ import numpy as np
 
 from harombe_core.embeddings.base import BaseEmbedder, FloatArray
 from harombe_core.errors import EmbeddingError, InvalidInputError
+from harombe_core.vectors.memory import InMemoryVectorIndex
 
-__all__ = ["FailingEmbedder", "FakeEmbedder"]
+__all__ = ["FailingEmbedder", "FakeEmbedder", "InMemoryVectorIndex"]
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 
