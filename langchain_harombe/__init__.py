@@ -18,7 +18,7 @@ if TYPE_CHECKING:
         conversation_history_fields,
         session_history_factory,
     )
-    from langchain_harombe.llm import chat_model_callable
+    from langchain_harombe.llm import chat_model_callable, node_selector, summarizer
     from langchain_harombe.middleware import HarombeMemoryMiddleware
     from langchain_harombe.retriever import HarombeRetriever
     from langchain_harombe.store import HarombeStore
@@ -34,6 +34,8 @@ _LAZY: dict[str, str] = {
     "conversation_history_fields": "langchain_harombe.history",
     "session_history_factory": "langchain_harombe.history",
     "chat_model_callable": "langchain_harombe.llm",
+    "node_selector": "langchain_harombe.llm",
+    "summarizer": "langchain_harombe.llm",
     "HarombeMemoryMiddleware": "langchain_harombe.middleware",
     "HarombeRetriever": "langchain_harombe.retriever",
     "HarombeStore": "langchain_harombe.store",
@@ -52,7 +54,9 @@ __all__ = [
     "conversation_history_factory",
     "conversation_history_fields",
     "from_langchain",
+    "node_selector",
     "session_history_factory",
+    "summarizer",
     "to_langchain",
 ]
 

@@ -14,7 +14,7 @@ from langchain_core.messages import HumanMessage, SystemMessage
 
 from harombe_core.errors import InvalidInputError, SummarizationError
 
-__all__ = ["ChatModelCallable", "chat_model_callable"]
+__all__ = ["ChatModelCallable", "chat_model_callable", "node_selector", "summarizer"]
 
 
 class ChatModelCallable:
@@ -65,3 +65,17 @@ def chat_model_callable(
 ) -> ChatModelCallable:
     """Wrap ``model`` as the ``llm(prompt) -> str`` callable the core's LLM features take."""
     return ChatModelCallable(model, system_prompt=system_prompt)
+
+
+def summarizer(model: BaseChatModel, **options: Any) -> Any:
+    """harombe's ``LLMSummarizer`` driven by a LangChain chat model."""
+    from harombe_core.summarize import LLMSummarizer
+
+    return LLMSummarizer(llm=ChatModelCallable(model), **options)
+
+
+def node_selector(model: BaseChatModel, **options: Any) -> Any:
+    """harombe's ``LLMNodeSelector`` (where a message hangs in the thread) on a chat model."""
+    from harombe_core.threads import LLMNodeSelector
+
+    return LLMNodeSelector(llm=ChatModelCallable(model), **options)

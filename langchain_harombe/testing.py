@@ -26,8 +26,8 @@ class RecordingChatModel(BaseChatModel):
     """Scripted (or echoing) chat model that records its inputs.
 
     ``responses`` are returned in order (strings become ``AIMessage``; an ``AIMessage`` may carry
-    ``tool_calls``); when they run out, or if none were given, the model answers
-    ``"echo: <last human message>"`` (or, with ``echo="transcript"``, lists every message it
+    ``tool_calls``), or ``respond(messages)`` computes each reply from the input. When the
+    script runs out, or if none was given, the model answers ``"echo: <last human message>"`` (or, with ``echo="transcript"``, lists every message it
     was sent, so a demo or an end-to-end test can see the context). ``calls`` holds a copy of
     every input, one list per call.
     """
@@ -36,6 +36,7 @@ class RecordingChatModel(BaseChatModel):
     calls: list[list[BaseMessage]] = Field(default_factory=list)
     position: int = 0
     echo: str = "last"  # "last": echo the last human message; "transcript": every message
+    respond: Callable[[list[BaseMessage]], Any] | None = None  # reply computed from the input
 
     @property
     def _llm_type(self) -> str:
@@ -49,7 +50,10 @@ class RecordingChatModel(BaseChatModel):
         **kwargs: Any,
     ) -> ChatResult:
         self.calls.append([m.model_copy() for m in messages])
-        if self.position < len(self.responses):
+        if self.respond is not None:
+            reply = self.respond(messages)
+            message = AIMessage(content=reply) if isinstance(reply, str) else reply
+        elif self.position < len(self.responses):
             reply = self.responses[self.position]
             self.position += 1
             message = AIMessage(content=reply) if isinstance(reply, str) else reply.model_copy()

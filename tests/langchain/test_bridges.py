@@ -114,3 +114,35 @@ async def test_chat_model_as_the_core_summariser_async() -> None:
         Message(role="user", content="How long do I boil pasta?")
     )
     assert summary.title == "Pasta"
+
+
+def _scripted(messages: list[Any]) -> str:
+    """Summaries name the topic; thread selection always picks the oldest candidate."""
+    import json
+    import re
+
+    prompt = messages[-1].text
+    if '"selected_node_id"' in prompt:
+        ids = [int(i) for i in re.findall(r"^(\d+): ", prompt, re.MULTILINE)]
+        return json.dumps({"selected_node_id": ids[0]})
+    topic = "Boats" if "boat" in prompt.lower() else "Other"
+    return json.dumps({"title": topic, "summary": f"A message about {topic.lower()}."})
+
+
+async def test_chat_model_drives_threading_and_summaries() -> None:
+    from harombe_core.chat_memory import ChatMemory
+    from harombe_core.models import MessageSummary
+    from langchain_harombe import node_selector, summarizer
+
+    model = RecordingChatModel(respond=_scripted)
+    memory = ChatMemory(node_selector=node_selector(model), summarizer=summarizer(model))
+    first = memory.append("my boat leaks", "patch the hull")
+    memory.append("what about sails?", "check the seams")
+    third = await memory.aappend("and the hull again?", "use epoxy")
+    # The scripted model chose the oldest candidate: the first exchange's assistant turn.
+    assert memory.graph.nodes[third[0]]["node"].parent_id == first[1]
+    assert memory.graph.nodes[first[0]]["node"].summary == MessageSummary(
+        title="Boats", summary="A message about boats."
+    )
+    assert any('"selected_node_id"' in call[-1].text for call in model.calls)
+    memory.close()
