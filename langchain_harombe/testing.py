@@ -27,9 +27,9 @@ class RecordingChatModel(BaseChatModel):
 
     ``responses`` are returned in order (strings become ``AIMessage``; an ``AIMessage`` may carry
     ``tool_calls``), or ``respond(messages)`` computes each reply from the input. When the
-    script runs out, or if none was given, the model answers ``"echo: <last human message>"`` (or, with ``echo="transcript"``, lists every message it
-    was sent, so a demo or an end-to-end test can see the context). ``calls`` holds a copy of
-    every input, one list per call.
+    script runs out, or if none was given, the model answers ``"echo: <last human message>"``
+    (with ``echo="transcript"`` it lists every message it was sent, so a demo or an end-to-end
+    test can see the context). ``calls`` holds a copy of every input, one list per call.
     """
 
     responses: list[Any] = Field(default_factory=list)  # AIMessage or str
