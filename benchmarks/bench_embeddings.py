@@ -14,20 +14,25 @@ its top 10 (1.000 means retrieval cannot tell the two apart).
 
 from __future__ import annotations
 
-import argparse
-import logging
 import os
-import random
-import statistics
 import sys
-import time
-from collections.abc import Callable
 
-import numpy as np
+# Run as a script, Python puts this folder first on sys.path, where a sibling script could
+# shadow a standard-library module; import from the repository root instead.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
+sys.path.insert(0, os.path.dirname(_HERE))
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import argparse  # noqa: E402
+import logging  # noqa: E402
+import random  # noqa: E402
+import statistics  # noqa: E402
+import time  # noqa: E402
+from collections.abc import Callable  # noqa: E402
 
-from harombe_core.embeddings.base import Embedder
+import numpy as np  # noqa: E402
+
+from harombe_core.embeddings.base import Embedder  # noqa: E402
 
 NAMES = ["Ann", "Bob", "Caroline", "Melanie", "Dev", "Priya", "Tom", "Jo"]
 PLACES = ["Lisbon", "the lake", "my parents' place", "the office", "Kyoto", "the gym", "Berlin"]

@@ -107,6 +107,7 @@ def test_fast_path_agrees_with_reference(
     # The export was written into the cache (from local weights, no network), and reused.
     exported = list(onnx_cache.glob("onnx/*/model.onnx"))
     assert len(exported) == 1
+    assert (exported[0].parent / "model.raw.onnx").exists()  # the plain export it came from
     assert OnnxEmbedder().model_file() == exported[0]
 
 
