@@ -25,6 +25,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+# Run as a script, this folder comes first on sys.path: keep the other benchmark scripts in it
+# from shadowing standard-library modules that harombe imports later.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
 _EVIDENCE = re.compile(r"D(\d+):(\d+)")
 

@@ -396,6 +396,88 @@ def chat_command(
             memory=memory,
         )
 
+# search, reindex ----------------------------------------------------------------------------
+@app.command("search")
+def search_command(
+    query: Annotated[str, typer.Argument(help="What to look for, in plain words.")],
+    db: DbOption,
+    user: Annotated[str | None, typer.Option("--user", help="Only this user's messages.")] = None,
+    session: Annotated[
+        str | None, typer.Option("--session", help="Only this session's messages.")
+    ] = None,
+    k: Annotated[int, typer.Option("-k", "--top-k", min=1, help="How many results.")] = 5,
+    embedding: Annotated[
+        str, typer.Option("--embedding", help="Embedding model the index was built with.")
+    ] = "default",
+    keyword: Annotated[
+        bool, typer.Option("--keyword", help="Keyword (BM25) search only; loads no model.")
+    ] = False,
+) -> None:
+    """Search past messages by meaning and keywords (hybrid), best first."""
+    from harombe_core.manager import MemoryManager
+
+    with clean_errors(), open_memory(db) as plain:
+        location = plain.store.location
+        semantic = not keyword and plain.store.get_meta("embedding_model") is not None
+    with clean_errors():
+        manager = MemoryManager(location, embedding=embedding if semantic else None)
+        with manager:
+            pending = manager.stats()["pending_embeddings"] if semantic else 0
+            if semantic and pending:
+                if pending <= 2_000:
+                    manager.flush()
+                else:
+                    err_console.print(
+                        f"{pending:,} messages are not embedded yet; run `harombe reindex "
+                        f"--db {escape(location)}` to make them searchable by meaning."
+                    )
+            hits = manager.search(query, top_k=k, session_id=session, user_id=user)
+            mode = (
+                "hybrid search (vector + keyword)"
+                if manager.retriever.mode == "hybrid"
+                else "keyword search only (semantic memory is off for this store)"
+            )
+            table = Table(title=f"{escape(mode)}: {len(hits)} result(s)")
+            for column in ("score", "session", "when", "who", "message"):
+                table.add_column(column, justify="right" if column == "score" else "left")
+            for hit in hits:
+                message = hit.message
+                who = message.name or message.role
+                table.add_row(
+                    f"{hit.score:.3g}",
+                    escape(hit.session_id),
+                    _when(message.created_at),
+                    escape(who),
+                    _one_line(message.content, 80),
+                )
+            console.print(table)
+
+
+@app.command("reindex")
+def reindex_command(
+    db: DbOption,
+    embedding: Annotated[
+        str,
+        typer.Option("--embedding", help="Embedding model to (re)build the vector index with."),
+    ] = "default",
+    batch_size: Annotated[int, typer.Option("--batch-size", min=1)] = 100,
+    reembed: Annotated[
+        bool,
+        typer.Option("--reembed", help="Run the model again even where vectors are stored."),
+    ] = False,
+) -> None:
+    """Rebuild the keyword and vector indexes from the database (safe to repeat).
+
+    Also the fix for "indexed with another embedding model": pass the new --embedding.
+    """
+    with clean_errors(), open_memory(db) as manager:
+        result = manager.reindex(batch_size, embedding=embedding, reembed=reembed)
+        console.print(
+            f"reindexed {escape(manager.store.location)}: {result['keyword_rows']:,} keyword "
+            f"rows, {result['vectors']:,} vectors"
+        )
+
+
 def main() -> None:
     """Entry point: typed harombe errors become one red line and exit code 1, not a traceback."""
     try:
