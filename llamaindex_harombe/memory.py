@@ -15,6 +15,7 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
+from llama_index.core.base.embeddings.base import BaseEmbedding
 from llama_index.core.base.llms.types import ChatMessage
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.llms.llm import LLM
@@ -27,7 +28,7 @@ from harombe_core.strategies import check_budget
 from llamaindex_harombe._recall import fit_context
 from llamaindex_harombe.convert import from_llamaindex, to_llamaindex
 
-__all__ = ["DEFAULT_STORAGE_PATH", "DEFAULT_TOKEN_LIMIT", "HarombeMemory"]
+__all__ = ["DEFAULT_STORAGE_PATH", "DEFAULT_TOKEN_LIMIT", "LLAMAINDEX_EMBEDDING", "HarombeMemory"]
 
 #: Where memories live unless told otherwise (one file for every session and user).
 DEFAULT_STORAGE_PATH = "~/.harombe/memory.db"
@@ -38,21 +39,47 @@ _CONTEXT_RATIO = 0.75  # LlamaIndex's share of an LLM's context window given to 
 Strategy = Literal["simple", "summarization", "hybrid", "threaded"]
 
 
+#: ``embedding`` value meaning "a LlamaIndex embedding model" (``embed_model=``, else
+#: ``Settings.embed_model``), recorded by ``to_dict`` in place of the model object.
+LLAMAINDEX_EMBEDDING = "llamaindex"
+
+
 def open_manager(
-    storage_path: str | os.PathLike[str], embedding: Any, vector_store: Any
+    storage_path: str | os.PathLike[str],
+    embedding: Any,
+    vector_store: Any,
+    embed_model: BaseEmbedding | None = None,
 ) -> MemoryManager:
-    """A MemoryManager for a location; semantic memory only when both parts are named."""
+    """A MemoryManager for a location; semantic memory only when both parts are named.
+
+    ``embedding="llamaindex"`` (implied by ``embed_model``) embeds with ``embed_model`` or, when
+    reopening from a dict, LlamaIndex's ``Settings.embed_model``; the vector index refuses a
+    different model than the one it was built with.
+    """
+    if embed_model is not None:
+        embedding = LLAMAINDEX_EMBEDDING
+        vector_store = vector_store or "chroma"
     if embedding is None or vector_store is None:
         return MemoryManager(storage_path, embedding=None, vector_store=None)
+    if embedding == LLAMAINDEX_EMBEDDING:
+        from llama_index.core import Settings
+
+        from llamaindex_harombe.embeddings import LlamaIndexEmbedder
+
+        embedding = LlamaIndexEmbedder(embed_model or Settings.embed_model)
     return MemoryManager(storage_path, embedding=embedding, vector_store=vector_store)
 
 
 def describe_manager(manager: MemoryManager) -> tuple[str, Any, Any]:
     """(storage_path, embedding, vector_store) that reopen ``manager``'s store from a dict."""
+    from llamaindex_harombe.embeddings import LlamaIndexEmbedder
+
     location = manager.store.location
-    if manager.semantic_enabled:
-        return location, "default", "chroma"
-    return location, None, None
+    if not manager.semantic_enabled:
+        return location, None, None
+    if isinstance(manager.embedder, LlamaIndexEmbedder):
+        return location, LLAMAINDEX_EMBEDDING, "chroma"
+    return location, "default", "chroma"
 
 
 class HarombeMemory(BaseMemory):
@@ -88,7 +115,18 @@ class HarombeMemory(BaseMemory):
     _manager: MemoryManager = PrivateAttr()
     _owns_manager: bool = PrivateAttr(default=True)
 
-    def __init__(self, *, manager: MemoryManager | None = None, **data: Any) -> None:
+    def __init__(
+        self,
+        *,
+        manager: MemoryManager | None = None,
+        embed_model: BaseEmbedding | None = None,
+        **data: Any,
+    ) -> None:
+        if manager is not None and embed_model is not None:
+            raise InvalidInputError("pass embed_model or manager, not both.")
+        if embed_model is not None:
+            data["embedding"] = LLAMAINDEX_EMBEDDING
+            data["vector_store"] = data.get("vector_store") or "chroma"
         if manager is not None:
             location, embedding, vector_store = describe_manager(manager)
             data.setdefault("storage_path", location)
@@ -102,7 +140,9 @@ class HarombeMemory(BaseMemory):
                 "or 'threaded'."
             )
         if manager is None:
-            manager = open_manager(self.storage_path, self.embedding, self.vector_store)
+            manager = open_manager(
+                self.storage_path, self.embedding, self.vector_store, embed_model
+            )
             self._owns_manager = True
         else:
             self._owns_manager = False
@@ -131,6 +171,7 @@ class HarombeMemory(BaseMemory):
         system_prompt: str | None = None,
         embedding: str | None = None,
         vector_store: str | None = "chroma",
+        embed_model: BaseEmbedding | None = None,
         rag: bool = True,
         rag_top_k: int = 5,
         rag_max_tokens: int = 512,
@@ -142,7 +183,8 @@ class HarombeMemory(BaseMemory):
         ``token_limit`` defaults to 3/4 of ``llm``'s context window, as LlamaIndex's buffers do,
         else 3000. ``chat_history``, if given, replaces what the session holds (the engines pass
         it this way through ``memory_cls``). ``embedding`` names an embedding model
-        (``"default"``: the bundled all-MiniLM-L6-v2) to recall by meaning as well as by keyword.
+        (``"default"``: the bundled all-MiniLM-L6-v2) to recall by meaning as well as by keyword;
+        or pass a LlamaIndex ``embed_model`` (for example ``Settings.embed_model``) instead.
         """
         if token_limit is None:
             token_limit = (
@@ -168,7 +210,7 @@ class HarombeMemory(BaseMemory):
             fields["storage_path"] = os.fspath(storage_path or DEFAULT_STORAGE_PATH)
             fields["embedding"] = embedding
             fields["vector_store"] = vector_store if embedding is not None else None
-        memory = cls(manager=manager, **fields)
+        memory = cls(manager=manager, embed_model=embed_model, **fields)
         if chat_history is not None:
             memory.set(chat_history)
         return memory

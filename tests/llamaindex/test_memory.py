@@ -278,3 +278,26 @@ def test_tool_call_arguments_are_counted(manager: MemoryManager) -> None:
     assert cost(memory, window) <= 120
     assert [m.content for m in window] == ["thanks"]
     assert memory.manager.count_tokens([memory.manager.get_messages("t")[1]]) > 120
+
+
+def test_llamaindex_embed_model_and_reopening_from_dict(db: str) -> None:
+    from llama_index.core import Settings
+    from llama_index.core.embeddings import MockEmbedding
+
+    from llamaindex_harombe import LlamaIndexEmbedder
+
+    memory = HarombeMemory.from_defaults(
+        storage_path=db, session_id="s", embed_model=MockEmbedding(embed_dim=8)
+    )
+    assert memory.manager.semantic_enabled
+    assert isinstance(memory.manager.embedder, LlamaIndexEmbedder)
+    memory.put(user("hello there"))
+    data = memory.to_dict()
+    memory.close()
+    assert (data["embedding"], data["vector_store"]) == ("llamaindex", "chroma")
+    # reopened from the dict, it embeds with LlamaIndex's Settings.embed_model
+    Settings.embed_model = MockEmbedding(embed_dim=8)
+    restored = HarombeMemory.from_dict(data)
+    assert isinstance(restored.manager.embedder, LlamaIndexEmbedder)
+    assert restored.get_all() == [user("hello there")]
+    restored.close()
