@@ -46,7 +46,9 @@ class EmbeddedPostgres:
 
     def __init__(self, data_dir: str | os.PathLike[str] | None = None, *, port: int | None = None):
         self._owns_dir = data_dir is None
-        base = Path(data_dir) if data_dir is not None else Path(tempfile.mkdtemp(prefix="harombe-pg-"))
+        if data_dir is None:
+            data_dir = tempfile.mkdtemp(prefix="harombe-pg-")
+        base = Path(data_dir)
         self.base = base
         self.pgdata = base / "data"
         self.socket_dir = base / "sock"

@@ -25,7 +25,9 @@ from harombe_core.models import Message
 PY = sys.executable
 
 
-def _child(code: str, *, demote: bool = False, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def _child(
+    code: str, *, demote: bool = False, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
     preexec = None
     if demote and os.geteuid() == 0:
         def preexec() -> None:  # root ignores file modes: become nobody to feel them
@@ -87,7 +89,8 @@ def test_disk_full_gives_storage_full_and_an_intact_database(tmp_path: Path) -> 
     db = tmp_path / "full.db"
     with MemoryManager(str(db), embedding=None) as mm:
         mm.save_message("s", Message(role="user", content="before the disk filled"))
-    size = db.stat().st_size + (Path(f"{db}-wal").stat().st_size if Path(f"{db}-wal").exists() else 0)
+    wal = Path(f"{db}-wal")
+    size = db.stat().st_size + (wal.stat().st_size if wal.exists() else 0)
     code = f"""
         import json, resource, signal
         from harombe_core.errors import HarombeError
@@ -156,7 +159,9 @@ def test_vector_index_lost_under_a_live_store_is_rebuilt(
 ) -> None:
     db = tmp_path / "memory.db"
     with _semantic(db) as mm:
-        mm.save_messages("s", [Message(role="user", content=f"note about topic {i}") for i in range(30)])
+        mm.save_messages(
+            "s", [Message(role="user", content=f"note about topic {i}") for i in range(30)]
+        )
         mm.flush()
         assert mm.search_similar("note about topic 7", top_k=3)
     chroma = Path(f"{db}.chroma")

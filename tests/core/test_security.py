@@ -50,7 +50,8 @@ def test_encrypted_database_round_trip_and_wrong_key(tmp_path: Path) -> None:
     db = tmp_path / "enc.db"
     with MemoryManager(str(db), embedding=None, encryption_key="correct horse") as mm:
         mm.save_message("s", Message(role="user", content="the launch code is 0000"))
-    raw = db.read_bytes() + Path(f"{db}-wal").read_bytes() if Path(f"{db}-wal").exists() else db.read_bytes()
+    wal = Path(f"{db}-wal")
+    raw = db.read_bytes() + (wal.read_bytes() if wal.exists() else b"")
     assert b"launch code" not in raw
     assert not raw.startswith(b"SQLite format 3")
     before = db.read_bytes()

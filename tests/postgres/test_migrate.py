@@ -1,4 +1,5 @@
-"""`harombe migrate`: SQLite to PostgreSQL and back, threads and summaries kept, resumable, verified."""
+"""`harombe migrate`: SQLite to PostgreSQL and back, threads and summaries kept, resumable,
+verified."""
 
 from __future__ import annotations
 
@@ -59,7 +60,8 @@ def test_sqlite_to_postgres_and_back(tmp_path: Path, pg_url: str) -> None:
     migrate(pg_url, back, progress=False)
     assert _checksums(back) == expected
     with MemoryManager(back, embedding=None) as a, MemoryManager(src, embedding=None) as b:
-        assert [s.id for s in a.list_sessions(limit=None)] == [s.id for s in b.list_sessions(limit=None)]
+        ids = [s.id for s in b.list_sessions(limit=None)]
+        assert [s.id for s in a.list_sessions(limit=None)] == ids
         assert a.list_sessions()[0].updated_at == b.list_sessions()[0].updated_at
 
 
