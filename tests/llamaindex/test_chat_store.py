@@ -238,3 +238,15 @@ def test_db_chat_store_shares_a_manager(manager: MemoryManager) -> None:
     assert [m.content for m in manager.get_messages("s")] == ["hello"]
     store.close()  # not ours to close
     assert manager.get_messages("s")
+
+
+async def test_memory_constructed_with_sql_store(db: str) -> None:
+    store = HarombeDBChatStore(db)
+    memory = Memory(token_limit=500, sql_store=store, session_id="direct")
+    await memory.aput(hello())
+    await memory.aput(ChatMessage(role="assistant", content="hi there"))
+    assert [m.content for m in await memory.aget()] == ["hello", "hi there"]
+    assert [m.content for m in store.manager.get_messages("direct")] == ["hello", "hi there"]
+    await memory.areset()
+    assert await memory.aget_all() == []
+    store.close()
