@@ -15,7 +15,19 @@ from dataclasses import dataclass
 from harombe_core.errors import InvalidBudgetError
 from harombe_core.models import Message
 
-__all__ = ["Window", "check_budget", "window_newest"]
+__all__ = [
+    "IMPORTANCE_THRESHOLD",
+    "SUMMARY_MARKER",
+    "ContextBudget",
+    "Window",
+    "check_budget",
+    "fit_block",
+    "hybrid_window",
+    "is_important",
+    "summarization_window",
+    "thread_path_newest_first",
+    "window_newest",
+]
 
 
 def check_budget(max_tokens: object, what: str = "max_tokens") -> int:
@@ -71,3 +83,181 @@ def window_newest(
         used -= first.token_count or 0
         taken.pop(0)
     return Window(messages=taken, tokens=used + reserved_tokens)
+
+
+# --------------------------------------------------------------------------------------------
+# summarization, hybrid and threaded windows, and the context budget
+#
+# Every function below is pure: it gets messages that already carry ``token_count`` (stored
+# messages always do; the caller counts a summary message before passing it) and returns a
+# Window that never costs more than ``max_tokens``. The session's system prompt comes first and
+# is always kept; a budget that cannot hold it is refused rather than silently exceeded.
+
+#: Messages whose ``metadata["importance"]`` reaches this score are kept by the hybrid strategy.
+IMPORTANCE_THRESHOLD = 0.7
+#: ``metadata["harombe"]`` of the system message that carries a summary in a context.
+SUMMARY_MARKER = "summary"
+
+
+def is_important(message: Message, threshold: float = IMPORTANCE_THRESHOLD) -> bool:
+    """True if the message is flagged ``metadata["important"] is True`` or scored high enough."""
+    meta = message.metadata
+    if meta.get("important") is True:
+        return True
+    score = meta.get("importance")
+    return (
+        isinstance(score, (int, float))
+        and not isinstance(score, bool)
+        and float(score) >= threshold
+    )
+
+
+def _cost(message: Message) -> int:
+    return message.token_count or 0
+
+
+def _reserve_system(system: list[Message], max_tokens: int) -> int:
+    budget = check_budget(max_tokens)
+    cost = sum(_cost(m) for m in system)
+    if cost > budget:
+        raise InvalidBudgetError(
+            f"max_tokens={budget} cannot hold the system prompt ({cost} tokens); raise "
+            "max_tokens or shorten the system prompt."
+        )
+    return cost
+
+
+def _trim_front(taken: list[Message], start_on_user: bool) -> list[Message]:
+    while taken and (taken[0].role == "tool" or (start_on_user and taken[0].role != "user")):
+        taken = taken[1:]
+    return taken
+
+
+def summarization_window(
+    newest_first: Iterable[Message],
+    max_tokens: int,
+    *,
+    system: list[Message] | None = None,
+    summary: Message | None = None,
+    keep_last: int = 6,
+    start_on_user: bool = False,
+) -> Window:
+    """System prompt, then the summary of older messages (if it fits), then the newest ones.
+
+    At most ``keep_last`` messages are kept verbatim; they get the budget before the summary
+    does only when both cannot fit (recent turns matter more than a digest of old ones).
+    """
+    system = list(system or [])
+    used = _reserve_system(system, max_tokens)
+    budget = max_tokens - used
+    recent: list[Message] = []
+    spent = 0
+    for message in newest_first:
+        if len(recent) >= keep_last or spent + _cost(message) > budget:
+            break
+        recent.append(message)
+        spent += _cost(message)
+    recent = _trim_front(recent[::-1], start_on_user)
+    spent = sum(_cost(m) for m in recent)
+    head: list[Message] = []
+    if summary is not None and summary.content and spent + _cost(summary) <= budget:
+        head = [summary]
+    messages = system + head + recent
+    return Window(messages=messages, tokens=sum(_cost(m) for m in messages))
+
+
+def hybrid_window(
+    newest_first: Iterable[Message],
+    max_tokens: int,
+    *,
+    system: list[Message] | None = None,
+    summary: Message | None = None,
+    keep_last: int = 6,
+    start_on_user: bool = False,
+    importance_threshold: float = IMPORTANCE_THRESHOLD,
+) -> Window:
+    """System prompt, important older messages, the summary, then the newest ``keep_last``.
+
+    Budget priority: the system prompt, the newest messages, the important ones (newest first),
+    then the summary. Everything is returned in conversation order after the system prompt
+    and the summary.
+    """
+    system = list(system or [])
+    used = _reserve_system(system, max_tokens)
+    budget = max_tokens - used
+    ordered = list(newest_first)
+    recent: list[Message] = []
+    spent = 0
+    for message in ordered[:keep_last]:
+        if spent + _cost(message) > budget:
+            break
+        recent.append(message)
+        spent += _cost(message)
+    recent = _trim_front(recent[::-1], start_on_user)
+    spent = sum(_cost(m) for m in recent)
+    kept_ids = {id(m) for m in recent}
+    important: list[Message] = []
+    for message in ordered[keep_last:]:
+        if id(message) in kept_ids or not is_important(message, importance_threshold):
+            continue
+        if spent + _cost(message) <= budget:
+            important.append(message)
+            spent += _cost(message)
+    important.reverse()
+    head: list[Message] = []
+    if summary is not None and summary.content and spent + _cost(summary) <= budget:
+        head = [summary]
+    messages = system + head + _trim_front(important, False) + recent
+    return Window(messages=messages, tokens=sum(_cost(m) for m in messages))
+
+
+def thread_path_newest_first(
+    messages: Iterable[Message], leaf_id: int | None = None
+) -> list[Message]:
+    """The thread of ``leaf_id`` (default: the newest message), newest first, via ``parent_id``."""
+    by_id = {m.id: m for m in messages if m.id is not None}
+    if not by_id:
+        return []
+    current = by_id.get(max(by_id) if leaf_id is None else leaf_id)
+    path: list[Message] = []
+    seen: set[int] = set()
+    while current is not None and current.id not in seen:
+        assert current.id is not None
+        seen.add(current.id)
+        path.append(current)
+        current = by_id.get(current.parent_id) if current.parent_id is not None else None
+    return path
+
+
+@dataclass(slots=True)
+class ContextBudget:
+    """How a context of ``max_tokens`` is shared out, in the order it is assembled.
+
+    Fractions of the budget left after the system prompt: the user profile, summaries of the
+    user's recent sessions, relevant messages from past sessions, and a buffer kept free for
+    the model's answer; the current session gets the rest.
+    """
+
+    user_profile: float = 0.10
+    session_summaries: float = 0.15
+    relevant_past: float = 0.20
+    buffer: float = 0.10
+
+    def __post_init__(self) -> None:
+        parts = (self.user_profile, self.session_summaries, self.relevant_past, self.buffer)
+        if any(p < 0 for p in parts) or sum(parts) >= 1:
+            raise InvalidBudgetError(
+                "ContextBudget fractions must be >= 0 and sum to less than 1 (the current "
+                "session needs the rest)."
+            )
+
+
+def fit_block(messages: Iterable[Message], budget: int) -> list[Message]:
+    """Messages in the given order while they fit ``budget`` (each is skipped if too big)."""
+    taken: list[Message] = []
+    spent = 0
+    for message in messages:
+        if spent + _cost(message) <= budget:
+            taken.append(message)
+            spent += _cost(message)
+    return taken

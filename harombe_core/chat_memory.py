@@ -1,0 +1,509 @@
+"""ChatMemory: linear or threaded conversation memory with the unified chat-memory API.
+
+``ChatMemory()`` keeps one chronological thread; ``ChatMemory.threaded(...)`` lets a node
+selector hang each human message under the assistant message it follows up, so several topics
+interleaved in one chat become separate threads, and retrieval returns a hit together with the
+turns above it in its own thread instead of whatever happened to be said just before.
+
+The store is the source of truth: every exchange is saved as two messages of one session with
+``parent_id`` set, per-message summaries go to the message's summary field, and ``graph`` (a
+networkx ``DiGraph`` of :class:`~harombe_core.models.ConversationNode`) is rebuilt from the
+store when a ChatMemory is opened on an existing session, so a restart restores every thread.
+The JSON file written by :meth:`ChatMemory.save` is the unified chat-memory format (``version``,
+``metadata``, ``nodes`` with ``parent_id``, ``edges``), written by :mod:`harombe_core.export`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import networkx as nx
+
+from harombe_core.errors import InvalidInputError, InvalidMessageError, SummarizationError
+from harombe_core.models import ConversationNode, Message, MessageSummary
+from harombe_core.threads import (
+    LinearNodeSelector,
+    ThreadRuleError,
+    add_node,
+    ancestors_path,
+    node_of,
+    resolve_selector,
+)
+
+if TYPE_CHECKING:
+    from harombe_core.manager import MemoryManager
+
+__all__ = ["CHAT_EXPORT_FORMATS", "ChatMemory", "to_mermaid"]
+
+log = logging.getLogger(__name__)
+
+CHAT_EXPORT_FORMATS = ("json", "jsonl", "mermaid", "text")
+_MERMAID_COLOURS = {"user": "#a7c7e7", "assistant": "#cdb4f6"}
+
+
+def _as_message(value: Any, role: str) -> Message:
+    """A harombe Message from a str, a Message, a dict, or any object with ``.content``."""
+    if isinstance(value, Message):
+        return value
+    if isinstance(value, str):
+        return Message(role=role, content=value)  # type: ignore[arg-type]
+    if isinstance(value, Mapping):
+        data = dict(value)
+        data.setdefault("role", role)
+        return Message.from_dict(data)
+    content = getattr(value, "content", None)
+    if isinstance(content, str):
+        return Message(role=role, content=content)  # type: ignore[arg-type]
+    raise InvalidMessageError(
+        f"expected a str, a harombe Message or a dict with content, got {type(value).__name__}. "
+        "The LangChain and LlamaIndex adapters convert their message types for you."
+    )
+
+
+def _mermaid_text(text: str, limit: int) -> str:
+    flat = " ".join(text.split())[:limit]
+    # Mermaid labels are quoted: quotes and brackets must be entities or the diagram breaks.
+    for raw, entity in (('"', "#quot;"), ("<", "#lt;"), (">", "#gt;")):
+        flat = flat.replace(raw, entity)
+    return flat
+
+
+def to_mermaid(graph: nx.DiGraph, *, max_chars: int = 60) -> str:
+    """A Mermaid ``graph TD`` of the threads: H<n>/A<n> labels, humans blue, assistants purple."""
+    lines = ["graph TD"]
+    styles = []
+    for node_id in sorted(graph.nodes):
+        message = node_of(graph, node_id).message
+        prefix = {"user": "H", "assistant": "A"}.get(message.role, "N")
+        colour = _MERMAID_COLOURS.get(message.role, "#e0e0e0")
+        lines.append(f'{node_id}["{prefix}{node_id}: {_mermaid_text(message.content, max_chars)}"]')
+        styles.append(f"style {node_id} fill:{colour},stroke:#333,stroke-width:1px;")
+    for parent, child in sorted(graph.edges):
+        lines.append(f"{parent} --> {child}")
+    lines.extend(styles)
+    return "\n".join(lines)
+
+
+class ChatMemory:
+    """Conversation memory with configurable threading, summaries and retrieval.
+
+    ``node_selector`` chooses where each human message hangs (``None``: linear); ``summarizer``
+    (optional) writes a :class:`~harombe_core.models.MessageSummary` for every message;
+    ``context_depth`` (>= 0) is how many ancestors :meth:`retrieve` adds to each hit.
+    ``memory`` is a :class:`~harombe_core.manager.MemoryManager` (its semantic search is used
+    when it has one); ``storage_path`` opens one without semantic memory (default: in memory).
+    ``session_id`` names the session holding this memory; an existing one is loaded.
+    """
+
+    def __init__(
+        self,
+        node_selector: Any = None,
+        summarizer: Any = None,
+        context_depth: int = 5,
+        *,
+        memory: MemoryManager | None = None,
+        storage_path: str | os.PathLike[str] | None = None,
+        session_id: str | None = None,
+    ) -> None:
+        if isinstance(context_depth, bool) or not isinstance(context_depth, int):
+            raise InvalidInputError(f"context_depth must be an int, got {context_depth!r}.")
+        if context_depth < 0:
+            raise InvalidInputError(f"context_depth must be >= 0, got {context_depth}.")
+        if memory is not None and storage_path is not None:
+            raise InvalidInputError("pass either memory= or storage_path=, not both.")
+        self.node_selector = (
+            resolve_selector(node_selector) if node_selector is not None else (LinearNodeSelector())
+        )
+        self.summarizer = summarizer
+        self.context_depth = context_depth
+        self._owns_manager = memory is None
+        if memory is None:
+            from harombe_core.manager import MemoryManager
+
+            memory = MemoryManager(
+                ":memory:" if storage_path is None else storage_path,
+                embedding=None,
+                vector_store=None,
+            )
+        self.memory = memory
+        self.session_id = session_id if session_id is not None else uuid.uuid4().hex
+        self.graph: nx.DiGraph = nx.DiGraph()
+        if memory.session_exists(self.session_id):
+            self._load_graph()
+        else:
+            memory.create_session(session_id=self.session_id, metadata={"chat_memory": self.mode})
+
+    # construction -------------------------------------------------------------------------
+    @classmethod
+    def threaded(
+        cls,
+        selector: Any = "embedding",
+        *,
+        llm: Any = None,
+        summarizer: Any = None,
+        embedder: Any = "default",
+        **kwargs: Any,
+    ) -> ChatMemory:
+        """Threaded memory: ``selector="embedding"`` (no LLM, default), ``"llm"`` or an object.
+
+        ``llm`` (a callable ``prompt -> str``) makes the selector an
+        :class:`~harombe_core.threads.LLMNodeSelector` and, unless ``summarizer`` is given, adds
+        an :class:`~harombe_core.summarize.LLMSummarizer` with the same model.
+        """
+        from harombe_core.summarize import LLMSummarizer
+
+        if llm is not None:
+            if selector in ("embedding", "llm"):
+                selector = resolve_selector("llm", llm=llm)
+            if summarizer is None:
+                summarizer = LLMSummarizer(llm)
+        elif selector == "embedding":
+            selector = resolve_selector("embedding", embedder=embedder)
+        else:
+            selector = resolve_selector(selector)
+        return cls(node_selector=selector, summarizer=summarizer, **kwargs)
+
+    @property
+    def mode(self) -> str:
+        """``"linear"`` or ``"graph"``, as the JSON format records it."""
+        return "linear" if isinstance(self.node_selector, LinearNodeSelector) else "graph"
+
+    def _load_graph(self) -> None:
+        store = self.memory.store
+        messages = store.get_messages(self.session_id)
+        summaries = store.get_message_summaries([m.id for m in messages if m.id is not None])
+        self.graph = nx.DiGraph()
+        previous: Message | None = None
+        for message in messages:
+            assert message.id is not None
+            parent = message.parent_id
+            if (
+                parent is None
+                and message.role == "assistant"
+                and previous is not None
+                and previous.role == "user"
+            ):
+                # An exchange whose second write did not happen (a crash between the two):
+                # the assistant message answers the human message stored just before it.
+                parent = previous.id
+                store.set_parent(message.id, parent)
+            if parent is not None and parent not in self.graph:
+                parent = None  # its parent was deleted: the message starts a thread
+            raw = summaries.get(message.id)
+            summary = MessageSummary(**raw) if raw and {"title", "summary"} <= set(raw) else None
+            add_node(
+                self.graph,
+                ConversationNode(
+                    id=message.id,
+                    message=message.with_ids(parent_id=parent),
+                    summary=summary,
+                    parent_id=parent,
+                    timestamp=message.created_at,
+                ),
+            )
+            previous = message
+
+    # writing ------------------------------------------------------------------------------
+    def _check_parent(self, parent: Any) -> int | None:
+        if parent is None:
+            return None
+        if isinstance(parent, bool) or not isinstance(parent, int) or parent not in self.graph:
+            raise ThreadRuleError(f"the node selector chose {parent!r}, which is not a node.")
+        if node_of(self.graph, parent).message.role != "assistant":
+            raise ThreadRuleError(
+                f"the node selector chose {parent}, a {node_of(self.graph, parent).message.role} "
+                "message; a human message must attach to an assistant message."
+            )
+        return parent
+
+    def _store_exchange(
+        self, human: Message, assistant: Message, parent: int | None
+    ) -> tuple[int, int]:
+        if human.role != "user" or assistant.role != "assistant":
+            raise InvalidMessageError(
+                f"append takes a user message and an assistant message, got {human.role!r} and "
+                f"{assistant.role!r}."
+            )
+        human_id, assistant_id = self.memory.save_messages(
+            self.session_id, [human.with_ids(parent_id=parent), assistant]
+        )
+        self.memory.store.set_parent(assistant_id, human_id)
+        stored_human = human.with_ids(id=human_id, session_id=self.session_id, parent_id=parent)
+        stored_assistant = assistant.with_ids(
+            id=assistant_id, session_id=self.session_id, parent_id=human_id
+        )
+        for message in (stored_human, stored_assistant):
+            assert message.id is not None
+            add_node(
+                self.graph,
+                ConversationNode(
+                    id=message.id,
+                    message=message,
+                    parent_id=message.parent_id,
+                    timestamp=message.created_at,
+                ),
+            )
+        return human_id, assistant_id
+
+    def _reply(self, assistant: Message) -> dict[str, Any]:
+        return {"reply": assistant} if getattr(self.node_selector, "uses_reply", False) else {}
+
+    def _first_parent(self) -> bool:
+        return self.graph.number_of_nodes() == 0
+
+    def append(self, human_message: Any, assistant_message: Any) -> tuple[int, int]:
+        """Store one exchange and thread it; returns the two node ids (human, assistant).
+
+        Both messages are committed before any summary is attempted, so a failing summariser
+        never loses them (it is logged and the node keeps no summary).
+        """
+        human = _as_message(human_message, "user")
+        assistant = _as_message(assistant_message, "assistant")
+        parent = (
+            None
+            if self._first_parent()
+            else self.node_selector.select_parent(self.graph, human, **self._reply(assistant))
+        )
+        ids = self._store_exchange(human, assistant, self._check_parent(parent))
+        if self.summarizer is not None:
+            for node_id in ids:
+                self._summarize_node(node_id)
+        return ids
+
+    async def aappend(self, human_message: Any, assistant_message: Any) -> tuple[int, int]:
+        """Async twin of :meth:`append` (the selector and the store run off the event loop)."""
+        human = _as_message(human_message, "user")
+        assistant = _as_message(assistant_message, "assistant")
+        parent: int | None = None
+        if not self._first_parent():
+            aselect = getattr(self.node_selector, "aselect_parent", None)
+            extra = self._reply(assistant)
+            if aselect is not None:
+                parent = await aselect(self.graph, human, **extra)
+            else:
+                parent = await asyncio.to_thread(
+                    self.node_selector.select_parent, self.graph, human, **extra
+                )
+        ids = await asyncio.to_thread(
+            self._store_exchange, human, assistant, self._check_parent(parent)
+        )
+        if self.summarizer is not None:
+            for node_id in ids:
+                await self._asummarize_node(node_id)
+        return ids
+
+    def _set_summary(self, node_id: int, summary: MessageSummary) -> None:
+        self.memory.store.set_message_summary(
+            node_id, {"title": summary.title, "summary": summary.summary}
+        )
+        node_of(self.graph, node_id).summary = summary
+
+    def _summarize_node(self, node_id: int) -> None:
+        message = node_of(self.graph, node_id).message
+        try:
+            summary = self.summarizer.summarize_message(message)
+        except SummarizationError as exc:
+            log.warning("message %s kept without a summary: %s", node_id, exc)
+            return
+        self._set_summary(node_id, summary)
+
+    async def _asummarize_node(self, node_id: int) -> None:
+        message = node_of(self.graph, node_id).message
+        asummarize = getattr(self.summarizer, "asummarize_message", None)
+        try:
+            if asummarize is not None:
+                summary = await asummarize(message)
+            else:
+                summary = await asyncio.to_thread(self.summarizer.summarize_message, message)
+        except SummarizationError as exc:
+            log.warning("message %s kept without a summary: %s", node_id, exc)
+            return
+        await asyncio.to_thread(self._set_summary, node_id, summary)
+
+    # reading ------------------------------------------------------------------------------
+    @property
+    def messages(self) -> list[Message]:
+        """Every message in conversation order."""
+        return [node_of(self.graph, i).message for i in sorted(self.graph.nodes)]
+
+    def get_recent_messages(self, n_results: int = 10) -> list[Message]:
+        """The newest ``n_results`` messages, oldest first."""
+        if n_results <= 0:
+            return []
+        return self.messages[-n_results:]
+
+    def thread_of(self, node_id: int | None = None, depth: int | None = None) -> list[Message]:
+        """The messages from the thread root (or ``depth`` ancestors up) to ``node_id``."""
+        if self.graph.number_of_nodes() == 0:
+            return []
+        leaf = max(self.graph.nodes) if node_id is None else node_id
+        if leaf not in self.graph:
+            raise InvalidInputError(f"no node {leaf} in this memory.")
+        return [node_of(self.graph, i).message for i in ancestors_path(self.graph, leaf, depth)]
+
+    def _hits(self, query: str, n_results: int) -> list[int]:
+        """Ids of the messages most relevant to ``query`` in this session, best first."""
+        if self.memory.semantic_enabled:
+            hits = self.memory.search(query, top_k=n_results, session_id=self.session_id)
+            return [h.message.id for h in hits if h.message.id is not None]
+        from harombe_core.store.base import SearchScope
+
+        found = self.memory.store.keyword_search(
+            query, limit=n_results, scope=SearchScope(session_id=self.session_id)
+        )
+        return [h.message.id for h in found if h.message.id is not None]
+
+    def retrieve(
+        self, query: str, n_results: int = 10, context_depth: int | None = None
+    ) -> list[Message]:
+        """Relevant messages with their thread context, in conversation order.
+
+        Linear memory returns the newest ``n_results`` messages. Threaded memory finds the
+        ``n_results`` best matches (hybrid search when semantic memory is on, BM25 otherwise),
+        adds up to ``context_depth`` ancestors of each (default: the memory's), and returns the
+        union without duplicates, oldest first.
+        """
+        if isinstance(self.node_selector, LinearNodeSelector):
+            return self.get_recent_messages(n_results)
+        depth = self.context_depth if context_depth is None else context_depth
+        if depth < 0:
+            raise InvalidInputError(f"context_depth must be >= 0, got {depth}.")
+        chosen: set[int] = set()
+        for hit in self._hits(query, n_results):
+            if hit in self.graph:
+                chosen.update(ancestors_path(self.graph, hit, depth))
+        return [node_of(self.graph, i).message for i in sorted(chosen)]
+
+    async def aretrieve(
+        self, query: str, n_results: int = 10, context_depth: int | None = None
+    ) -> list[Message]:
+        """Async twin of :meth:`retrieve`."""
+        return await asyncio.to_thread(self.retrieve, query, n_results, context_depth)
+
+    # housekeeping -------------------------------------------------------------------------
+    def reset(self) -> None:
+        """Forget every message of this memory (in the store too); the session stays."""
+        self.memory.clear_session(self.session_id)
+        self.graph.clear()
+        forget = getattr(self.node_selector, "forget", None)
+        if forget is not None:
+            forget()
+
+    def close(self) -> None:
+        """Close the store if this memory opened it."""
+        if self._owns_manager:
+            self.memory.close()
+
+    def __enter__(self) -> ChatMemory:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # export / import ----------------------------------------------------------------------
+    def to_mermaid(self, **kwargs: Any) -> str:
+        """The thread graph as a Mermaid diagram (see :func:`to_mermaid`)."""
+        return to_mermaid(self.graph, **kwargs)
+
+    def _record(self) -> Any:
+        from harombe_core.export import SessionRecord
+
+        session = self.memory.load_session(self.session_id)
+        summaries = {
+            i: {"title": n.summary.title, "summary": n.summary.summary}
+            for i in self.graph.nodes
+            if (n := node_of(self.graph, i)).summary is not None
+        }
+        return SessionRecord.from_session(session, self.messages, summaries)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The unified chat-memory JSON document of this memory."""
+        from harombe_core.export import session_to_dict
+
+        return session_to_dict(self._record(), mode=self.mode)
+
+    def export(self, format: str = "json") -> str:
+        """This memory as ``json``, ``jsonl`` (OpenAI chat format), ``mermaid`` or ``text``."""
+        fmt = "text" if format == "plain_text" else format
+        if fmt == "mermaid":
+            return self.to_mermaid()
+        if fmt == "json":
+            import json
+
+            return json.dumps(self.to_dict(), ensure_ascii=False, indent=2)
+        if fmt in ("jsonl", "text"):
+            from harombe_core.export import dumps
+
+            return dumps([self._record()], fmt)
+        raise InvalidInputError(
+            f"unknown export format {format!r}; use one of {', '.join(CHAT_EXPORT_FORMATS)}."
+        )
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the JSON document to ``path`` (atomically) and return the path."""
+        from harombe_core.export import write_text
+
+        return write_text(Path(path).expanduser(), self.export("json"))
+
+    @classmethod
+    def load(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        node_selector: Any = None,
+        summarizer: Any = None,
+        context_depth: int = 5,
+        memory: MemoryManager | None = None,
+        storage_path: str | os.PathLike[str] | None = None,
+    ) -> ChatMemory:
+        """Read a JSON file written by :meth:`save` (or any unified chat-memory JSON file).
+
+        The messages are imported into a new session of ``memory`` (default: in memory), with
+        their threads and summaries. ``node_selector`` defaults to linear for a ``"linear"``
+        file and to the embedding selector for a ``"graph"`` one.
+        """
+        import json
+
+        from harombe_core.errors import ImportFormatError
+        from harombe_core.export import import_records, session_from_dict
+
+        text = Path(path).expanduser().read_text(encoding="utf-8")
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ImportFormatError(f"{path} is not JSON ({exc}).") from exc
+        record = session_from_dict(data, where=str(path))
+        mode = data.get("metadata", {}).get("mode") if isinstance(data, dict) else None
+        if node_selector is None and mode == "graph":
+            node_selector = "embedding"
+        target = memory
+        if target is None:
+            from harombe_core.manager import MemoryManager
+
+            target = MemoryManager(
+                ":memory:" if storage_path is None else storage_path,
+                embedding=None,
+                vector_store=None,
+            )
+        result = import_records(target, [record], on_conflict="new_id")
+        chat = cls(
+            node_selector=node_selector,
+            summarizer=summarizer,
+            context_depth=context_depth,
+            memory=target,
+            session_id=result.session_ids[0],
+        )
+        chat._owns_manager = memory is None
+        return chat
+
+    def __repr__(self) -> str:
+        return (
+            f"ChatMemory(mode={self.mode!r}, session_id={self.session_id!r}, "
+            f"nodes={self.graph.number_of_nodes()})"
+        )
