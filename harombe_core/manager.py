@@ -69,8 +69,10 @@ def _id_list(values: Any, what: str) -> list[int]:
     """Message ids as ints, refusing a lone value, a non-iterable or a non-integer id."""
     if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Iterable):
         raise InvalidInputError(f"{what} must be a list of message ids, got {values!r:.80}.")
+    import numbers
+
     items = list(values)
-    if any(isinstance(i, bool) or not isinstance(i, int) for i in items):
+    if any(isinstance(i, bool) or not isinstance(i, numbers.Integral) for i in items):
         raise InvalidInputError(f"{what} must contain only integer message ids.")
     return [int(i) for i in items]
 
