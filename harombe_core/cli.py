@@ -478,6 +478,45 @@ def reindex_command(
         )
 
 
+# graph (thread pictures) --------------------------------------------------------------------
+@app.command("graph")
+def graph_command(
+    session: Annotated[str, typer.Argument(help="Session id (see `harombe sessions`).")],
+    db: DbOption,
+    out: Annotated[
+        str | None,
+        typer.Option(
+            "--out",
+            "-o",
+            help="File to write: .png or .svg (a picture), .mmd (Mermaid). Default: Mermaid "
+            "on stdout.",
+        ),
+    ] = None,
+) -> None:
+    """Draw a session's conversation threads (PNG, SVG or Mermaid)."""
+    from pathlib import Path
+
+    from harombe_core.chat_memory import ChatMemory
+
+    with clean_errors(), open_memory(db) as manager:
+        manager.load_session(session)  # a typo is an error, not a new empty session
+        memory = ChatMemory(memory=manager, session_id=session)
+        if out is None:
+            sys.stdout.write(memory.to_mermaid() + "\n")
+            return
+        target = Path(out).expanduser()
+        if target.suffix.lower() in (".png", ".svg"):
+            from harombe_core.graph_render import render_graph
+
+            render_graph(memory.graph, target, title=f"session {session}")
+        else:
+            target.write_text(memory.to_mermaid() + "\n", encoding="utf-8")
+        console.print(
+            f"wrote {escape(str(target))} ({memory.graph.number_of_nodes()} messages, "
+            f"{sum(1 for n in memory.graph.nodes if memory.graph.in_degree(n) == 0)} threads)"
+        )
+
+
 def main() -> None:
     """Entry point: typed harombe errors become one red line and exit code 1, not a traceback."""
     try:

@@ -780,7 +780,7 @@ class MemoryManager:
         try:
             summary = self.summarizer.summarize_session(fresh, previous)
         except SummarizationError as exc:
-            log.warning("session %s: summariser failed (%s); using the extractive one", session_id, exc)
+            log.warning("session %s: summariser failed (%s); using extractive", session_id, exc)
             summary = ExtractiveSummarizer().summarize_session(fresh, previous)
         self._store_summary(session_id, summary, fresh[-1].id)
         return summary
@@ -997,7 +997,9 @@ class MemoryManager:
 
     async def asummarize_session(self, session_id: str, *, until_id: int | None = None) -> Any:
         """Async twin of :meth:`summarize_session`."""
-        return await asyncio.to_thread(lambda: self.summarize_session(session_id, until_id=until_id))
+        return await asyncio.to_thread(
+            lambda: self.summarize_session(session_id, until_id=until_id)
+        )
 
     async def aend_session(self, session_id: str) -> Any:
         """Async twin of :meth:`end_session`."""

@@ -194,7 +194,7 @@ class Summarizer(Protocol):
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
 _WORD = re.compile(r"[A-Za-z][A-Za-z'\-]+")
 _STOPWORDS = frozenset(
-    (
+    (  # noqa: SIM905 - a word list reads better as text
         "a about above after again all also am an and any are as at be because been before being "
         "but by can could did do does doing don't down during each few for from further had has "
         "have having he her here hers him his how i i'm i've if in into is it it's its just let's "
@@ -204,7 +204,7 @@ _STOPWORDS = frozenset(
         "while who whom why will with would you you're your yours yeah yes oh ok okay thanks thank "
         "hey hi hello sure great good well get got one would much many lot things thing know think "
         "going want "
-    ).split()  # noqa: SIM905 - a word list reads better as text
+    ).split()
 )
 _PATTERNS = {
     "preferences": re.compile(
