@@ -6,10 +6,12 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 import pytest
+from pytest_socket import disable_socket, enable_socket
 
 from harombe_core.embeddings import (
     DEFAULT_MODEL_NAME,
@@ -48,14 +50,30 @@ def onnx_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     mp.undo()
 
 
+@contextmanager
+def no_network() -> Iterator[None]:
+    """Any attempt to open an internet socket fails the test (model loads must be offline)."""
+    disable_socket(allow_unix_socket=True)
+    try:
+        yield
+    finally:
+        enable_socket()
+
+
 @pytest.fixture(scope="module")
 def reference() -> SentenceTransformerEmbedder:
-    return SentenceTransformerEmbedder(device="cpu")
+    embedder = SentenceTransformerEmbedder(device="cpu")
+    with no_network():
+        embedder.embed(["load the bundled model with the network off"])
+    return embedder
 
 
 @pytest.fixture(scope="module")
 def fast(onnx_cache: Path) -> OnnxEmbedder:
-    return OnnxEmbedder()
+    embedder = OnnxEmbedder()
+    with no_network():
+        embedder.embed(["export from local weights with the network off"])
+    return embedder
 
 
 def _check_contract(embedder: Embedder, texts: list[str]) -> np.ndarray:
@@ -158,7 +176,7 @@ def test_resolve_names_for_the_bundled_model(onnx_cache: Path) -> None:
 
 def test_sentence_transformer_model_not_on_disk_is_a_clear_error() -> None:
     embedder = resolve_embedder("nobody/no-such-model-anywhere", cache=False)
-    with pytest.raises(EmbeddingError, match="never downloaded"):
+    with no_network(), pytest.raises(EmbeddingError, match="never downloaded"):
         embedder.embed(["hello"])
 
 
