@@ -879,6 +879,14 @@ class MemoryManager:
                     token_count=self._store.system_prompt_tokens(session_id),
                 )
             ]
+        system_cost = sum(m.token_count or 0 for m in system)
+        if system_cost > total:
+            from harombe_core.errors import InvalidBudgetError
+
+            raise InvalidBudgetError(
+                f"max_tokens={total} cannot hold the system prompt ({system_cost} tokens); raise "
+                "max_tokens or shorten the system prompt."
+            )
         extra: list[Message] = []
         if budget is not None:
             extra = self._budget_blocks(session, total, system, budget, query, user_profile)

@@ -44,7 +44,9 @@ def _parents(memory: ChatMemory) -> dict[str, int | None]:
     for node_id in graph.nodes:
         node = graph.nodes[node_id]["node"]
         parent = node.parent_id
-        out[node.message.content] = None if parent is None else graph.nodes[parent]["node"].message.content
+        out[node.message.content] = (
+            None if parent is None else graph.nodes[parent]["node"].message.content
+        )
     return out  # type: ignore[return-value]
 
 
@@ -123,15 +125,35 @@ def test_loads_a_file_in_the_seed_format(tmp_path: Path) -> None:
             "total_messages": 4,
         },
         "nodes": [
-            {"id": 1, "role": "user", "content": "Tell me about Python",
-             "timestamp": "2025-01-01T10:00:00", "parent_id": None,
-             "summary": {"title": "Python", "summary": "Asks about Python."}},
-            {"id": 2, "role": "assistant", "content": "Python is a language.",
-             "timestamp": "2025-01-01T10:00:01", "parent_id": 1},
-            {"id": 3, "role": "user", "content": "And its history?",
-             "timestamp": "2025-01-01T10:01:00", "parent_id": 2},
-            {"id": 4, "role": "assistant", "content": "Created by Guido van Rossum.",
-             "timestamp": "2025-01-01T10:01:01", "parent_id": 3},
+            {
+                "id": 1,
+                "role": "user",
+                "content": "Tell me about Python",
+                "timestamp": "2025-01-01T10:00:00",
+                "parent_id": None,
+                "summary": {"title": "Python", "summary": "Asks about Python."},
+            },
+            {
+                "id": 2,
+                "role": "assistant",
+                "content": "Python is a language.",
+                "timestamp": "2025-01-01T10:00:01",
+                "parent_id": 1,
+            },
+            {
+                "id": 3,
+                "role": "user",
+                "content": "And its history?",
+                "timestamp": "2025-01-01T10:01:00",
+                "parent_id": 2,
+            },
+            {
+                "id": 4,
+                "role": "assistant",
+                "content": "Created by Guido van Rossum.",
+                "timestamp": "2025-01-01T10:01:01",
+                "parent_id": 3,
+            },
         ],
         "edges": [{"from": 1, "to": 2}, {"from": 2, "to": 3}, {"from": 3, "to": 4}],
     }

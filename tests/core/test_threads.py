@@ -72,7 +72,7 @@ def test_human_attaches_to_an_assistant_and_rules_hold(threaded: ChatMemory) -> 
     st.sampled_from(["linear", "embedding", "llm"]),
 )
 def test_every_selector_keeps_every_rule(pairs: list[tuple[str, int]], kind: str) -> None:
-    answers = iter(["7", "not a number", "{\"selected_node_id\": 2}"] * 100)
+    answers = iter(["7", "not a number", '{"selected_node_id": 2}'] * 100)
     selector = {
         "linear": LinearNodeSelector(),
         "embedding": EmbeddingNodeSelector(FakeEmbedder(), new_thread_threshold=0.2),
@@ -89,7 +89,9 @@ def test_every_selector_keeps_every_rule(pairs: list[tuple[str, int]], kind: str
             parent = graph.nodes[node_id]["node"].parent_id
             assert parent is None or parent in graph
         stored = memory.memory.get_messages(memory.session_id)
-        assert [m.parent_id for m in stored] == [graph.nodes[m.id]["node"].parent_id for m in stored]
+        assert [m.parent_id for m in stored] == [
+            graph.nodes[m.id]["node"].parent_id for m in stored
+        ]
     finally:
         memory.close()
 

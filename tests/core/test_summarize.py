@@ -1,0 +1,199 @@
+"""Summarisers (extractive and LLM) and the session-end pipeline: incremental, stored, searchable,
+and never losing a message when the model fails."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harombe_core.errors import InvalidInputError, SummarizationError
+from harombe_core.manager import MemoryManager
+from harombe_core.models import Message
+from harombe_core.summarize import (
+    ExtractiveSummarizer,
+    LLMSummarizer,
+    SessionSummary,
+    acall_llm,
+    call_llm,
+)
+
+TALK = [
+    Message(role="user", content="Hi, I'm Ann and I live in Lisbon. I really like green tea."),
+    Message(role="assistant", content="Nice to meet you, Ann! Lisbon is lovely."),
+    Message(role="user", content="We decided to use Postgres for the billing service."),
+    Message(role="assistant", content="Postgres is a solid choice for billing."),
+    Message(role="user", content="I need to migrate the billing tables before Friday."),
+    Message(role="assistant", content="Start with a schema dump of the billing tables."),
+]
+
+SESSION_JSON = {
+    "summary": "Ann plans a billing migration.",
+    "facts": ["Ann lives in Lisbon"],
+    "decisions": ["Use Postgres"],
+    "action_items": ["Migrate billing tables by Friday"],
+    "preferences": ["Likes green tea"],
+    "topics": ["billing", "postgres"],
+    "outcome": "Plan agreed",
+}
+
+
+def test_extractive_session_summary_has_every_field() -> None:
+    summary = ExtractiveSummarizer().summarize_session(TALK)
+    assert summary.summary
+    assert any("Lisbon" in f for f in summary.facts)
+    assert any("green tea" in p for p in summary.preferences)
+    assert any("Postgres" in d for d in summary.decisions)
+    assert any("migrate" in a.lower() for a in summary.action_items)
+    assert "billing" in summary.topics
+    assert summary.outcome.startswith("Start with a schema dump")
+
+
+def test_extractive_message_summary_is_short() -> None:
+    long = Message(role="user", content="First sentence here. Second one. Third one is extra.")
+    summary = ExtractiveSummarizer().summarize_message(long)
+    assert summary.title == "First sentence here"
+    assert summary.summary == "First sentence here. Second one."
+
+
+def test_incremental_merge_keeps_old_items() -> None:
+    ex = ExtractiveSummarizer()
+    first = ex.summarize_session(TALK[:2])
+    second = ex.summarize_session(TALK[2:], previous=first)
+    assert any("Lisbon" in f for f in second.facts)
+    assert any("Postgres" in d for d in second.decisions)
+
+
+def test_llm_summarizer_parses_and_retries_with_feedback() -> None:
+    prompts: list[str] = []
+    answers = iter(["not json at all", "Sure! " + json.dumps(SESSION_JSON)])
+
+    def llm(prompt: str) -> str:
+        prompts.append(prompt)
+        return next(answers)
+
+    summary = LLMSummarizer(llm).summarize_session(TALK)
+    assert summary == SessionSummary(**SESSION_JSON)  # type: ignore[arg-type]
+    assert len(prompts) == 2
+    assert "invalid" in prompts[1]
+
+
+def test_llm_summarizer_gives_up_with_a_typed_error() -> None:
+    with pytest.raises(SummarizationError, match="no valid summary"):
+        LLMSummarizer(lambda p: '{"title": 3}').summarize_message(TALK[0])
+    with pytest.raises(SummarizationError, match="model failed"):
+        LLMSummarizer(lambda p: 1 / 0).summarize_session(TALK)
+
+
+def test_llm_summarizer_includes_previous_summary_for_incremental_updates() -> None:
+    prompts: list[str] = []
+
+    def llm(prompt: str) -> str:
+        prompts.append(prompt)
+        return json.dumps(SESSION_JSON)
+
+    previous = SessionSummary(summary="Earlier: Ann introduced herself.")
+    LLMSummarizer(llm).summarize_session(TALK[4:], previous=previous)
+    assert "Earlier: Ann introduced herself." in prompts[0]
+    assert "Hi, I'm Ann" not in prompts[0]  # old messages are not sent again
+
+
+async def test_async_llm_hooks() -> None:
+    class Model:
+        async def acall(self, prompt: str) -> str:
+            return json.dumps({"title": "T", "summary": "S"})
+
+    summary = await LLMSummarizer(Model()).asummarize_message(TALK[0])
+    assert (summary.title, summary.summary) == ("T", "S")
+    assert await acall_llm(lambda p: "sync", "x") == "sync"
+
+    async def coro(prompt: str) -> str:
+        return "async"
+
+    assert await acall_llm(coro, "x") == "async"
+    with pytest.raises(InvalidInputError, match="awaitable"):
+        call_llm(coro, "x")
+
+
+def test_call_llm_reads_framework_answers() -> None:
+    class AIMessage:
+        content = "from a chat model"
+
+    assert call_llm(lambda p: AIMessage(), "x") == "from a chat model"
+
+
+def _manager() -> MemoryManager:
+    return MemoryManager(":memory:", embedding=None)
+
+
+def test_end_session_stores_summary_facts_topics_outcome() -> None:
+    mm = _manager()
+    sid = mm.create_session(user_id="u1")
+    mm.save_messages(sid, TALK)
+    summary = mm.end_session(sid)
+    session = mm.load_session(sid)
+    assert session.summary == summary.summary
+    assert session.summary_data is not None
+    assert {"facts", "topics", "outcome", "decisions", "action_items", "preferences"} <= set(
+        session.summary_data
+    )
+    last_id = mm.get_messages(sid)[-1].id
+    assert session.summary_until_id == last_id
+    hits = mm.search_summaries("billing migration", user_id="u1")
+    assert hits and hits[0][0].id == sid
+    mm.close()
+
+
+def test_summaries_are_incremental() -> None:
+    seen: list[int] = []
+
+    class Counting(ExtractiveSummarizer):
+        def summarize_session(self, messages, previous=None):  # type: ignore[no-untyped-def]
+            seen.extend(m.id for m in messages)
+            return super().summarize_session(messages, previous)
+
+    mm = _manager()
+    mm.summarizer = Counting()
+    sid = mm.create_session()
+    mm.save_messages(sid, TALK[:4])
+    mm.summarize_session(sid)
+    mm.save_messages(sid, TALK[4:])
+    mm.summarize_session(sid)
+    mm.summarize_session(sid)  # nothing new: nothing summarised
+    assert len(seen) == len(set(seen)) == len(TALK)
+    assert "Lisbon" in " ".join(mm.load_session(sid).summary_data["facts"])  # type: ignore[index]
+    mm.close()
+
+
+def test_a_failing_llm_summariser_falls_back_and_keeps_messages() -> None:
+    mm = _manager()
+    mm.summarizer = lambda prompt: (_ for _ in ()).throw(RuntimeError("down"))
+    sid = mm.create_session()
+    mm.save_messages(sid, TALK)
+    summary = mm.end_session(sid)
+    assert summary.summary  # the extractive fallback
+    assert len(mm.get_messages(sid)) == len(TALK)
+    mm.close()
+
+
+async def test_async_session_end() -> None:
+    mm = _manager()
+    sid = await mm.acreate_session()
+    await mm.asave_messages(sid, TALK)
+    summary = await mm.aend_session(sid)
+    assert summary.topics
+    assert (await mm.asummarize_session(sid)) == summary  # nothing new since
+    mm.close()
+
+
+def test_summary_embedding_with_semantic_memory() -> None:
+    from harombe_core.testing import FakeEmbedder, InMemoryVectorIndex
+
+    mm = MemoryManager(":memory:", embedding=FakeEmbedder(), vector_store=InMemoryVectorIndex())
+    sid = mm.create_session()
+    mm.save_messages(sid, TALK)
+    mm.end_session(sid)
+    data = mm.load_session(sid).summary_data or {}
+    assert len(data["embedding"]["vector"]) == mm.embedder.dimension
+    assert mm.search_summaries("billing postgres migration")[0][0].id == sid
+    mm.close()
