@@ -79,6 +79,12 @@ class HarombeChatMessageHistory(BaseChatMessageHistory):
         system_prompt: Set as the session's system prompt when the session is created.
         manager_options: Keyword arguments for the manager opened from ``storage_path``.
         context_options: Extra keyword arguments for ``MemoryManager.get_context``.
+        node_selector: With ``strategy="threaded"``, where each new user message hangs in the
+            conversation graph: ``"embedding"`` (default when the manager has semantic memory),
+            ``"linear"`` (default otherwise), ``"llm"``-style selectors such as
+            ``langchain_harombe.node_selector(chat_model)``, or any object with
+            ``select_parent(graph, message)``. Writes then thread the messages; the view is the
+            path from the thread's root to the newest message.
     """
 
     def __init__(
@@ -94,6 +100,7 @@ class HarombeChatMessageHistory(BaseChatMessageHistory):
         system_prompt: str | None = None,
         manager_options: dict[str, Any] | None = None,
         context_options: dict[str, Any] | None = None,
+        node_selector: Any = None,
     ) -> None:
         if not isinstance(session_id, str) or not session_id:
             raise InvalidInputError("session_id must be a non-empty str.")
@@ -110,6 +117,7 @@ class HarombeChatMessageHistory(BaseChatMessageHistory):
         self.max_tokens = max_tokens
         self.start_on_user = start_on_user
         self.context_options = dict(context_options or {})
+        self.node_selector = node_selector
         if system_prompt is not None and not self.manager.session_exists(session_id):
             self.manager.create_session(system_prompt, None, user_id, session_id=session_id)
 
@@ -151,15 +159,68 @@ class HarombeChatMessageHistory(BaseChatMessageHistory):
 
     # writes -------------------------------------------------------------------------------
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
-        """Store ``messages`` in one transaction (all or none)."""
+        """Store ``messages`` in one transaction (all or none), threading them if asked."""
         batch = [from_langchain(m) for m in messages]
-        if batch:
+        if not batch:
+            return
+        if self.strategy == "threaded":
+            self._add_threaded(batch)
+        else:
             self.manager.save_messages(self.session_id, batch, user_id=self.user_id)
 
     async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
         batch = [from_langchain(m) for m in messages]
-        if batch:
+        if not batch:
+            return
+        if self.strategy == "threaded":
+            # The selector may call a model or an embedder: off the event loop, like the store.
+            await asyncio.to_thread(self._add_threaded, batch)
+        else:
             await self.manager.asave_messages(self.session_id, batch, user_id=self.user_id)
+
+    def _selector(self) -> Any:
+        from harombe_core.threads import resolve_selector
+
+        if self.node_selector is not None:
+            return resolve_selector(self.node_selector)
+        embedder = self.manager.embedder
+        if embedder is not None:
+            return resolve_selector("embedding", embedder=embedder)
+        return resolve_selector("linear")
+
+    def _add_threaded(self, batch: list[Message]) -> None:
+        """Thread a batch: each user message hangs where the selector says, the rest follow.
+
+        A user + assistant pair (what ``RunnableWithMessageHistory`` writes) goes through the
+        core's ``ChatMemory.append``. Other batches (tool exchanges) are stored in one
+        transaction; each non-user message then hangs under the message before it.
+        """
+        from harombe_core.chat_memory import ChatMemory
+
+        if self.user_id is not None and not self.manager.session_exists(self.session_id):
+            self.manager.create_session(None, None, self.user_id, session_id=self.session_id)
+        memory = ChatMemory(
+            node_selector=self._selector(), memory=self.manager, session_id=self.session_id
+        )
+        graph = memory.graph
+        if [m.role for m in batch] == ["user", "assistant"]:
+            memory.append(batch[0], batch[1])
+            return
+        newest = max(graph.nodes) if graph.number_of_nodes() else None
+        prepared: list[Message] = []
+        for i, message in enumerate(batch):
+            parent: int | None = None
+            if message.role == "user" and newest is not None:
+                chosen = memory.node_selector.select_parent(graph, message)
+                ok = chosen in graph and graph.nodes[chosen]["node"].message.role == "assistant"
+                parent = chosen if ok else None
+            elif i == 0:
+                parent = newest
+            prepared.append(message.with_ids(parent_id=parent))
+        ids = self.manager.save_messages(self.session_id, prepared, user_id=self.user_id)
+        for i in range(1, len(ids)):
+            if batch[i].role != "user":
+                self.manager.store.set_parent(ids[i], ids[i - 1])
 
     def clear(self) -> None:
         """Delete the session's messages (the session itself, its owner and prompt stay)."""

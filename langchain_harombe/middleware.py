@@ -30,7 +30,7 @@ from langgraph.runtime import Runtime
 
 from harombe_core.errors import InvalidInputError
 from harombe_core.manager import MemoryManager
-from langchain_harombe.convert import from_langchain, to_langchain
+from langchain_harombe.convert import to_langchain
 from langchain_harombe.history import HarombeChatMessageHistory, Strategy
 
 __all__ = ["HarombeMemoryMiddleware", "HarombeMemoryState"]
@@ -49,7 +49,8 @@ class HarombeMemoryMiddleware(AgentMiddleware[HarombeMemoryState, Any, Any]):
         manager: The :class:`~harombe_core.MemoryManager` holding the conversations.
         session_id: A fixed session; default: the run's ``thread_id``.
         user_id: A fixed owner; default: ``configurable["user_id"]`` or the runtime context's.
-        strategy / max_tokens / start_on_user / context_options: the context view, as in
+        strategy / max_tokens / start_on_user / context_options / node_selector: the context
+            view (and, for ``"threaded"``, how turns are threaded), as in
             :class:`~langchain_harombe.HarombeChatMessageHistory`.
         recall_tokens: If > 0 and semantic memory is on, up to this many tokens of relevant
             turns from the user's other sessions are added to the system message.
@@ -68,6 +69,7 @@ class HarombeMemoryMiddleware(AgentMiddleware[HarombeMemoryState, Any, Any]):
         start_on_user: bool = False,
         recall_tokens: int = 0,
         context_options: dict[str, Any] | None = None,
+        node_selector: Any = None,
     ) -> None:
         super().__init__()
         if not isinstance(manager, MemoryManager):
@@ -82,6 +84,7 @@ class HarombeMemoryMiddleware(AgentMiddleware[HarombeMemoryState, Any, Any]):
         self.start_on_user = start_on_user
         self.recall_tokens = recall_tokens
         self.context_options = context_options
+        self.node_selector = node_selector
         # Validates strategy and the other options once, not on the first model call.
         self._history("validate", None)
 
@@ -116,6 +119,7 @@ class HarombeMemoryMiddleware(AgentMiddleware[HarombeMemoryState, Any, Any]):
             max_tokens=self.max_tokens,
             start_on_user=self.start_on_user,
             context_options=self.context_options,
+            node_selector=self.node_selector,
         )
 
     # saving -------------------------------------------------------------------------------
@@ -129,9 +133,7 @@ class HarombeMemoryMiddleware(AgentMiddleware[HarombeMemoryState, Any, Any]):
         if not new:
             return None
         session_id, user_id = self._keys(runtime)
-        self.manager.save_messages(
-            session_id, [from_langchain(m) for m in new], user_id=user_id
-        )
+        self._history(session_id, user_id).add_messages(new)
         return {"harombe_saved": total}
 
     async def _asave(
@@ -141,9 +143,7 @@ class HarombeMemoryMiddleware(AgentMiddleware[HarombeMemoryState, Any, Any]):
         if not new:
             return None
         session_id, user_id = self._keys(runtime)
-        await self.manager.asave_messages(
-            session_id, [from_langchain(m) for m in new], user_id=user_id
-        )
+        await self._history(session_id, user_id).aadd_messages(new)
         return {"harombe_saved": total}
 
     def before_model(

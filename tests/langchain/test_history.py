@@ -336,3 +336,76 @@ def test_strategies_are_delegated_to_the_core(strategy: str) -> None:
             {"session_id": "s", "strategy": strategy, "max_tokens": 300, "start_on_user": True,
              "k": 2}
         ]
+
+
+def _pick_oldest(messages: list[BaseMessage]) -> str:
+    """A scripted node selector: always continue the oldest candidate thread."""
+    import re
+
+    ids = [int(i) for i in re.findall(r"^(\d+): ", messages[-1].text, re.MULTILINE)]
+    return json.dumps({"selected_node_id": ids[0]})
+
+
+def test_threaded_view_follows_the_thread_through_a_chain(manager: MemoryManager) -> None:
+    from langchain_harombe import node_selector
+
+    selector = node_selector(RecordingChatModel(respond=_pick_oldest))
+    model = RecordingChatModel(responses=["a1", "a2", "a3", "a4"])
+    prompt = ChatPromptTemplate.from_messages(
+        [MessagesPlaceholder("history"), ("human", "{question}")]
+    )
+    chain = RunnableWithMessageHistory(
+        prompt | model,
+        session_history_factory(manager, strategy="threaded", node_selector=selector),
+        input_messages_key="question",
+        history_messages_key="history",
+    )
+    config = {"configurable": {"session_id": "t"}}
+    for question in ("q1 boats", "q2 cooking", "q3 boats again", "q4"):
+        chain.invoke({"question": question}, config)
+    # q3 was threaded under a1 (the oldest candidate), so q4 continues q1 -> a1 -> q3 -> a3.
+    assert [m.text for m in model.calls[-1]] == ["q1 boats", "a1", "q3 boats again", "a3", "q4"]
+    stored = manager.get_messages("t")
+    assert [m.content for m in stored] == [
+        "q1 boats", "a1", "q2 cooking", "a2", "q3 boats again", "a3", "q4", "a4",
+    ]
+    assert stored[4].parent_id == stored[1].id
+    assert stored[5].parent_id == stored[4].id
+
+
+async def test_threaded_tool_batches_chain_in_order(manager: MemoryManager) -> None:
+    history = HarombeChatMessageHistory("tt", manager=manager, strategy="threaded")
+    await history.aadd_messages(
+        [
+            HumanMessage("add 1 and 2"),
+            AIMessage("", tool_calls=[{"name": "add", "args": {"a": 1, "b": 2}, "id": "c1"}]),
+            ToolMessage("3", tool_call_id="c1"),
+            AIMessage("It is 3."),
+        ]
+    )
+    await history.aadd_messages([HumanMessage("thanks"), AIMessage("welcome")])
+    view = await history.aget_messages()
+    assert [m.text for m in view] == ["add 1 and 2", "", "3", "It is 3.", "thanks", "welcome"]
+    stored = manager.get_messages("tt")
+    assert [m.parent_id for m in stored[1:]] == [m.id for m in stored[:-1]]
+
+
+@pytest.mark.parametrize("strategy", ["summarization", "hybrid"])
+def test_summary_strategies_send_a_summary_then_the_newest_turns(
+    manager: MemoryManager, strategy: str
+) -> None:
+    history = HarombeChatMessageHistory("long", manager=manager)
+    for i in range(15):
+        history.add_messages(
+            [HumanMessage(f"Tell me fact {i} about the planet Mars."), AIMessage(f"Mars fact {i}.")]
+        )
+    view = HarombeChatMessageHistory(
+        "long", manager=manager, strategy=strategy, max_tokens=400  # type: ignore[arg-type]
+    ).messages
+    assert isinstance(view[0], SystemMessage)
+    assert view[0].text.startswith("Summary of the earlier conversation")
+    assert view[-2:] == [HumanMessage("Tell me fact 14 about the planet Mars."),
+                         AIMessage("Mars fact 14.")]
+    context = manager.get_context("long", strategy, 400)
+    assert [to_langchain(m) for m in context] == view
+    assert sum(m.token_count or 0 for m in context) <= 400
