@@ -284,11 +284,12 @@ class ChatMemory:
         if not self._first_parent():
             aselect = getattr(self.node_selector, "aselect_parent", None)
             extra = self._reply(assistant)
+            selector: Any = self.node_selector
             if aselect is not None:
                 parent = await aselect(self.graph, human, **extra)
             else:
                 parent = await asyncio.to_thread(
-                    self.node_selector.select_parent, self.graph, human, **extra
+                    selector.select_parent, self.graph, human, **extra
                 )
         ids = await asyncio.to_thread(
             self._store_exchange, human, assistant, self._check_parent(parent)

@@ -742,7 +742,8 @@ class MemoryManager:
         if current is None:
             from harombe_core.summarize import ExtractiveSummarizer
 
-            current = self._summarizer = ExtractiveSummarizer()
+            current = ExtractiveSummarizer()
+            self._summarizer: Any = current
         return current
 
     @summarizer.setter

@@ -444,7 +444,7 @@ def resolve_summarizer(spec: Any = None) -> Summarizer:
             f"unknown summarizer {spec!r}; use 'extractive', a Summarizer, or llm=<callable>."
         )
     if hasattr(spec, "summarize_session") and hasattr(spec, "summarize_message"):
-        return spec  # type: ignore[no-any-return]
+        return spec
     if callable(spec) or hasattr(spec, "acall"):
         return LLMSummarizer(spec)
     raise InvalidInputError(

@@ -140,7 +140,8 @@ def test_end_session_stores_summary_facts_topics_outcome() -> None:
     last_id = mm.get_messages(sid)[-1].id
     assert session.summary_until_id == last_id
     hits = mm.search_summaries("billing migration", user_id="u1")
-    assert hits and hits[0][0].id == sid
+    assert hits
+    assert hits[0][0].id == sid
     mm.close()
 
 

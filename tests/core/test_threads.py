@@ -208,7 +208,8 @@ def test_llm_selector_retries_invalid_ids_with_feedback_then_succeeds() -> None:
     h, _ = memory.append("q3", "a3")
     assert memory.graph.nodes[h]["node"].parent_id == 2
     assert len(llm.prompts) == 3
-    assert "99" in llm.prompts[1] and "not a candidate" in llm.prompts[1]
+    assert "99" in llm.prompts[1]
+    assert "not a candidate" in llm.prompts[1]
     assert "2, 4" in llm.prompts[2]  # the feedback lists the valid ids
     memory.close()
 
