@@ -113,13 +113,16 @@ def resolve_embedder(spec: Any = "default", *, cache: bool | None = None) -> Emb
     """Turn a user's choice of embedder into an :class:`Embedder`.
 
     Accepted: see ``ACCEPTED_SPECS``. ``cache`` wraps the result in a :class:`CachedEmbedder`;
-    ``None`` means on for local models (identical text is common in chat: "ok", "thanks") and
-    off for objects the caller built, which keep whatever caching they have.
+    ``None`` means on for every spec given by name (identical text is common in chat: "ok",
+    "thanks", a query asked on every turn; a remote call also costs money) and off for objects
+    the caller built, which keep whatever caching they have.
 
     Raises :class:`~harombe_core.errors.InvalidInputError` for a spec that matches nothing,
     :class:`~harombe_core.errors.MissingExtraError` when the backend is not installed.
     """
     if isinstance(spec, Embedder) and not isinstance(spec, str):
+        if isinstance(spec, CachedEmbedder):
+            return spec if cache is not False else spec.inner
         return CachedEmbedder(spec) if cache else spec
     if not isinstance(spec, str | os.PathLike):
         raise InvalidInputError(
@@ -144,7 +147,7 @@ def resolve_embedder(spec: Any = "default", *, cache: bool | None = None) -> Emb
             from harombe_core.embeddings.openai import OpenAIEmbedder
 
             embedder = OpenAIEmbedder(rest)
-        return CachedEmbedder(embedder) if cache else embedder
+        return embedder if cache is False else CachedEmbedder(embedder)
     if prefix == "onnx" and (not sep or rest):
         from harombe_core.embeddings.onnx import OnnxEmbedder
 

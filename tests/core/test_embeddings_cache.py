@@ -100,6 +100,8 @@ def test_resolve_wraps_objects_only_on_request() -> None:
     wrapped = resolve_embedder(fake, cache=True)
     assert isinstance(wrapped, CachedEmbedder)
     assert wrapped.inner is fake
+    assert resolve_embedder(wrapped, cache=True) is wrapped  # never wrapped twice
+    assert resolve_embedder(wrapped, cache=False) is fake
 
 
 @pytest.mark.parametrize(

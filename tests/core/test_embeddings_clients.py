@@ -12,7 +12,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from harombe_core.embeddings import OllamaEmbedder, OpenAIEmbedder, resolve_embedder
+from harombe_core.embeddings import (
+    CachedEmbedder,
+    OllamaEmbedder,
+    OpenAIEmbedder,
+    resolve_embedder,
+)
 from harombe_core.errors import EmbeddingError
 from harombe_core.testing import FakeEmbedder
 
@@ -115,9 +120,13 @@ def test_ollama_host_env_and_resolve(
     url, _ = server
     monkeypatch.setenv("OLLAMA_HOST", url.removeprefix("http://"))
     embedder = resolve_embedder("ollama:nomic-embed-text")
-    assert isinstance(embedder, OllamaEmbedder)
-    assert embedder.base_url == url
+    assert isinstance(embedder, CachedEmbedder)  # remote calls are cached by default
+    assert isinstance(embedder.inner, OllamaEmbedder)
+    assert embedder.inner.base_url == url
     assert embedder.embed_query("hi").shape == (32,)
+    assert embedder.embed_query("hi").shape == (32,)
+    assert embedder.hits == 1
+    assert isinstance(resolve_embedder("ollama:nomic-embed-text", cache=False), OllamaEmbedder)
 
 
 def test_ollama_unknown_model_is_a_clear_error(server: tuple[str, Behaviour]) -> None:
