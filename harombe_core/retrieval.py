@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -50,6 +51,26 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 CONTEXT_HEADER = "Relevant context from past conversations:"
+
+#: Function words dropped from the keyword side's query. BM25 gives them almost no weight, but
+#: each one matches most rows, so OR-ing them in makes a keyword search cost grow with the
+#: whole store instead of with the matches that matter.
+STOPWORDS = frozenset(
+    """a about after again all also am an and any are as at be because been before being but by
+    can could did do does doing done for from had has have having he her here hers him his how i
+    if in into is it its just me my myself no nor not now of off on once only or other our ours
+    out over own same she should so some such than that the their theirs them then there these
+    they this those through to too under until up very was we were what when where which while
+    who whom why will with would you your yours yourself""".split()  # noqa: SIM905
+)
+_WORDS = re.compile(r"\w+", re.UNICODE)
+
+
+def keyword_query(query: str) -> str:
+    """The query for the keyword side: its words minus stopwords (all of them if none is left)."""
+    words = _WORDS.findall(query)
+    kept = [w for w in words if w.lower() not in STOPWORDS]
+    return " ".join(kept or words)
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,7 +187,11 @@ class Retriever:
         if exclude_session_id is not None:
             pool *= 2
 
-        keyword = self.store.keyword_search(query, limit=pool, scope=scope) if wk > 0 else []
+        keyword = (
+            self.store.keyword_search(keyword_query(query), limit=pool, scope=scope)
+            if wk > 0 or self.semantic is None
+            else []
+        )
         by_id: dict[int, Message] = {int(h.message.id or 0): h.message for h in keyword}
         keyword_rank = {int(h.message.id or 0): r for r, h in enumerate(keyword)}
         keyword_score = {int(h.message.id or 0): h.score for h in keyword}
