@@ -30,7 +30,6 @@ from langgraph.runtime import Runtime
 
 from harombe_core.errors import InvalidInputError
 from harombe_core.manager import MemoryManager
-from langchain_harombe.convert import to_langchain
 from langchain_harombe.history import HarombeChatMessageHistory, Strategy
 
 __all__ = ["HarombeMemoryMiddleware", "HarombeMemoryState"]
@@ -230,7 +229,3 @@ class HarombeMemoryMiddleware(AgentMiddleware[HarombeMemoryState, Any, Any]):
     ) -> ModelResponse[Any]:
         return await handler(await self._abuild(request))
 
-
-def stored_messages(manager: MemoryManager, session_id: str) -> list[BaseMessage]:
-    """Every stored message of an agent session, as LangChain messages (for inspection)."""
-    return [to_langchain(m) for m in manager.get_messages(session_id)]
