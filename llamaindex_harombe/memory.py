@@ -25,8 +25,11 @@ from harombe_core.errors import InvalidInputError
 from harombe_core.manager import MemoryManager
 from harombe_core.models import Message
 from harombe_core.strategies import check_budget
+from harombe_core.threads import resolve_selector
 from llamaindex_harombe._recall import fit_context
+from llamaindex_harombe._threads import Threader
 from llamaindex_harombe.convert import from_llamaindex, to_llamaindex
+from llamaindex_harombe.llm import LlamaIndexLLM
 
 __all__ = ["DEFAULT_STORAGE_PATH", "DEFAULT_TOKEN_LIMIT", "LLAMAINDEX_EMBEDDING", "HarombeMemory"]
 
@@ -98,7 +101,25 @@ class HarombeMemory(BaseMemory):
         default=None, description="Embedding model for semantic recall (None: keywords only)."
     )
     vector_store: str | None = Field(default=None, description="Vector index ('chroma').")
-    strategy: str = Field(default="simple", description="Context strategy of the window.")
+    strategy: str = Field(
+        default="simple",
+        description=(
+            "'simple' (newest messages that fit), 'summarization' (summary of older messages, "
+            "then the newest keep_last), 'hybrid' (also keeps important messages) or "
+            "'threaded' (the current thread of the conversation graph)."
+        ),
+    )
+    keep_last: int = Field(
+        default=6, description="Newest messages kept verbatim by 'summarization' and 'hybrid'."
+    )
+    thread_selector: Literal["linear", "embedding", "llm"] = Field(
+        default="embedding",
+        description=(
+            "With strategy='threaded', how a user message finds the turn it continues: "
+            "'embedding' (semantic memory's model, else the bundled one), 'llm' (the llm "
+            "given to from_defaults) or 'linear'."
+        ),
+    )
     system_prompt: str | None = Field(
         default=None, description="System prompt of a session created by this memory."
     )
@@ -114,12 +135,14 @@ class HarombeMemory(BaseMemory):
 
     _manager: MemoryManager = PrivateAttr()
     _owns_manager: bool = PrivateAttr(default=True)
+    _threader: Threader | None = PrivateAttr(default=None)
 
     def __init__(
         self,
         *,
         manager: MemoryManager | None = None,
         embed_model: BaseEmbedding | None = None,
+        llm: LLM | None = None,
         **data: Any,
     ) -> None:
         if manager is not None and embed_model is not None:
@@ -151,6 +174,20 @@ class HarombeMemory(BaseMemory):
             manager.create_session(
                 self.system_prompt, user_id=self.user_id, session_id=self.session_id
             )
+        if self.strategy == "threaded":
+            self._threader = Threader(manager, self.session_id, self._selector(llm))
+
+    def _selector(self, llm: LLM | None) -> Any:
+        if self.thread_selector == "linear":
+            return resolve_selector("linear")
+        if self.thread_selector == "llm":
+            if llm is None:
+                raise InvalidInputError(
+                    "thread_selector='llm' needs llm=<a LlamaIndex LLM>; or use 'embedding'."
+                )
+            return resolve_selector("llm", llm=LlamaIndexLLM(llm))
+        embedder = self._manager.embedder if self._manager.semantic_enabled else "default"
+        return resolve_selector("embedding", embedder=embedder)
 
     @classmethod
     def class_name(cls) -> str:
@@ -168,6 +205,8 @@ class HarombeMemory(BaseMemory):
         storage_path: str | os.PathLike[str] | None = None,
         manager: MemoryManager | None = None,
         strategy: Strategy = "simple",
+        keep_last: int = 6,
+        thread_selector: Literal["linear", "embedding", "llm"] = "embedding",
         system_prompt: str | None = None,
         embedding: str | None = None,
         vector_store: str | None = "chroma",
@@ -199,6 +238,8 @@ class HarombeMemory(BaseMemory):
             "user_id": user_id,
             "token_limit": token_limit,
             "strategy": strategy,
+            "keep_last": keep_last,
+            "thread_selector": thread_selector,
             "system_prompt": system_prompt,
             "rag": rag,
             "rag_top_k": rag_top_k,
@@ -210,7 +251,7 @@ class HarombeMemory(BaseMemory):
             fields["storage_path"] = os.fspath(storage_path or DEFAULT_STORAGE_PATH)
             fields["embedding"] = embedding
             fields["vector_store"] = vector_store if embedding is not None else None
-        memory = cls(manager=manager, embed_model=embed_model, **fields)
+        memory = cls(manager=manager, embed_model=embed_model, llm=llm, **fields)
         if chat_history is not None:
             memory.set(chat_history)
         return memory
@@ -265,22 +306,13 @@ class HarombeMemory(BaseMemory):
         message = fit_context(recalled, self._manager, min(self.rag_max_tokens, budget))
         return [message] if message is not None else []
 
-    def _window(self, budget: int) -> list[Message]:
-        if self.strategy == "simple":
-            return self._manager.get_recent_messages(self.session_id, budget, start_on_user=True)
-        return self._context_with_strategy(budget)
-
-    def _context_with_strategy(self, budget: int) -> list[Message]:
-        get_context = getattr(self._manager, "get_context", None)
-        if get_context is None:
-            raise InvalidInputError(
-                f"strategy {self.strategy!r} needs a harombe version with "
-                "MemoryManager.get_context; use strategy='simple'."
-            )
-        messages: list[Message] = get_context(
-            self.session_id, strategy=self.strategy, max_tokens=budget, start_on_user=True
-        )
-        return messages
+    def _context_args(self, budget: int) -> dict[str, Any]:
+        return {
+            "strategy": self.strategy,
+            "max_tokens": budget,
+            "start_on_user": True,
+            "keep_last": self.keep_last,
+        }
 
     def _fit(self, context: list[Message], budget: int) -> tuple[int, list[Message]]:
         """What remains for the window once recalled context is paid for (dropped if too big)."""
@@ -307,7 +339,7 @@ class HarombeMemory(BaseMemory):
             recalled = self._manager.get_relevant_context(query, **self._rag_args(budget))
             context = self._context(recalled, budget)
         remaining, context = self._fit(context, budget)
-        window = self._window(remaining)
+        window = self._manager.get_context(self.session_id, **self._context_args(remaining))
         return [to_llamaindex(m) for m in _merge_system(context, window)]
 
     async def aget(
@@ -323,21 +355,9 @@ class HarombeMemory(BaseMemory):
             )
             context = self._context(recalled, budget)
         remaining, context = self._fit(context, budget)
-        if self.strategy == "simple":
-            window = await self._manager.aget_recent_messages(
-                self.session_id, remaining, start_on_user=True
-            )
-        else:
-            aget_context = getattr(self._manager, "aget_context", None)
-            if aget_context is None:
-                window = self._context_with_strategy(remaining)
-            else:
-                window = await aget_context(
-                    self.session_id,
-                    strategy=self.strategy,
-                    max_tokens=remaining,
-                    start_on_user=True,
-                )
+        window = await self._manager.aget_context(
+            self.session_id, **self._context_args(remaining)
+        )
         return [to_llamaindex(m) for m in _merge_system(context, window)]
 
     def get_all(self) -> list[ChatMessage]:
@@ -347,24 +367,29 @@ class HarombeMemory(BaseMemory):
     async def aget_all(self) -> list[ChatMessage]:
         return [to_llamaindex(m) for m in await self._manager.aget_messages(self.session_id)]
 
+    def _save(self, messages: Sequence[ChatMessage]) -> None:
+        converted = [from_llamaindex(m) for m in messages]
+        if self._threader is not None:
+            self._threader.save(converted, self.user_id)
+        else:
+            self._manager.save_messages(self.session_id, converted, user_id=self.user_id)
+
     def put(self, message: ChatMessage) -> None:
         """Store one message (committed before this returns)."""
-        self._manager.save_message(
-            self.session_id, from_llamaindex(message), user_id=self.user_id
-        )
+        self._save([message])
 
     async def aput(self, message: ChatMessage) -> None:
-        await self._manager.asave_message(
-            self.session_id, from_llamaindex(message), user_id=self.user_id
-        )
+        await self.aput_messages([message])
 
     def put_messages(self, messages: Sequence[ChatMessage]) -> None:
-        """Store several messages in one transaction (a tool call and its results together)."""
-        self._manager.save_messages(
-            self.session_id, [from_llamaindex(m) for m in messages], user_id=self.user_id
-        )
+        """Store several messages in one transaction (a tool call and its results together);
+        with ``strategy="threaded"`` one per message, as each needs its parent's id."""
+        self._save(messages)
 
     async def aput_messages(self, messages: Sequence[ChatMessage]) -> None:
+        if self._threader is not None:
+            await asyncio.to_thread(self._save, messages)
+            return
         await self._manager.asave_messages(
             self.session_id, [from_llamaindex(m) for m in messages], user_id=self.user_id
         )
@@ -375,6 +400,11 @@ class HarombeMemory(BaseMemory):
         self._manager.replace_messages(
             self.session_id, old, [from_llamaindex(m) for m in messages], user_id=self.user_id
         )
+        self._forget_threads()
+
+    def _forget_threads(self) -> None:
+        if self._threader is not None:
+            self._threader.forget()
 
     async def aset(self, messages: Sequence[ChatMessage]) -> None:
         old = [m.id for m in await self._manager.aget_messages(self.session_id)]
@@ -384,13 +414,16 @@ class HarombeMemory(BaseMemory):
             [from_llamaindex(m) for m in messages],
             user_id=self.user_id,
         )
+        self._forget_threads()
 
     def reset(self) -> None:
         """Forget this session's messages (the session and other sessions stay)."""
         self._manager.clear_session(self.session_id)
+        self._forget_threads()
 
     async def areset(self) -> None:
         await self._manager.aclear_session(self.session_id)
+        self._forget_threads()
 
 
 def _merge_system(context: list[Message], window: list[Message]) -> list[Message]:

@@ -301,3 +301,75 @@ def test_llamaindex_embed_model_and_reopening_from_dict(db: str) -> None:
     assert isinstance(restored.manager.embedder, LlamaIndexEmbedder)
     assert restored.get_all() == [user("hello there")]
     restored.close()
+
+
+def test_threaded_strategy_shows_the_current_thread(db: str) -> None:
+    memory = HarombeMemory.from_defaults(
+        storage_path=db, session_id="s", token_limit=400, strategy="threaded"
+    )
+    for role, text in [
+        ("user", "How do I bake sourdough bread?"),
+        ("assistant", "Feed the starter, mix flour and water, proof overnight, bake hot."),
+        ("user", "What is the capital of Australia?"),
+        ("assistant", "Canberra."),
+        ("user", "How long should the sourdough proof?"),
+        ("assistant", "About 12 hours in a cool place."),
+    ]:
+        memory.put(ChatMessage(role=role, content=text))
+    contents = [m.content for m in memory.get()]
+    assert contents == [
+        "How do I bake sourdough bread?",
+        "Feed the starter, mix flour and water, proof overnight, bake hot.",
+        "How long should the sourdough proof?",
+        "About 12 hours in a cool place.",
+    ]
+    assert len(memory.get_all()) == 6  # nothing is lost, the digression is another thread
+    memory.close()
+    # the thread structure is in the store: a new memory object sees the same thread
+    again = HarombeMemory.from_defaults(storage_path=db, session_id="s", strategy="threaded")
+    assert [m.content for m in again.get()] == contents
+    again.close()
+
+
+async def test_threaded_keeps_tool_chains_and_budget(manager: MemoryManager) -> None:
+    memory = HarombeMemory.from_defaults(
+        manager=manager,
+        session_id="t",
+        token_limit=70,
+        strategy="threaded",
+        thread_selector="linear",
+    )
+    await memory.aput_messages(tool_turn(1, "sunny") + tool_turn(2, "rain all day"))
+    window = await memory.aget()
+    assert cost(memory, window) <= 70
+    assert window[0].role.value == "user"
+    calls = {b.tool_call_id for m in window for b in m.blocks if isinstance(b, ToolCallBlock)}
+    assert calls == {m.additional_kwargs["tool_call_id"] for m in window if m.role.value == "tool"}
+    assert window[-1].content == "answer 2"
+    await memory.areset()
+    assert await memory.aget() == []
+
+
+@pytest.mark.parametrize("strategy", ["summarization", "hybrid"])
+def test_summarising_strategies_fit_the_budget(manager: MemoryManager, strategy: str) -> None:
+    memory = HarombeMemory.from_defaults(
+        manager=manager, session_id="s", token_limit=120, strategy=strategy, keep_last=4
+    )
+    memory.put_messages(conversation(20))
+    window = memory.get()
+    assert cost(memory, window) <= 120
+    assert window[0].role.value == "system"  # what fell out of the window, summarised
+    assert window[1].role.value == "user"
+    assert window[-1].content == "turn 19 of a long chat about sailing boats"
+
+
+def test_llm_thread_selector_needs_an_llm(manager: MemoryManager) -> None:
+    with pytest.raises(InvalidInputError, match="llm"):
+        HarombeMemory.from_defaults(
+            manager=manager, strategy="threaded", thread_selector="llm"
+        )
+    memory = HarombeMemory.from_defaults(
+        manager=manager, strategy="threaded", thread_selector="llm", llm=MockLLM()
+    )
+    memory.put(user("first"))
+    assert memory.get() == [user("first")]
