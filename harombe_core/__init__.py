@@ -37,6 +37,10 @@ if TYPE_CHECKING:
     from harombe_core.config import MemoryConfig
     from harombe_core.manager import MemoryManager
     from harombe_core.store.sqlite import SQLiteStore
+    from harombe_core.chat_memory import ChatMemory
+    from harombe_core.strategies import ContextBudget
+    from harombe_core.summarize import ExtractiveSummarizer, LLMSummarizer, SessionSummary
+    from harombe_core.threads import EmbeddingNodeSelector, LinearNodeSelector, LLMNodeSelector
 
 __version__ = "0.1.0"
 
@@ -44,20 +48,35 @@ _LAZY: dict[str, str] = {
     "MemoryManager": "harombe_core.manager",
     "MemoryConfig": "harombe_core.config",
     "SQLiteStore": "harombe_core.store.sqlite",
+    "ChatMemory": "harombe_core.chat_memory",
+    "LinearNodeSelector": "harombe_core.threads",
+    "EmbeddingNodeSelector": "harombe_core.threads",
+    "LLMNodeSelector": "harombe_core.threads",
+    "ExtractiveSummarizer": "harombe_core.summarize",
+    "LLMSummarizer": "harombe_core.summarize",
+    "SessionSummary": "harombe_core.summarize",
+    "ContextBudget": "harombe_core.strategies",
 }
 
 __all__ = [
+    "ChatMemory",
     "ConfigError",
+    "ContextBudget",
     "ConversationNode",
     "EmbeddingError",
     "EmbeddingModelMismatchError",
+    "EmbeddingNodeSelector",
     "EncryptionKeyError",
     "ExportPathError",
+    "ExtractiveSummarizer",
     "HarombeError",
     "ImportFormatError",
     "InvalidBudgetError",
     "InvalidInputError",
     "InvalidMessageError",
+    "LLMNodeSelector",
+    "LLMSummarizer",
+    "LinearNodeSelector",
     "MemoryConfig",
     "MemoryManager",
     "Message",
@@ -69,6 +88,7 @@ __all__ = [
     "SearchHit",
     "Session",
     "SessionNotFoundError",
+    "SessionSummary",
     "StorageFullError",
     "StoreBusyError",
     "StoreError",

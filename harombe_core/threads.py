@@ -35,13 +35,15 @@ import logging
 import re
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import networkx as nx
-import numpy as np
 
 from harombe_core.errors import InvalidInputError
 from harombe_core.models import ConversationNode, Message
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = [
     "EmbeddingNodeSelector",
@@ -176,6 +178,8 @@ class LinearNodeSelector:
 
 
 def _unit(matrix: np.ndarray) -> np.ndarray:
+    import numpy as np
+
     norms = np.linalg.norm(matrix, axis=-1, keepdims=True)
     return np.asarray(matrix / np.maximum(norms, 1e-12), dtype=np.float32)
 
@@ -262,6 +266,8 @@ class EmbeddingNodeSelector:
 
     def _sync(self, graph: nx.DiGraph) -> None:
         """Embed the nodes not seen yet and derive the thread centroids, oldest first."""
+        import numpy as np
+
         stale = [node_id for node_id in self._state if node_id not in graph]
         for node_id in stale:
             del self._state[node_id]
@@ -294,6 +300,8 @@ class EmbeddingNodeSelector:
                 state.assistant_centroid = state.vector.copy()
 
     def _query(self, message: Message, reply: Message | None) -> np.ndarray:
+        import numpy as np
+
         if reply is None or self.reply_query_weight <= 0 or not reply.content.strip():
             return np.asarray(self.embedder.embed_query(message.content), dtype=np.float32)
         both = np.asarray(self.embedder.embed([message.content, reply.content]), dtype=np.float32)
@@ -303,6 +311,8 @@ class EmbeddingNodeSelector:
         self, graph: nx.DiGraph, message: Message, reply: Message | None = None
     ) -> tuple[list[int], np.ndarray, np.ndarray]:
         """Candidate ids, their similarity, and their final score (similarity plus priors)."""
+        import numpy as np
+
         candidates = candidate_nodes(graph)
         if not candidates:
             return [], np.zeros(0), np.zeros(0)
@@ -336,6 +346,8 @@ class EmbeddingNodeSelector:
     def select_parent(
         self, graph: nx.DiGraph, message: Message, reply: Message | None = None
     ) -> int | None:
+        import numpy as np
+
         candidates, similarity, score = self.scores(graph, message, reply)
         if not candidates:
             return None
