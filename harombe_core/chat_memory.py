@@ -351,6 +351,7 @@ class ChatMemory:
     def _hits(self, query: str, n_results: int) -> list[int]:
         """Ids of the messages most relevant to ``query`` in this session, best first."""
         if self.memory.semantic_enabled:
+            self.memory.flush()  # what was just appended must be findable
             hits = self.memory.search(query, top_k=n_results, session_id=self.session_id)
             return [h.message.id for h in hits if h.message.id is not None]
         from harombe_core.store.base import SearchScope

@@ -893,11 +893,14 @@ class MemoryManager:
             extra = self._budget_blocks(session, total, system, budget, query, user_profile)
             total -= sum(m.token_count or 0 for m in extra)
             total -= int(budget.buffer * total)
+        every = self._store.get_messages(session_id) if strategy == "threaded" else []
+        if strategy == "threaded" and not any(m.parent_id is not None for m in every):
+            strategy = "simple"  # a session that was never threaded is one linear thread
         if strategy == "simple":
             window = self.get_window(session_id, total, start_on_user=start_on_user)
             messages = window.messages
         elif strategy == "threaded":
-            path = thread_path_newest_first(self._store.get_messages(session_id))
+            path = thread_path_newest_first(every)
             window = window_newest(
                 path,
                 total,

@@ -338,3 +338,19 @@ def test_graph_command(tmp_path: Path) -> None:
     assert mermaid.stdout.startswith("graph TD")
     missing = runner.invoke(app, ["graph", "nope", "--db", str(db)])
     assert missing.exit_code == 1
+
+
+def test_threaded_retrieve_uses_hybrid_search_with_semantic_memory() -> None:
+    from harombe_core.manager import MemoryManager
+    from harombe_core.testing import InMemoryVectorIndex
+
+    mm = MemoryManager(":memory:", embedding=FakeEmbedder(), vector_store=InMemoryVectorIndex())
+    memory = _threaded(memory=mm, context_depth=1)
+    _fill(memory)
+    assert mm.retriever.mode != "keyword"
+    found = memory.retrieve("rye flour", n_results=1)
+    assert [m.content for m in found] == [  # the best hit and its parent, in order
+        "Can I feed the sourdough starter rye flour?",
+        "Yes, rye flour makes it more active.",
+    ]
+    mm.close()

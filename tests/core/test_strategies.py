@@ -138,3 +138,8 @@ async def test_aget_context(manager: MemoryManager) -> None:
     context = await manager.aget_context(sid, "summarization", 200, keep_last=2)
     assert manager.count_tokens(context) <= 200
     assert context[-1].content == "Answer 4: because of reason 4."
+
+
+def test_threaded_on_an_unthreaded_session_is_the_window(manager: MemoryManager) -> None:
+    sid = _talk(manager, turns=5)
+    assert manager.get_context(sid, "threaded", 120) == manager.get_context(sid, "simple", 120)
