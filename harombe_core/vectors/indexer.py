@@ -99,10 +99,10 @@ def resolve_index(
 def resolve_embedder_spec(embedding: Any) -> Embedder:
     """An embedder from a spec string (``"default"``, a model name or path) or an object."""
     if hasattr(embedding, "embed") and hasattr(embedding, "dimension"):
-        return embedding  # type: ignore[no-any-return]
+        return embedding
     from harombe_core.embeddings import resolve_embedder
 
-    return resolve_embedder(embedding)  # type: ignore[no-any-return]
+    return resolve_embedder(embedding)
 
 
 def open_semantic_memory(
