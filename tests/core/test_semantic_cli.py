@@ -25,12 +25,14 @@ def test_search_is_hybrid_and_scoped(db_path: str) -> None:
     _db(db_path)
     result = runner.invoke(app, ["search", "new dog", "--db", db_path, "-k", "1"])
     assert result.exit_code == 0, result.output
-    assert "hybrid search" in result.output and "golden retriever" in result.output
+    assert "hybrid search" in result.output
+    assert "golden retriever" in result.output
     scoped = runner.invoke(app, ["search", "invoice 88231", "--db", db_path, "--user", "ann"])
     assert scoped.exit_code == 0
     assert "88231" not in scoped.output
     keyword = runner.invoke(app, ["search", "88231", "--db", db_path, "--keyword"])
-    assert "keyword search only" in keyword.output and "Invoice 88231" in keyword.output
+    assert "keyword search only" in keyword.output
+    assert "Invoice 88231" in keyword.output
 
 
 def test_reindex_is_idempotent_and_fixes_a_model_mismatch(db_path: str) -> None:
@@ -43,4 +45,5 @@ def test_reindex_is_idempotent_and_fixes_a_model_mismatch(db_path: str) -> None:
         assert result.exit_code == 0, result.output
         assert "2 keyword rows, 2 vectors" in " ".join(result.output.split())
     found = runner.invoke(app, ["search", "new dog", "--db", db_path, "-k", "1"])
-    assert found.exit_code == 0 and "golden retriever" in found.output
+    assert found.exit_code == 0
+    assert "golden retriever" in found.output
