@@ -242,6 +242,8 @@ class SemanticMemory:
         if self.stored is None:
             return
         try:
+            # Rows flagged as embedded by a version that kept no vectors in SQLite: embed again.
+            self.stored.unmark_missing()
             have, want = self.index.count(), self.stored.count()
             if have < want:
                 log.warning(
