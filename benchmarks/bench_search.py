@@ -108,13 +108,13 @@ def bench_search(args: argparse.Namespace, folder: Path) -> None:
     corpus_embedder: Any = FakeEmbedder(384) if args.corpus_embedding == "fake" else "default"
     rng = random.Random(2)
     per_session = args.messages // args.sessions
-    db = folder / "search.db"
+    db = Path(args.db) if args.db else folder / "search.db"
     t0 = time.perf_counter()
     from harombe_core.config import MemoryConfig
 
     build = MemoryConfig.model_validate({"vector_store": {"batch_size": 512}})
     with MemoryManager(str(db), embedding=corpus_embedder, config=build) as mm:
-        for s in range(args.sessions):
+        for s in range(args.sessions if mm.store.count_messages() == 0 else 0):
             mm.save_messages(
                 f"s{s}",
                 [Message(role="user" if i % 2 == 0 else "assistant", content=sentence(rng))
@@ -178,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--saves", type=int, default=500)
     parser.add_argument("--corpus-embedding", choices=["fake", "default"], default="fake")
     parser.add_argument("--skip-save", action="store_true")
+    parser.add_argument("--db", help="keep the search corpus here and reuse it on the next run")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
