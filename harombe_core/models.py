@@ -206,7 +206,8 @@ class Message:
             elif spec.default is not MISSING:
                 value = spec.default
             else:
-                value = spec.default_factory()  # type: ignore[misc]
+                factory = spec.default_factory
+                value = factory() if callable(factory) else None
             object.__setattr__(message, spec.name, value)
         return message
 

@@ -52,7 +52,8 @@ class TokenCounter(Protocol):
 def _tool_call_text(message: Message) -> str:
     parts: list[str] = []
     for call in message.tool_calls or ():
-        function = call.get("function") if isinstance(call.get("function"), dict) else call
+        nested = call.get("function")
+        function: dict[str, Any] = nested if isinstance(nested, dict) else call
         name = function.get("name", "")
         args = function.get("arguments", function.get("args", ""))
         if not isinstance(args, str):
