@@ -36,20 +36,26 @@ from typing import Any
 # from shadowing standard-library modules that harombe imports later.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
-TOPICS = [
-    "pottery class", "new job", "road trip", "concert tickets", "dog training", "tax return",
-    "birthday party", "marathon plan", "garden tomatoes", "piano lessons", "flight to Lisbon",
-    "kitchen renovation", "book club", "camping gear", "doctor appointment", "wedding venue",
+# Chat text has a long-tailed vocabulary: a few words are everywhere, most are rare. The corpus
+# draws content words from a Zipf distribution over a made-up vocabulary, so both the keyword
+# index and the vectors see realistic term frequencies (no data set needed).
+_SYLLABLES = ["ka", "lo", "mi", "ren", "tor", "vin", "sa", "pe", "qua", "dri", "ul", "zen"]
+VOCABULARY = [
+    a + b + c for a in _SYLLABLES for b in _SYLLABLES for c in _SYLLABLES
+][:1500]
+_WEIGHTS = [1.0 / (rank + 1) for rank in range(len(VOCABULARY))]
+TEMPLATES = [
+    "I {} the {} at {} yesterday.",
+    "Did you see the {} {} near {}?",
+    "We should {} our {} before {} starts.",
+    "My {} said the {} was {} again.",
+    "Thanks! The {} and the {} sound {}.",
 ]
-VERBS = ["loved", "planned", "cancelled", "finished", "started", "talked about", "booked"]
 
 
 def sentence(rng: random.Random) -> str:
-    a, b = rng.sample(TOPICS, 2)
-    return (
-        f"I {rng.choice(VERBS)} the {a} on day {rng.randrange(365)} and then the {b}; "
-        f"note {rng.randrange(10**6)}."
-    )
+    words = rng.choices(VOCABULARY, weights=_WEIGHTS, k=3)
+    return rng.choice(TEMPLATES).format(*words) + f" ({rng.randrange(10**5)})"
 
 
 def pct(values: list[float], q: float) -> float:
