@@ -57,6 +57,8 @@ def open_store(
 
 def _message_list(messages: Any, what: str) -> list[Any]:
     """The messages of a bulk call as a list, refusing a lone message or a non-iterable."""
+    if type(messages) is list:  # the common case, checked first: save_message goes this way
+        return messages
     if isinstance(messages, (str, bytes, Message, Mapping)) or not isinstance(messages, Iterable):
         raise InvalidMessageError(
             f"{what} takes a list of messages, got {type(messages).__name__}; wrap a single "
