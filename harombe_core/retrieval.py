@@ -23,7 +23,9 @@ import asyncio
 import logging
 import math
 import re
+import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -32,7 +34,7 @@ import numpy as np
 
 from harombe_core.errors import EmbeddingError, InvalidInputError
 from harombe_core.models import Message, SearchHit, Session
-from harombe_core.store.base import MessageStore, SearchScope
+from harombe_core.store.base import KeywordHit, MessageStore, SearchScope
 
 if TYPE_CHECKING:
     from harombe_core.config import RagSection
@@ -64,6 +66,19 @@ STOPWORDS = frozenset(
     who whom why will with would you your yours yourself""".split()  # noqa: SIM905
 )
 _WORDS = re.compile(r"\w+", re.UNICODE)
+
+
+_EXECUTOR: ThreadPoolExecutor | None = None
+_EXECUTOR_LOCK = threading.Lock()
+
+
+def _background() -> ThreadPoolExecutor:
+    """Threads for the keyword side of searches (shared, created on first use)."""
+    global _EXECUTOR
+    with _EXECUTOR_LOCK:
+        if _EXECUTOR is None:
+            _EXECUTOR = ThreadPoolExecutor(max_workers=4, thread_name_prefix="harombe-keyword")
+        return _EXECUTOR
 
 
 def keyword_query(query: str) -> str:
@@ -187,17 +202,18 @@ class Retriever:
         if exclude_session_id is not None:
             pool *= 2
 
-        keyword = (
-            self.store.keyword_search(keyword_query(query), limit=pool, scope=scope)
-            if wk > 0 or self.semantic is None
-            else []
-        )
-        by_id: dict[int, Message] = {int(h.message.id or 0): h.message for h in keyword}
-        keyword_rank = {int(h.message.id or 0): r for r, h in enumerate(keyword)}
-        keyword_score = {int(h.message.id or 0): h.score for h in keyword}
+        want_keyword = wk > 0 or self.semantic is None
+        pending: Future[list[KeywordHit]] | None = None
+        if want_keyword and self.semantic is not None:
+            # SQLite runs the keyword query with the GIL released, so it overlaps with
+            # embedding the query and the vector search instead of adding to them.
+            pending = _background().submit(
+                self.store.keyword_search, keyword_query(query), limit=pool, scope=scope
+            )
 
         vector_rank: dict[int, int] = {}
         cosine: dict[int, float] = {}
+        vector_messages: list[Message] = []
         query_vector = None
         semantic = self.semantic
         if semantic is not None:
@@ -207,20 +223,34 @@ class Retriever:
                 # An embedding outage must not take search down: the keyword side still works.
                 log.warning("query embedding failed, searching by keyword only: %s", exc)
                 semantic = None
+        wants_vectors = wv > 0 or min_sim is not None or lam is not None
+        if semantic is not None and query_vector is not None and wants_vectors:
+            matches = semantic.nearest(query_vector, pool, scope)
+            # The store decides what is in scope; the index only proposed.
+            vector_messages = self.store.get_messages_by_ids(
+                [m.message_id for m in matches], scope
+            )
+            allowed = {int(m.id or 0) for m in vector_messages}
+            rank = 0
+            for match in matches:
+                if match.message_id in allowed:
+                    cosine[match.message_id] = match.similarity
+                    if wv > 0:
+                        vector_rank[match.message_id] = rank
+                        rank += 1
+
+        if pending is not None:
+            keyword = pending.result()
+        elif want_keyword:
+            keyword = self.store.keyword_search(keyword_query(query), limit=pool, scope=scope)
+        else:
+            keyword = []
+        by_id: dict[int, Message] = {int(h.message.id or 0): h.message for h in keyword}
+        keyword_rank = {int(h.message.id or 0): r for r, h in enumerate(keyword)}
+        keyword_score = {int(h.message.id or 0): h.score for h in keyword}
+        for message in vector_messages:
+            by_id.setdefault(int(message.id or 0), message)
         if semantic is not None and query_vector is not None:
-            if wv > 0 or min_sim is not None or lam is not None:
-                matches = semantic.nearest(query_vector, pool, scope)
-                # The store decides what is in scope; the index only proposed.
-                allowed = self.store.get_messages_by_ids([m.message_id for m in matches], scope)
-                for message in allowed:
-                    by_id.setdefault(int(message.id or 0), message)
-                rank = 0
-                for match in matches:
-                    if match.message_id in by_id:
-                        cosine[match.message_id] = match.similarity
-                        if wv > 0:
-                            vector_rank[match.message_id] = rank
-                            rank += 1
             missing = [i for i in by_id if i not in cosine]
             if missing:
                 for mid, vec in semantic.vectors_for(missing).items():
