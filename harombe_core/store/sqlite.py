@@ -851,6 +851,8 @@ class SQLiteStore:
             return []
         self.index_keywords()
         where, params = _scope_sql(scope)
+        id_range, range_params = _fts_id_range(scope)
+        where, params = where + id_range, [*params, *range_params]
         sql = (
             f"SELECT {_MESSAGE_COLUMNS}, bm25(messages_fts, 1.0, 0.4) AS rank "
             "FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid "
@@ -1019,3 +1021,29 @@ def _scope_sql(scope: SearchScope | None) -> tuple[str, list[Any]]:
         parts.append("m.created_at <= ?")
         params.append(to_micros(scope.until))
     return ("".join(f" AND {p}" for p in parts), params)
+
+
+def _fts_id_range(scope: SearchScope | None) -> tuple[str, list[Any]]:
+    """A rowid range for FTS5 that contains every message of a session or user scope.
+
+    FTS5 seeks straight to a rowid range, so a scoped keyword search then costs the scope's
+    rows instead of every match in the store; the scope filter still decides what is returned.
+    """
+    if scope is None:
+        return "", []
+    if scope.session_id is not None:
+        sub = "FROM messages WHERE session_id = ?"
+        return (
+            f" AND messages_fts.rowid BETWEEN (SELECT MIN(id) {sub}) AND (SELECT MAX(id) {sub})",
+            [scope.session_id, scope.session_id],
+        )
+    if scope.user_id is not None:
+        sub = (
+            "FROM sessions s2 JOIN messages m2 ON m2.session_id = s2.id WHERE s2.user_id = ?"
+        )
+        return (
+            f" AND messages_fts.rowid BETWEEN (SELECT MIN(m2.id) {sub}) "
+            f"AND (SELECT MAX(m2.id) {sub})",
+            [scope.user_id, scope.user_id],
+        )
+    return "", []
