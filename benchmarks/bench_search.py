@@ -165,6 +165,36 @@ def bench_search(args: argparse.Namespace, folder: Path) -> None:
     for label, values in rows.items():
         print(f"  {label:36s} {pct(values, 0.5):7.2f} / {pct(values, 0.95):7.2f}")
 
+    if args.corpus_embedding == "fake":
+        # End to end with the real model on the query side: the corpus vectors stay the
+        # hashing embedder's (same dimension), so rankings are meaningless but every cost of
+        # a real query (model, vector search, keyword search, store reads) is paid.
+        from harombe_core.retrieval import Retriever
+        from harombe_core.vectors.indexer import open_semantic_memory
+
+        with MemoryManager(str(db), embedding=None) as plain:
+            real = open_semantic_memory(
+                plain.store, embedding="default", vector_store="chroma",
+                allow_model_change=True, start=False,
+            )
+            retriever = Retriever(plain.store, real)
+            retriever.search_similar("warm up", top_k=10)
+            texts = iter(f"{t} ({i})" for i, t in enumerate(queries * 10))
+            real_rows = {
+                "unscoped": timed(lambda: retriever.search_similar(next(texts), top_k=10),
+                                  args.queries),
+                "user-scoped": timed(lambda: retriever.search_similar(
+                    next(texts), top_k=10, user_id=f"u{rng.randrange(args.users)}"),
+                    args.queries),
+                "session-scoped": timed(lambda: retriever.search_similar(
+                    next(texts), top_k=10, session_id=f"s{rng.randrange(args.sessions)}"),
+                    args.queries),
+            }
+            real.close()
+        print("search_similar with the default model embedding each (distinct) query:")
+        for label, values in real_rows.items():
+            print(f"  {label:36s} {pct(values, 0.5):7.2f} / {pct(values, 0.95):7.2f}")
+
     from harombe_core.embeddings import resolve_embedder
 
     model = resolve_embedder("default")
