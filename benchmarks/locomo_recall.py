@@ -120,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         recall: dict[int, list[float]] = defaultdict(list)
         per_category: dict[tuple[int, int], list[float]] = defaultdict(list)
         latencies: list[float] = []
+        first: list[float] = []  # each question's first search: its embedding is not cached
         questions = 0
         for sample in data:
             user = sample["sample_id"]
@@ -132,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
                     t0 = time.perf_counter()
                     found = mm.search_similar(qa["question"], top_k=k, user_id=user, **options)
                     latencies.append(time.perf_counter() - t0)
+                    if k == args.k[0]:
+                        first.append(latencies[-1])
                     got = {m.metadata.get("dia_id") for m in found}
                     score = len(evidence & got) / len(evidence)
                     recall[k].append(score)
@@ -151,11 +154,14 @@ def main(argv: list[str] | None = None) -> int:
             row = "".join(f"{100 * statistics.fmean(per_category[(cat, k)]):8.1f}" for k in args.k)
             count = len(per_category[(cat, args.k[0])])
             print(f"  {row}  {cat} {label} (n={count})")
-    lat = sorted(latencies)
+    lat, fresh = sorted(latencies), sorted(first)
     print(f"ingest: {messages / ingest_seconds:,.0f} messages/s (saved one by one, embeddings "
           f"included, {ingest_seconds:.1f} s)")
-    print(f"query latency: p50 {1000 * lat[len(lat) // 2]:.1f} ms, "
-          f"p95 {1000 * lat[int(len(lat) * 0.95)]:.1f} ms over {len(lat)} searches")
+    p50, p95 = fresh[len(fresh) // 2], fresh[int(len(fresh) * 0.95)]
+    print(f"query latency, first search of each question (query embedded): p50 "
+          f"{1000 * p50:.1f} ms, p95 {1000 * p95:.1f} ms")
+    print(f"query latency, all {len(lat)} searches (repeats reuse the cached query embedding): "
+          f"p50 {1000 * lat[len(lat) // 2]:.1f} ms, p95 {1000 * lat[int(len(lat) * 0.95)]:.1f} ms")
     return 0
 
 
