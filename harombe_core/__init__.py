@@ -34,10 +34,10 @@ from harombe_core.errors import (
 from harombe_core.models import ConversationNode, Message, MessageSummary, SearchHit, Session
 
 if TYPE_CHECKING:
+    from harombe_core.chat_memory import ChatMemory
     from harombe_core.config import MemoryConfig
     from harombe_core.manager import MemoryManager
     from harombe_core.store.sqlite import SQLiteStore
-    from harombe_core.chat_memory import ChatMemory
     from harombe_core.strategies import ContextBudget
     from harombe_core.summarize import ExtractiveSummarizer, LLMSummarizer, SessionSummary
     from harombe_core.threads import EmbeddingNodeSelector, LinearNodeSelector, LLMNodeSelector

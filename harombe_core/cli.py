@@ -334,7 +334,9 @@ def demo_command(
 # migrate ------------------------------------------------------------------------------------
 @app.command("migrate")
 def migrate_command(
-    source: Annotated[str, typer.Option("--from", help="Source: a SQLite path or postgresql:// URL.")],
+    source: Annotated[
+        str, typer.Option("--from", help="Source: a SQLite path or postgresql:// URL.")
+    ],
     destination: Annotated[
         str, typer.Option("--to", help="Destination: a SQLite path or postgresql:// URL.")
     ],

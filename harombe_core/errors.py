@@ -19,7 +19,7 @@ recover. The tree::
     │   ├── StoreUnavailableError                  the database server stayed unreachable
     │   └── EncryptionKeyError                     wrong or missing key for an encrypted file
     ├── EmbeddingError                             the embedder failed or returned bad vectors
-    │   └── EmbeddingModelMismatchError            index built by another model: run `harombe reindex`
+    │   └── EmbeddingModelMismatchError            index built by another model (`harombe reindex`)
     ├── SummarizationError                         a summariser failed (messages are never lost)
     ├── ImportFormatError (also ValueError)        a JSON/JSONL file that is not a harombe export
     └── ExportPathError (also ValueError)          export path outside its folder, or unwritable
@@ -119,7 +119,7 @@ class StoreUnavailableError(StoreError):
 
 
 class EncryptionKeyError(StoreError):
-    """An encrypted database was opened without its key or with the wrong one; it was not changed."""
+    """An encrypted database was opened without its key or with a wrong one; it is unchanged."""
 
 
 class EmbeddingError(HarombeError):

@@ -12,7 +12,7 @@ import logging
 import os
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -165,7 +165,8 @@ class MemoryManager:
         if config.memory.auto_prune_days:
             pruned = manager.prune_old_sessions(config.memory.auto_prune_days)
             if pruned:
-                log.info("pruned %d sessions older than %d days", pruned, config.memory.auto_prune_days)
+                days = config.memory.auto_prune_days
+                log.info("pruned %d sessions older than %d days", pruned, days)
         return manager
 
     @property
@@ -298,7 +299,7 @@ class MemoryManager:
             raise InvalidInputError(
                 f"days must be a number of days between 0 and 3,000,000, got {days!r}."
             )
-        cutoff = datetime.now(timezone.utc) - timedelta(days=days)
+        cutoff = datetime.now(UTC) - timedelta(days=days)
         removed = self._store.delete_sessions_before(cutoff)
         if removed and self._semantic is not None:
             self._semantic.forget_sessions(removed)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import MISSING, dataclass, field, fields, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, Literal, get_args
 
 from harombe_core.errors import InvalidMessageError
@@ -37,15 +37,15 @@ MAX_CONTENT_CHARS = 1_000_000
 
 def utc_now() -> datetime:
     """Timezone-aware now: every stored time is UTC so sessions from many hosts sort together."""
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def _as_utc(value: datetime) -> datetime:
     # Naive datetimes are taken as UTC rather than local time: the store must not depend on the
     # timezone of whichever machine happened to write.
     if value.tzinfo is None:
-        return value.replace(tzinfo=timezone.utc)
-    return value.astimezone(timezone.utc)
+        return value.replace(tzinfo=UTC)
+    return value.astimezone(UTC)
 
 
 def _json_problem(value: Any, depth: int = 0) -> str | None:
@@ -239,7 +239,7 @@ class Message:
             except ValueError as exc:
                 raise InvalidMessageError(f"created_at {created!r} is not ISO 8601.") from exc
         elif isinstance(created, (int, float)) and math.isfinite(created):
-            created = datetime.fromtimestamp(created, timezone.utc)
+            created = datetime.fromtimestamp(created, UTC)
         kwargs: dict[str, Any] = {
             "role": data.get("role"),
             "content": data.get("content"),

@@ -15,7 +15,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from harombe_core.models import Message, Session
 
-__all__ = ["KeywordHit", "MessageStore", "SearchScope", "UNSET"]
+__all__ = ["UNSET", "KeywordHit", "MessageStore", "SearchScope"]
 
 
 class _Unset:
@@ -48,7 +48,7 @@ class SearchScope:
 
 @dataclass(frozen=True, slots=True)
 class KeywordHit:
-    """A message matched by the keyword index; ``score`` is BM25 made positive (higher is better)."""
+    """A message matched by the keyword index; ``score`` is BM25 made positive (higher: better)."""
 
     message: Message
     score: float
@@ -106,7 +106,7 @@ class MessageStore(Protocol):
         user_id: str | None = None,
         replace_ids: Sequence[int] = (),
     ) -> list[int]:
-        """Append ``messages``; ``replace_ids`` (of this session) are deleted in the same transaction."""
+        """Append ``messages``; ``replace_ids`` (of this session) go in the same transaction."""
         ...
 
     def get_messages(
@@ -119,7 +119,9 @@ class MessageStore(Protocol):
 
     def iter_newest(self, session_id: str) -> Iterator[Message]: ...
 
-    def get_messages_by_ids(self, ids: Sequence[int], scope: SearchScope | None = None) -> list[Message]: ...
+    def get_messages_by_ids(
+        self, ids: Sequence[int], scope: SearchScope | None = None
+    ) -> list[Message]: ...
 
     def count_messages(self, session_id: str | None = None) -> int: ...
 

@@ -33,7 +33,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -154,14 +154,14 @@ _KNOWN_TABLES = {
 }
 
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
 
 
 def to_micros(value: datetime) -> int:
     """Datetimes are stored as integer microseconds since the epoch: exact, sortable, small."""
     if value.tzinfo is None:
-        value = value.replace(tzinfo=timezone.utc)
+        value = value.replace(tzinfo=UTC)
     return (value - _EPOCH) // _MICROSECOND
 
 
@@ -513,11 +513,11 @@ class SQLiteStore:
             except BaseException as exc:
                 with contextlib.suppress(sqlite3.Error):
                     conn.execute("ROLLBACK")
-                if isinstance(exc, sqlite3.OperationalError) and _is_busy(exc):
-                    if attempt < self._max_retries:
-                        time.sleep(delay * (1 + random.random()))
-                        delay = min(delay * 2, 1.0)
-                        continue
+                busy = isinstance(exc, sqlite3.OperationalError) and _is_busy(exc)
+                if busy and attempt < self._max_retries:
+                    time.sleep(delay * (1 + random.random()))
+                    delay = min(delay * 2, 1.0)
+                    continue
                 if isinstance(exc, sqlite3.IntegrityError):
                     raise InvalidInputError(f"{self.location}: {exc}") from exc
                 if isinstance(exc, sqlite3.Error):
@@ -557,7 +557,7 @@ class SQLiteStore:
         _check_id(session_id, "session_id")
         if user_id is not None:
             _check_id(user_id, "user_id")
-        now = to_micros(created_at or datetime.now(timezone.utc))
+        now = to_micros(created_at or datetime.now(UTC))
         meta = _dumps(dict(metadata or {}))
 
         def insert(c: sqlite3.Connection) -> None:
