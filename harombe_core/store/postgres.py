@@ -56,6 +56,7 @@ from harombe_core.store.sqlite import (
     _dumps,
     _row_to_message,
     _row_to_session,
+    session_changes,
     to_micros,
 )
 
@@ -626,18 +627,16 @@ class PostgresStore:
             if user_id is not None:
                 _check_id(user_id, "user_id")
             changes["user_id"] = user_id
-        if system_prompt is not UNSET:
-            changes["system_prompt"] = system_prompt
-        if system_prompt_tokens is not UNSET:
-            changes["system_prompt_tokens"] = int(system_prompt_tokens)
-        if metadata is not UNSET:
-            changes["metadata"] = _dumps(dict(metadata or {}))
-        if summary is not UNSET:
-            changes["summary"] = summary
-        if summary_data is not UNSET:
-            changes["summary_json"] = None if summary_data is None else _dumps(summary_data)
-        if summary_until_id is not UNSET:
-            changes["summary_until_id"] = summary_until_id
+        changes.update(
+            session_changes(
+                system_prompt=system_prompt,
+                system_prompt_tokens=system_prompt_tokens,
+                metadata=metadata,
+                summary=summary,
+                summary_data=summary_data,
+                summary_until_id=summary_until_id,
+            )
+        )
         if not changes:
             return
         # Column names come from the fixed set above, never from the caller.

@@ -174,6 +174,36 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
+def session_changes(
+    *,
+    system_prompt: Any = UNSET,
+    system_prompt_tokens: Any = UNSET,
+    metadata: Any = UNSET,
+    summary: Any = UNSET,
+    summary_data: Any = UNSET,
+    summary_until_id: Any = UNSET,
+) -> dict[str, Any]:
+    """Column -> stored value for the session fields given (UNSET ones are left out).
+
+    Shared by every backend so an update means the same thing everywhere; column names come
+    from this fixed set, never from the caller.
+    """
+    changes: dict[str, Any] = {}
+    if system_prompt is not UNSET:
+        changes["system_prompt"] = system_prompt
+    if system_prompt_tokens is not UNSET:
+        changes["system_prompt_tokens"] = int(system_prompt_tokens)
+    if metadata is not UNSET:
+        changes["metadata"] = _dumps(dict(metadata or {}))
+    if summary is not UNSET:
+        changes["summary"] = summary
+    if summary_data is not UNSET:
+        changes["summary_json"] = None if summary_data is None else _dumps(summary_data)
+    if summary_until_id is not UNSET:
+        changes["summary_until_id"] = summary_until_id
+    return changes
+
+
 def _check_id(value: Any, what: str) -> str:
     if not isinstance(value, str) or not value or len(value) > 512 or "\x00" in value:
         raise InvalidInputError(
@@ -599,18 +629,16 @@ class SQLiteStore:
         changes: dict[str, Any] = {}
         if user_id is not UNSET:
             changes["user_id"] = user_id
-        if system_prompt is not UNSET:
-            changes["system_prompt"] = system_prompt
-        if system_prompt_tokens is not UNSET:
-            changes["system_prompt_tokens"] = int(system_prompt_tokens)
-        if metadata is not UNSET:
-            changes["metadata"] = _dumps(dict(metadata or {}))
-        if summary is not UNSET:
-            changes["summary"] = summary
-        if summary_data is not UNSET:
-            changes["summary_json"] = None if summary_data is None else _dumps(summary_data)
-        if summary_until_id is not UNSET:
-            changes["summary_until_id"] = summary_until_id
+        changes.update(
+            session_changes(
+                system_prompt=system_prompt,
+                system_prompt_tokens=system_prompt_tokens,
+                metadata=metadata,
+                summary=summary,
+                summary_data=summary_data,
+                summary_until_id=summary_until_id,
+            )
+        )
         if not changes:
             return
         assignments = ", ".join(f"{column} = ?" for column in changes)
