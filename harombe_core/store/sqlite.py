@@ -268,6 +268,26 @@ def fts_query(text: str) -> str | None:
     return " OR ".join(f'"{w}"' for w in words[:64])
 
 
+def _size_and_promise(file: Path) -> tuple[int, int]:
+    """The file's size and the size its header promises (0 when the header makes no promise).
+
+    The header's page count is only meaningful when the change counter matches the
+    version-valid-for number (SQLite file format, section 1.3.7).
+    """
+    try:
+        with file.open("rb") as handle:
+            header = handle.read(100)
+            size = os.fstat(handle.fileno()).st_size
+    except OSError as exc:
+        raise StoreError(f"cannot read {file}: {exc.strerror}") from exc
+    page_size = int.from_bytes(header[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    page_count = int.from_bytes(header[28:32], "big")
+    if header[24:28] != header[92:96]:
+        return size, 0
+    return size, page_size * page_count
+
+
 def _classify(exc: sqlite3.Error, location: str) -> StoreError:
     message = str(exc).lower()
     if "disk is full" in message or "database or disk is full" in message:
@@ -446,14 +466,7 @@ class SQLiteStore:
                 f"{file} is not a SQLite database (no SQLite header), so it is not a harombe "
                 "database; it was left untouched. Pass a new path with storage_path=..."
             )
-        page_size = int.from_bytes(header[16:18], "big")
-        page_size = 65536 if page_size == 1 else page_size
-        page_count = int.from_bytes(header[28:32], "big")
-        if page_size and page_count and file.stat().st_size < page_size * page_count:
-            raise NotAHarombeDatabaseError(
-                f"{file} is truncated ({file.stat().st_size} bytes, its header promises "
-                f"{page_size * page_count}); it was left untouched. Restore it from a backup."
-            )
+        self._refuse_truncated(file)
         # A file whose header does not name us is read as immutable: no lock, and none of the
         # -wal/-shm files a WAL-mode database would otherwise get beside it.
         ours = int.from_bytes(header[68:72], "big") == APPLICATION_ID
@@ -490,6 +503,27 @@ class SQLiteStore:
                 f"{file} is a damaged harombe database ({check}); it was left untouched. "
                 "Restore it from a backup."
             )
+
+    @staticmethod
+    def _refuse_truncated(file: Path) -> None:
+        """Refuse a file shorter than its header says, but only once it stays that way.
+
+        A WAL checkpoint in another process writes page 1 (with the new page count) before
+        the pages that extend the file, so a healthy database being checkpointed looks
+        truncated for a few milliseconds. A real truncation persists; re-reading for up to
+        a second tells the two apart.
+        """
+        deadline = time.monotonic() + 1.0
+        while True:
+            size, promised = _size_and_promise(file)
+            if size >= promised:
+                return
+            if time.monotonic() >= deadline:
+                raise NotAHarombeDatabaseError(
+                    f"{file} is truncated ({size} bytes, its header promises {promised}); it "
+                    "was left untouched. Restore it from a backup."
+                )
+            time.sleep(0.02)
 
     def _migrate(self) -> None:
         conn = self._conn

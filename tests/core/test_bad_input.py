@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 import struct
+import threading
 import zlib
 from collections.abc import Callable
 from pathlib import Path
@@ -316,3 +317,23 @@ def test_refusing_a_file_leaves_the_good_store_alone(tmp_path: Path) -> None:
         with pytest.raises(NotAHarombeDatabaseError):
             MemoryManager(bad, embedding=None)
         assert _snapshot(mm) == before
+
+
+def test_a_file_mid_checkpoint_is_not_mistaken_for_a_truncated_one(tmp_path: Path) -> None:
+    """Another process's checkpoint writes page 1 before the pages that grow the file.
+
+    Reproduce that window (header promising more pages than the file holds, completed a
+    moment later) and check the open waits it out instead of refusing a healthy database.
+    """
+    path = tmp_path / "live.db"
+    with MemoryManager(path, embedding=None) as mm:
+        mm.save_messages("s", [Message(role="user", content=f"m{i} " * 40) for i in range(300)])
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    finisher = threading.Timer(0.2, lambda: path.write_bytes(data))
+    finisher.start()
+    try:
+        with MemoryManager(path, embedding=None) as mm:
+            assert len(mm.get_recent_messages("s", max_tokens=10**9)) == 300
+    finally:
+        finisher.join()
