@@ -18,13 +18,17 @@ Why it looks the way it does:
   just before it is read, not on every append: an FTS5 row costs a fresh index segment per
   commit, which would triple the cost of ``save_message``. A high-water mark in ``harombe_meta``
   makes the catch-up idempotent and safe with many writers (ids grow in commit order).
+* A keyword search leaves out the words that are in a large share of rows when the query has
+  rarer ones (:meth:`SQLiteStore.keyword_search`), so its cost follows the rare words.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
+import math
 import os
 import random
 import re
@@ -33,6 +37,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
@@ -256,16 +261,50 @@ def _row_to_session(row: Sequence[Any]) -> Session:
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 
+#: The keyword index's tokenizer (``messages_fts``, migration 1); query words go through it too.
+_TOKENIZER = "porter unicode61 remove_diacritics 2"
 
-def fts_query(text: str) -> str | None:
-    """Turn free text into an FTS5 query: every word quoted (no syntax injection), OR-ed.
+
+def query_words(text: str) -> list[str]:
+    """The distinct words of free text that a keyword search looks for (at most 64)."""
+    words = dict.fromkeys(w.lower() for w in _WORD.findall(text) if len(w) > 1 or w.isdigit())
+    return list(words)[:64]
+
+
+def fts_query(text: str | Sequence[str]) -> str | None:
+    """Turn free text (or its words) into an FTS5 query: every word quoted (no syntax
+    injection), OR-ed.
 
     BM25 then ranks by how many rare words match, which is what a user typing a question means.
     """
-    words = list(dict.fromkeys(w.lower() for w in _WORD.findall(text) if len(w) > 1 or w.isdigit()))
+    words = query_words(text) if isinstance(text, str) else list(text)
     if not words:
         return None
-    return " OR ".join(f'"{w}"' for w in words[:64])
+    return " OR ".join(f'"{w}"' for w in words)
+
+
+_TERMS_LOCK = threading.Lock()
+_TERMS_DB: list[sqlite3.Connection] = []
+
+
+@functools.lru_cache(maxsize=16_384)
+def index_terms(word: str) -> tuple[str, ...]:
+    """The terms the keyword index holds for ``word``: FTS5's own tokenizer, so case-folded,
+    accents removed and porter-stemmed exactly as the messages were ("running" -> "run")."""
+    with _TERMS_LOCK:
+        if not _TERMS_DB:
+            db = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+            db.execute(f"CREATE VIRTUAL TABLE words USING fts5(word, tokenize = '{_TOKENIZER}')")
+            db.execute("CREATE VIRTUAL TABLE word_terms USING fts5vocab(words, 'instance')")
+            _TERMS_DB.append(db)
+        db = _TERMS_DB[0]
+        db.execute("BEGIN")
+        try:
+            db.execute("INSERT INTO words (rowid, word) VALUES (1, ?)", (word,))
+            rows = db.execute("SELECT term FROM word_terms ORDER BY offset").fetchall()
+        finally:
+            db.execute("ROLLBACK")
+    return tuple(str(r[0]) for r in rows)
 
 
 def _size_and_promise(file: Path) -> tuple[int, int]:
@@ -365,6 +404,8 @@ class SQLiteStore:
         self._connections: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
         self._closed = False
+        self._term_counts = _TermCounts()  # shared by this store's threads
+        self._term_lock = threading.Lock()
         raw = os.fspath(path)
         if raw in (":memory:", ""):
             self.location = ":memory:"
@@ -907,22 +948,103 @@ class SQLiteStore:
     def keyword_search(
         self, query: str, *, limit: int = 10, scope: SearchScope | None = None
     ) -> list[KeywordHit]:
-        """BM25 over each message and the turn it answers, scoped in the same query."""
-        match = fts_query(query)
-        if match is None or limit <= 0:
+        """BM25 over each message and the turn it answers, scoped in the same query.
+
+        Words found in a large share of the rows are left out when the query has rarer ones
+        (see :meth:`_drop_common_words`), so the cost follows the rare words, not the store.
+        """
+        words = query_words(query)
+        if not words or limit <= 0:
             return []
         self.index_keywords()
-        where, params = _scope_sql(scope)
-        id_range, range_params = _fts_id_range(scope)
-        where, params = where + id_range, [*params, *range_params]
-        sql = (
-            f"SELECT {_MESSAGE_COLUMNS}, bm25(messages_fts, 1.0, 0.4) AS rank "
-            "FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid "
-            "JOIN sessions s ON s.id = m.session_id "
-            f"WHERE messages_fts MATCH ?{where} ORDER BY rank LIMIT ?"
-        )
-        rows = self._read(sql, [match, *params, limit])
+        match = fts_query(self._drop_common_words(words))
+        if scope is None or scope == SearchScope():
+            # Unscoped, FTS5 ranks and cuts on its own (rank MATCH picks the function): the
+            # messages table is only read for the rows returned.
+            sql = (
+                f"SELECT {_MESSAGE_COLUMNS}, f.rank FROM (SELECT rowid, rank FROM messages_fts "
+                f"WHERE messages_fts MATCH ? AND rank MATCH 'bm25({_BM25_WEIGHTS})' "
+                "ORDER BY rank LIMIT ?) f JOIN messages m ON m.id = f.rowid ORDER BY f.rank"
+            )
+            rows = self._read(sql, [match, limit])
+        else:
+            where, params = _scope_sql(scope)
+            id_range, range_params = _fts_id_range(scope)
+            where, params = where + id_range, [*params, *range_params]
+            sql = (
+                f"SELECT {_MESSAGE_COLUMNS}, bm25(messages_fts, {_BM25_WEIGHTS}) AS rank "
+                "FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid "
+                "JOIN sessions s ON s.id = m.session_id "
+                f"WHERE messages_fts MATCH ?{where} ORDER BY rank LIMIT ?"
+            )
+            rows = self._read(sql, [match, *params, limit])
         return [KeywordHit(_row_to_message(r[:-1]), -float(r[-1])) for r in rows]
+
+    def _drop_common_words(self, words: list[str]) -> list[str]:
+        """``words`` without those found in a large share of the rows, if rarer ones remain.
+
+        With ``ORDER BY rank LIMIT``, FTS5 scores every row that matches any of the OR-ed
+        words (one document-size lookup each), so a single word found in a third of the rows
+        makes the search cost a third of the store. A word is left out when it is in more
+        than ``_COMMON_SHARE`` (5 %) of the indexed rows and more than ``_COMMON_MIN_ROWS``
+        (2,000) rows, and the query has a rarer word. Its BM25 weight (idf at most
+        ln(19) = 2.9, against about 9 for a word in a handful of rows) barely moves the order of
+        the rows the rarer words find, and the rows only it finds would rank below those.
+        Below 2,000 rows scoring all of a word's rows takes a few milliseconds, so small stores
+        keep every word. When every word is that common, the ``_KEEP_WHEN_ALL_COMMON`` (2)
+        rarest are kept, so a query never loses all its words. A word whose terms are not in
+        the index counts as rare (it matches nothing, so it costs nothing).
+
+        Row counts come from an ``fts5vocab`` table over the index, looked up by each word's
+        terms as FTS5's tokenizer makes them (:func:`index_terms`). They are cached per
+        store and recounted when the store has grown by a tenth or after a minute, so a
+        search usually costs no lookup at all; a slightly stale count only shifts which
+        borderline words are left out.
+        """
+        if len(words) < 2:
+            return words
+        counts, rows = self._word_rows(words)
+        threshold = max(rows * _COMMON_SHARE, _COMMON_MIN_ROWS)
+        kept = [w for w in words if counts[w] <= threshold]
+        if not kept:
+            rarest = sorted(words, key=lambda w: counts[w])[:_KEEP_WHEN_ALL_COMMON]
+            kept = [w for w in words if w in rarest]
+        return kept
+
+    def _word_rows(self, words: list[str]) -> tuple[dict[str, int], int]:
+        """Each word's number of indexed rows (its rarest term's; 0 if not in the index), and
+        the number of rows in the index."""
+        upto = int(self._read("SELECT MAX(id) FROM messages")[0][0] or 0)
+        with self._term_lock:
+            counts = self._term_counts
+            if counts.stale(upto):
+                total = int(self._read("SELECT COUNT(*) FROM messages")[0][0])
+                self._term_counts = counts = _TermCounts(total, upto, time.monotonic())
+        out: dict[str, int] = {}
+        for word in words:
+            terms = index_terms(word)
+            for term in terms:
+                if term not in counts.rows_of:
+                    counts.rows_of[term] = self._term_document_count(term)
+            out[word] = min((counts.rows_of[t] for t in terms), default=0)
+        return out, counts.rows
+
+    def _term_document_count(self, term: str) -> int:
+        conn = self._conn
+        try:
+            if getattr(self._local, "vocab", None) is not conn:
+                # In the temp schema: nothing is written to the file, any schema version works.
+                conn.execute(
+                    "CREATE VIRTUAL TABLE IF NOT EXISTS temp.messages_fts_rows "
+                    "USING fts5vocab(main, messages_fts, 'row')"
+                )
+                self._local.vocab = conn
+            row = conn.execute(
+                "SELECT doc FROM temp.messages_fts_rows WHERE term = ?", (term,)
+            ).fetchone()
+        except sqlite3.Error as exc:
+            raise _classify(exc, self.location) from exc
+        return int(row[0]) if row else 0
 
     def pending_embeddings(self, limit: int) -> list[tuple[Message, str]]:
         """Oldest messages not yet in the vector index, each with the turn it answers."""
@@ -1047,6 +1169,31 @@ class SQLiteStore:
 
 
 _KEYWORD_MARK = "keyword_index_upto"
+#: BM25 column weights: the turn a message answers counts 0.4 against the message itself.
+_BM25_WEIGHTS = "1.0, 0.4"
+#: Common words, see SQLiteStore._drop_common_words.
+_COMMON_SHARE = 0.05
+_COMMON_MIN_ROWS = 2_000
+_KEEP_WHEN_ALL_COMMON = 2
+
+
+@dataclass(slots=True)
+class _TermCounts:
+    """Rows per index term, counted when the index had ``rows`` rows and the highest message
+    id was ``upto``, at ``time.monotonic()`` ``at``."""
+
+    rows: int = 0
+    upto: int = -1
+    at: float = -math.inf
+    rows_of: dict[str, int] = field(default_factory=dict)
+
+    def stale(self, upto: int) -> bool:
+        """Whether to count again: the store grew by a tenth, lost rows, or a minute passed."""
+        return (
+            upto - self.upto > self.rows / 10
+            or upto < self.upto
+            or time.monotonic() - self.at > 60
+        )
 
 
 def _max_message_id(c: sqlite3.Connection) -> int:
