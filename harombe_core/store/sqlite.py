@@ -989,7 +989,7 @@ class SQLiteStore:
         than ``_COMMON_SHARE`` (5 %) of the indexed rows and more than ``_COMMON_MIN_ROWS``
         (2,000) rows, and the query has a rarer word. Its BM25 weight (idf at most
         ln(19) = 2.9, against about 9 for a word in a handful of rows) barely moves the order of
-        the rows the rarer words find, and the rows only it finds would rank below those.
+        the rows the rarer words find, and the rows only it would add mostly rank below those.
         Below 2,000 rows scoring all of a word's rows takes a few milliseconds, so small stores
         keep every word. When every word is that common, the ``_KEEP_WHEN_ALL_COMMON`` (2)
         rarest are kept, so a query never loses all its words. A word whose terms are not in
