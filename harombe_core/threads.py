@@ -215,14 +215,14 @@ class EmbeddingNodeSelector:
         self,
         embedder: Any = "default",
         *,
-        reply_weight: float = 1.0,
-        speaker_weight: float = 0.5,
-        thread_weight: float = 2.0,
+        reply_weight: float = 2.0,
+        speaker_weight: float = 0.25,
+        thread_weight: float = 1.0,
         decay: float = 0.97,
         recency_weight: float = 0.02,
         leaf_bonus: float = 0.03,
         new_thread_threshold: float | None = 0.05,
-        reply_query_weight: float = 0.5,
+        reply_query_weight: float = 0.25,
     ) -> None:
         if not 0.0 <= decay < 1.0:
             raise InvalidInputError(f"decay must be in [0, 1), got {decay!r}.")
