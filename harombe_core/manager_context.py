@@ -1,0 +1,353 @@
+"""MemoryManager's context side: session summaries and the context-assembly strategies.
+
+What goes into a model's prompt (a token window, a summary plus the newest turns, important
+messages, a thread, or the seed's full budget) is decided here; the strategies themselves live
+in :mod:`harombe_core.strategies` and the summarisers in :mod:`harombe_core.summarize`.
+:class:`~harombe_core.manager.MemoryManager` inherits these methods.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+from harombe_core.errors import InvalidInputError
+from harombe_core.models import Message, Session
+from harombe_core.store.base import MessageStore
+from harombe_core.strategies import check_budget, window_newest
+from harombe_core.tokens import TokenCounter
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from harombe_core.strategies import Window
+
+__all__ = ["ContextMethods"]
+
+log = logging.getLogger("harombe_core.manager")
+
+
+class ContextMethods:
+    """Summaries of sessions and the messages to send a model, never over the token budget."""
+
+    _store: MessageStore
+    token_counter: TokenCounter
+    max_history_tokens: int
+
+    if TYPE_CHECKING:
+
+        @property
+        def embedder(self) -> Any: ...
+
+        def load_session(self, session_id: str) -> Session: ...
+
+        def get_window(
+            self,
+            session_id: str,
+            max_tokens: int | None = None,
+            *,
+            include_system: bool = True,
+            start_on_user: bool = False,
+        ) -> Window: ...
+
+        def get_relevant_context(
+            self,
+            query: str,
+            max_tokens: int | None = None,
+            session_id: str | None = None,
+            user_id: str | None = None,
+            exclude_session_id: str | None = None,
+            **options: Any,
+        ) -> list[Message]: ...
+
+        @staticmethod
+        def format_context(messages: Sequence[Message]) -> str: ...
+
+    @property
+    def summarizer(self) -> Any:
+        """What summarises sessions: extractive (no model) unless set to a Summarizer or an LLM."""
+        current = getattr(self, "_summarizer", None)
+        if current is None:
+            from harombe_core.summarize import ExtractiveSummarizer
+
+            current = ExtractiveSummarizer()
+            self._summarizer: Any = current
+        return current
+
+    @summarizer.setter
+    def summarizer(self, value: Any) -> None:
+        from harombe_core.summarize import resolve_summarizer
+
+        self._summarizer = resolve_summarizer(value)
+
+    def _context_message(self, text: str, kind: str) -> Message:
+        message = Message(role="system", content=text, metadata={"harombe": kind})
+        return message.with_ids(token_count=self.token_counter.count_message(message))
+
+    def summarize_session(self, session_id: str, *, until_id: int | None = None) -> Any:
+        """Bring the session's stored summary up to date, incrementally; returns it.
+
+        Only messages after ``summary_until_id`` (and up to ``until_id`` if given) are read and
+        summarised, merged into the previous summary, and stored with the new
+        ``summary_until_id``: nothing is summarised twice. A failing summariser is logged and the
+        extractive one is used instead; messages are never touched. Returns a
+        :class:`~harombe_core.summarize.SessionSummary`, or None if there is nothing to summarise.
+        """
+        from harombe_core.errors import SummarizationError
+        from harombe_core.summarize import ExtractiveSummarizer, SessionSummary
+
+        session = self.load_session(session_id)
+        previous = None
+        if session.summary_data:
+            data = {k: v for k, v in session.summary_data.items() if k != "embedding"}
+            previous = SessionSummary.from_dict(data)
+        fresh = self._store.get_messages(session_id, after_id=session.summary_until_id)
+        if until_id is not None:
+            fresh = [m for m in fresh if m.id is not None and m.id <= until_id]
+        if not fresh:
+            return previous
+        try:
+            summary = self.summarizer.summarize_session(fresh, previous)
+        except SummarizationError as exc:
+            log.warning("session %s: summariser failed (%s); using extractive", session_id, exc)
+            summary = ExtractiveSummarizer().summarize_session(fresh, previous)
+        self._store_summary(session_id, summary, fresh[-1].id)
+        return summary
+
+    def _store_summary(self, session_id: str, summary: Any, until_id: int | None) -> None:
+        data = summary.to_dict()
+        embedder = self.embedder
+        if embedder is not None and summary.summary:
+            vector = embedder.embed_query(summary.as_text())
+            data["embedding"] = {"model": embedder.name, "vector": [float(x) for x in vector]}
+        self._store.update_session(
+            session_id, summary=summary.summary, summary_data=data, summary_until_id=until_id
+        )
+
+    def end_session(self, session_id: str) -> Any:
+        """The session-end pipeline: summary, facts, topics, outcome, and (with semantic memory)
+        the summary's embedding, stored on the session; returns the ``SessionSummary``."""
+        return self.summarize_session(session_id)
+
+    def search_summaries(
+        self, query: str, top_k: int = 5, user_id: str | None = None
+    ) -> list[tuple[Session, float]]:
+        """Sessions whose stored summary matches ``query`` best: by meaning when semantic memory
+        is on (the stored summary embeddings), else by shared words. Best first."""
+        import re
+
+        sessions = [s for s in self._store.list_sessions(limit=None, user_id=user_id) if s.summary]
+        embedder = self.embedder
+        scored: list[tuple[Session, float]] = []
+        if embedder is not None:
+            q = embedder.embed_query(query)
+            for s in sessions:
+                emb = (s.summary_data or {}).get("embedding") or {}
+                vector = emb.get("vector")
+                if vector and emb.get("model") == embedder.name and len(vector) == len(q):
+                    scored.append((s, float(sum(a * b for a, b in zip(q, vector, strict=True)))))
+        else:
+            words = set(re.findall(r"\w+", query.lower()))
+            for s in sessions:
+                text = (s.summary or "") + " " + " ".join((s.summary_data or {}).get("topics", []))
+                found = words & set(re.findall(r"\w+", text.lower()))
+                if found:
+                    scored.append((s, len(found) / max(len(words), 1)))
+        scored.sort(key=lambda pair: -pair[1])
+        return scored[:top_k]
+
+    def get_context(
+        self,
+        session_id: str,
+        strategy: str = "simple",
+        max_tokens: int | None = None,
+        *,
+        start_on_user: bool = False,
+        keep_last: int = 6,
+        query: str | None = None,
+        budget: Any = None,
+        user_profile: str | None = None,
+    ) -> list[Message]:
+        """The messages to send a model for ``session_id``, never over ``max_tokens``.
+
+        ``strategy``: ``"simple"`` (the token window), ``"summarization"`` (a summary of older
+        messages, then the newest ``keep_last``), ``"hybrid"`` (also keeps messages marked
+        important: ``metadata["important"] is True`` or ``metadata["importance"] >= 0.7``) or
+        ``"threaded"`` (the path from the thread root to the newest message). The system prompt
+        comes first and is always kept. Given a ``budget``
+        (:class:`~harombe_core.strategies.ContextBudget`), the seed's full context is built:
+        system prompt, ``user_profile``, summaries of the user's recent sessions, past messages
+        relevant to ``query``, the current session, and a free buffer.
+        """
+        from harombe_core.strategies import (
+            fit_block,
+            hybrid_window,
+            summarization_window,
+            thread_path_newest_first,
+        )
+
+        total = self.max_history_tokens if max_tokens is None else check_budget(max_tokens)
+        if strategy not in ("simple", "summarization", "hybrid", "threaded"):
+            raise InvalidInputError(
+                f"unknown strategy {strategy!r}; use 'simple', 'summarization', 'hybrid' or "
+                "'threaded'."
+            )
+        if isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 0:
+            raise InvalidInputError(f"keep_last must be an int >= 0, got {keep_last!r}.")
+        session = self._store.get_session(session_id)
+        if session is None:
+            return []
+        system: list[Message] = []
+        if session.system_prompt is not None:
+            system = [
+                Message(
+                    role="system",
+                    content=session.system_prompt,
+                    session_id=session_id,
+                    created_at=session.created_at,
+                    token_count=self._store.system_prompt_tokens(session_id),
+                )
+            ]
+        system_cost = sum(m.token_count or 0 for m in system)
+        if system_cost > total:
+            from harombe_core.errors import InvalidBudgetError
+
+            raise InvalidBudgetError(
+                f"max_tokens={total} cannot hold the system prompt ({system_cost} tokens); raise "
+                "max_tokens or shorten the system prompt."
+            )
+        extra: list[Message] = []
+        if budget is not None:
+            extra = self._budget_blocks(session, total, system, budget, query, user_profile)
+            total -= sum(m.token_count or 0 for m in extra)
+            total -= int(budget.buffer * total)
+        every = self._store.get_messages(session_id) if strategy == "threaded" else []
+        if strategy == "threaded" and not any(m.parent_id is not None for m in every):
+            strategy = "simple"  # a session that was never threaded is one linear thread
+        if strategy == "simple":
+            window = self.get_window(session_id, total, start_on_user=start_on_user)
+            messages = window.messages
+        elif strategy == "threaded":
+            path = thread_path_newest_first(every)
+            window = window_newest(
+                path,
+                total,
+                reserved_tokens=sum(m.token_count or 0 for m in system),
+                start_on_user=start_on_user,
+            )
+            messages = system + window.messages
+        else:
+            import itertools
+
+            stream = self._store.iter_newest(session_id)
+            if strategy == "summarization":  # only the newest keep_last (+1 for the boundary)
+                newest = list(itertools.islice(stream, keep_last + 1))
+            else:  # hybrid looks at every older message for important ones
+                newest = list(stream)
+            older_than_recent = newest[keep_last:]
+            summary = None
+            if older_than_recent:
+                boundary = older_than_recent[0].id
+                known = self._store.get_session(session_id)
+                if known is None or known.summary_until_id is None or (
+                    boundary is not None and known.summary_until_id < boundary
+                ):
+                    self.summarize_session(session_id, until_id=boundary)
+                stored = self._store.get_session(session_id)
+                if stored is not None and stored.summary:
+                    summary = self._context_message(
+                        "Summary of the earlier conversation:\n" + stored.summary, "summary"
+                    )
+            fn = summarization_window if strategy == "summarization" else hybrid_window
+            messages = fn(
+                newest,
+                total,
+                system=system,
+                summary=summary,
+                keep_last=keep_last,
+                start_on_user=start_on_user,
+            ).messages
+        if extra:
+            messages = messages[: len(system)] + fit_block(extra, 10**9) + messages[len(system) :]
+        return messages
+
+    def _budget_blocks(
+        self,
+        session: Session,
+        total: int,
+        system: list[Message],
+        budget: Any,
+        query: str | None,
+        user_profile: str | None,
+    ) -> list[Message]:
+        """User profile, recent session summaries and relevant past messages, each in its share."""
+        from harombe_core.strategies import fit_block
+
+        rest = total - sum(m.token_count or 0 for m in system)
+        blocks: list[Message] = []
+        if user_profile:
+            profile = self._context_message("User profile:\n" + user_profile, "profile")
+            blocks += fit_block([profile], int(budget.user_profile * rest))
+        others = [
+            s
+            for s in self._store.list_sessions(limit=6, user_id=session.user_id)
+            if s.id != session.id and s.summary
+        ][:5]
+        if others:
+            lines = [f"- {s.updated_at:%Y-%m-%d}: {s.summary}" for s in others]
+            note = self._context_message("Recent sessions:\n" + "\n".join(lines), "summaries")
+            blocks += fit_block([note], int(budget.session_summaries * rest))
+        if query:
+            past = self.get_relevant_context(
+                query,
+                max_tokens=max(int(budget.relevant_past * rest) - 20, 0),
+                user_id=session.user_id,
+                exclude_session_id=session.id,
+            )
+            if past:
+                note = self._context_message(self.format_context(past), "relevant")
+                blocks += fit_block([note], int(budget.relevant_past * rest))
+        return blocks
+
+    async def aget_context(
+        self,
+        session_id: str,
+        strategy: str = "simple",
+        max_tokens: int | None = None,
+        *,
+        start_on_user: bool = False,
+        keep_last: int = 6,
+        query: str | None = None,
+        budget: Any = None,
+        user_profile: str | None = None,
+    ) -> list[Message]:
+        """Async twin of :meth:`get_context`."""
+        return await asyncio.to_thread(
+            lambda: self.get_context(
+                session_id,
+                strategy,
+                max_tokens,
+                start_on_user=start_on_user,
+                keep_last=keep_last,
+                query=query,
+                budget=budget,
+                user_profile=user_profile,
+            )
+        )
+
+    async def asummarize_session(self, session_id: str, *, until_id: int | None = None) -> Any:
+        """Async twin of :meth:`summarize_session`."""
+        return await asyncio.to_thread(
+            lambda: self.summarize_session(session_id, until_id=until_id)
+        )
+
+    async def aend_session(self, session_id: str) -> Any:
+        """Async twin of :meth:`end_session`."""
+        return await asyncio.to_thread(self.end_session, session_id)
+
+    async def asearch_summaries(
+        self, query: str, top_k: int = 5, user_id: str | None = None
+    ) -> list[tuple[Session, float]]:
+        """Async twin of :meth:`search_summaries`."""
+        return await asyncio.to_thread(self.search_summaries, query, top_k, user_id)

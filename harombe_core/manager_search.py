@@ -1,0 +1,180 @@
+"""MemoryManager's search side: hybrid retrieval, RAG context, backfill and reindex.
+
+Kept apart from the session and message methods so each file reads as one job; the methods
+delegate to :class:`~harombe_core.retrieval.Retriever` and the semantic indexer, and
+:class:`~harombe_core.manager.MemoryManager` inherits them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from harombe_core.errors import InvalidInputError
+from harombe_core.models import Message, SearchHit, Session
+from harombe_core.store.base import MessageStore
+
+if TYPE_CHECKING:
+    from harombe_core.config import MemoryConfig
+    from harombe_core.retrieval import Retriever
+
+__all__ = ["SearchMethods"]
+
+
+class SearchMethods:
+    """Search, RAG context and index maintenance over the manager's store and semantic memory."""
+
+    _store: MessageStore
+    _semantic: Any
+    _config: MemoryConfig | None
+    _retriever_cache: Retriever | None
+
+    if TYPE_CHECKING:
+
+        @property
+        def config(self) -> MemoryConfig: ...
+
+    @property
+    def retriever(self) -> Retriever:
+        """The hybrid retriever over this store; keyword-only when semantic memory is off."""
+        from harombe_core.retrieval import RetrievalSettings, Retriever
+
+        cached = getattr(self, "_retriever_cache", None)
+        if cached is None or cached.semantic is not self._semantic:
+            settings = RetrievalSettings.from_config(self.config.rag)
+            cached = Retriever(self._store, self._semantic, settings)
+            self._retriever_cache = cached
+        return cached
+
+    def search(
+        self,
+        query: str,
+        top_k: int | None = None,
+        session_id: str | None = None,
+        user_id: str | None = None,
+        min_similarity: float | None = None,
+        **options: Any,
+    ) -> list[SearchHit]:
+        """Hybrid (vector + keyword) search, best first, with scores; see ``Retriever.search``.
+
+        ``top_k``, ``min_similarity``, ``temporal_decay`` and the weights default to the
+        ``rag:`` config. Options: ``roles``, ``since``, ``until``, ``exclude_session_id``,
+        ``temporal_decay``, ``mmr_lambda``, ``vector_weight``, ``keyword_weight``. Without
+        semantic memory this is keyword (BM25) search and ``retriever.mode == "keyword"``.
+        """
+        return self.retriever.search(query, top_k, session_id, user_id, min_similarity, **options)
+
+    def search_similar(
+        self,
+        query: str,
+        top_k: int | None = None,
+        session_id: str | None = None,
+        user_id: str | None = None,
+        min_similarity: float | None = None,
+        **options: Any,
+    ) -> list[Message]:
+        """The messages most relevant to ``query``, best first, each as it was saved."""
+        return self.retriever.search_similar(
+            query, top_k, session_id, user_id, min_similarity, **options
+        )
+
+    def search_by_topic(
+        self, topic: str, top_k: int | None = None, user_id: str | None = None, **options: Any
+    ) -> list[Session]:
+        """Sessions that talk most about ``topic``, best first."""
+        return self.retriever.search_by_topic(topic, top_k, user_id, **options)
+
+    def get_relevant_context(
+        self,
+        query: str,
+        max_tokens: int | None = None,
+        session_id: str | None = None,
+        user_id: str | None = None,
+        exclude_session_id: str | None = None,
+        **options: Any,
+    ) -> list[Message]:
+        """Relevant past messages that fit ``max_tokens`` (default ``rag.max_context_tokens``)."""
+        return self.retriever.get_relevant_context(
+            query, max_tokens, session_id, user_id, exclude_session_id, **options
+        )
+
+    @staticmethod
+    def format_context(messages: Sequence[Message]) -> str:
+        """Retrieved messages as the RAG system-prompt text, with dates and speakers."""
+        from harombe_core.retrieval import format_context
+
+        return format_context(messages)
+
+    def backfill_embeddings(self, batch_size: int = 100, *, progress: bool = True) -> int:
+        """Embed every message not yet embedded (with a progress bar); returns how many.
+
+        Raises InvalidInputError when semantic memory is off (nothing to embed with).
+        """
+        return self._require_semantic("backfill_embeddings").backfill(batch_size, progress=progress)
+
+    def reindex(
+        self,
+        batch_size: int = 100,
+        *,
+        embedding: Any = None,
+        vector_store: Any = "chroma",
+        progress: bool = True,
+        reembed: bool = False,
+    ) -> dict[str, int]:
+        """Rebuild the keyword and vector indexes from the store; safe to repeat.
+
+        Pass ``embedding`` to switch to another model (every message is embedded again);
+        otherwise vectors kept in SQLite are re-inserted without running the model.
+        """
+        keyword = self._store.rebuild_keyword_index()
+        semantic = self._semantic
+        if embedding is not None or semantic is None:
+            from harombe_core.vectors.indexer import open_semantic_memory
+
+            semantic = open_semantic_memory(
+                self._store,
+                embedding="default" if embedding is None else embedding,
+                vector_store=vector_store,
+                config=self._config,
+                allow_model_change=True,
+                start=False,
+            )
+        try:
+            vectors = semantic.reindex(batch_size, progress=progress, reembed=reembed)
+        except BaseException:
+            if semantic is not self._semantic:
+                semantic.close()
+            raise
+        if semantic is not self._semantic:
+            if self._semantic is not None:
+                self._semantic.close()
+            self._semantic = semantic
+        semantic.start()
+        return {"keyword_rows": keyword, "vectors": vectors}
+
+    def _require_semantic(self, what: str) -> Any:
+        if self._semantic is None:
+            raise InvalidInputError(
+                f"{what} needs semantic memory; open the MemoryManager with "
+                "embedding='default' (and vector_store='chroma')."
+            )
+        return self._semantic
+
+    async def asearch(self, query: str, *args: Any, **kwargs: Any) -> list[SearchHit]:
+        return await asyncio.to_thread(self.search, query, *args, **kwargs)
+
+    async def asearch_similar(self, query: str, *args: Any, **kwargs: Any) -> list[Message]:
+        return await asyncio.to_thread(self.search_similar, query, *args, **kwargs)
+
+    async def asearch_by_topic(self, topic: str, *args: Any, **kwargs: Any) -> list[Session]:
+        return await asyncio.to_thread(self.search_by_topic, topic, *args, **kwargs)
+
+    async def aget_relevant_context(self, query: str, *args: Any, **kwargs: Any) -> list[Message]:
+        return await asyncio.to_thread(self.get_relevant_context, query, *args, **kwargs)
+
+    async def abackfill_embeddings(self, batch_size: int = 100, *, progress: bool = True) -> int:
+        return await asyncio.to_thread(self.backfill_embeddings, batch_size, progress=progress)
+
+    async def areindex(self, batch_size: int = 100, **kwargs: Any) -> dict[str, int]:
+        return await asyncio.to_thread(self.reindex, batch_size, **kwargs)
