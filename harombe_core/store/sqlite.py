@@ -327,6 +327,67 @@ def _size_and_promise(file: Path) -> tuple[int, int]:
     return size, page_size * page_count
 
 
+def _inspect_once(file: Path) -> NotAHarombeDatabaseError | None:
+    """Why ``file`` cannot be opened as a harombe database right now, or None if it can."""
+    try:
+        with file.open("rb") as handle:
+            header = handle.read(100)
+    except OSError as exc:
+        raise StoreError(f"cannot read {file}: {exc.strerror}") from exc
+    if len(header) < 100 or not header.startswith(SQLITE_MAGIC):
+        return NotAHarombeDatabaseError(
+            f"{file} is not a SQLite database (no SQLite header), so it is not a harombe "
+            "database; it was left untouched. Pass a new path with storage_path=..."
+        )
+    size, promised = _size_and_promise(file)
+    if size < promised:
+        return NotAHarombeDatabaseError(
+            f"{file} is truncated ({size} bytes, its header promises {promised}); it was left "
+            "untouched. Restore it from a backup."
+        )
+    # A file whose header does not name us is read as immutable: no lock, and none of the
+    # -wal/-shm files a WAL-mode database would otherwise get beside it. One with a -wal beside
+    # it is live (its header is stale until a checkpoint): read it through SQLite's locks.
+    ours = int.from_bytes(header[68:72], "big") == APPLICATION_ID
+    live = ours or Path(f"{file}-wal").exists()
+    try:
+        app_id, tables, check = _probe(file, "mode=ro" if live else "mode=ro&immutable=1")
+    except sqlite3.Error as exc:
+        return NotAHarombeDatabaseError(
+            f"{file} cannot be read as a SQLite database ({exc}); it was left untouched. If "
+            "it is a harombe database it is corrupt: restore it from a backup."
+        )
+    if app_id != APPLICATION_ID and tables:
+        return NotAHarombeDatabaseError(
+            f"{file} is a SQLite database of another application (tables: "
+            f"{', '.join(sorted(tables)[:5])}); it was left untouched. Point harombe at its "
+            "own file."
+        )
+    if check != "ok":
+        return NotAHarombeDatabaseError(
+            f"{file} is a damaged harombe database ({check}); it was left untouched. "
+            "Restore it from a backup."
+        )
+    return None
+
+
+def _probe(file: Path, options: str) -> tuple[int, set[str], str]:
+    """Application id, table names and (for our files) quick_check of a file, read-only."""
+    probe = sqlite3.connect(f"{file.as_uri()}?{options}", uri=True)
+    try:
+        app_id = int(probe.execute("PRAGMA application_id").fetchone()[0])
+        tables = {
+            r[0]
+            for r in probe.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")
+        }
+        check = "ok"
+        if app_id == APPLICATION_ID:
+            check = probe.execute("PRAGMA quick_check(1)").fetchone()[0]
+        return app_id, tables, check
+    finally:
+        probe.close()
+
+
 def _classify(exc: sqlite3.Error, location: str) -> StoreError:
     message = str(exc).lower()
     if "disk is full" in message or "database or disk is full" in message:
@@ -496,75 +557,41 @@ class SQLiteStore:
             ) from exc
 
     def _inspect_existing(self, file: Path) -> None:
-        """Refuse foreign or damaged files before anything can write to them."""
-        try:
-            with file.open("rb") as handle:
-                header = handle.read(100)
-        except OSError as exc:
-            raise StoreError(f"cannot read {file}: {exc.strerror}") from exc
-        if len(header) < 100 or not header.startswith(SQLITE_MAGIC):
-            raise NotAHarombeDatabaseError(
-                f"{file} is not a SQLite database (no SQLite header), so it is not a harombe "
-                "database; it was left untouched. Pass a new path with storage_path=..."
-            )
-        self._refuse_truncated(file)
-        # A file whose header does not name us is read as immutable: no lock, and none of the
-        # -wal/-shm files a WAL-mode database would otherwise get beside it.
-        ours = int.from_bytes(header[68:72], "big") == APPLICATION_ID
-        options = "mode=ro" if ours else "mode=ro&immutable=1"
-        try:
-            probe = sqlite3.connect(f"{file.as_uri()}?{options}", uri=True)
-            try:
-                app_id = probe.execute("PRAGMA application_id").fetchone()[0]
-                tables = {
-                    r[0]
-                    for r in probe.execute(
-                        "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')"
-                    )
-                }
-                if app_id == APPLICATION_ID:
-                    check = probe.execute("PRAGMA quick_check(1)").fetchone()[0]
-                else:
-                    check = "ok"
-            finally:
-                probe.close()
-        except sqlite3.Error as exc:
-            raise NotAHarombeDatabaseError(
-                f"{file} cannot be read as a SQLite database ({exc}); it was left untouched. "
-                "If it is a harombe database it is corrupt: restore it from a backup."
-            ) from exc
-        if app_id != APPLICATION_ID and tables:
-            raise NotAHarombeDatabaseError(
-                f"{file} is a SQLite database of another application (tables: "
-                f"{', '.join(sorted(tables)[:5])}); it was left untouched. Point harombe at its "
-                "own file."
-            )
-        if check != "ok":
-            raise NotAHarombeDatabaseError(
-                f"{file} is a damaged harombe database ({check}); it was left untouched. "
-                "Restore it from a backup."
-            )
+        """Refuse foreign or damaged files before anything can write to them.
 
-    @staticmethod
-    def _refuse_truncated(file: Path) -> None:
-        """Refuse a file shorter than its header says, but only once it stays that way.
-
-        A WAL checkpoint in another process writes page 1 (with the new page count) before
-        the pages that extend the file, so a healthy database being checkpointed looks
-        truncated for a few milliseconds. A real truncation persists; re-reading for up to
-        a second tells the two apart.
+        Another process may be creating or checkpointing this very file: its header can
+        promise pages not yet written, and a lock-free (immutable) read can see the schema
+        before the page that names us. Such states pass within milliseconds while a foreign
+        or damaged file stays as it is, so a refusal only stands once it held for a second.
         """
         deadline = time.monotonic() + 1.0
         while True:
-            size, promised = _size_and_promise(file)
-            if size >= promised:
+            problem = _inspect_once(file)
+            if problem is None:
                 return
             if time.monotonic() >= deadline:
-                raise NotAHarombeDatabaseError(
-                    f"{file} is truncated ({size} bytes, its header promises {promised}); it "
-                    "was left untouched. Restore it from a backup."
-                )
+                raise problem
             time.sleep(0.02)
+
+    def _enable_wal(self, conn: sqlite3.Connection) -> str:
+        """Switch the file to WAL once; it stays so, later opens only read the mode.
+
+        Switching needs an exclusive lock and SQLite reports a busy database at once rather
+        than through the busy handler, so several processes creating one new file retry here.
+        """
+        delay, attempt = 0.005, 0
+        while True:
+            try:
+                mode = str(conn.execute("PRAGMA journal_mode").fetchone()[0])
+                if mode.lower() == "wal":
+                    return mode
+                return str(conn.execute("PRAGMA journal_mode = WAL").fetchone()[0])
+            except sqlite3.Error as exc:
+                if not _is_busy(exc) or attempt >= self._max_retries:
+                    raise _classify(exc, self.location) from exc
+            attempt += 1
+            time.sleep(delay * (1 + random.random()))
+            delay = min(delay * 2, 1.0)
 
     def _migrate(self) -> None:
         conn = self._conn
@@ -578,10 +605,7 @@ class SQLiteStore:
                 f"understands ({SCHEMA_VERSION}). Upgrade harombe-memory."
             )
         if self.location != ":memory:":
-            try:
-                mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-            except sqlite3.Error as exc:
-                raise _classify(exc, self.location) from exc
+            mode = self._enable_wal(conn)
             if str(mode).lower() != "wal":
                 log.warning("%s: journal mode is %s, not WAL", self.location, mode)
         if version == SCHEMA_VERSION:
