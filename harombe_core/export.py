@@ -1028,7 +1028,9 @@ def import_file(
     """Import a JSON or JSONL export into the store (format from the content unless ``fmt``).
 
     The whole file is validated first; a bad file raises :class:`ImportFormatError` naming the
-    line or node at fault, and nothing is written.
+    line or node at fault, and nothing is written. Imported sessions keep their dates: their
+    last activity is their newest message, so they sort among live sessions by when they
+    happened (and ``prune_old_sessions`` or ``auto_prune_days`` treats old history as old).
     """
     records = read_records(path, fmt)
     return import_records(manager, records, on_conflict=on_conflict, user_id=user_id)

@@ -57,6 +57,7 @@ from harombe_core.store.sqlite import (
     _row_to_message,
     _row_to_session,
     session_changes,
+    session_span,
     to_micros,
 )
 
@@ -715,7 +716,7 @@ class PostgresStore:
             "INSERT INTO sessions (id, user_id, created_at, updated_at) VALUES (%s, %s, %s, %s) "
             "ON CONFLICT (id) DO UPDATE SET updated_at = GREATEST(sessions.updated_at, "
             "EXCLUDED.updated_at)",
-            (session_id, user_id, now, now),
+            (session_id, user_id, *session_span([r[6] for r in rows], now)),
         )
         removed = 0
         if doomed:

@@ -209,6 +209,18 @@ def session_changes(
     return changes
 
 
+def session_span(message_times: Sequence[int], now: int) -> tuple[int, int]:
+    """(created_at, updated_at) a batch of messages gives its session, in microseconds.
+
+    A session's last activity is its newest message's time, not the moment it was written:
+    imported history keeps its real dates, so it sorts and prunes by when it happened. A
+    session first made by this batch starts at its oldest message (or now, if later).
+    """
+    if not message_times:
+        return now, now
+    return min(now, min(message_times)), max(message_times)
+
+
 def _check_id(value: Any, what: str) -> str:
     if not isinstance(value, str) or not value or len(value) > 512 or "\x00" in value:
         raise InvalidInputError(
@@ -827,7 +839,7 @@ class SQLiteStore:
                     message.parent_id,
                 )
             )
-        now = time.time_ns() // 1000  # the same microseconds as to_micros(now), cheaper
+        created, active = session_span([r[7] for r in rows], time.time_ns() // 1000)
 
         def insert(c: sqlite3.Connection) -> list[int]:
             # One upsert creates the session or bumps its activity and count. The keyword index
@@ -837,7 +849,7 @@ class SQLiteStore:
                 "VALUES (?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET "
                 "updated_at = MAX(updated_at, excluded.updated_at), "
                 "message_count = message_count + excluded.message_count",
-                (session_id, user_id, now, now, len(rows)),
+                (session_id, user_id, created, active, len(rows)),
             )
             removed = 0
             for start in range(0, len(doomed), 500):

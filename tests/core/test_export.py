@@ -455,3 +455,33 @@ def test_pure_helpers_for_in_memory_conversations(tmp_path: Path) -> None:
         ImportFormatError, match=r"^mem\.json: file\.nodes\[1\]: unknown role 'bot'"
     ):
         ex.read_records(path)
+
+
+def test_imported_history_keeps_its_dates_as_last_activity(tmp_path: Path) -> None:
+    """A conversation from 2024 imported today sorts and prunes by when it happened."""
+    source = MemoryManager(":memory:", embedding=None)
+    source.store.create_session("old", user_id="sam", created_at=T0)
+    source.save_messages("old", [Message(role="user", content="Lisbon?", created_at=T0)])
+    path = tmp_path / "old.json"
+    path.write_text(ex.export_store(source, "json"), encoding="utf-8")
+    source.close()
+    with MemoryManager(":memory:", embedding=None) as mm:
+        mm.save_message("live", Message(role="user", content="hello today"))
+        ex.import_file(mm, path)
+        imported = mm.load_session("old")
+        assert imported.created_at == T0
+        assert imported.updated_at == T0  # its newest message, not the moment of import
+        assert [s.id for s in mm.list_sessions()] == ["live", "old"]  # newest activity first
+        assert mm.prune_old_sessions(days=30) == 1
+        assert [s.id for s in mm.list_sessions()] == ["live"]
+
+
+def test_activity_moves_forward_only() -> None:
+    """Old-dated messages added to an active session do not make it look older."""
+    with MemoryManager(":memory:", embedding=None) as mm:
+        mm.save_message("s", Message(role="user", content="now"))
+        before = mm.load_session("s").updated_at
+        mm.save_message("s", Message(role="user", content="backfilled", created_at=T0))
+        assert mm.load_session("s").updated_at == before
+        session = mm.load_session("s")
+        assert session.created_at <= session.updated_at

@@ -147,6 +147,21 @@ def prune_old(mm: MemoryManager) -> None:
 
 
 @behaviour
+def activity_is_the_newest_message_time(mm: MemoryManager) -> None:
+    then = datetime(2024, 1, 15, 10, 30, tzinfo=UTC)
+    mm.save_message("live", Message(role="user", content="today"))
+    mm.save_messages(
+        "old", [Message(role="user", content=f"m{i}", created_at=then) for i in range(2)]
+    )
+    old = mm.load_session("old")
+    assert (old.created_at, old.updated_at) == (then, then)  # history keeps its dates
+    assert [s.id for s in mm.list_sessions()] == ["live", "old"]
+    before = mm.load_session("live").updated_at
+    mm.save_message("live", Message(role="user", content="backfilled", created_at=then))
+    assert mm.load_session("live").updated_at == before  # activity only moves forward
+
+
+@behaviour
 def threads_and_summaries(mm: MemoryManager) -> None:
     sid = mm.create_session()
     root, child = mm.save_messages(sid, [Message(role="user", content="root"),
