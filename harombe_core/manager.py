@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 
 from harombe_core.errors import InvalidInputError, InvalidMessageError, SessionNotFoundError
 from harombe_core.manager_context import ContextMethods
-from harombe_core.manager_search import SearchMethods
 from harombe_core.models import Message, Session
 from harombe_core.store.base import UNSET, MessageStore
 from harombe_core.strategies import Window, check_budget, window_newest
@@ -104,7 +103,7 @@ def _as_message(value: Any) -> Message:
     )
 
 
-class MemoryManager(SearchMethods, ContextMethods):
+class MemoryManager(ContextMethods):
     """Sessions, messages, token windows and (with semantic memory) search, over one store.
 
     ``storage_path`` is a SQLite file (``~`` expanded; ``":memory:"`` for a throwaway store) or a
@@ -113,7 +112,8 @@ class MemoryManager(SearchMethods, ContextMethods):
     ``None`` for either to keep only the store and its keyword index.
 
     Search and RAG context come from :class:`~harombe_core.manager_search.SearchMethods`,
-    summaries and context strategies from :class:`~harombe_core.manager_context.ContextMethods`.
+    summaries and context strategies from :class:`~harombe_core.manager_context.ContextMethods`
+    (which builds on it).
     """
 
     def __init__(

@@ -13,14 +13,13 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from harombe_core.errors import InvalidInputError
+from harombe_core.manager_search import SearchMethods
 from harombe_core.models import Message, Session
 from harombe_core.store.base import MessageStore
 from harombe_core.strategies import check_budget, window_newest
 from harombe_core.tokens import TokenCounter
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
-
     from harombe_core.strategies import Window
 
 __all__ = ["ContextMethods"]
@@ -28,8 +27,11 @@ __all__ = ["ContextMethods"]
 log = logging.getLogger("harombe_core.manager")
 
 
-class ContextMethods:
-    """Summaries of sessions and the messages to send a model, never over the token budget."""
+class ContextMethods(SearchMethods):
+    """Summaries of sessions and the messages to send a model, never over the token budget.
+
+    Built on :class:`SearchMethods`: the full context budget includes relevant past messages.
+    """
 
     _store: MessageStore
     token_counter: TokenCounter
@@ -50,19 +52,6 @@ class ContextMethods:
             include_system: bool = True,
             start_on_user: bool = False,
         ) -> Window: ...
-
-        def get_relevant_context(
-            self,
-            query: str,
-            max_tokens: int | None = None,
-            session_id: str | None = None,
-            user_id: str | None = None,
-            exclude_session_id: str | None = None,
-            **options: Any,
-        ) -> list[Message]: ...
-
-        @staticmethod
-        def format_context(messages: Sequence[Message]) -> str: ...
 
     @property
     def summarizer(self) -> Any:
