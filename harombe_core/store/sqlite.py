@@ -319,24 +319,17 @@ def index_terms(word: str) -> tuple[str, ...]:
     return tuple(str(r[0]) for r in rows)
 
 
-def _size_and_promise(file: Path) -> tuple[int, int]:
-    """The file's size and the size its header promises (0 when the header makes no promise).
+def _promised_size(header: bytes) -> int:
+    """The file size a database header promises (0 when it makes no promise).
 
     The header's page count is only meaningful when the change counter matches the
     version-valid-for number (SQLite file format, section 1.3.7).
     """
-    try:
-        with file.open("rb") as handle:
-            header = handle.read(100)
-            size = os.fstat(handle.fileno()).st_size
-    except OSError as exc:
-        raise StoreError(f"cannot read {file}: {exc.strerror}") from exc
+    if header[24:28] != header[92:96]:
+        return 0
     page_size = int.from_bytes(header[16:18], "big")
     page_size = 65536 if page_size == 1 else page_size
-    page_count = int.from_bytes(header[28:32], "big")
-    if header[24:28] != header[92:96]:
-        return size, 0
-    return size, page_size * page_count
+    return page_size * int.from_bytes(header[28:32], "big")
 
 
 def _inspect_once(file: Path) -> NotAHarombeDatabaseError | None:
@@ -344,6 +337,7 @@ def _inspect_once(file: Path) -> NotAHarombeDatabaseError | None:
     try:
         with file.open("rb") as handle:
             header = handle.read(100)
+            size = os.fstat(handle.fileno()).st_size
     except OSError as exc:
         raise StoreError(f"cannot read {file}: {exc.strerror}") from exc
     if len(header) < 100 or not header.startswith(SQLITE_MAGIC):
@@ -351,7 +345,7 @@ def _inspect_once(file: Path) -> NotAHarombeDatabaseError | None:
             f"{file} is not a SQLite database (no SQLite header), so it is not a harombe "
             "database; it was left untouched. Pass a new path with storage_path=..."
         )
-    size, promised = _size_and_promise(file)
+    promised = _promised_size(header)
     if size < promised:
         return NotAHarombeDatabaseError(
             f"{file} is truncated ({size} bytes, its header promises {promised}); it was left "
