@@ -140,13 +140,19 @@ class SearchMethods:
                 allow_model_change=True,
                 start=False,
             )
+        switching = semantic is not self._semantic
+        if switching and self._semantic is not None:
+            # The old model's worker must not embed the rows the new model is re-embedding.
+            self._semantic.stop()
         try:
             vectors = semantic.reindex(batch_size, progress=progress, reembed=reembed)
         except BaseException:
-            if semantic is not self._semantic:
+            if switching:
                 semantic.close()
+                if self._semantic is not None:
+                    self._semantic.start()
             raise
-        if semantic is not self._semantic:
+        if switching:
             if self._semantic is not None:
                 self._semantic.close()
             self._semantic = semantic

@@ -205,12 +205,17 @@ class SemanticMemory:
             if self.embed_pending(self.batch_size, timeout=remaining) == 0:
                 return
 
-    def close(self) -> None:
+    def stop(self) -> None:
+        """Stop the worker after its current batch (``start()`` runs it again)."""
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=60)
             self._thread = None
+        self._stop.clear()
+
+    def close(self) -> None:
+        self.stop()
         self.index.close()
 
     def forget_sessions(self, session_ids: Iterable[str]) -> None:

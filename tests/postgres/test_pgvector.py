@@ -10,8 +10,11 @@ the database itself; upserts are idempotent; reindex rebuilds everything, also f
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -376,3 +379,31 @@ def test_reindex_rebuilds_and_switches_model(pg_url: str) -> None:
     with MemoryManager(pg_url, embedding=FakeEmbedder(48)) as mm:
         assert mm.stats()["pending_embeddings"] == 0
         assert mm.search("rivers", top_k=1, user_id="ann", keyword_weight=0.0)
+
+
+class _SlowEmbedder(FakeEmbedder):
+    """Keeps the background worker busy, so a reindex starts while it is mid-batch."""
+
+    def embed(self, texts: Any) -> Any:
+        time.sleep(0.02)
+        return super().embed(texts)
+
+
+@pytest.mark.parametrize("backend", ["postgres", "sqlite"])
+def test_switching_model_while_the_old_worker_is_busy_leaves_one_model(
+    backend: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """The old model's worker is stopped before the new one re-embeds: no stray vectors."""
+    url = request.getfixturevalue("pg_url") if backend == "postgres" else str(tmp_path / "m.db")
+    with MemoryManager(url, embedding=_SlowEmbedder(16)) as mm:
+        mm.save_messages("s", [Message(role="user", content=f"note {i}") for i in range(300)])
+        assert mm.stats()["pending_embeddings"] > 0  # the old worker is still at it
+        result = mm.reindex(embedding=FakeEmbedder(24), progress=False)
+        assert result["vectors"] == 300
+        if backend == "postgres":
+            sizes = mm.store._read("SELECT DISTINCT dimension FROM message_vectors")
+            assert sizes == [(24,)]
+        else:
+            sizes = mm.store._read("SELECT DISTINCT length(vector) FROM message_vectors")
+            assert sizes == [(24 * 4,)]
+        assert mm.stats()["pending_embeddings"] == 0
