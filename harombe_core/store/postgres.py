@@ -361,6 +361,24 @@ class PostgresStore:
     def _step(body: Body[T], result: _Result | None) -> _Step:
         return next(body) if result is None else body.send(result)
 
+    def _retry_wait(
+        self, exc: BaseException, deadline: float, attempt: int, delay: float
+    ) -> float | None:
+        """Seconds to wait before retrying after ``exc``, or None when it must be raised.
+
+        Only transient server errors (a restart, a dropped connection, a serialisation
+        conflict) are retried, with jittered exponential backoff, until the deadline.
+        """
+        if (
+            isinstance(exc, psycopg.Error)
+            and self._transient(exc)
+            and time.monotonic() < deadline
+            and not self._closed
+        ):
+            log.warning("%s: %s (attempt %d); retrying", self.location, str(exc).strip(), attempt)
+            return delay * (1 + random.random())
+        return None
+
     def _run(
         self,
         factory: Callable[[], Body[T]],
@@ -401,19 +419,11 @@ class PostgresStore:
                         )
                     return value
             except (psycopg.Error, UnicodeError) as exc:
-                if (
-                    isinstance(exc, psycopg.Error)
-                    and self._transient(exc)
-                    and time.monotonic() < deadline
-                    and not self._closed
-                ):
-                    log.warning(
-                        "%s: %s (attempt %d); retrying", self.location, str(exc).strip(), attempt
-                    )
-                    time.sleep(delay * (1 + random.random()))
-                    delay = min(delay * 2, 1.0)
-                    continue
-                raise self._classify(exc) from exc
+                wait = self._retry_wait(exc, deadline, attempt, delay)
+                if wait is None:
+                    raise self._classify(exc) from exc
+                time.sleep(wait)
+                delay = min(delay * 2, 1.0)
 
     async def _apool_get(self) -> AsyncConnectionPool:
         loop = asyncio.get_running_loop()
@@ -476,19 +486,11 @@ class PostgresStore:
                         )
                     return value
             except (psycopg.Error, UnicodeError) as exc:
-                if (
-                    isinstance(exc, psycopg.Error)
-                    and self._transient(exc)
-                    and time.monotonic() < deadline
-                    and not self._closed
-                ):
-                    log.warning(
-                        "%s: %s (attempt %d); retrying", self.location, str(exc).strip(), attempt
-                    )
-                    await asyncio.sleep(delay * (1 + random.random()))
-                    delay = min(delay * 2, 1.0)
-                    continue
-                raise self._classify(exc) from exc
+                wait = self._retry_wait(exc, deadline, attempt, delay)
+                if wait is None:
+                    raise self._classify(exc) from exc
+                await asyncio.sleep(wait)
+                delay = min(delay * 2, 1.0)
 
     def run_body(self, factory: Callable[[], Body[T]], *, exactly_once: bool = False) -> T:
         """Run a body in one transaction, with the store's retries and error types.
