@@ -9,8 +9,8 @@ dicts, ``$eq $ne $gt $gte $lt $lte``), as LangGraph's own stores do. TTL is hone
 are invisible to every read at once, reads refresh their expiry when asked, and
 :meth:`~HarombeStore.sweep_ttl` deletes them.
 
-A batch is written once, as a generator that yields the SQL it needs and receives the rows, and
-runs in one transaction on either backend: on SQLite through the store's write transaction, on
+A batch is written once, as a body of SQL steps (:mod:`harombe_core.store.sql_body`), and runs
+in one transaction on either backend: on SQLite through the store's write transaction, on
 PostgreSQL through the store's pooled, retrying transaction (natively async for ``abatch``, and
 applied exactly once when a retry follows a connection lost at COMMIT).
 """
@@ -20,11 +20,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import sqlite3
-import sys
-from collections.abc import Callable, Generator, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
-from typing import Any, NamedTuple, TypeVar
+from typing import Any
 
 import numpy as np
 from langgraph.store.base import (
@@ -44,30 +42,16 @@ from langgraph.store.base.embed import get_text_at_path, tokenize_path
 
 from harombe_core.errors import InvalidInputError
 from harombe_core.manager import MemoryManager
-from harombe_core.store.sqlite import SQLiteStore, from_micros, to_micros
+from harombe_core.store.sql_body import Body, Step, sql_runner
+from harombe_core.store.sqlite import from_micros, to_micros
 from langchain_harombe.embeddings import as_embedder
 from langchain_harombe.history import resolve_manager
 
 __all__ = ["HarombeStore"]
 
-T = TypeVar("T")
-
 _COLUMNS = "namespace, key, value, created_at, updated_at, expires_at, ttl_minutes"
 
 
-class _Sql(NamedTuple):
-    """One statement of a body, with the backend's placeholders."""
-
-    sql: str
-    params: Sequence[Any] = ()
-
-
-class _Rows(NamedTuple):
-    rows: list[Any]
-    rowcount: int
-
-
-_Body = Generator[_Sql, _Rows, T]
 _Vectors = dict[tuple[str, str], list[tuple[str, bytes]]]
 
 
@@ -77,57 +61,6 @@ def _ns(namespace: tuple[str, ...]) -> str:
 
 def _now() -> int:
     return to_micros(datetime.now(UTC))
-
-
-class _SQLiteBackend:
-    placeholder = "?"
-
-    def __init__(self, db: SQLiteStore) -> None:
-        self._db = db
-
-    def run(self, factory: Callable[[], _Body[T]], *, exactly_once: bool) -> T:
-        return self._db.transaction(lambda c: _drive(c, factory()))
-
-    async def arun(self, factory: Callable[[], _Body[T]], *, exactly_once: bool) -> T:
-        return await asyncio.to_thread(self.run, factory, exactly_once=exactly_once)
-
-
-def _drive(c: sqlite3.Connection, body: _Body[T]) -> T:
-    """Run ``body`` on a SQLite connection (inside the caller's transaction)."""
-    result: _Rows | None = None
-    while True:
-        try:
-            step = next(body) if result is None else body.send(result)
-        except StopIteration as stop:
-            return stop.value
-        cursor = c.execute(step.sql, step.params)
-        result = _Rows(cursor.fetchall() if cursor.description is not None else [], cursor.rowcount)
-
-
-class _PostgresBackend:
-    placeholder = "%s"
-
-    def __init__(self, db: Any) -> None:
-        self._db = db
-
-    def run(self, factory: Callable[[], _Body[T]], *, exactly_once: bool) -> T:
-        return self._db.run_body(factory, exactly_once=exactly_once)
-
-    async def arun(self, factory: Callable[[], _Body[T]], *, exactly_once: bool) -> T:
-        return await self._db.arun_body(factory, exactly_once=exactly_once)
-
-
-def _backend(store: Any) -> _SQLiteBackend | _PostgresBackend:
-    if isinstance(store, SQLiteStore):
-        return _SQLiteBackend(store)
-    # A PostgresStore exists only once its module (which needs psycopg) has been imported.
-    postgres = sys.modules.get("harombe_core.store.postgres")
-    if postgres is not None and isinstance(store, postgres.PostgresStore):
-        return _PostgresBackend(store)
-    raise InvalidInputError(
-        f"HarombeStore keeps its items in SQLite or PostgreSQL; {type(store).__name__} is not "
-        "supported. Use a SQLite database path or a postgresql:// URL."
-    )
 
 
 class HarombeStore(BaseStore):
@@ -164,11 +97,15 @@ class HarombeStore(BaseStore):
             manager, storage_path, manager_options, owner="HarombeStore"
         )
         try:
-            self._backend = _backend(self.manager.store)
+            self._backend = sql_runner(self.manager.store)
         except InvalidInputError:
             if self._owns_manager:
                 self.manager.close()
-            raise
+            raise InvalidInputError(
+                "HarombeStore keeps its items in SQLite or PostgreSQL; "
+                f"{type(self.manager.store).__name__} is not supported. Use a SQLite database "
+                "path or a postgresql:// URL."
+            ) from None
         self.ttl_config = ttl
         index = dict(index or {})
         embed = index.get("embed")
@@ -196,10 +133,9 @@ class HarombeStore(BaseStore):
         )
         return _results(ops, raw)
 
-    def _sql(self, text: str, params: Sequence[Any] = ()) -> _Sql:
+    def _sql(self, text: str, params: Sequence[Any] = ()) -> Step:
         """A statement written with ``?`` placeholders, in the backend's style."""
-        placeholder = self._backend.placeholder
-        return _Sql(text if placeholder == "?" else text.replace("?", placeholder), params)
+        return self._backend.step(text, params)
 
     def _prepare(self, ops: Sequence[Op]) -> tuple[_Vectors, dict[str, np.ndarray]]:
         """Check the ops and embed what they need (outside the transaction)."""
@@ -209,7 +145,7 @@ class HarombeStore(BaseStore):
 
     def _body(
         self, ops: Sequence[Op], vectors: _Vectors, queries: dict[str, np.ndarray]
-    ) -> _Body[list[Any]]:
+    ) -> Body[list[Any]]:
         """The batch's statements; returns plain rows (JSON-serialisable), one entry per op."""
         out: list[Any] = []
         for op in ops:
@@ -264,7 +200,7 @@ class HarombeStore(BaseStore):
         return {q: np.asarray(self.embedder.embed_query(q), dtype=np.float32) for q in queries}
 
     # operations ---------------------------------------------------------------------------
-    def _get(self, op: GetOp) -> _Body[Any]:
+    def _get(self, op: GetOp) -> Body[Any]:
         now = _now()
         rows = (
             yield self._sql(
@@ -279,7 +215,7 @@ class HarombeStore(BaseStore):
             yield from self._refresh(rows, now)
         return rows[0]
 
-    def _put(self, op: PutOp, vectors: list[tuple[str, bytes]] | None) -> _Body[None]:
+    def _put(self, op: PutOp, vectors: list[tuple[str, bytes]] | None) -> Body[None]:
         namespace = _ns(op.namespace)
         if op.value is None:
             yield self._sql(
@@ -306,7 +242,7 @@ class HarombeStore(BaseStore):
                 [v for path, blob in vectors for v in (namespace, op.key, path, blob)],
             )
 
-    def _search(self, op: SearchOp, query: np.ndarray | None) -> _Body[list[Any]]:
+    def _search(self, op: SearchOp, query: np.ndarray | None) -> Body[list[Any]]:
         now = _now()
         prefix = _ns(op.namespace_prefix)
         where = "(expires_at IS NULL OR expires_at > ?)"
@@ -332,7 +268,7 @@ class HarombeStore(BaseStore):
             yield from self._refresh([r for _, r in page], now)
         return [[row, score] for score, row in page]
 
-    def _list_namespaces(self, op: ListNamespacesOp) -> _Body[list[Any]]:
+    def _list_namespaces(self, op: ListNamespacesOp) -> Body[list[Any]]:
         rows = (
             yield self._sql(
                 "SELECT DISTINCT namespace FROM store_items "
@@ -351,7 +287,7 @@ class HarombeStore(BaseStore):
 
     def _best_scores(
         self, rows: Sequence[Any], query: np.ndarray
-    ) -> _Body[dict[tuple[str, str], float]]:
+    ) -> Body[dict[tuple[str, str], float]]:
         keys = {(r[0], r[1]) for r in rows}
         namespaces = sorted({k[0] for k in keys})
         best: dict[tuple[str, str], float] = {}
@@ -370,7 +306,7 @@ class HarombeStore(BaseStore):
                     best[(namespace, key)] = score
         return best
 
-    def _refresh(self, rows: Sequence[Any], now: int) -> _Body[None]:
+    def _refresh(self, rows: Sequence[Any], now: int) -> Body[None]:
         for row in rows:
             if row[6] is not None:
                 yield self._sql(
@@ -378,7 +314,7 @@ class HarombeStore(BaseStore):
                     (now + int(row[6] * 60_000_000), row[0], row[1]),
                 )
 
-    def _sweep(self) -> _Body[int]:
+    def _sweep(self) -> Body[int]:
         deleted = yield self._sql(
             "DELETE FROM store_items WHERE expires_at IS NOT NULL AND expires_at <= ?", (_now(),)
         )

@@ -1,0 +1,104 @@
+"""One transaction of plain SQL on either SQL backend, for tables kept beside the messages.
+
+The LangGraph store of the LangChain adapter and ``harombe migrate`` keep and copy tables that
+the message-store protocol does not model (``store_items``, ``store_vectors``). Rather than one
+implementation per backend, such code is written once as a *body*: a generator that yields
+:class:`Step` s (SQL with ``?`` placeholders) and receives :class:`StepResult` s. A
+:class:`SqlRunner` runs a body in one transaction with the store's own locking, retries and
+error types: on SQLite through :meth:`SQLiteStore.transaction`, on PostgreSQL through
+:meth:`PostgresStore.run_body` (natively async for :meth:`SqlRunner.arun`, and applied exactly
+once when a retry follows a connection lost at COMMIT).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import sys
+from collections.abc import Callable, Generator, Sequence
+from typing import Any, NamedTuple, TypeVar
+
+from harombe_core.errors import InvalidInputError
+from harombe_core.store.sqlite import SQLiteStore
+
+__all__ = ["Body", "SqlRunner", "Step", "StepResult", "sql_runner"]
+
+T = TypeVar("T")
+
+
+class Step(NamedTuple):
+    """One statement of a body, with the backend's placeholders (see :meth:`SqlRunner.step`)."""
+
+    sql: str
+    params: Sequence[Any] = ()
+
+
+class StepResult(NamedTuple):
+    """What a statement returned: its rows (empty for writes) and its row count."""
+
+    rows: list[Any]
+    rowcount: int
+
+
+Body = Generator[Step, StepResult, T]
+
+
+class SqlRunner:
+    """Runs bodies on one store; :meth:`step` writes a ``?`` statement in its dialect."""
+
+    placeholder = "?"
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+
+    def step(self, sql: str, params: Sequence[Any] = ()) -> Step:
+        """A statement written with ``?`` placeholders, in this backend's style."""
+        if self.placeholder == "?":
+            return Step(sql, params)
+        return Step(sql.replace("?", self.placeholder), params)
+
+    def run(self, factory: Callable[[], Body[T]], *, exactly_once: bool = False) -> T:
+        """Run the body ``factory()`` makes, in one transaction (``factory`` may run again on
+        a retry, so it must build a fresh generator each time)."""
+        return self.store.transaction(lambda c: _drive(c, factory()))
+
+    async def arun(self, factory: Callable[[], Body[T]], *, exactly_once: bool = False) -> T:
+        """:meth:`run` without blocking the event loop."""
+        return await asyncio.to_thread(self.run, factory, exactly_once=exactly_once)
+
+
+class _PostgresRunner(SqlRunner):
+    placeholder = "%s"
+
+    def run(self, factory: Callable[[], Body[T]], *, exactly_once: bool = False) -> T:
+        return self.store.run_body(factory, exactly_once=exactly_once)
+
+    async def arun(self, factory: Callable[[], Body[T]], *, exactly_once: bool = False) -> T:
+        return await self.store.arun_body(factory, exactly_once=exactly_once)
+
+
+def _drive(c: sqlite3.Connection, body: Body[T]) -> T:
+    """Run ``body`` on a SQLite connection (inside the caller's transaction)."""
+    result: StepResult | None = None
+    while True:
+        try:
+            step = next(body) if result is None else body.send(result)
+        except StopIteration as stop:
+            return stop.value
+        cursor = c.execute(step.sql, step.params)
+        rows = cursor.fetchall() if cursor.description is not None else []
+        result = StepResult(rows, cursor.rowcount)
+
+
+def sql_runner(store: Any) -> SqlRunner:
+    """The runner for ``store``; InvalidInputError if it is neither SQLite nor PostgreSQL."""
+    if isinstance(store, SQLiteStore):
+        return SqlRunner(store)
+    # A PostgresStore exists only once its module (which needs psycopg) has been imported.
+    postgres = sys.modules.get("harombe_core.store.postgres")
+    if postgres is not None and isinstance(store, postgres.PostgresStore):
+        return _PostgresRunner(store)
+    raise InvalidInputError(
+        f"{type(store).__name__} holds no SQL tables beside the messages; use a SQLite "
+        "database path or a postgresql:// URL."
+    )
