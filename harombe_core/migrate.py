@@ -9,8 +9,11 @@ Why it works the way it does:
   pairs that prefix up by position, checks it is the same content, and continues after it: no
   duplicates, nothing skipped. Message ids are re-assigned by the destination; ``parent_id``
   threads and ``summary_until_id`` are translated through that pairing.
+* Long-term key-value items (the LangGraph store of the LangChain adapter) and their vectors are
+  copied after the sessions, by :mod:`harombe_core.migrate_items`, resumable the same way.
 * At the end both stores are compared session by session: counts and a SHA-256 over every field
-  (threads expressed as positions, not ids). A mismatch is an error, never a warning.
+  (threads expressed as positions, not ids), and every store item field by field. A mismatch is
+  an error, never a warning.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harombe_core.errors import InvalidInputError, StoreError
+from harombe_core.migrate_items import copy_store_items, verify_store_items
 from harombe_core.models import Message, Session
 from harombe_core.store.base import MessageStore
 
@@ -43,6 +47,8 @@ class MigrationReport:
     messages: int = 0
     copied_messages: int = 0
     skipped_sessions: int = 0
+    store_items: int = 0
+    copied_store_items: int = 0
     checksums: dict[str, str] = field(default_factory=dict)
     verified: bool = False
 
@@ -195,22 +201,19 @@ def _foreign_parent(src: MessageStore, dst: MessageStore, parent_id: int) -> int
 
 def _set_updated_at(dst: MessageStore, sid: str, session: Session) -> None:
     """Keep the source's activity time, so ordering and pruning behave as before the move."""
-    from harombe_core.store.sqlite import SQLiteStore, to_micros
+    from harombe_core.store.sql_body import Body, sql_runner
+    from harombe_core.store.sqlite import to_micros
 
-    micros = to_micros(session.updated_at)
-    if isinstance(dst, SQLiteStore):
-        dst._write(
-            lambda c: c.execute("UPDATE sessions SET updated_at = ? WHERE id = ?", (micros, sid))
-        )
+    try:
+        runner = sql_runner(dst)
+    except InvalidInputError:
         return
-    from harombe_core.store.postgres import PostgresStore, _Step
+    micros = to_micros(session.updated_at)
 
-    if isinstance(dst, PostgresStore):
+    def body() -> Body[None]:
+        yield runner.step("UPDATE sessions SET updated_at = ? WHERE id = ?", (micros, sid))
 
-        def body() -> Any:
-            yield _Step("UPDATE sessions SET updated_at = %s WHERE id = %s", (micros, sid))
-
-        dst._run(body)
+    runner.run(body)
 
 
 def migrate(
@@ -221,7 +224,7 @@ def migrate(
     progress: bool = True,
     on_batch: Callable[[int], None] | None = None,
 ) -> MigrationReport:
-    """Copy every session, message, thread and summary from ``source`` to ``destination``.
+    """Copy every session, message, thread, summary and store item to ``destination``.
 
     Either may be a SQLite path, a ``postgresql://`` URL or an open store. Re-running after an
     interruption continues where it stopped. Raises MigrationError if the verification at the
@@ -272,6 +275,9 @@ def migrate(
         # Threads across sessions may point forward: redo those once everything is copied.
         for session in forward:
             _finish_session(src, dst, session)
+        report.store_items, report.copied_store_items = copy_store_items(
+            src, dst, batch_size=batch_size
+        )
         _verify(src, dst, sessions, report)
     finally:
         if owns_src:
@@ -300,6 +306,7 @@ def _verify(
         problems.append(
             f"source has {src.count_messages()} messages, destination {dst.count_messages()}"
         )
+    problems += verify_store_items(src, dst)
     if problems:
         raise MigrationError(
             "verification failed; the destination differs from the source:\n  "
