@@ -134,6 +134,40 @@ def attachment_accuracy(memory: Any, order: list[Exchange]) -> tuple[int, int]:
     return right, scored
 
 
+class NearestMessageSelector:
+    """Plain nearest neighbour over every earlier message, the human ones included.
+
+    The new human message goes under the assistant node of the exchange whose message (either
+    side) is most similar to it. A second reference beside ``nearest`` (which compares with
+    assistant messages only, the one place a selector may attach).
+    """
+
+    name = "nearest-any"
+
+    def __init__(self, embedder: Any) -> None:
+        self.embedder = embedder
+        self.vectors: dict[int, Any] = {}
+
+    def select_parent(self, graph: Any, message: Any) -> int | None:
+        import numpy as np
+
+        from harombe_core.threads import node_of
+
+        missing = sorted(i for i in graph.nodes if i not in self.vectors)
+        if missing:
+            texts = [node_of(graph, i).message.content for i in missing]
+            self.vectors.update(zip(missing, self.embedder.embed(texts), strict=True))
+        ids = sorted(self.vectors)
+        if not ids:
+            return None
+        query = np.asarray(self.embedder.embed_query(message.content), dtype=np.float32)
+        best = ids[int(np.argmax(np.stack([self.vectors[i] for i in ids]) @ query))]
+        if node_of(graph, best).message.role == "assistant":
+            return best
+        answers = sorted(graph.successors(best))
+        return next((a for a in answers if node_of(graph, a).message.role == "assistant"), None)
+
+
 def make_selector(name: str, embedder: Any, llm: Any) -> Any:
     from harombe_core.threads import EmbeddingNodeSelector, LinearNodeSelector, LLMNodeSelector
 
@@ -149,6 +183,8 @@ def make_selector(name: str, embedder: Any, llm: Any) -> Any:
             new_thread_threshold=None,
             reply_query_weight=0.0,
         )
+    if name == "nearest-any":
+        return NearestMessageSelector(embedder)
     if name == "embedding":
         return EmbeddingNodeSelector(embedder)
     if name == "llm":
@@ -179,8 +215,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--selectors",
-        default="linear,nearest,embedding",
-        help="comma-separated: linear, nearest, embedding, llm (default linear,nearest,embedding)",
+        default="linear,nearest,nearest-any,embedding",
+        help="comma-separated: linear, nearest, nearest-any, embedding, llm (default: all but llm)",
     )
     parser.add_argument(
         "--llm",
