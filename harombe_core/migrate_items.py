@@ -27,6 +27,9 @@ from harombe_core.store.sql_body import Body, SqlRunner, sql_runner
 __all__ = ["copy_store_items", "verify_store_items"]
 
 _COLUMNS = "namespace, key, value, created_at, updated_at, expires_at, ttl_minutes"
+# Items per page at most, whatever the batch size: a page's keys are bound as parameters (two
+# each), well inside SQLite's and PostgreSQL's limits.
+_PAGE_CAP = 1000
 
 Key = tuple[str, str]
 Item = tuple[Any, ...]
@@ -129,8 +132,9 @@ def _write_page(runner: SqlRunner, source: Page) -> Body[int]:
 def _pages(runner: SqlRunner, batch_size: int) -> Iterator[Page]:
     """The source's items, page by page, each read in its own short transaction."""
     after: Key | None = None
+    limit = min(batch_size, _PAGE_CAP)
     while True:
-        page = runner.run(partial(_read_page, runner, after, batch_size))
+        page = runner.run(partial(_read_page, runner, after, limit))
         if not page[0]:
             return
         yield page
@@ -157,10 +161,12 @@ def copy_store_items(
     if source is None:
         return 0, 0
     total = copied = 0
+    target: SqlRunner | None = None
     for page in _pages(source, batch_size):
-        target = _destination(dst)
+        target = target or _destination(dst)
         total += len(page[0])
-        copied += target.run(partial(_write_page, target, page))
+        # exactly once: a retry after a lost COMMIT reports what the first attempt copied
+        copied += target.run(partial(_write_page, target, page), exactly_once=True)
         if on_page is not None:
             on_page(len(page[0]))
     return total, copied
@@ -172,8 +178,9 @@ def verify_store_items(src: Any, dst: Any, *, batch_size: int = 500) -> list[str
     if source is None:
         return []
     problems: list[str] = []
+    target: SqlRunner | None = None
     for page in _pages(source, batch_size):
-        target = _destination(dst)
+        target = target or _destination(dst)
         there = target.run(partial(_read_keys, target, _keys(page)))
         missing, different = _conflicts(page, there)
         problems += [f"store item {ns}/{key}: missing" for ns, key in missing]

@@ -42,7 +42,7 @@ from langgraph.store.base.embed import get_text_at_path, tokenize_path
 
 from harombe_core.errors import InvalidInputError
 from harombe_core.manager import MemoryManager
-from harombe_core.store.sql_body import Body, Step, sql_runner
+from harombe_core.store.sql_body import Body, sql_runner
 from harombe_core.store.sqlite import from_micros, to_micros
 from langchain_harombe.embeddings import as_embedder
 from langchain_harombe.history import resolve_manager
@@ -133,10 +133,6 @@ class HarombeStore(BaseStore):
         )
         return _results(ops, raw)
 
-    def _sql(self, text: str, params: Sequence[Any] = ()) -> Step:
-        """A statement written with ``?`` placeholders, in the backend's style."""
-        return self._backend.step(text, params)
-
     def _prepare(self, ops: Sequence[Op]) -> tuple[_Vectors, dict[str, np.ndarray]]:
         """Check the ops and embed what they need (outside the transaction)."""
         for op in ops:
@@ -203,7 +199,7 @@ class HarombeStore(BaseStore):
     def _get(self, op: GetOp) -> Body[Any]:
         now = _now()
         rows = (
-            yield self._sql(
+            yield self._backend.step(
                 f"SELECT {_COLUMNS} FROM store_items WHERE namespace = ? AND key = ? "
                 "AND (expires_at IS NULL OR expires_at > ?)",
                 (_ns(op.namespace), op.key, now),
@@ -218,25 +214,25 @@ class HarombeStore(BaseStore):
     def _put(self, op: PutOp, vectors: list[tuple[str, bytes]] | None) -> Body[None]:
         namespace = _ns(op.namespace)
         if op.value is None:
-            yield self._sql(
+            yield self._backend.step(
                 "DELETE FROM store_items WHERE namespace = ? AND key = ?", (namespace, op.key)
             )
             return
         now = _now()
         ttl = op.ttl if op.ttl is not None else None
         expires = None if ttl is None else now + int(ttl * 60_000_000)
-        yield self._sql(
+        yield self._backend.step(
             "INSERT INTO store_items (namespace, key, value, created_at, updated_at, expires_at, "
             "ttl_minutes) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (namespace, key) DO UPDATE SET "
             "value = excluded.value, updated_at = excluded.updated_at, "
             "expires_at = excluded.expires_at, ttl_minutes = excluded.ttl_minutes",
             (namespace, op.key, _dumps(op.value), now, now, expires, ttl),
         )
-        yield self._sql(
+        yield self._backend.step(
             "DELETE FROM store_vectors WHERE namespace = ? AND key = ?", (namespace, op.key)
         )
         if vectors:
-            yield self._sql(
+            yield self._backend.step(
                 "INSERT INTO store_vectors (namespace, key, path, vector) VALUES "
                 + ", ".join(["(?, ?, ?, ?)"] * len(vectors)),
                 [v for path, blob in vectors for v in (namespace, op.key, path, blob)],
@@ -251,7 +247,7 @@ class HarombeStore(BaseStore):
             where += " AND (namespace = ? OR substr(namespace, 1, CAST(? AS INTEGER)) = ?)"
             params += [prefix, len(prefix) + 1, prefix + "."]
         rows = (
-            yield self._sql(
+            yield self._backend.step(
                 f"SELECT {_COLUMNS} FROM store_items WHERE {where} ORDER BY updated_at DESC, key",
                 params,
             )
@@ -270,7 +266,7 @@ class HarombeStore(BaseStore):
 
     def _list_namespaces(self, op: ListNamespacesOp) -> Body[list[Any]]:
         rows = (
-            yield self._sql(
+            yield self._backend.step(
                 "SELECT DISTINCT namespace FROM store_items "
                 "WHERE expires_at IS NULL OR expires_at > ?",
                 (_now(),),
@@ -293,7 +289,7 @@ class HarombeStore(BaseStore):
         best: dict[tuple[str, str], float] = {}
         for start in range(0, len(namespaces), 500):
             chunk = namespaces[start : start + 500]
-            found = yield self._sql(
+            found = yield self._backend.step(
                 "SELECT namespace, key, vector FROM store_vectors WHERE namespace IN "
                 f"({', '.join('?' * len(chunk))})",
                 chunk,
@@ -309,13 +305,13 @@ class HarombeStore(BaseStore):
     def _refresh(self, rows: Sequence[Any], now: int) -> Body[None]:
         for row in rows:
             if row[6] is not None:
-                yield self._sql(
+                yield self._backend.step(
                     "UPDATE store_items SET expires_at = ? WHERE namespace = ? AND key = ?",
                     (now + int(row[6] * 60_000_000), row[0], row[1]),
                 )
 
     def _sweep(self) -> Body[int]:
-        deleted = yield self._sql(
+        deleted = yield self._backend.step(
             "DELETE FROM store_items WHERE expires_at IS NOT NULL AND expires_at <= ?", (_now(),)
         )
         return deleted.rowcount
