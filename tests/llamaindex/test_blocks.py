@@ -7,6 +7,8 @@ import pytest
 from llama_index.core.llms import ChatMessage
 from llama_index.core.memory import Memory
 from llama_index.core.storage.chat_store.base_db import MessageStatus
+from llama_index.core.storage.chat_store.sql import SQLAlchemyChatStore
+from sqlalchemy.ext.asyncio import create_async_engine
 
 from harombe_core.errors import InvalidInputError
 from harombe_core.manager import MemoryManager
@@ -44,28 +46,38 @@ def system_text(messages: list[ChatMessage]) -> str:
 
 
 async def test_flushed_turns_are_recalled(semantic_manager: MemoryManager) -> None:
+    # Upstream's default queue (SQLAlchemy on aiosqlite), on an engine disposed in this loop:
+    # a leaked aiosqlite connection reports "Event loop is closed" from its thread later on.
+    engine = create_async_engine("sqlite+aiosqlite:///:memory:")
     block = HarombeMemoryBlock(manager=semantic_manager)
-    memory = memory_with(block, "s1")
-    await memory.aput_messages(
-        [user("My locker code is 4417."), assistant("Saved your locker code.")]
+    memory = memory_with(
+        block, "s1", chat_store=SQLAlchemyChatStore(table_name="queue", async_engine=engine)
     )
-    await memory.aput_messages(filler("s1", 12))
-    queue = await memory.sql_store.get_messages("s1", status=MessageStatus.ACTIVE)
-    assert queue
-    assert all("4417" not in (m.content or "") for m in queue)
-    await semantic_manager.aflush()
-    # the flushed fact is no longer in the short-term queue but comes back through the block
-    window = await memory.aget(input="what is my locker code?")
-    assert "4417" in system_text(window)
-    assert "4417" in " ".join(m.content for m in semantic_manager.get_messages("s1"))
+    try:
+        await memory.aput_messages(
+            [user("My locker code is 4417."), assistant("Saved your locker code.")]
+        )
+        await memory.aput_messages(filler("s1", 12))
+        queue = await memory.sql_store.get_messages("s1", status=MessageStatus.ACTIVE)
+        assert queue
+        assert all("4417" not in (m.content or "") for m in queue)
+        await semantic_manager.aflush()
+        # the flushed fact is no longer in the short-term queue but comes back through the block
+        window = await memory.aget(input="what is my locker code?")
+        assert "4417" in system_text(window)
+        assert "4417" in " ".join(m.content for m in semantic_manager.get_messages("s1"))
+    finally:
+        await engine.dispose()
 
 
 def test_interleaved_sessions_stay_apart(semantic_manager: MemoryManager) -> None:
     # One block shared by two memories, used in turn: upstream's VectorMemoryBlock answers the
     # second session with the first one's filter (issue 22701 upstream).
-    block = HarombeMemoryBlock(manager=semantic_manager)
-    alice = memory_with(block, "alice-session")
-    bob = memory_with(block, "bob-session")
+    # Called synchronously, as in a notebook, with the queue in harombe as the README pairs them.
+    block = HarombeMemoryBlock(manager=semantic_manager, persist_flushed=False)
+    store = HarombeDBChatStore(manager=semantic_manager)
+    alice = memory_with(block, "alice-session", chat_store=store)
+    bob = memory_with(block, "bob-session", chat_store=store)
     for i in range(8):
         alice.put(user(f"alice secret ingredient is saffron, round {i}"))
         bob.put(user(f"bob secret ingredient is paprika, round {i}"))
