@@ -52,6 +52,7 @@ from harombe_core.errors import (
     StoreReadOnlyError,
 )
 from harombe_core.models import Message, Session
+from harombe_core.owners import check_owner
 from harombe_core.store.base import UNSET, KeywordHit, SearchScope
 
 __all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "SQLiteStore", "from_micros", "to_micros"]
@@ -838,13 +839,15 @@ class SQLiteStore:
         def insert(c: sqlite3.Connection) -> list[int]:
             # One upsert creates the session or bumps its activity and count. The keyword index
             # is caught up lazily (see index_keywords), so an append touches as few pages as it can.
-            c.execute(
+            # It returns the owner: a user who is not it rolls the whole call back.
+            ((owner,),) = c.execute(
                 "INSERT INTO sessions (id, user_id, created_at, updated_at, message_count) "
                 "VALUES (?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET "
                 "updated_at = MAX(updated_at, excluded.updated_at), "
-                "message_count = message_count + excluded.message_count",
+                "message_count = message_count + excluded.message_count RETURNING user_id",
                 (session_id, user_id, created, active, len(rows)),
-            )
+            ).fetchall()  # read to the end: the statement must finish before COMMIT
+            check_owner(session_id, owner, user_id)
             removed = 0
             for start in range(0, len(doomed), 500):
                 chunk = doomed[start : start + 500]
