@@ -253,6 +253,11 @@ def import_command(
             raise InvalidInputError(
                 f"--on-conflict must be error, new-id or skip, got {on_conflict!r}."
             )
+        path = os.path.expanduser(db)
+        if db != ":memory:" and "://" not in db and not os.path.exists(path):
+            # Check the file before creating the database, so a bad file leaves nothing behind.
+            for _ in ex.iter_records(file):
+                pass
         with open_memory(db, create=True) as manager:
             result = ex.import_file(manager, file, on_conflict=policy, user_id=user)  # type: ignore[arg-type]
             console.print(
