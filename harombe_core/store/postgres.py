@@ -49,6 +49,7 @@ from harombe_core.errors import (
     SessionNotFoundError,
     StorageFullError,
     StoreError,
+    StoreNotFoundError,
     StoreReadOnlyError,
     StoreUnavailableError,
 )
@@ -71,7 +72,14 @@ try:
 except ImportError as _exc:  # pragma: no cover - depends on the environment
     raise MissingExtraError("The PostgreSQL store", "postgres", "psycopg") from _exc
 
-__all__ = ["PG_MIGRATIONS", "PG_SCHEMA_VERSION", "PostgresStore", "redact_url"]
+__all__ = [
+    "PG_MIGRATIONS",
+    "PG_SCHEMA_VERSION",
+    "PostgresStore",
+    "redact_url",
+    "same_database",
+    "store_exists",
+]
 
 log = logging.getLogger(__name__)
 
@@ -224,6 +232,42 @@ def redact_url(url: str) -> str:
         return url
     netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+def store_exists(url: str, *, connect_timeout: float = 5.0) -> bool:
+    """Whether the database at ``url`` holds a harombe store, found without creating anything.
+
+    Raises :class:`StoreNotFoundError` if the database itself does not exist and
+    :class:`StoreUnavailableError` if the server cannot be reached.
+    """
+    try:
+        with psycopg.connect(
+            url, autocommit=True, connect_timeout=max(1, int(connect_timeout))
+        ) as conn:
+            row = conn.execute("SELECT to_regclass('harombe_schema') IS NOT NULL").fetchone()
+    except psycopg.OperationalError as exc:
+        if "does not exist" in str(exc):
+            raise StoreNotFoundError(
+                f"{redact_url(url)}: {str(exc).strip()}; check the database name in the URL."
+            ) from None
+        raise StoreUnavailableError(
+            f"{redact_url(url)} could not be reached ({str(exc).strip()}). Check that the "
+            "server is running and the URL is right."
+        ) from None
+    return bool(row and row[0])
+
+
+def same_database(a: str, b: str) -> bool:
+    """Whether two ``postgresql://`` URLs name the same database (host, port and name)."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    def place(url: str) -> tuple[str, str, str]:
+        parts = conninfo_to_dict(url)
+        host = str(parts.get("host") or "localhost")
+        name = parts.get("dbname") or parts.get("user") or ""
+        return host, str(parts.get("port") or 5432), str(name)
+
+    return place(a) == place(b)
 
 
 # --------------------------------------------------------------------------------------------
