@@ -9,6 +9,7 @@ never deleted while its write may still be retried.
 from __future__ import annotations
 
 import itertools
+import time
 from typing import Any
 
 import psycopg
@@ -16,6 +17,7 @@ import pytest
 
 from harombe_core.manager import MemoryManager
 from harombe_core.models import Message
+from harombe_core.store import postgres
 from tests.postgres.lost_commit import lose_first_commit_answer
 
 
@@ -82,3 +84,21 @@ def test_every_keyed_write_records_one_key(pg_url: str, writes: int) -> None:
         for i in range(writes):
             mm.save_message("s", Message(role="user", content=str(i)))
         assert _count(pg_url) == writes
+
+
+def test_keys_expire_after_their_lifetime_in_real_time(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a retry window of a fraction of a second, keys written a moment ago are deleted by
+    the next pruning write once that moment has passed."""
+    monkeypatch.setattr(postgres, "_WRITE_LOG_SLACK", 0.0)
+    store = postgres.PostgresStore(pg_url, retry_seconds=0.2, connect_timeout=1)
+    try:
+        with MemoryManager(store, embedding=None) as mm:
+            for i in range(postgres._PRUNE_EVERY):
+                mm.save_message("s", Message(role="user", content=f"first {i}"))
+            time.sleep(1.5)  # longer than the keys' 1.2 s lifetime
+            mm.save_message("s", Message(role="user", content="prunes"))
+            assert _count(pg_url) == 1
+    finally:
+        store.close()
