@@ -44,11 +44,14 @@ from harombe_core.models import Message
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 
 
-def make_export(path: Path, sessions: int, per_session: int) -> Path:
-    """A store of ``sessions`` threaded sessions written as one JSON bundle."""
+def make_export(path: Path, sessions: int, per_session: int, fmt: str = "json") -> Path:
+    """A store of ``sessions`` sessions (ids ``s0000``, ...; threads, a per-message summary,
+    a session summary) written to ``path`` in ``fmt``, as ``harombe export`` writes it."""
     with MemoryManager(":memory:", embedding=None) as mm:
         for s in range(sessions):
-            sid = mm.create_session(f"prompt {s}", {"n": s}, user_id=f"u{s % 7}")
+            sid = mm.create_session(
+                f"prompt {s}", {"n": s}, user_id=f"u{s % 7}", session_id=f"s{s:04d}"
+            )
             ids = mm.save_messages(
                 sid,
                 [
@@ -63,7 +66,9 @@ def make_export(path: Path, sessions: int, per_session: int) -> Path:
             )
             for i in range(1, len(ids), 3):
                 mm.store.set_parent(ids[i], ids[i - 1])
-        return ex.write_text(path, ex.export_store(mm, "json"))
+            mm.store.set_message_summary(ids[0], {"title": "t", "summary": f"s{s}"})
+            mm.store.update_session(sid, summary=f"summary {s}", summary_until_id=ids[-1])
+        return ex.write_text(path, ex.export_store(mm, fmt))
 
 
 def peak_mib(fn: Callable[[], object]) -> float:

@@ -11,6 +11,7 @@ the sessions are already there and changes nothing).
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import os
 import random
@@ -20,19 +21,15 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import psycopg
 import pytest
 
-from harombe_core import export as ex
 from harombe_core.manager import MemoryManager
 from harombe_core.migrate import session_checksum
-from harombe_core.models import Message
 
 SESSIONS, PER_SESSION = 300, 10
-T0 = datetime(2024, 1, 1, tzinfo=UTC)
 _API = (
     "import sys\n"
     "from harombe_core import MemoryManager\n"
@@ -47,33 +44,20 @@ State = dict[str, tuple[int, str]]
 
 @pytest.fixture(scope="module")
 def exports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """The same 300 sessions as a JSON bundle and as JSONL."""
+    """The same 300 sessions (threads, summaries) as a JSON bundle and as JSONL, made by the
+    import benchmark's generator."""
+    spec = importlib.util.spec_from_file_location(
+        "bench_import", Path(__file__).parents[2] / "benchmarks" / "bench_import.py"
+    )
+    assert spec is not None
+    assert spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
     folder = tmp_path_factory.mktemp("exports")
-    with MemoryManager(":memory:", embedding=None) as mm:
-        for s in range(SESSIONS):
-            sid = mm.create_session(
-                f"prompt {s}", {"n": s}, user_id=f"u{s % 5}", session_id=f"s{s:03d}"
-            )
-            ids = mm.save_messages(
-                sid,
-                [
-                    Message(
-                        role="user" if i % 2 == 0 else "assistant",
-                        content=f"session {s} turn {i} " + "words of the turn " * 10,
-                        metadata={"i": i},
-                        created_at=T0 + timedelta(minutes=s * 100 + i),
-                    )
-                    for i in range(PER_SESSION)
-                ],
-            )
-            for i in range(1, len(ids), 2):
-                mm.store.set_parent(ids[i], ids[i - 1])
-            mm.store.set_message_summary(ids[0], {"title": "t", "summary": f"s{s}"})
-            mm.store.update_session(sid, summary=f"summary {s}", summary_until_id=ids[4])
-        return {
-            fmt: ex.write_text(folder / f"all.{fmt}", ex.export_store(mm, fmt))
-            for fmt in ("json", "jsonl")
-        }
+    return {
+        fmt: bench.make_export(folder / f"all.{fmt}", SESSIONS, PER_SESSION, fmt)
+        for fmt in ("json", "jsonl")
+    }
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
