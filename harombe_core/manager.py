@@ -274,6 +274,8 @@ class MemoryManager(ContextMethods):
             metadata=metadata,
             user_id=user_id,
         )
+        if user_id is not UNSET and self._semantic is not None:
+            self._semantic.session_moved(session_id, user_id)  # file its vectors under the owner
 
     def list_sessions(self, limit: int | None = 10, user_id: str | None = None) -> list[Session]:
         """Sessions with the most recent activity first."""
