@@ -12,7 +12,7 @@ import functools
 import logging
 import threading
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
@@ -140,11 +140,14 @@ class ChromaVectorIndex:
         if mode == "memory":
             # In-process Chroma clients share one backend, so every in-memory index gets a
             # collection of its own: two throwaway stores never see each other's vectors.
-            self._client = chromadb.EphemeralClient(settings=settings)
             self._collection_name = f"{collection}-{uuid.uuid4().hex}"
             self._ephemeral = True
             self._name = f"chroma (in memory) {self._collection_name}"
-            self._collection = self._open_collection(self._client)
+            try:
+                self._client = chromadb.EphemeralClient(settings=settings)
+                self._collection = self._open_collection(self._client)
+            except Exception as exc:  # chromadb's own errors, typed like every other
+                raise VectorIndexError(f"cannot open {self._name} ({exc}).") from exc
         elif mode == "persistent":
             if not path:
                 raise StoreError("a persistent Chroma index needs a directory path.")
@@ -242,15 +245,14 @@ class ChromaVectorIndex:
         }
 
     @_typed_errors
-    def ids(self) -> Iterator[int]:
-        """Every message id the index holds, page by page (for reconciling with the store)."""
-        offset = 0
+    def ids(self) -> list[int]:
+        """Every message id the index holds, read page by page (to compare with the store)."""
+        found: list[int] = []
         while True:
-            page = self._collection.get(include=[], limit=_ID_PAGE, offset=offset)["ids"]
-            yield from (int(i) for i in page)
+            page = self._collection.get(include=[], limit=_ID_PAGE, offset=len(found))["ids"]
+            found.extend(int(i) for i in page)
             if len(page) < _ID_PAGE:
-                return
-            offset += len(page)
+                return found
 
     @_typed_errors
     def delete(self, ids: Sequence[int]) -> None:

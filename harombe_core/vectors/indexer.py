@@ -196,6 +196,10 @@ def open_semantic_memory(
     batch_size = config.vector_store.batch_size if config is not None else 32
     if isinstance(target, VectorIndex):
         semantic = SemanticMemory(store, embedder, target, batch_size=batch_size)
+    elif getattr(store, "read_only", False):
+        # Nothing can be embedded into a read-only store: search its stored vectors exactly,
+        # and create no index folder beside it.
+        semantic = SemanticMemory(store, embedder, None, batch_size=batch_size)
     else:
         semantic = SemanticMemory(store, embedder, None, open_index=target, batch_size=batch_size)
         semantic.try_open_index(raise_errors=True)

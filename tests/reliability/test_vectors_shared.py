@@ -156,3 +156,33 @@ def test_managers_and_processes_with_kills_then_flush_finds_every_acknowledged_m
             mm.close()
     with sqlite3.connect(path) as raw:
         assert raw.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+def test_adapters_on_one_database_share_it_and_find_each_others_messages(
+    tmp_path: Path,
+) -> None:
+    from langchain_core.messages import HumanMessage
+
+    from langchain_harombe import HarombeChatMessageHistory, HarombeRetriever
+
+    path = str(tmp_path / "memory.db")
+    before = w.embedder_threads()
+    options = {"embedding": FakeEmbedder(), "token_counter": "approximate"}
+    history = HarombeChatMessageHistory("chat", storage_path=path)  # no semantic memory
+    similar = HarombeRetriever(storage_path=path, search_type="similarity", k=5,
+                               manager_options=options)
+    hybrid = HarombeRetriever(storage_path=path, k=5, manager_options=dict(options))
+    try:
+        history.add_messages([HumanMessage(content=w.text("chat", i)) for i in range(10)])
+        assert similar._memory()._semantic is hybrid._memory()._semantic
+        assert w.embedder_threads() == before + 1
+        similar._memory().flush()
+        ids = [int(m.id or 0) for m in similar._memory().get_messages("chat")]
+        assert w.missing_from_search(hybrid._memory(), ids) == []
+        found = similar.invoke(w.text("chat", 3))
+        assert w.text("chat", 3) in [d.page_content for d in found]
+    finally:
+        history.close()
+        similar.close()
+        hybrid.close()
+    assert w.embedder_threads() == before
