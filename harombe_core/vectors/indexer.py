@@ -712,6 +712,11 @@ class SemanticMemory:
             size = stored.scope_size(scope)
             if size is not None and size <= self.exact_search_limit:
                 return stored.exact_search(query, k, scope)
+        if index is not None and not self._checked and self._work_lock.acquire(blocking=False):
+            try:  # cheap when the index agrees with the store (two counts), as it usually does
+                self._check_index()
+            finally:
+                self._work_lock.release()
         if index is None or not self._checked:
             return stored.exact_search(query, k, scope)
         try:
