@@ -168,10 +168,11 @@ def test_adapters_on_one_database_share_it_and_find_each_others_messages(
     path = str(tmp_path / "memory.db")
     before = w.embedder_threads()
     options = {"embedding": FakeEmbedder(), "token_counter": "approximate"}
-    history = HarombeChatMessageHistory("chat", storage_path=path)  # no semantic memory
-    similar = HarombeRetriever(storage_path=path, search_type="similarity", k=5,
+    history = HarombeChatMessageHistory("chat", storage_path=path, user_id="ann")  # no vectors
+    similar = HarombeRetriever(storage_path=path, user_id="ann", search_type="similarity", k=5,
                                manager_options=options)
-    hybrid = HarombeRetriever(storage_path=path, k=5, manager_options=dict(options))
+    hybrid = HarombeRetriever(storage_path=path, user_id="ann", k=5,
+                              manager_options=dict(options))
     try:
         history.add_messages([HumanMessage(content=w.text("chat", i)) for i in range(10)])
         assert similar._memory()._semantic is hybrid._memory()._semantic
