@@ -626,6 +626,8 @@ def _check_filter(condition: Any, top: bool = True) -> None:
     """Refuse an unknown operator (or a non-JSON operand) before the batch starts, whether or
     not any item would have been compared."""
     if not isinstance(condition, Mapping):
+        if top:
+            raise InvalidInputError(f"filter must be a dict, got {type(condition).__name__}.")
         _operand(condition)
         return
     operators = [k for k in condition if isinstance(k, str) and k.startswith("$")]

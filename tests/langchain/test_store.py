@@ -597,8 +597,9 @@ def test_values_with_datetimes_are_embedded_and_filtered_as_stored(store: Haromb
 
 
 def test_filter_mistakes_are_refused_before_anything_runs(store: HarombeStore) -> None:
-    for bad in [{"$or": [{"a": 1}]}, {"a": {"$regex": "x"}}, {"a": {"$gt": 1, "b": 2}},
-                {"a": object()}]:
+    mistakes: list[Any] = [{"$or": [{"a": 1}]}, {"a": {"$regex": "x"}}, {"a": {"$gt": 1, "b": 2}},
+                           {"a": object()}, [("a", 1)]]
+    for bad in mistakes:
         with pytest.raises(InvalidInputError):
             store.batch([PutOp(("f",), "k", {"a": 1}), SearchOp(("f",), filter=bad)])
     assert store.get(("f",), "k") is None  # refused on an empty store, and nothing written

@@ -106,7 +106,7 @@ class Backend:
         """Skip this run when this LangGraph store lacks the behaviour (reason given)."""
         reason = reasons.get(self.kind.replace("-", "_"))
         if reason:
-            pytest.skip(f"not asked of harombe by this control: {reason}")
+            pytest.skip(f"this LangGraph store lacks the behaviour: {reason}")
 
     def advance(self, seconds: float) -> None:
         """Let ``seconds`` pass for the store: sleep for LangGraph's, move harombe's clock."""
@@ -420,6 +420,20 @@ def test_batch_of_each_op_type(backend: Backend) -> None:
     ]
 
 
+def test_large_batches(backend: Backend) -> None:
+    store = backend.make(index=index(WordEmbeddings(), ["text"]))
+    puts = [PutOp(("big", str(i % 7)), f"k{i}", {"text": f"note {i}", "i": i})
+            for i in range(300)]
+    assert store.batch(puts) == [None] * 300
+    results = store.batch(
+        [GetOp(("big", str(i % 7)), f"k{i}") for i in range(300)]
+        + [SearchOp(("big",), query="note 42", limit=300), ListNamespacesOp(limit=100)]
+    )
+    assert [r.value["i"] for r in results[:300]] == list(range(300))  # type: ignore[union-attr]
+    assert len(results[300]) == 300  # type: ignore[arg-type]
+    assert results[301] == [("big", str(n)) for n in range(7)]
+
+
 def test_put_get_update_delete(backend: Backend) -> None:
     store = backend.make()
     uid = uuid.uuid4().hex
@@ -620,6 +634,8 @@ def test_vector_search_with_filters(backend: Backend) -> None:
     assert keys(hits) == ["doc3"]
     page = store.search(("test",), query="red car", limit=2, offset=1)
     assert keys(page) == keys(store.search(("test",), query="red car", limit=4))[1:3]
+    red = store.search(("test",), query="apple", filter={"color": "red"}, limit=1, offset=1)
+    assert keys(red) == ["doc2"]
 
 
 def test_vector_search_pages_and_scores(backend: Backend) -> None:
