@@ -124,10 +124,11 @@ class SessionOwnershipError(HarombeError):
 class MissingExtraError(HarombeError, ImportError):
     """An optional dependency is needed; the message names the extra to install."""
 
-    def __init__(self, feature: str, extra: str, module: str) -> None:
+    def __init__(self, feature: str, extra: str, module: str, *, install: str = "") -> None:
+        command = install or f"pip install 'harombe-memory[{extra}]'"
         super().__init__(
             f"{feature} needs the '{module}' package, which is not installed. "
-            f"Install it with: pip install 'harombe-memory[{extra}]'"
+            f"Install it with: {command}"
         )
         self.extra = extra
         self.module = module
