@@ -26,7 +26,13 @@ from harombe_core.manager import MemoryManager
 from harombe_core.models import Message
 from llamaindex_harombe._recall import fit_context
 from llamaindex_harombe.convert import from_llamaindex
-from llamaindex_harombe.memory import DEFAULT_STORAGE_PATH, describe_manager, open_manager
+from llamaindex_harombe.memory import (
+    DEFAULT_STORAGE_PATH,
+    describe_manager,
+    embedding_field,
+    open_manager,
+    vector_store_field,
+)
 
 __all__ = ["HarombeMemoryBlock"]
 
@@ -47,8 +53,8 @@ class HarombeMemoryBlock(BaseMemoryBlock[str]):
         default="Relevant messages recalled from earlier in this and past conversations."
     )
     storage_path: str = Field(default=DEFAULT_STORAGE_PATH, description="SQLite file or URL.")
-    embedding: str | None = Field(default=None, description="Embedding model, None: keywords.")
-    vector_store: str | None = Field(default=None, description="Vector index ('chroma').")
+    embedding: str | None = embedding_field()
+    vector_store: str | None = vector_store_field()
     scope: Literal["session", "user", "all"] = Field(default="session")
     user_id: str | None = Field(default=None, description="Owner; required for scope='user'.")
     top_k: int = Field(default=5, description="Most messages recalled per get.")

@@ -29,7 +29,13 @@ from llama_index.core.storage.chat_store.base_db import AsyncDBChatStore, Messag
 from harombe_core.manager import MemoryManager
 from harombe_core.models import Message, Session
 from llamaindex_harombe.convert import from_llamaindex, to_llamaindex
-from llamaindex_harombe.memory import DEFAULT_STORAGE_PATH, describe_manager, open_manager
+from llamaindex_harombe.memory import (
+    DEFAULT_STORAGE_PATH,
+    describe_manager,
+    embedding_field,
+    open_manager,
+    vector_store_field,
+)
 
 __all__ = ["HarombeChatStore", "HarombeDBChatStore"]
 
@@ -38,8 +44,8 @@ class _ManagedStore(BaseModel):
     """Fields and plumbing shared by both stores: where the database is, and the manager."""
 
     storage_path: str = Field(default=DEFAULT_STORAGE_PATH, description="SQLite file or URL.")
-    embedding: str | None = Field(default=None, description="Embedding model, None: keywords.")
-    vector_store: str | None = Field(default=None, description="Vector index ('chroma').")
+    embedding: str | None = embedding_field()
+    vector_store: str | None = vector_store_field()
     user_id: str | None = Field(
         default=None,
         description="The user this store acts for: owner of the sessions it creates, and the "

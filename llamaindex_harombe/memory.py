@@ -15,6 +15,7 @@ never reaches sessions not known to be the same user's).
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import uuid
 from collections.abc import Callable, Sequence
@@ -26,6 +27,7 @@ from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.llms.llm import LLM
 from llama_index.core.memory.types import BaseMemory
 
+from harombe_core.embeddings.base import Embedder
 from harombe_core.errors import InvalidInputError
 from harombe_core.manager import MemoryManager
 from harombe_core.models import Message, Session
@@ -36,13 +38,41 @@ from llamaindex_harombe._threads import Threader
 from llamaindex_harombe.convert import from_llamaindex, to_llamaindex
 from llamaindex_harombe.llm import LlamaIndexLLM
 
-__all__ = ["DEFAULT_STORAGE_PATH", "DEFAULT_TOKEN_LIMIT", "LLAMAINDEX_EMBEDDING", "HarombeMemory"]
+__all__ = [
+    "DEFAULT_EMBEDDING",
+    "DEFAULT_STORAGE_PATH",
+    "DEFAULT_TOKEN_LIMIT",
+    "DEFAULT_VECTOR_STORE",
+    "LLAMAINDEX_EMBEDDING",
+    "HarombeMemory",
+    "embedding_field",
+    "vector_store_field",
+]
 
 #: Where memories live unless told otherwise (one file for every session and user).
 DEFAULT_STORAGE_PATH = "~/.harombe/memory.db"
 #: The same default as LlamaIndex's ChatMemoryBuffer when no LLM is given.
 DEFAULT_TOKEN_LIMIT = 3000
 _CONTEXT_RATIO = 0.75  # LlamaIndex's share of an LLM's context window given to history
+#: Semantic memory by default, as in the core and the LangChain adapter: the bundled, offline
+#: all-MiniLM-L6-v2 with an embedded Chroma index beside the database. ``embedding=None`` keeps
+#: keyword search only.
+DEFAULT_EMBEDDING = "default"
+DEFAULT_VECTOR_STORE = "chroma"
+
+
+def embedding_field() -> Any:
+    """The ``embedding`` field of every component opened from a path: one default for all."""
+    return Field(
+        default=DEFAULT_EMBEDDING,
+        description="Embedding model for search by meaning ('default': the bundled offline "
+        "all-MiniLM-L6-v2; 'llamaindex': Settings.embed_model; None: keyword search only).",
+    )
+
+
+def vector_store_field() -> Any:
+    return Field(default=DEFAULT_VECTOR_STORE, description="Vector index ('chroma').")
+
 
 Strategy = Literal["simple", "summarization", "hybrid", "threaded"]
 
@@ -50,6 +80,14 @@ Strategy = Literal["simple", "summarization", "hybrid", "threaded"]
 #: ``embedding`` value meaning "a LlamaIndex embedding model" (``embed_model=``, else
 #: ``Settings.embed_model``), recorded by ``to_dict`` in place of the model object.
 LLAMAINDEX_EMBEDDING = "llamaindex"
+
+
+@functools.cache
+def _bundled_embedder() -> Embedder:
+    """The bundled model, loaded once per process however many memories and stores use it."""
+    from harombe_core.embeddings import resolve_embedder
+
+    return resolve_embedder(DEFAULT_EMBEDDING)
 
 
 def open_manager(
@@ -60,13 +98,14 @@ def open_manager(
 ) -> MemoryManager:
     """A MemoryManager for a location; semantic memory only when both parts are named.
 
+    ``embedding="default"`` is the bundled model, shared by every component of the process.
     ``embedding="llamaindex"`` (implied by ``embed_model``) embeds with ``embed_model`` or, when
     reopening from a dict, LlamaIndex's ``Settings.embed_model``; the vector index refuses a
     different model than the one it was built with.
     """
     if embed_model is not None:
         embedding = LLAMAINDEX_EMBEDDING
-        vector_store = vector_store or "chroma"
+        vector_store = vector_store or DEFAULT_VECTOR_STORE
     if embedding is None or vector_store is None:
         return MemoryManager(storage_path, embedding=None, vector_store=None)
     if embedding == LLAMAINDEX_EMBEDDING:
@@ -75,6 +114,8 @@ def open_manager(
         from llamaindex_harombe.embeddings import LlamaIndexEmbedder
 
         embedding = LlamaIndexEmbedder(embed_model or Settings.embed_model)
+    elif embedding == DEFAULT_EMBEDDING:
+        embedding = _bundled_embedder()
     return MemoryManager(storage_path, embedding=embedding, vector_store=vector_store)
 
 
@@ -86,8 +127,8 @@ def describe_manager(manager: MemoryManager) -> tuple[str, Any, Any]:
     if not manager.semantic_enabled:
         return location, None, None
     if isinstance(manager.embedder, LlamaIndexEmbedder):
-        return location, LLAMAINDEX_EMBEDDING, "chroma"
-    return location, "default", "chroma"
+        return location, LLAMAINDEX_EMBEDDING, DEFAULT_VECTOR_STORE
+    return location, DEFAULT_EMBEDDING, DEFAULT_VECTOR_STORE
 
 
 class HarombeMemory(BaseMemory):
@@ -112,10 +153,8 @@ class HarombeMemory(BaseMemory):
     )
     token_limit: int = Field(default=DEFAULT_TOKEN_LIMIT, description="Budget of get().")
     storage_path: str = Field(default=DEFAULT_STORAGE_PATH, description="SQLite file or URL.")
-    embedding: str | None = Field(
-        default=None, description="Embedding model for semantic recall (None: keywords only)."
-    )
-    vector_store: str | None = Field(default=None, description="Vector index ('chroma').")
+    embedding: str | None = embedding_field()
+    vector_store: str | None = vector_store_field()
     strategy: str = Field(
         default="simple",
         description=(
@@ -167,7 +206,7 @@ class HarombeMemory(BaseMemory):
             raise InvalidInputError("pass embed_model or manager, not both.")
         if embed_model is not None:
             data["embedding"] = LLAMAINDEX_EMBEDDING
-            data["vector_store"] = data.get("vector_store") or "chroma"
+            data["vector_store"] = data.get("vector_store") or DEFAULT_VECTOR_STORE
         if manager is not None:
             location, embedding, vector_store = describe_manager(manager)
             data.setdefault("storage_path", location)
@@ -226,8 +265,8 @@ class HarombeMemory(BaseMemory):
         keep_last: int = 6,
         thread_selector: Literal["linear", "embedding", "llm"] = "embedding",
         system_prompt: str | None = None,
-        embedding: str | None = None,
-        vector_store: str | None = "chroma",
+        embedding: str | None = DEFAULT_EMBEDDING,
+        vector_store: str | None = DEFAULT_VECTOR_STORE,
         embed_model: BaseEmbedding | None = None,
         rag: bool = True,
         rag_top_k: int = 5,
@@ -244,9 +283,10 @@ class HarombeMemory(BaseMemory):
 
         ``token_limit`` defaults to 3/4 of ``llm``'s context window, as LlamaIndex's buffers do,
         else 3000. ``chat_history``, if given, replaces what the session holds (the engines pass
-        it this way through ``memory_cls``). ``embedding`` names an embedding model
-        (``"default"``: the bundled all-MiniLM-L6-v2) to recall by meaning as well as by keyword;
-        or pass a LlamaIndex ``embed_model`` (for example ``Settings.embed_model``) instead.
+        it this way through ``memory_cls``). ``embedding`` names the embedding model that
+        recalls by meaning as well as by keyword (``"default"``: the bundled, offline
+        all-MiniLM-L6-v2, loaded once per process; ``None``: keywords only); or pass a
+        LlamaIndex ``embed_model`` (for example ``Settings.embed_model``) instead.
         """
         if token_limit is None:
             token_limit = (

@@ -230,9 +230,8 @@ def test_sessions_stay_apart(manager: MemoryManager) -> None:
 
 def test_recall_by_meaning_with_the_bundled_model(db: str) -> None:
     # No word of the question is in the remembered turn: only the embedding model can find it.
-    past = HarombeMemory.from_defaults(
-        storage_path=db, session_id="old", user_id="ann", embedding="default"
-    )
+    # the default: semantic memory with the bundled offline model
+    past = HarombeMemory.from_defaults(storage_path=db, session_id="old", user_id="ann")
     past.put_messages(
         [
             user("My golden retriever is called Biscuit."),
@@ -243,11 +242,7 @@ def test_recall_by_meaning_with_the_bundled_model(db: str) -> None:
     past.manager.flush()
     past.close()
     memory = HarombeMemory.from_defaults(
-        storage_path=db,
-        session_id="new",
-        user_id="ann",
-        embedding="default",
-        rag_top_k=1,
+        storage_path=db, session_id="new", user_id="ann", rag_top_k=1
     )
     assert memory.manager.semantic_enabled
     window = memory.get(input="puppy name?")
