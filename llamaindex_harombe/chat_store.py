@@ -26,6 +26,7 @@ from llama_index.core.bridge.pydantic import BaseModel, Field, PrivateAttr
 from llama_index.core.storage.chat_store.base import BaseChatStore
 from llama_index.core.storage.chat_store.base_db import AsyncDBChatStore, MessageStatus
 
+from harombe_core.errors import InvalidInputError
 from harombe_core.manager import MemoryManager
 from harombe_core.models import Message, Session
 from llamaindex_harombe.convert import from_llamaindex, to_llamaindex
@@ -98,9 +99,15 @@ class _ManagedStore(BaseModel):
         self._check(key)
         return self._manager.get_messages(key, user_id=self.user_id)
 
-    def _keys(self) -> list[str]:
+    def _keys(self, *, with_messages: bool = False) -> list[str]:
+        """The sessions this store may list (no user: unowned ones), oldest first like the
+        insertion order of LlamaIndex's stores; ``with_messages``: only those holding any."""
         sessions = self._manager.list_sessions(limit=None, user_id=self.user_id)
-        mine = [s for s in sessions if s.user_id == self.user_id]  # no user: unowned ones only
+        mine = [
+            s
+            for s in sessions
+            if s.user_id == self.user_id and (s.message_count > 0 or not with_messages)
+        ]
         return [s.id for s in sorted(mine, key=lambda s: (s.created_at, s.id))]
 
 
@@ -271,7 +278,9 @@ class HarombeDBChatStore(_ManagedStore, AsyncDBChatStore):
         return [to_llamaindex(m) for m in selected[start:end]]
 
     def _set(self, key: str, messages: Sequence[ChatMessage], status: MessageStatus) -> None:
-        doomed = [m.id for m in self._select(key, status) if m.id is not None]
+        """The key's whole history becomes ``messages`` (archived ones go too, as in
+        ``SQLAlchemyChatStore``: ``Memory.set`` means "this is the conversation")."""
+        doomed = [m.id for m in self._stored(key) if m.id is not None]
         self._manager.replace_messages(
             key, doomed, self._convert(messages, status), user_id=self.user_id
         )
@@ -281,11 +290,19 @@ class HarombeDBChatStore(_ManagedStore, AsyncDBChatStore):
         self._manager.replace_messages(key, doomed, [], user_id=self.user_id)
         return [to_llamaindex(m) for m in victims]
 
-    def _delete_at(self, key: str, idx: int) -> ChatMessage | None:
-        stored = self._stored(key)
-        if not -len(stored) <= idx < len(stored):
+    def _delete_id(self, key: str, row_id: int) -> ChatMessage | None:
+        """The message whose id is ``row_id``, if it is the key's, deleted and returned."""
+        if isinstance(row_id, bool) or not isinstance(row_id, int):
+            raise InvalidInputError(
+                f"delete_message takes a message id (an int, e.g. from "
+                f"store.manager.get_messages(key)), got {type(row_id).__name__}."
+            )
+        if self._check(key) is None or row_id < 1:
             return None
-        return self._delete_ids(key, [stored[idx]])[0]
+        found = self._manager.get_messages(key, after_id=row_id - 1, limit=1, user_id=self.user_id)
+        if not found or found[0].id != row_id:
+            return None
+        return self._delete_ids(key, found)[0]
 
     def _delete_status(self, key: str, status: MessageStatus | None) -> None:
         if status is None:
@@ -352,7 +369,10 @@ class HarombeDBChatStore(_ManagedStore, AsyncDBChatStore):
         await asyncio.to_thread(self._set, key, messages, status)
 
     async def delete_message(self, key: str, idx: int) -> ChatMessage | None:
-        return await asyncio.to_thread(self._delete_at, key, idx)
+        """Delete the message whose id is ``idx`` and return it (None if the key has no such
+        message), as ``SQLAlchemyChatStore`` does with its row ids. The ids are harombe's
+        message ids (``store.manager.get_messages(key)``)."""
+        return await asyncio.to_thread(self._delete_id, key, idx)
 
     async def delete_messages(self, key: str, status: MessageStatus | None = None) -> None:
         await asyncio.to_thread(self._delete_status, key, status)
@@ -364,4 +384,5 @@ class HarombeDBChatStore(_ManagedStore, AsyncDBChatStore):
         return await asyncio.to_thread(self._archive_oldest, key, n)
 
     async def get_keys(self) -> list[str]:
-        return await asyncio.to_thread(self._keys)
+        """Keys holding messages, as ``SQLAlchemyChatStore`` lists them (its keys are rows)."""
+        return await asyncio.to_thread(lambda: self._keys(with_messages=True))

@@ -14,7 +14,6 @@ import pytest
 from llama_index.core.llms import ChatMessage
 from llama_index.core.memory import ChatMemoryBuffer, Memory
 from llama_index.core.storage.chat_store import BaseChatStore, SimpleChatStore
-from llama_index.core.storage.chat_store.base_db import MessageStatus
 
 from harombe_core.manager import MemoryManager
 from llamaindex_harombe import HarombeChatStore, HarombeDBChatStore
@@ -179,32 +178,6 @@ def test_keys_are_sessions_visible_to_harombe(db: str) -> None:
 
 
 # HarombeDBChatStore ------------------------------------------------------------------------
-
-
-async def test_db_chat_store_contract(db: str) -> None:
-    store = HarombeDBChatStore(db)
-    await store.add_messages("k", [hello(), world(), hello()])
-    assert await store.count_messages("k") == 3
-    assert await store.get_messages("k", limit=2, offset=1) == [world(), hello()]
-    assert await store.archive_oldest_messages("k", n=2) == [hello(), world()]
-    assert await store.get_messages("k") == [hello()]
-    assert await store.get_messages("k", status=MessageStatus.ARCHIVED) == [hello(), world()]
-    assert await store.count_messages("k", status=None) == 3
-    await store.add_message("k", world(), status=MessageStatus.ARCHIVED)
-    assert await store.count_messages("k", status=MessageStatus.ARCHIVED) == 3
-    await store.set_messages("k", [world()])
-    assert await store.get_messages("k") == [world()]
-    assert await store.count_messages("k", status=MessageStatus.ARCHIVED) == 3
-    assert await store.delete_message("k", 0) == hello()
-    assert await store.delete_message("k", 99) is None
-    await store.add_messages("k", [hello(), hello()])
-    assert await store.delete_oldest_messages("k", 2) == [world(), hello()]
-    await store.delete_messages("k", status=MessageStatus.ARCHIVED)
-    assert await store.get_messages("k", status=None) == [hello()]
-    await store.delete_messages("k")
-    assert await store.get_messages("k", status=None) == []
-    assert await store.get_keys() == ["k"]
-    store.close()
 
 
 def test_llamaindex_memory_on_harombe_db(db: str) -> None:
