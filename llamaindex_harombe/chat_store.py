@@ -38,7 +38,7 @@ from llamaindex_harombe.memory import (
     vector_store_field,
 )
 
-__all__ = ["HarombeChatStore", "HarombeDBChatStore"]
+__all__ = ["HarombeChatStore", "HarombeDBChatStore", "holds_its_queue"]
 
 
 class _ManagedStore(BaseModel):
@@ -221,6 +221,12 @@ def _fresh(message: Message) -> Message:
 ARCHIVED_THROUGH_KEY = "li_archived_through"
 #: Message metadata key marking a message written with status ARCHIVED.
 STATUS_KEY = "li_status"
+
+
+def holds_its_queue(session: Session) -> bool:
+    """True if ``Memory`` has archived messages of this session through a HarombeDBChatStore:
+    what it flushes from the session's queue is then already in the session, in order."""
+    return ARCHIVED_THROUGH_KEY in session.metadata
 
 
 class HarombeDBChatStore(_ManagedStore, AsyncDBChatStore):
