@@ -19,10 +19,11 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from llama_index.core.base.llms.types import ChatMessage
 from llama_index.core.bridge.pydantic import BaseModel, Field, PrivateAttr
+from llama_index.core.storage.chat_store import loading
 from llama_index.core.storage.chat_store.base import BaseChatStore
 from llama_index.core.storage.chat_store.base_db import AsyncDBChatStore, MessageStatus
 
@@ -392,3 +393,10 @@ class HarombeDBChatStore(_ManagedStore, AsyncDBChatStore):
     async def get_keys(self) -> list[str]:
         """Keys holding messages, as ``SQLAlchemyChatStore`` lists them (its keys are rows)."""
         return await asyncio.to_thread(lambda: self._keys(with_messages=True))
+
+
+# ChatMemoryBuffer.from_dict finds its chat store's class by name in LlamaIndex's registry, which
+# lists only SimpleChatStore: without this entry a buffer on HarombeChatStore could be saved but
+# not restored ("Invalid ChatStore name"). The dict holds where the store is, never its messages.
+_registry = cast(dict[str, type[BaseChatStore]], loading.RECOGNIZED_CHAT_STORES)
+_registry.setdefault(HarombeChatStore.class_name(), HarombeChatStore)

@@ -17,6 +17,7 @@ from llama_index.core.storage.chat_store import BaseChatStore, SimpleChatStore
 
 from harombe_core.manager import MemoryManager
 from llamaindex_harombe import HarombeChatStore, HarombeDBChatStore
+from tests.llamaindex.contract import contract
 
 
 def hello() -> ChatMessage:
@@ -156,6 +157,25 @@ def test_chat_memory_buffer_persists_across_reopen(db: str) -> None:
     assert window[-1].content == "turn 11 about the weather today"
     assert window[0].role.value == "user"
     reopened.close()
+
+
+@pytest.mark.parametrize("kind", ["SimpleChatStore", "HarombeChatStore"])
+def test_chat_memory_buffer_on_the_store_is_restored_from_its_dict(db: str, kind: str) -> None:
+    store = SimpleChatStore() if kind == "SimpleChatStore" else HarombeChatStore(db)
+    buffer = ChatMemoryBuffer.from_defaults(token_limit=40, chat_store=store, chat_store_key="u1")
+    restored = ChatMemoryBuffer.from_dict(buffer.to_dict())
+    assert type(restored.chat_store) is type(store)
+    assert (restored.token_limit, restored.chat_store_key) == (40, "u1")
+    restored.put(hello())
+    assert restored.get() == [hello()]
+    buffer.put(world())
+    with contract(kind, "serialise a buffer whose store holds messages"):
+        again = ChatMemoryBuffer.from_string(buffer.to_string())
+    # harombe's dict says where the store is: the restored buffer reads the same history
+    assert again.get_all() == buffer.get_all()
+    for opened in (restored.chat_store, again.chat_store, store):
+        if isinstance(opened, HarombeChatStore):
+            opened.close()
 
 
 def test_store_serialises_its_location(db: str) -> None:
