@@ -257,14 +257,18 @@ async def test_over_the_limit_only_the_newest_message_stays(
 async def test_string_and_dict_round_trip(build_memory: BuildMemory, kind: str) -> None:
     # test_chat_memory_buffer.py::test_sting_save_load and ::test_dict_save_load
     memory: Any = build_memory(kind, 5)
-    await memory.aput(user("first message"))
-    with contract(kind, "serialise a memory holding messages"):
-        copies = [
+
+    async def round_trips(expected: list[str]) -> None:
+        for again in (
             type(memory).from_string(memory.to_string()),
             type(memory).from_dict(memory.to_dict()),
-        ]
-    for again in copies:
-        assert contents(await again.aget()) == ["first message"]
-        assert again.token_limit == 5
-        if isinstance(again, HarombeMemory):
-            again.close()  # reopened from the path: it owns its store
+        ):
+            assert contents(await again.aget()) == expected
+            assert again.token_limit == 5
+            if isinstance(again, HarombeMemory):
+                again.close()  # reopened from the path: it owns its store
+
+    await round_trips([])
+    await memory.aput(user("first message"))
+    with contract(kind, "serialise a memory holding messages"):
+        await round_trips(["first message"])
