@@ -220,7 +220,7 @@ def test_every_acknowledged_write_survives_openers_processes_and_kills(tmp_path:
             process.join(timeout=30)
         here.close()
     assert errors == [], f"seed {seed}: {errors!r}"
-    assert open_files() == []
+    assert db not in [f.location for f in open_files()], "the last close closed the file"
     assert kills > 0, f"seed {seed}: no writer was killed"
     assert normal_exits > 0, f"seed {seed}: no writer closed normally"
 

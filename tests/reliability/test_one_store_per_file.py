@@ -26,7 +26,7 @@ from harombe_core.cli import app
 from harombe_core.errors import EncryptionKeyError, StoreError
 from harombe_core.store import sqlite_file
 from harombe_core.store.sqlite import SQLiteStore
-from harombe_core.store.sqlite_file import open_files
+from harombe_core.store.sqlite_file import SQLiteFile, open_files
 from tests.reliability.openers import integrity, stored_contents
 
 
@@ -38,13 +38,18 @@ def _say(text: str) -> Message:
     return Message(role="user", content=text)
 
 
+def _open_under(folder: Path) -> list[SQLiteFile]:
+    """The database files open in this process that lie in ``folder`` (other tests' aside)."""
+    return [f for f in open_files() if Path(f.location).is_relative_to(folder)]
+
+
 @pytest.fixture(autouse=True)
-def _no_file_left_open() -> Any:
-    """Every test closes what it opened: no database file stays open behind it."""
+def _no_file_left_open(tmp_path: Path) -> Any:
+    """Every test closes what it opened: none of its database files stays open behind it."""
     yield
     gc.collect()
     MemoryManager(":memory:", embedding=None).close()  # releases stores collected unclosed
-    assert open_files() == []
+    assert _open_under(tmp_path) == []
 
 
 def test_every_path_spelling_reaches_one_file(tmp_path: Path, monkeypatch: Any) -> None:
@@ -57,7 +62,7 @@ def test_every_path_spelling_reaches_one_file(tmp_path: Path, monkeypatch: Any) 
     managers = [_manager(p) for p in spellings]
     try:
         assert len({id(m.store.file) for m in managers}) == 1  # type: ignore[attr-defined]
-        assert open_files() == [managers[0].store.file]  # type: ignore[attr-defined]
+        assert _open_under(tmp_path) == [managers[0].store.file]  # type: ignore[attr-defined]
         for n, mm in enumerate(managers):
             mm.save_message("s", _say(f"through spelling {n}"))
         assert [m.content for m in managers[-1].get_messages("s")] == [
@@ -103,15 +108,15 @@ def test_framework_adapters_opened_from_a_path_share_the_file(tmp_path: Path) ->
     try:
         files = {id(m.store.file) for m in managers}  # type: ignore[attr-defined]
         assert len(files) == 1
-        assert len(open_files()) == 1
+        assert len(_open_under(tmp_path)) == 1
         for closer in closers[:-1]:  # closing all but one keeps the file open for it
             closer.close()
-        assert len(open_files()) == 1
+        assert len(_open_under(tmp_path)) == 1
         assert llama_retriever._manager.store.file.closed is False  # type: ignore[attr-defined]
     finally:
         for closer in closers:
             closer.close()
-    assert open_files() == []
+    assert _open_under(tmp_path) == []
 
 
 def test_the_cli_shares_the_file_of_an_open_manager(tmp_path: Path, monkeypatch: Any) -> None:
@@ -156,7 +161,9 @@ def test_in_memory_stores_stay_private() -> None:
         assert one.store.file is not two.store.file  # type: ignore[attr-defined]
         one.save_message("s", _say("only in one"))
         assert two.get_messages("s") == []
-        assert open_files() == []  # not in the registry of files
+        files = open_files()
+        assert one.store.file not in files  # type: ignore[attr-defined]
+        assert two.store.file not in files  # type: ignore[attr-defined]
 
 
 def test_closing_one_opener_leaves_the_others_working(tmp_path: Path) -> None:
