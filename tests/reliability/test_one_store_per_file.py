@@ -203,6 +203,27 @@ def test_closing_one_opener_leaves_the_others_working(tmp_path: Path) -> None:
     assert not Path(f"{db}-wal").exists()  # the last close checkpointed and removed it
 
 
+def test_an_atomic_block_takes_in_every_opener_of_the_file_on_its_thread(tmp_path: Path) -> None:
+    db = tmp_path / "memory.db"
+    with _manager(db) as one, _manager(db) as two:
+
+        def both_then_fail() -> None:
+            one.save_message("s", _say("through one"))
+            two.save_message("s", _say("through two"))
+            raise RuntimeError("changed my mind")
+
+        with pytest.raises(RuntimeError, match="changed my mind"):
+            one.atomic(both_then_fail)
+        assert two.get_messages("s") == []
+        one.atomic(
+            lambda: [
+                one.save_message("s", _say("through one")),
+                two.save_message("s", _say("through two")),
+            ]
+        )
+        assert [m.content for m in two.get_messages("s")] == ["through one", "through two"]
+
+
 def test_threads_opening_at_once_share_one_file(tmp_path: Path) -> None:
     db = str(tmp_path / "memory.db")
     barrier = threading.Barrier(8)
