@@ -119,8 +119,8 @@ class Openers:
         # One event loop for the process, as an async application has: its worker threads
         # (and so their connections) live as long as the loop.
         loop = asyncio.new_event_loop()
-        chat_store = HarombeDBChatStore(path)
-        block = HarombeMemoryBlock(storage_path=path, scope="all")
+        chat_store = HarombeDBChatStore(path, embedding=None)
+        block = HarombeMemoryBlock(storage_path=path, scope="all", embedding=None)
 
         def close_loop() -> None:
             loop.run_until_complete(loop.shutdown_default_executor())

@@ -51,9 +51,11 @@ class InProcess:
             storage_path=db, all_users=True, manager_options={"embedding": None}
         )
         self.items = HarombeStore(storage_path=db)
-        self.chat_store = HarombeDBChatStore(db)
-        self.block = HarombeMemoryBlock(storage_path=db, scope="all")
-        self.memory = HarombeMemory.from_defaults(storage_path=db, session_id="memory")
+        self.chat_store = HarombeDBChatStore(db, embedding=None)
+        self.block = HarombeMemoryBlock(storage_path=db, scope="all", embedding=None)
+        self.memory = HarombeMemory.from_defaults(
+            storage_path=db, session_id="memory", embedding=None
+        )
         self.retriever.invoke("open")
         self.acked: list[str] = []
         self.items_acked: list[str] = []

@@ -91,10 +91,12 @@ def test_framework_adapters_opened_from_a_path_share_the_file(tmp_path: Path) ->
         )
     retriever.invoke("anything")  # opens its manager
     item_store = HarombeStore(storage_path=db)
-    chat_store = HarombeDBChatStore(db)
-    block = HarombeMemoryBlock(storage_path=db)
-    memory = HarombeMemory.from_defaults(storage_path=db, session_id="m", user_id="ann")
-    llama_retriever = LlamaRetriever(storage_path=db, all_users=True)
+    chat_store = HarombeDBChatStore(db, embedding=None)
+    block = HarombeMemoryBlock(storage_path=db, embedding=None)
+    memory = HarombeMemory.from_defaults(
+        storage_path=db, session_id="m", user_id="ann", embedding=None
+    )
+    llama_retriever = LlamaRetriever(storage_path=db, all_users=True, embedding=None)
     managers = [
         history.manager,
         retriever._memory(),
