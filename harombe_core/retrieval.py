@@ -86,6 +86,9 @@ _WORDS = re.compile(r"\w+", re.UNICODE)
 #: How many of a session's best fused scores make its ``session_weight`` evidence: a few, so
 #: one lucky turn does not carry a session, nor does a long session win by size.
 SESSION_EVIDENCE = 3
+#: At least this many of each side's best candidates have their neighbours read (``top_k`` if
+#: larger): enough for the top of the ranking, a fraction of what every candidate would cost.
+NEIGHBOR_SEEDS = 10
 
 
 _EXECUTOR: ThreadPoolExecutor | None = None
@@ -172,6 +175,16 @@ def _check_k(value: Any, what: str = "top_k") -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise InvalidInputError(f"{what} must be a non-negative int, got {value!r}.")
     return value
+
+
+def _add_cosines(found: Candidates, semantic: SemanticMemory | None) -> None:
+    """The cosine of every candidate (and neighbour) that the vector side did not propose."""
+    if semantic is None or found.query_vector is None:
+        return
+    missing = [i for i in (*found.messages, *found.outside) if i not in found.cosine]
+    if missing:
+        for mid, vec in semantic.vectors_for(missing).items():
+            found.cosine[mid] = float(np.dot(vec, found.query_vector))
 
 
 def _check_weight(name: str, value: Any) -> float:
@@ -301,8 +314,8 @@ class Retriever:
 
         Separate from ranking so that weights can be compared over the same candidates (the
         recall benchmark cross-validates them this way); ``search`` is ``gather`` + ``rank``.
-        ``neighbors`` (default: whether ``settings.neighbor_weight > 0``) also reads each
-        candidate's adjacent turns, which become candidates themselves.
+        ``neighbors`` (default: whether ``settings.neighbor_weight > 0``) also reads the
+        adjacent turns of the best candidates, which become candidates themselves.
         """
         s = settings
         wv, wk = s.vector_weight, s.keyword_weight
@@ -375,24 +388,26 @@ class Retriever:
         found.keyword_rank = {int(h.message.id or 0): r for r, h in enumerate(keyword)}
         found.keyword_score = {int(h.message.id or 0): h.score for h in keyword}
         found.pooled = frozenset(found.messages)
+        _add_cosines(found, semantic)
         if neighbors if neighbors is not None else s.neighbor_weight > 0:
-            self._add_neighbors(found, scope)
-        if semantic is not None and query_vector is not None:
-            missing = [i for i in found.messages if i not in found.cosine]
-            missing += [i for i in found.outside if i not in found.cosine]
-            if missing:
-                for mid, vec in semantic.vectors_for(missing).items():
-                    found.cosine[mid] = float(np.dot(vec, query_vector))
+            self._add_neighbors(found, scope, max(k, NEIGHBOR_SEEDS))
+            _add_cosines(found, semantic)
         return found
 
-    def _add_neighbors(self, found: Candidates, scope: SearchScope) -> None:
-        """Read the turns just before and after each candidate (its context in the session).
+    def _add_neighbors(self, found: Candidates, scope: SearchScope, seeds: int) -> None:
+        """Read the turns just before and after the best candidates (their context).
 
-        In-scope neighbours become candidates; out-of-scope ones (another role, outside the
-        time window) only lend evidence. Both are in the candidate's own session, so the
-        user boundary is never crossed.
+        The best ``seeds`` of each side (by cosine and by BM25) are the turns whose context
+        can change the top of the ranking; reading the neighbours of every candidate would
+        triple the rows a search reads for little gain. In-scope neighbours become candidates;
+        out-of-scope ones (another role, outside the time window) only lend evidence. Both are
+        in the candidate's own session, so the user boundary is never crossed.
         """
-        for mid, pair in self.store.adjacent_ids(list(found.messages)).items():
+        pooled = sorted(found.pooled)
+        by_cosine = sorted(pooled, key=lambda m: -found.cosine.get(m, -math.inf))[:seeds]
+        by_keyword = [m for m in pooled if found.keyword_rank.get(m, seeds) < seeds]
+        best = sorted({*by_cosine, *by_keyword})
+        for mid, pair in self.store.adjacent_ids(best).items():
             for other in pair:
                 if other is not None:
                     found.adjacent.setdefault(mid, set()).add(other)
