@@ -145,7 +145,7 @@ class RetrievalSettings:
     rrf_k: int = 60
     candidates: int = 4
     min_candidates: int = 40
-    neighbor_weight: float = 0.7
+    neighbor_weight: float = 0.4
     session_weight: float = 0.7
     speaker_weight: float = 0.2
     time_weight: float = 0.8
