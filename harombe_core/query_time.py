@@ -88,37 +88,28 @@ def _months_back(moment: datetime, count: int) -> datetime:
     return moment.replace(year=index // 12, month=index % 12 + 1, day=1)
 
 
-def _relative(text: str, now: datetime) -> TimeRange:
-    today = now.replace(hour=0, minute=0, second=0, microsecond=0)
-    word = text.lower().split()
-    if word[0] == "today":
-        return TimeRange(today, today + timedelta(days=1))
-    if word[0] == "yesterday":
-        return TimeRange(today - timedelta(days=1), today)
-    if word[-1] == "ago":
-        count = _COUNTS.get(word[0]) or int(word[0])
-        unit = word[1].rstrip("s")
-        if unit == "day":
-            start = today - timedelta(days=count)
-            return TimeRange(start, start + timedelta(days=1))
-        if unit == "week":
-            start = today - timedelta(weeks=count, days=today.weekday())
-            return TimeRange(start, start + timedelta(weeks=1))
-        if unit == "month":
-            start = _months_back(today, count)
-            return TimeRange(start, _months_back(today, count - 1))
-        start = today.replace(year=today.year - count, month=1, day=1)
-        return TimeRange(start, start.replace(year=start.year + 1))
-    back = 0 if word[0] == "this" else 1
-    unit = word[-1]
+def _period(today: datetime, unit: str, back: int) -> TimeRange:
+    """The calendar ``unit`` (day, week, month, year) ``back`` units before today's."""
+    if unit == "day":
+        start = today - timedelta(days=back)
+        return TimeRange(start, start + timedelta(days=1))
     if unit == "week":
         start = today - timedelta(weeks=back, days=today.weekday())
         return TimeRange(start, start + timedelta(weeks=1))
     if unit == "month":
-        start = _months_back(today, back)
-        return TimeRange(start, _months_back(today, back - 1))
+        return TimeRange(_months_back(today, back), _months_back(today, back - 1))
     start = today.replace(year=today.year - back, month=1, day=1)
     return TimeRange(start, start.replace(year=start.year + 1))
+
+
+def _relative(text: str, now: datetime) -> TimeRange:
+    today = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    word = text.lower().split()
+    if word[0] in ("today", "yesterday"):
+        return _period(today, "day", int(word[0] == "yesterday"))
+    if word[-1] == "ago":
+        return _period(today, word[1].rstrip("s"), _COUNTS.get(word[0]) or int(word[0]))
+    return _period(today, word[-1], 0 if word[0] == "this" else 1)
 
 
 def query_time_ranges(query: str, now: datetime | None = None) -> list[TimeRange]:
