@@ -53,7 +53,7 @@ def clean_errors() -> Iterator[None]:
     try:
         yield
     except HarombeError as exc:
-        err_console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
+        err_console.print(f"[red]error:[/red] {escape(exc.cli_message())}", soft_wrap=True)
         raise typer.Exit(1) from None
 
 
@@ -535,7 +535,7 @@ def main() -> None:
     try:
         app()
     except HarombeError as exc:
-        err_console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
+        err_console.print(f"[red]error:[/red] {escape(exc.cli_message())}", soft_wrap=True)
         sys.exit(1)
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from harombe_core.errors import InvalidBudgetError
+from harombe_core.errors import Fix, InvalidBudgetError
 from harombe_core.models import Message
 
 __all__ = [
@@ -121,8 +121,11 @@ def _reserve_system(system: list[Message], max_tokens: int) -> int:
     cost = sum(_cost(m) for m in system)
     if cost > budget:
         raise InvalidBudgetError(
-            f"max_tokens={budget} cannot hold the system prompt ({cost} tokens); raise "
-            "max_tokens or shorten the system prompt."
+            f"max_tokens={budget} cannot hold the system prompt ({cost} tokens).",
+            fix=Fix(
+                api="Raise max_tokens or shorten the system prompt.",
+                cli="Raise --max-tokens or shorten the system prompt.",
+            ),
         )
     return cost
 

@@ -254,6 +254,6 @@ def run_chat(
                     continue
                 print(f"ai> {chat.send(line)}")
             except HarombeError as exc:
-                print(f"error: {exc}")
+                print(f"error: {exc.cli_message()}")
     finally:
         manager.close()

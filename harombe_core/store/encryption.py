@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from harombe_core.errors import EncryptionKeyError, InvalidInputError, MissingExtraError
+from harombe_core.errors import EncryptionKeyError, Fix, InvalidInputError, MissingExtraError
 
 __all__ = ["KEY_ENV", "check_key", "connect", "resolve_key"]
 
@@ -143,7 +143,11 @@ def check_key(file: Path, key: str) -> None:
             conn.close()
     except module.DatabaseError as exc:
         raise EncryptionKeyError(
-            f"{file} cannot be opened with this encryption key ({exc}); it was left untouched. "
-            f"Pass the key it was created with (encryption_key=... or {KEY_ENV}); a file "
-            "created without encryption must be opened without a key."
+            f"{file} cannot be opened with this encryption key ({exc}); it was left untouched.",
+            fix=Fix(
+                api=f"Pass the key it was created with (encryption_key=... or {KEY_ENV}); a "
+                "file created without encryption must be opened without a key.",
+                cli=f"Set {KEY_ENV} to the key it was created with; a file created without "
+                f"encryption must be opened with {KEY_ENV} unset.",
+            ),
         ) from exc

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from harombe_core.errors import (
+    Fix,
     HarombeError,
     InvalidInputError,
     NotAHarombeDatabaseError,
@@ -345,7 +346,10 @@ def _inspect_once(file: Path) -> NotAHarombeDatabaseError | None:
     if len(header) < 100 or not header.startswith(SQLITE_MAGIC):
         return NotAHarombeDatabaseError(
             f"{file} is not a SQLite database (no SQLite header), so it is not a harombe "
-            "database; it was left untouched. Pass a new path with storage_path=..."
+            "database; it was left untouched.",
+            fix=Fix(
+                api="Pass a new path with storage_path=...", cli="Pass a new path with --db PATH."
+            ),
         )
     promised = _promised_size(header)
     if size < promised:
@@ -561,8 +565,11 @@ class SQLiteStore:
             pass
         except OSError as exc:
             raise StoreReadOnlyError(
-                f"cannot create {file} ({exc.strerror}). Choose a writable location with "
-                "storage_path=... or HAROMBE_DB."
+                f"cannot create {file} ({exc.strerror}).",
+                fix=Fix(
+                    api="Choose a writable location with storage_path=... or HAROMBE_DB.",
+                    cli="Choose a writable location with --db PATH or HAROMBE_DB.",
+                ),
             ) from exc
 
     def _inspect_existing(self, file: Path) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import shlex
 import threading
 import time
 from collections.abc import Iterable, Sequence
@@ -17,7 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from harombe_core.errors import EmbeddingError, EmbeddingModelMismatchError, InvalidInputError
+from harombe_core.errors import (
+    EmbeddingError,
+    EmbeddingModelMismatchError,
+    Fix,
+    InvalidInputError,
+)
 from harombe_core.models import Message
 from harombe_core.store.base import MessageStore, SearchScope
 from harombe_core.store.sqlite import to_micros
@@ -126,12 +132,17 @@ def open_semantic_memory(
         recorded != embedder.name or recorded_dim != str(embedder.dimension)
     )
     if changed and not allow_model_change:
+        reindex = f"harombe reindex --db {shlex.quote(store.location)}"
         raise EmbeddingModelMismatchError(
             f"{store.location} was indexed with the embedding model {recorded!r} "
             f"(dimension {recorded_dim}), but {embedder.name!r} (dimension "
-            f"{embedder.dimension}) was asked for. Open it with the same model, or rebuild the "
-            f"index for the new one with `harombe reindex --db {store.location}` "
-            "(or MemoryManager.reindex())."
+            f"{embedder.dimension}) was asked for.",
+            fix=Fix(
+                api=f"Open it with the same model, or rebuild the index for the new one with "
+                f"`{reindex}` (or MemoryManager.reindex()).",
+                cli=f"Pass the model it was indexed with (--embedding), or rebuild the index "
+                f"for the new one with `{reindex} --embedding MODEL`.",
+            ),
         )
     index = resolve_index(vector_store, store, config)
     batch_size = config.vector_store.batch_size if config is not None else 32
