@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import networkx as nx
 
 from harombe_core.errors import InvalidInputError, InvalidMessageError, SummarizationError
-from harombe_core.models import ConversationNode, Message, MessageSummary
+from harombe_core.models import ConversationNode, Message, MessageSummary, Session
 from harombe_core.threads import (
     LinearNodeSelector,
     ThreadRuleError,
@@ -422,7 +422,10 @@ class ChatMemory:
     def _record(self) -> Any:
         from harombe_core.export import SessionRecord
 
-        session = self.memory.load_session(self.session_id)
+        # Deleted behind this memory's back, it is still this (now empty) session.
+        session = self.memory.get_session(self.session_id) or Session(
+            id=self.session_id, user_id=self.user_id
+        )
         summaries = {
             i: {"title": n.summary.title, "summary": n.summary.summary}
             for i in self.graph.nodes

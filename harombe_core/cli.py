@@ -21,10 +21,11 @@ from rich.markup import escape
 from rich.table import Table
 
 from harombe_core.config import default_db_path
-from harombe_core.errors import HarombeError, InvalidInputError
+from harombe_core.errors import HarombeError, InvalidInputError, SessionNotFoundError
 
 if TYPE_CHECKING:
     from harombe_core.manager import MemoryManager
+    from harombe_core.models import Session
 
 app = typer.Typer(
     name="harombe",
@@ -75,6 +76,14 @@ def open_memory(db: str, *, create: bool = False) -> Iterator[MemoryManager]:
         )
     with MemoryManager(path, embedding=None) as manager:
         yield manager
+
+
+def existing_session(manager: MemoryManager, session_id: str) -> Session:
+    """The session a command names; a typo is an error here, not an empty session."""
+    session = manager.get_session(session_id)
+    if session is None:
+        raise SessionNotFoundError.of(session_id, manager.store.location)
+    return session
 
 
 def _when(value: datetime) -> str:
@@ -133,7 +142,7 @@ def history_command(
     from harombe_core.export import describe_tool_call
 
     with clean_errors(), open_memory(db) as manager:
-        session = manager.load_session(session_id)
+        session = existing_session(manager, session_id)
         if last is None:
             messages = manager.get_messages(session_id)
         else:  # newest first, read lazily: a long session costs only the rows shown
@@ -214,8 +223,8 @@ def export_command(
             )
         if out_dir is not None and out is None:
             ids = [session_id] if session_id is not None else None
-            if ids is not None:
-                manager.load_session(session_id or "")
+            if session_id is not None:
+                existing_session(manager, session_id)
             paths = ex.export_to_directory(manager, out_dir, fmt, user_id=user, session_ids=ids)
             console.print(f"Wrote {len(paths)} files to {escape(str(Path(out_dir).resolve()))}")
             return
@@ -512,7 +521,7 @@ def graph_command(
     from harombe_core.chat_memory import ChatMemory
 
     with clean_errors(), open_memory(db) as manager:
-        manager.load_session(session)  # a typo is an error, not a new empty session
+        existing_session(manager, session)
         memory = ChatMemory(memory=manager, session_id=session)
         if out is None:
             sys.stdout.write(memory.to_mermaid() + "\n")

@@ -219,8 +219,9 @@ def _recall(manager: MemoryManager, result: DemoResult, context_tokens: int) -> 
     from harombe_core.retrieval import rag_messages
 
     history = manager.get_recent_messages(CURRENT_SESSION, 200)
-    session = manager.load_session(CURRENT_SESSION)
-    result.prompt = rag_messages(QUESTION, context, history, session.system_prompt)
+    session = manager.get_session(CURRENT_SESSION)
+    prompt = None if session is None else session.system_prompt
+    result.prompt = rag_messages(QUESTION, context, history, prompt)
 
 
 def default_demo_path() -> str:
@@ -304,8 +305,8 @@ def _show_window(console: Console, manager: MemoryManager, result: DemoResult) -
     table.add_column("tokens", justify="right")
     table.add_column("in context", no_wrap=True)
     table.add_column("content")
-    session = manager.load_session(sid)
-    if session.system_prompt is not None:
+    session = manager.get_session(sid)
+    if session is not None and session.system_prompt is not None:
         table.add_row(
             "-",
             "system",

@@ -104,8 +104,8 @@ class ChatSession:
     # context ------------------------------------------------------------------------------
     def context(self) -> list[BaseMessage]:
         """What the model is sent before the new message: system prompt and recent turns."""
-        session = self.manager.load_session(self.session_id, user_id=self.user_id)
-        after = int(session.metadata.get(CONTEXT_START_KEY, 0))
+        session = self.manager.get_session(self.session_id, user_id=self.user_id)
+        after = 0 if session is None else int(session.metadata.get(CONTEXT_START_KEY, 0))
         window = self.manager.get_recent_messages(
             self.session_id, self.max_tokens, user_id=self.user_id
         )
@@ -185,9 +185,10 @@ class ChatSession:
     def cmd_clear(self, _: str) -> None:
         messages = self.manager.get_messages(self.session_id, user_id=self.user_id)
         last = messages[-1].id if messages else 0
-        session = self.manager.load_session(self.session_id, user_id=self.user_id)
+        session = self.manager.get_session(self.session_id, user_id=self.user_id)
+        metadata = {} if session is None else session.metadata
         self.manager.update_session(
-            self.session_id, metadata={**session.metadata, CONTEXT_START_KEY: last}
+            self.session_id, metadata={**metadata, CONTEXT_START_KEY: last}
         )
         self.write(f"context cleared ({len(messages)} messages kept in the database)")
 

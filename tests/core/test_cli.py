@@ -175,7 +175,7 @@ def test_import_round_trip_and_conflicts(db: str, tmp_path: Path) -> None:
         assert [m.content for m in a.get_messages("alpha")] == [
             m.content for m in b.get_messages("alpha")
         ]
-        assert a.load_session("alpha").system_prompt == "Be brief."
+        assert a.get_session("alpha").system_prompt == "Be brief."
 
     again = runner.invoke(app, ["import", str(export_file), "--db", fresh])
     assert again.exit_code == 1
