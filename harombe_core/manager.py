@@ -135,6 +135,7 @@ class MemoryManager(ContextMethods):
         self._store = open_store(storage_path, encryption_key=encryption_key)
         self._config = config
         self._semantic: Any = None
+        self._closed = False
         try:
             if embedding is not None and vector_store is not None:
                 self._semantic = self._open_semantic(embedding, vector_store)
@@ -199,6 +200,24 @@ class MemoryManager(ContextMethods):
     def semantic_enabled(self) -> bool:
         """True when messages are embedded and searchable by meaning."""
         return self._semantic is not None
+
+    def __repr__(self) -> str:
+        """Where the memory lives and whether it searches by meaning; no I/O, so it is safe
+        on a closed manager and costs nothing on a large store."""
+        semantic = self._semantic
+        parts = [repr(self._store.location)]
+        if semantic is None:
+            parts.append("semantic=off")
+        else:
+            parts += [
+                "semantic=on",
+                f"embedding={semantic.embedder.name!r}",
+                f"vector_store={semantic.index.name!r}",
+            ]
+        parts.append(f"max_history_tokens={self.max_history_tokens}")
+        if self._closed:
+            parts.append("closed")
+        return f"MemoryManager({', '.join(parts)})"
 
     # sessions -----------------------------------------------------------------------------
     def create_session(
@@ -549,6 +568,7 @@ class MemoryManager(ContextMethods):
             self._semantic.close()
             self._semantic = None
         self._store.close()
+        self._closed = True
 
     def __enter__(self) -> MemoryManager:
         return self
