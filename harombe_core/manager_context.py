@@ -200,6 +200,7 @@ class ContextMethods(SearchMethods):
         from harombe_core.strategies import (
             fit_block,
             hybrid_window,
+            reserve_system,
             summarization_window,
             thread_path_newest_first,
         )
@@ -216,14 +217,7 @@ class ContextMethods(SearchMethods):
         if session is None:
             return []
         system = self._system_prompt_message(session)
-        system_cost = sum(m.token_count or 0 for m in system)
-        if system_cost > total:
-            from harombe_core.errors import InvalidBudgetError
-
-            raise InvalidBudgetError(
-                f"max_tokens={total} cannot hold the system prompt ({system_cost} tokens); raise "
-                "max_tokens or shorten the system prompt."
-            )
+        reserve_system(system, total)
         extra: list[Message] = []
         if budget is not None:
             extra = self._budget_blocks(session, total, system, budget, query, user_profile)

@@ -239,10 +239,10 @@ def test_prune_dry_run_then_delete(db: str) -> None:
     conn.close()
     dry = runner.invoke(app, ["prune", "--days", "30", "--dry-run", "--db", db])
     assert dry.exit_code == 0, dry.output
-    assert "Would delete 1 sessions" in dry.output
+    assert "Would delete 1 session idle for more than 30 days." in dry.output
     assert "beta" in dry.output
     done = runner.invoke(app, ["prune", "--days", "30", "--db", db])
-    assert "Deleted 1 sessions with no activity in the last 30 days" in " ".join(
+    assert "Deleted 1 session with no activity in the last 30 days" in " ".join(
         done.output.split()
     )
     with MemoryManager(db, embedding=None) as mm:
