@@ -465,14 +465,17 @@ def chat_command(
             "-m",
             metavar="MODEL",
             envvar="HAROMBE_CHAT_MODEL",
-            help="A LangChain chat model as provider:model (init_chat_model), or 'fake' for an "
-            "offline echo model.",
+            help="A LangChain chat model as provider:model (init_chat_model), 'fake' for an "
+            "offline echo model, or 'fake:transcript' to see what the model is sent.",
         ),
     ] = "fake",
     session: Annotated[
         str | None,
         typer.Option(
-            "--session", "-s", metavar="SESSION", help="Session to continue (default: new)."
+            "--session",
+            "-s",
+            metavar="SESSION",
+            help="Session to continue, or to start under this name (default: a new one).",
         ),
     ] = None,
     user: Annotated[
@@ -480,25 +483,42 @@ def chat_command(
         typer.Option(
             "--user",
             metavar="USER",
-            help="Act as this user: only their sessions are used and searched.",
+            help="Act as this user: only their sessions are used, searched and recalled.",
         ),
     ] = None,
     system: Annotated[
-        str | None, typer.Option("--system", metavar="TEXT", help="System prompt.")
+        str | None,
+        typer.Option("--system", metavar="TEXT", help="System prompt of a new session."),
     ] = None,
     max_tokens: Annotated[
-        int, typer.Option("--max-tokens", metavar="N", help="Token budget of the context sent.")
+        int,
+        typer.Option(
+            "--max-tokens", metavar="N", min=1, help="Token budget of the recent turns sent."
+        ),
     ] = 4096,
+    recall_tokens: Annotated[
+        int,
+        typer.Option(
+            "--recall-tokens",
+            metavar="N",
+            min=0,
+            help="Tokens of relevant earlier turns (the user's other sessions; without --user, "
+            "this session's older turns) added to the system message; 0 turns recall off.",
+        ),
+    ] = 500,
     embedding: Annotated[
         str,
         typer.Option(
             "--embedding",
             metavar="MODEL",
-            help="'default' (bundled MiniLM) or 'none' (keyword search only).",
+            help="'default' (bundled MiniLM) or 'none' (keyword search and recall only).",
         ),
     ] = "default",
     memory: Annotated[
-        bool, typer.Option("--memory/--no-memory", metavar="", help="Persist the chat in --db.")
+        bool,
+        typer.Option(
+            "--memory/--no-memory", metavar="", help="Persist the chat in --db (else in memory)."
+        ),
     ] = True,
 ) -> None:
     """Chat with a LangChain chat model, with persistent memory (needs the langchain extra)."""
@@ -516,6 +536,7 @@ def chat_command(
             user_id=user,
             system_prompt=system,
             max_tokens=max_tokens,
+            recall_tokens=recall_tokens,
             embedding=embedding,
             memory=memory,
         )

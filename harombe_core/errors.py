@@ -192,15 +192,23 @@ class SessionOwnershipError(HarombeError):
 
 
 class MissingExtraError(HarombeError, ImportError):
-    """An optional dependency is needed; the message names the extra to install."""
+    """An optional dependency is needed; the message names the extra to install.
 
-    def __init__(self, feature: str, extra: str, module: str) -> None:
+    ``install`` replaces the extra in the advice for a package no extra of harombe brings
+    (a LangChain integration such as ``langchain-openai``).
+    """
+
+    def __init__(
+        self, feature: str, extra: str, module: str, *, install: str | None = None
+    ) -> None:
+        command = f"pip install {install}" if install else f"pip install 'harombe-memory[{extra}]'"
         super().__init__(
             f"{feature} needs the '{module}' package, which is not installed. "
-            f"Install it with: pip install 'harombe-memory[{extra}]'"
+            f"Install it with: {command}"
         )
         self.extra = extra
         self.module = module
+        self.install = install
 
 
 class StoreError(HarombeError):
