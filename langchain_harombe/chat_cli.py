@@ -33,6 +33,7 @@ from harombe_core.manager import MemoryManager
 from harombe_core.models import Message, Session
 from harombe_core.strategies import check_budget
 from harombe_core.text import plural
+from langchain_harombe._packages import missing_package, package_of
 from langchain_harombe._recall import recall
 from langchain_harombe.convert import from_langchain, to_langchain
 from langchain_harombe.testing import RecordingChatModel
@@ -71,16 +72,13 @@ def integration_package(model: str, error: ImportError) -> str:
     is covered; if a LangChain version lays it out differently, the module that failed to
     import names the package instead.
     """
-    module = ""
     try:
         from langchain.chat_models import base
 
         _, provider = base._parse_model(model, None)
-        module = base._BUILTIN_PROVIDERS[provider][0]
+        return package_of(base._BUILTIN_PROVIDERS[provider][0])
     except (ImportError, AttributeError, KeyError, TypeError, ValueError):
-        cause = error.__cause__ if isinstance(error.__cause__, ImportError) else error
-        module = cause.name or error.name or ""
-    return module.split(".", 1)[0].replace("_", "-") or "langchain"
+        return missing_package(error, "langchain")
 
 
 def load_chat_model(name: str) -> BaseChatModel:
@@ -103,7 +101,7 @@ def load_chat_model(name: str) -> BaseChatModel:
     except ImportError as exc:
         package = integration_package(name, exc)
         raise MissingExtraError(
-            f"the chat model {name!r}", "langchain", package, install=package
+            f"the chat model {name!r}", "langchain", package, install=f"pip install {package}"
         ) from exc
     except ValueError as exc:
         raise InvalidInputError(

@@ -123,8 +123,10 @@ def test_python_block_runs(section: str, code: str, home: Path) -> None:
     try:
         _run(code, namespace)
     finally:
+        from langchain_harombe import HarombeStore
+
         for value in namespace.values():
-            if isinstance(value, (MemoryManager, ChatMemory)):
+            if isinstance(value, (HarombeStore, MemoryManager, ChatMemory)):
                 value.close()
 
 
