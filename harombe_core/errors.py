@@ -9,6 +9,7 @@ recover. The tree::
     │   └── InvalidBudgetError                     negative or non-integer token budget
     ├── ConfigError (also ValueError)              YAML/dict configuration that does not validate
     ├── SessionNotFoundError (also KeyError)       a read of a session that does not exist
+    ├── SessionOwnershipError                      a session (or thread) used by another user
     ├── MissingExtraError (also ImportError)       an optional dependency is not installed
     ├── StoreError                                 the database could not do what was asked
     │   ├── NotAHarombeDatabaseError               file is not ours (or is corrupt); left untouched
@@ -42,6 +43,7 @@ __all__ = [
     "NotAHarombeDatabaseError",
     "SchemaTooNewError",
     "SessionNotFoundError",
+    "SessionOwnershipError",
     "StorageFullError",
     "StoreBusyError",
     "StoreError",
@@ -76,6 +78,10 @@ class SessionNotFoundError(HarombeError, KeyError):
 
     def __str__(self) -> str:  # KeyError would otherwise quote the message
         return str(self.args[0]) if self.args else "session not found"
+
+
+class SessionOwnershipError(HarombeError):
+    """A session belongs to one user; another user (or none) asked to read or write it."""
 
 
 class MissingExtraError(HarombeError, ImportError):

@@ -1,0 +1,275 @@
+"""HarombeSaver as LangGraph uses it: agents and graphs that persist and resume, across real
+processes (one killed mid-run), on SQLite and PostgreSQL, with one owner per thread."""
+
+from __future__ import annotations
+
+import json
+import operator
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Any, TypedDict
+
+import pytest
+from langchain.agents import create_agent
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+    messages_from_dict,
+)
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.graph import END, START, StateGraph
+from typer.testing import CliRunner
+
+from harombe_core.errors import InvalidInputError, SessionOwnershipError
+from harombe_core.manager import MemoryManager
+from langchain_harombe import HarombeSaver, RecordingChatModel, to_langchain
+
+ROOT = Path(__file__).resolve().parents[2]
+TURN = Path(__file__).with_name("checkpoint_turn.py")
+
+
+def _call(a: int, b: int, call_id: str) -> dict[str, Any]:
+    return {"tool_calls": [{"name": "add", "args": {"a": a, "b": b}, "id": call_id}]}
+
+
+def _command(db: str, thread: str, question: str, script: list[Any], *extra: str) -> list[str]:
+    return [sys.executable, "-W", "ignore::DeprecationWarning", str(TURN), db, thread, question,
+            json.dumps(script), *extra]
+
+
+def _run(db: str, thread: str, question: str, script: list[Any], *extra: str) -> dict[str, Any]:
+    done = subprocess.run(
+        _command(db, thread, question, script, *extra), cwd=ROOT, capture_output=True,
+        text=True, check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    result: dict[str, Any] = json.loads(done.stdout)
+    result["calls"] = [messages_from_dict(c) for c in result["calls"]]
+    result["messages"] = messages_from_dict(result["messages"])
+    return result
+
+
+def _shape(messages: list[BaseMessage]) -> list[tuple[str, str, str | None]]:
+    return [(m.type, m.text, m.id) for m in messages]
+
+
+@pytest.fixture(params=["file", "postgres"])
+def location(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A database: a SQLite file, or a fresh PostgreSQL database."""
+    if request.param == "postgres":
+        return str(request.getfixturevalue("pg_url"))
+    return str(tmp_path / "memory.db")
+
+
+@pytest.fixture
+def manager(location: str) -> Iterator[MemoryManager]:
+    mm = MemoryManager(location, embedding=None)
+    try:
+        yield mm
+    finally:
+        mm.close()
+
+
+def test_an_agent_thread_resumes_in_another_process(location: str) -> None:
+    first = _run(location, "t1", "add 1 and 2", [_call(1, 2, "c1"), "It is 3."], "--user", "ann")
+    assert first["answer"] == "It is 3."
+
+    second = _run(location, "t1", "and 3 and 4?", [_call(3, 4, "c2"), "It is 7."],
+                  "--user", "ann")
+    sent = second["calls"][0]
+    # The new process knew the thread only from its checkpoints.
+    assert sent[0] == SystemMessage("You add numbers.")
+    assert [m.text for m in sent[1:]] == ["add 1 and 2", "", "3", "It is 3.", "and 3 and 4?"]
+    assert isinstance(sent[2], AIMessage)
+    assert sent[2].tool_calls[0]["id"] == "c1"
+    assert isinstance(sent[3], ToolMessage)
+    assert sent[3].tool_call_id == "c1"
+    assert second["answer"] == "It is 7."
+
+    # The thread is a harombe session of the user, holding exactly the thread's messages.
+    with MemoryManager(location, embedding=None) as mm:
+        assert mm.load_session("t1").user_id == "ann"
+        stored = [to_langchain(m) for m in mm.get_messages("t1")]
+    assert _shape(stored) == _shape(second["messages"])
+    assert [type(m).__name__ for m in stored] == [
+        "HumanMessage", "AIMessage", "ToolMessage", "AIMessage",
+        "HumanMessage", "AIMessage", "ToolMessage", "AIMessage",
+    ]
+
+
+def test_a_killed_run_resumes_from_its_last_checkpoint(tmp_path: Path) -> None:
+    db, marker = str(tmp_path / "memory.db"), tmp_path / "in-tool"
+    script = [_call(1, 2, "c1"), "It is 3."]
+    process = subprocess.Popen(
+        _command(db, "t1", "add 1 and 2", script, "--hang-in-tool", str(marker)),
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not marker.exists():
+            assert process.poll() is None, process.stderr.read() if process.stderr else ""
+            assert time.monotonic() < deadline, "the run never reached its tool"
+            time.sleep(0.05)
+    finally:
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait()
+    assert process.returncode == -signal.SIGKILL
+
+    # What the killed run committed: the question and the model's tool call, in the
+    # checkpoint and in the session alike.
+    with MemoryManager(db, embedding=None) as mm:
+        saver = HarombeSaver(mm)
+        latest = saver.get_tuple({"configurable": {"thread_id": "t1"}})
+        assert latest is not None
+        kept = latest.checkpoint["channel_values"]["messages"]
+        assert [m.type for m in kept] == ["human", "ai"]
+        assert _shape([to_langchain(m) for m in mm.get_messages("t1")]) == _shape(kept)
+
+    # A new process resumes the run where it stopped: the tool runs, the model answers.
+    resumed = _run(db, "t1", "-", ["It is 3."])
+    assert resumed["answer"] == "It is 3."
+    assert [m.type for m in resumed["messages"]] == ["human", "ai", "tool", "ai"]
+    assert len(resumed["calls"]) == 1, "the first model call was not repeated"
+    with MemoryManager(db, embedding=None) as mm:
+        stored = [to_langchain(m) for m in mm.get_messages("t1")]
+    assert _shape(stored) == _shape(resumed["messages"])
+
+
+class Counter(TypedDict):
+    total: int
+    seen: Annotated[list[str], operator.add]
+
+
+def _counting_graph(checkpointer: BaseCheckpointSaver) -> Any:
+    def step(state: Counter) -> dict[str, Any]:
+        return {"total": state["total"] + 1, "seen": [f"step {state['total'] + 1}"]}
+
+    builder = StateGraph(Counter)
+    builder.add_node("step", step)
+    builder.add_edge(START, "step")
+    builder.add_edge("step", END)
+    return builder.compile(checkpointer=checkpointer)
+
+
+def _graph_story(checkpointer: BaseCheckpointSaver) -> dict[str, Any]:
+    """Run a non-chat graph through invoke, update_state and history; what a user sees."""
+    graph = _counting_graph(checkpointer)
+    config = {"configurable": {"thread_id": "g1"}}
+    graph.invoke({"total": 0, "seen": []}, config)
+    graph.invoke({"total": 10, "seen": ["jump"]}, config)
+    graph.update_state(config, {"seen": ["edited"]})
+    history = list(graph.get_state_history(config))
+    return {
+        "values": graph.get_state(config).values,
+        "history": [(h.values, h.metadata["source"], h.metadata["step"]) for h in history],
+        "limited": len(list(graph.get_state_history(config, limit=2))),
+        "filtered": len(list(graph.get_state_history(config, filter={"source": "input"}))),
+    }
+
+
+def test_a_state_graph_behaves_as_with_langgraphs_own_saver(manager: MemoryManager,
+                                                            tmp_path: Path) -> None:
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    ours = _graph_story(HarombeSaver(manager))
+    with SqliteSaver.from_conn_string(str(tmp_path / "langgraph.db")) as control:
+        theirs = _graph_story(control)
+    assert ours == theirs
+    assert ours["values"] == {"total": 11, "seen": ["step 1", "jump", "step 11", "edited"]}
+    assert manager.get_messages("g1") == [], "a graph without messages adds none to its session"
+
+
+async def test_async_agent_runs_natively_on_both_backends(manager: MemoryManager) -> None:
+    model = RecordingChatModel(responses=["Hello Ann.", "You are Ann."])
+    agent = create_agent(model, checkpointer=HarombeSaver(manager))
+    config = {"configurable": {"thread_id": "a1", "user_id": "ann"}}
+    await agent.ainvoke({"messages": [HumanMessage("I am Ann")]}, config)
+    await agent.ainvoke({"messages": [HumanMessage("who am I?")]}, config)
+    assert [m.text for m in model.calls[1]] == ["I am Ann", "Hello Ann.", "who am I?"]
+    state = await agent.aget_state(config)
+    assert [m.text for m in state.values["messages"]][-1] == "You are Ann."
+    assert len([s async for s in agent.aget_state_history(config)]) >= 4
+    stored = await manager.aget_messages("a1")
+    assert [m.content for m in stored] == ["I am Ann", "Hello Ann.", "who am I?", "You are Ann."]
+
+
+def test_a_thread_has_one_owner(manager: MemoryManager) -> None:
+    model = RecordingChatModel(responses=["hi Ann"])
+    saver = HarombeSaver(manager)
+    agent = create_agent(model, checkpointer=saver)
+    ann = {"configurable": {"thread_id": "t1", "user_id": "ann"}}
+    bob = {"configurable": {"thread_id": "t1", "user_id": "bob"}}
+    agent.invoke({"messages": [HumanMessage("my PIN is 1234")]}, ann)
+    before = len(list(saver.list({"configurable": {"thread_id": "t1"}})))
+
+    with pytest.raises(SessionOwnershipError, match="another user"):
+        agent.invoke({"messages": [HumanMessage("what is my PIN?")]}, bob)
+    with pytest.raises(SessionOwnershipError):
+        agent.get_state(bob)
+    with pytest.raises(SessionOwnershipError):
+        list(agent.get_state_history(bob))
+    with pytest.raises(SessionOwnershipError):
+        agent.update_state(bob, {"messages": [HumanMessage("injected")]})
+    with pytest.raises(SessionOwnershipError):
+        saver.put_writes({"configurable": {**bob["configurable"], "checkpoint_ns": "",
+                                           "checkpoint_id": "x"}}, [("c", 1)], "task")
+
+    # Nothing was read for bob or written by him.
+    assert len(list(saver.list({"configurable": {"thread_id": "t1"}}))) == before
+    assert [m.content for m in manager.get_messages("t1")] == ["my PIN is 1234", "hi Ann"]
+    assert manager.load_session("t1").user_id == "ann"
+    # Code that names no user (maintenance, a config rebuilt from history) is not refused.
+    assert agent.get_state({"configurable": {"thread_id": "t1"}}).values["messages"]
+
+
+def test_the_threads_are_visible_to_the_harombe_command(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    from rich.console import Console
+
+    from harombe_core import cli
+
+    monkeypatch.setattr(cli, "console", Console(width=200))
+    db = str(tmp_path / "memory.db")
+    with MemoryManager(db, embedding=None) as mm:
+        agent = create_agent(
+            RecordingChatModel(responses=["Miso is a lovely name."]),
+            checkpointer=HarombeSaver(mm),
+        )
+        agent.invoke({"messages": [HumanMessage("My cat is called Miso")]},
+                     {"configurable": {"thread_id": "cats", "user_id": "ann"}})
+    runner = CliRunner()
+    sessions = runner.invoke(cli.app, ["sessions", "--db", db, "--user", "ann"])
+    assert sessions.exit_code == 0
+    assert "cats" in sessions.output
+    history = runner.invoke(cli.app, ["history", "cats", "--db", db])
+    assert "My cat is called Miso" in history.output
+    assert "Miso is a lovely name." in history.output
+    found = runner.invoke(cli.app, ["search", "miso", "--keyword", "--db", db])
+    assert found.exit_code == 0
+    assert "cats" in found.output
+
+
+def test_bad_input_is_refused_with_a_typed_error(manager: MemoryManager) -> None:
+    saver = HarombeSaver(manager)
+    with pytest.raises(InvalidInputError, match="thread_id"):
+        saver.get_tuple({"configurable": {}})
+    with pytest.raises(InvalidInputError, match="512"):
+        saver.get_tuple({"configurable": {"thread_id": "x" * 600}})
+    with pytest.raises(InvalidInputError, match="user_id"):
+        saver.get_tuple({"configurable": {"thread_id": "t", "user_id": ["ann"]}})
+    with pytest.raises(InvalidInputError, match="strategy"):
+        saver.prune(["t"], strategy="keep_oldest")
+    with pytest.raises(InvalidInputError, match="list"):
+        saver.delete_for_runs("run-1")
+    with pytest.raises(InvalidInputError, match="messages_key"):
+        HarombeSaver(manager, messages_key="")
+    with pytest.raises(InvalidInputError, match="manager"):
+        HarombeSaver(manager, storage_path="x.db")
