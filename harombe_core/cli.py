@@ -343,16 +343,17 @@ def migrate_command(
     batch_size: Annotated[int, typer.Option(help="Messages per transaction.")] = 500,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
 ) -> None:
-    """Copy sessions, messages, threads, summaries and store items between backends (resumable,
-    verified)."""
+    """Copy sessions, messages, threads, summaries, store items and checkpoints between backends
+    (resumable, verified)."""
     from harombe_core.migrate import migrate
 
     report = migrate(source, destination, batch_size=batch_size, progress=progress)
     console.print(
         f"migrated {report.sessions} sessions and {report.messages} messages "
         f"({report.copied_messages} copied now, {report.skipped_sessions} sessions already done) "
-        f"and {report.store_items} store items ({report.copied_store_items} copied now); "
-        "verified: counts and checksums match."
+        f"and {report.store_items} store items ({report.copied_store_items} copied now) "
+        f"and {report.checkpoint_rows} checkpoint rows ({report.copied_checkpoint_rows} copied "
+        "now); verified: counts and checksums match."
     )
 
 

@@ -197,12 +197,11 @@ class HarombeSaver(BaseCheckpointSaver[str]):
         return _next_config(plan)
 
     def _after_put(self, plan: PutPlan, result: dict[str, Any]) -> None:
-        head = plan.lists.get(self.messages_key)
         self._cache.remember(
             plan.thread_id,
-            plan.message_blobs(),
+            plan.written,
             epoch=result["epoch"],
-            keep=head.hashes if head is not None else (),
+            keep=plan.head_hashes(self.messages_key),
         )
         mirror = mirror_from_json(result["mirror"])
         if mirror is not None:
@@ -275,9 +274,10 @@ class HarombeSaver(BaseCheckpointSaver[str]):
         return self._assemble(loaded[0]) if loaded else None
 
     def _assemble(self, item: Loaded) -> CheckpointTuple:
-        self._cache.remember(item.row[0], [(h, *pair) for h, pair in item.messages.items()])
-        return assemble(self.serde, item.row, item.checkpoint, item.blobs, item.messages,
-                        item.writes)
+        if item.fetched:
+            self._cache.remember(item.row[0], [(h, *pair) for h, pair in item.fetched.items()])
+        return assemble(self.serde, item.row, item.checkpoint, item.blobs, item.refs,
+                        item.messages, item.writes)
 
     def _list_args(
         self,

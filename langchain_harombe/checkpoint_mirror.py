@@ -123,9 +123,9 @@ def reconcile(
     refs = head.refs
     if refs is None:
         refs = yield from load_refs(head.version)
-    new = split_refs(refs)
     if trusted and cached is not None and refs.startswith(cached.refs):
         kept, doomed = len(cached.refs) // HASH_SIZE, list[int]()
+        tail = split_refs(refs[len(cached.refs) :])
     else:
         rows = (
             yield step(
@@ -133,14 +133,16 @@ def reconcile(
                 (thread_id,),
             )
         ).rows
+        new = split_refs(refs)
         kept, doomed = diff(_mirrored(rows), new)
+        tail = new[kept:]
         trusted = False
     if head.messages is not None:
         appended = list(head.messages[kept:])
     else:
-        appended = yield from load_messages(new[kept:])
+        appended = yield from load_messages(tail)
     prepared = []
-    for message, digest in zip(appended, new[kept:], strict=True):
+    for message, digest in zip(appended, tail, strict=True):
         row = convert(message)
         row.metadata[MIRROR_KEY] = digest.hex()
         prepared.append(row)

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import operator
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -119,13 +118,15 @@ def _is_message_list(value: Any) -> bool:
 
 @dataclass(slots=True)
 class MessageList:
-    """A message-list channel of a checkpoint being put: its references and its messages."""
+    """A message-list channel of a checkpoint being put: its references and its messages
+    (``fresh``: the positions serialised by this put, whose blobs may not be stored yet)."""
 
     version: str
     refs: bytes
     hashes: list[bytes]
     blobs: list[tuple[str, bytes]]
     messages: list[BaseMessage]
+    fresh: list[int]
 
 
 @dataclass(slots=True)
@@ -148,13 +149,12 @@ class PutPlan:
     #: Channels whose value is kept in the checkpoint row itself.
     inline: frozenset[str] = frozenset()
 
-    def message_blobs(self) -> list[tuple[bytes, str, bytes]]:
-        """(hash, type, blob) of every message the checkpoint references."""
-        return [
-            (digest, type_, blob)
-            for entry in self.lists.values()
-            for digest, (type_, blob) in zip(entry.hashes, entry.blobs, strict=True)
-        ]
+    #: The message blobs the put's transaction wrote (set by it, for the cache).
+    written: list[tuple[bytes, str, bytes]] = field(default_factory=list)
+
+    def head_hashes(self, channel: str) -> list[bytes]:
+        entry = self.lists.get(channel)
+        return entry.hashes if entry is not None else []
 
 
 class BlobCache:
@@ -174,53 +174,57 @@ class BlobCache:
         return entry
 
     def serialise(
-        self, serde: SerializerProtocol, thread_id: str, messages: Sequence[BaseMessage]
-    ) -> tuple[list[bytes], list[tuple[str, bytes]]]:
-        """(hashes, (type, blob) pairs) of ``messages``.
+        self,
+        serde: SerializerProtocol,
+        thread_id: str,
+        key: tuple[str, str],
+        messages: Sequence[BaseMessage],
+    ) -> tuple[list[bytes], list[tuple[str, bytes]], list[int]]:
+        """(hashes, (type, blob) pairs, fresh positions) of channel ``key``'s ``messages``.
 
-        A message this process serialised before for the thread, still the same object with
-        the same field values (``is``: a field set to a new value, as LangChain's
-        human-in-the-loop edit does, is seen), is not serialised again; so a step costs the
-        messages it added or replaced, not the whole list. (A message mutated deep inside one
-        of its fields, such as a tool call's argument dict edited in place, is not seen:
-        LangGraph state is updated by returning new messages, not by mutating stored ones.)
+        The longest prefix of the list that this process serialised last time for the same
+        thread and channel, message for message with the same field values (by identity, or
+        equal: a field set to a new value, as LangChain's human-in-the-loop edit does, is
+        seen), is not serialised again; so a step costs the messages it added or replaced,
+        not the whole list. (A message mutated deep inside one of its fields, such as a tool
+        call's argument dict edited in place, is not seen: LangGraph state is updated by
+        returning new messages, not by mutating stored ones.)
         """
+        values = [(type(m), *m.__dict__.values()) for m in messages]
         with self._lock:
-            seen = self._thread(thread_id).by_id  # read without the lock: dict.get is atomic
+            previous = self._thread(thread_id).lists.get(key)
+        same = 0
         hashes: list[bytes] = []
         dumped: list[tuple[str, bytes]] = []
-        fresh: dict[str, _Seen] = {}
-        for message in messages:
-            key = message.id
-            known = seen.get(key) if key is not None else None
-            if known is not None and known.message is message and known.same_fields(message):
-                hashes.append(known.digest)
-                dumped.append((known.type, known.blob))
-                continue
-            type_, blob = serde.dumps_typed(message)
-            if known is not None and known.blob == blob and known.type == type_:
-                digest = known.digest
-            else:
-                digest = message_hash(type_, blob)
-            if key is not None:
-                fresh[key] = _Seen(message, tuple(message.__dict__.values()), type_, blob, digest)
-            hashes.append(digest)
+        if previous is not None:
+            same = min(len(previous.values), len(values))
+            if values[:same] != previous.values[:same]:
+                same = next(i for i in range(same) if values[i] != previous.values[i])
+            hashes, dumped = previous.hashes[:same], previous.blobs[:same]
+        fresh = list(range(same, len(messages)))
+        for index in fresh:
+            type_, blob = serde.dumps_typed(messages[index])
+            hashes.append(message_hash(type_, blob))
             dumped.append((type_, blob))
-        if fresh:
-            with self._lock:
-                self._thread(thread_id).by_id.update(fresh)
-        return hashes, dumped
+        with self._lock:
+            self._thread(thread_id).lists[key] = _Serialised(values, hashes, dumped)
+        return hashes, dumped, fresh
 
     def unwritten(
-        self, thread_id: str, epoch: str, blobs: Sequence[tuple[bytes, str, bytes]]
+        self, thread_id: str, epoch: str, plan: PutPlan
     ) -> list[tuple[bytes, str, bytes]]:
-        """The ``blobs`` not known to be stored under ``epoch`` (all of them, if it changed)."""
+        """The message blobs of ``plan`` not known to be stored under ``epoch``."""
         with self._lock:
             entry = self._threads.get(thread_id)
-            if entry is None or entry.epoch != epoch:
-                return list(blobs)
-            written = entry.written
-            return [b for b in blobs if b[0] not in written]
+            written = entry.written if entry is not None and entry.epoch == epoch else set()
+            rows: list[tuple[bytes, str, bytes]] = []
+            for item in plan.lists.values():
+                rows += [(item.hashes[i], *item.blobs[i]) for i in item.fresh]
+                stale = set(item.hashes) - written - {item.hashes[i] for i in item.fresh}
+                if stale:  # a new epoch, or blobs of a put that did not commit
+                    rows += [(h, *b) for h, b in zip(item.hashes, item.blobs, strict=True)
+                             if h in stale]
+        return rows
 
     def remember(
         self,
@@ -257,15 +261,13 @@ class BlobCache:
         self._bytes += size - entry.size
         entry.blobs, entry.size = kept, size
         entry.written &= keep
-        entry.by_id = {k: v for k, v in entry.by_id.items() if v.digest in keep}
 
-    def known(self, thread_id: str, hashes: Sequence[bytes]) -> dict[bytes, tuple[str, bytes]]:
-        """The blobs among ``hashes`` held in memory."""
+    def blobs_of(self, thread_id: str) -> Mapping[bytes, tuple[str, bytes]]:
+        """The thread's blobs held in memory, by hash (a mapping only ever added to; read it
+        without the lock: its replacement by a trim leaves it intact)."""
         with self._lock:
             entry = self._threads.get(thread_id)
-            if entry is None:
-                return {}
-            return {h: entry.blobs[h] for h in hashes if h in entry.blobs}
+            return {} if entry is None else entry.blobs
 
     def mirror(self, thread_id: str) -> Any:
         """What this process last mirrored into the thread's session (a ``Mirror``), or None."""
@@ -287,20 +289,13 @@ class BlobCache:
 
 
 @dataclass(slots=True)
-class _Seen:
-    """A message as last serialised: the object, its field values, its blob and hash."""
+class _Serialised:
+    """A message list as last serialised: each message's class and field values, hashes and
+    blobs, position by position."""
 
-    message: BaseMessage
-    values: tuple[Any, ...]
-    type: str
-    blob: bytes
-    digest: bytes
-
-    def same_fields(self, message: BaseMessage) -> bool:
-        current = message.__dict__
-        return len(current) == len(self.values) and all(
-            map(operator.is_, self.values, current.values())
-        )
+    values: list[tuple[Any, ...]]
+    hashes: list[bytes]
+    blobs: list[tuple[str, bytes]]
 
 
 @dataclass(slots=True)
@@ -308,7 +303,7 @@ class _ThreadBlobs:
     epoch: str | None = None
     written: set[bytes] = field(default_factory=set)
     blobs: dict[bytes, tuple[str, bytes]] = field(default_factory=dict)
-    by_id: dict[str, _Seen] = field(default_factory=dict)
+    lists: dict[tuple[str, str], _Serialised] = field(default_factory=dict)
     mirror: Any = None
     size: int = 0
 
@@ -335,9 +330,9 @@ def plan_put(
         if version is None:
             continue  # unchanged: its blob was written by the put that changed it
         if _is_message_list(value):
-            hashes, dumped = cache.serialise(serde, thread_id, value)
+            hashes, dumped, fresh = cache.serialise(serde, thread_id, (namespace, channel), value)
             refs = b"".join(hashes)
-            lists[channel] = MessageList(str(version), refs, hashes, dumped, value)
+            lists[channel] = MessageList(str(version), refs, hashes, dumped, value, fresh)
             plan_blobs.append((channel, str(version), REFS_TYPE, refs))
         else:
             plan_blobs.append((channel, str(version), *serde.dumps_typed(value)))
@@ -382,21 +377,23 @@ def assemble(
     row: Sequence[Any],
     checkpoint: Checkpoint,
     blobs: Mapping[tuple[str, str], tuple[str, bytes | None]],
+    refs: Mapping[tuple[str, str], list[bytes]],
     messages: Mapping[bytes, tuple[str, bytes]],
     writes: Sequence[Sequence[Any]],
 ) -> CheckpointTuple:
     """A CheckpointTuple from its row ``(thread_id, ns, id, parent_id, metadata, ...)``, its
-    decoded checkpoint, channel blobs, message blobs and pending writes."""
+    decoded checkpoint, channel blobs, message-list hashes, message blobs and pending
+    writes."""
     thread_id, namespace, checkpoint_id, parent_id, metadata = row[:5]
     values = checkpoint["channel_values"]
-    for channel, version in needed_blobs(checkpoint):
-        type_, blob = blobs.get((channel, version), ("", None))
+    loads = serde.loads_typed
+    for key, (type_, blob) in blobs.items():
         if blob is None:
             continue
         if type_ == REFS_TYPE:
-            values[channel] = [serde.loads_typed(messages[h]) for h in split_refs(blob)]
+            values[key[0]] = [loads(messages[h]) for h in refs.get(key, ())]
         else:
-            values[channel] = serde.loads_typed((type_, blob))
+            values[key[0]] = loads((type_, blob))
     return CheckpointTuple(
         config={
             "configurable": {

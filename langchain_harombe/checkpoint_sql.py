@@ -17,8 +17,8 @@ as the row lock of ``add_messages`` does.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from langchain_core.messages import BaseMessage
@@ -67,13 +67,17 @@ _COPY = {
 
 @dataclass(slots=True)
 class Loaded:
-    """What one stored checkpoint needs to become a CheckpointTuple (see ``assemble``)."""
+    """What one stored checkpoint needs to become a CheckpointTuple (see ``assemble``):
+    its row and decoded checkpoint, channel blobs, the hashes of its message lists, message
+    blobs by hash (``fetched``: those read from the database) and pending writes."""
 
     row: tuple[Any, ...]
     checkpoint: Checkpoint
-    blobs: dict[tuple[str, str], tuple[str, bytes | None]]
-    messages: dict[bytes, tuple[str, bytes]]
-    writes: list[tuple[str, str, str, bytes]]
+    blobs: dict[tuple[str, str], tuple[str, bytes | None]] = field(default_factory=dict)
+    refs: dict[tuple[str, str], list[bytes]] = field(default_factory=dict)
+    messages: Mapping[bytes, tuple[str, bytes]] = field(default_factory=dict)
+    fetched: dict[bytes, tuple[str, bytes]] = field(default_factory=dict)
+    writes: list[tuple[str, str, str, bytes]] = field(default_factory=list)
 
 
 def _keys(keys: Sequence[tuple[Any, ...]]) -> str:
@@ -129,10 +133,10 @@ class CheckpointTables:
             )
             state = replace(state, epoch=epoch)
         assert state.epoch is not None
-        missing = self.cache.unwritten(thread_id, state.epoch, plan.message_blobs())
+        plan.written = self.cache.unwritten(thread_id, state.epoch, plan)
         yield from self._insert(
             "checkpoint_message_blobs (thread_id, hash, type, blob)",
-            [(thread_id, *blob) for blob in missing],
+            [(thread_id, *blob) for blob in plan.written],
             "(thread_id, hash) DO NOTHING",
         )
         yield from self._insert(
@@ -437,15 +441,16 @@ class CheckpointTables:
         return bytes(rows[0][1])
 
     def _messages(self, thread_id: str, hashes: list[bytes]) -> Body[list[BaseMessage]]:
-        blobs = yield from self._message_blobs(thread_id, hashes)
+        blobs, _ = yield from self._message_blobs(thread_id, hashes)
         return [self.serde.loads_typed(blobs[h]) for h in hashes]
 
     def _message_blobs(
         self, thread_id: str, hashes: Iterable[bytes]
-    ) -> Body[dict[bytes, tuple[str, bytes]]]:
-        wanted = list(dict.fromkeys(hashes))
-        found = self.cache.known(thread_id, wanted)
-        missing = [h for h in wanted if h not in found]
+    ) -> Body[tuple[Mapping[bytes, tuple[str, bytes]], dict[bytes, tuple[str, bytes]]]]:
+        """(blobs of ``hashes`` by hash, those of them read from the database)."""
+        cached = self.cache.blobs_of(thread_id)
+        missing = [h for h in dict.fromkeys(hashes) if h not in cached]
+        fetched: dict[bytes, tuple[str, bytes]] = {}
         for chunk in _chunks(missing, 500):
             rows = (
                 yield self.runner.step(
@@ -454,8 +459,8 @@ class CheckpointTables:
                     (thread_id, *chunk),
                 )
             ).rows
-            found.update((bytes(r[0]), (r[1], bytes(r[2]))) for r in rows)
-        return found
+            fetched.update((bytes(r[0]), (r[1], bytes(r[2]))) for r in rows)
+        return ({**cached, **fetched} if fetched else cached), fetched
 
     def _load(self, rows: Sequence[Any]) -> Body[list[Loaded]]:
         """Blobs, message blobs and pending writes of these checkpoint rows."""
@@ -463,7 +468,7 @@ class CheckpointTables:
             return []
         step = self.runner.step
         loaded = [
-            Loaded(tuple(r), self.serde.loads_typed((r[5], bytes(r[6]))), {}, {}, [])
+            Loaded(tuple(r), self.serde.loads_typed((r[5], bytes(r[6]))))
             for r in rows
         ]
         wanted = list(
@@ -486,12 +491,16 @@ class CheckpointTables:
             ).rows
             for r in found:
                 blobs[(r[0], r[1], r[2], r[3])] = (r[4], None if r[5] is None else bytes(r[5]))
-        refs: dict[str, list[bytes]] = {}
-        for (thread_id, _, _, _), (type_, blob) in blobs.items():
-            if type_ == REFS_TYPE and blob:
-                refs.setdefault(thread_id, []).extend(split_refs(blob))
-        messages: dict[str, dict[bytes, tuple[str, bytes]]] = {}
-        for thread_id, hashes in refs.items():
+        refs: dict[tuple[str, str, str, str], list[bytes]] = {
+            key: split_refs(blob)
+            for key, (type_, blob) in blobs.items()
+            if type_ == REFS_TYPE and blob is not None
+        }
+        threads: dict[str, list[bytes]] = {}
+        for key, hashes in refs.items():
+            threads.setdefault(key[0], []).extend(hashes)
+        messages: dict[str, tuple[Mapping[bytes, tuple[str, bytes]], dict[bytes, Any]]] = {}
+        for thread_id, hashes in threads.items():
             messages[thread_id] = yield from self._message_blobs(thread_id, hashes)
         keys = list(dict.fromkeys((item.row[0], item.row[1], item.row[2]) for item in loaded))
         writes: dict[tuple[str, str, str], list[tuple[str, str, str, bytes]]] = {}
@@ -515,7 +524,12 @@ class CheckpointTables:
                 for channel, version in needed_blobs(item.checkpoint)
                 if (thread_id, namespace, channel, version) in blobs
             }
-            item.messages = messages.get(thread_id, {})
+            item.refs = {
+                (channel, version): refs[(thread_id, namespace, channel, version)]
+                for channel, version in item.blobs
+                if (thread_id, namespace, channel, version) in refs
+            }
+            item.messages, item.fetched = messages.get(thread_id, ({}, {}))
             item.writes = writes.get((thread_id, namespace, item.row[2]), [])
         return loaded
 

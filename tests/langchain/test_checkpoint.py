@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
@@ -61,21 +60,9 @@ def _shape(messages: list[BaseMessage]) -> list[tuple[str, str, str | None]]:
     return [(m.type, m.text, m.id) for m in messages]
 
 
-@pytest.fixture(params=["file", "postgres"])
-def location(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A database: a SQLite file, or a fresh PostgreSQL database."""
-    if request.param == "postgres":
-        return str(request.getfixturevalue("pg_url"))
-    return str(tmp_path / "memory.db")
-
-
 @pytest.fixture
-def manager(location: str) -> Iterator[MemoryManager]:
-    mm = MemoryManager(location, embedding=None)
-    try:
-        yield mm
-    finally:
-        mm.close()
+def manager(backend_manager: MemoryManager) -> MemoryManager:
+    return backend_manager
 
 
 def test_an_agent_thread_resumes_in_another_process(location: str) -> None:

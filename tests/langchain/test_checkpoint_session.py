@@ -3,7 +3,6 @@ every kind of change, and costs only the new messages per step."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,17 +33,9 @@ from langchain_harombe.checkpoint_mirror import MIRROR_KEY
 from langchain_harombe.convert import PARTIAL_KEY
 
 
-@pytest.fixture(params=["file", "postgres"])
-def manager(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MemoryManager]:
-    if request.param == "postgres":
-        location = str(request.getfixturevalue("pg_url"))
-    else:
-        location = str(tmp_path / "memory.db")
-    mm = MemoryManager(location, embedding=None)
-    try:
-        yield mm
-    finally:
-        mm.close()
+@pytest.fixture
+def manager(backend_manager: MemoryManager) -> MemoryManager:
+    return backend_manager
 
 
 def _echo_graph(saver: HarombeSaver) -> Any:
