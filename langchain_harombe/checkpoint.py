@@ -59,6 +59,7 @@ import random
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import contextmanager
 from functools import partial
 from typing import Any
 
@@ -147,6 +148,21 @@ class HarombeSaver(BaseCheckpointSaver[str]):
         self.messages_key = messages_key
         self._cache = BlobCache(cache_bytes)
         self._tables = self._make_tables()
+
+    @classmethod
+    @contextmanager
+    def from_conn_string(cls, conn_string: str, **options: Any) -> Iterator[HarombeSaver]:
+        """A saver on its own manager for a database path or ``postgresql://`` URL, closed on
+        exit (as LangGraph's ``SqliteSaver.from_conn_string``)."""
+        saver = cls(storage_path=conn_string, **options)
+        try:
+            yield saver
+        finally:
+            saver.close()
+
+    def setup(self) -> None:
+        """Nothing to do: the tables are created by the database's schema migrations when it
+        is opened. (Kept so code written for LangGraph's savers runs unchanged.)"""
 
     def _make_tables(self) -> CheckpointTables:
         return CheckpointTables(

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import struct
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -41,6 +42,7 @@ from langgraph.checkpoint.base import (
     get_serializable_checkpoint_metadata,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from harombe_core.errors import InvalidInputError
 
@@ -75,7 +77,28 @@ def message_hash(type_: str, blob: bytes) -> bytes:
 
 def split_refs(refs: bytes) -> list[bytes]:
     """The hashes packed in a references blob, in order."""
-    return [refs[i : i + HASH_SIZE] for i in range(0, len(refs), HASH_SIZE)]
+    return [digest for (digest,) in _HASHES.iter_unpack(refs)]
+
+
+_HASHES = struct.Struct(f"{HASH_SIZE}s")
+
+
+def load_messages(serde: SerializerProtocol, blobs: list[tuple[str, bytes]]) -> list[Any]:
+    """The messages of these blobs, as the serde reads a stored list of them.
+
+    A list the JSON-plus serde writes is a msgpack array header followed by each element as
+    it writes it alone, so blobs of that type are joined under one header and read in one
+    call, exactly as a checkpointer storing the whole list would read it; others one by one.
+    """
+    if isinstance(serde, JsonPlusSerializer) and all(t == "msgpack" for t, _ in blobs):
+        count = len(blobs)
+        header = bytes([0x90 | count]) if count < 16 else (
+            b"\xdc" + count.to_bytes(2, "big") if count < 65536
+            else b"\xdd" + count.to_bytes(4, "big")
+        )
+        value = serde.loads_typed(("msgpack", header + b"".join(b for _, b in blobs)))
+        return list(value)
+    return [serde.loads_typed(blob) for blob in blobs]
 
 
 def checked_id(value: Any, what: str) -> str:
@@ -391,7 +414,7 @@ def assemble(
         if blob is None:
             continue
         if type_ == REFS_TYPE:
-            values[key[0]] = [loads(messages[h]) for h in refs.get(key, ())]
+            values[key[0]] = load_messages(serde, [messages[h] for h in refs.get(key, ())])
         else:
             values[key[0]] = loads((type_, blob))
     return CheckpointTuple(

@@ -33,6 +33,7 @@ from langchain_harombe.checkpoint_rows import (
     REFS_TYPE,
     BlobCache,
     PutPlan,
+    load_messages,
     needed_blobs,
     split_refs,
 )
@@ -442,14 +443,14 @@ class CheckpointTables:
 
     def _messages(self, thread_id: str, hashes: list[bytes]) -> Body[list[BaseMessage]]:
         blobs, _ = yield from self._message_blobs(thread_id, hashes)
-        return [self.serde.loads_typed(blobs[h]) for h in hashes]
+        return load_messages(self.serde, [blobs[h] for h in hashes])
 
     def _message_blobs(
         self, thread_id: str, hashes: Iterable[bytes]
     ) -> Body[tuple[Mapping[bytes, tuple[str, bytes]], dict[bytes, tuple[str, bytes]]]]:
         """(blobs of ``hashes`` by hash, those of them read from the database)."""
         cached = self.cache.blobs_of(thread_id)
-        missing = [h for h in dict.fromkeys(hashes) if h not in cached]
+        missing = list(set(hashes).difference(cached.keys()))
         fetched: dict[bytes, tuple[str, bytes]] = {}
         for chunk in _chunks(missing, 500):
             rows = (

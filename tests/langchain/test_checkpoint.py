@@ -27,7 +27,7 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.graph import END, START, StateGraph
 from typer.testing import CliRunner
 
-from harombe_core.errors import InvalidInputError, SessionOwnershipError
+from harombe_core.errors import InvalidInputError, SessionOwnershipError, StoreError
 from harombe_core.manager import MemoryManager
 from langchain_harombe import HarombeSaver, RecordingChatModel, to_langchain
 
@@ -242,6 +242,20 @@ def test_the_threads_are_visible_to_the_harombe_command(tmp_path: Path,
     found = runner.invoke(cli.app, ["search", "miso", "--keyword", "--db", db])
     assert found.exit_code == 0
     assert "cats" in found.output
+
+
+def test_a_saver_from_a_connection_string(tmp_path: Path) -> None:
+    path = str(tmp_path / "memory.db")
+    with HarombeSaver.from_conn_string(path) as saver:
+        saver.setup()
+        graph = _counting_graph(saver)
+        graph.invoke({"total": 1, "seen": []}, {"configurable": {"thread_id": "g"}})
+    with HarombeSaver.from_conn_string(path) as saver:
+        found = saver.get_tuple({"configurable": {"thread_id": "g"}})
+        assert found is not None
+        assert found.checkpoint["channel_values"]["total"] == 2
+    with pytest.raises(StoreError, match="closed"):
+        saver.get_tuple({"configurable": {"thread_id": "g"}})
 
 
 def test_bad_input_is_refused_with_a_typed_error(manager: MemoryManager) -> None:
