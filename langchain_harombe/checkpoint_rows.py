@@ -10,15 +10,15 @@ A checkpoint is split the way LangGraph's PostgresSaver splits it, plus one step
   per message, to blobs kept once per thread (``checkpoint_message_blobs``, keyed by a hash of
   the serialised message). A step that appends one message to a thread of a thousand writes one
   message blob and 16 KB of references, where a checkpointer storing the list writes the whole
-  list again; reading rebuilds the list from the blobs, each deserialised by the saver's serde
-  exactly as a stored list would be.
+  list again; reading joins the blobs back into the bytes of the whole list and deserialises
+  them in one call with the saver's serde, as a stored list would be read.
 
-A serialised message is compared with the bytes this process last wrote for the same message
-id, so its hash is only computed when it changed. :class:`BlobCache` keeps those bytes (they are
-immutable under their hash, so keeping them is always safe) and remembers, per thread, which
-blobs are known to be in the database under the thread's current ``blob_epoch``; the epoch
-changes whenever blobs may have been deleted, so a stale memory can never leave a reference
-without its blob.
+:class:`BlobCache` remembers, per thread and channel, the list it last serialised (each
+message's class and field values, hashes and blobs), so a put serialises only the messages
+that are new or changed; it keeps the blobs themselves for reads (immutable under their hash,
+so keeping them is always safe) and which blobs are known to be stored under the thread's
+current ``blob_epoch``. The epoch changes whenever blobs may have been deleted, so a stale
+memory can never leave a reference without its blob.
 """
 
 from __future__ import annotations
@@ -54,7 +54,10 @@ __all__ = [
     "PutPlan",
     "assemble",
     "checked_id",
+    "config_user",
+    "load_messages",
     "message_hash",
+    "needed_blobs",
     "plan_put",
     "split_refs",
     "thread_key",

@@ -41,6 +41,8 @@ from langchain_harombe.checkpoint_rows import (
 __all__ = ["CheckpointTables", "Loaded"]
 
 _CHUNK = 200
+#: Message blobs to read from which one pass over the thread's blobs is cheaper.
+_SCAN_FROM = 256
 _ROW = (
     "c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id, c.metadata, "
     "c.type, c.checkpoint, s.user_id"
@@ -450,8 +452,21 @@ class CheckpointTables:
     ) -> Body[tuple[Mapping[bytes, tuple[str, bytes]], dict[bytes, tuple[str, bytes]]]]:
         """(blobs of ``hashes`` by hash, those of them read from the database)."""
         cached = self.cache.blobs_of(thread_id)
-        missing = list(set(hashes).difference(cached.keys()))
+        wanted = set(hashes).difference(cached.keys())
+        missing = list(wanted)
         fetched: dict[bytes, tuple[str, bytes]] = {}
+        if len(missing) > _SCAN_FROM:
+            # Many blobs: one pass over the thread's blobs beats a lookup per hash.
+            rows = (
+                yield self.runner.step(
+                    "SELECT hash, type, blob FROM checkpoint_message_blobs WHERE thread_id = ?",
+                    (thread_id,),
+                )
+            ).rows
+            fetched = {
+                digest: (r[1], bytes(r[2])) for r in rows if (digest := bytes(r[0])) in wanted
+            }
+            missing = []
         for chunk in _chunks(missing, 500):
             rows = (
                 yield self.runner.step(

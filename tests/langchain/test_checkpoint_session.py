@@ -134,6 +134,23 @@ def test_a_step_writes_only_its_new_messages(manager: MemoryManager) -> None:
     _assert_mirrors(saver, manager, "long")
 
 
+def test_a_new_saver_reads_a_long_thread_back(manager: MemoryManager) -> None:
+    writer = HarombeSaver(manager)
+    graph = _echo_graph(writer)
+    config = {"configurable": {"thread_id": "long"}}
+    many = [HumanMessage(f"note {n}", id=f"n{n}") for n in range(300)]
+    graph.update_state(config, {"messages": many})
+    graph.invoke({"messages": [HumanMessage("done")]}, config)
+    warm = writer.get_tuple(config)
+    cold = HarombeSaver(manager).get_tuple(config)  # nothing in its memory: all from the database
+    assert warm is not None
+    assert cold is not None
+    assert cold.checkpoint["channel_values"]["messages"] == warm.checkpoint["channel_values"][
+        "messages"]
+    assert len(cold.checkpoint["channel_values"]["messages"]) == 302
+    _assert_mirrors(writer, manager, "long")
+
+
 def test_two_savers_on_one_database_never_leave_the_session_stale(
     manager: MemoryManager, tmp_path: Path
 ) -> None:
