@@ -24,7 +24,8 @@ from langchain_core.messages import (
     messages_from_dict,
 )
 from langgraph.checkpoint.base import BaseCheckpointSaver
-from langgraph.graph import END, START, StateGraph
+from langgraph.graph import END, START, MessagesState, StateGraph
+from langgraph.types import Command, interrupt
 from typer.testing import CliRunner
 
 from harombe_core.errors import InvalidInputError, SessionOwnershipError, StoreError
@@ -172,6 +173,53 @@ def test_a_state_graph_behaves_as_with_langgraphs_own_saver(manager: MemoryManag
     assert ours == theirs
     assert ours["values"] == {"total": 11, "seen": ["step 1", "jump", "step 11", "edited"]}
     assert manager.get_messages("g1") == [], "a graph without messages adds none to its session"
+
+
+def _interrupt_story(saver: BaseCheckpointSaver, fresh: BaseCheckpointSaver) -> dict[str, Any]:
+    """A graph that stops for a human, resumed through another saver on the same database,
+    and a parent graph whose node is a subgraph with its own messages."""
+
+    def ask(state: MessagesState) -> dict[str, Any]:
+        answer = interrupt({"question": "approve?"})
+        return {"messages": [AIMessage(f"human said {answer}")]}
+
+    inner = StateGraph(MessagesState)
+    inner.add_node("ask", ask)
+    inner.add_edge(START, "ask")
+    outer = StateGraph(MessagesState)
+    outer.add_node("inner", inner.compile())
+    outer.add_edge(START, "inner")
+    config = {"configurable": {"thread_id": "hitl"}}
+    first = outer.compile(checkpointer=saver).invoke(
+        {"messages": [HumanMessage("deploy")]}, config
+    )
+    resumed_graph = outer.compile(checkpointer=fresh)
+    pending = resumed_graph.get_state(config, subgraphs=True)
+    done = resumed_graph.invoke(Command(resume="yes"), config)
+    return {
+        "interrupts": [i.value for i in first["__interrupt__"]],
+        "pending": [t.name for t in pending.tasks],
+        "subgraph_state": [
+            m.text for t in pending.tasks if t.state for m in t.state.values["messages"]
+        ],
+        "answer": done["messages"][-1].text,
+        "history": len(list(resumed_graph.get_state_history(config))),
+    }
+
+
+def test_interrupts_and_subgraphs_behave_as_with_langgraphs_own_saver(
+    manager: MemoryManager, tmp_path: Path
+) -> None:
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    ours = _interrupt_story(HarombeSaver(manager), HarombeSaver(manager))
+    path = str(tmp_path / "langgraph.db")
+    with SqliteSaver.from_conn_string(path) as one, SqliteSaver.from_conn_string(path) as two:
+        theirs = _interrupt_story(one, two)
+    assert ours == theirs
+    assert ours["answer"] == "human said yes"
+    assert ours["interrupts"] == [{"question": "approve?"}]
+    assert [m.content for m in manager.get_messages("hitl")] == ["deploy", "human said yes"]
 
 
 async def test_async_agent_runs_natively_on_both_backends(manager: MemoryManager) -> None:
