@@ -176,6 +176,13 @@ class Contender:
     fresh: Callable[[], BaseCheckpointSaver] | None = None
     puts: list[float] = field(default_factory=list)
 
+    @property
+    def latest(self) -> dict[str, Any]:
+        """The config that reads the thread's newest checkpoint (as the same user)."""
+        newest = dict(self.config["configurable"])
+        newest.pop("checkpoint_id", None)
+        return {"configurable": newest}
+
     def step(self, thread: Thread, index: int) -> None:
         checkpoint, metadata, new_versions, write = thread.steps[index]
         if "checkpoint_id" in self.config["configurable"]:
@@ -191,7 +198,6 @@ def measure(
 ) -> Iterator[Row]:
     """Feed every contender the thread in lockstep (alternating who goes first) and time each
     at each length, interleaving their reads, so a load change hits both alike."""
-    latest = {"configurable": {"thread_id": thread.thread_id, "checkpoint_ns": ""}}
     wanted = set(lengths)
     gc.disable()
     try:
@@ -207,15 +213,16 @@ def measure(
             cold: dict[str, list[float]] = {c.name: [] for c in contenders}
             for _ in range(args.repeat):
                 for c in contenders:
-                    got[c.name].append(timed(lambda c=c: c.saver.get_tuple(latest)))
-                    listed[c.name].append(
-                        timed(lambda c=c: list(c.saver.list(latest, limit=args.list_limit)))
-                    )
+                    latest = c.latest
+                    got[c.name].append(timed(lambda c=c, k=latest: c.saver.get_tuple(k)))
+                    listed[c.name].append(timed(
+                        lambda c=c, k=latest: list(c.saver.list(k, limit=args.list_limit))
+                    ))
                     if c.fresh is not None:
                         fresh = c.fresh()
-                        cold[c.name].append(timed(lambda f=fresh: f.get_tuple(latest)))
+                        cold[c.name].append(timed(lambda f=fresh, k=latest: f.get_tuple(k)))
             for c in contenders:
-                check = c.saver.get_tuple(latest)
+                check = c.saver.get_tuple(c.latest)
                 assert check is not None
                 assert len(check.checkpoint["channel_values"]["messages"]) == steps
                 window = c.puts[-args.window :]

@@ -374,7 +374,10 @@ def chat_command(
     session: Annotated[
         str | None, typer.Option("--session", "-s", help="Session to continue (default: new).")
     ] = None,
-    user: Annotated[str | None, typer.Option("--user", help="Owner of the session.")] = None,
+    user: Annotated[
+        str | None,
+        typer.Option("--user", help="Act as this user: only their sessions are used and searched."),
+    ] = None,
     system: Annotated[str | None, typer.Option("--system", help="System prompt.")] = None,
     max_tokens: Annotated[int, typer.Option(help="Token budget of the context sent.")] = 4096,
     embedding: Annotated[

@@ -43,12 +43,15 @@ Why this is stored twice without ever disagreeing:
   the checkpoint keeps it whole.
 
 Deleting a thread's session with harombe (``harombe sessions``, ``prune_old_sessions``) deletes its
-checkpoints too: a thread and its session are one thing. A session belongs to one user: any
-call (run, ``get_state``, ``update_state``...) whose ``configurable["user_id"]`` differs from
-the owner's is refused with :class:`~harombe_core.errors.SessionOwnershipError`, before anything
-is read or written. A call that names no user asserts no identity and is not checked (as with
-any LangGraph checkpointer, the thread id is then the key): configs rebuilt from a checkpoint
-(``get_state_history``) carry no user, and maintenance code must keep working.
+checkpoints too: a thread and its session are one thing. A session belongs to one user, and the
+saver, like every adapter, acts for the run's user (``configurable["user_id"]``; LangGraph does
+not hand a checkpointer the runtime context): a call (run, ``get_state``, ``update_state``...)
+naming another user, or naming none on a user's thread, is refused with
+:class:`~harombe_core.errors.SessionOwnershipError` before anything is read or written. The
+configs it hands back (``get_state_history``, time travel) name the thread's owner, so they act
+for that user. Calls that take no config (``delete_thread``, ``copy_thread``, ``prune``,
+``delete_for_runs``) are the application's own; ``list`` without a thread lists every thread, or
+the named user's.
 """
 
 from __future__ import annotations
@@ -84,6 +87,7 @@ from langchain_harombe.checkpoint_rows import (
     PutPlan,
     assemble,
     checked_id,
+    checkpoint_config,
     config_user,
     plan_put,
     thread_key,
@@ -510,13 +514,7 @@ class _Listing:
 
 
 def _next_config(plan: PutPlan) -> RunnableConfig:
-    return {
-        "configurable": {
-            "thread_id": plan.thread_id,
-            "checkpoint_ns": plan.namespace,
-            "checkpoint_id": plan.checkpoint_id,
-        }
-    }
+    return checkpoint_config(plan.thread_id, plan.namespace, plan.checkpoint_id, plan.user_id)
 
 
 def _run_ids(run_ids: Sequence[str]) -> list[str]:

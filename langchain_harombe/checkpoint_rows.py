@@ -54,6 +54,7 @@ __all__ = [
     "PutPlan",
     "assemble",
     "checked_id",
+    "checkpoint_config",
     "config_user",
     "load_messages",
     "message_hash",
@@ -420,29 +421,32 @@ def assemble(
             values[key[0]] = load_messages(serde, [messages[h] for h in refs.get(key, ())])
         else:
             values[key[0]] = loads((type_, blob))
+    owner = row[7] if len(row) > 7 else None
     return CheckpointTuple(
-        config={
-            "configurable": {
-                "thread_id": thread_id,
-                "checkpoint_ns": namespace,
-                "checkpoint_id": checkpoint_id,
-            }
-        },
+        config=_config(thread_id, namespace, checkpoint_id, owner),
         checkpoint=checkpoint,
         metadata=cast(CheckpointMetadata, json.loads(metadata)),
-        parent_config=(
-            {
-                "configurable": {
-                    "thread_id": thread_id,
-                    "checkpoint_ns": namespace,
-                    "checkpoint_id": parent_id,
-                }
-            }
-            if parent_id
-            else None
-        ),
+        parent_config=_config(thread_id, namespace, parent_id, owner) if parent_id else None,
         pending_writes=[
             (task_id, channel, serde.loads_typed((type_, bytes(blob))))
             for task_id, channel, type_, blob in writes
         ],
     )
+
+
+def checkpoint_config(
+    thread_id: str, namespace: str, checkpoint_id: str, owner: str | None
+) -> RunnableConfig:
+    """The config of a stored checkpoint: it names the thread's owner, so a config handed
+    back by LangGraph (state history, time travel) acts for that user."""
+    configurable: dict[str, Any] = {
+        "thread_id": thread_id,
+        "checkpoint_ns": namespace,
+        "checkpoint_id": checkpoint_id,
+    }
+    if owner is not None:
+        configurable["user_id"] = owner
+    return {"configurable": configurable}
+
+
+_config = checkpoint_config

@@ -8,8 +8,8 @@ snapshot. Nothing here serialises or deserialises values beyond a checkpoint's o
 (:mod:`langchain_harombe.checkpoint_rows` does that before and after the transaction).
 
 A thread is the session of the same id, so writes first create the session if needed (owned by
-the run's user), then read it locked and check its owner (a call naming another user is
-refused; one naming no user asserts no identity and is not checked). That lock (``FOR UPDATE`` on
+the run's user), then read it locked and check its owner: a saver acts for the run's user, so
+a call naming another user, or none on a user's thread, is refused. That lock (``FOR UPDATE`` on
 PostgreSQL; SQLite's write transactions lock the file) orders two processes writing one thread,
 as the row lock of ``add_messages`` does.
 """
@@ -25,8 +25,9 @@ from langchain_core.messages import BaseMessage
 from langgraph.checkpoint.base import Checkpoint
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from harombe_core.errors import InvalidInputError, SessionOwnershipError
+from harombe_core.errors import InvalidInputError
 from harombe_core.models import Message
+from harombe_core.owners import check_owner
 from harombe_core.store.sql_body import Body, SqlRunner
 from langchain_harombe.checkpoint_mirror import Head, Mirror, ThreadState, reconcile
 from langchain_harombe.checkpoint_rows import (
@@ -96,13 +97,9 @@ def _chunks(items: Sequence[Any], size: int = _CHUNK) -> Iterable[Sequence[Any]]
 
 
 def _check_owner(owner: str | None, user_id: str | None, thread_id: str) -> None:
-    """A call that names a user (``configurable["user_id"]``) must name the thread's owner."""
-    if user_id is not None and owner != user_id:
-        raise SessionOwnershipError(
-            f"thread {thread_id!r} belongs to another user; a thread (and its harombe session) "
-            "has one owner, the user_id of its first checkpoint. Use a thread id of this "
-            "user's own."
-        )
+    """A call for ``user_id`` (``configurable["user_id"]``, None: for nobody) may use only a
+    thread of that owner: a saver is an adapter acting for the run's user."""
+    check_owner(thread_id, owner, user_id, exact=True)
 
 
 class CheckpointTables:
@@ -223,11 +220,7 @@ class CheckpointTables:
             return {"mirror": None}
         owner = found[0][0]
         state = yield from self._state(target, create=(owner, now))
-        if state.owner != owner:
-            raise SessionOwnershipError(
-                f"thread {target!r} belongs to another user than thread {source!r}; copy a "
-                "thread to a new thread id or to one of the same owner."
-            )
+        _check_owner(state.owner, owner, target)
         yield step(
             "INSERT INTO checkpoint_threads (thread_id, blob_epoch) VALUES (?, ?) "
             "ON CONFLICT (thread_id) DO NOTHING",
@@ -332,6 +325,9 @@ class CheckpointTables:
                 raise InvalidInputError(f"cannot list checkpoints by {name!r}.")
             clauses.append(f"c.{column} {operator} ?")
             params.append(value)
+        if "thread_id" not in filters and user_id is not None:
+            clauses.append("s.user_id = ?")  # every thread of this user
+            params.append(user_id)
         if cursor is not None:
             clauses.append("(c.checkpoint_id, c.thread_id, c.checkpoint_ns) < (?, ?, ?)")
             params += cursor

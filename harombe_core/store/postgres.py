@@ -50,6 +50,7 @@ from harombe_core.errors import (
     StoreUnavailableError,
 )
 from harombe_core.models import Message, Session
+from harombe_core.owners import check_owner
 from harombe_core.store.base import UNSET, KeywordHit, SearchScope
 from harombe_core.store.sqlite import (
     _check_id,
@@ -802,12 +803,16 @@ class PostgresStore:
     ) -> Body[list[int]]:
         # The upsert takes the session's row lock first: writers to one session queue here,
         # so ids grow in commit order within a session.
-        yield _Step(
-            "INSERT INTO sessions (id, user_id, created_at, updated_at) VALUES (%s, %s, %s, %s) "
-            "ON CONFLICT (id) DO UPDATE SET updated_at = GREATEST(sessions.updated_at, "
-            "EXCLUDED.updated_at)",
-            (session_id, user_id, *session_span([r[6] for r in rows], now)),
-        )
+        # It returns the owner: a user who is not it rolls the whole call back.
+        owner = (
+            yield _Step(
+                "INSERT INTO sessions (id, user_id, created_at, updated_at) "
+                "VALUES (%s, %s, %s, %s) ON CONFLICT (id) DO UPDATE SET updated_at = "
+                "GREATEST(sessions.updated_at, EXCLUDED.updated_at) RETURNING user_id",
+                (session_id, user_id, *session_span([r[6] for r in rows], now)),
+            )
+        ).rows[0][0]
+        check_owner(session_id, owner, user_id)
         removed = 0
         if doomed:
             removed = (

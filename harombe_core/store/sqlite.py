@@ -52,6 +52,7 @@ from harombe_core.errors import (
     StoreReadOnlyError,
 )
 from harombe_core.models import Message, Session
+from harombe_core.owners import check_owner
 from harombe_core.store.base import UNSET, KeywordHit, SearchScope
 from harombe_core.store.sql_body import Body, Step, drive
 
@@ -937,13 +938,17 @@ class SQLiteStore:
     ) -> Body[list[int]]:
         # One upsert creates the session or bumps its activity and count. The keyword index
         # is caught up lazily (see index_keywords), so an append touches as few pages as it can.
-        yield Step(
-            "INSERT INTO sessions (id, user_id, created_at, updated_at, message_count) "
-            "VALUES (?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET "
-            "updated_at = MAX(updated_at, excluded.updated_at), "
-            "message_count = message_count + excluded.message_count",
-            (session_id, user_id, created, active, len(rows)),
-        )
+        # It returns the owner: a user who is not it rolls the whole call back.
+        ((owner,),) = (
+            yield Step(
+                "INSERT INTO sessions (id, user_id, created_at, updated_at, message_count) "
+                "VALUES (?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET "
+                "updated_at = MAX(updated_at, excluded.updated_at), "
+                "message_count = message_count + excluded.message_count RETURNING user_id",
+                (session_id, user_id, created, active, len(rows)),
+            )
+        ).rows
+        check_owner(session_id, owner, user_id)
         removed = 0
         for start in range(0, len(doomed), 500):
             chunk = doomed[start : start + 500]

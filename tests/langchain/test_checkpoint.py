@@ -237,15 +237,15 @@ async def test_async_agent_runs_natively_on_both_backends(manager: MemoryManager
 
 
 def test_a_thread_has_one_owner(manager: MemoryManager) -> None:
-    model = RecordingChatModel(responses=["hi Ann"])
+    model = RecordingChatModel(responses=["hi Ann", "hi Bob"])
     saver = HarombeSaver(manager)
     agent = create_agent(model, checkpointer=saver)
     ann = {"configurable": {"thread_id": "t1", "user_id": "ann"}}
     bob = {"configurable": {"thread_id": "t1", "user_id": "bob"}}
     agent.invoke({"messages": [HumanMessage("my PIN is 1234")]}, ann)
-    before = len(list(saver.list({"configurable": {"thread_id": "t1"}})))
+    before = len(list(saver.list(ann)))
 
-    with pytest.raises(SessionOwnershipError, match="another user"):
+    with pytest.raises(SessionOwnershipError, match="not owned by user 'bob'"):
         agent.invoke({"messages": [HumanMessage("what is my PIN?")]}, bob)
     with pytest.raises(SessionOwnershipError):
         agent.get_state(bob)
@@ -257,12 +257,28 @@ def test_a_thread_has_one_owner(manager: MemoryManager) -> None:
         saver.put_writes({"configurable": {**bob["configurable"], "checkpoint_ns": "",
                                            "checkpoint_id": "x"}}, [("c", 1)], "task")
 
+    # A call acting for nobody does not reach a user's thread either.
+    nobody = {"configurable": {"thread_id": "t1"}}
+    with pytest.raises(SessionOwnershipError, match="names none"):
+        agent.get_state(nobody)
+    with pytest.raises(SessionOwnershipError):
+        agent.invoke({"messages": [HumanMessage("hi")]}, nobody)
+
     # Nothing was read for bob or written by him.
-    assert len(list(saver.list({"configurable": {"thread_id": "t1"}}))) == before
+    assert len(list(saver.list(ann))) == before
     assert [m.content for m in manager.get_messages("t1")] == ["my PIN is 1234", "hi Ann"]
     assert manager.load_session("t1").user_id == "ann"
-    # Code that names no user (maintenance, a config rebuilt from history) is not refused.
-    assert agent.get_state({"configurable": {"thread_id": "t1"}}).values["messages"]
+    # The configs LangGraph hands back act for the owner: time travel works as usual.
+    first = list(agent.get_state_history(ann))[-1]
+    assert first.config["configurable"]["user_id"] == "ann"
+    agent.update_state(first.config, {"messages": [HumanMessage("forked")]})
+    assert [m.content for m in manager.get_messages("t1")] == ["forked"]
+    # Listing without a thread: every thread of the named user, none of another's.
+    agent.invoke({"messages": [HumanMessage("second thread")]},
+                 {"configurable": {"thread_id": "t2", "user_id": "bob"}})
+    assert {t.config["configurable"]["thread_id"] for t in saver.list(
+        {"configurable": {"user_id": "bob"}})} == {"t2"}
+    assert {t.config["configurable"]["thread_id"] for t in saver.list(None)} == {"t1", "t2"}
 
 
 def test_the_threads_are_visible_to_the_harombe_command(tmp_path: Path,

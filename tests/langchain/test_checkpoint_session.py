@@ -55,7 +55,9 @@ def _session(mm: MemoryManager, thread: str) -> list[tuple[str, str, str | None]
 
 
 def _newest(saver: HarombeSaver, thread: str) -> list[tuple[str, str, str | None]]:
-    found = saver.get_tuple({"configurable": {"thread_id": thread, "checkpoint_ns": ""}})
+    session = saver.manager.store.get_session(thread)
+    owner = {"user_id": session.user_id} if session and session.user_id else {}
+    found = saver.get_tuple({"configurable": {"thread_id": thread, "checkpoint_ns": "", **owner}})
     if found is None:
         return []
     messages: list[BaseMessage] = found.checkpoint["channel_values"].get("messages", [])
@@ -110,7 +112,8 @@ def test_the_session_follows_every_change_of_the_thread(manager: MemoryManager) 
 
     saver.prune(["t1"], strategy="keep_latest")
     _assert_mirrors(saver, manager, "t1")
-    assert len(list(saver.list({"configurable": {"thread_id": "t1", "checkpoint_ns": ""}}))) == 1
+    main = {"configurable": {**config["configurable"], "checkpoint_ns": ""}}
+    assert len(list(saver.list(main))) == 1
 
     saver.delete_thread("t1")
     assert not manager.session_exists("t1")
@@ -258,7 +261,7 @@ def test_recall_across_a_users_threads_with_no_extra_wiring(tmp_path: Path) -> N
             agent.invoke({"messages": [HumanMessage(text)]},
                          {"configurable": {"thread_id": thread, "user_id": user}})
             mm.flush()
-            return list(agent.get_state({"configurable": {"thread_id": thread}})
+            return list(agent.get_state({"configurable": {"thread_id": thread, "user_id": user}})
                         .values["messages"])
 
         ask("ann-1", "ann", "My cat is called Miso")

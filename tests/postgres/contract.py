@@ -305,3 +305,26 @@ def scope_isolation_fifty_users(mm: MemoryManager) -> None:
                 assert hit.message.session_id == scope.session_id
         for message in mm.store.get_messages_by_ids(rng.sample(all_ids, 10), scope):
             assert owner[message.session_id or ""] == user
+
+
+@behaviour
+def a_session_has_one_owner(mm: MemoryManager) -> None:
+    from harombe_core.errors import SessionOwnershipError
+
+    mm.save_message("owned", Message(role="user", content="alice's PIN 4921"), user_id="alice")
+    mm.save_message("unowned", Message(role="user", content="nobody's"))
+    ids = [m.id for m in mm.get_messages("owned") if m.id is not None]
+    before = _snapshot(mm)
+    bob = Message(role="user", content="bob's")
+    for sid in ("owned", "unowned"):
+        with pytest.raises(SessionOwnershipError):
+            mm.save_messages(sid, [bob, bob], user_id="bob")
+        with pytest.raises(SessionOwnershipError):
+            mm.replace_messages(sid, ids, [bob], user_id="bob")
+        with pytest.raises(SessionOwnershipError):
+            mm.get_messages(sid, user_id="bob")
+    assert _snapshot(mm) == before, "a refused write leaves everything as it was"
+    mm.save_message("owned", Message(role="assistant", content="ok"), user_id="alice")
+    mm.save_message("owned", Message(role="assistant", content="app"))  # the application's own
+    assert mm.load_session("owned").user_id == "alice"
+    assert len(mm.get_messages("owned", user_id="alice")) == 3
