@@ -12,6 +12,7 @@ recover. The tree::
     ├── SessionOwnershipError                      a session used on behalf of a user not its owner
     ├── MissingExtraError (also ImportError)       an optional dependency is not installed
     ├── StoreError                                 the database could not do what was asked
+    │   ├── StoreNotFoundError                     no store where one must already be; none made
     │   ├── NotAHarombeDatabaseError               file is not ours (or is corrupt); left untouched
     │   ├── SchemaTooNewError                      file written by a newer harombe
     │   ├── StoreBusyError                         still locked after every retry
@@ -47,6 +48,7 @@ __all__ = [
     "StorageFullError",
     "StoreBusyError",
     "StoreError",
+    "StoreNotFoundError",
     "StoreReadOnlyError",
     "StoreUnavailableError",
     "SummarizationError",
@@ -129,6 +131,11 @@ class MissingExtraError(HarombeError, ImportError):
 
 class StoreError(HarombeError):
     """The store could not complete an operation; nothing was half-written."""
+
+
+class StoreNotFoundError(StoreError):
+    """A store that must already exist (the source of a migration, a store to inspect) is not
+    there; nothing was created in its place."""
 
 
 class NotAHarombeDatabaseError(StoreError):

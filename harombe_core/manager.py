@@ -11,10 +11,10 @@ import asyncio
 import logging
 import os
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from harombe_core.errors import InvalidInputError, InvalidMessageError, SessionNotFoundError
 from harombe_core.manager_context import ContextMethods
@@ -30,6 +30,8 @@ if TYPE_CHECKING:
 __all__ = ["MemoryManager", "open_store"]
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 def open_store(
@@ -507,6 +509,21 @@ class MemoryManager(ContextMethods):
         ):
             raise InvalidMessageError("count_tokens takes a list of messages.")
         return self.token_counter.count_messages([_as_message(m) for m in messages])
+
+    def atomic(self, fn: Callable[[], T]) -> T:
+        """Run ``fn()`` so that every write it makes through this manager commits together, or
+        none does (if it raises, or the process dies): one transaction of the store.
+
+        ``fn`` may run more than once (a transaction retried after a dropped connection), so it
+        must only read and write this manager's store; on PostgreSQL its result must be
+        JSON-serialisable. New messages are embedded in the background once it has committed;
+        sessions deleted inside lose their vectors at once, even if the block then rolls back
+        (``harombe reindex`` restores them). Async methods called inside do not join it.
+        """
+        result = self._store.atomic(fn)
+        if self._semantic is not None:
+            self._semantic.notify()
+        return result
 
 
     # semantic memory lifecycle ------------------------------------------------------------
