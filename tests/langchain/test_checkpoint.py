@@ -234,6 +234,9 @@ async def test_async_agent_runs_natively_on_both_backends(manager: MemoryManager
     assert len([s async for s in agent.aget_state_history(config)]) >= 4
     stored = await manager.aget_messages("a1")
     assert [m.content for m in stored] == ["I am Ann", "Hello Ann.", "who am I?", "You are Ann."]
+    close_pool = getattr(manager.store, "aclose", None)  # PostgreSQL's async pool: in this loop
+    if close_pool is not None:
+        await close_pool()
 
 
 def test_a_thread_has_one_owner(manager: MemoryManager) -> None:

@@ -34,6 +34,9 @@ async def _validate_harombe(name: str, location: str) -> CapabilityReport:
     try:
         report = await validate(factory)
     finally:
+        close_pool = getattr(manager.store, "aclose", None)  # PostgreSQL: its async pool too
+        if close_pool is not None:
+            await close_pool()
         manager.close()
     report.print_report()
     return report
