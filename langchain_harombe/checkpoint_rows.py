@@ -52,11 +52,13 @@ __all__ = [
     "BlobCache",
     "MessageList",
     "PutPlan",
+    "Serialised",
     "assemble",
     "checked_id",
     "checkpoint_config",
     "config_user",
     "load_messages",
+    "message_array",
     "message_hash",
     "needed_blobs",
     "plan_put",
@@ -88,21 +90,31 @@ _HASHES = struct.Struct(f"{HASH_SIZE}s")
 
 
 def load_messages(serde: SerializerProtocol, blobs: list[tuple[str, bytes]]) -> list[Any]:
-    """The messages of these blobs, as the serde reads a stored list of them.
+    """The messages of these blobs, as the serde reads a stored list of them (see
+    :func:`message_array`)."""
+    joined = message_array(serde, blobs)
+    if joined is not None:
+        return list(serde.loads_typed(joined))
+    return [serde.loads_typed(blob) for blob in blobs]
+
+
+def message_array(
+    serde: SerializerProtocol, blobs: Sequence[tuple[str, bytes]]
+) -> tuple[str, bytes] | None:
+    """The serialised list of these messages, or None when the serde's format does not allow it.
 
     A list the JSON-plus serde writes is a msgpack array header followed by each element as
-    it writes it alone, so blobs of that type are joined under one header and read in one
-    call, exactly as a checkpointer storing the whole list would read it; others one by one.
+    it writes it alone, so blobs of that type are joined under one header: the very bytes a
+    checkpointer storing the whole list would read, in one call.
     """
-    if isinstance(serde, JsonPlusSerializer) and all(t == "msgpack" for t, _ in blobs):
-        count = len(blobs)
-        header = bytes([0x90 | count]) if count < 16 else (
-            b"\xdc" + count.to_bytes(2, "big") if count < 65536
-            else b"\xdd" + count.to_bytes(4, "big")
-        )
-        value = serde.loads_typed(("msgpack", header + b"".join(b for _, b in blobs)))
-        return list(value)
-    return [serde.loads_typed(blob) for blob in blobs]
+    if not isinstance(serde, JsonPlusSerializer) or any(t != "msgpack" for t, _ in blobs):
+        return None
+    count = len(blobs)
+    header = bytes([0x90 | count]) if count < 16 else (
+        b"\xdc" + count.to_bytes(2, "big") if count < 65536
+        else b"\xdd" + count.to_bytes(4, "big")
+    )
+    return "msgpack", header + b"".join(b for _, b in blobs)
 
 
 def checked_id(value: Any, what: str) -> str:
@@ -234,7 +246,8 @@ class BlobCache:
             hashes.append(message_hash(type_, blob))
             dumped.append((type_, blob))
         with self._lock:
-            self._thread(thread_id).lists[key] = _Serialised(values, hashes, dumped)
+            self._thread(thread_id).lists[key] = Serialised(values, hashes, dumped,
+                                                            b"".join(hashes))
         return hashes, dumped, fresh
 
     def unwritten(
@@ -289,6 +302,14 @@ class BlobCache:
         entry.blobs, entry.size = kept, size
         entry.written &= keep
 
+    def serialised(self, thread_id: str, key: tuple[str, str], refs: bytes) -> Serialised | None:
+        """The list this process last serialised for channel ``key`` of the thread, if its
+        references are ``refs`` (then its messages are exactly those of ``refs``)."""
+        with self._lock:
+            entry = self._threads.get(thread_id)
+            found = None if entry is None else entry.lists.get(key)
+        return found if found is not None and found.refs == refs else None
+
     def blobs_of(self, thread_id: str) -> Mapping[bytes, tuple[str, bytes]]:
         """The thread's blobs held in memory, by hash (a mapping only ever added to; read it
         without the lock: its replacement by a trim leaves it intact)."""
@@ -316,13 +337,23 @@ class BlobCache:
 
 
 @dataclass(slots=True)
-class _Serialised:
+class Serialised:
     """A message list as last serialised: each message's class and field values, hashes and
-    blobs, position by position."""
+    blobs, position by position, its references blob, and (once read) the whole list's bytes."""
 
     values: list[tuple[Any, ...]]
     hashes: list[bytes]
     blobs: list[tuple[str, bytes]]
+    refs: bytes
+    joined: tuple[str, bytes] | None = None
+
+    def load(self, serde: SerializerProtocol) -> list[Any]:
+        """The list, deserialised by ``serde`` (its bytes joined once, then kept)."""
+        if self.joined is None:
+            self.joined = message_array(serde, self.blobs)
+        if self.joined is None:
+            return [serde.loads_typed(blob) for blob in self.blobs]
+        return list(serde.loads_typed(self.joined))
 
 
 @dataclass(slots=True)
@@ -330,7 +361,7 @@ class _ThreadBlobs:
     epoch: str | None = None
     written: set[bytes] = field(default_factory=set)
     blobs: dict[bytes, tuple[str, bytes]] = field(default_factory=dict)
-    lists: dict[tuple[str, str], _Serialised] = field(default_factory=dict)
+    lists: dict[tuple[str, str], Serialised] = field(default_factory=dict)
     mirror: Any = None
     size: int = 0
 
@@ -404,13 +435,13 @@ def assemble(
     row: Sequence[Any],
     checkpoint: Checkpoint,
     blobs: Mapping[tuple[str, str], tuple[str, bytes | None]],
-    refs: Mapping[tuple[str, str], list[bytes]],
+    refs: Mapping[tuple[str, str], list[bytes] | Serialised],
     messages: Mapping[bytes, tuple[str, bytes]],
     writes: Sequence[Sequence[Any]],
 ) -> CheckpointTuple:
     """A CheckpointTuple from its row ``(thread_id, ns, id, parent_id, metadata, ...)``, its
-    decoded checkpoint, channel blobs, message-list hashes, message blobs and pending
-    writes."""
+    decoded checkpoint, channel blobs, message lists (hashes, or a list this process
+    serialised), message blobs and pending writes."""
     thread_id, namespace, checkpoint_id, parent_id, metadata = row[:5]
     values = checkpoint["channel_values"]
     loads = serde.loads_typed
@@ -418,7 +449,11 @@ def assemble(
         if blob is None:
             continue
         if type_ == REFS_TYPE:
-            values[key[0]] = load_messages(serde, [messages[h] for h in refs.get(key, ())])
+            listed = refs.get(key, [])
+            if isinstance(listed, Serialised):
+                values[key[0]] = listed.load(serde)
+            else:
+                values[key[0]] = load_messages(serde, [messages[h] for h in listed])
         else:
             values[key[0]] = loads((type_, blob))
     owner = row[7] if len(row) > 7 else None

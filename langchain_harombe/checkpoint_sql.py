@@ -34,6 +34,7 @@ from langchain_harombe.checkpoint_rows import (
     REFS_TYPE,
     BlobCache,
     PutPlan,
+    Serialised,
     load_messages,
     needed_blobs,
     split_refs,
@@ -78,7 +79,7 @@ class Loaded:
     row: tuple[Any, ...]
     checkpoint: Checkpoint
     blobs: dict[tuple[str, str], tuple[str, bytes | None]] = field(default_factory=dict)
-    refs: dict[tuple[str, str], list[bytes]] = field(default_factory=dict)
+    refs: dict[tuple[str, str], list[bytes] | Serialised] = field(default_factory=dict)
     messages: Mapping[bytes, tuple[str, bytes]] = field(default_factory=dict)
     fetched: dict[bytes, tuple[str, bytes]] = field(default_factory=dict)
     writes: list[tuple[str, str, str, bytes]] = field(default_factory=list)
@@ -503,13 +504,16 @@ class CheckpointTables:
             ).rows
             for r in found:
                 blobs[(r[0], r[1], r[2], r[3])] = (r[4], None if r[5] is None else bytes(r[5]))
-        refs: dict[tuple[str, str, str, str], list[bytes]] = {
-            key: split_refs(blob)
-            for key, (type_, blob) in blobs.items()
-            if type_ == REFS_TYPE and blob is not None
-        }
+        refs: dict[tuple[str, str, str, str], list[bytes] | Serialised] = {}
         threads: dict[str, list[bytes]] = {}
-        for key, hashes in refs.items():
+        for key, (type_, blob) in blobs.items():
+            if type_ != REFS_TYPE or blob is None:
+                continue
+            known = self.cache.serialised(key[0], (key[1], key[2]), blob)
+            if known is not None:  # the list this process wrote: its blobs are at hand
+                refs[key] = known
+                continue
+            hashes = refs[key] = split_refs(blob)
             threads.setdefault(key[0], []).extend(hashes)
         messages: dict[str, tuple[Mapping[bytes, tuple[str, bytes]], dict[bytes, Any]]] = {}
         for thread_id, hashes in threads.items():
