@@ -32,6 +32,8 @@ from harombe_core.errors import (
     StoreReadOnlyError,
     StoreUnavailableError,
     SummarizationError,
+    VectorIndexBusyError,
+    VectorIndexError,
 )
 from harombe_core.models import ConversationNode, Message, MessageSummary, SearchHit, Session
 
@@ -99,6 +101,8 @@ __all__ = [
     "StoreReadOnlyError",
     "StoreUnavailableError",
     "SummarizationError",
+    "VectorIndexBusyError",
+    "VectorIndexError",
     "__version__",
 ]
 

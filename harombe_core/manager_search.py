@@ -64,8 +64,11 @@ class SearchMethods:
 
         ``top_k``, ``min_similarity``, ``temporal_decay`` and the weights default to the
         ``rag:`` config. Options: ``roles``, ``since``, ``until``, ``exclude_session_id``,
-        ``temporal_decay``, ``mmr_lambda``, ``vector_weight``, ``keyword_weight``. Without
-        semantic memory this is keyword (BM25) search and ``retriever.mode == "keyword"``.
+        ``temporal_decay``, ``mmr_lambda``, ``vector_weight``, ``keyword_weight``, and the
+        context evidence weights ``neighbor_weight``, ``session_weight``, ``speaker_weight``,
+        ``time_weight`` (see :class:`~harombe_core.retrieval.RetrievalSettings`); ``now``
+        anchors relative times in the query ("last week"). Without semantic memory this is
+        keyword (BM25) search and ``retriever.mode == "keyword"``.
         Given both ``session_id`` and ``user_id``, the session must be that user's (else
         SessionOwnershipError), as everywhere a user names a session.
         """
@@ -143,35 +146,24 @@ class SearchMethods:
         otherwise vectors kept in SQLite are re-inserted without running the model.
         """
         keyword = self._store.rebuild_keyword_index()
-        semantic = self._semantic
-        if embedding is not None or semantic is None:
-            from harombe_core.vectors.indexer import open_semantic_memory
+        from harombe_core.vectors.indexer import resolve_embedder_spec
 
-            semantic = open_semantic_memory(
+        embedder = None if embedding is None else resolve_embedder_spec(embedding)
+        if self._semantic is None:
+            from harombe_core.vectors.shared import acquire_semantic
+
+            self._semantic = acquire_semantic(
                 self._store,
-                embedding="default" if embedding is None else embedding,
+                embedding="default" if embedder is None else embedder,
                 vector_store=vector_store,
                 config=self._config,
                 allow_model_change=True,
-                start=False,
             )
-        switching = semantic is not self._semantic
-        if switching and self._semantic is not None:
-            # The old model's worker must not embed the rows the new model is re-embedding.
-            self._semantic.stop()
-        try:
-            vectors = semantic.reindex(batch_size, progress=progress, reembed=reembed)
-        except BaseException:
-            if switching:
-                semantic.close()
-                if self._semantic is not None:
-                    self._semantic.start()
-            raise
-        if switching:
-            if self._semantic is not None:
-                self._semantic.close()
-            self._semantic = semantic
-        semantic.start()
+        # The semantic memory is shared by every manager on this database in this process:
+        # switching its model switches it for all of them.
+        vectors = self._semantic.reindex(
+            batch_size, progress=progress, reembed=reembed, embedder=embedder
+        )
         return {"keyword_rows": keyword, "vectors": vectors}
 
     def _require_semantic(self, what: str) -> Any:
