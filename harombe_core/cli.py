@@ -439,7 +439,8 @@ def migrate_command(
 ) -> None:
     """Copy a whole memory between SQLite and PostgreSQL (resumable, verified).
 
-    Sessions, messages, threads, summaries and the LangGraph store's items, with their vectors.
+    Sessions, messages, threads, summaries, the LangGraph store's items with their vectors, and
+    LangGraph checkpoints.
     """
     from harombe_core.migrate import migrate
 
@@ -450,7 +451,8 @@ def migrate_command(
         f"{plural(report.messages, 'message')} ({report.copied_messages:,} copied now, "
         f"{plural(report.skipped_sessions, 'session')} already done) and "
         f"{plural(report.store_items, 'store item')} ({report.copied_store_items:,} copied "
-        "now); verified: counts and checksums match."
+        f"now) and {plural(report.checkpoint_rows, 'checkpoint row')} "
+        f"({report.copied_checkpoint_rows:,} copied now); verified: counts and checksums match."
     )
 
 

@@ -560,6 +560,20 @@ class MemoryManager(ContextMethods):
 
 
     # semantic memory lifecycle ------------------------------------------------------------
+    def notify_written(self, *, deleted_sessions: Iterable[str] = ()) -> None:
+        """Keep semantic memory in step with rows written outside this manager's own methods.
+
+        For code that writes messages through the store's runner in its own transaction (the
+        LangGraph checkpointer records a thread's messages with its checkpoint): wakes the
+        background embedder and drops the vectors of ``deleted_sessions``. Returns at once.
+        """
+        if self._semantic is None:
+            return
+        deleted = list(deleted_sessions)
+        if deleted:
+            self._semantic.forget_sessions(deleted)
+        self._semantic.notify()
+
     def flush(self, timeout: float | None = None) -> None:
         """Block until every saved message is embedded and searchable (no-op without semantic)."""
         if self._semantic is not None:

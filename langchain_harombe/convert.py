@@ -25,12 +25,14 @@ from langchain_core.messages import (
 )
 
 from harombe_core.errors import InvalidMessageError
-from harombe_core.models import Message
+from harombe_core.models import MAX_CONTENT_CHARS, Message
 
-__all__ = ["LC_KEY", "from_langchain", "to_langchain"]
+__all__ = ["LC_KEY", "PARTIAL_KEY", "from_langchain", "storable_message", "to_langchain"]
 
 #: Metadata key reserved for the LangChain fields harombe has no column for.
 LC_KEY = "lc"
+#: Metadata key marking a message kept in a storable form (see :func:`storable_message`).
+PARTIAL_KEY = "harombe_partial"
 
 _TYPE_TO_ROLE = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool"}
 _CHAT_ROLE_TO_ROLE = {
@@ -102,6 +104,53 @@ def from_langchain(message: BaseMessage, *, metadata: dict[str, Any] | None = No
         tool_call_id=tool_call_id,
         metadata=merged,
     )
+
+
+def storable_message(message: BaseMessage) -> Message:
+    """:func:`from_langchain`, or, for a message harombe cannot store as it is, its text made
+    storable.
+
+    For copies of messages whose whole form is kept elsewhere (a LangGraph checkpoint): a
+    message with NUL bytes, lone surrogates, text beyond the size limit or extras that are not
+    JSON must still be searchable rather than fail the write. Its row then keeps the readable
+    text (cleaned, cut to the limit), role, name, id and JSON tool calls, and
+    ``metadata[PARTIAL_KEY]`` says why it is partial.
+    """
+    try:
+        return from_langchain(message)
+    except InvalidMessageError as exc:
+        problem = str(exc)
+    update: dict[str, Any] = {
+        "content": _clean(message.text, MAX_CONTENT_CHARS),
+        "name": None if message.name is None else _clean(message.name, 10_000),
+        "additional_kwargs": {},
+        "response_metadata": {},
+    }
+    if isinstance(message, AIMessage):
+        update.update(invalid_tool_calls=[], usage_metadata=None)
+        if not _is_json(message.tool_calls):
+            update["tool_calls"] = []
+    elif isinstance(message, ToolMessage):
+        update.update(artifact=None, tool_call_id=_clean(message.tool_call_id, 10_000))
+    elif isinstance(message, ChatMessage):
+        update["role"] = _clean(message.role, 100)
+    plain = message.model_copy(update=update)
+    return from_langchain(plain, metadata={PARTIAL_KEY: problem[:500]})
+
+
+def _clean(text: str, limit: int) -> str:
+    """``text`` without NUL bytes or lone surrogates, cut to ``limit`` characters."""
+    text = text.replace("\x00", "")
+    text = text.encode("utf-8", "replace").decode("utf-8")
+    return text[:limit]
+
+
+def _is_json(value: Any) -> bool:
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 def _base_type(message: BaseMessage) -> str:

@@ -216,6 +216,54 @@ PG_MIGRATIONS: list[list[str]] = [
         "DEFAULT now() + interval '1 day'",
         "CREATE INDEX harombe_writes_forget ON harombe_writes (forget_after)",
     ],
+    # 5: LangGraph checkpoints (the checkpointer of the LangChain adapter), as SQLite
+    # migration 4: per thread (the session of the same id), channel blobs per version and one
+    # blob per message.
+    [
+        """CREATE TABLE checkpoints (
+            thread_id TEXT COLLATE "C" NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+            checkpoint_ns TEXT COLLATE "C" NOT NULL,
+            checkpoint_id TEXT COLLATE "C" NOT NULL,
+            parent_checkpoint_id TEXT COLLATE "C",
+            run_id TEXT COLLATE "C",
+            type TEXT NOT NULL,
+            checkpoint BYTEA NOT NULL,
+            metadata TEXT NOT NULL,
+            PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id)
+        )""",
+        """CREATE TABLE checkpoint_blobs (
+            thread_id TEXT COLLATE "C" NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+            checkpoint_ns TEXT COLLATE "C" NOT NULL,
+            channel TEXT COLLATE "C" NOT NULL,
+            version TEXT COLLATE "C" NOT NULL,
+            type TEXT NOT NULL,
+            blob BYTEA,
+            PRIMARY KEY (thread_id, checkpoint_ns, channel, version)
+        )""",
+        """CREATE TABLE checkpoint_writes (
+            thread_id TEXT COLLATE "C" NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+            checkpoint_ns TEXT COLLATE "C" NOT NULL,
+            checkpoint_id TEXT COLLATE "C" NOT NULL,
+            task_id TEXT COLLATE "C" NOT NULL,
+            idx INTEGER NOT NULL,
+            task_path TEXT COLLATE "C" NOT NULL,
+            channel TEXT NOT NULL,
+            type TEXT NOT NULL,
+            blob BYTEA NOT NULL,
+            PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
+        )""",
+        """CREATE TABLE checkpoint_message_blobs (
+            thread_id TEXT COLLATE "C" NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+            hash BYTEA NOT NULL,
+            type TEXT NOT NULL,
+            blob BYTEA NOT NULL,
+            PRIMARY KEY (thread_id, hash)
+        )""",
+        """CREATE TABLE checkpoint_threads (
+            thread_id TEXT COLLATE "C" PRIMARY KEY REFERENCES sessions (id) ON DELETE CASCADE,
+            blob_epoch TEXT NOT NULL
+        )""",
+    ],
 ]
 PG_SCHEMA_VERSION = len(PG_MIGRATIONS)
 
@@ -992,6 +1040,17 @@ class PostgresStore:
         args = self._add_args(session_id, messages, user_id, replace_ids)
         return self._run(lambda: self._add_body(*args))
 
+    def add_messages_body(
+        self,
+        session_id: str,
+        messages: Sequence[Message],
+        *,
+        user_id: str | None = None,
+        replace_ids: Sequence[int] = (),
+    ) -> Body[list[int]]:
+        """:meth:`add_messages` as steps, to run inside another body's transaction."""
+        return self._add_body(*self._add_args(session_id, messages, user_id, replace_ids))
+
     async def aadd_messages(
         self,
         session_id: str,
@@ -1270,7 +1329,8 @@ class PostgresStore:
             "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.relkind = 'r' "
             "AND n.nspname = current_schema() AND c.relname IN "
             "('sessions', 'messages', 'harombe_meta', 'harombe_writes', 'message_vectors', "
-            "'store_items', 'store_vectors')"
+            "'store_items', 'store_vectors', 'checkpoints', 'checkpoint_blobs', "
+            "'checkpoint_writes', 'checkpoint_message_blobs', 'checkpoint_threads')"
         )[0][0]
         return {
             "location": self.location,

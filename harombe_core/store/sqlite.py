@@ -41,6 +41,7 @@ from harombe_core.models import Message, Session
 from harombe_core.owners import check_owner
 from harombe_core.store.base import UNSET, KeywordHit, SearchScope, adjacent_ids_sql
 from harombe_core.store.shared import Lease
+from harombe_core.store.sql_body import Body, Step, drive
 from harombe_core.store.sqlite_checks import APPLICATION_ID
 from harombe_core.store.sqlite_file import (
     SQLiteFile,
@@ -146,11 +147,62 @@ MIGRATIONS: list[list[str]] = [
             FOREIGN KEY (namespace, key) REFERENCES store_items(namespace, key) ON DELETE CASCADE
         )""",
     ],
+    # 4: LangGraph checkpoints (the checkpointer of the LangChain adapter), kept per thread; a
+    # thread is the session of the same id, so deleting or pruning the session removes them.
+    # Channel values are blobs per version; a list of messages is stored as references to one
+    # blob per message (checkpoint_message_blobs), so a step writes only its new messages.
+    # checkpoint_threads holds what every process must agree on about a thread's blobs.
+    [
+        """CREATE TABLE checkpoints (
+            thread_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+            checkpoint_ns TEXT NOT NULL,
+            checkpoint_id TEXT NOT NULL,
+            parent_checkpoint_id TEXT,
+            run_id TEXT,
+            type TEXT NOT NULL,
+            checkpoint BLOB NOT NULL,
+            metadata TEXT NOT NULL,
+            PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id)
+        )""",
+        """CREATE TABLE checkpoint_blobs (
+            thread_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+            checkpoint_ns TEXT NOT NULL,
+            channel TEXT NOT NULL,
+            version TEXT NOT NULL,
+            type TEXT NOT NULL,
+            blob BLOB,
+            PRIMARY KEY (thread_id, checkpoint_ns, channel, version)
+        )""",
+        """CREATE TABLE checkpoint_writes (
+            thread_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+            checkpoint_ns TEXT NOT NULL,
+            checkpoint_id TEXT NOT NULL,
+            task_id TEXT NOT NULL,
+            idx INTEGER NOT NULL,
+            task_path TEXT NOT NULL,
+            channel TEXT NOT NULL,
+            type TEXT NOT NULL,
+            blob BLOB NOT NULL,
+            PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
+        )""",
+        """CREATE TABLE checkpoint_message_blobs (
+            thread_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+            hash BLOB NOT NULL,
+            type TEXT NOT NULL,
+            blob BLOB NOT NULL,
+            PRIMARY KEY (thread_id, hash)
+        )""",
+        """CREATE TABLE checkpoint_threads (
+            thread_id TEXT PRIMARY KEY REFERENCES sessions(id) ON DELETE CASCADE,
+            blob_epoch TEXT NOT NULL
+        ) WITHOUT ROWID""",
+    ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 _KNOWN_TABLES = {
     "harombe_meta", "sessions", "messages", "messages_fts", "message_vectors", "store_items",
-    "store_vectors",
+    "store_vectors", "checkpoints", "checkpoint_blobs", "checkpoint_writes",
+    "checkpoint_message_blobs", "checkpoint_threads",
 }
 
 
@@ -458,6 +510,12 @@ class SQLiteStore:
         """
         return self._write(fn)
 
+    def snapshot(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn(connection)`` in one read transaction: a consistent view of the file that
+        takes no write lock, so writers in other processes are never kept waiting. Inside
+        :meth:`atomic` (on its thread) it reads in that block's transaction."""
+        return self._open_file().snapshot(fn)
+
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         """Rows of one read-only statement (see :meth:`transaction`)."""
         return self._read(sql, params)
@@ -608,6 +666,27 @@ class SQLiteStore:
         ``replace_ids`` are messages of this session deleted in the same transaction, so a
         framework's "replace the history" or "delete message i" never leaves half a history.
         """
+        args = self._add_args(session_id, messages, user_id, replace_ids)
+        return self._write(lambda c: drive(c, self._add_body(*args)))
+
+    def add_messages_body(
+        self,
+        session_id: str,
+        messages: Sequence[Message],
+        *,
+        user_id: str | None = None,
+        replace_ids: Sequence[int] = (),
+    ) -> Body[list[int]]:
+        """:meth:`add_messages` as steps, to run inside another body's transaction."""
+        return self._add_body(*self._add_args(session_id, messages, user_id, replace_ids))
+
+    def _add_args(
+        self,
+        session_id: str,
+        messages: Sequence[Message],
+        user_id: str | None,
+        replace_ids: Sequence[int],
+    ) -> tuple[Any, ...]:
         _check_id(session_id, "session_id")
         doomed = [int(i) for i in replace_ids]
         if user_id is not None:
@@ -631,44 +710,55 @@ class SQLiteStore:
                 )
             )
         created, active = session_span([r[7] for r in rows], time.time_ns() // 1000)
+        return session_id, user_id, rows, doomed, created, active
 
-        def insert(c: sqlite3.Connection) -> list[int]:
-            # One upsert creates the session or bumps its activity and count. The keyword index
-            # is caught up lazily (see index_keywords), so an append touches as few pages as it can.
-            # It returns the owner: a user who is not it rolls the whole call back.
-            ((owner,),) = c.execute(
+    @staticmethod
+    def _add_body(
+        session_id: str,
+        user_id: str | None,
+        rows: list[tuple[Any, ...]],
+        doomed: list[int],
+        created: int,
+        active: int,
+    ) -> Body[list[int]]:
+        # One upsert creates the session or bumps its activity and count. The keyword index
+        # is caught up lazily (see index_keywords), so an append touches as few pages as it can.
+        # It returns the owner: a user who is not it rolls the whole call back.
+        ((owner,),) = (
+            yield Step(
                 "INSERT INTO sessions (id, user_id, created_at, updated_at, message_count) "
                 "VALUES (?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET "
                 "updated_at = MAX(updated_at, excluded.updated_at), "
                 "message_count = message_count + excluded.message_count RETURNING user_id",
                 (session_id, user_id, created, active, len(rows)),
-            ).fetchall()  # read to the end: the statement must finish before COMMIT
-            check_owner(session_id, owner, user_id)
-            removed = 0
-            for start in range(0, len(doomed), 500):
-                chunk = doomed[start : start + 500]
-                removed += c.execute(
+            )
+        ).rows
+        check_owner(session_id, owner, user_id)
+        removed = 0
+        for start in range(0, len(doomed), 500):
+            chunk = doomed[start : start + 500]
+            removed += (
+                yield Step(
                     f"DELETE FROM messages WHERE session_id = ? AND id IN "
                     f"({','.join('?' * len(chunk))})",
                     (session_id, *chunk),
-                ).rowcount
-            ids: list[int] = []
-            for row in rows:
-                cursor = c.execute(
-                    "INSERT INTO messages (session_id, role, content, name, tool_calls, "
-                    "tool_call_id, metadata, created_at, token_count, parent_id) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    row,
                 )
-                ids.append(int(cursor.lastrowid or 0))
-            if removed:
-                c.execute(
-                    "UPDATE sessions SET message_count = message_count - ? WHERE id = ?",
-                    (removed, session_id),
-                )
-            return ids
-
-        return self._write(insert)
+            ).rowcount
+        ids: list[int] = []
+        for row in rows:
+            new = yield Step(
+                "INSERT INTO messages (session_id, role, content, name, tool_calls, "
+                "tool_call_id, metadata, created_at, token_count, parent_id) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+                row,
+            )
+            ids.append(int(new.rows[0][0]))
+        if removed:
+            yield Step(
+                "UPDATE sessions SET message_count = message_count - ? WHERE id = ?",
+                (removed, session_id),
+            )
+        return ids
 
     def get_messages(
         self, session_id: str, *, after_id: int | None = None, limit: int | None = None
