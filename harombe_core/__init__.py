@@ -17,9 +17,11 @@ from harombe_core.errors import (
     ExportPathError,
     HarombeError,
     ImportFormatError,
+    InputTooLargeError,
     InvalidBudgetError,
     InvalidInputError,
     InvalidMessageError,
+    MessageTooLargeError,
     MissingExtraError,
     NotAHarombeDatabaseError,
     SchemaTooNewError,
@@ -31,6 +33,7 @@ from harombe_core.errors import (
     StoreUnavailableError,
     SummarizationError,
 )
+from harombe_core.limits import Limits, current_limits, set_limits
 from harombe_core.models import ConversationNode, Message, MessageSummary, SearchHit, Session
 
 if TYPE_CHECKING:
@@ -71,16 +74,19 @@ __all__ = [
     "ExtractiveSummarizer",
     "HarombeError",
     "ImportFormatError",
+    "InputTooLargeError",
     "InvalidBudgetError",
     "InvalidInputError",
     "InvalidMessageError",
     "LLMNodeSelector",
     "LLMSummarizer",
+    "Limits",
     "LinearNodeSelector",
     "MemoryConfig",
     "MemoryManager",
     "Message",
     "MessageSummary",
+    "MessageTooLargeError",
     "MissingExtraError",
     "NotAHarombeDatabaseError",
     "SQLiteStore",
@@ -96,6 +102,8 @@ __all__ = [
     "StoreUnavailableError",
     "SummarizationError",
     "__version__",
+    "current_limits",
+    "set_limits",
 ]
 
 

@@ -17,11 +17,24 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from harombe_core.errors import InvalidInputError, InvalidMessageError, SessionNotFoundError
+from harombe_core.limits import current_limits
 from harombe_core.manager_context import ContextMethods
 from harombe_core.models import Message, Session
 from harombe_core.store.base import UNSET, MessageStore
-from harombe_core.strategies import Window, check_budget, window_newest
+from harombe_core.strategies import Window, window_newest
 from harombe_core.tokens import TokenCounter, resolve_token_counter
+from harombe_core.validate import (
+    check_budget,
+    check_count,
+    check_flag,
+    check_id,
+    check_mapping,
+    check_number,
+    optional_count,
+    optional_id,
+    optional_number,
+    optional_text,
+)
 
 if TYPE_CHECKING:
     from harombe_core.config import MemoryConfig
@@ -70,26 +83,27 @@ def _message_list(messages: Any, what: str) -> list[Any]:
 def _id_list(values: Any, what: str) -> list[int]:
     """Message ids as ints, refusing a lone value, a non-iterable or a non-integer id."""
     if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Iterable):
-        raise InvalidInputError(f"{what} must be a list of message ids, got {values!r:.80}.")
-    import numbers
-
-    items = list(values)
-    if any(isinstance(i, bool) or not isinstance(i, numbers.Integral) for i in items):
-        raise InvalidInputError(f"{what} must contain only integer message ids.")
-    return [int(i) for i in items]
+        raise InvalidInputError(
+            f"{what} must be a list of message ids, got {type(values).__name__}."
+        )
+    return [check_count(i, f"every id in {what}") for i in values]
 
 
-def _optional_count(value: Any, what: str) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InvalidInputError(f"{what} must be a non-negative int or None, got {value!r}.")
-    return value
-
-
-def _optional_text(value: Any, what: str) -> None:
-    if value is not None and not isinstance(value, str):
-        raise InvalidInputError(f"{what} must be a str or None, got {type(value).__name__}.")
+def _session_fields(system_prompt: Any, metadata: Any) -> dict[str, Any]:
+    """A session's system prompt and metadata, checked (kind and size) before any work."""
+    limits = current_limits()
+    optional_text(
+        system_prompt,
+        "system_prompt",
+        limit=limits.system_prompt_chars,
+        field="system_prompt_chars",
+    )
+    return check_mapping(
+        metadata,
+        "session metadata",
+        limit=limits.session_metadata_chars,
+        field="session_metadata_chars",
+    )
 
 
 def _as_message(value: Any) -> Message:
@@ -210,12 +224,10 @@ class MemoryManager(ContextMethods):
 
         Raises InvalidInputError for a malformed id, metadata or an id already in use.
         """
-        sid = session_id if session_id is not None else uuid.uuid4().hex
-        _optional_text(system_prompt, "system_prompt")
+        sid = optional_id(session_id, "session_id") or uuid.uuid4().hex
+        optional_id(user_id, "user_id")
+        _session_fields(system_prompt, metadata)
         tokens = self._system_prompt_tokens(system_prompt)
-        if metadata is not None and not isinstance(metadata, Mapping):
-            raise InvalidInputError(f"metadata must be a dict, got {type(metadata).__name__}.")
-        Message(role="system", content="", metadata=dict(metadata or {}))  # validates JSON
         self._store.create_session(
             sid,
             user_id=user_id,
@@ -232,7 +244,7 @@ class MemoryManager(ContextMethods):
 
     def load_session(self, session_id: str) -> Session:
         """The session's record. Raises SessionNotFoundError if it does not exist."""
-        session = self._store.get_session(session_id)
+        session = self._store.get_session(check_id(session_id, "session_id"))
         if session is None:
             raise SessionNotFoundError(
                 f"no session {session_id!r} in {self._store.location}; list them with "
@@ -241,7 +253,8 @@ class MemoryManager(ContextMethods):
         return session
 
     def session_exists(self, session_id: str) -> bool:
-        return self._store.get_session(session_id) is not None
+        """True if a session with this id is stored."""
+        return self._store.get_session(check_id(session_id, "session_id")) is not None
 
     def update_session(
         self,
@@ -252,19 +265,16 @@ class MemoryManager(ContextMethods):
         user_id: Any = UNSET,
     ) -> None:
         """Change a session's system prompt, metadata or owner (unset arguments are kept)."""
+        check_id(session_id, "session_id")
+        _session_fields(
+            None if system_prompt is UNSET else system_prompt,
+            None if metadata is UNSET else metadata,
+        )
+        if user_id is not UNSET:
+            optional_id(user_id, "user_id")
         tokens: Any = UNSET
         if system_prompt is not UNSET:
-            if system_prompt is not None and not isinstance(system_prompt, str):
-                raise InvalidInputError("system_prompt must be a str or None.")
             tokens = self._system_prompt_tokens(system_prompt)
-        if metadata is not UNSET and metadata is not None:
-            if not isinstance(metadata, Mapping):
-                raise InvalidInputError(
-                    f"metadata must be a dict or None, got {type(metadata).__name__}."
-                )
-            Message(role="system", content="", metadata=dict(metadata))  # validates JSON
-        if user_id is not UNSET:
-            _optional_text(user_id, "user_id")
         self._store.update_session(
             session_id,
             system_prompt=system_prompt,
@@ -275,35 +285,30 @@ class MemoryManager(ContextMethods):
 
     def list_sessions(self, limit: int | None = 10, user_id: str | None = None) -> list[Session]:
         """Sessions with the most recent activity first."""
-        limit = _optional_count(limit, "limit")
-        _optional_text(user_id, "user_id")
-        return self._store.list_sessions(limit=limit, user_id=user_id)
+        limit = optional_count(limit, "limit")
+        return self._store.list_sessions(limit=limit, user_id=optional_id(user_id, "user_id"))
 
     def delete_session(self, session_id: str) -> bool:
         """Delete a session and all its messages (and their vectors). True if it existed."""
-        deleted = self._store.delete_session(session_id)
+        deleted = self._store.delete_session(check_id(session_id, "session_id"))
         if deleted and self._semantic is not None:
             self._semantic.forget_sessions([session_id])
         return deleted
 
     def clear_session(self, session_id: str) -> int:
         """Delete a session's messages but keep the session; returns how many were removed."""
-        removed = self._store.clear_session(session_id)
+        removed = self._store.clear_session(check_id(session_id, "session_id"))
         if removed and self._semantic is not None:
             self._semantic.forget_sessions([session_id])
         return removed
 
     def prune_old_sessions(self, days: int) -> int:
         """Delete sessions with no activity in the last ``days`` days; returns how many."""
-        if (
-            isinstance(days, bool)
-            or not isinstance(days, (int, float))
-            or not 0 <= days <= 3_000_000  # NaN fails too; beyond ~8,000 years nothing is older
-        ):
-            raise InvalidInputError(
-                f"days must be a number of days between 0 and 3,000,000, got {days!r}."
-            )
-        cutoff = datetime.now(UTC) - timedelta(days=days)
+        # Beyond ~8,000 years nothing can be older; the cutoff stops at the first storable time.
+        days = check_number(days, "days", low=0, high=3_000_000)
+        now = datetime.now(UTC)
+        oldest = datetime.min.replace(tzinfo=UTC)
+        cutoff = oldest if days >= (now - oldest).days else now - timedelta(days=days)
         removed = self._store.delete_sessions_before(cutoff)
         if removed and self._semantic is not None:
             self._semantic.forget_sessions(removed)
@@ -332,6 +337,8 @@ class MemoryManager(ContextMethods):
         user_id: str | None = None,
     ) -> list[int]:
         """Store many messages in one transaction (all or none); returns their ids in order."""
+        check_id(session_id, "session_id")
+        optional_id(user_id, "user_id")
         prepared = [self._prepare(m) for m in _message_list(messages, "save_messages")]
         if not prepared:
             return []
@@ -353,6 +360,8 @@ class MemoryManager(ContextMethods):
         What a framework's "set the history" or "delete message i" needs without ever leaving
         half a history; returns the new messages' ids. Ids of other sessions are ignored.
         """
+        check_id(session_id, "session_id")
+        optional_id(user_id, "user_id")
         doomed = _id_list(delete_ids, "delete_ids")
         prepared = [self._prepare(m) for m in _message_list(messages, "replace_messages")]
         if not prepared and not doomed:
@@ -382,9 +391,11 @@ class MemoryManager(ContextMethods):
         self, session_id: str, *, limit: int | None = None, after_id: int | None = None
     ) -> list[Message]:
         """Every message of a session in order (or ``limit`` of them after ``after_id``)."""
-        limit = _optional_count(limit, "limit")
-        after_id = _optional_count(after_id, "after_id")
-        return self._store.get_messages(session_id, after_id=after_id, limit=limit)
+        limit = optional_count(limit, "limit")
+        after_id = optional_count(after_id, "after_id")
+        return self._store.get_messages(
+            check_id(session_id, "session_id"), after_id=after_id, limit=limit
+        )
 
     def get_recent_messages(
         self,
@@ -413,7 +424,9 @@ class MemoryManager(ContextMethods):
     ) -> Window:
         """Like :meth:`get_recent_messages`, with the token total the window costs."""
         budget = self.max_history_tokens if max_tokens is None else check_budget(max_tokens)
-        session = self._store.get_session(session_id)
+        check_flag(include_system, "include_system")
+        check_flag(start_on_user, "start_on_user")
+        session = self._store.get_session(check_id(session_id, "session_id"))
         if session is None:
             return Window(messages=[], tokens=0)
         system: list[Message] = []
@@ -449,6 +462,7 @@ class MemoryManager(ContextMethods):
     # semantic memory lifecycle ------------------------------------------------------------
     def flush(self, timeout: float | None = None) -> None:
         """Block until every saved message is embedded and searchable (no-op without semantic)."""
+        timeout = optional_number(timeout, "timeout", low=0)
         if self._semantic is not None:
             self._semantic.flush(timeout)
 

@@ -35,6 +35,17 @@ import numpy as np
 from harombe_core.errors import EmbeddingError, InvalidInputError
 from harombe_core.models import Message, SearchHit, Session
 from harombe_core.store.base import KeywordHit, MessageStore, SearchScope
+from harombe_core.validate import (
+    MAX_TOP_K,
+    check_budget,
+    check_count,
+    check_number,
+    check_query,
+    check_roles,
+    optional_id,
+    optional_number,
+    optional_time,
+)
 
 if TYPE_CHECKING:
     from harombe_core.config import RagSection
@@ -122,16 +133,36 @@ class RetrievalSettings:
         )
 
 
+#: The keyword options every search entry point takes besides its named arguments.
+SEARCH_OPTIONS = frozenset(
+    {
+        "roles",
+        "since",
+        "until",
+        "exclude_session_id",
+        "temporal_decay",
+        "mmr_lambda",
+        "vector_weight",
+        "keyword_weight",
+        "now",
+    }
+)
+#: Largest weight of either side of hybrid search (they are relative: only the ratio counts).
+MAX_WEIGHT = 1_000_000.0
+
+
+def check_search_options(options: dict[str, Any], extra: frozenset[str] = frozenset()) -> None:
+    """Refuse an option no search knows, naming the ones that exist (a typo is not ignored)."""
+    unknown = sorted(set(options) - SEARCH_OPTIONS - extra)
+    if unknown:
+        raise InvalidInputError(
+            f"unknown search option {unknown[0]!r}; the options are "
+            f"{', '.join(sorted(SEARCH_OPTIONS | extra))}."
+        )
+
+
 def _check_k(value: Any, what: str = "top_k") -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InvalidInputError(f"{what} must be a non-negative int, got {value!r}.")
-    return value
-
-
-def _check_query(query: Any) -> str:
-    if not isinstance(query, str):
-        raise InvalidInputError(f"query must be a str, got {type(query).__name__}.")
-    return query
+    return check_count(value, what, high=MAX_TOP_K)
 
 
 class Retriever:
@@ -178,26 +209,45 @@ class Retriever:
         did not match). ``min_similarity`` drops hits whose cosine is below it.
         """
         s = self.settings
-        query = _check_query(query)
+        query = check_query(query)
         k = _check_k(s.top_k if top_k is None else top_k)
-        min_sim = s.min_similarity if min_similarity is None else min_similarity
-        decay = s.temporal_decay if temporal_decay is None else temporal_decay
-        lam = s.mmr_lambda if mmr_lambda is None else mmr_lambda
-        wv = s.vector_weight if vector_weight is None else vector_weight
-        wk = s.keyword_weight if keyword_weight is None else keyword_weight
-        if decay < 0 or wv < 0 or wk < 0:
-            raise InvalidInputError("temporal_decay and the weights must be non-negative.")
-        if lam is not None and not 0.0 <= lam <= 1.0:
-            raise InvalidInputError(f"mmr_lambda must be between 0 and 1, got {lam!r}.")
+        min_sim = optional_number(
+            s.min_similarity if min_similarity is None else min_similarity,
+            "min_similarity",
+            low=-1.0,
+            high=1.0,
+        )
+        decay = check_number(
+            s.temporal_decay if temporal_decay is None else temporal_decay,
+            "temporal_decay",
+            low=0.0,
+        )
+        lam = optional_number(
+            s.mmr_lambda if mmr_lambda is None else mmr_lambda, "mmr_lambda", low=0.0, high=1.0
+        )
+        wv = check_number(
+            s.vector_weight if vector_weight is None else vector_weight,
+            "vector_weight",
+            low=0.0,
+            high=MAX_WEIGHT,
+        )
+        wk = check_number(
+            s.keyword_weight if keyword_weight is None else keyword_weight,
+            "keyword_weight",
+            low=0.0,
+            high=MAX_WEIGHT,
+        )
+        scope = SearchScope(
+            user_id=optional_id(user_id, "user_id"),
+            session_id=optional_id(session_id, "session_id"),
+            roles=check_roles(roles),
+            since=optional_time(since, "since"),
+            until=optional_time(until, "until"),
+        )
+        exclude_session_id = optional_id(exclude_session_id, "exclude_session_id")
+        now = optional_time(now, "now")
         if k == 0 or not query.strip():
             return []
-        scope = SearchScope(
-            user_id=user_id,
-            session_id=session_id,
-            roles=tuple(roles) if roles else None,
-            since=since,
-            until=until,
-        )
         pool = max(k * s.candidates, s.min_candidates)
         if exclude_session_id is not None:
             pool *= 2
@@ -286,6 +336,7 @@ class Retriever:
         **options: Any,
     ) -> list[Message]:
         """Like :meth:`search`, returning only the messages (each as it was saved)."""
+        check_search_options(options)
         hits = self.search(query, top_k, session_id, user_id, min_similarity, **options)
         return [hit.message for hit in hits]
 
@@ -301,8 +352,9 @@ class Retriever:
         A session ranks by the sum of its messages' scores among the hits, so a conversation
         that keeps returning to a topic beats one that mentions it once.
         """
+        check_search_options(options)
         k = _check_k(self.settings.top_k if top_k is None else top_k)
-        hits = self.search(topic, max(k * 10, 50), user_id=user_id, **options)
+        hits = self.search(topic, min(max(k * 10, 50), MAX_TOP_K), user_id=user_id, **options)
         totals: dict[str, float] = {}
         for hit in hits:
             totals[hit.session_id] = totals.get(hit.session_id, 0.0) + hit.score
@@ -324,11 +376,13 @@ class Retriever:
         Hits that do not fit are skipped (a shorter one further down may still fit). Exclude
         the current session so the prompt is not given back the turns its window already has.
         """
-        budget = _check_k(
-            self.settings.max_context_tokens if max_tokens is None else max_tokens, "max_tokens"
+        budget = check_budget(
+            self.settings.max_context_tokens if max_tokens is None else max_tokens
         )
+        check_search_options(options, frozenset({"top_k"}))
         top_k = options.pop("top_k", None)
-        k = max(_check_k(top_k) if top_k is not None else self.settings.top_k, 1) * 4
+        wanted = _check_k(top_k) if top_k is not None else self.settings.top_k
+        k = min(max(wanted, 1) * 4, MAX_TOP_K)
         hits = self.search(
             query,
             k,
