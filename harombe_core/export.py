@@ -635,6 +635,10 @@ def _records_from_jsonl(text: str) -> list[SessionRecord]:
             raise _fail(
                 f"line {number}", f"not valid JSON ({exc.msg} at column {exc.colno})."
             ) from None
+        except RecursionError:
+            raise _fail(f"line {number}", _TOO_DEEP) from None
+        except ValueError as exc:  # an integer too long to read
+            raise _fail(f"line {number}", f"not valid JSON ({exc}).") from None
         records.append(session_from_openai(data, where=f"line {number}"))
     return records
 
@@ -716,6 +720,8 @@ def loads(text: str, fmt: str | None = None) -> list[SessionRecord]:
         return _records_from_jsonl(text)
     try:
         data = json.loads(text)
+    except RecursionError:
+        raise ImportFormatError(_TOO_DEEP) from None
     except json.JSONDecodeError as exc:
         if fmt == "json":
             raise ImportFormatError(
@@ -728,7 +734,15 @@ def loads(text: str, fmt: str | None = None) -> list[SessionRecord]:
                 "harombe imports the json and jsonl files that `harombe export` writes."
             ) from None
         return _records_from_jsonl(text)
+    except ValueError as exc:  # an integer too long to read
+        raise ImportFormatError(f"not valid JSON ({exc}).") from None
     return _records_from_json(data)
+
+
+_TOO_DEEP = (
+    "its JSON is nested too deeply to read (harombe stores at most json_depth levels, "
+    "see harombe_core.limits); it is not a harombe export."
+)
 
 
 def _check_format(fmt: str) -> str:
@@ -1015,6 +1029,22 @@ def _read_file(path: str | os.PathLike[str]) -> str:
         raise ImportFormatError(
             f"{file} is not UTF-8 text (byte {exc.start}); it is not a harombe export."
         ) from None
+
+
+def read_json(path: str | os.PathLike[str]) -> Any:
+    """The JSON value in the file at ``path``; every failure is an ImportFormatError."""
+    text = _read_file(path)
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ImportFormatError(
+            f"{Path(path).name} is not valid JSON ({exc.msg} at line {exc.lineno}, column "
+            f"{exc.colno})."
+        ) from None
+    except RecursionError:
+        raise ImportFormatError(f"{Path(path).name}: {_TOO_DEEP}") from None
+    except ValueError as exc:  # an integer too long to read
+        raise ImportFormatError(f"{Path(path).name} is not valid JSON ({exc}).") from None
 
 
 def import_file(

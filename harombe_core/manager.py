@@ -28,6 +28,7 @@ from harombe_core.validate import (
     check_count,
     check_flag,
     check_id,
+    check_list,
     check_mapping,
     check_number,
     optional_count,
@@ -72,21 +73,20 @@ def _message_list(messages: Any, what: str) -> list[Any]:
     """The messages of a bulk call as a list, refusing a lone message or a non-iterable."""
     if type(messages) is list:  # the common case, checked first: save_message goes this way
         return messages
-    if isinstance(messages, (str, bytes, Message, Mapping)) or not isinstance(messages, Iterable):
-        raise InvalidMessageError(
-            f"{what} takes a list of messages, got {type(messages).__name__}; wrap a single "
-            "message in a list or call save_message()."
-        )
-    return list(messages)
+    return check_list(
+        messages,
+        what,
+        of="messages",
+        single=(Message,),
+        error=InvalidMessageError,
+        hint="wrap a single message in a list or call save_message()",
+    )
 
 
 def _id_list(values: Any, what: str) -> list[int]:
     """Message ids as ints, refusing a lone value, a non-iterable or a non-integer id."""
-    if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Iterable):
-        raise InvalidInputError(
-            f"{what} must be a list of message ids, got {type(values).__name__}."
-        )
-    return [check_count(i, f"every id in {what}") for i in values]
+    ids = check_list(values, what, of="message ids")
+    return [check_count(i, f"every id in {what}") for i in ids]
 
 
 def _session_fields(system_prompt: Any, metadata: Any) -> dict[str, Any]:
@@ -452,11 +452,8 @@ class MemoryManager(ContextMethods):
 
     def count_tokens(self, messages: Sequence[Message]) -> int:
         """Tokens these messages cost under this manager's counter (overhead included)."""
-        if isinstance(messages, (str, bytes, Message, Mapping)) or not isinstance(
-            messages, Iterable
-        ):
-            raise InvalidMessageError("count_tokens takes a list of messages.")
-        return self.token_counter.count_messages([_as_message(m) for m in messages])
+        batch = _message_list(messages, "count_tokens")
+        return self.token_counter.count_messages([_as_message(m) for m in batch])
 
 
     # semantic memory lifecycle ------------------------------------------------------------

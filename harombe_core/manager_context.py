@@ -29,6 +29,7 @@ from harombe_core.validate import (
     optional_count,
     optional_id,
     optional_text,
+    show,
 )
 
 if TYPE_CHECKING:
@@ -197,7 +198,7 @@ class ContextMethods(SearchMethods):
         total = self.max_history_tokens if max_tokens is None else check_budget(max_tokens)
         if not isinstance(strategy, str) or strategy not in _STRATEGIES:
             raise InvalidInputError(
-                f"unknown strategy {strategy!r:.40}; use 'simple', 'summarization', 'hybrid' or "
+                f"unknown strategy {show(strategy)}; use 'simple', 'summarization', 'hybrid' or "
                 "'threaded'."
             )
         keep_last = check_count(keep_last, "keep_last", high=MAX_TOP_K)

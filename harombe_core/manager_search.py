@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from harombe_core.errors import InvalidInputError
 from harombe_core.models import Message, SearchHit, Session
 from harombe_core.store.base import MessageStore
-from harombe_core.validate import check_count, check_flag
+from harombe_core.validate import check_count, check_flag, check_list
 
 #: Most messages one embedding batch may hold (a bigger one only costs memory).
 MAX_BATCH_SIZE = 100_000
@@ -111,10 +111,7 @@ class SearchMethods:
         """Retrieved messages as the RAG system-prompt text, with dates and speakers."""
         from harombe_core.retrieval import format_context
 
-        if isinstance(messages, (str, bytes, Message)) or not isinstance(messages, Sequence):
-            raise InvalidInputError(
-                f"format_context takes a list of messages, got {type(messages).__name__}."
-            )
+        messages = check_list(messages, "format_context", of="messages", single=(Message,))
         if not all(isinstance(m, Message) for m in messages):
             raise InvalidInputError("format_context takes harombe Message objects only.")
         return format_context(messages)

@@ -14,7 +14,14 @@ from typing import Any, Literal, get_args
 
 from harombe_core.errors import InvalidMessageError
 from harombe_core.limits import Limits, current_limits
-from harombe_core.validate import check_json, check_mapping, check_text, check_time, optional_text
+from harombe_core.validate import (
+    check_json,
+    check_mapping,
+    check_text,
+    check_time,
+    optional_text,
+    show,
+)
 
 __all__ = [
     "MAX_CONTENT_CHARS",
@@ -69,7 +76,7 @@ class Message:
         limits = current_limits()
         if not isinstance(self.role, str) or self.role not in ROLES:
             raise InvalidMessageError(
-                f"unknown role {self.role!r:.40}; use one of {sorted(ROLES)} "
+                f"unknown role {show(self.role)}; use one of {sorted(ROLES)} "
                 "(map 'human' to 'user' and 'ai' to 'assistant')."
             )
         check_text(
@@ -182,7 +189,7 @@ class Message:
                 created = datetime.fromtimestamp(created, UTC)
             except (OverflowError, OSError, ValueError):
                 raise InvalidMessageError(
-                    f"created_at {created!r:.40} is not a Unix time harombe can store; give an "
+                    f"created_at {show(created)} is not a Unix time harombe can store; give an "
                     "ISO 8601 time between 0001-01-01 and 9999-12-31 (UTC)."
                 ) from None
         kwargs: dict[str, Any] = {
@@ -201,8 +208,13 @@ class Message:
                 if isinstance(value, bool) or not isinstance(value, int):
                     raise InvalidMessageError(f"{key} must be an integer, got {value!r}.")
                 kwargs[key] = value
-        if data.get("session_id") is not None:
-            kwargs["session_id"] = str(data["session_id"])
+        sid = data.get("session_id")
+        if sid is not None:
+            if isinstance(sid, bool) or not isinstance(sid, (str, int)) or (
+                isinstance(sid, int) and sid.bit_length() > 64
+            ):
+                raise InvalidMessageError(f"session_id must be a str, got {show(sid)}.")
+            kwargs["session_id"] = str(sid)
         return cls(**kwargs)
 
 

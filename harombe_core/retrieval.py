@@ -40,6 +40,7 @@ from harombe_core.validate import (
     check_budget,
     check_count,
     check_number,
+    check_options,
     check_query,
     check_roles,
     optional_id,
@@ -153,12 +154,7 @@ MAX_WEIGHT = 1_000_000.0
 
 def check_search_options(options: dict[str, Any], extra: frozenset[str] = frozenset()) -> None:
     """Refuse an option no search knows, naming the ones that exist (a typo is not ignored)."""
-    unknown = sorted(set(options) - SEARCH_OPTIONS - extra)
-    if unknown:
-        raise InvalidInputError(
-            f"unknown search option {unknown[0]!r}; the options are "
-            f"{', '.join(sorted(SEARCH_OPTIONS | extra))}."
-        )
+    check_options(options, SEARCH_OPTIONS | extra, "the search options")
 
 
 def _check_k(value: Any, what: str = "top_k") -> int:

@@ -385,7 +385,7 @@ def _parse_choice(answer: str) -> int | None:
     if match:
         try:
             data = json.loads(match.group(0))
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # ValueError: also ints too long to read
             data = None
         if isinstance(data, dict):
             value = data.get("selected_node_id", data.get("node_id", data.get("id")))

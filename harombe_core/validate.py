@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, get_args
 
 from harombe_core.errors import (
@@ -40,8 +42,11 @@ __all__ = [
     "check_flag",
     "check_id",
     "check_json",
+    "check_list",
     "check_mapping",
     "check_number",
+    "check_options",
+    "check_path",
     "check_query",
     "check_roles",
     "check_text",
@@ -52,6 +57,7 @@ __all__ = [
     "optional_text",
     "optional_time",
     "pydantic_errors",
+    "show",
 ]
 
 #: Largest count or id accepted: SQLite's and PostgreSQL's 64-bit integers.
@@ -66,7 +72,7 @@ _MAX_INT_DIGITS = 4_000
 Error = type[InvalidInputError]
 
 
-def _show(value: Any, width: int = 60) -> str:
+def show(value: Any, width: int = 60) -> str:
     """A short, safe repr for an error message (huge ints cannot even be printed)."""
     if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 200:
         return f"an int of {value.bit_length():,} bits"
@@ -102,7 +108,7 @@ def check_id(value: Any, what: str, *, error: Error = InvalidInputError) -> str:
     if not isinstance(value, str) or not value or len(value) > MAX_ID_CHARS or "\x00" in value:
         raise error(
             f"{what} must be a non-empty str of at most {MAX_ID_CHARS} characters without NUL "
-            f"bytes, got {_show(value)}."
+            f"bytes, got {show(value)}."
         )
     _check_unicode(value, what, error)
     return value
@@ -169,6 +175,26 @@ def check_query(value: Any, what: str = "query") -> str:
     )
 
 
+def check_path(value: Any, what: str = "path") -> Path:
+    """A file path (str or os.PathLike, ``~`` expanded) the operating system can be given."""
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str) or not value:
+        raise InvalidInputError(
+            f"{what} must be a file path (a non-empty str or pathlib.Path), got "
+            f"{type(value).__name__}."
+        )
+    try:
+        if "\x00" in value:
+            raise ValueError
+        os.fsencode(value)
+    except (ValueError, UnicodeError):
+        raise InvalidInputError(
+            f"{what} {show(value)} cannot be a file name (NUL byte or invalid Unicode)."
+        ) from None
+    return Path(value).expanduser()
+
+
 # times -----------------------------------------------------------------------------------------
 def check_time(value: Any, what: str, *, error: Error = InvalidInputError) -> datetime:
     """A point in time as a UTC ``datetime`` the store can represent.
@@ -182,7 +208,7 @@ def check_time(value: Any, what: str, *, error: Error = InvalidInputError) -> da
             value = datetime.fromisoformat(value)
         except ValueError:
             raise error(
-                f"{what} {_show(value)} is not an ISO 8601 time; use a datetime or a string such "
+                f"{what} {show(value)} is not an ISO 8601 time; use a datetime or a string such "
                 "as '2024-05-01' or '2024-05-01T12:00:00+00:00'."
             ) from None
     if not isinstance(value, datetime):
@@ -219,7 +245,7 @@ def check_number(
     except (OverflowError, ValueError):
         number = math.inf
     if not math.isfinite(number):
-        raise InvalidInputError(f"{what} must be a finite number, got {_show(value)}.")
+        raise InvalidInputError(f"{what} must be a finite number, got {show(value)}.")
     if (low is not None and number < low) or (high is not None and number > high):
         span = (
             f"between {low:g} and {high:g}"
@@ -249,7 +275,7 @@ def check_count(
             span = f"an int between {low:,} and {high:,}"
         else:
             span = "a non-negative int" if low == 0 else f"an int >= {low:,}"
-        raise error(f"{what} must be {span}, got {_show(number)}.")
+        raise error(f"{what} must be {span}, got {show(number)}.")
     return number
 
 
@@ -274,7 +300,7 @@ def check_budget(max_tokens: object, what: str = "max_tokens") -> int:
 def check_flag(value: Any, what: str) -> bool:
     """A yes/no argument: a real bool, so that ``"no"`` or ``0.0`` is not silently taken."""
     if not isinstance(value, bool):
-        raise InvalidInputError(f"{what} must be True or False, got {_show(value)}.")
+        raise InvalidInputError(f"{what} must be True or False, got {show(value)}.")
     return value
 
 
@@ -288,7 +314,7 @@ def check_roles(value: Any) -> tuple[str, ...] | None:
     known = get_args(Role)
     if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
         raise InvalidInputError(
-            f"roles must be a list of role names such as ['user'], got {_show(value)}; "
+            f"roles must be a list of role names such as ['user'], got {show(value)}; "
             f"the roles are {', '.join(known)}."
         )
     roles = tuple(value)
@@ -299,7 +325,7 @@ def check_roles(value: Any) -> tuple[str, ...] | None:
     unknown = [r for r in roles if not isinstance(r, str) or r not in known]
     if unknown:
         raise InvalidInputError(
-            f"unknown role {_show(unknown[0])} in roles; use {', '.join(known)}."
+            f"unknown role {show(unknown[0])} in roles; use {', '.join(known)}."
         )
     return tuple(dict.fromkeys(roles))
 
@@ -347,7 +373,7 @@ def _json_walk(value: Any, limit: int, depth_limit: int) -> tuple[str | None, in
                 break
             for key, child in item.items():
                 if not isinstance(key, str):
-                    return f"dict key {_show(key)} is not a str (keys must be strings)", size
+                    return f"dict key {show(key)} is not a str (keys must be strings)", size
                 stack.append((key, depth + 1))
                 stack.append((child, depth + 1))
         else:
@@ -398,6 +424,42 @@ def check_mapping(
     data = dict(value)
     check_json(data, what, limit=limit, field=field, error=error)
     return data
+
+
+def check_list(
+    value: Any,
+    what: str,
+    *,
+    of: str,
+    single: tuple[type, ...] = (),
+    error: Error = InvalidInputError,
+    hint: str = "",
+) -> list[Any]:
+    """The items of a list argument. A str, bytes, dict or one of ``single`` (the item type,
+    which may itself be iterable) is refused rather than iterated: it is one item, not a list."""
+    if isinstance(value, (str, bytes, Mapping, *single)) or not isinstance(value, Iterable):
+        raise error(
+            f"{what} takes a list of {of}, got {type(value).__name__}"
+            + (f"; {hint}." if hint else ".")
+        )
+    return list(value)
+
+
+def check_options(value: Any, known: frozenset[str] | None, what: str) -> dict[str, Any]:
+    """A dict of keyword options (None meaning none) whose names are all in ``known`` (any
+    str names when ``known`` is None)."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise InvalidInputError(f"{what} must be a dict, got {type(value).__name__}.")
+    if known is None:
+        known = frozenset(name for name in value if isinstance(name, str))
+    unknown = sorted(show(name) for name in set(value) - known)
+    if unknown:
+        raise InvalidInputError(
+            f"unknown name {unknown[0]} in {what}; use {', '.join(sorted(known))}."
+        )
+    return dict(value)
 
 
 # framework models ------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from pydantic import ConfigDict, Field, PrivateAttr, field_validator
 from harombe_core.errors import InvalidInputError
 from harombe_core.manager import MemoryManager
 from harombe_core.models import SearchHit
+from harombe_core.validate import check_count, pydantic_errors
 from langchain_harombe.history import resolve_manager
 
 __all__ = ["HarombeRetriever", "SearchType", "hit_to_document"]
@@ -83,6 +84,10 @@ class HarombeRetriever(BaseRetriever):
 
     _manager: MemoryManager | None = PrivateAttr(default=None)
 
+    def __init__(self, **data: Any) -> None:
+        with pydantic_errors("HarombeRetriever"):
+            super().__init__(**data)
+
     @field_validator("storage_path", mode="before")
     @classmethod
     def _path_to_str(cls, value: Any) -> Any:
@@ -99,9 +104,7 @@ class HarombeRetriever(BaseRetriever):
         return self._manager
 
     def _k(self, overrides: dict[str, Any]) -> int:
-        k = overrides.pop("k", self.k)
-        if isinstance(k, bool) or not isinstance(k, int) or k < 0:
-            raise InvalidInputError(f"k must be a non-negative int, got {k!r}.")
+        k = check_count(overrides.pop("k", self.k), "k")
         if overrides:
             raise InvalidInputError(
                 f"unknown retriever arguments {sorted(overrides)}; only k can be overridden."

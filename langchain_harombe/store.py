@@ -41,9 +41,20 @@ from langgraph.store.base import (
 from langgraph.store.base.embed import get_text_at_path, tokenize_path
 
 from harombe_core.errors import InvalidInputError
+from harombe_core.limits import current_limits
 from harombe_core.manager import MemoryManager
 from harombe_core.store.sql_body import Body, sql_runner
 from harombe_core.store.sqlite import from_micros, to_micros
+from harombe_core.validate import (
+    check_count,
+    check_flag,
+    check_id,
+    check_json,
+    check_list,
+    check_number,
+    check_query,
+    optional_count,
+)
 from langchain_harombe.embeddings import as_embedder
 from langchain_harombe.history import resolve_manager
 
@@ -53,6 +64,10 @@ _COLUMNS = "namespace, key, value, created_at, updated_at, expires_at, ttl_minut
 
 
 _Vectors = dict[tuple[str, str], list[tuple[str, bytes]]]
+
+_OPS = (GetOp, PutOp, SearchOp, ListNamespacesOp)
+#: Longest TTL, in minutes (about 1,900 years; expiry times are 64-bit microseconds).
+MAX_TTL_MINUTES = 1_000_000_000
 
 
 def _ns(namespace: tuple[str, ...]) -> str:
@@ -118,7 +133,7 @@ class HarombeStore(BaseStore):
     # batch --------------------------------------------------------------------------------
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         """Run ``ops`` in order, in one transaction (embedding happens before it starts)."""
-        ops = list(ops)
+        ops = check_list(ops, "batch", of="store operations", single=_OPS)
         vectors, queries = self._prepare(ops)
         raw = self._backend.run(
             lambda: self._body(ops, vectors, queries), exactly_once=_writes(ops)
@@ -126,7 +141,7 @@ class HarombeStore(BaseStore):
         return _results(ops, raw)
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
-        ops = list(ops)
+        ops = check_list(ops, "abatch", of="store operations", single=_OPS)
         vectors, queries = await asyncio.to_thread(self._prepare, ops)
         raw = await self._backend.arun(
             lambda: self._body(ops, vectors, queries), exactly_once=_writes(ops)
@@ -334,17 +349,72 @@ def _writes(ops: Sequence[Op]) -> bool:
     return any(isinstance(op, PutOp) for op in ops)
 
 
+def _check_namespace(value: Any, what: str, *, empty: bool) -> None:
+    """A namespace: a tuple of labels, each a non-empty id without dots (they are stored
+    dotted, so a dot would make two namespaces one)."""
+    if not isinstance(value, tuple) or (not value and not empty):
+        raise InvalidInputError(
+            f"{what} must be a {'' if empty else 'non-empty '}tuple of str labels, got "
+            f"{type(value).__name__}{'' if value or empty else ' ()'}."
+        )
+    for label in value:
+        check_id(label, f"a {what} label")
+        if "." in label:
+            raise InvalidInputError(f"{what} labels cannot contain '.', got {label!r:.60}.")
+
+
 def _check_op(op: Op) -> None:
+    """Refuse a malformed operation before anything is embedded or written (a batch is all or
+    nothing): namespaces, keys, values within ``store_value_chars``, TTLs, pages, filters."""
     if isinstance(op, (GetOp, PutOp)):
-        names = [*op.namespace, op.key]
+        _check_namespace(op.namespace, "namespace", empty=False)
+        if op.key != "":
+            check_id(op.key, "store key")
+    if isinstance(op, GetOp):
+        check_flag(op.refresh_ttl, "refresh_ttl")
+    elif isinstance(op, PutOp):
+        if op.value is not None:
+            if not isinstance(op.value, dict):
+                raise InvalidInputError(
+                    f"a store value must be a dict (a JSON object), got {type(op.value).__name__}."
+                )
+            limit = current_limits().store_value_chars
+            check_json(op.value, "store value", limit=limit, field="store_value_chars")
+        if op.index is not None and op.index is not False and (
+            not isinstance(op.index, list) or not all(isinstance(f, str) for f in op.index)
+        ):
+            raise InvalidInputError("index must be False, None or a list of field paths (str).")
+        if op.ttl is not None:
+            check_number(op.ttl, "ttl (minutes)", low=0.0, high=MAX_TTL_MINUTES)
     elif isinstance(op, SearchOp):
-        names = list(op.namespace_prefix)
+        _check_namespace(op.namespace_prefix, "namespace_prefix", empty=True)
+        if op.filter is not None:
+            if not isinstance(op.filter, dict):
+                raise InvalidInputError(f"filter must be a dict, got {type(op.filter).__name__}.")
+            limit = current_limits().store_value_chars
+            check_json(op.filter, "filter", limit=limit, field="store_value_chars")
+        if op.query is not None:
+            check_query(op.query)
+        check_count(op.limit, "limit")
+        check_count(op.offset, "offset")
+        check_flag(op.refresh_ttl, "refresh_ttl")
     elif isinstance(op, ListNamespacesOp):
-        return
+        for condition in op.match_conditions or ():
+            if (
+                not isinstance(condition, MatchCondition)
+                or condition.match_type not in ("prefix", "suffix")
+                or not isinstance(condition.path, tuple)
+                or not all(isinstance(p, str) for p in condition.path)
+            ):
+                raise InvalidInputError(
+                    "match_conditions must be MatchCondition(match_type='prefix' or 'suffix', "
+                    "path=tuple of str)."
+                )
+        optional_count(op.max_depth, "max_depth")
+        check_count(op.limit, "limit")
+        check_count(op.offset, "offset")
     else:
         raise InvalidInputError(f"unknown store operation {type(op).__name__}.")
-    if any("\x00" in name for name in names):
-        raise InvalidInputError("store namespaces and keys cannot contain NUL characters.")
 
 
 def _results(ops: Sequence[Op], raw: Sequence[Any]) -> list[Result]:

@@ -19,9 +19,17 @@ from llama_index.core.bridge.pydantic import BaseModel, Field, PrivateAttr
 from llama_index.core.storage.chat_store.base import BaseChatStore
 from llama_index.core.storage.chat_store.base_db import AsyncDBChatStore, MessageStatus
 
+from harombe_core.errors import InvalidInputError
 from harombe_core.manager import MemoryManager
 from harombe_core.models import Message
-from llamaindex_harombe.convert import from_llamaindex, to_llamaindex
+from harombe_core.validate import (
+    MAX_COUNT,
+    check_count,
+    optional_count,
+    optional_id,
+    pydantic_errors,
+)
+from llamaindex_harombe.convert import from_llamaindex, from_llamaindex_list, to_llamaindex
 from llamaindex_harombe.memory import DEFAULT_STORAGE_PATH, describe_manager, open_manager
 
 __all__ = ["HarombeChatStore", "HarombeDBChatStore"]
@@ -51,7 +59,9 @@ class _ManagedStore(BaseModel):
             data.setdefault("vector_store", vector_store)
             storage_path = storage_path or location
         data["storage_path"] = os.fspath(storage_path or DEFAULT_STORAGE_PATH)
-        super().__init__(**data)
+        with pydantic_errors(type(self).__name__):
+            super().__init__(**data)
+        optional_id(self.user_id, "user_id")
         if manager is None:
             manager = open_manager(self.storage_path, self.embedding, self.vector_store)
             self._owns_manager = True
@@ -90,10 +100,9 @@ class HarombeChatStore(_ManagedStore, BaseChatStore):
         return "HarombeChatStore"
 
     def set_messages(self, key: str, messages: list[ChatMessage]) -> None:
+        converted = from_llamaindex_list(messages, "set_messages")
         old = [m.id for m in self._stored(key) if m.id is not None]
-        self._manager.replace_messages(
-            key, old, [from_llamaindex(m) for m in messages], user_id=self.user_id
-        )
+        self._manager.replace_messages(key, old, converted, user_id=self.user_id)
 
     def get_messages(self, key: str) -> list[ChatMessage]:
         return [to_llamaindex(m) for m in self._stored(key)]
@@ -104,6 +113,7 @@ class HarombeChatStore(_ManagedStore, BaseChatStore):
         if idx is None:
             self._manager.save_message(key, converted, user_id=self.user_id)
             return
+        idx = _index(idx)
         stored = self._stored(key)
         position = min(idx, len(stored)) if idx >= 0 else max(len(stored) + idx, 0)
         tail = stored[position:]
@@ -126,6 +136,7 @@ class HarombeChatStore(_ManagedStore, BaseChatStore):
 
     def delete_message(self, key: str, idx: int) -> ChatMessage | None:
         """Remove the message at ``idx`` (negative counts from the end); None if out of range."""
+        idx = _index(idx)
         stored = self._stored(key)
         if not -len(stored) <= idx < len(stored):
             return None
@@ -172,6 +183,24 @@ class HarombeChatStore(_ManagedStore, BaseChatStore):
         return await asyncio.to_thread(self.get_keys)
 
 
+def _index(value: Any, what: str = "idx") -> int:
+    """A list position: an int, negative ones counting from the end as in Python."""
+    return check_count(value, what, low=-MAX_COUNT)
+
+
+def _status(value: Any, *, optional: bool) -> MessageStatus | None:
+    """A MessageStatus (or its value, "active" / "archived"); None means every status."""
+    if value is None and optional:
+        return None
+    try:
+        return MessageStatus(value)
+    except ValueError:
+        raise InvalidInputError(
+            f"status must be MessageStatus.ACTIVE or MessageStatus.ARCHIVED"
+            f"{' or None' if optional else ''}, got {type(value).__name__}."
+        ) from None
+
+
 def _fresh(message: Message) -> Message:
     """A stored message as a new one (store-assigned fields cleared) to write it again."""
     return message.with_ids(id=None, session_id=None, token_count=None, parent_id=None)
@@ -210,6 +239,7 @@ class HarombeDBChatStore(_ManagedStore, AsyncDBChatStore):
         return MessageStatus.ACTIVE
 
     def _select(self, key: str, status: MessageStatus | None) -> list[Message]:
+        status = _status(status, optional=True)
         if status is None:
             return self._stored(key)
         through = self._archived_through(key)
@@ -222,47 +252,50 @@ class HarombeDBChatStore(_ManagedStore, AsyncDBChatStore):
         return [m for m in stored if self._status(m, through) == status]
 
     def _convert(self, messages: Sequence[ChatMessage], status: MessageStatus) -> list[Message]:
+        status = _status(status, optional=False) or MessageStatus.ACTIVE
         extra = {STATUS_KEY: status.value} if status == MessageStatus.ARCHIVED else None
-        return [from_llamaindex(m, metadata=extra) for m in messages]
+        return from_llamaindex_list(messages, "add_messages", metadata=extra)
 
     # sync implementations, run on a worker thread by the async API ---------------------------
     def _get(
         self, key: str, status: MessageStatus | None, limit: int | None, offset: int | None
     ) -> list[ChatMessage]:
+        limit = optional_count(limit, "limit")
+        start = optional_count(offset, "offset") or 0
         selected = self._select(key, status)
-        start = offset or 0
         end = None if limit is None else start + limit
         return [to_llamaindex(m) for m in selected[start:end]]
 
     def _set(self, key: str, messages: Sequence[ChatMessage], status: MessageStatus) -> None:
+        converted = self._convert(messages, status)
         doomed = [m.id for m in self._select(key, status) if m.id is not None]
-        self._manager.replace_messages(
-            key, doomed, self._convert(messages, status), user_id=self.user_id
-        )
+        self._manager.replace_messages(key, doomed, converted, user_id=self.user_id)
 
     def _delete_ids(self, key: str, victims: list[Message]) -> list[ChatMessage]:
         self._manager.replace_messages(key, [m.id for m in victims if m.id is not None], [])
         return [to_llamaindex(m) for m in victims]
 
     def _delete_at(self, key: str, idx: int) -> ChatMessage | None:
+        idx = _index(idx)
         stored = self._stored(key)
         if not -len(stored) <= idx < len(stored):
             return None
         return self._delete_ids(key, [stored[idx]])[0]
 
     def _delete_status(self, key: str, status: MessageStatus | None) -> None:
+        status = _status(status, optional=True)
         if status is None:
             self._manager.clear_session(key)
             return
         self._delete_ids(key, self._select(key, status))
 
     def _delete_oldest(self, key: str, n: int) -> list[ChatMessage]:
-        if n <= 0:
+        if _index(n, "n") <= 0:
             return []
         return self._delete_ids(key, self._select(key, MessageStatus.ACTIVE)[:n])
 
     def _archive_oldest(self, key: str, n: int) -> list[ChatMessage]:
-        active = self._select(key, MessageStatus.ACTIVE)[: max(n, 0)]
+        active = self._select(key, MessageStatus.ACTIVE)[: max(_index(n, "n"), 0)]
         if not active:
             return []
         session = self._manager.load_session(key)

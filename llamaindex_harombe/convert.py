@@ -21,9 +21,11 @@ from llama_index.core.base.llms.types import (
 )
 from pydantic_core import to_jsonable_python
 
+from harombe_core.errors import InvalidMessageError
 from harombe_core.models import Message
+from harombe_core.validate import check_list
 
-__all__ = ["LI_KEY", "from_llamaindex", "to_llamaindex"]
+__all__ = ["LI_KEY", "from_llamaindex", "from_llamaindex_list", "to_llamaindex"]
 
 #: The metadata key under which LlamaIndex-only data is kept.
 LI_KEY = "li"
@@ -89,6 +91,11 @@ def from_llamaindex(message: ChatMessage, *, metadata: dict[str, Any] | None = N
 
     ``metadata`` adds the caller's own keys beside the reserved one.
     """
+    if not isinstance(message, ChatMessage):
+        raise InvalidMessageError(
+            f"expected a LlamaIndex ChatMessage, got {type(message).__name__}; build one with "
+            "ChatMessage(role='user', content='...')."
+        )
     role = message.role.value if isinstance(message.role, MessageRole) else str(message.role)
     kwargs = dict(message.additional_kwargs or {})
     text = message.content or ""
@@ -124,6 +131,21 @@ def from_llamaindex(message: ChatMessage, *, metadata: dict[str, Any] | None = N
     )
 
 
+def from_llamaindex_list(
+    messages: Any, what: str, *, metadata: dict[str, Any] | None = None
+) -> list[Message]:
+    """:func:`from_llamaindex` for the messages given to ``what`` (a lone one is refused)."""
+    batch = check_list(
+        messages,
+        what,
+        of="ChatMessages",
+        single=(ChatMessage,),
+        error=InvalidMessageError,
+        hint="wrap a single ChatMessage in a list",
+    )
+    return [from_llamaindex(m, metadata=metadata) for m in batch]
+
+
 def _blocks_for_tool_calls(calls: list[dict[str, Any]]) -> list[ToolCallBlock]:
     blocks = []
     for call in calls:
@@ -132,7 +154,7 @@ def _blocks_for_tool_calls(calls: list[dict[str, Any]]) -> list[ToolCallBlock]:
         args: Any = fn.get("arguments", fn.get("args", {}))
         if isinstance(args, str):
             # Arguments that are not JSON (a model's malformed output) are kept as the string.
-            with contextlib.suppress(json.JSONDecodeError):
+            with contextlib.suppress(ValueError, RecursionError):  # also ints too long to read
                 args = json.loads(args) if args else {}
         blocks.append(
             ToolCallBlock(

@@ -24,11 +24,18 @@ from llama_index.core.memory.types import BaseMemory
 from harombe_core.errors import InvalidInputError
 from harombe_core.manager import MemoryManager
 from harombe_core.models import Message
-from harombe_core.strategies import check_budget
 from harombe_core.threads import resolve_selector
+from harombe_core.validate import (
+    MAX_TOP_K,
+    check_budget,
+    check_count,
+    check_id,
+    optional_id,
+    pydantic_errors,
+)
 from llamaindex_harombe._recall import fit_context
 from llamaindex_harombe._threads import Threader
-from llamaindex_harombe.convert import from_llamaindex, to_llamaindex
+from llamaindex_harombe.convert import from_llamaindex_list, to_llamaindex
 from llamaindex_harombe.llm import LlamaIndexLLM
 
 __all__ = ["DEFAULT_STORAGE_PATH", "DEFAULT_TOKEN_LIMIT", "LLAMAINDEX_EMBEDDING", "HarombeMemory"]
@@ -155,8 +162,14 @@ class HarombeMemory(BaseMemory):
             data.setdefault("storage_path", location)
             data.setdefault("embedding", embedding)
             data.setdefault("vector_store", vector_store)
-        super().__init__(**data)
+        with pydantic_errors("HarombeMemory"):
+            super().__init__(**data)
+        check_id(self.session_id, "session_id")
+        optional_id(self.user_id, "user_id")
         check_budget(self.token_limit, "token_limit")
+        check_budget(self.rag_max_tokens, "rag_max_tokens")
+        check_count(self.keep_last, "keep_last", high=MAX_TOP_K)
+        check_count(self.rag_top_k, "rag_top_k", high=MAX_TOP_K)
         if self.strategy not in ("simple", "summarization", "hybrid", "threaded"):
             raise InvalidInputError(
                 f"unknown strategy {self.strategy!r}; use 'simple', 'summarization', 'hybrid' "
@@ -225,6 +238,8 @@ class HarombeMemory(BaseMemory):
         (``"default"``: the bundled all-MiniLM-L6-v2) to recall by meaning as well as by keyword;
         or pass a LlamaIndex ``embed_model`` (for example ``Settings.embed_model``) instead.
         """
+        if llm is not None and not isinstance(llm, LLM):
+            raise InvalidInputError(f"llm must be a LlamaIndex LLM, got {type(llm).__name__}.")
         if token_limit is None:
             token_limit = (
                 int(llm.metadata.context_window * _CONTEXT_RATIO)
@@ -285,10 +300,15 @@ class HarombeMemory(BaseMemory):
     def _recall_query(self, input: object) -> str | None:
         """What to recall for: the engine's input, else the newest user message (as
         LlamaIndex's own memory blocks do), so agents and SimpleChatEngine recall too."""
+        if input is not None and not isinstance(input, (str, ChatMessage)):
+            raise InvalidInputError(
+                f"input must be the user's message (a str or ChatMessage), got "
+                f"{type(input).__name__}."
+            )
         if not self.rag or self.rag_top_k <= 0:
             return None
         if input:
-            return input.content or None if isinstance(input, ChatMessage) else str(input)
+            return input.content or None if isinstance(input, ChatMessage) else input
         for message in self._manager.store.iter_newest(self.session_id):
             if message.role == "user" and message.content.strip():
                 return message.content
@@ -368,7 +388,7 @@ class HarombeMemory(BaseMemory):
         return [to_llamaindex(m) for m in await self._manager.aget_messages(self.session_id)]
 
     def _save(self, messages: Sequence[ChatMessage]) -> None:
-        converted = [from_llamaindex(m) for m in messages]
+        converted = from_llamaindex_list(messages, "put_messages")
         if self._threader is not None:
             self._threader.save(converted, self.user_id)
         else:
@@ -391,15 +411,14 @@ class HarombeMemory(BaseMemory):
             await asyncio.to_thread(self._save, messages)
             return
         await self._manager.asave_messages(
-            self.session_id, [from_llamaindex(m) for m in messages], user_id=self.user_id
+            self.session_id, from_llamaindex_list(messages, "aput_messages"), user_id=self.user_id
         )
 
     def set(self, messages: Sequence[ChatMessage]) -> None:
         """Replace the session's messages with ``messages``, in one transaction."""
+        converted = from_llamaindex_list(messages, "set")
         old = [m.id for m in self._manager.get_messages(self.session_id) if m.id is not None]
-        self._manager.replace_messages(
-            self.session_id, old, [from_llamaindex(m) for m in messages], user_id=self.user_id
-        )
+        self._manager.replace_messages(self.session_id, old, converted, user_id=self.user_id)
         self._forget_threads()
 
     def _forget_threads(self) -> None:
@@ -407,12 +426,10 @@ class HarombeMemory(BaseMemory):
             self._threader.forget()
 
     async def aset(self, messages: Sequence[ChatMessage]) -> None:
+        converted = from_llamaindex_list(messages, "aset")
         old = [m.id for m in await self._manager.aget_messages(self.session_id)]
         await self._manager.areplace_messages(
-            self.session_id,
-            [i for i in old if i is not None],
-            [from_llamaindex(m) for m in messages],
-            user_id=self.user_id,
+            self.session_id, [i for i in old if i is not None], converted, user_id=self.user_id
         )
         self._forget_threads()
 
