@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from harombe_core.errors import InvalidInputError, InvalidMessageError, SessionNotFoundError
+from harombe_core.errors import InvalidMessageError, SessionNotFoundError
 from harombe_core.limits import current_limits
 from harombe_core.manager_context import ContextMethods
 from harombe_core.models import Message, Session
@@ -29,6 +29,7 @@ from harombe_core.validate import (
     check_flag,
     check_id,
     check_list,
+    check_location,
     check_mapping,
     check_number,
     optional_count,
@@ -44,6 +45,9 @@ __all__ = ["MemoryManager", "open_store"]
 
 log = logging.getLogger(__name__)
 
+#: Longest wait flush() accepts, in seconds (a day; the clock cannot represent much more).
+MAX_WAIT_SECONDS = 86_400.0
+
 
 def open_store(
     storage_path: str | os.PathLike[str] | MessageStore, *, encryption_key: str | None = None
@@ -52,14 +56,9 @@ def open_store(
 
     ``encryption_key`` (else ``HAROMBE_DB_KEY``) encrypts a SQLite file with SQLCipher.
     """
-    if not isinstance(storage_path, (str, os.PathLike)):
-        if isinstance(storage_path, MessageStore):
-            return storage_path
-        raise InvalidInputError(
-            f"storage_path must be a file path, ':memory:' or a postgresql:// URL, got "
-            f"{type(storage_path).__name__}."
-        )
-    location = os.fspath(storage_path)
+    if isinstance(storage_path, MessageStore):
+        return storage_path
+    location = check_location(storage_path)
     if location.startswith(("postgresql://", "postgres://")):
         from harombe_core.store.postgres import PostgresStore
 
@@ -302,13 +301,13 @@ class MemoryManager(ContextMethods):
             self._semantic.forget_sessions([session_id])
         return removed
 
-    def prune_old_sessions(self, days: int) -> int:
+    def prune_old_sessions(self, days: float) -> int:
         """Delete sessions with no activity in the last ``days`` days; returns how many."""
         # Beyond ~8,000 years nothing can be older; the cutoff stops at the first storable time.
-        days = check_number(days, "days", low=0, high=3_000_000)
+        span = check_number(days, "days", low=0, high=3_000_000)
         now = datetime.now(UTC)
         oldest = datetime.min.replace(tzinfo=UTC)
-        cutoff = oldest if days >= (now - oldest).days else now - timedelta(days=days)
+        cutoff = oldest if span >= (now - oldest).days else now - timedelta(days=span)
         removed = self._store.delete_sessions_before(cutoff)
         if removed and self._semantic is not None:
             self._semantic.forget_sessions(removed)
@@ -459,7 +458,7 @@ class MemoryManager(ContextMethods):
     # semantic memory lifecycle ------------------------------------------------------------
     def flush(self, timeout: float | None = None) -> None:
         """Block until every saved message is embedded and searchable (no-op without semantic)."""
-        timeout = optional_number(timeout, "timeout", low=0)
+        timeout = optional_number(timeout, "timeout", low=0, high=MAX_WAIT_SECONDS)
         if self._semantic is not None:
             self._semantic.flush(timeout)
 

@@ -43,6 +43,7 @@ __all__ = [
     "check_id",
     "check_json",
     "check_list",
+    "check_location",
     "check_mapping",
     "check_number",
     "check_options",
@@ -193,6 +194,21 @@ def check_path(value: Any, what: str = "path") -> Path:
             f"{what} {show(value)} cannot be a file name (NUL byte or invalid Unicode)."
         ) from None
     return Path(value).expanduser()
+
+
+def check_location(value: Any, what: str = "storage_path") -> str:
+    """Where a store lives: ``":memory:"``, a ``postgresql://`` URL or a file path (a str or
+    os.PathLike the file system can be given); returned as a str, ``~`` not yet expanded."""
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str):
+        raise InvalidInputError(
+            f"{what} must be a file path, ':memory:' or a postgresql:// URL, got "
+            f"{type(value).__name__}."
+        )
+    if value != ":memory:" and not value.startswith(("postgresql://", "postgres://")):
+        check_path(value, what)
+    return value
 
 
 # times -----------------------------------------------------------------------------------------

@@ -142,7 +142,10 @@ class HarombeChatMessageHistory(BaseChatMessageHistory):
             check_budget(max_tokens)
         check_flag(start_on_user, "start_on_user")
         # A manager subclass may take more context options; MemoryManager's own are known.
-        own = manager is None or type(manager).get_context is MemoryManager.get_context
+        own = (
+            not isinstance(manager, MemoryManager)
+            or type(manager).get_context is MemoryManager.get_context
+        )
         check_options(context_options, _CONTEXT_OPTIONS if own else None, "context_options")
         self.manager, self._owns_manager = resolve_manager(
             manager, storage_path, manager_options, owner="HarombeChatMessageHistory"

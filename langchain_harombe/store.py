@@ -52,6 +52,7 @@ from harombe_core.validate import (
     check_json,
     check_list,
     check_number,
+    check_options,
     check_query,
     optional_count,
 )
@@ -108,6 +109,23 @@ class HarombeStore(BaseStore):
         ttl: TTLConfig | None = None,
         manager_options: dict[str, Any] | None = None,
     ) -> None:
+        index = check_options(index, frozenset({"fields", "embed", "dims"}), "index")
+        fields = index.get("fields") or ["$"]
+        if not isinstance(fields, list) or not all(isinstance(f, str) for f in fields):
+            raise InvalidInputError("index['fields'] must be a list of str paths such as ['text'].")
+        embed = as_embedder(index["embed"]) if index.get("embed") is not None else None
+        if embed is not None and not (hasattr(embed, "embed") and hasattr(embed, "embed_query")):
+            raise InvalidInputError(
+                "index['embed'] must be a LangChain Embeddings or a harombe Embedder, got "
+                f"{type(embed).__name__}."
+            )
+        ttl_config = check_options(
+            ttl, frozenset({"default_ttl", "refresh_on_read", "sweep_interval_minutes"}), "ttl"
+        )
+        if ttl_config.get("default_ttl") is not None:
+            check_number(ttl_config["default_ttl"], "default_ttl", low=0.0, high=MAX_TTL_MINUTES)
+        check_flag(ttl_config.get("refresh_on_read", True), "refresh_on_read")
+        optional_count(ttl_config.get("sweep_interval_minutes"), "sweep_interval_minutes")
         self.manager, self._owns_manager = resolve_manager(
             manager, storage_path, manager_options, owner="HarombeStore"
         )
@@ -122,10 +140,7 @@ class HarombeStore(BaseStore):
                 "path or a postgresql:// URL."
             ) from None
         self.ttl_config = ttl
-        index = dict(index or {})
-        embed = index.get("embed")
-        self.embedder: Any = as_embedder(embed) if embed is not None else self.manager.embedder
-        fields = index.get("fields") or ["$"]
+        self.embedder: Any = embed if embed is not None else self.manager.embedder
         self.fields: list[tuple[str, list[str] | str]] = [
             (f, "$" if f == "$" else tokenize_path(f)) for f in fields
         ]
@@ -399,7 +414,10 @@ def _check_op(op: Op) -> None:
         check_count(op.offset, "offset")
         check_flag(op.refresh_ttl, "refresh_ttl")
     elif isinstance(op, ListNamespacesOp):
-        for condition in op.match_conditions or ():
+        conditions = op.match_conditions or ()
+        if not isinstance(conditions, (tuple, list)):
+            raise InvalidInputError("match_conditions must be a tuple of MatchCondition.")
+        for condition in conditions:
             if (
                 not isinstance(condition, MatchCondition)
                 or condition.match_type not in ("prefix", "suffix")

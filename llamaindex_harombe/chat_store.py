@@ -25,6 +25,7 @@ from harombe_core.models import Message
 from harombe_core.validate import (
     MAX_COUNT,
     check_count,
+    check_location,
     optional_count,
     optional_id,
     pydantic_errors,
@@ -58,7 +59,7 @@ class _ManagedStore(BaseModel):
             data.setdefault("embedding", embedding)
             data.setdefault("vector_store", vector_store)
             storage_path = storage_path or location
-        data["storage_path"] = os.fspath(storage_path or DEFAULT_STORAGE_PATH)
+        data["storage_path"] = check_location(storage_path or DEFAULT_STORAGE_PATH)
         with pydantic_errors(type(self).__name__):
             super().__init__(**data)
         optional_id(self.user_id, "user_id")

@@ -45,7 +45,20 @@ _ROLE_TO_HAROMBE: dict[str, str] = {
 def _jsonable(value: Any) -> Any:
     # Provider objects (OpenAI tool-call models, ToolSelection...) become plain JSON; bytes become
     # base64 through pydantic, which is how LlamaIndex itself serialises blocks.
-    return to_jsonable_python(value, fallback=str, bytes_mode="base64")
+    try:
+        return to_jsonable_python(value, fallback=str, bytes_mode="base64")
+    except (ValueError, RecursionError) as exc:  # nested too deeply, or an int too long
+        raise InvalidMessageError(
+            f"a message's additional_kwargs or blocks cannot be stored as JSON ({exc})."
+        ) from None
+
+
+def _dumped(block: Any) -> Any:
+    """A block as LlamaIndex serialises it (JSON mode), or a typed error if it cannot be."""
+    try:
+        return block.model_dump(mode="json")
+    except (ValueError, RecursionError) as exc:
+        raise InvalidMessageError(f"a message block cannot be stored as JSON ({exc}).") from None
 
 
 def _tool_call_from_block(block: ToolCallBlock) -> dict[str, Any]:
@@ -113,7 +126,7 @@ def from_llamaindex(message: ChatMessage, *, metadata: dict[str, Any] | None = N
         extra["role"] = role
     plain = len(message.blocks) == 1 and isinstance(message.blocks[0], TextBlock)
     if not plain:
-        extra["blocks"] = [b.model_dump(mode="json") for b in message.blocks]
+        extra["blocks"] = [_dumped(b) for b in message.blocks]
     if kwargs:
         extra["additional_kwargs"] = _jsonable(kwargs)
     tool_call_id = kwargs.get("tool_call_id")

@@ -30,6 +30,7 @@ from harombe_core.validate import (
     check_budget,
     check_count,
     check_id,
+    check_location,
     optional_id,
     pydantic_errors,
 )
@@ -76,7 +77,16 @@ def open_manager(
 
         from llamaindex_harombe.embeddings import LlamaIndexEmbedder
 
-        embedding = LlamaIndexEmbedder(embed_model or Settings.embed_model)
+        if embed_model is None:
+            try:
+                embed_model = Settings.embed_model
+            except ImportError as exc:  # LlamaIndex's default is OpenAI's, if installed
+                raise InvalidInputError(
+                    "embedding='llamaindex' embeds with LlamaIndex's Settings.embed_model, "
+                    f"which is not usable here ({exc}). Set Settings.embed_model, pass "
+                    "embed_model=..., or use embedding='default' (the bundled model)."
+                ) from None
+        embedding = LlamaIndexEmbedder(embed_model)
     return MemoryManager(storage_path, embedding=embedding, vector_store=vector_store)
 
 
@@ -84,6 +94,10 @@ def describe_manager(manager: MemoryManager) -> tuple[str, Any, Any]:
     """(storage_path, embedding, vector_store) that reopen ``manager``'s store from a dict."""
     from llamaindex_harombe.embeddings import LlamaIndexEmbedder
 
+    if not isinstance(manager, MemoryManager):
+        raise InvalidInputError(
+            f"manager must be a harombe_core.MemoryManager, got {type(manager).__name__}."
+        )
     location = manager.store.location
     if not manager.semantic_enabled:
         return location, None, None
@@ -263,7 +277,7 @@ class HarombeMemory(BaseMemory):
             **kwargs,
         }
         if manager is None:
-            fields["storage_path"] = os.fspath(storage_path or DEFAULT_STORAGE_PATH)
+            fields["storage_path"] = check_location(storage_path or DEFAULT_STORAGE_PATH)
             fields["embedding"] = embedding
             fields["vector_store"] = vector_store if embedding is not None else None
         memory = cls(manager=manager, embed_model=embed_model, llm=llm, **fields)
