@@ -107,6 +107,8 @@ class ChatMemory:
     ``memory`` is a :class:`~harombe_core.manager.MemoryManager` (its semantic search is used
     when it has one); ``storage_path`` opens one without semantic memory (default: in memory).
     ``session_id`` names the session holding this memory; an existing one is loaded.
+    ``user_id`` is its owner: a new session is created for that user, and an existing one
+    must be theirs (else :class:`~harombe_core.errors.SessionOwnershipError`).
     """
 
     def __init__(
@@ -118,6 +120,7 @@ class ChatMemory:
         memory: MemoryManager | None = None,
         storage_path: str | os.PathLike[str] | None = None,
         session_id: str | None = None,
+        user_id: str | None = None,
     ) -> None:
         context_depth = check_count(context_depth, "context_depth")
         session_id = optional_id(session_id, "session_id")
@@ -143,11 +146,14 @@ class ChatMemory:
             )
         self.memory = memory
         self.session_id = session_id if session_id is not None else uuid.uuid4().hex
+        self.user_id = user_id
         self.graph: nx.DiGraph = nx.DiGraph()
-        if memory.session_exists(self.session_id):
+        if memory.check_owner(self.session_id, user_id) is not None:
             self._load_graph()
         else:
-            memory.create_session(session_id=self.session_id, metadata={"chat_memory": self.mode})
+            memory.create_session(
+                session_id=self.session_id, metadata={"chat_memory": self.mode}, user_id=user_id
+            )
 
     # construction -------------------------------------------------------------------------
     @classmethod
@@ -241,7 +247,7 @@ class ChatMemory:
                 f"{assistant.role!r}."
             )
         human_id, assistant_id = self.memory.save_messages(
-            self.session_id, [human.with_ids(parent_id=parent), assistant]
+            self.session_id, [human.with_ids(parent_id=parent), assistant], user_id=self.user_id
         )
         self.memory.store.set_parent(assistant_id, human_id)
         stored_human = human.with_ids(id=human_id, session_id=self.session_id, parent_id=parent)
@@ -404,7 +410,7 @@ class ChatMemory:
     # housekeeping -------------------------------------------------------------------------
     def reset(self) -> None:
         """Forget every message of this memory (in the store too); the session stays."""
-        self.memory.clear_session(self.session_id)
+        self.memory.clear_session(self.session_id, user_id=self.user_id)
         self.graph.clear()
         forget = getattr(self.node_selector, "forget", None)
         if forget is not None:

@@ -66,12 +66,12 @@ def open_memory(db: str, *, create: bool = False) -> Iterator[MemoryManager]:
     Unless ``create``, a path with no file is an error rather than a new empty database, so a
     typo in ``--db`` is reported instead of silently showing nothing.
     """
-    from harombe_core.errors import StoreError
+    from harombe_core.errors import StoreNotFoundError
     from harombe_core.manager import MemoryManager
 
     path = db if db == ":memory:" or "://" in db else os.path.expanduser(db)
     if not create and path != ":memory:" and "://" not in path and not os.path.exists(path):
-        raise StoreError(
+        raise StoreNotFoundError(
             f"no database at {path}. Pass --db PATH (or set HAROMBE_DB), or create one with "
             f"`harombe demo --db {path}` or `harombe import FILE --db {path}`."
         )
@@ -255,6 +255,11 @@ def import_command(
             raise InvalidInputError(
                 f"--on-conflict must be error, new-id or skip, got {on_conflict!r}."
             )
+        path = os.path.expanduser(db)
+        if db != ":memory:" and "://" not in db and not os.path.exists(path):
+            # Check the file before creating the database, so a bad file leaves nothing behind.
+            for _ in ex.iter_records(file):
+                pass
         with open_memory(db, create=True) as manager:
             result = ex.import_file(manager, file, on_conflict=policy, user_id=user)  # type: ignore[arg-type]
             console.print(
@@ -376,7 +381,10 @@ def chat_command(
     session: Annotated[
         str | None, typer.Option("--session", "-s", help="Session to continue (default: new).")
     ] = None,
-    user: Annotated[str | None, typer.Option("--user", help="Owner of the session.")] = None,
+    user: Annotated[
+        str | None,
+        typer.Option("--user", help="Act as this user: only their sessions are used and searched."),
+    ] = None,
     system: Annotated[str | None, typer.Option("--system", help="System prompt.")] = None,
     max_tokens: Annotated[int, typer.Option(help="Token budget of the context sent.")] = 4096,
     embedding: Annotated[

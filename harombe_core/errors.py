@@ -12,8 +12,10 @@ recover. The tree::
     │   └── InvalidBudgetError                     negative or non-integer token budget
     ├── ConfigError (also ValueError)              YAML/dict configuration that does not validate
     ├── SessionNotFoundError (also KeyError)       a read of a session that does not exist
+    ├── SessionOwnershipError                      a session used on behalf of a user not its owner
     ├── MissingExtraError (also ImportError)       an optional dependency is not installed
     ├── StoreError                                 the database could not do what was asked
+    │   ├── StoreNotFoundError                     no store where one must already be; none made
     │   ├── NotAHarombeDatabaseError               file is not ours (or is corrupt); left untouched
     │   ├── SchemaTooNewError                      file written by a newer harombe
     │   ├── StoreBusyError                         still locked after every retry
@@ -47,9 +49,11 @@ __all__ = [
     "NotAHarombeDatabaseError",
     "SchemaTooNewError",
     "SessionNotFoundError",
+    "SessionOwnershipError",
     "StorageFullError",
     "StoreBusyError",
     "StoreError",
+    "StoreNotFoundError",
     "StoreReadOnlyError",
     "StoreUnavailableError",
     "SummarizationError",
@@ -91,6 +95,41 @@ class SessionNotFoundError(HarombeError, KeyError):
         return str(self.args[0]) if self.args else "session not found"
 
 
+class SessionOwnershipError(HarombeError):
+    """A session was used on behalf of someone who does not own it; nothing was read or written.
+
+    A session belongs to the user it was created for, and no other user may read or write it,
+    so two users can never share one by accident (a guessed id, a fixed default, a thread id
+    reused across users). A session created without a user has no owner and cannot be used on
+    behalf of one either: it may hold anybody's messages. Adapters (which act for one user, or
+    for nobody) also refuse a user's session to a caller that names no user.
+    """
+
+    def __init__(self, session_id: str, user_id: str | None) -> None:
+        if user_id is None:
+            what = (
+                f"session {session_id!r} belongs to a user, and this call names none: an "
+                "adapter without a user_id only reaches sessions that have no owner. Pass the "
+                "user_id of the user it is acting for"
+            )
+        else:
+            what = (
+                f"session {session_id!r} is not owned by user {user_id!r}: a session belongs to "
+                "the user it was created for, and no other user may read or write it. Give this "
+                "user a session of their own (a new session id; conversation_history_factory "
+                "and MemoryManager.conversation_session_id build one per user and conversation)"
+            )
+        super().__init__(
+            f"{what}, or, if the session really should move to this user, transfer it first "
+            "with MemoryManager.update_session(session_id, user_id=...)."
+        )
+        self.session_id = session_id
+        self.user_id = user_id
+
+    def __reduce__(self) -> tuple[type[SessionOwnershipError], tuple[str, str | None]]:
+        return (type(self), (self.session_id, self.user_id))  # survives pickling (processes)
+
+
 class MissingExtraError(HarombeError, ImportError):
     """An optional dependency is needed; the message names the extra to install."""
 
@@ -105,6 +144,11 @@ class MissingExtraError(HarombeError, ImportError):
 
 class StoreError(HarombeError):
     """The store could not complete an operation; nothing was half-written."""
+
+
+class StoreNotFoundError(StoreError):
+    """A store that must already exist (the source of a migration, a store to inspect) is not
+    there; nothing was created in its place."""
 
 
 class NotAHarombeDatabaseError(StoreError):

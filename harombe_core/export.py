@@ -20,24 +20,30 @@ The converters (:func:`session_to_dict`, :func:`session_from_dict`, :func:`sessi
 :class:`SessionRecord`, so anything holding messages in memory can reuse them; the store-facing
 functions (:func:`export_store`, :func:`import_file`, ...) add file I/O and transactions.
 
-An import is validated completely before anything is written: a file with one bad message
-anywhere changes nothing in the store.
+An import is all or nothing. The file is validated completely before anything is written (a
+file with one bad message anywhere changes nothing in the store), then written in one
+transaction, so a failure or a killed process part-way leaves the store as it was and the same
+import can be run again. Files are streamed a session at a time (:mod:`harombe_core.jsonstream`),
+so a large export needs no more memory than its largest session.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
+import io
+import itertools
 import json
 import os
 import re
 import tempfile
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import IO, TYPE_CHECKING, Any, Literal
 
 from harombe_core.errors import (
     ExportPathError,
@@ -45,6 +51,7 @@ from harombe_core.errors import (
     InvalidInputError,
     InvalidMessageError,
 )
+from harombe_core.jsonstream import JsonPart, json_document, json_parts, jsonl_values, sniff
 from harombe_core.models import Message, Session, utc_now
 
 if TYPE_CHECKING:
@@ -64,6 +71,7 @@ __all__ = [
     "export_to_directory",
     "import_file",
     "import_records",
+    "iter_records",
     "loads",
     "messages_from_dict",
     "messages_to_dict",
@@ -622,27 +630,6 @@ def session_from_openai(data: Any, *, where: str = "line 1") -> SessionRecord:
     )
 
 
-def _records_from_jsonl(text: str) -> list[SessionRecord]:
-    records: list[SessionRecord] = []
-    # Split on "\n" only: U+2028 and friends may sit unescaped inside a JSON string.
-    for number, line in enumerate(text.split("\n"), start=1):
-        line = line.strip(" \t\r")
-        if not line:
-            continue
-        try:
-            data = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise _fail(
-                f"line {number}", f"not valid JSON ({exc.msg} at column {exc.colno})."
-            ) from None
-        except RecursionError:
-            raise _fail(f"line {number}", _TOO_DEEP) from None
-        except ValueError as exc:  # an integer too long to read
-            raise _fail(f"line {number}", f"not valid JSON ({exc}).") from None
-        records.append(session_from_openai(data, where=f"line {number}"))
-    return records
-
-
 # --------------------------------------------------------------------------------------------
 # plain-text transcript
 
@@ -712,37 +699,65 @@ def dumps(
 
 def loads(text: str, fmt: str | None = None) -> list[SessionRecord]:
     """Parse and validate the text of an export (format sniffed unless ``fmt`` is given)."""
+    try:
+        raw = text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ImportFormatError(
+            f"the text is not valid Unicode ({exc.reason} at character {exc.start})."
+        ) from None
+    return list(_records(io.BytesIO(raw), fmt))
+
+
+def _records(handle: IO[bytes], fmt: str | None) -> Iterator[SessionRecord]:
+    """Validated records from an export file, one at a time (see :func:`iter_records`)."""
     if fmt is not None and _check_format(fmt) == "text":
         raise ImportFormatError("text transcripts cannot be imported; export as json or jsonl.")
-    if not text.strip():
-        return []  # what an export of an empty store writes in JSONL
-    if fmt == "jsonl":
-        return _records_from_jsonl(text)
+    kind = sniff(handle)
+    if kind == "empty":
+        return  # what an export of an empty store writes in JSONL
+    if (fmt or kind) == "jsonl":
+        for number, data in jsonl_values(handle):
+            yield session_from_openai(data, where=f"line {number}")
+        return
+    parts = json_parts(handle, "sessions")
     try:
-        data = json.loads(text)
-    except RecursionError:
-        raise ImportFormatError(_TOO_DEEP) from None
-    except json.JSONDecodeError as exc:
-        if fmt == "json":
+        first = next(parts, None)
+    except ImportFormatError as exc:
+        if fmt is None and str(exc).startswith("not valid JSON"):
             raise ImportFormatError(
-                f"not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})."
+                f"not a JSON or JSONL file ({str(exc).partition('(')[2]}; harombe imports the "
+                "json and jsonl files that `harombe export` writes."
             ) from None
-        first = text.lstrip()[:1]
-        if first != "{":
-            raise ImportFormatError(
-                f"not a JSON or JSONL file ({exc.msg} at line {exc.lineno}, column {exc.colno}); "
-                "harombe imports the json and jsonl files that `harombe export` writes."
-            ) from None
-        return _records_from_jsonl(text)
-    except ValueError as exc:  # an integer too long to read
-        raise ImportFormatError(f"not valid JSON ({exc}).") from None
-    return _records_from_json(data)
+        raise
+    yield from _records_from_parts(parts if first is None else itertools.chain([first], parts))
 
 
-_TOO_DEEP = (
-    "its JSON is nested too deeply to read (harombe stores at most json_depth levels, "
-    "see harombe_core.limits); it is not a harombe export."
-)
+def _records_from_parts(parts: Iterable[JsonPart]) -> Iterator[SessionRecord]:
+    """Records from the parts of a JSON document; a bundle's sessions one at a time."""
+    top: dict[str, Any] = {}
+    whole: list[Any] = []  # an empty list, or a document that is not an object or a list
+    listed = streamed = checked = False
+    for key, index, value in parts:
+        if index is None:
+            if key is None:
+                whole.append(value)
+            else:
+                top[key] = value
+            continue
+        if key is None:  # a list of session documents
+            listed = True
+        else:  # a bundle: its version first (if it came before the sessions)
+            streamed = True
+            if not checked and "version" in top:
+                _check_version(top, "file")
+                checked = True
+        yield session_from_dict(value, where=f"sessions[{index}]")
+    if streamed and not checked:
+        _check_version(top, "file")
+    if whole:
+        yield from _records_from_json(whole[0])
+    elif not (listed or streamed):
+        yield from _records_from_json(top)
 
 
 def _check_format(fmt: str) -> str:
@@ -831,13 +846,54 @@ def write_records(
     return write_text(resolve_output_path(out, directory), dumps(records, fmt, bundle=bundle))
 
 
-def read_records(path: str | os.PathLike[str], fmt: str | None = None) -> list[SessionRecord]:
-    """Read and validate an export file without touching any store."""
-    text = _read_file(path)
+def iter_records(path: str | os.PathLike[str], fmt: str | None = None) -> Iterator[SessionRecord]:
+    """Read and validate an export file a session at a time, without touching any store.
+
+    The file is streamed: memory follows its largest session, not its size. Raises
+    :class:`ImportFormatError` naming the file and the line or node at fault.
+    """
+    with _export_file(path) as (file, handle):
+        if not handle.seekable():
+            raise ImportFormatError(
+                f"{file} is not a regular file (a pipe?); an import reads its file twice (to "
+                "check it, then to write it), so save the export to a file and import that."
+            )
+        yield from _records(handle, fmt)
+
+
+@contextlib.contextmanager
+def _export_file(path: str | os.PathLike[str]) -> Iterator[tuple[Path, IO[bytes]]]:
+    """The file at ``path`` opened for reading; every failure, opening it or reading it, is an
+    ImportFormatError that names the file (and where in it)."""
+    file = Path(path).expanduser()
     try:
-        return loads(text, fmt)
-    except ImportFormatError as exc:  # say which file, then where in it
-        raise ImportFormatError(f"{Path(path).name}: {exc}") from exc
+        handle = file.open("rb")
+    except FileNotFoundError:
+        raise ImportFormatError(f"no file at {file}; check the path.") from None
+    except IsADirectoryError:
+        raise ImportFormatError(f"{file} is a folder; give the export file itself.") from None
+    except OSError as exc:
+        raise ImportFormatError(f"cannot read {file}: {exc.strerror or exc}.") from exc
+    with handle:
+        try:
+            yield file, handle
+        except ImportFormatError as exc:  # say which file, then where in it
+            raise ImportFormatError(f"{file.name}: {exc}") from exc
+        except OSError as exc:
+            raise ImportFormatError(f"cannot read {file}: {exc.strerror or exc}.") from exc
+
+
+def read_json(path: str | os.PathLike[str]) -> Any:
+    """The JSON document in the file at ``path``, whole (a ChatMemory file, not a store's
+    export); every failure is an ImportFormatError naming the file."""
+    with _export_file(path) as (_, handle):
+        return json_document(handle)
+
+
+def read_records(path: str | os.PathLike[str], fmt: str | None = None) -> list[SessionRecord]:
+    """Read and validate a whole export file without touching any store (see
+    :func:`iter_records`, which holds one session at a time)."""
+    return list(iter_records(path, fmt))
 
 
 # --------------------------------------------------------------------------------------------
@@ -915,59 +971,83 @@ OnConflict = Literal["error", "new_id", "skip"]
 
 def import_records(
     manager: MemoryManager,
-    records: Sequence[SessionRecord],
+    records: Iterable[SessionRecord],
     *,
     on_conflict: OnConflict = "error",
     user_id: str | None = None,
 ) -> ImportResult:
-    """Write validated records into the store, each session in its own transaction.
+    """Write validated records into the store in one transaction: all of them, or none.
 
     A session id already in the store is an error (``on_conflict="error"``), is imported under
     a new id (``"new_id"``) or is left alone (``"skip"``). Records without an id get a new one.
     ``user_id`` overrides the owner recorded in the file. Message ids are assigned by the store;
-    ``parent_id`` links and summaries are rewired to the new ids. If the store fails part-way,
-    the sessions this call created are deleted again.
+    ``parent_id`` links and summaries are rewired to the new ids. If anything fails, or the
+    process is killed part-way, the store is left as it was, so the same import can simply be
+    run again. Imported messages wait for the background indexer like any saved message.
     """
+    held = records if isinstance(records, Sequence) else list(records)
+    return _import(manager, lambda: iter(held), on_conflict, user_id)
+
+
+def _import(
+    manager: MemoryManager,
+    produce: Callable[[], Iterator[SessionRecord]],
+    on_conflict: str,
+    user_id: str | None,
+) -> ImportResult:
+    """Check every record (``produce()`` yields them afresh each time), then write them all in
+    one transaction."""
     if on_conflict not in ("error", "new_id", "skip"):
         raise InvalidInputError(
             f"on_conflict must be 'error', 'new_id' or 'skip', got {on_conflict!r}."
         )
+    # First pass, outside any transaction: a bad file never holds the write lock, and ids
+    # already stored are reported all at once.
     seen: set[str] = set()
-    for record in records:
-        if record.session_id is None:
-            continue
-        if record.session_id in seen:
-            raise ImportFormatError(f"session {record.session_id!r} appears twice in the file.")
-        seen.add(record.session_id)
+    for record in produce():
+        _check_unique(record, seen)
     existing = [sid for sid in seen if manager.session_exists(sid)]
     if existing and on_conflict == "error":
-        raise InvalidInputError(
-            f"session {existing[0]!r} is already in the store ({len(existing)} of the file's "
-            "sessions are); nothing was imported. Import under new ids (on_conflict='new_id', "
-            "CLI --on-conflict new-id) or skip them (on_conflict='skip')."
-        )
+        raise _conflict(existing[0], len(existing))
 
-    result = ImportResult()
-    created: list[str] = []
-    try:
-        for record in records:
+    def write() -> dict[str, Any]:
+        # Runs inside the transaction (again, if a PostgreSQL transaction is retried): the
+        # ids are checked once more, as another writer may have added one since.
+        result = ImportResult()
+        written: set[str] = set()
+        for record in produce():
+            _check_unique(record, written)
             sid = record.session_id
-            if sid is not None and sid in existing:
+            if sid is not None and manager.session_exists(sid):
+                if on_conflict == "error":
+                    raise _conflict(sid, 1)
                 if on_conflict == "skip":
                     result.skipped.append(sid)
                     continue
                 sid = None
             sid = sid or uuid.uuid4().hex
-            created.append(sid)
             _write_record(manager, sid, record, user_id if user_id is not None else record.user_id)
             result.session_ids.append(sid)
             result.messages += len(record.messages)
-    except BaseException:
-        # Undo the sessions this call created; never touch one that was there before.
-        for sid in created:
-            manager.delete_session(sid)
-        raise
-    return result
+        return asdict(result)
+
+    return ImportResult(**manager.atomic(write))
+
+
+def _check_unique(record: SessionRecord, seen: set[str]) -> None:
+    if record.session_id is None:
+        return
+    if record.session_id in seen:
+        raise ImportFormatError(f"session {record.session_id!r} appears twice in the file.")
+    seen.add(record.session_id)
+
+
+def _conflict(session_id: str, count: int) -> InvalidInputError:
+    return InvalidInputError(
+        f"session {session_id!r} is already in the store ({count} of the file's sessions are); "
+        "nothing was imported. Import under new ids (on_conflict='new_id', CLI --on-conflict "
+        "new-id) or skip them (on_conflict='skip')."
+    )
 
 
 def _write_record(
@@ -1013,40 +1093,6 @@ def _write_record(
         )
 
 
-def _read_file(path: str | os.PathLike[str]) -> str:
-    file = Path(path).expanduser()
-    try:
-        raw = file.read_bytes()
-    except FileNotFoundError:
-        raise ImportFormatError(f"no file at {file}; check the path.") from None
-    except IsADirectoryError:
-        raise ImportFormatError(f"{file} is a folder; give the export file itself.") from None
-    except OSError as exc:
-        raise ImportFormatError(f"cannot read {file}: {exc.strerror or exc}.") from exc
-    try:
-        return raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise ImportFormatError(
-            f"{file} is not UTF-8 text (byte {exc.start}); it is not a harombe export."
-        ) from None
-
-
-def read_json(path: str | os.PathLike[str]) -> Any:
-    """The JSON value in the file at ``path``; every failure is an ImportFormatError."""
-    text = _read_file(path)
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ImportFormatError(
-            f"{Path(path).name} is not valid JSON ({exc.msg} at line {exc.lineno}, column "
-            f"{exc.colno})."
-        ) from None
-    except RecursionError:
-        raise ImportFormatError(f"{Path(path).name}: {_TOO_DEEP}") from None
-    except ValueError as exc:  # an integer too long to read
-        raise ImportFormatError(f"{Path(path).name} is not valid JSON ({exc}).") from None
-
-
 def import_file(
     manager: MemoryManager,
     path: str | os.PathLike[str],
@@ -1057,13 +1103,16 @@ def import_file(
 ) -> ImportResult:
     """Import a JSON or JSONL export into the store (format from the content unless ``fmt``).
 
-    The whole file is validated first; a bad file raises :class:`ImportFormatError` naming the
-    line or node at fault, and nothing is written. Imported sessions keep their dates: their
-    last activity is their newest message, so they sort among live sessions by when they
-    happened (and ``prune_old_sessions`` or ``auto_prune_days`` treats old history as old).
+    All or nothing: the whole file is validated first, a bad file raises
+    :class:`ImportFormatError` naming the line or node at fault and writes nothing, and the
+    sessions are then written in one transaction, so a failure or a killed process leaves the
+    store as it was and the import can be run again. The file is streamed (read twice, a
+    session at a time), so memory follows its largest session. Imported sessions keep their
+    dates: their last activity is their newest message, so they sort among live sessions by
+    when they happened (and ``prune_old_sessions`` or ``auto_prune_days`` treats old history
+    as old).
     """
-    records = read_records(path, fmt)
-    return import_records(manager, records, on_conflict=on_conflict, user_id=user_id)
+    return _import(manager, lambda: iter_records(path, fmt), on_conflict, user_id)
 
 
 async def aimport_file(

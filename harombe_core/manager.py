@@ -11,15 +11,16 @@ import asyncio
 import logging
 import os
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from harombe_core.errors import InvalidMessageError, SessionNotFoundError
+from harombe_core.errors import InvalidInputError, InvalidMessageError, SessionNotFoundError
 from harombe_core.limits import current_limits
 from harombe_core.manager_context import ContextMethods
 from harombe_core.models import Message, Session
+from harombe_core.owners import check_owner, legacy_session_key, session_key
 from harombe_core.store.base import UNSET, MessageStore
 from harombe_core.strategies import Window, window_newest
 from harombe_core.tokens import TokenCounter, resolve_token_counter
@@ -47,6 +48,7 @@ log = logging.getLogger(__name__)
 
 #: Longest wait flush() accepts, in seconds (a day; the clock cannot represent much more).
 MAX_WAIT_SECONDS = 86_400.0
+T = TypeVar("T")
 
 
 def open_store(
@@ -241,9 +243,10 @@ class MemoryManager(ContextMethods):
             return 0
         return self.token_counter.count_message(Message(role="system", content=system_prompt))
 
-    def load_session(self, session_id: str) -> Session:
-        """The session's record. Raises SessionNotFoundError if it does not exist."""
-        session = self._store.get_session(check_id(session_id, "session_id"))
+    def load_session(self, session_id: str, *, user_id: str | None = None) -> Session:
+        """The session's record. Raises SessionNotFoundError if it does not exist, and
+        SessionOwnershipError if ``user_id`` is given and does not own it."""
+        session = self.check_owner(session_id, user_id)
         if session is None:
             raise SessionNotFoundError(
                 f"no session {session_id!r} in {self._store.location}; list them with "
@@ -254,6 +257,42 @@ class MemoryManager(ContextMethods):
     def session_exists(self, session_id: str) -> bool:
         """True if a session with this id is stored."""
         return self._store.get_session(check_id(session_id, "session_id")) is not None
+
+    def check_owner(
+        self, session_id: str, user_id: str | None, *, exact: bool = False
+    ) -> Session | None:
+        """The session (None if it does not exist yet), if ``user_id`` may use it.
+
+        A session belongs to the user it was created for. ``user_id=None`` (the application
+        itself) may use any session; a named user only their own, so a session owned by
+        another user or by none raises SessionOwnershipError (see :mod:`harombe_core.owners`).
+        Every method that takes ``user_id`` next to a session id checks it this way, and
+        writes check it again inside their transaction. With ``exact=True`` the owner must be
+        ``user_id`` itself, so ``None`` reaches only sessions without an owner: what an adapter
+        acting for nobody may use.
+        """
+        optional_id(user_id, "user_id")
+        check_flag(exact, "exact")
+        session = self._store.get_session(check_id(session_id, "session_id"))
+        if session is not None:
+            check_owner(session_id, session.user_id, user_id, exact=exact)
+        return session
+
+    def conversation_session_id(self, user_id: str, conversation_id: str) -> str:
+        """The session id of ``user_id``'s conversation ``conversation_id``.
+
+        Distinct pairs never share an id (:func:`~harombe_core.owners.session_key`). A history
+        that earlier versions stored under the plain ``"{user}:{conversation}"`` id (different
+        only for ids containing ``:`` or ``%``) is found and continued when that session
+        belongs to ``user_id``; nothing needs migrating.
+        """
+        key = session_key(user_id, conversation_id)
+        legacy = legacy_session_key(user_id, conversation_id)
+        if legacy != key and self._store.get_session(key) is None:
+            old = self._store.get_session(legacy)
+            if old is not None and old.user_id == user_id:
+                return legacy
+        return key
 
     def update_session(
         self,
@@ -287,15 +326,23 @@ class MemoryManager(ContextMethods):
         limit = optional_count(limit, "limit")
         return self._store.list_sessions(limit=limit, user_id=optional_id(user_id, "user_id"))
 
-    def delete_session(self, session_id: str) -> bool:
-        """Delete a session and all its messages (and their vectors). True if it existed."""
+    def delete_session(self, session_id: str, *, user_id: str | None = None) -> bool:
+        """Delete a session and all its messages (and their vectors). True if it existed.
+
+        With ``user_id``, only that user's session (else SessionOwnershipError)."""
+        if user_id is not None:
+            self.check_owner(session_id, user_id)
         deleted = self._store.delete_session(check_id(session_id, "session_id"))
         if deleted and self._semantic is not None:
             self._semantic.forget_sessions([session_id])
         return deleted
 
-    def clear_session(self, session_id: str) -> int:
-        """Delete a session's messages but keep the session; returns how many were removed."""
+    def clear_session(self, session_id: str, *, user_id: str | None = None) -> int:
+        """Delete a session's messages but keep the session; returns how many were removed.
+
+        With ``user_id``, only that user's session (else SessionOwnershipError)."""
+        if user_id is not None:
+            self.check_owner(session_id, user_id)
         removed = self._store.clear_session(check_id(session_id, "session_id"))
         if removed and self._semantic is not None:
             self._semantic.forget_sessions([session_id])
@@ -324,7 +371,9 @@ class MemoryManager(ContextMethods):
         """Store one message and return its id; an unknown session id is created.
 
         Returns as soon as the row is committed; embedding happens in the background (see
-        :meth:`flush`). Raises InvalidMessageError for a message that cannot be stored.
+        :meth:`flush`). Raises InvalidMessageError for a message that cannot be stored, and
+        SessionOwnershipError if ``user_id`` is given and the session is not that user's (a
+        new session is created for ``user_id``).
         """
         return self.save_messages(session_id, [message], user_id=user_id)[0]
 
@@ -387,11 +436,20 @@ class MemoryManager(ContextMethods):
         )
 
     def get_messages(
-        self, session_id: str, *, limit: int | None = None, after_id: int | None = None
+        self,
+        session_id: str,
+        *,
+        limit: int | None = None,
+        after_id: int | None = None,
+        user_id: str | None = None,
     ) -> list[Message]:
-        """Every message of a session in order (or ``limit`` of them after ``after_id``)."""
+        """Every message of a session in order (or ``limit`` of them after ``after_id``).
+
+        With ``user_id``, only that user's session (else SessionOwnershipError)."""
         limit = optional_count(limit, "limit")
         after_id = optional_count(after_id, "after_id")
+        if user_id is not None:
+            self.check_owner(session_id, user_id)
         return self._store.get_messages(
             check_id(session_id, "session_id"), after_id=after_id, limit=limit
         )
@@ -403,14 +461,20 @@ class MemoryManager(ContextMethods):
         *,
         include_system: bool = True,
         start_on_user: bool = False,
+        user_id: str | None = None,
     ) -> list[Message]:
         """The newest messages that fit ``max_tokens`` (default ``max_history_tokens``).
 
         Oldest first; the session's system prompt leads and is counted. Reads only the rows it
-        returns (plus one), whatever the session's length.
+        returns (plus one), whatever the session's length. With ``user_id``, only that user's
+        session (else SessionOwnershipError).
         """
         return self.get_window(
-            session_id, max_tokens, include_system=include_system, start_on_user=start_on_user
+            session_id,
+            max_tokens,
+            include_system=include_system,
+            start_on_user=start_on_user,
+            user_id=user_id,
         ).messages
 
     def get_window(
@@ -420,12 +484,13 @@ class MemoryManager(ContextMethods):
         *,
         include_system: bool = True,
         start_on_user: bool = False,
+        user_id: str | None = None,
     ) -> Window:
         """Like :meth:`get_recent_messages`, with the token total the window costs."""
         budget = self.max_history_tokens if max_tokens is None else check_budget(max_tokens)
         check_flag(include_system, "include_system")
         check_flag(start_on_user, "start_on_user")
-        session = self._store.get_session(check_id(session_id, "session_id"))
+        session = self.check_owner(session_id, user_id)
         if session is None:
             return Window(messages=[], tokens=0)
         system: list[Message] = []
@@ -453,6 +518,23 @@ class MemoryManager(ContextMethods):
         """Tokens these messages cost under this manager's counter (overhead included)."""
         batch = _message_list(messages, "count_tokens")
         return self.token_counter.count_messages([_as_message(m) for m in batch])
+
+    def atomic(self, fn: Callable[[], T]) -> T:
+        """Run ``fn()`` so that every write it makes through this manager commits together, or
+        none does (if it raises, or the process dies): one transaction of the store.
+
+        ``fn`` may run more than once (a transaction retried after a dropped connection), so it
+        must only read and write this manager's store; on PostgreSQL its result must be
+        JSON-serialisable. New messages are embedded in the background once it has committed;
+        sessions deleted inside lose their vectors at once, even if the block then rolls back
+        (``harombe reindex`` restores them). Async methods called inside do not join it.
+        """
+        if not callable(fn):
+            raise InvalidInputError(f"atomic takes a function to run, got {type(fn).__name__}.")
+        result = self._store.atomic(fn)
+        if self._semantic is not None:
+            self._semantic.notify()
+        return result
 
 
     # semantic memory lifecycle ------------------------------------------------------------
@@ -497,19 +579,24 @@ class MemoryManager(ContextMethods):
             self.create_session, system_prompt, metadata, user_id, session_id=session_id
         )
 
-    async def aload_session(self, session_id: str) -> Session:
-        return await asyncio.to_thread(self.load_session, session_id)
+    async def aload_session(self, session_id: str, *, user_id: str | None = None) -> Session:
+        return await asyncio.to_thread(self.load_session, session_id, user_id=user_id)
+
+    async def acheck_owner(
+        self, session_id: str, user_id: str | None, *, exact: bool = False
+    ) -> Session | None:
+        return await asyncio.to_thread(self.check_owner, session_id, user_id, exact=exact)
 
     async def alist_sessions(
         self, limit: int | None = 10, user_id: str | None = None
     ) -> list[Session]:
         return await asyncio.to_thread(self.list_sessions, limit, user_id)
 
-    async def adelete_session(self, session_id: str) -> bool:
-        return await asyncio.to_thread(self.delete_session, session_id)
+    async def adelete_session(self, session_id: str, *, user_id: str | None = None) -> bool:
+        return await asyncio.to_thread(self.delete_session, session_id, user_id=user_id)
 
-    async def aclear_session(self, session_id: str) -> int:
-        return await asyncio.to_thread(self.clear_session, session_id)
+    async def aclear_session(self, session_id: str, *, user_id: str | None = None) -> int:
+        return await asyncio.to_thread(self.clear_session, session_id, user_id=user_id)
 
     async def aprune_old_sessions(self, days: int) -> int:
         return await asyncio.to_thread(self.prune_old_sessions, days)
@@ -530,10 +617,15 @@ class MemoryManager(ContextMethods):
         return await asyncio.to_thread(self.save_messages, session_id, batch, user_id=user_id)
 
     async def aget_messages(
-        self, session_id: str, *, limit: int | None = None, after_id: int | None = None
+        self,
+        session_id: str,
+        *,
+        limit: int | None = None,
+        after_id: int | None = None,
+        user_id: str | None = None,
     ) -> list[Message]:
         return await asyncio.to_thread(
-            self.get_messages, session_id, limit=limit, after_id=after_id
+            self.get_messages, session_id, limit=limit, after_id=after_id, user_id=user_id
         )
 
     async def aget_recent_messages(
@@ -543,6 +635,7 @@ class MemoryManager(ContextMethods):
         *,
         include_system: bool = True,
         start_on_user: bool = False,
+        user_id: str | None = None,
     ) -> list[Message]:
         return await asyncio.to_thread(
             self.get_recent_messages,
@@ -550,6 +643,7 @@ class MemoryManager(ContextMethods):
             max_tokens,
             include_system=include_system,
             start_on_user=start_on_user,
+            user_id=user_id,
         )
 
     async def aupdate_session(
@@ -575,6 +669,7 @@ class MemoryManager(ContextMethods):
         *,
         include_system: bool = True,
         start_on_user: bool = False,
+        user_id: str | None = None,
     ) -> Window:
         return await asyncio.to_thread(
             self.get_window,
@@ -582,6 +677,7 @@ class MemoryManager(ContextMethods):
             max_tokens,
             include_system=include_system,
             start_on_user=start_on_user,
+            user_id=user_id,
         )
 
     async def astats(self) -> dict[str, Any]:

@@ -24,7 +24,6 @@ from harombe_core.validate import (
     check_budget,
     check_count,
     check_flag,
-    check_id,
     check_query,
     optional_count,
     optional_id,
@@ -57,7 +56,11 @@ class ContextMethods(SearchMethods):
         @property
         def embedder(self) -> Any: ...
 
-        def load_session(self, session_id: str) -> Session: ...
+        def load_session(self, session_id: str, *, user_id: str | None = None) -> Session: ...
+
+        def check_owner(
+            self, session_id: str, user_id: str | None, *, exact: bool = False
+        ) -> Session | None: ...
 
         def get_window(
             self,
@@ -66,6 +69,7 @@ class ContextMethods(SearchMethods):
             *,
             include_system: bool = True,
             start_on_user: bool = False,
+            user_id: str | None = None,
         ) -> Window: ...
 
     @property
@@ -89,7 +93,9 @@ class ContextMethods(SearchMethods):
         message = Message(role="system", content=text, metadata={"harombe": kind})
         return message.with_ids(token_count=self.token_counter.count_message(message))
 
-    def summarize_session(self, session_id: str, *, until_id: int | None = None) -> Any:
+    def summarize_session(
+        self, session_id: str, *, until_id: int | None = None, user_id: str | None = None
+    ) -> Any:
         """Bring the session's stored summary up to date, incrementally; returns it.
 
         Only messages after ``summary_until_id`` (and up to ``until_id`` if given) are read and
@@ -97,12 +103,13 @@ class ContextMethods(SearchMethods):
         ``summary_until_id``: nothing is summarised twice. A failing summariser is logged and the
         extractive one is used instead; messages are never touched. Returns a
         :class:`~harombe_core.summarize.SessionSummary`, or None if there is nothing to summarise.
+        With ``user_id``, only that user's session (else SessionOwnershipError).
         """
         from harombe_core.errors import SummarizationError
         from harombe_core.summarize import ExtractiveSummarizer, SessionSummary
 
         until_id = optional_count(until_id, "until_id")
-        session = self.load_session(session_id)
+        session = self.load_session(session_id, user_id=user_id)
         previous = None
         if session.summary_data:
             data = {k: v for k, v in session.summary_data.items() if k != "embedding"}
@@ -130,10 +137,10 @@ class ContextMethods(SearchMethods):
             session_id, summary=summary.summary, summary_data=data, summary_until_id=until_id
         )
 
-    def end_session(self, session_id: str) -> Any:
+    def end_session(self, session_id: str, *, user_id: str | None = None) -> Any:
         """The session-end pipeline: summary, facts, topics, outcome, and (with semantic memory)
         the summary's embedding, stored on the session; returns the ``SessionSummary``."""
-        return self.summarize_session(session_id)
+        return self.summarize_session(session_id, user_id=user_id)
 
     def search_summaries(
         self, query: str, top_k: int = 5, user_id: str | None = None
@@ -176,6 +183,7 @@ class ContextMethods(SearchMethods):
         query: str | None = None,
         budget: Any = None,
         user_profile: str | None = None,
+        user_id: str | None = None,
     ) -> list[Message]:
         """The messages to send a model for ``session_id``, never over ``max_tokens``.
 
@@ -186,7 +194,10 @@ class ContextMethods(SearchMethods):
         comes first and is always kept. Given a ``budget``
         (:class:`~harombe_core.strategies.ContextBudget`), the seed's full context is built:
         system prompt, ``user_profile``, summaries of the user's recent sessions, past messages
-        relevant to ``query``, the current session, and a free buffer.
+        relevant to ``query``, the current session, and a free buffer. Those blocks come from
+        the session owner's other sessions; a session without an owner gets none (nothing
+        outside it is known to be the same user's). With ``user_id``, only that user's session
+        (else SessionOwnershipError).
         """
         from harombe_core.strategies import (
             fit_block,
@@ -215,7 +226,7 @@ class ContextMethods(SearchMethods):
                 f"budget must be a ContextBudget, got {type(budget).__name__}; build one with "
                 "harombe_core.ContextBudget(relevant_past=0.3, ...)."
             )
-        session = self._store.get_session(check_id(session_id, "session_id"))
+        session = self.check_owner(session_id, user_id)
         if session is None:
             return []
         system: list[Message] = []
@@ -246,7 +257,9 @@ class ContextMethods(SearchMethods):
         if strategy == "threaded" and not any(m.parent_id is not None for m in every):
             strategy = "simple"  # a session that was never threaded is one linear thread
         if strategy == "simple":
-            window = self.get_window(session_id, total, start_on_user=start_on_user)
+            window = self.get_window(
+                session_id, total, start_on_user=start_on_user, user_id=user_id
+            )
             messages = window.messages
         elif strategy == "threaded":
             path = thread_path_newest_first(every)
@@ -273,7 +286,7 @@ class ContextMethods(SearchMethods):
                 if known is None or known.summary_until_id is None or (
                     boundary is not None and known.summary_until_id < boundary
                 ):
-                    self.summarize_session(session_id, until_id=boundary)
+                    self.summarize_session(session_id, until_id=boundary, user_id=user_id)
                 stored = self._store.get_session(session_id)
                 if stored is not None and stored.summary:
                     summary = self._context_message(
@@ -309,6 +322,8 @@ class ContextMethods(SearchMethods):
         if user_profile:
             profile = self._context_message("User profile:\n" + user_profile, "profile")
             blocks += fit_block([profile], int(budget.user_profile * rest))
+        if session.user_id is None:  # whose other sessions? none is known to be this user's
+            return blocks
         others = [
             s
             for s in self._store.list_sessions(limit=6, user_id=session.user_id)
@@ -341,6 +356,7 @@ class ContextMethods(SearchMethods):
         query: str | None = None,
         budget: Any = None,
         user_profile: str | None = None,
+        user_id: str | None = None,
     ) -> list[Message]:
         """Async twin of :meth:`get_context`."""
         return await asyncio.to_thread(
@@ -353,18 +369,21 @@ class ContextMethods(SearchMethods):
                 query=query,
                 budget=budget,
                 user_profile=user_profile,
+                user_id=user_id,
             )
         )
 
-    async def asummarize_session(self, session_id: str, *, until_id: int | None = None) -> Any:
+    async def asummarize_session(
+        self, session_id: str, *, until_id: int | None = None, user_id: str | None = None
+    ) -> Any:
         """Async twin of :meth:`summarize_session`."""
         return await asyncio.to_thread(
-            lambda: self.summarize_session(session_id, until_id=until_id)
+            lambda: self.summarize_session(session_id, until_id=until_id, user_id=user_id)
         )
 
-    async def aend_session(self, session_id: str) -> Any:
+    async def aend_session(self, session_id: str, *, user_id: str | None = None) -> Any:
         """Async twin of :meth:`end_session`."""
-        return await asyncio.to_thread(self.end_session, session_id)
+        return await asyncio.to_thread(lambda: self.end_session(session_id, user_id=user_id))
 
     async def asearch_summaries(
         self, query: str, top_k: int = 5, user_id: str | None = None

@@ -39,6 +39,10 @@ class SearchMethods:
         @property
         def config(self) -> MemoryConfig: ...
 
+        def check_owner(
+            self, session_id: str, user_id: str | None, *, exact: bool = False
+        ) -> Session | None: ...
+
     @property
     def retriever(self) -> Retriever:
         """The hybrid retriever over this store; keyword-only when semantic memory is off."""
@@ -66,10 +70,13 @@ class SearchMethods:
         ``rag:`` config. Options: ``roles``, ``since``, ``until``, ``exclude_session_id``,
         ``temporal_decay``, ``mmr_lambda``, ``vector_weight``, ``keyword_weight``. Without
         semantic memory this is keyword (BM25) search and ``retriever.mode == "keyword"``.
+        Given both ``session_id`` and ``user_id``, the session must be that user's (else
+        SessionOwnershipError), as everywhere a user names a session.
         """
         from harombe_core.retrieval import check_search_options
 
         check_search_options(options)
+        self._check_scope(session_id, user_id)
         return self.retriever.search(query, top_k, session_id, user_id, min_similarity, **options)
 
     def search_similar(
@@ -82,6 +89,7 @@ class SearchMethods:
         **options: Any,
     ) -> list[Message]:
         """The messages most relevant to ``query``, best first, each as it was saved."""
+        self._check_scope(session_id, user_id)
         return self.retriever.search_similar(
             query, top_k, session_id, user_id, min_similarity, **options
         )
@@ -102,9 +110,16 @@ class SearchMethods:
         **options: Any,
     ) -> list[Message]:
         """Relevant past messages that fit ``max_tokens`` (default ``rag.max_context_tokens``)."""
+        self._check_scope(session_id, user_id)
         return self.retriever.get_relevant_context(
             query, max_tokens, session_id, user_id, exclude_session_id, **options
         )
+
+    def _check_scope(self, session_id: str | None, user_id: str | None) -> None:
+        """A search naming a user and a session: the session must be the user's. (The store
+        scopes the hits either way; this makes the mistake an error instead of no hits.)"""
+        if session_id is not None and user_id is not None:
+            self.check_owner(session_id, user_id)
 
     @staticmethod
     def format_context(messages: Sequence[Message]) -> str:

@@ -23,9 +23,10 @@ import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from harombe_core.errors import InvalidInputError, StoreError
+from harombe_core.errors import InvalidInputError, StoreError, StoreNotFoundError
 from harombe_core.migrate_items import copy_store_items, verify_store_items
 from harombe_core.models import Message, Session
 from harombe_core.store.base import MessageStore
@@ -227,8 +228,11 @@ def migrate(
     """Copy every session, message, thread, summary and store item to ``destination``.
 
     Either may be a SQLite path, a ``postgresql://`` URL or an open store. Re-running after an
-    interruption continues where it stopped. Raises MigrationError if the verification at the
-    end finds any difference.
+    interruption continues where it stopped. Raises StoreNotFoundError if the source does not
+    exist (nothing is created at either end), NotAHarombeDatabaseError if either end is a file
+    that is not a harombe database or is damaged (it is left untouched), InvalidInputError if
+    both are the same store, and MigrationError if the verification at the end finds any
+    difference.
     """
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise InvalidInputError(f"batch_size must be a positive int, got {batch_size!r}.")
@@ -236,6 +240,7 @@ def migrate(
 
     from harombe_core.manager import open_store
 
+    _check_ends(source, destination)
     src = open_store(source)
     owns_src = src is not source
     try:
@@ -245,8 +250,11 @@ def migrate(
             src.close()
         raise
     owns_dst = dst is not destination
-    if src.location == dst.location:
-        raise InvalidInputError("source and destination are the same store.")
+    if src is dst or (src.location == dst.location and src.location != ":memory:"):
+        for store, owned in ((src, owns_src), (dst, owns_dst and dst is not src)):
+            if owned:
+                store.close()
+        raise _same_store(src.location)
     report = MigrationReport()
     forward: list[Session] = []
     try:
@@ -285,6 +293,67 @@ def migrate(
         if owns_dst:
             dst.close()
     return report
+
+
+def _check_ends(
+    source: str | os.PathLike[str] | MessageStore,
+    destination: str | os.PathLike[str] | MessageStore,
+) -> None:
+    """Refuse a source that does not exist, and a destination that is the source, before
+    either is opened: opening a path or an empty database creates a store there."""
+    src = os.fspath(source) if isinstance(source, (str, os.PathLike)) else None
+    dst = os.fspath(destination) if isinstance(destination, (str, os.PathLike)) else None
+    if src is None:
+        return
+    if src.startswith(_POSTGRES):
+        from harombe_core.store.postgres import redact_url, store_exists
+
+        if not store_exists(src):
+            raise StoreNotFoundError(
+                f"{redact_url(src)} holds no harombe store; check the source URL. Nothing was "
+                "created at either end."
+            )
+    elif src not in (":memory:", ""):
+        path = Path(src).expanduser()
+        if not path.exists():
+            raise StoreNotFoundError(
+                f"no database at {path}; check the source path. Nothing was created at either "
+                "end."
+            )
+        if path.is_file() and path.stat().st_size == 0:
+            raise StoreNotFoundError(
+                f"{path} is an empty file, not a harombe database, so there is nothing to "
+                "migrate. Nothing was created at either end."
+            )
+    if dst is not None and _same_place(src, dst):
+        raise _same_store(src)
+
+
+_POSTGRES = ("postgresql://", "postgres://")
+
+
+def _same_place(a: str, b: str) -> bool:
+    """Whether two locations are one store: the same real file, or the same database."""
+    if a.startswith(_POSTGRES) and b.startswith(_POSTGRES):
+        from harombe_core.store.postgres import same_database
+
+        return same_database(a, b)
+    if a.startswith(_POSTGRES) or b.startswith(_POSTGRES) or ":memory:" in (a, b):
+        return False
+    first, second = Path(a).expanduser(), Path(b).expanduser()
+    if first.resolve() == second.resolve():
+        return True
+    try:
+        return os.path.samefile(first, second)  # hard links too
+    except OSError:  # the destination does not exist yet
+        return False
+
+
+def _same_store(location: str) -> InvalidInputError:
+    return InvalidInputError(
+        f"the source and the destination are the same store ({location}); migrate to another "
+        "path or URL."
+    )
 
 
 def _verify(

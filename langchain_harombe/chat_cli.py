@@ -9,6 +9,10 @@ stored as it happens; the model is sent the session's system prompt, the newest 
 every stored message, ``/clear`` start the model's context afresh (the history stays in the
 database and stays searchable), ``/forget`` delete the session, ``/search <query>`` search all
 of the user's sessions, ``/help``, ``/quit``.
+
+With a user (``--user``) the chat acts for that user only: it lists, loads and searches their
+sessions, and refuses another user's session with ``SessionOwnershipError``. Without one it is
+the database owner's tool and sees every session.
 """
 
 from __future__ import annotations
@@ -91,7 +95,7 @@ class ChatSession:
 
     def _open(self, session_id: str | None) -> str:
         sid = session_id or uuid.uuid4().hex[:12]
-        if not self.manager.session_exists(sid):
+        if self.manager.check_owner(sid, self.user_id) is None:
             self.manager.create_session(
                 self.system_prompt, None, self.user_id, session_id=sid
             )
@@ -100,9 +104,11 @@ class ChatSession:
     # context ------------------------------------------------------------------------------
     def context(self) -> list[BaseMessage]:
         """What the model is sent before the new message: system prompt and recent turns."""
-        session = self.manager.load_session(self.session_id)
+        session = self.manager.load_session(self.session_id, user_id=self.user_id)
         after = int(session.metadata.get(CONTEXT_START_KEY, 0))
-        window = self.manager.get_recent_messages(self.session_id, self.max_tokens)
+        window = self.manager.get_recent_messages(
+            self.session_id, self.max_tokens, user_id=self.user_id
+        )
         kept = [m for m in window if m.id is None or m.id > after]
         return [to_langchain(m) for m in kept]
 
@@ -156,30 +162,30 @@ class ChatSession:
         if not arg:
             self.write("usage: /load <session>")
             return
-        if not self.manager.session_exists(arg):
+        if self.manager.check_owner(arg, self.user_id) is None:
             self.write(f"no session {arg}; /sessions lists them")
             return
         self.session_id = arg
-        count = len(self.manager.get_messages(arg))
+        count = len(self.manager.get_messages(arg, user_id=self.user_id))
         self.write(f"loaded session {arg} ({count} messages)")
 
     def cmd_save(self, _: str) -> None:
         # Every turn is committed as it happens; this makes it visible and waits for search.
         self.manager.flush()
-        count = len(self.manager.get_messages(self.session_id))
+        count = len(self.manager.get_messages(self.session_id, user_id=self.user_id))
         self.write(f"saved session {self.session_id} ({count} messages)")
 
     def cmd_history(self, _: str) -> None:
-        messages = self.manager.get_messages(self.session_id)
+        messages = self.manager.get_messages(self.session_id, user_id=self.user_id)
         if not messages:
             self.write("no messages")
         for m in messages:
             self.write(f"[{m.id}] {m.role}: {m.content}")
 
     def cmd_clear(self, _: str) -> None:
-        messages = self.manager.get_messages(self.session_id)
+        messages = self.manager.get_messages(self.session_id, user_id=self.user_id)
         last = messages[-1].id if messages else 0
-        session = self.manager.load_session(self.session_id)
+        session = self.manager.load_session(self.session_id, user_id=self.user_id)
         self.manager.update_session(
             self.session_id, metadata={**session.metadata, CONTEXT_START_KEY: last}
         )
@@ -187,7 +193,7 @@ class ChatSession:
 
     def cmd_forget(self, _: str) -> None:
         old = self.session_id
-        self.manager.delete_session(old)
+        self.manager.delete_session(old, user_id=self.user_id)
         self.session_id = self._open(None)
         self.write(f"forgot session {old}; new session {self.session_id}")
 

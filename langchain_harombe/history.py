@@ -20,7 +20,7 @@ from langchain_core.runnables.utils import ConfigurableFieldSpec
 
 from harombe_core.errors import InvalidInputError, InvalidMessageError
 from harombe_core.manager import MemoryManager
-from harombe_core.models import Message
+from harombe_core.models import Message, Session
 from harombe_core.validate import (
     check_budget,
     check_flag,
@@ -101,7 +101,10 @@ class HarombeChatMessageHistory(BaseChatMessageHistory):
         session_id: The conversation; created on first write if it does not exist.
         manager: A :class:`~harombe_core.MemoryManager` to share (preferred in applications).
         storage_path: Or a database path; the history then opens (and owns) its own manager.
-        user_id: Owner recorded on the session, so searches can be scoped per user.
+        user_id: The user this history acts for: a new session is created for them, and a
+            session of another user (or of none) is refused with ``SessionOwnershipError`` on
+            every read and write, so a guessed or reused ``session_id`` never shows another
+            user's messages. Without it the history reaches only sessions that have no owner.
         strategy: ``"simple"`` (token window), ``"threaded"``, ``"summarization"``, ``"hybrid"``
             (the core's context strategies) or ``"all"`` (every message, no window).
         max_tokens: Budget of the view (default: the manager's ``max_history_tokens``).
@@ -157,13 +160,24 @@ class HarombeChatMessageHistory(BaseChatMessageHistory):
         self.start_on_user = start_on_user
         self.context_options = dict(context_options or {})
         self.node_selector = node_selector
-        if system_prompt is not None and not self.manager.session_exists(session_id):
+        existing = self._check()
+        if system_prompt is not None and existing is None:
             self.manager.create_session(system_prompt, None, user_id, session_id=session_id)
 
+    def _check(self) -> Session | None:
+        """The session if this history may use it (None if new); SessionOwnershipError if not."""
+        return self.manager.check_owner(self.session_id, self.user_id, exact=True)
+
+    async def _acheck(self) -> Session | None:
+        return await self.manager.acheck_owner(self.session_id, self.user_id, exact=True)
+
     # reads --------------------------------------------------------------------------------
-    def _view(self) -> list[Message]:
+    def view(self) -> list[Message]:
+        """The strategy's view of the session as harombe messages (what :attr:`messages`
+        converts), each with its store id."""
+        self._check()
         if self.strategy == "all":
-            return self.manager.get_messages(self.session_id)
+            return self.manager.get_messages(self.session_id, user_id=self.user_id)
         get_context: Callable[..., list[Message]] | None = getattr(
             self.manager, "get_context", None
         )
@@ -173,6 +187,7 @@ class HarombeChatMessageHistory(BaseChatMessageHistory):
                 strategy=self.strategy,
                 max_tokens=self.max_tokens,
                 start_on_user=self.start_on_user,
+                user_id=self.user_id,
                 **self.context_options,
             )
         if self.strategy != "simple":
@@ -181,20 +196,22 @@ class HarombeChatMessageHistory(BaseChatMessageHistory):
                 "harombe-memory does not have; upgrade it or use strategy='simple'."
             )
         return self.manager.get_recent_messages(
-            self.session_id, self.max_tokens, start_on_user=self.start_on_user
+            self.session_id, self.max_tokens, start_on_user=self.start_on_user, user_id=self.user_id
         )
 
     @property
     def messages(self) -> list[BaseMessage]:  # type: ignore[override]
         """The strategy's view of the session, oldest first, as LangChain messages."""
-        return [to_langchain(m) for m in self._view()]
+        return [to_langchain(m) for m in self.view()]
 
     async def aget_messages(self) -> list[BaseMessage]:
         return await asyncio.to_thread(lambda: self.messages)
 
     def get_all_messages(self) -> list[BaseMessage]:
         """Every stored message of the session, whatever the strategy."""
-        return [to_langchain(m) for m in self.manager.get_messages(self.session_id)]
+        self._check()
+        stored = self.manager.get_messages(self.session_id, user_id=self.user_id)
+        return [to_langchain(m) for m in stored]
 
     # writes -------------------------------------------------------------------------------
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
@@ -202,6 +219,7 @@ class HarombeChatMessageHistory(BaseChatMessageHistory):
         batch = _converted(messages)
         if not batch:
             return
+        self._check()
         if self.strategy == "threaded":
             self._add_threaded(batch)
         else:
@@ -211,6 +229,7 @@ class HarombeChatMessageHistory(BaseChatMessageHistory):
         batch = _converted(messages)
         if not batch:
             return
+        await self._acheck()
         if self.strategy == "threaded":
             # The selector may call a model or an embedder: off the event loop, like the store.
             await asyncio.to_thread(self._add_threaded, batch)
@@ -236,10 +255,11 @@ class HarombeChatMessageHistory(BaseChatMessageHistory):
         """
         from harombe_core.chat_memory import ChatMemory
 
-        if self.user_id is not None and not self.manager.session_exists(self.session_id):
-            self.manager.create_session(None, None, self.user_id, session_id=self.session_id)
         memory = ChatMemory(
-            node_selector=self._selector(), memory=self.manager, session_id=self.session_id
+            node_selector=self._selector(),
+            memory=self.manager,
+            session_id=self.session_id,
+            user_id=self.user_id,
         )
         graph = memory.graph
         if [m.role for m in batch] == ["user", "assistant"]:
@@ -263,10 +283,12 @@ class HarombeChatMessageHistory(BaseChatMessageHistory):
 
     def clear(self) -> None:
         """Delete the session's messages (the session itself, its owner and prompt stay)."""
-        self.manager.clear_session(self.session_id)
+        self._check()
+        self.manager.clear_session(self.session_id, user_id=self.user_id)
 
     async def aclear(self) -> None:
-        await self.manager.aclear_session(self.session_id)
+        await self._acheck()
+        await self.manager.aclear_session(self.session_id, user_id=self.user_id)
 
     def close(self) -> None:
         """Close the manager if this history opened it from ``storage_path``."""
@@ -299,14 +321,23 @@ def conversation_history_factory(
 ) -> Callable[[str, str], HarombeChatMessageHistory]:
     """The two-key form: ``get_session_history(user_id, conversation_id)``.
 
-    The session id is ``"{user_id}:{conversation_id}"`` and the session is owned by ``user_id``,
-    so two users can use the same conversation id without seeing each other's messages. Pass
-    :func:`conversation_history_fields` as ``history_factory_config``.
+    Each (user, conversation) pair is its own session, owned by ``user_id``
+    (:meth:`~harombe_core.MemoryManager.conversation_session_id`: ``"{user}:{conversation}"``
+    with ``%`` and ``:`` in the user id escaped, so no two pairs share an id), and two users can
+    use the same conversation id without seeing each other's messages. Histories stored by
+    earlier versions under the unescaped id are found and continued. Pass
+    :func:`conversation_history_fields` as ``history_factory_config``; both keys are required.
     """
+    if "user_id" in options:
+        raise InvalidInputError(
+            "conversation_history_factory takes the user from each call (the 'user_id' "
+            "configurable field); do not pass user_id= to the factory."
+        )
 
     def get_session_history(user_id: str, conversation_id: str) -> HarombeChatMessageHistory:
+        session_id = manager.conversation_session_id(user_id, conversation_id)
         return HarombeChatMessageHistory(
-            f"{user_id}:{conversation_id}", manager=manager, user_id=user_id, **options
+            session_id, manager=manager, user_id=user_id, **options
         )
 
     return get_session_history

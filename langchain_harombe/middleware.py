@@ -6,14 +6,20 @@
    input, tool results) is stored, in one transaction;
 2. the model is sent the session's windowed (or threaded, summarised, hybrid) history from the
    store instead of the raw state, optionally with relevant turns of the user's *other* sessions
-   added to the system message;
+   added to the system message (with no known user, relevant older turns of the same session:
+   recall never crosses into sessions that are not known to be the same user's);
 3. after the model: its reply (and its tool calls) is stored.
 
 The session is the run's ``thread_id`` (``config={"configurable": {"thread_id": ...}}``) unless
 a fixed ``session_id`` is given; the user is ``configurable["user_id"]`` or ``user_id`` on the
-runtime context. The current turn (from the last user message on, tool calls with their
-results) is always sent whole, so a tool call is never separated from its result; older turns
-fill what is left of the budget.
+runtime context. As in LangGraph, a thread id names one conversation whoever runs it; the
+session belongs to the user it was created for, and a run naming another user (or naming none,
+on a user's thread) is refused with ``SessionOwnershipError`` before anything is stored or sent
+to the model.
+
+The current turn (from the last user message on, tool calls with their results) is always sent
+whole, so a tool call is never separated from its result; older turns fill what is left of the
+budget.
 """
 
 from __future__ import annotations
@@ -30,6 +36,8 @@ from langgraph.runtime import Runtime
 
 from harombe_core.errors import InvalidInputError
 from harombe_core.manager import MemoryManager
+from harombe_core.models import Message
+from langchain_harombe.convert import to_langchain
 from langchain_harombe.history import HarombeChatMessageHistory, Strategy
 
 __all__ = ["HarombeMemoryMiddleware", "HarombeMemoryState"]
@@ -52,7 +60,8 @@ class HarombeMemoryMiddleware(AgentMiddleware[HarombeMemoryState, Any, Any]):
             view (and, for ``"threaded"``, how turns are threaded), as in
             :class:`~langchain_harombe.HarombeChatMessageHistory`.
         recall_tokens: If > 0 and semantic memory is on, up to this many tokens of relevant
-            turns from the user's other sessions are added to the system message.
+            turns from the user's other sessions are added to the system message (from this
+            session's older turns when the run names no user).
     """
 
     state_schema = HarombeMemoryState
@@ -168,15 +177,19 @@ class HarombeMemoryMiddleware(AgentMiddleware[HarombeMemoryState, Any, Any]):
     # the model call -----------------------------------------------------------------------
     def _build(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
         session_id, user_id = self._keys(request.runtime)
-        view = self._history(session_id, user_id).messages
-        recall = self._recall(request.messages, session_id, user_id)
-        return self._assemble(request, view, recall)
+        view = self._history(session_id, user_id).view()
+        recall = self._recall(request.messages, session_id, user_id, view)
+        return self._assemble(request, [to_langchain(m) for m in view], recall)
 
     async def _abuild(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
         return await asyncio.to_thread(self._build, request)
 
     def _recall(
-        self, messages: Sequence[BaseMessage], session_id: str, user_id: str | None
+        self,
+        messages: Sequence[BaseMessage],
+        session_id: str,
+        user_id: str | None,
+        view: Sequence[Message],
     ) -> str | None:
         if self.recall_tokens <= 0 or not self.manager.semantic_enabled:
             return None
@@ -184,12 +197,18 @@ class HarombeMemoryMiddleware(AgentMiddleware[HarombeMemoryState, Any, Any]):
         get_relevant_context = getattr(self.manager, "get_relevant_context", None)
         if not query or get_relevant_context is None:
             return None
-        context = get_relevant_context(
-            query,
-            max_tokens=self.recall_tokens,
-            user_id=user_id,
-            exclude_session_id=session_id,
+        scope: dict[str, Any] = (
+            # No known user: whose are the other sessions? Stay inside this one.
+            {"session_id": session_id}
+            if user_id is None
+            else {"user_id": user_id, "exclude_session_id": session_id}
         )
+        shown = {m.id for m in view if m.id is not None}
+        context = [
+            m
+            for m in get_relevant_context(query, max_tokens=self.recall_tokens, **scope)
+            if m.id not in shown
+        ]
         text = self.manager.format_context(context) if context else ""
         return text or None
 

@@ -22,6 +22,7 @@ from pydantic import ConfigDict, Field, PrivateAttr, field_validator
 from harombe_core.errors import InvalidInputError
 from harombe_core.manager import MemoryManager
 from harombe_core.models import SearchHit
+from harombe_core.owners import check_search_scope
 from harombe_core.validate import check_count, pydantic_errors
 from langchain_harombe.history import resolve_manager
 
@@ -61,7 +62,12 @@ class HarombeRetriever(BaseRetriever):
             ``manager_options`` (semantic memory on by default, as in ``MemoryManager``).
         k: How many documents to return; ``retriever.invoke(query, k=2)`` overrides it per call.
         user_id / session_id: Only this user's / this session's messages are searched (enforced
-            by the store, whatever the vector index returns).
+            by the store, whatever the vector index returns). One of them is required unless
+            ``all_users=True``. With both, the session must be the user's, and a session named
+            without a user must have no owner (``SessionOwnershipError`` otherwise).
+        all_users: Search every user's sessions (a single-user application, or an operator's
+            tool). Off by default, so a retriever built without a user never returns another
+            user's messages.
         min_similarity: Drop hits whose cosine similarity is below this (semantic memory only).
         exclude_session_id: Search everywhere but this session (typically the current one).
         search_type: ``"hybrid"`` (vector + keyword, fused; keyword only when semantic memory is
@@ -80,18 +86,21 @@ class HarombeRetriever(BaseRetriever):
     search_type: SearchType = "hybrid"
     mmr_lambda: float = Field(default=0.5, ge=0.0, le=1.0)
     exclude_session_id: str | None = None
+    all_users: bool = False
     manager_options: dict[str, Any] = Field(default_factory=dict)
 
     _manager: MemoryManager | None = PrivateAttr(default=None)
-
-    def __init__(self, **data: Any) -> None:
-        with pydantic_errors("HarombeRetriever"):
-            super().__init__(**data)
 
     @field_validator("storage_path", mode="before")
     @classmethod
     def _path_to_str(cls, value: Any) -> Any:
         return os.fspath(value) if isinstance(value, os.PathLike) else value
+
+    def __init__(self, **data: Any) -> None:
+        with pydantic_errors("HarombeRetriever"):  # a bad field is an InvalidInputError too
+            super().__init__(**data)
+        # Here rather than in a pydantic validator, which would wrap the typed error.
+        check_search_scope("HarombeRetriever", self.user_id, self.session_id, self.all_users)
 
     def _memory(self) -> MemoryManager:
         if self._manager is None:
@@ -116,6 +125,9 @@ class HarombeRetriever(BaseRetriever):
         manager = self._memory()
         if k == 0:
             return []
+        if self.session_id is not None and not self.all_users:
+            # A session named without a user must have no owner (see check_search_scope).
+            manager.check_owner(self.session_id, self.user_id, exact=True)
         options: dict[str, Any] = {}
         if self.exclude_session_id is not None:
             options["exclude_session_id"] = self.exclude_session_id

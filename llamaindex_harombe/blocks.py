@@ -36,6 +36,10 @@ class HarombeMemoryBlock(BaseMemoryBlock[str]):
 
     ``scope``: ``"session"`` recalls only the session being asked for; ``"user"`` everything
     ``user_id`` said in any session; ``"all"`` the whole database (one-user applications).
+    With a ``user_id`` the block acts for that user: a session of another user (or of none) is
+    refused with ``SessionOwnershipError``, for recall and for storing flushed messages alike
+    (give ``Memory``'s chat store the same ``user_id``); without one it reaches only sessions
+    that have no owner.
     """
 
     name: str = Field(default="harombe_recall", description="Block name in the memory template.")
@@ -107,7 +111,8 @@ class HarombeMemoryBlock(BaseMemoryBlock[str]):
                     "scope='session' needs the session id, which Memory passes; when calling "
                     "the block yourself pass session_id=..."
                 )
-            where: dict[str, Any] = {"session_id": session_id}
+            await self._manager.acheck_owner(session_id, self.user_id, exact=True)
+            where: dict[str, Any] = {"session_id": session_id, "user_id": self.user_id}
         elif self.scope == "user":
             where = {"user_id": self.user_id}
         else:
@@ -133,6 +138,8 @@ class HarombeMemoryBlock(BaseMemoryBlock[str]):
                     "block.aput(messages, session_id=...)."
                 )
             by_session[str(session)].append(from_llamaindex(message))
+        for sid in by_session:
+            await self._manager.acheck_owner(sid, self.user_id, exact=True)
         await asyncio.gather(
             *(
                 self._manager.asave_messages(sid, batch, user_id=self.user_id)

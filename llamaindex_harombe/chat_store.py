@@ -5,6 +5,13 @@ takes ``chat_store=``) and the buffer's history outlives the process. ``HarombeD
 ``AsyncDBChatStore`` for LlamaIndex's newer ``Memory(sql_store=...)``, with its active/archived
 FIFO queue kept in the same database. In both a chat-store *key* is a harombe session id, so the
 messages are also visible to harombe's search, export and CLI.
+
+Keys are global, as in LlamaIndex's ``SimpleChatStore``. A store given a ``user_id`` acts for that
+user: the sessions it creates are theirs, ``get_keys`` lists only theirs, and a key naming
+another user's session (or one without an owner) is refused with ``SessionOwnershipError``
+instead of being read or written. A store without a ``user_id`` acts for nobody: it reaches
+only sessions that have no owner. (``ChatMemoryBuffer``'s default key is the same
+``"chat_history"`` for everyone: give each user their own ``chat_store_key``.)
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ from llama_index.core.storage.chat_store.base_db import AsyncDBChatStore, Messag
 
 from harombe_core.errors import InvalidInputError
 from harombe_core.manager import MemoryManager
-from harombe_core.models import Message
+from harombe_core.models import Message, Session
 from harombe_core.validate import (
     MAX_COUNT,
     check_count,
@@ -42,7 +49,11 @@ class _ManagedStore(BaseModel):
     storage_path: str = Field(default=DEFAULT_STORAGE_PATH, description="SQLite file or URL.")
     embedding: str | None = Field(default=None, description="Embedding model, None: keywords.")
     vector_store: str | None = Field(default=None, description="Vector index ('chroma').")
-    user_id: str | None = Field(default=None, description="Owner of sessions this store creates.")
+    user_id: str | None = Field(
+        default=None,
+        description="The user this store acts for: owner of the sessions it creates, and the "
+        "only user whose sessions it reads or writes.",
+    )
 
     _manager: MemoryManager = PrivateAttr()
     _owns_manager: bool = PrivateAttr(default=True)
@@ -80,12 +91,22 @@ class _ManagedStore(BaseModel):
         if self._owns_manager:
             self._manager.close()
 
+    def _check(self, key: str) -> Session | None:
+        """The key's session if this store may use it (None if new); else
+        SessionOwnershipError."""
+        return self._manager.check_owner(key, self.user_id, exact=True)
+
+    async def _acheck(self, key: str) -> Session | None:
+        return await self._manager.acheck_owner(key, self.user_id, exact=True)
+
     def _stored(self, key: str) -> list[Message]:
-        return self._manager.get_messages(key)
+        self._check(key)
+        return self._manager.get_messages(key, user_id=self.user_id)
 
     def _keys(self) -> list[str]:
         sessions = self._manager.list_sessions(limit=None, user_id=self.user_id)
-        return [s.id for s in sorted(sessions, key=lambda s: (s.created_at, s.id))]
+        mine = [s for s in sessions if s.user_id == self.user_id]  # no user: unowned ones only
+        return [s.id for s in sorted(mine, key=lambda s: (s.created_at, s.id))]
 
 
 class HarombeChatStore(_ManagedStore, BaseChatStore):
@@ -111,6 +132,7 @@ class HarombeChatStore(_ManagedStore, BaseChatStore):
     def add_message(self, key: str, message: ChatMessage, idx: int | None = None) -> None:
         """Append ``message``; with ``idx``, insert it before the message now at ``idx``."""
         converted = from_llamaindex(message)
+        self._check(key)
         if idx is None:
             self._manager.save_message(key, converted, user_id=self.user_id)
             return
@@ -129,10 +151,10 @@ class HarombeChatStore(_ManagedStore, BaseChatStore):
 
     def delete_messages(self, key: str) -> list[ChatMessage] | None:
         """Remove the key and its messages; returns them, or None if the key is unknown."""
-        if not self._manager.session_exists(key):
+        if self._check(key) is None:
             return None
         removed = [to_llamaindex(m) for m in self._stored(key)]
-        self._manager.delete_session(key)
+        self._manager.delete_session(key, user_id=self.user_id)
         return removed
 
     def delete_message(self, key: str, idx: int) -> ChatMessage | None:
@@ -142,7 +164,9 @@ class HarombeChatStore(_ManagedStore, BaseChatStore):
         if not -len(stored) <= idx < len(stored):
             return None
         doomed = stored[idx]
-        self._manager.replace_messages(key, [doomed.id] if doomed.id is not None else [], [])
+        self._manager.replace_messages(
+            key, [doomed.id] if doomed.id is not None else [], [], user_id=self.user_id
+        )
         return to_llamaindex(doomed)
 
     def delete_last_message(self, key: str) -> ChatMessage | None:
@@ -157,12 +181,15 @@ class HarombeChatStore(_ManagedStore, BaseChatStore):
         await asyncio.to_thread(self.set_messages, key, messages)
 
     async def aget_messages(self, key: str) -> list[ChatMessage]:
-        return [to_llamaindex(m) for m in await self._manager.aget_messages(key)]
+        await self._acheck(key)
+        stored = await self._manager.aget_messages(key, user_id=self.user_id)
+        return [to_llamaindex(m) for m in stored]
 
     async def async_add_message(
         self, key: str, message: ChatMessage, idx: int | None = None
     ) -> None:
         if idx is None:
+            await self._acheck(key)
             await self._manager.asave_message(key, from_llamaindex(message), user_id=self.user_id)
         else:
             await asyncio.to_thread(self.add_message, key, message, idx)
@@ -227,9 +254,10 @@ class HarombeDBChatStore(_ManagedStore, AsyncDBChatStore):
 
     # status bookkeeping ---------------------------------------------------------------------
     def _archived_through(self, key: str) -> int:
-        if not self._manager.session_exists(key):
+        session = self._check(key)
+        if session is None:
             return 0
-        value = self._manager.load_session(key).metadata.get(ARCHIVED_THROUGH_KEY, 0)
+        value = session.metadata.get(ARCHIVED_THROUGH_KEY, 0)
         return int(value) if isinstance(value, int) else 0
 
     def _status(self, message: Message, through: int) -> MessageStatus:
@@ -247,7 +275,9 @@ class HarombeDBChatStore(_ManagedStore, AsyncDBChatStore):
         if status == MessageStatus.ACTIVE:
             # Memory reads the active queue on every put: read only the rows after the archived
             # prefix, so the cost follows the queue, not the whole history.
-            stored = self._manager.get_messages(key, after_id=through or None)
+            stored = self._manager.get_messages(
+                key, after_id=through or None, user_id=self.user_id
+            )
         else:
             stored = self._stored(key)
         return [m for m in stored if self._status(m, through) == status]
@@ -273,7 +303,8 @@ class HarombeDBChatStore(_ManagedStore, AsyncDBChatStore):
         self._manager.replace_messages(key, doomed, converted, user_id=self.user_id)
 
     def _delete_ids(self, key: str, victims: list[Message]) -> list[ChatMessage]:
-        self._manager.replace_messages(key, [m.id for m in victims if m.id is not None], [])
+        doomed = [m.id for m in victims if m.id is not None]
+        self._manager.replace_messages(key, doomed, [], user_id=self.user_id)
         return [to_llamaindex(m) for m in victims]
 
     def _delete_at(self, key: str, idx: int) -> ChatMessage | None:
@@ -286,7 +317,8 @@ class HarombeDBChatStore(_ManagedStore, AsyncDBChatStore):
     def _delete_status(self, key: str, status: MessageStatus | None) -> None:
         status = _status(status, optional=True)
         if status is None:
-            self._manager.clear_session(key)
+            self._check(key)
+            self._manager.clear_session(key, user_id=self.user_id)
             return
         self._delete_ids(key, self._select(key, status))
 
@@ -299,7 +331,7 @@ class HarombeDBChatStore(_ManagedStore, AsyncDBChatStore):
         active = self._select(key, MessageStatus.ACTIVE)[: max(_index(n, "n"), 0)]
         if not active:
             return []
-        session = self._manager.load_session(key)
+        session = self._manager.load_session(key, user_id=self.user_id)
         metadata = dict(session.metadata)
         metadata[ARCHIVED_THROUGH_KEY] = max(m.id or 0 for m in active)
         self._manager.update_session(key, metadata=metadata)
@@ -323,6 +355,7 @@ class HarombeDBChatStore(_ManagedStore, AsyncDBChatStore):
     async def add_message(
         self, key: str, message: ChatMessage, status: MessageStatus = MessageStatus.ACTIVE
     ) -> None:
+        await self._acheck(key)
         await self._manager.asave_messages(
             key, self._convert([message], status), user_id=self.user_id
         )
@@ -333,6 +366,7 @@ class HarombeDBChatStore(_ManagedStore, AsyncDBChatStore):
         messages: list[ChatMessage],
         status: MessageStatus = MessageStatus.ACTIVE,
     ) -> None:
+        await self._acheck(key)
         await self._manager.asave_messages(
             key, self._convert(messages, status), user_id=self.user_id
         )

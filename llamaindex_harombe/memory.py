@@ -2,16 +2,21 @@
 
 Pass it as ``memory=`` to any chat engine or agent. Every message is written to SQLite as it is
 put, so a new process that builds the same memory (same ``storage_path`` and ``session_id``)
-continues the conversation. ``get`` returns the newest messages that fit the token limit, counted
-with tool calls and tool results included (LlamaIndex's own ``Memory`` counts those as zero), never
-starting on an assistant or tool turn, and, when the engine passes the user's input, the most
-relevant turns of the user's earlier sessions as one system message in front.
+continues the conversation; without a ``session_id`` each memory gets a new session, as
+LlamaIndex's own ``Memory`` does, so two users never share one by default.
+
+``get`` returns the newest messages that fit the token limit, counted with tool calls and tool
+results included (LlamaIndex's own ``Memory`` counts those as zero), never starting on an
+assistant or tool turn, and, when the engine passes the user's input, the most relevant turns of
+the user's earlier sessions as one system message in front (only with a ``user_id``: recall
+never reaches sessions not known to be the same user's).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
@@ -23,7 +28,7 @@ from llama_index.core.memory.types import BaseMemory
 
 from harombe_core.errors import InvalidInputError
 from harombe_core.manager import MemoryManager
-from harombe_core.models import Message
+from harombe_core.models import Message, Session
 from harombe_core.threads import resolve_selector
 from harombe_core.validate import (
     MAX_TOP_K,
@@ -114,8 +119,18 @@ class HarombeMemory(BaseMemory):
     serialised workflow ``Context``, reopens the same conversation.
     """
 
-    session_id: str = Field(description="The conversation this memory reads and writes.")
-    user_id: str | None = Field(default=None, description="Owner of the session; scopes recall.")
+    session_id: str = Field(
+        default_factory=lambda: str(uuid.uuid4()),
+        description="The conversation this memory reads and writes (default: a new one).",
+    )
+    user_id: str | None = Field(
+        default=None,
+        description=(
+            "The user this memory acts for: owner of the session it creates; a session of "
+            "another user (or, without user_id, of any user) is refused with "
+            "SessionOwnershipError. Scopes recall."
+        ),
+    )
     token_limit: int = Field(default=DEFAULT_TOKEN_LIMIT, description="Budget of get().")
     storage_path: str = Field(default=DEFAULT_STORAGE_PATH, description="SQLite file or URL.")
     embedding: str | None = Field(
@@ -151,7 +166,10 @@ class HarombeMemory(BaseMemory):
     )
     rag_scope: Literal["user", "all"] = Field(
         default="user",
-        description="'user': recall only this user's sessions (all sessions if user_id is None).",
+        description=(
+            "'user': recall from this user's other sessions (nothing without user_id: no other "
+            "session is known to be theirs); 'all': from every session of every user."
+        ),
     )
 
     _manager: MemoryManager = PrivateAttr()
@@ -197,7 +215,7 @@ class HarombeMemory(BaseMemory):
         else:
             self._owns_manager = False
         self._manager = manager
-        if not manager.session_exists(self.session_id):
+        if self._check() is None:
             manager.create_session(
                 self.system_prompt, user_id=self.user_id, session_id=self.session_id
             )
@@ -227,7 +245,7 @@ class HarombeMemory(BaseMemory):
         llm: LLM | None = None,
         token_limit: int | None = None,
         *,
-        session_id: str = "default",
+        session_id: str | None = None,
         user_id: str | None = None,
         storage_path: str | os.PathLike[str] | None = None,
         manager: MemoryManager | None = None,
@@ -246,6 +264,11 @@ class HarombeMemory(BaseMemory):
     ) -> HarombeMemory:
         """Open (or create) ``session_id`` in the store at ``storage_path`` (or ``manager``).
 
+        Without ``session_id`` the memory gets a new session (a UUID, as LlamaIndex's ``Memory``
+        does); pass the same ``session_id`` (and ``user_id``) again to continue a conversation.
+        A session owned by another user than ``user_id`` is refused with
+        ``SessionOwnershipError``.
+
         ``token_limit`` defaults to 3/4 of ``llm``'s context window, as LlamaIndex's buffers do,
         else 3000. ``chat_history``, if given, replaces what the session holds (the engines pass
         it this way through ``memory_cls``). ``embedding`` names an embedding model
@@ -263,7 +286,6 @@ class HarombeMemory(BaseMemory):
         if manager is not None and storage_path is not None:
             raise InvalidInputError("pass storage_path or manager, not both.")
         fields: dict[str, Any] = {
-            "session_id": session_id,
             "user_id": user_id,
             "token_limit": token_limit,
             "strategy": strategy,
@@ -276,6 +298,8 @@ class HarombeMemory(BaseMemory):
             "rag_scope": rag_scope,
             **kwargs,
         }
+        if session_id is not None:
+            fields["session_id"] = session_id
         if manager is None:
             fields["storage_path"] = check_location(storage_path or DEFAULT_STORAGE_PATH)
             fields["embedding"] = embedding
@@ -286,6 +310,13 @@ class HarombeMemory(BaseMemory):
         return memory
 
     # plumbing -----------------------------------------------------------------------------
+    def _check(self) -> Session | None:
+        """The session if this memory may use it (None if new); SessionOwnershipError if not."""
+        return self._manager.check_owner(self.session_id, self.user_id, exact=True)
+
+    async def _acheck(self) -> Session | None:
+        return await self._manager.acheck_owner(self.session_id, self.user_id, exact=True)
+
     @property
     def manager(self) -> MemoryManager:
         """The MemoryManager underneath (for search, export and everything else harombe does)."""
@@ -313,13 +344,19 @@ class HarombeMemory(BaseMemory):
 
     def _recall_query(self, input: object) -> str | None:
         """What to recall for: the engine's input, else the newest user message (as
-        LlamaIndex's own memory blocks do), so agents and SimpleChatEngine recall too."""
+        LlamaIndex's own memory blocks do), so agents and SimpleChatEngine recall too.
+
+        None when there is nothing to recall from: with ``rag_scope="user"`` and no
+        ``user_id`` no other session is known to be this user's (the window already shows this
+        one), so the memory stays inside the current session."""
         if input is not None and not isinstance(input, (str, ChatMessage)):
             raise InvalidInputError(
                 f"input must be the user's message (a str or ChatMessage), got "
                 f"{type(input).__name__}."
             )
         if not self.rag or self.rag_top_k <= 0:
+            return None
+        if self.rag_scope == "user" and self.user_id is None:
             return None
         if input:
             return input.content or None if isinstance(input, ChatMessage) else input
@@ -346,6 +383,7 @@ class HarombeMemory(BaseMemory):
             "max_tokens": budget,
             "start_on_user": True,
             "keep_last": self.keep_last,
+            "user_id": self.user_id,
         }
 
     def _fit(self, context: list[Message], budget: int) -> tuple[int, list[Message]]:
@@ -367,6 +405,7 @@ class HarombeMemory(BaseMemory):
         system message, inside the budget.
         """
         budget = self._budget(initial_token_count)
+        self._check()
         context: list[Message] = []
         query = self._recall_query(input)
         if query:
@@ -381,6 +420,7 @@ class HarombeMemory(BaseMemory):
     ) -> list[ChatMessage]:
         """Async twin of :meth:`get`; store and search work run off the event loop."""
         budget = self._budget(initial_token_count)
+        await self._acheck()
         context: list[Message] = []
         query = await asyncio.to_thread(self._recall_query, input)
         if query:
@@ -396,13 +436,18 @@ class HarombeMemory(BaseMemory):
 
     def get_all(self) -> list[ChatMessage]:
         """Every message of the session, oldest first (no window, no recall)."""
-        return [to_llamaindex(m) for m in self._manager.get_messages(self.session_id)]
+        self._check()
+        stored = self._manager.get_messages(self.session_id, user_id=self.user_id)
+        return [to_llamaindex(m) for m in stored]
 
     async def aget_all(self) -> list[ChatMessage]:
-        return [to_llamaindex(m) for m in await self._manager.aget_messages(self.session_id)]
+        await self._acheck()
+        stored = await self._manager.aget_messages(self.session_id, user_id=self.user_id)
+        return [to_llamaindex(m) for m in stored]
 
     def _save(self, messages: Sequence[ChatMessage]) -> None:
         converted = from_llamaindex_list(messages, "put_messages")
+        self._check()
         if self._threader is not None:
             self._threader.save(converted, self.user_id)
         else:
@@ -424,6 +469,7 @@ class HarombeMemory(BaseMemory):
         if self._threader is not None:
             await asyncio.to_thread(self._save, messages)
             return
+        await self._acheck()
         await self._manager.asave_messages(
             self.session_id, from_llamaindex_list(messages, "aput_messages"), user_id=self.user_id
         )
@@ -431,7 +477,9 @@ class HarombeMemory(BaseMemory):
     def set(self, messages: Sequence[ChatMessage]) -> None:
         """Replace the session's messages with ``messages``, in one transaction."""
         converted = from_llamaindex_list(messages, "set")
-        old = [m.id for m in self._manager.get_messages(self.session_id) if m.id is not None]
+        self._check()
+        stored = self._manager.get_messages(self.session_id, user_id=self.user_id)
+        old = [m.id for m in stored if m.id is not None]
         self._manager.replace_messages(self.session_id, old, converted, user_id=self.user_id)
         self._forget_threads()
 
@@ -441,7 +489,10 @@ class HarombeMemory(BaseMemory):
 
     async def aset(self, messages: Sequence[ChatMessage]) -> None:
         converted = from_llamaindex_list(messages, "aset")
-        old = [m.id for m in await self._manager.aget_messages(self.session_id)]
+        await self._acheck()
+        old = [
+            m.id for m in await self._manager.aget_messages(self.session_id, user_id=self.user_id)
+        ]
         await self._manager.areplace_messages(
             self.session_id, [i for i in old if i is not None], converted, user_id=self.user_id
         )
@@ -449,11 +500,13 @@ class HarombeMemory(BaseMemory):
 
     def reset(self) -> None:
         """Forget this session's messages (the session and other sessions stay)."""
-        self._manager.clear_session(self.session_id)
+        self._check()
+        self._manager.clear_session(self.session_id, user_id=self.user_id)
         self._forget_threads()
 
     async def areset(self) -> None:
-        await self._manager.aclear_session(self.session_id)
+        await self._acheck()
+        await self._manager.aclear_session(self.session_id, user_id=self.user_id)
         self._forget_threads()
 
 

@@ -8,6 +8,7 @@ said in earlier conversations.
 
 from __future__ import annotations
 
+import asyncio
 import os
 from typing import Any
 
@@ -18,6 +19,7 @@ from llama_index.core.schema import NodeWithScore, QueryBundle, QueryType, TextN
 from harombe_core.errors import InvalidInputError
 from harombe_core.manager import MemoryManager
 from harombe_core.models import SearchHit
+from harombe_core.owners import check_search_scope
 from harombe_core.validate import check_count, check_query, optional_id
 from llamaindex_harombe.memory import DEFAULT_STORAGE_PATH, open_manager
 
@@ -67,8 +69,12 @@ class HarombeRetriever(BaseRetriever):
     """Retrieves past messages relevant to a query.
 
     Scope it with ``session_id`` (one conversation) or ``user_id`` (everything a user said, the
-    store enforces it); ``exclude_session_id`` leaves out the conversation in progress, whose
-    messages the engine's memory already shows the model.
+    store enforces it); one of them is required unless ``all_users=True`` (a single-user
+    application), so a retriever never hands one user's messages to another by default. With
+    both, the session must be the user's, and a session named without a user must have no
+    owner (``SessionOwnershipError`` otherwise).
+    ``exclude_session_id`` leaves out the conversation in progress, whose messages the engine's
+    memory already shows the model.
     """
 
     def __init__(
@@ -82,6 +88,7 @@ class HarombeRetriever(BaseRetriever):
         session_id: str | None = None,
         user_id: str | None = None,
         exclude_session_id: str | None = None,
+        all_users: bool = False,
         callback_manager: CallbackManager | None = None,
         verbose: bool = False,
     ) -> None:
@@ -94,6 +101,7 @@ class HarombeRetriever(BaseRetriever):
             ("exclude_session_id", exclude_session_id),
         ):
             optional_id(value, name)
+        check_search_scope("HarombeRetriever", user_id, session_id, all_users)
         self._owns_manager = manager is None
         self._manager = manager or open_manager(
             storage_path or DEFAULT_STORAGE_PATH, embedding, vector_store
@@ -102,6 +110,7 @@ class HarombeRetriever(BaseRetriever):
         self.session_id = session_id
         self.user_id = user_id
         self.exclude_session_id = exclude_session_id
+        self.all_users = all_users
         super().__init__(callback_manager=callback_manager, verbose=verbose)
 
     @property
@@ -131,14 +140,21 @@ class HarombeRetriever(BaseRetriever):
             args["exclude_session_id"] = self.exclude_session_id
         return args
 
+    def _check(self) -> None:
+        """A session named without a user must have no owner (see ``check_search_scope``)."""
+        if self.session_id is not None and not self.all_users:
+            self._manager.check_owner(self.session_id, self.user_id, exact=True)
+
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         if not query_bundle.query_str.strip():
             return []
+        self._check()
         hits = self._manager.search(query_bundle.query_str, **self._search_args())
         return [hit_to_node(h) for h in hits]
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         if not query_bundle.query_str.strip():
             return []
+        await asyncio.to_thread(self._check)
         hits = await self._manager.asearch(query_bundle.query_str, **self._search_args())
         return [hit_to_node(h) for h in hits]

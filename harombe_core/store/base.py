@@ -8,14 +8,18 @@ async twin that runs it off the event loop.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+import contextlib
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from harombe_core.models import Message, Session
 
-__all__ = ["UNSET", "KeywordHit", "MessageStore", "SearchScope"]
+__all__ = ["UNSET", "AtomicBlock", "KeywordHit", "MessageStore", "SearchScope"]
+
+T = TypeVar("T")
 
 
 class _Unset:
@@ -52,6 +56,44 @@ class KeywordHit:
 
     message: Message
     score: float
+
+
+class AtomicBlock(threading.local):
+    """A store's :meth:`~MessageStore.atomic` block on the current thread.
+
+    ``handle`` is the connection (SQLite) or cursor (PostgreSQL) the block's transaction runs
+    on, None outside a block; store calls made while it is set run on it. The first failure of
+    such a call dooms the block: the block raises it even if the caller caught it, because the
+    call may have written half of what it meant to (and PostgreSQL aborts the transaction).
+    """
+
+    handle: Any = None
+    failure: BaseException | None = None
+
+    @contextlib.contextmanager
+    def open(self, handle: Any) -> Iterator[None]:
+        """Calls on this thread join the transaction on ``handle`` while this is open."""
+        self.handle, self.failure = handle, None
+        try:
+            yield
+        finally:
+            self.handle = None
+
+    @contextlib.contextmanager
+    def call(self) -> Iterator[None]:
+        """A store call inside the block: its error is recorded as the block's failure."""
+        try:
+            yield
+        except BaseException as exc:
+            if self.failure is None:
+                self.failure = exc
+            raise
+
+    def result(self, value: T) -> T:
+        """``value``, unless a call inside the block failed: then that failure."""
+        if self.failure is not None:
+            raise self.failure
+        return value
 
 
 @runtime_checkable
@@ -151,5 +193,11 @@ class MessageStore(Protocol):
     def set_meta(self, key: str, value: str) -> None: ...
 
     def stats(self) -> dict[str, Any]: ...
+
+    def atomic(self, fn: Callable[[], T]) -> T:
+        """Run ``fn()`` as one transaction that every store call it makes on this thread joins:
+        its writes commit together or not at all. ``fn`` may be run again (a retried
+        transaction), and on PostgreSQL its result must be JSON-serialisable."""
+        ...
 
     def close(self) -> None: ...

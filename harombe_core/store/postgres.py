@@ -10,7 +10,9 @@ Why it looks the way it does:
   a failover) or reports a serialisation failure. A write whose COMMIT may have been applied
   before the connection dropped is *not* applied twice: each write records a unique key with its
   result in the same transaction, and a retry first looks that key up. An acknowledged message is
-  therefore stored exactly once.
+  therefore stored exactly once. A key expires once no retry can need it, and writes delete
+  expired keys as they go, so the log holds only the last few minutes of writes.
+* :meth:`PostgresStore.atomic` makes many calls one transaction (an import is all or nothing).
 * Writers to one session take that session's row lock first, so message ids grow in commit order
   within a session (readers paging with ``after_id`` never miss a row).
 * The keyword index is a weighted ``tsvector`` (the message, and the turn it answers at lower
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import logging
 import random
@@ -46,11 +49,13 @@ from harombe_core.errors import (
     SessionNotFoundError,
     StorageFullError,
     StoreError,
+    StoreNotFoundError,
     StoreReadOnlyError,
     StoreUnavailableError,
 )
 from harombe_core.models import Message, Session
-from harombe_core.store.base import UNSET, KeywordHit, SearchScope
+from harombe_core.owners import check_owner
+from harombe_core.store.base import UNSET, AtomicBlock, KeywordHit, SearchScope
 from harombe_core.store.sqlite import (
     _check_id,
     _dumps,
@@ -69,7 +74,14 @@ try:
 except ImportError as _exc:  # pragma: no cover - depends on the environment
     raise MissingExtraError("The PostgreSQL store", "postgres", "psycopg") from _exc
 
-__all__ = ["PG_MIGRATIONS", "PG_SCHEMA_VERSION", "PostgresStore", "redact_url"]
+__all__ = [
+    "PG_MIGRATIONS",
+    "PG_SCHEMA_VERSION",
+    "PostgresStore",
+    "redact_url",
+    "same_database",
+    "store_exists",
+]
 
 log = logging.getLogger(__name__)
 
@@ -191,8 +203,28 @@ PG_MIGRATIONS: list[list[str]] = [
             FOREIGN KEY (namespace, key) REFERENCES store_items (namespace, key) ON DELETE CASCADE
         )""",
     ],
+    # 4: each exactly-once key says until when a retry may still look it up, so expired keys
+    # are deleted as writes go on (PostgresStore._keyed). Keys written without one (by an
+    # older harombe) keep the day that its prune_write_log() allowed them.
+    [
+        "ALTER TABLE harombe_writes ADD COLUMN forget_after TIMESTAMPTZ NOT NULL "
+        "DEFAULT now() + interval '1 day'",
+        "CREATE INDEX harombe_writes_forget ON harombe_writes (forget_after)",
+    ],
 ]
 PG_SCHEMA_VERSION = len(PG_MIGRATIONS)
+
+#: Seconds an exactly-once key outlives the longest retry of its write (the retry window plus
+#: one connection attempt): the backoff sleeps and a slow lookup fit many times over.
+_WRITE_LOG_SLACK = 300.0
+#: Every this many keyed writes, a store deletes expired keys in the same transaction ...
+_PRUNE_EVERY = 64
+#: ... at most this many at a time, so a write never carries a long delete.
+_PRUNE_BATCH = 1000
+_PRUNE_SQL = (
+    "DELETE FROM harombe_writes WHERE key IN (SELECT key FROM harombe_writes "
+    "WHERE forget_after < now() ORDER BY forget_after LIMIT %s FOR UPDATE SKIP LOCKED)"
+)
 
 
 def redact_url(url: str) -> str:
@@ -202,6 +234,42 @@ def redact_url(url: str) -> str:
         return url
     netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+def store_exists(url: str, *, connect_timeout: float = 5.0) -> bool:
+    """Whether the database at ``url`` holds a harombe store, found without creating anything.
+
+    Raises :class:`StoreNotFoundError` if the database itself does not exist and
+    :class:`StoreUnavailableError` if the server cannot be reached.
+    """
+    try:
+        with psycopg.connect(
+            url, autocommit=True, connect_timeout=max(1, int(connect_timeout))
+        ) as conn:
+            row = conn.execute("SELECT to_regclass('harombe_schema') IS NOT NULL").fetchone()
+    except psycopg.OperationalError as exc:
+        if "does not exist" in str(exc):
+            raise StoreNotFoundError(
+                f"{redact_url(url)}: {str(exc).strip()}; check the database name in the URL."
+            ) from None
+        raise StoreUnavailableError(
+            f"{redact_url(url)} could not be reached ({str(exc).strip()}). Check that the "
+            "server is running and the URL is right."
+        ) from None
+    return bool(row and row[0])
+
+
+def same_database(a: str, b: str) -> bool:
+    """Whether two ``postgresql://`` URLs name the same database (host, port and name)."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    def place(url: str) -> tuple[str, str, str]:
+        parts = conninfo_to_dict(url)
+        host = str(parts.get("host") or "localhost")
+        name = parts.get("dbname") or parts.get("user") or ""
+        return host, str(parts.get("port") or 5432), str(name)
+
+    return place(a) == place(b)
 
 
 # --------------------------------------------------------------------------------------------
@@ -289,6 +357,9 @@ class PostgresStore:
         self.url = url
         self.location = redact_url(url)
         self._retry_seconds = retry_seconds
+        self._write_log_seconds = retry_seconds + connect_timeout + _WRITE_LOG_SLACK
+        self._writes = itertools.count()
+        self._block = AtomicBlock()  # this thread's atomic() block, if one is open
         self._closed = False
         self._kwargs = {"autocommit": True, "connect_timeout": max(1, int(connect_timeout))}
         self._pool = ConnectionPool(
@@ -380,51 +451,142 @@ class PostgresStore:
             return delay * (1 + random.random())
         return None
 
+    def _drive(self, cur: psycopg.Cursor[Any], body: Body[T]) -> T:
+        """Run ``body``'s steps on ``cur`` (inside the caller's transaction)."""
+        result: _Result | None = None
+        try:
+            while True:
+                step = self._step(body, result)
+                cur.execute(step.sql, step.params)
+                rows = cur.fetchall() if cur.description is not None else []
+                result = _Result(rows, cur.rowcount)
+        except StopIteration as stop:
+            return stop.value
+
+    async def _adrive(self, cur: psycopg.AsyncCursor[Any], body: Body[T]) -> T:
+        """The async twin of :meth:`_drive`."""
+        result: _Result | None = None
+        try:
+            while True:
+                step = self._step(body, result)
+                await cur.execute(step.sql, step.params)
+                rows = await cur.fetchall() if cur.description is not None else []
+                result = _Result(rows, cur.rowcount)
+        except StopIteration as stop:
+            return stop.value
+
+    def _keyed(
+        self, factory: Callable[[], Body[T]], key: uuid.UUID, attempt: int, started: float
+    ) -> Body[T]:
+        """``factory``'s body, applied exactly once however often the transaction is retried.
+
+        The write records ``key`` and its result in ``harombe_writes`` in its own transaction,
+        and a retry (its COMMIT may have landed before the connection dropped) first looks the
+        key up. A row is kept for ``_write_log_seconds``: longer than any retry of its call can
+        last (the retry window, one more connection attempt, the backoff), so the lookup always
+        finds a committed write, and every ``_PRUNE_EVERY``-th write of a store deletes rows
+        past that age (``SKIP LOCKED``: never waits for another writer). The log therefore
+        holds about the last ``_write_log_seconds`` of writes, never more.
+        """
+        if attempt > 1:
+            if time.monotonic() - started > self._write_log_seconds - _WRITE_LOG_SLACK / 2:
+                raise StoreUnavailableError(
+                    f"{self.location}: a write was interrupted and could not be confirmed for "
+                    f"{time.monotonic() - started:.0f} s; whether it was applied is unknown. "
+                    "Read the data back before writing it again."
+                )
+            done = (
+                yield _Step("SELECT result FROM harombe_writes WHERE key = %s", (key,))
+            ).rows
+            if done:
+                return json.loads(done[0][0])
+        value = yield from factory()
+        try:
+            recorded = _dumps(value)
+        except (TypeError, ValueError) as exc:
+            raise InvalidInputError(
+                f"the result of a write must be JSON-serialisable on PostgreSQL, to be returned "
+                f"again after a retry ({exc})."
+            ) from None
+        yield _Step(
+            "INSERT INTO harombe_writes (key, result, forget_after) "
+            "VALUES (%s, %s, now() + make_interval(secs => %s))",
+            (key, recorded, self._write_log_seconds),
+        )
+        if next(self._writes) % _PRUNE_EVERY == 0:
+            yield _Step(_PRUNE_SQL, (_PRUNE_BATCH,))
+        return value
+
     def _run(
         self,
         factory: Callable[[], Body[T]],
         *,
         write: bool = True,
         keyed: bool = True,
+        pin: bool = False,
     ) -> T:
-        """Run a body in one transaction; retry transient failures without applying it twice."""
+        """Run a body in one transaction; retry transient failures without applying it twice.
+
+        Inside :meth:`atomic` (on its thread) the body joins that block's transaction instead.
+        With ``pin`` every store call the body makes on this thread joins this transaction.
+        """
         if self._closed:
             raise StoreError(f"{self.location}: the store is closed; open a new MemoryManager.")
+        if self._block.handle is not None:
+            return self._run_inside(self._block.handle, factory)
         key = uuid.uuid4() if (write and keyed) else None
-        deadline = time.monotonic() + self._retry_seconds
+        started = time.monotonic()
+        deadline = started + self._retry_seconds
         delay = 0.05
         attempt = 0
         while True:
             attempt += 1
             try:
                 with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
-                    if key is not None and attempt > 1:
-                        cur.execute("SELECT result FROM harombe_writes WHERE key = %s", (key,))
-                        done = cur.fetchone()
-                        if done is not None:
-                            return json.loads(done[0])  # type: ignore[no-any-return]
-                    body = factory()
-                    result: _Result | None = None
-                    try:
-                        while True:
-                            step = self._step(body, result)
-                            cur.execute(step.sql, step.params)  # type: ignore[arg-type]
-                            rows = cur.fetchall() if cur.description is not None else []
-                            result = _Result(rows, cur.rowcount)
-                    except StopIteration as stop:
-                        value: T = stop.value
-                    if key is not None:
-                        cur.execute(
-                            "INSERT INTO harombe_writes (key, result) VALUES (%s, %s)",
-                            (key, _dumps(value)),
-                        )
-                    return value
+                    body = factory() if key is None else self._keyed(factory, key, attempt, started)
+                    if not pin:
+                        return self._drive(cur, body)
+                    with self._block.open(cur):
+                        return self._drive(cur, body)
             except (psycopg.Error, UnicodeError) as exc:
                 wait = self._retry_wait(exc, deadline, attempt, delay)
                 if wait is None:
                     raise self._classify(exc) from exc
                 time.sleep(wait)
                 delay = min(delay * 2, 1.0)
+
+    def _run_inside(self, cur: psycopg.Cursor[Any], factory: Callable[[], Body[T]]) -> T:
+        """Run a body inside the :meth:`atomic` block of this thread.
+
+        A transient error is passed on untouched, so the block's driver retries the whole
+        block; any other is typed as outside a block.
+        """
+        with self._block.call():
+            try:
+                return self._drive(cur, factory())
+            except (psycopg.Error, UnicodeError) as exc:
+                if isinstance(exc, psycopg.Error) and self._transient(exc):
+                    raise
+                raise self._classify(exc) from exc
+
+    def _atomic_body(self, fn: Callable[[], T]) -> Body[T]:
+        return self._block.result(fn())
+        yield  # a body (generator) whose statements fn runs through the block's cursor
+
+    def atomic(self, fn: Callable[[], T]) -> T:
+        """Run ``fn()`` as one transaction: every store call it makes on this thread joins it.
+
+        All of ``fn``'s writes commit together or not at all (a killed process leaves none of
+        them). If a call inside fails, the block is rolled back and raises that error, even if
+        ``fn`` caught it. After a transient failure (a server restart, a dropped connection)
+        the whole block runs again, so ``fn`` must do nothing but read and write this store;
+        its result must be JSON-serialisable, because a retry after a COMMIT whose answer was
+        lost returns the recorded result instead of running ``fn`` twice. Async calls made
+        inside do not join it. A nested ``atomic`` joins the outer block.
+        """
+        if self._block.handle is not None:
+            return fn()
+        return self._run(lambda: self._atomic_body(fn), pin=True)
 
     async def _apool_get(self) -> AsyncConnectionPool:
         loop = asyncio.get_running_loop()
@@ -456,36 +618,16 @@ class PostgresStore:
             raise StoreError(f"{self.location}: the store is closed; open a new MemoryManager.")
         pool = await self._apool_get()
         key = uuid.uuid4() if (write and keyed) else None
-        deadline = time.monotonic() + self._retry_seconds
+        started = time.monotonic()
+        deadline = started + self._retry_seconds
         delay = 0.05
         attempt = 0
         while True:
             attempt += 1
             try:
                 async with pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
-                    if key is not None and attempt > 1:
-                        await cur.execute(
-                            "SELECT result FROM harombe_writes WHERE key = %s", (key,)
-                        )
-                        done = await cur.fetchone()
-                        if done is not None:
-                            return json.loads(done[0])  # type: ignore[no-any-return]
-                    body = factory()
-                    result: _Result | None = None
-                    try:
-                        while True:
-                            step = self._step(body, result)
-                            await cur.execute(step.sql, step.params)  # type: ignore[arg-type]
-                            rows = await cur.fetchall() if cur.description is not None else []
-                            result = _Result(rows, cur.rowcount)
-                    except StopIteration as stop:
-                        value: T = stop.value
-                    if key is not None:
-                        await cur.execute(
-                            "INSERT INTO harombe_writes (key, result) VALUES (%s, %s)",
-                            (key, _dumps(value)),
-                        )
-                    return value
+                    body = factory() if key is None else self._keyed(factory, key, attempt, started)
+                    return await self._adrive(cur, body)
             except (psycopg.Error, UnicodeError) as exc:
                 wait = self._retry_wait(exc, deadline, attempt, delay)
                 if wait is None:
@@ -760,12 +902,16 @@ class PostgresStore:
     ) -> Body[list[int]]:
         # The upsert takes the session's row lock first: writers to one session queue here,
         # so ids grow in commit order within a session.
-        yield _Step(
-            "INSERT INTO sessions (id, user_id, created_at, updated_at) VALUES (%s, %s, %s, %s) "
-            "ON CONFLICT (id) DO UPDATE SET updated_at = GREATEST(sessions.updated_at, "
-            "EXCLUDED.updated_at)",
-            (session_id, user_id, *session_span([r[6] for r in rows], now)),
-        )
+        # It returns the owner: a user who is not it rolls the whole call back.
+        owner = (
+            yield _Step(
+                "INSERT INTO sessions (id, user_id, created_at, updated_at) "
+                "VALUES (%s, %s, %s, %s) ON CONFLICT (id) DO UPDATE SET updated_at = "
+                "GREATEST(sessions.updated_at, EXCLUDED.updated_at) RETURNING user_id",
+                (session_id, user_id, *session_span([r[6] for r in rows], now)),
+            )
+        ).rows[0][0]
+        check_owner(session_id, owner, user_id)
         removed = 0
         if doomed:
             removed = (
@@ -1088,12 +1234,17 @@ class PostgresStore:
         self._run(body)
 
     def prune_write_log(self, older_than_hours: float = 24.0) -> int:
-        """Forget the exactly-once keys of old writes (they only matter during a retry)."""
+        """Delete every expired exactly-once key written more than ``older_than_hours`` ago.
+
+        Writes already do this as they go (a few at a time); this empties the backlog at once.
+        A key whose write may still be retried is never deleted, whatever the age given.
+        """
 
         def body() -> Body[int]:
             return (
                 yield _Step(
-                    "DELETE FROM harombe_writes WHERE at < now() - make_interval(secs => %s)",
+                    "DELETE FROM harombe_writes WHERE forget_after < now() "
+                    "AND at < now() - make_interval(secs => %s)",
                     (older_than_hours * 3600,),
                 )
             ).rowcount

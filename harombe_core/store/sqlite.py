@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from harombe_core.errors import (
+    HarombeError,
     InvalidInputError,
     NotAHarombeDatabaseError,
     SchemaTooNewError,
@@ -53,7 +54,8 @@ from harombe_core.errors import (
 )
 from harombe_core.limits import current_limits
 from harombe_core.models import Message, Session
-from harombe_core.store.base import UNSET, KeywordHit, SearchScope
+from harombe_core.owners import check_owner
+from harombe_core.store.base import UNSET, AtomicBlock, KeywordHit, SearchScope
 from harombe_core.validate import (
     check_count,
     check_mapping,
@@ -493,6 +495,7 @@ class SQLiteStore:
 
             self._key = resolve_key(encryption_key)
         self._local = threading.local()
+        self._block = AtomicBlock()  # this thread's atomic() block, if one is open
         self._connections: list[sqlite3.Connection] = []
         self._lock = threading.Lock()
         self._closed = False
@@ -654,8 +657,13 @@ class SQLiteStore:
 
     # transactions -------------------------------------------------------------------------
     def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``fn`` in one IMMEDIATE transaction, retrying while the database is locked."""
+        """Run ``fn`` in one IMMEDIATE transaction, retrying while the database is locked.
+
+        Inside :meth:`atomic` (on its thread) ``fn`` joins that block's transaction instead.
+        """
         conn = self._conn
+        if self._block.handle is not None:
+            return self._write_inside(conn, fn)
         delay = 0.005
         for attempt in range(self._max_retries + 1):
             try:
@@ -678,12 +686,41 @@ class SQLiteStore:
                     time.sleep(delay * (1 + random.random()))
                     delay = min(delay * 2, 1.0)
                     continue
-                if isinstance(exc, sqlite3.IntegrityError):
-                    raise InvalidInputError(f"{self.location}: {exc}") from exc
                 if isinstance(exc, sqlite3.Error):
-                    raise _classify(exc, self.location) from exc
+                    raise self._typed(exc) from exc
                 raise
         raise StoreBusyError(f"{self.location}: still locked after {self._max_retries} retries")
+
+    def _typed(self, exc: sqlite3.Error) -> HarombeError:
+        if isinstance(exc, sqlite3.IntegrityError):
+            return InvalidInputError(f"{self.location}: {exc}")
+        return _classify(exc, self.location)
+
+    def _write_inside(self, conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn`` inside this thread's :meth:`atomic` block."""
+        with self._block.call():
+            try:
+                return fn(conn)
+            except sqlite3.Error as exc:
+                raise self._typed(exc) from exc
+
+    def atomic(self, fn: Callable[[], T]) -> T:
+        """Run ``fn()`` as one transaction: every store call it makes on this thread joins it.
+
+        All of ``fn``'s writes commit together or not at all (a killed process leaves none of
+        them). If a call inside fails, the block is rolled back and raises that error, even if
+        ``fn`` caught it. Other writers wait for the block (``busy_timeout``, then retries),
+        so keep it to one job such as an import. A nested ``atomic`` joins the outer block.
+        """
+        if self._block.handle is not None:
+            return fn()
+
+        def block(conn: sqlite3.Connection) -> T:
+            with self._block.open(conn):
+                value = fn()
+            return self._block.result(value)
+
+        return self._write(block)
 
     def transaction(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn(connection)`` in one write transaction, with the store's retries.
@@ -868,13 +905,15 @@ class SQLiteStore:
         def insert(c: sqlite3.Connection) -> list[int]:
             # One upsert creates the session or bumps its activity and count. The keyword index
             # is caught up lazily (see index_keywords), so an append touches as few pages as it can.
-            c.execute(
+            # It returns the owner: a user who is not it rolls the whole call back.
+            ((owner,),) = c.execute(
                 "INSERT INTO sessions (id, user_id, created_at, updated_at, message_count) "
                 "VALUES (?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET "
                 "updated_at = MAX(updated_at, excluded.updated_at), "
-                "message_count = message_count + excluded.message_count",
+                "message_count = message_count + excluded.message_count RETURNING user_id",
                 (session_id, user_id, created, active, len(rows)),
-            )
+            ).fetchall()  # read to the end: the statement must finish before COMMIT
+            check_owner(session_id, owner, user_id)
             removed = 0
             for start in range(0, len(doomed), 500):
                 chunk = doomed[start : start + 500]

@@ -210,6 +210,29 @@ def test_import_of_a_bad_file_is_one_line_and_changes_nothing(db: str, tmp_path:
         assert mm.stats()["sessions"] == 3
 
 
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "no file at"),
+        ('{"version": "1.0", "sessions": [{"version": "1.0", "nodes": [{"role": "u', "not valid"),
+        ('{"messages": [{"role": "user", "content": "ok"}]}\n{"messages": 1}\n', "line 2"),
+    ],
+    ids=["missing", "cut-short", "bad-line"],
+)
+def test_import_of_a_bad_file_into_a_new_path_creates_no_database(
+    tmp_path: Path, content: str | None, message: str
+) -> None:
+    source = tmp_path / "export.json"
+    if content is not None:
+        source.write_text(content, encoding="utf-8")
+    target = tmp_path / "new" / "memory.db"
+    result = runner.invoke(app, ["import", str(source), "--db", str(target)])
+    assert result.exit_code == 1
+    assert message in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert not target.parent.exists()
+
+
 def test_prune_dry_run_then_delete(db: str) -> None:
     with sqlite3.connect(db) as conn:  # age one session: last activity in 1970
         conn.execute("UPDATE sessions SET updated_at = 0 WHERE id = 'beta'")

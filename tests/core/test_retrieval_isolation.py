@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from harombe_core.errors import SessionOwnershipError
 from harombe_core.manager import MemoryManager
 from harombe_core.models import Message
 from harombe_core.testing import FakeEmbedder
@@ -81,8 +82,13 @@ def test_thousand_random_scoped_queries_never_leak(
         user = owner[sid] if kind != "session" else None
         session = sid if kind != "user" else None
         if kind == "both" and rng.random() < 0.3:
-            user = f"user{rng.randrange(USERS)}"  # possibly a mismatched pair: must be empty
-        hits = mm.search(query, top_k=rng.choice([1, 5, 20]), session_id=session, user_id=user)
+            user = f"user{rng.randrange(USERS)}"  # possibly a mismatched pair: refused
+        top_k = rng.choice([1, 5, 20])
+        if session is not None and user is not None and owner[session] != user:
+            with pytest.raises(SessionOwnershipError):
+                mm.search(query, top_k=top_k, session_id=session, user_id=user)
+            continue
+        hits = mm.search(query, top_k=top_k, session_id=session, user_id=user)
         for hit in hits:
             if session is not None:
                 assert hit.message.session_id == session

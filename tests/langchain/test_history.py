@@ -334,7 +334,7 @@ def test_strategies_are_delegated_to_the_core(strategy: str) -> None:
         assert history.messages == [AIMessage("b")]
         assert manager.asked == [
             {"session_id": "s", "strategy": strategy, "max_tokens": 300, "start_on_user": True,
-             "k": 2}
+             "user_id": None, "k": 2}
         ]
 
 

@@ -37,7 +37,7 @@ def semantic(tmp_path: Path) -> Iterator[MemoryManager]:
 
 
 def test_documents_carry_provenance_and_scores(semantic: MemoryManager) -> None:
-    docs = HarombeRetriever(manager=semantic, k=2).invoke("trip to Lisbon")
+    docs = HarombeRetriever(manager=semantic, k=2, user_id="ann").invoke("trip to Lisbon")
     assert docs[0].page_content == "I am planning a trip to Lisbon in May"
     meta = docs[0].metadata
     assert (meta["session_id"], meta["role"], meta["name"]) == ("trip", "user", "Ann")
@@ -51,15 +51,19 @@ def test_documents_carry_provenance_and_scores(semantic: MemoryManager) -> None:
 def test_user_and_session_scopes_are_enforced(semantic: MemoryManager) -> None:
     docs = HarombeRetriever(manager=semantic, k=4, user_id="bob").invoke("trip to Lisbon")
     assert {d.metadata["session_id"] for d in docs} <= {"cook"}
-    docs = HarombeRetriever(manager=semantic, k=4, session_id="trip").invoke("pasta")
+    docs = HarombeRetriever(manager=semantic, k=4, session_id="trip", user_id="ann").invoke("pasta")
     assert {d.metadata["session_id"] for d in docs} <= {"trip"}
-    docs = HarombeRetriever(manager=semantic, k=4, exclude_session_id="trip").invoke("Lisbon")
+    docs = HarombeRetriever(
+        manager=semantic, k=4, exclude_session_id="trip", all_users=True
+    ).invoke("Lisbon")
     assert all(d.metadata["session_id"] != "trip" for d in docs)
 
 
 @pytest.mark.parametrize("search_type", ["hybrid", "similarity", "mmr"])
 def test_search_types_and_k_override(semantic: MemoryManager, search_type: str) -> None:
-    retriever = HarombeRetriever(manager=semantic, k=3, search_type=search_type)  # type: ignore[arg-type]
+    retriever = HarombeRetriever(
+        manager=semantic, k=3, search_type=search_type, all_users=True  # type: ignore[arg-type]
+    )
     assert len(retriever.invoke("boil pasta", k=1)) == 1
     docs = retriever.invoke("boil pasta")
     assert len(docs) == 3
@@ -67,26 +71,28 @@ def test_search_types_and_k_override(semantic: MemoryManager, search_type: str) 
 
 
 def test_min_similarity_drops_weak_matches(semantic: MemoryManager) -> None:
-    docs = HarombeRetriever(manager=semantic, k=4, min_similarity=0.99).invoke("Lisbon")
+    docs = HarombeRetriever(
+        manager=semantic, k=4, min_similarity=0.99, all_users=True
+    ).invoke("Lisbon")
     assert docs == []
 
 
 async def test_async_matches_sync(semantic: MemoryManager) -> None:
-    retriever = HarombeRetriever(manager=semantic, k=2)
+    retriever = HarombeRetriever(manager=semantic, k=2, user_id="bob")
     assert await retriever.ainvoke("pasta", k=2) == retriever.invoke("pasta", k=2)
 
 
 def test_keyword_only_and_errors(tmp_path: Path) -> None:
     with MemoryManager(str(tmp_path / "k.db"), embedding=None) as manager:
         manager.save_message("s", Message(role="user", content="quantum entanglement"))
-        docs = HarombeRetriever(manager=manager).invoke("entanglement")
+        docs = HarombeRetriever(manager=manager, all_users=True).invoke("entanglement")
         assert [d.page_content for d in docs] == ["quantum entanglement"]
         assert docs[0].metadata["keyword_score"] > 0
         with pytest.raises(InvalidInputError, match="semantic memory"):
-            HarombeRetriever(manager=manager, search_type="similarity").invoke("x")
+            HarombeRetriever(manager=manager, session_id="s", search_type="similarity").invoke("x")
         with pytest.raises(InvalidInputError, match="k must be"):
-            HarombeRetriever(manager=manager).invoke("x", k=-1)
+            HarombeRetriever(manager=manager, session_id="s").invoke("x", k=-1)
         with pytest.raises(InvalidInputError, match="only k"):
-            HarombeRetriever(manager=manager).invoke("x", top=3)
+            HarombeRetriever(manager=manager, session_id="s").invoke("x", top=3)
     with pytest.raises(InvalidInputError, match="not both"):
-        HarombeRetriever(manager=manager, storage_path="x.db").invoke("x")
+        HarombeRetriever(manager=manager, storage_path="x.db", user_id="u").invoke("x")

@@ -39,7 +39,11 @@ class TestHarombeRetrieverStandard(RetrieversIntegrationTests):
 
     @property
     def retriever_constructor_params(self) -> dict[str, Any]:
-        return {"storage_path": _database(), "manager_options": {"embedding": None}}
+        return {
+            "storage_path": _database(),
+            "manager_options": {"embedding": None},
+            "user_id": "u1",
+        }
 
     @property
     def retriever_query_example(self) -> str:
@@ -75,6 +79,7 @@ class TestHarombeRetrieverSemanticStandard(RetrieversIntegrationTests):
             "storage_path": _semantic_database(),
             "manager_options": {"embedding": FakeEmbedder(), "vector_store": "chroma"},
             "search_type": "mmr",
+            "user_id": "u1",
         }
 
     @property

@@ -162,8 +162,9 @@ def test_recall_inside_the_budget_and_switchable(manager: MemoryManager) -> None
 
 
 async def test_async_recall_matches_sync(manager: MemoryManager) -> None:
-    HarombeMemory.from_defaults(manager=manager, session_id="old").put(user("pizza on friday"))
-    memory = HarombeMemory.from_defaults(manager=manager, session_id="new")
+    owner = {"manager": manager, "user_id": "ann"}
+    HarombeMemory.from_defaults(session_id="old", **owner).put(user("pizza on friday"))
+    memory = HarombeMemory.from_defaults(session_id="new", **owner)
     memory.put(user("hi"))
     assert await memory.aget(input="pizza") == memory.get(input="pizza")
     assert "pizza" in str(memory.get(input="pizza")[0].content)

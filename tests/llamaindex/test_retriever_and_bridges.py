@@ -58,13 +58,13 @@ def test_nodes_are_scored_past_messages(semantic_manager: MemoryManager) -> None
 
 async def test_async_retrieve_matches(semantic_manager: MemoryManager) -> None:
     seed(semantic_manager)
-    retriever = HarombeRetriever(manager=semantic_manager, session_id="food")
+    retriever = HarombeRetriever(manager=semantic_manager, session_id="food", user_id="ann")
     nodes = await retriever.aretrieve(QueryBundle("sardines"))
     assert [n.node.metadata["session_id"] for n in nodes] == ["food"]
     assert [n.node.node_id for n in retriever.retrieve("sardines")] == [
         n.node.node_id for n in nodes
     ]
-    excluded = HarombeRetriever(manager=semantic_manager, exclude_session_id="food")
+    excluded = HarombeRetriever(manager=semantic_manager, user_id="ann", exclude_session_id="food")
     assert all(n.node.metadata["session_id"] != "food" for n in excluded.retrieve("sardines"))
     assert retriever.retrieve("   ") == []
 

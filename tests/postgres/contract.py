@@ -7,7 +7,9 @@ and PostgreSQL. Another test module can import ``BEHAVIOURS`` to run them over i
 
 from __future__ import annotations
 
+import contextlib
 import random
+import threading
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
@@ -305,3 +307,105 @@ def scope_isolation_fifty_users(mm: MemoryManager) -> None:
                 assert hit.message.session_id == scope.session_id
         for message in mm.store.get_messages_by_ids(rng.sample(all_ids, 10), scope):
             assert owner[message.session_id or ""] == user
+
+
+@behaviour
+def a_session_has_one_owner(mm: MemoryManager) -> None:
+    from harombe_core.errors import SessionOwnershipError
+
+    mm.save_message("owned", Message(role="user", content="alice's PIN 4921"), user_id="alice")
+    mm.save_message("unowned", Message(role="user", content="nobody's"))
+    ids = [m.id for m in mm.get_messages("owned") if m.id is not None]
+    before = _snapshot(mm)
+    bob = Message(role="user", content="bob's")
+    for sid in ("owned", "unowned"):
+        with pytest.raises(SessionOwnershipError):
+            mm.save_messages(sid, [bob, bob], user_id="bob")
+        with pytest.raises(SessionOwnershipError):
+            mm.replace_messages(sid, ids, [bob], user_id="bob")
+        with pytest.raises(SessionOwnershipError):
+            mm.get_messages(sid, user_id="bob")
+    assert _snapshot(mm) == before, "a refused write leaves everything as it was"
+    mm.save_message("owned", Message(role="assistant", content="ok"), user_id="alice")
+    mm.save_message("owned", Message(role="assistant", content="app"))  # the application's own
+    assert mm.load_session("owned").user_id == "alice"
+    assert len(mm.get_messages("owned", user_id="alice")) == 3
+
+
+def _block(mm: MemoryManager, sid: str, *, fail: bool) -> Callable[[], list[int]]:
+    """A block of writes (session, messages, a thread link, a summary) that reads its own
+    writes back and then fails or returns the new ids."""
+
+    def block() -> list[int]:
+        mm.create_session("prompt", {"k": 1}, user_id="u", session_id=sid)
+        ids = mm.save_messages(sid, [Message(role="user", content=f"m{i}") for i in range(5)])
+        mm.store.set_parent(ids[1], ids[0])
+        mm.store.update_session(sid, summary="so far")
+        assert mm.get_messages(sid)[1].parent_id == ids[0]  # the block sees its own writes
+        if fail:
+            raise RuntimeError("stop")
+        return ids
+
+    return block
+
+
+@behaviour
+def atomic_block_commits_together_or_not_at_all(mm: MemoryManager) -> None:
+    mm.save_message("before", Message(role="user", content="kept"))
+    before = _snapshot(mm)
+    with pytest.raises(RuntimeError, match="stop"):
+        mm.atomic(_block(mm, "block", fail=True))
+    assert _snapshot(mm) == before
+    assert not mm.session_exists("block")
+    ids = mm.atomic(_block(mm, "block", fail=False))
+    assert [m.id for m in mm.get_messages("block")] == ids
+    assert mm.get_messages("block")[1].parent_id == ids[0]
+    assert mm.load_session("block").summary == "so far"
+    with pytest.raises(RuntimeError, match="stop"):  # a nested block joins the outer one
+        mm.atomic(lambda: (mm.atomic(_block(mm, "inner", fail=False)), _fail()))
+    assert not mm.session_exists("inner")
+
+
+def _fail() -> None:
+    raise RuntimeError("stop")
+
+
+@behaviour
+def a_failed_call_dooms_its_atomic_block_even_if_caught(mm: MemoryManager) -> None:
+    def block() -> int:
+        mm.save_message("doomed", Message(role="user", content="x"))
+        with contextlib.suppress(InvalidInputError):
+            mm.store.set_parent(10**12, None)  # no such message
+        return 1
+
+    with pytest.raises(InvalidInputError, match="no message"):
+        mm.atomic(block)
+    assert not mm.session_exists("doomed")
+    assert mm.atomic(lambda: mm.save_message("fine", Message(role="user", content="y"))) > 0
+    assert len(mm.get_messages("fine")) == 1
+
+
+@behaviour
+def another_thread_writes_outside_an_atomic_block(mm: MemoryManager) -> None:
+    saved: list[int] = []
+    errors: list[BaseException] = []
+
+    def other() -> None:
+        try:
+            saved.append(mm.save_message("other", Message(role="user", content="mine")))
+        except BaseException as exc:  # reported by the assertion below
+            errors.append(exc)
+
+    def block() -> None:
+        mm.save_message("block", Message(role="user", content="rolled back"))
+        worker.start()
+        worker.join(0.2)  # it waits for the block's lock (SQLite) or writes beside it
+        raise RuntimeError("stop")
+
+    worker = threading.Thread(target=other)
+    with pytest.raises(RuntimeError):
+        mm.atomic(block)
+    worker.join(60)
+    assert errors == []
+    assert [m.id for m in mm.get_messages("other")] == saved
+    assert not mm.session_exists("block")

@@ -13,13 +13,17 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from typer.testing import CliRunner
 
+from harombe_core.cli import app
+from harombe_core.errors import InvalidInputError, StoreNotFoundError
 from harombe_core.manager import MemoryManager
 from harombe_core.migrate import MigrationError, migrate, session_checksum
 from harombe_core.models import Message
 from harombe_core.store.pg_server import EmbeddedPostgres
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
+runner = CliRunner()
 
 
 def _fill(url: str, sessions: int = 6, per_session: int = 40) -> dict[str, tuple[int, str]]:
@@ -125,3 +129,52 @@ def test_refuses_a_foreign_session_with_the_same_id(tmp_path: Path, pg_url: str)
         mm.save_message("session-0", Message(role="user", content="something else"))
     with pytest.raises(MigrationError):
         migrate(src, pg_url, progress=False)
+
+
+def _has_store(url: str) -> bool:
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SELECT to_regclass('harombe_schema') IS NOT NULL").fetchone()
+        return bool(row and row[0])
+
+
+def test_a_database_without_a_store_is_no_source_and_gets_none(
+    tmp_path: Path, pg_url: str
+) -> None:
+    destination = tmp_path / "new.db"
+    for way in ("api", "cli"):
+        if way == "api":
+            with pytest.raises(StoreNotFoundError, match="holds no harombe store"):
+                migrate(pg_url, str(destination), progress=False)
+        else:
+            result = runner.invoke(
+                app, ["migrate", "--from", pg_url, "--to", str(destination), "--no-progress"]
+            )
+            assert result.exit_code == 1
+            assert result.stderr.startswith("error: ")
+            assert "holds no harombe store" in result.stderr
+            assert len(result.stderr.strip().splitlines()) == 1
+        assert not _has_store(pg_url)  # nothing created at the source ...
+        assert list(tmp_path.iterdir()) == []  # ... nor at the destination
+
+
+def test_a_missing_database_is_no_source(pg_server: EmbeddedPostgres, tmp_path: Path) -> None:
+    url = pg_server.create_database("exists_migrate")
+    missing = url.rsplit("/", 1)[0] + "/no_such_database"
+    with pytest.raises(StoreNotFoundError, match="does not exist"):
+        migrate(missing, str(tmp_path / "new.db"), progress=False)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_missing_sqlite_source_creates_no_postgres_store(tmp_path: Path, pg_url: str) -> None:
+    with pytest.raises(StoreNotFoundError, match="no database at"):
+        migrate(str(tmp_path / "nope.db"), pg_url, progress=False)
+    assert not _has_store(pg_url)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_same_database_at_both_ends_is_refused(pg_url: str) -> None:
+    MemoryManager(pg_url, embedding=None).close()
+    spelled_out = pg_url + "?connect_timeout=5"  # another spelling of the same database
+    for destination in (pg_url, spelled_out):
+        with pytest.raises(InvalidInputError, match="are the same store"):
+            migrate(pg_url, destination, progress=False)

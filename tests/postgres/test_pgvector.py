@@ -74,7 +74,7 @@ def _in_scope(store: PostgresStore, ids: list[int], scope: SearchScope) -> set[i
 def test_implements_protocol_and_schema_has_cosine_hnsw(store: PostgresStore) -> None:
     index = PgVectorIndex(store)
     assert isinstance(index, VectorIndex)
-    assert store.applied_migrations() == [1, 2, 3]  # the vectors table came by migration
+    assert store.applied_migrations()[:2] == [1, 2]  # the vectors table came by migration
     ids = _fill(store, 4)
     index.upsert(ids, _unit(np.random.default_rng(0), 4), [{}] * 4)
     definitions = [

@@ -25,6 +25,7 @@ import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,14 @@ from llama_index.core.base.llms.types import ChatMessage, MessageRole
 from llama_index.core.schema import QueryBundle
 from llama_index.core.storage.chat_store.base_db import MessageStatus
 
-from harombe_core import ContextBudget, HarombeError, MemoryConfig, MemoryManager, Message
+from harombe_core import (
+    ContextBudget,
+    HarombeError,
+    InvalidInputError,
+    MemoryConfig,
+    MemoryManager,
+    Message,
+)
 from harombe_core.chat_memory import ChatMemory
 from harombe_core.retrieval import SEARCH_OPTIONS
 from harombe_core.testing import FakeEmbedder
@@ -369,6 +377,12 @@ class World:
             chat.append("hello boats", "hi there")
 
 
+def _write_then_fail(manager: MemoryManager) -> None:
+    """A block for ``atomic`` that writes and then fails: nothing of it may remain."""
+    manager.save_message("base", Message(role="user", content="written inside the block"))
+    raise InvalidInputError("the block failed after writing")
+
+
 def _closable(value: Any, world: World) -> None:
     """Close what a call opened (a manager or memory it returned), never the world's objects."""
     if value is None or any(value is t for t in world.targets.values()):
@@ -402,12 +416,12 @@ def _world(folder: Path) -> Iterator[World]:
         "MemoryManager": semantic,
         "ChatMemory": chat,
         "HarombeChatMessageHistory": HarombeChatMessageHistory("lc", manager=plain, user_id="u1"),
-        "LangChainRetriever": LangChainRetriever(manager=semantic, k=3),
+        "LangChainRetriever": LangChainRetriever(manager=semantic, k=3, user_id="u1"),
         "HarombeStore": HarombeStore(plain),
         "HarombeMemory": HarombeMemory.from_defaults(session_id="li", user_id="u1", manager=plain),
         "HarombeChatStore": HarombeChatStore(manager=plain),
         "HarombeDBChatStore": HarombeDBChatStore(manager=plain),
-        "LlamaIndexRetriever": LlamaIndexRetriever(manager=semantic, top_k=3),
+        "LlamaIndexRetriever": LlamaIndexRetriever(manager=semantic, top_k=3, user_id="u1"),
     }
     w.reseed()
     w.saved_chat = chat.save(folder / "chat.json")
@@ -478,6 +492,12 @@ def common_kinds(world: World) -> dict[str, st.SearchStrategy[Any]]:
         "days": numbers,
         "timeout": st.one_of(st.floats(0, 0.5), numbers),
         "include_system": flags,
+        "exact": flags,
+        "all_users": flags,
+        "conversation_id": session_ids,
+        "fn": st.sampled_from(
+            [lambda: None, partial(_write_then_fail, world.semantic), 3, "x", None]
+        ),
         "start_on_user": flags,
         "progress": flags,
         "reembed": flags,
@@ -814,7 +834,9 @@ def test_closing_twice_is_harmless(world: World, family: str) -> None:
     elif family == "HarombeMemory":
         built = cls.from_defaults(storage_path=path)
     elif family == "LangChainRetriever":
-        built = cls(storage_path=path, manager_options={"embedding": None})
+        built = cls(storage_path=path, manager_options={"embedding": None}, user_id="u1")
+    elif family == "LlamaIndexRetriever":
+        built = cls(storage_path=path, user_id="u1")
     else:
         built = cls(storage_path=path)
     built.close()
