@@ -34,6 +34,8 @@ from harombe_core.errors import (
     StoreReadOnlyError,
     StoreUnavailableError,
     SummarizationError,
+    VectorIndexBusyError,
+    VectorIndexError,
 )
 from harombe_core.limits import Limits, current_limits, set_limits
 from harombe_core.models import ConversationNode, Message, MessageSummary, SearchHit, Session
@@ -105,6 +107,8 @@ __all__ = [
     "StoreReadOnlyError",
     "StoreUnavailableError",
     "SummarizationError",
+    "VectorIndexBusyError",
+    "VectorIndexError",
     "__version__",
     "current_limits",
     "set_limits",

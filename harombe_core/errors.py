@@ -22,7 +22,9 @@ recover. The tree::
     │   ├── StoreReadOnlyError                     the file or its folder cannot be written
     │   ├── StorageFullError                       the disk (or a size limit) is full
     │   ├── StoreUnavailableError                  the database server stayed unreachable
-    │   └── EncryptionKeyError                     wrong or missing key for an encrypted file
+    │   ├── EncryptionKeyError                     wrong or missing key for an encrypted file
+    │   └── VectorIndexError                       the derived vector index failed; messages safe
+    │       └── VectorIndexBusyError               another process holds the vector index folder
     ├── EmbeddingError                             the embedder failed or returned bad vectors
     │   └── EmbeddingModelMismatchError            index built by another model (`harombe reindex`)
     ├── SummarizationError                         a summariser failed (messages are never lost)
@@ -57,6 +59,8 @@ __all__ = [
     "StoreReadOnlyError",
     "StoreUnavailableError",
     "SummarizationError",
+    "VectorIndexBusyError",
+    "VectorIndexError",
 ]
 
 
@@ -133,10 +137,11 @@ class SessionOwnershipError(HarombeError):
 class MissingExtraError(HarombeError, ImportError):
     """An optional dependency is needed; the message names the extra to install."""
 
-    def __init__(self, feature: str, extra: str, module: str) -> None:
+    def __init__(self, feature: str, extra: str, module: str, *, install: str = "") -> None:
+        command = install or f"pip install 'harombe-memory[{extra}]'"
         super().__init__(
             f"{feature} needs the '{module}' package, which is not installed. "
-            f"Install it with: pip install 'harombe-memory[{extra}]'"
+            f"Install it with: {command}"
         )
         self.extra = extra
         self.module = module
@@ -177,6 +182,18 @@ class StoreUnavailableError(StoreError):
 
 class EncryptionKeyError(StoreError):
     """An encrypted database was opened without its key or with a wrong one; it is unchanged."""
+
+
+class VectorIndexError(StoreError):
+    """The vector index (a derived copy of the stored vectors) could not do what was asked.
+
+    Nothing stored is lost: messages and their vectors stay in the database, and the index can
+    be rebuilt from them with ``harombe reindex``.
+    """
+
+
+class VectorIndexBusyError(VectorIndexError):
+    """Another process holds the vector index folder, so this one cannot rebuild it."""
 
 
 class EmbeddingError(HarombeError):

@@ -144,9 +144,22 @@ class MemoryManager(ContextMethods):
     ) -> None:
         self.max_history_tokens = check_budget(max_history_tokens, "max_history_tokens")
         self.token_counter: TokenCounter = resolve_token_counter(token_counter)
+        if config is not None:
+            from harombe_core.config import MemoryConfig
+
+            if not isinstance(config, MemoryConfig):
+                raise InvalidInputError(
+                    f"config must be a MemoryConfig, got {type(config).__name__}; build one "
+                    "with harombe_core.config.load_config(path_or_dict)."
+                )
+        if encryption_key is not None and not isinstance(encryption_key, str):
+            raise InvalidInputError(
+                f"encryption_key must be a str, got {type(encryption_key).__name__}."
+            )
         self._store = open_store(storage_path, encryption_key=encryption_key)
         self._config = config
         self._semantic: Any = None
+        self._closed = False
         try:
             if embedding is not None and vector_store is not None:
                 self._semantic = self._open_semantic(embedding, vector_store)
@@ -156,9 +169,10 @@ class MemoryManager(ContextMethods):
 
     # construction -------------------------------------------------------------------------
     def _open_semantic(self, embedding: Any, vector_store: Any) -> Any:
-        from harombe_core.vectors.indexer import open_semantic_memory
+        # Shared with every other manager or adapter on this database in this process.
+        from harombe_core.vectors.shared import acquire_semantic
 
-        return open_semantic_memory(
+        return acquire_semantic(
             self._store, embedding=embedding, vector_store=vector_store, config=self._config
         )
 
@@ -320,6 +334,8 @@ class MemoryManager(ContextMethods):
             metadata=metadata,
             user_id=user_id,
         )
+        if user_id is not UNSET and self._semantic is not None:
+            self._semantic.session_moved(session_id, user_id)  # file its vectors under the owner
 
     def list_sessions(self, limit: int | None = 10, user_id: str | None = None) -> list[Session]:
         """Sessions with the most recent activity first."""
@@ -549,11 +565,26 @@ class MemoryManager(ContextMethods):
         return self._store.stats()
 
     def close(self) -> None:
-        """Stop the background indexer and close the store. Safe to call twice."""
-        if self._semantic is not None:
-            self._semantic.close()
-            self._semantic = None
-        self._store.close()
+        """Give back this manager's share of semantic memory, then close the store.
+
+        The last manager (or adapter) on a database in this process stops the background
+        indexer and closes the vector index first; messages still waiting to be embedded are
+        not embedded now (they are committed: the next open embeds them; call :meth:`flush`
+        first to have them searchable before closing). Safe to call twice.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        semantic, self._semantic = self._semantic, None
+        close_store = True
+        try:
+            if semantic is not None:
+                from harombe_core.vectors.shared import release_semantic
+
+                close_store = release_semantic(semantic, self._store)
+        finally:
+            if close_store:
+                self._store.close()
 
     def __enter__(self) -> MemoryManager:
         return self

@@ -158,35 +158,24 @@ class SearchMethods:
         check_flag(progress, "progress")
         check_flag(reembed, "reembed")
         keyword = self._store.rebuild_keyword_index()
-        semantic = self._semantic
-        if embedding is not None or semantic is None:
-            from harombe_core.vectors.indexer import open_semantic_memory
+        from harombe_core.vectors.indexer import resolve_embedder_spec
 
-            semantic = open_semantic_memory(
+        embedder = None if embedding is None else resolve_embedder_spec(embedding)
+        if self._semantic is None:
+            from harombe_core.vectors.shared import acquire_semantic
+
+            self._semantic = acquire_semantic(
                 self._store,
-                embedding="default" if embedding is None else embedding,
+                embedding="default" if embedder is None else embedder,
                 vector_store=vector_store,
                 config=self._config,
                 allow_model_change=True,
-                start=False,
             )
-        switching = semantic is not self._semantic
-        if switching and self._semantic is not None:
-            # The old model's worker must not embed the rows the new model is re-embedding.
-            self._semantic.stop()
-        try:
-            vectors = semantic.reindex(batch_size, progress=progress, reembed=reembed)
-        except BaseException:
-            if switching:
-                semantic.close()
-                if self._semantic is not None:
-                    self._semantic.start()
-            raise
-        if switching:
-            if self._semantic is not None:
-                self._semantic.close()
-            self._semantic = semantic
-        semantic.start()
+        # The semantic memory is shared by every manager on this database in this process:
+        # switching its model switches it for all of them.
+        vectors = self._semantic.reindex(
+            batch_size, progress=progress, reembed=reembed, embedder=embedder
+        )
         return {"keyword_rows": keyword, "vectors": vectors}
 
     def _require_semantic(self, what: str) -> Any:

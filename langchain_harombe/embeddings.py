@@ -4,7 +4,9 @@ harombe's vector index needs to know a model's name and dimension (it refuses to
 of two models) and wants unit-length float32 rows; LangChain embeddings give lists of floats of
 a length you only learn by calling them. This wrapper supplies the name, measures the dimension
 once, validates and normalises every batch, and uses the model's own async methods for the
-async twins.
+async twins. With ``probe=False`` the dimension is learnt from the first batch instead of a
+probe call, so embeddings that only work asynchronously (an ``async def`` function wrapped by
+LangGraph) are usable from async code.
 """
 
 from __future__ import annotations
@@ -28,10 +30,17 @@ class LangChainEmbedder(BaseEmbedder):
         name: Stable id recorded in the vector index; default ``langchain/<Class>/<model>``.
             Give a distinct name whenever two configurations produce different vectors.
         dimension: Vector length; measured with one call when omitted.
+        probe: Measure an omitted dimension now (one sync call, so a broken model fails here);
+            ``False`` learns it from the first batch embedded, sync or async.
     """
 
     def __init__(
-        self, embeddings: Embeddings, *, name: str | None = None, dimension: int | None = None
+        self,
+        embeddings: Embeddings,
+        *,
+        name: str | None = None,
+        dimension: int | None = None,
+        probe: bool = True,
     ) -> None:
         if not isinstance(embeddings, Embeddings):
             raise InvalidInputError(
@@ -49,21 +58,40 @@ class LangChainEmbedder(BaseEmbedder):
         self._name = name or "/".join(
             p for p in ("langchain", type(embeddings).__name__, model) if p
         )
-        if dimension is None:
-            try:
-                probe = embeddings.embed_query("dimension probe")
-            except Exception as exc:  # any backend failure becomes our typed error
-                raise EmbeddingError(f"{self._name} failed on a probe text: {exc}") from exc
-            dimension = len(probe)
+        self._measured: int | None = None
+        if dimension is None and probe:
+            dimension = self._probe()
+        if dimension is not None:
+            self._measured = self._checked(dimension)
+
+    @property
+    def dimension(self) -> int:
+        if self._measured is None:
+            self._measured = self._checked(self._probe())
+        return self._measured
+
+    def _probe(self) -> int:
+        try:
+            return len(self.embeddings.embed_query("dimension probe"))
+        except Exception as exc:  # any backend failure becomes our typed error
+            raise EmbeddingError(f"{self._name} failed on a probe text: {exc}") from exc
+
+    def _checked(self, dimension: object) -> int:
         if isinstance(dimension, bool) or not isinstance(dimension, int) or dimension <= 0:
             raise EmbeddingError(f"{self._name} reports an invalid dimension {dimension!r}.")
-        self._dimension = dimension
+        return dimension
+
+    def _learn(self, rows: Sequence[Sequence[float]]) -> None:
+        """Take the dimension from the first batch when it was neither given nor probed."""
+        if self._measured is None and len(rows) and hasattr(rows[0], "__len__"):
+            self._measured = self._checked(len(rows[0]))
 
     def _embed_batch(self, texts: list[str]) -> FloatArray:
         try:
             rows = self.embeddings.embed_documents(texts)
         except Exception as exc:  # any backend failure becomes our typed error
             raise EmbeddingError(f"{self._name} failed to embed {len(texts)} texts: {exc}") from exc
+        self._learn(rows)
         return np.asarray(rows, dtype=np.float32)
 
     async def aembed(self, texts: Sequence[str]) -> FloatArray:
@@ -74,6 +102,7 @@ class LangChainEmbedder(BaseEmbedder):
             rows = await self.embeddings.aembed_documents(items)
         except Exception as exc:  # any backend failure becomes our typed error
             raise EmbeddingError(f"{self._name} failed to embed {len(items)} texts: {exc}") from exc
+        self._learn(rows)
         return validate_vectors(rows, len(items), self.dimension, self.name)
 
     async def aembed_query(self, text: str) -> FloatArray:

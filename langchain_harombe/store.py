@@ -1,30 +1,49 @@
 """HarombeStore: LangGraph long-term memory (``BaseStore``) in the harombe database.
 
 Items live in the ``store_items`` table of the same database as the conversations (the SQLite
-file, or the PostgreSQL database), so one database (and one backup) holds both. Values are JSON;
-namespaces are stored dotted (LangGraph forbids dots in labels, so this is unambiguous). Semantic
-search embeds the configured fields on put (one vector per text, kept in ``store_vectors``) and
-ranks by the best cosine per item. Filters are evaluated on the decoded JSON (equality, nested
-dicts, ``$eq $ne $gt $gte $lt $lte``), as LangGraph's own stores do. TTL is honest: expired items
-are invisible to every read at once, reads refresh their expiry when asked, and
-:meth:`~HarombeStore.sweep_ttl` deletes them.
+file, or the PostgreSQL database), so one database (and one backup) holds both. It behaves as
+LangGraph's own ``SqliteStore`` / ``PostgresStore`` do, so code written against them (and their
+tests) runs unchanged:
+
+* values are serialised as ``SqliteStore`` does (orjson: NaN and infinities become ``null``,
+  datetimes ISO 8601 strings, tuples lists), and ``get`` returns what that JSON reads back as;
+* ``index`` is LangGraph's ``IndexConfig``: ``embed`` is an ``Embeddings``, a sync or ``async``
+  function, or a ``"provider:model"`` string resolved by ``init_embeddings`` exactly as LangGraph
+  resolves it (a harombe ``Embedder`` works too); ``fields`` (or ``SqliteStore``'s
+  ``text_fields``) choose what is embedded, one vector per text, and search ranks by the best
+  cosine per item; ``store.index_config`` and ``store.embeddings`` are there as on LangGraph's;
+* filters match on the decoded JSON: equality, nested dicts, dotted paths to nested keys
+  (``{"user.access-level": "x"}``, any characters in a key) and ``$eq $ne $gt $gte $lt $lte``
+  with ``SqliteStore``'s treatment of missing and null values;
+* a batch reads before it writes: its gets, searches and listings see the store as it was
+  before the batch, and its puts are applied last, the last put of a key winning;
+* TTL follows ``TTLConfig``: ``default_ttl`` for puts that give none, reads renew an item only
+  when ``refresh_on_read`` is set (and the read did not opt out), an expired item stays readable
+  until it is swept unless ``omit_expired`` is set, and ``start_ttl_sweeper()`` deletes expired
+  items every ``sweep_interval_minutes`` in a background thread.
 
 A batch is written once, as a body of SQL steps (:mod:`harombe_core.store.sql_body`), and runs
 in one transaction on either backend: on SQLite through the store's write transaction, on
 PostgreSQL through the store's pooled, retrying transaction (natively async for ``abatch``, and
-applied exactly once when a retry follows a connection lost at COMMIT).
+applied exactly once when a retry follows a connection lost at COMMIT). Embedding happens before
+the transaction starts, natively async in ``abatch``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
+import logging
+import math
 import os
-from collections.abc import Iterable, Sequence
+import threading
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
+import orjson
 from langgraph.store.base import (
     BaseStore,
     GetOp,
@@ -38,9 +57,10 @@ from langgraph.store.base import (
     SearchOp,
     TTLConfig,
 )
-from langgraph.store.base.embed import get_text_at_path, tokenize_path
+from langgraph.store.base.embed import ensure_embeddings, get_text_at_path, tokenize_path
 
-from harombe_core.errors import InvalidInputError
+from harombe_core.embeddings.base import Embedder
+from harombe_core.errors import HarombeError, InvalidInputError, MissingExtraError
 from harombe_core.limits import current_limits
 from harombe_core.manager import MemoryManager
 from harombe_core.store.sql_body import Body, sql_runner
@@ -49,22 +69,35 @@ from harombe_core.validate import (
     check_count,
     check_flag,
     check_id,
-    check_json,
     check_list,
     check_number,
-    check_options,
     check_query,
+    check_text,
     optional_count,
 )
-from langchain_harombe.embeddings import as_embedder
+from langchain_harombe.embeddings import LangChainEmbedder
 from langchain_harombe.history import resolve_manager
 
 __all__ = ["HarombeStore"]
 
+logger = logging.getLogger(__name__)
+
 _COLUMNS = "namespace, key, value, created_at, updated_at, expires_at, ttl_minutes"
+_LIVE = " AND (expires_at IS NULL OR expires_at > ?)"
+
+_Key = tuple[str, str]
+_Vectors = dict[_Key, list[tuple[str, bytes]]]
+_Fields = list[tuple[str, Any]]  # (path, "$" or its tokens), as LangGraph's __tokenized_fields
 
 
-_Vectors = dict[tuple[str, str], list[tuple[str, bytes]]]
+class _Plan(NamedTuple):
+    """What a batch writes, worked out before its transaction: the last put of each key (in
+    the order keys were first put), their serialised values, vectors and query vectors."""
+
+    puts: dict[_Key, PutOp]
+    values: dict[_Key, str]
+    vectors: _Vectors
+    queries: dict[str, np.ndarray]
 
 _OPS = (GetOp, PutOp, SearchOp, ListNamespacesOp)
 #: Longest TTL, in minutes (about 1,900 years; expiry times are 64-bit microseconds).
@@ -92,10 +125,19 @@ class HarombeStore(BaseStore):
         or
         storage_path: a database path or ``postgresql://`` URL (the store then opens its own
             manager).
-        index: ``{"fields": ["text"], "embed": embedder}``; ``embed`` is a harombe Embedder or
-            a LangChain ``Embeddings``. Default: the manager's embedder on the whole value
-            (``"$"``) when semantic memory is on, else no semantic search.
-        ttl: LangGraph ``TTLConfig`` (``default_ttl`` minutes, ``refresh_on_read``).
+        index: LangGraph's ``IndexConfig``: ``{"embed": ..., "fields": ["text"], "dims": n}``.
+            ``embed`` is a LangChain ``Embeddings``, a function (sync or ``async``) from a list
+            of texts to vectors, a ``"provider:model"`` string for ``init_embeddings``, or a
+            harombe ``Embedder``. Default: the manager's embedder on the whole value (``"$"``)
+            when semantic memory is on, else no semantic search. Items not indexed (or indexed
+            by a model of another dimension) follow the ranked ones, unscored.
+        ttl: LangGraph's ``TTLConfig``: ``default_ttl`` (minutes), ``refresh_on_read``,
+            ``omit_expired``, ``sweep_interval_minutes`` (see :meth:`start_ttl_sweeper`).
+
+    Raises:
+        MissingExtraError: ``embed`` names a provider whose package is not installed (it is
+            also the ``ImportError`` LangGraph raises).
+        InvalidInputError: an unknown provider or a bad ``index``; the manager is not SQL.
     """
 
     supports_ttl = True
@@ -105,27 +147,11 @@ class HarombeStore(BaseStore):
         manager: MemoryManager | None = None,
         *,
         storage_path: str | os.PathLike[str] | None = None,
-        index: dict[str, Any] | None = None,
+        index: Mapping[str, Any] | None = None,
         ttl: TTLConfig | None = None,
         manager_options: dict[str, Any] | None = None,
     ) -> None:
-        index = check_options(index, frozenset({"fields", "embed", "dims"}), "index")
-        fields = index.get("fields") or ["$"]
-        if not isinstance(fields, list) or not all(isinstance(f, str) for f in fields):
-            raise InvalidInputError("index['fields'] must be a list of str paths such as ['text'].")
-        embed = as_embedder(index["embed"]) if index.get("embed") is not None else None
-        if embed is not None and not (hasattr(embed, "embed") and hasattr(embed, "embed_query")):
-            raise InvalidInputError(
-                "index['embed'] must be a LangChain Embeddings or a harombe Embedder, got "
-                f"{type(embed).__name__}."
-            )
-        ttl_config = check_options(
-            ttl, frozenset({"default_ttl", "refresh_on_read", "sweep_interval_minutes"}), "ttl"
-        )
-        if ttl_config.get("default_ttl") is not None:
-            check_number(ttl_config["default_ttl"], "default_ttl", low=0.0, high=MAX_TTL_MINUTES)
-        check_flag(ttl_config.get("refresh_on_read", True), "refresh_on_read")
-        optional_count(ttl_config.get("sweep_interval_minutes"), "sweep_interval_minutes")
+        _check_ttl_config(ttl)
         self.manager, self._owns_manager = resolve_manager(
             manager, storage_path, manager_options, owner="HarombeStore"
         )
@@ -139,124 +165,149 @@ class HarombeStore(BaseStore):
                 f"{type(self.manager.store).__name__} is not supported. Use a SQLite database "
                 "path or a postgresql:// URL."
             ) from None
+        try:
+            self.index_config, self.embeddings, self._embedder = _index(
+                index, self.manager.embedder
+            )
+        except HarombeError:
+            if self._owns_manager:
+                self.manager.close()
+            raise
         self.ttl_config = ttl
-        self.embedder: Any = embed if embed is not None else self.manager.embedder
-        self.fields: list[tuple[str, list[str] | str]] = [
-            (f, "$" if f == "$" else tokenize_path(f)) for f in fields
-        ]
+        self._fields: _Fields = (
+            [] if self.index_config is None else self.index_config["__tokenized_fields"]
+        )
+        self._sweeper: threading.Thread | None = None
+        self._sweeper_stop = threading.Event()
+        self._sweeper_future: concurrent.futures.Future[None] = concurrent.futures.Future()
 
     # batch --------------------------------------------------------------------------------
     def batch(self, ops: Iterable[Op]) -> list[Result]:
-        """Run ``ops`` in order, in one transaction (embedding happens before it starts)."""
+        """Run ``ops`` in one transaction: reads first (they see the store as it was before
+        the batch), then the puts, the last put of a key winning (as LangGraph's stores do).
+        Embedding happens before the transaction starts."""
         ops = check_list(ops, "batch", of="store operations", single=_OPS)
-        vectors, queries = self._prepare(ops)
-        raw = self._backend.run(
-            lambda: self._body(ops, vectors, queries), exactly_once=_writes(ops)
-        )
+        plan = self._plan(ops)
+        docs = self._embed_texts(plan)
+        if docs:
+            plan = _with_vectors(plan, docs, self._embedder.embed([t for _, _, t in docs]))
+        queries = {q: self._embedder.embed_query(q) for q in _queries(ops, self._embedder)}
+        plan = plan._replace(queries=queries)
+        raw = self._backend.run(lambda: self._body(ops, plan), exactly_once=_writes(ops))
         return _results(ops, raw)
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
+        """:meth:`batch` with the embedder's own async methods and the database's async path."""
         ops = check_list(ops, "abatch", of="store operations", single=_OPS)
-        vectors, queries = await asyncio.to_thread(self._prepare, ops)
-        raw = await self._backend.arun(
-            lambda: self._body(ops, vectors, queries), exactly_once=_writes(ops)
-        )
+        plan = self._plan(ops)
+        docs = self._embed_texts(plan)
+        if docs:
+            vectors = await self._embedder.aembed([t for _, _, t in docs])
+            plan = _with_vectors(plan, docs, vectors)
+        texts = _queries(ops, self._embedder)
+        found = await asyncio.gather(*(self._embedder.aembed_query(q) for q in texts))
+        plan = plan._replace(queries=dict(zip(texts, found, strict=True)))
+        raw = await self._backend.arun(lambda: self._body(ops, plan), exactly_once=_writes(ops))
         return _results(ops, raw)
 
-    def _prepare(self, ops: Sequence[Op]) -> tuple[_Vectors, dict[str, np.ndarray]]:
-        """Check the ops and embed what they need (outside the transaction)."""
+    def _plan(self, ops: Sequence[Op]) -> _Plan:
+        """Check the ops and serialise what they write (outside the transaction)."""
+        puts: dict[_Key, PutOp] = {}
         for op in ops:
             _check_op(op)
-        return self._embed_puts(ops), self._embed_queries(ops)
+            if isinstance(op, SearchOp) and op.filter:
+                _check_filter(op.filter)
+            elif isinstance(op, PutOp):
+                key = (_ns(op.namespace), op.key)
+                puts.pop(key, None)  # the last put of a key wins, in its place in the batch
+                puts[key] = op
+        values = {k: _dumps(op.value) for k, op in puts.items() if op.value is not None}
+        limit = current_limits().store_value_chars
+        for text in values.values():  # measured as stored, before anything is embedded
+            check_text(text, "a store value (as JSON)", limit=limit, field="store_value_chars")
+        return _Plan(puts, values, {}, {})
 
-    def _body(
-        self, ops: Sequence[Op], vectors: _Vectors, queries: dict[str, np.ndarray]
-    ) -> Body[list[Any]]:
+    def _embed_texts(self, plan: _Plan) -> list[tuple[_Key, str, str]]:
+        """``(item, path, text)`` for every text the batch's puts index."""
+        if self._embedder is None:
+            return []
+        out: list[tuple[_Key, str, str]] = []
+        for key, op in plan.puts.items():
+            if op.value is None or op.index is False:
+                continue
+            fields = self._fields if op.index is None else _tokenized(op.index)
+            value = json.loads(plan.values[key])  # what is stored: datetimes are text here
+            for path, tokens in fields:
+                texts = get_text_at_path(value, tokens)
+                for i, text in enumerate(texts):
+                    out.append((key, path if len(texts) == 1 else f"{path}.{i}", text))
+        return out
+
+    def _body(self, ops: Sequence[Op], plan: _Plan) -> Body[list[Any]]:
         """The batch's statements; returns plain rows (JSON-serialisable), one entry per op."""
         out: list[Any] = []
         for op in ops:
             if isinstance(op, GetOp):
                 out.append((yield from self._get(op)))
-            elif isinstance(op, PutOp):
-                yield from self._put(op, vectors.get((_ns(op.namespace), op.key)))
-                out.append(None)
             elif isinstance(op, SearchOp):
-                query = queries.get(op.query) if op.query else None
+                query = plan.queries.get(op.query) if op.query else None
                 out.append((yield from self._search(op, query)))
-            else:
+            elif isinstance(op, ListNamespacesOp):
                 out.append((yield from self._list_namespaces(op)))
+            else:
+                out.append(None)
+        for key, op in plan.puts.items():
+            yield from self._put(op, plan.values.get(key), plan.vectors.get(key))
         return out
 
-    # embedding ----------------------------------------------------------------------------
-    def _texts(self, op: PutOp) -> list[tuple[str, str]]:
-        if op.value is None or op.index is False or self.embedder is None:
-            return []
-        fields = (
-            self.fields
-            if op.index is None
-            else [(f, "$" if f == "$" else tokenize_path(f)) for f in op.index]
-        )
-        out: list[tuple[str, str]] = []
-        for path, tokens in fields:
-            texts = get_text_at_path(dict(op.value), tokens)
-            for i, text in enumerate(texts):
-                out.append((path if len(texts) == 1 else f"{path}.{i}", text))
-        return out
+    # TTL settings, read live (LangGraph's own tests change ttl_config on a running store) --
+    @property
+    def _refresh_on_read(self) -> bool:
+        """Reads renew TTLs only when the store asks for it, as ``SqliteStore`` does."""
+        return bool(self.ttl_config and self.ttl_config.get("refresh_on_read"))
 
-    def _embed_puts(self, ops: Sequence[Op]) -> _Vectors:
-        wanted = [(op, self._texts(op)) for op in ops if isinstance(op, PutOp)]
-        flat = [text for _, texts in wanted for _, text in texts]
-        if not flat:
-            return {}
-        matrix = np.asarray(self.embedder.embed(flat), dtype=np.float32)
-        out: _Vectors = {}
-        row = 0
-        for op, texts in wanted:
-            entries = []
-            for path, _ in texts:
-                entries.append((path, matrix[row].tobytes()))
-                row += 1
-            out[(_ns(op.namespace), op.key)] = entries
-        return out
+    @property
+    def _omit_expired(self) -> bool:
+        return bool(self.ttl_config and self.ttl_config.get("omit_expired"))
 
-    def _embed_queries(self, ops: Sequence[Op]) -> dict[str, np.ndarray]:
-        if self.embedder is None:
-            return {}
-        queries = {op.query for op in ops if isinstance(op, SearchOp) and op.query}
-        return {q: np.asarray(self.embedder.embed_query(q), dtype=np.float32) for q in queries}
+    def _live(self, now: int) -> tuple[str, list[Any]]:
+        """The clause (and its parameter) hiding expired rows when ``omit_expired`` is set."""
+        return (_LIVE, [now]) if self._omit_expired else ("", [])
 
     # operations ---------------------------------------------------------------------------
     def _get(self, op: GetOp) -> Body[Any]:
         now = _now()
+        live, params = self._live(now)
         rows = (
             yield self._backend.step(
-                f"SELECT {_COLUMNS} FROM store_items WHERE namespace = ? AND key = ? "
-                "AND (expires_at IS NULL OR expires_at > ?)",
-                (_ns(op.namespace), op.key, now),
+                f"SELECT {_COLUMNS} FROM store_items WHERE namespace = ? AND key = ?{live}",
+                [_ns(op.namespace), op.key, *params],
             )
         ).rows
         if not rows:
             return None
-        if op.refresh_ttl:
+        if op.refresh_ttl and self._refresh_on_read:
             yield from self._refresh(rows, now)
         return rows[0]
 
-    def _put(self, op: PutOp, vectors: list[tuple[str, bytes]] | None) -> Body[None]:
+    def _put(
+        self, op: PutOp, value: str | None, vectors: list[tuple[str, bytes]] | None
+    ) -> Body[None]:
         namespace = _ns(op.namespace)
-        if op.value is None:
+        if value is None:
             yield self._backend.step(
                 "DELETE FROM store_items WHERE namespace = ? AND key = ?", (namespace, op.key)
             )
             return
         now = _now()
-        ttl = op.ttl if op.ttl is not None else None
+        ttl = op.ttl
         expires = None if ttl is None else now + int(ttl * 60_000_000)
         yield self._backend.step(
             "INSERT INTO store_items (namespace, key, value, created_at, updated_at, expires_at, "
             "ttl_minutes) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (namespace, key) DO UPDATE SET "
             "value = excluded.value, updated_at = excluded.updated_at, "
             "expires_at = excluded.expires_at, ttl_minutes = excluded.ttl_minutes",
-            (namespace, op.key, _dumps(op.value), now, now, expires, ttl),
+            (namespace, op.key, value, now, now, expires, ttl),
         )
         yield self._backend.step(
             "DELETE FROM store_vectors WHERE namespace = ? AND key = ?", (namespace, op.key)
@@ -271,8 +322,8 @@ class HarombeStore(BaseStore):
     def _search(self, op: SearchOp, query: np.ndarray | None) -> Body[list[Any]]:
         now = _now()
         prefix = _ns(op.namespace_prefix)
-        where = "(expires_at IS NULL OR expires_at > ?)"
-        params: list[Any] = [now]
+        live, params = self._live(now)
+        where = "TRUE" + live
         if prefix:
             where += " AND (namespace = ? OR substr(namespace, 1, CAST(? AS INTEGER)) = ?)"
             params += [prefix, len(prefix) + 1, prefix + "."]
@@ -290,16 +341,15 @@ class HarombeStore(BaseStore):
             scored = [(best.get((r[0], r[1])), r) for r in rows]
             scored.sort(key=lambda sr: (sr[0] is None, -(sr[0] or 0.0)))
         page = scored[op.offset : op.offset + op.limit]
-        if op.refresh_ttl:
+        if op.refresh_ttl and self._refresh_on_read:
             yield from self._refresh([r for _, r in page], now)
         return [[row, score] for score, row in page]
 
     def _list_namespaces(self, op: ListNamespacesOp) -> Body[list[Any]]:
+        live, params = self._live(_now())
         rows = (
             yield self._backend.step(
-                "SELECT DISTINCT namespace FROM store_items "
-                "WHERE expires_at IS NULL OR expires_at > ?",
-                (_now(),),
+                f"SELECT DISTINCT namespace FROM store_items WHERE TRUE{live}", params
             )
         ).rows
         namespaces = [tuple(r[0].split(".")) for r in rows]
@@ -325,9 +375,10 @@ class HarombeStore(BaseStore):
                 chunk,
             )
             for namespace, key, blob in found.rows:
-                if (namespace, key) not in keys:
-                    continue
-                score = float(np.dot(np.frombuffer(blob, dtype=np.float32), query))
+                vector = np.frombuffer(blob, dtype=np.float32)
+                if (namespace, key) not in keys or vector.shape != query.shape:
+                    continue  # another item, or embedded by another model: not comparable
+                score = float(np.dot(vector, query))
                 if score > best.get((namespace, key), -2.0):
                     best[(namespace, key)] = score
         return best
@@ -354,10 +405,154 @@ class HarombeStore(BaseStore):
     async def asweep_ttl(self) -> int:
         return int(await self._backend.arun(self._sweep, exactly_once=True))
 
+    def start_ttl_sweeper(
+        self, sweep_interval_minutes: float | None = None
+    ) -> concurrent.futures.Future[None]:
+        """Delete expired items every ``sweep_interval_minutes`` (else the ``TTLConfig``'s, else
+        5) in a daemon thread, as LangGraph's stores do; :meth:`stop_ttl_sweeper` (or
+        :meth:`close`) ends it. Without a ``ttl`` configuration nothing is started.
+
+        Returns:
+            A future that completes when the sweeper stops; cancelling it stops the sweeper. A
+            sweep that fails (the database busy, say) is logged and tried again next time.
+        """
+        if sweep_interval_minutes is not None:
+            check_number(
+                sweep_interval_minutes, "sweep_interval_minutes", low=0.0, high=MAX_TTL_MINUTES
+            )
+        future: concurrent.futures.Future[None] = concurrent.futures.Future()
+        if not self.ttl_config:
+            future.set_result(None)
+            return future
+        if self._sweeper is not None and self._sweeper.is_alive():
+            return self._sweeper_future  # one sweeper per store
+        interval = sweep_interval_minutes or self.ttl_config.get("sweep_interval_minutes") or 5
+        if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not (
+            0 < interval < math.inf
+        ):
+            raise InvalidInputError(
+                f"sweep_interval_minutes must be a positive number of minutes, got {interval!r}."
+            )
+        self._sweeper_stop.clear()
+        future.add_done_callback(lambda f: self._sweeper_stop.set() if f.cancelled() else None)
+
+        def sweep_loop() -> None:
+            while not self._sweeper_stop.wait(interval * 60):
+                try:
+                    swept = self.sweep_ttl()
+                except HarombeError as exc:  # busy, unreachable: the next sweep may succeed
+                    logger.warning("HarombeStore TTL sweep failed (will retry): %s", exc)
+                    continue
+                except Exception as exc:  # a bug: stop, and hand it to whoever holds the future
+                    logger.exception("HarombeStore TTL sweeper stopped")
+                    if not future.done():
+                        future.set_exception(exc)
+                    return
+                if swept:
+                    logger.info("HarombeStore swept %d expired items", swept)
+            if not future.done():
+                future.set_result(None)
+
+        self._sweeper_future = future
+        self._sweeper = threading.Thread(
+            target=sweep_loop, daemon=True, name="harombe-store-ttl-sweeper"
+        )
+        self._sweeper.start()
+        return future
+
+    def stop_ttl_sweeper(self, timeout: float | None = None) -> bool:
+        """Stop the sweeper; True once it has stopped (or was not running), False if it was
+        still finishing a sweep after ``timeout`` seconds."""
+        sweeper = self._sweeper
+        if sweeper is None or not sweeper.is_alive():
+            return True
+        self._sweeper_stop.set()
+        sweeper.join(timeout)
+        if sweeper.is_alive():
+            return False
+        self._sweeper = None
+        return True
+
     def close(self) -> None:
-        """Close the manager if this store opened it from ``storage_path``."""
+        """Stop the TTL sweeper, and close the manager if this store opened it from
+        ``storage_path``."""
+        self.stop_ttl_sweeper()
         if self._owns_manager:
             self.manager.close()
+
+
+def _index(
+    index: Mapping[str, Any] | None, default: Any
+) -> tuple[dict[str, Any] | None, Any, Any]:
+    """``(index_config, embeddings, embedder)`` from LangGraph's ``IndexConfig``.
+
+    ``index_config`` is the caller's configuration plus LangGraph's ``__tokenized_fields``;
+    ``embeddings`` is what LangGraph's stores expose under that name (the resolved
+    ``Embeddings``, or the harombe ``Embedder`` given); ``embedder`` is the harombe ``Embedder``
+    the store calls (float32, unit rows). Non-harombe ``embed`` values go through LangGraph's
+    own ``ensure_embeddings``, so functions and provider strings resolve exactly as there.
+    """
+    if index is None:
+        if default is None:
+            return None, None, None
+        index = {"embed": default, "dims": default.dimension}
+    elif not isinstance(index, Mapping):
+        raise InvalidInputError(
+            f"index must be a dict (LangGraph's IndexConfig), got {type(index).__name__}."
+        )
+    config = dict(index)
+    embed = config.get("embed", default)
+    if embed is None:
+        raise InvalidInputError(
+            "index has no 'embed' and the manager has no embedder: give index={'embed': ...} "
+            "(Embeddings, a function, or a 'provider:model' string), or open the manager with "
+            "semantic memory on."
+        )
+    config["embed"] = embed
+    if isinstance(embed, Embedder):
+        return config | {"__tokenized_fields": _fields(config)}, embed, embed
+    try:
+        embeddings = ensure_embeddings(embed)
+    except ImportError as exc:  # init_embeddings: the provider's package is not installed
+        module = getattr(exc.__cause__, "name", None) or exc.name or str(embed)
+        package = module.split(".")[0].replace("_", "-")
+        raise MissingExtraError(
+            f"index embed {embed!r}", "langchain", package, install=f"pip install {package}"
+        ) from exc
+    except ValueError as exc:  # an unknown provider, or no embed at all
+        raise InvalidInputError(f"index embed {embed!r} cannot be used: {exc}") from exc
+    # ``dims`` is advice in LangGraph's SQLite and in-memory stores: the model's own length wins.
+    embedder = LangChainEmbedder(embeddings, probe=False)
+    return config | {"__tokenized_fields": _fields(config)}, embeddings, embedder
+
+
+def _fields(config: Mapping[str, Any]) -> _Fields:
+    """The configured paths to embed: ``fields`` (``IndexConfig``), else ``text_fields``
+    (``SqliteStore``'s name for it), else the whole value."""
+    fields = config.get("fields") or config.get("text_fields") or ["$"]
+    return _tokenized([fields] if isinstance(fields, str) else fields)
+
+
+def _tokenized(fields: Sequence[str]) -> _Fields:
+    return [(f, "$" if f == "$" else tokenize_path(f)) for f in fields]
+
+
+def _queries(ops: Sequence[Op], embedder: Any) -> list[str]:
+    """The distinct query texts of the batch's searches (none without an embedder)."""
+    if embedder is None:
+        return []
+    return list(dict.fromkeys(op.query for op in ops if isinstance(op, SearchOp) and op.query))
+
+
+def _with_vectors(
+    plan: _Plan, docs: Sequence[tuple[_Key, str, str]], matrix: np.ndarray
+) -> _Plan:
+    """``plan`` with one float32 vector per embedded text, grouped by item."""
+    rows = np.asarray(matrix, dtype=np.float32)
+    vectors: _Vectors = {}
+    for (key, path, _), row in zip(docs, rows, strict=True):
+        vectors.setdefault(key, []).append((path, row.tobytes()))
+    return plan._replace(vectors=vectors)
 
 
 def _writes(ops: Sequence[Op]) -> bool:
@@ -378,23 +573,41 @@ def _check_namespace(value: Any, what: str, *, empty: bool) -> None:
             raise InvalidInputError(f"{what} labels cannot contain '.', got {label!r:.60}.")
 
 
+def _check_ttl_config(ttl: Any) -> None:
+    """LangGraph's ``TTLConfig``: a dict whose known settings have their types."""
+    if ttl is None:
+        return
+    if not isinstance(ttl, Mapping):
+        raise InvalidInputError(
+            f"ttl must be a dict (LangGraph's TTLConfig), got {type(ttl).__name__}."
+        )
+    if ttl.get("default_ttl") is not None:
+        check_number(ttl["default_ttl"], "default_ttl (minutes)", low=0.0, high=MAX_TTL_MINUTES)
+    for flag in ("refresh_on_read", "omit_expired"):
+        if ttl.get(flag) is not None:
+            check_flag(ttl[flag], flag)
+    if ttl.get("sweep_interval_minutes") is not None:
+        check_number(
+            ttl["sweep_interval_minutes"], "sweep_interval_minutes", low=0.0, high=MAX_TTL_MINUTES
+        )
+
+
 def _check_op(op: Op) -> None:
     """Refuse a malformed operation before anything is embedded or written (a batch is all or
-    nothing): namespaces, keys, values within ``store_value_chars``, TTLs, pages, filters."""
+    nothing): namespaces, keys, value types, TTLs, pages. Filters are checked by
+    :func:`_check_filter`, value sizes once serialised (:meth:`HarombeStore._plan`)."""
     if isinstance(op, (GetOp, PutOp)):
         _check_namespace(op.namespace, "namespace", empty=False)
         if op.key != "":
             check_id(op.key, "store key")
     if isinstance(op, GetOp):
-        check_flag(op.refresh_ttl, "refresh_ttl")
+        if op.refresh_ttl is not None:
+            check_flag(op.refresh_ttl, "refresh_ttl")
     elif isinstance(op, PutOp):
-        if op.value is not None:
-            if not isinstance(op.value, dict):
-                raise InvalidInputError(
-                    f"a store value must be a dict (a JSON object), got {type(op.value).__name__}."
-                )
-            limit = current_limits().store_value_chars
-            check_json(op.value, "store value", limit=limit, field="store_value_chars")
+        if op.value is not None and not isinstance(op.value, Mapping):
+            raise InvalidInputError(
+                f"a store value must be a dict (a JSON object), got {type(op.value).__name__}."
+            )
         if op.index is not None and op.index is not False and (
             not isinstance(op.index, list) or not all(isinstance(f, str) for f in op.index)
         ):
@@ -403,16 +616,12 @@ def _check_op(op: Op) -> None:
             check_number(op.ttl, "ttl (minutes)", low=0.0, high=MAX_TTL_MINUTES)
     elif isinstance(op, SearchOp):
         _check_namespace(op.namespace_prefix, "namespace_prefix", empty=True)
-        if op.filter is not None:
-            if not isinstance(op.filter, dict):
-                raise InvalidInputError(f"filter must be a dict, got {type(op.filter).__name__}.")
-            limit = current_limits().store_value_chars
-            check_json(op.filter, "filter", limit=limit, field="store_value_chars")
         if op.query is not None:
             check_query(op.query)
         check_count(op.limit, "limit")
         check_count(op.offset, "offset")
-        check_flag(op.refresh_ttl, "refresh_ttl")
+        if op.refresh_ttl is not None:
+            check_flag(op.refresh_ttl, "refresh_ttl")
     elif isinstance(op, ListNamespacesOp):
         conditions = op.match_conditions or ()
         if not isinstance(conditions, (tuple, list)):
@@ -451,12 +660,14 @@ def _results(ops: Sequence[Op], raw: Sequence[Any]) -> list[Result]:
 
 
 def _dumps(value: Any) -> str:
+    """A value as LangGraph's ``SqliteStore`` writes it (orjson): NaN and infinities become
+    ``null``, datetimes, dates, times and UUIDs ISO 8601 / canonical strings, tuples lists."""
     try:
-        return json.dumps(dict(value), ensure_ascii=False, allow_nan=False)
-    except (TypeError, ValueError) as exc:
+        return orjson.dumps(dict(value)).decode()
+    except (TypeError, ValueError) as exc:  # orjson.JSONEncodeError is a TypeError
         raise InvalidInputError(
-            f"store values must be JSON objects (dicts of str, numbers, bools, None, lists, "
-            f"dicts): {exc}."
+            "store values must be JSON objects with str keys (str, numbers, bools, None, lists, "
+            f"dicts, datetimes; integers within 64 bits): {exc}. Convert the value first."
         ) from exc
 
 
@@ -496,31 +707,85 @@ def _ns_matches(condition: MatchCondition, namespace: tuple[str, ...]) -> bool:
 
 _OPERATORS = {
     "$eq": lambda a, b: a == b,
-    "$ne": lambda a, b: a != b,
+    "$ne": lambda a, b: a is not None and a != b,
     "$gt": lambda a, b: a is not None and a > b,
     "$gte": lambda a, b: a is not None and a >= b,
     "$lt": lambda a, b: a is not None and a < b,
     "$lte": lambda a, b: a is not None and a <= b,
 }
+"""LangGraph's filter operators. A missing or null field matches none but ``$eq: None``, as
+in ``SqliteStore`` and ``PostgresStore`` (SQL comparisons with NULL are never true)."""
 
 
-def _matches(value: Any, condition: Any) -> bool:
-    """``value`` satisfies a LangGraph filter (nested equality and comparison operators)."""
-    if isinstance(condition, dict):
+def _check_filter(condition: Any, top: bool = True) -> None:
+    """Refuse an unknown operator (or a non-JSON operand) before the batch starts, whether or
+    not any item would have been compared."""
+    if not isinstance(condition, Mapping):
+        if top:
+            raise InvalidInputError(f"filter must be a dict, got {type(condition).__name__}.")
+        _operand(condition)
+        return
+    operators = [k for k in condition if isinstance(k, str) and k.startswith("$")]
+    if top and operators:
+        raise InvalidInputError(
+            f"filter keys name fields, not operators ({operators[0]!r}); logical operators "
+            "such as $or are not supported: give {field: value} or {field: {'$gt': value}}."
+        )
+    for name, operand in condition.items():
+        if not isinstance(name, str):
+            raise InvalidInputError(f"filter keys must be str, got {type(name).__name__}.")
+        if operators and name not in _OPERATORS:
+            raise InvalidInputError(
+                f"unsupported filter operator {name!r}; use one of {sorted(_OPERATORS)}."
+            )
+        _check_filter(operand, top=False)
+
+
+def _field(value: Mapping[str, Any], key: str) -> Any:
+    """The value a filter key names: the key itself, else a dotted path through nested
+    objects (``"user.access-level"``), as ``SqliteStore`` reads it; None when missing."""
+    if key in value:
+        return value[key]
+    node: Any = value
+    for part in key.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def _matches(value: Mapping[str, Any], condition: Mapping[str, Any]) -> bool:
+    """``value`` satisfies a LangGraph filter: every key, a field or dotted path, compares."""
+    return all(_compare(_field(value, key), wanted) for key, wanted in condition.items())
+
+
+def _compare(value: Any, condition: Any) -> bool:
+    """Nested equality (a dict matches the keys it names) and comparison operators."""
+    if isinstance(condition, Mapping):
         if any(k.startswith("$") for k in condition):
             for name, operand in condition.items():
-                operator = _OPERATORS.get(name)
-                if operator is None:
-                    raise InvalidInputError(
-                        f"unsupported filter operator {name!r}; use one of {sorted(_OPERATORS)}."
-                    )
                 try:
-                    if not operator(value, operand):
+                    if not _OPERATORS[name](value, _operand(operand)):
                         return False
-                except TypeError:
+                except TypeError:  # "a" > 1: unordered types never match
                     return False
             return True
-        if not isinstance(value, dict):
+        if not isinstance(value, Mapping):
             return False
-        return all(_matches(value.get(k), v) for k, v in condition.items())
-    return bool(value == condition)
+        return all(_compare(value.get(k), v) for k, v in condition.items())
+    return bool(value == _operand(condition))
+
+
+def _operand(value: Any) -> Any:
+    """A filter operand in the form values are stored in (a datetime as its ISO string, a
+    tuple as a list), so it compares with what was stored; JSON scalars pass as they are."""
+    if value is None or isinstance(value, (str, int, float)):
+        return value
+    if isinstance(value, Mapping):
+        return {k: _operand(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_operand(v) for v in value]
+    try:
+        return orjson.loads(orjson.dumps(value))
+    except (TypeError, ValueError) as exc:
+        raise InvalidInputError(f"filter values must be JSON values: {exc}.") from exc

@@ -1,9 +1,10 @@
 """``HarombeMemoryBlock``: long-term recall for LlamaIndex's ``Memory``.
 
 ``Memory`` keeps a short FIFO queue and hands the messages it flushes to its memory blocks. This
-block keeps them in harombe (unless they are there already, see ``persist_flushed``) and, on every
-``get``, recalls the past messages most relevant to the latest turns: flushed ones and those of
-earlier sessions, by meaning and by keyword.
+block keeps them in harombe, unless they are there already (``Memory``'s queue is a
+``HarombeDBChatStore`` on the same database: the flushed messages are its archived rows), and, on
+every ``get``, recalls the past messages most relevant to the latest turns: flushed ones and
+those of earlier sessions, by meaning and by keyword.
 
 The session whose recall is asked for arrives with each call, so one block shared by many
 ``Memory`` objects keeps their sessions apart (LlamaIndex's ``VectorMemoryBlock`` stores the first
@@ -25,8 +26,15 @@ from harombe_core.manager import MemoryManager
 from harombe_core.models import Message
 from harombe_core.validate import check_location
 from llamaindex_harombe._recall import fit_context
+from llamaindex_harombe.chat_store import holds_its_queue
 from llamaindex_harombe.convert import from_llamaindex
-from llamaindex_harombe.memory import DEFAULT_STORAGE_PATH, describe_manager, open_manager
+from llamaindex_harombe.memory import (
+    DEFAULT_STORAGE_PATH,
+    describe_manager,
+    embedding_field,
+    open_manager,
+    vector_store_field,
+)
 
 __all__ = ["HarombeMemoryBlock"]
 
@@ -47,8 +55,8 @@ class HarombeMemoryBlock(BaseMemoryBlock[str]):
         default="Relevant messages recalled from earlier in this and past conversations."
     )
     storage_path: str = Field(default=DEFAULT_STORAGE_PATH, description="SQLite file or URL.")
-    embedding: str | None = Field(default=None, description="Embedding model, None: keywords.")
-    vector_store: str | None = Field(default=None, description="Vector index ('chroma').")
+    embedding: str | None = embedding_field()
+    vector_store: str | None = vector_store_field()
     scope: Literal["session", "user", "all"] = Field(default="session")
     user_id: str | None = Field(default=None, description="Owner; required for scope='user'.")
     top_k: int = Field(default=5, description="Most messages recalled per get.")
@@ -59,8 +67,9 @@ class HarombeMemoryBlock(BaseMemoryBlock[str]):
     persist_flushed: bool = Field(
         default=True,
         description=(
-            "Store messages flushed from short-term memory. Set False when Memory's sql_store "
-            "is a HarombeDBChatStore on this database: they are stored (and searchable) already."
+            "Store messages flushed from short-term memory, so they can be recalled. Messages "
+            "of a session whose queue is a HarombeDBChatStore on this database are never "
+            "stored twice (they are there, and searchable, already). False: store nothing."
         ),
     )
 
@@ -138,8 +147,10 @@ class HarombeMemoryBlock(BaseMemoryBlock[str]):
                     "block.aput(messages, session_id=...)."
                 )
             by_session[str(session)].append(from_llamaindex(message))
-        for sid in by_session:
-            await self._manager.acheck_owner(sid, self.user_id, exact=True)
+        for sid in list(by_session):
+            known = await self._manager.acheck_owner(sid, self.user_id, exact=True)
+            if known is not None and holds_its_queue(known):
+                del by_session[sid]  # flushed from a queue in this database: stored already
         await asyncio.gather(
             *(
                 self._manager.asave_messages(sid, batch, user_id=self.user_id)

@@ -19,10 +19,11 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from llama_index.core.base.llms.types import ChatMessage
 from llama_index.core.bridge.pydantic import BaseModel, Field, PrivateAttr
+from llama_index.core.storage.chat_store import loading
 from llama_index.core.storage.chat_store.base import BaseChatStore
 from llama_index.core.storage.chat_store.base_db import AsyncDBChatStore, MessageStatus
 
@@ -38,17 +39,23 @@ from harombe_core.validate import (
     pydantic_errors,
 )
 from llamaindex_harombe.convert import from_llamaindex, from_llamaindex_list, to_llamaindex
-from llamaindex_harombe.memory import DEFAULT_STORAGE_PATH, describe_manager, open_manager
+from llamaindex_harombe.memory import (
+    DEFAULT_STORAGE_PATH,
+    describe_manager,
+    embedding_field,
+    open_manager,
+    vector_store_field,
+)
 
-__all__ = ["HarombeChatStore", "HarombeDBChatStore"]
+__all__ = ["HarombeChatStore", "HarombeDBChatStore", "holds_its_queue"]
 
 
 class _ManagedStore(BaseModel):
     """Fields and plumbing shared by both stores: where the database is, and the manager."""
 
     storage_path: str = Field(default=DEFAULT_STORAGE_PATH, description="SQLite file or URL.")
-    embedding: str | None = Field(default=None, description="Embedding model, None: keywords.")
-    vector_store: str | None = Field(default=None, description="Vector index ('chroma').")
+    embedding: str | None = embedding_field()
+    vector_store: str | None = vector_store_field()
     user_id: str | None = Field(
         default=None,
         description="The user this store acts for: owner of the sessions it creates, and the "
@@ -103,9 +110,15 @@ class _ManagedStore(BaseModel):
         self._check(key)
         return self._manager.get_messages(key, user_id=self.user_id)
 
-    def _keys(self) -> list[str]:
+    def _keys(self, *, with_messages: bool = False) -> list[str]:
+        """The sessions this store may list (no user: unowned ones), oldest first like the
+        insertion order of LlamaIndex's stores; ``with_messages``: only those holding any."""
         sessions = self._manager.list_sessions(limit=None, user_id=self.user_id)
-        mine = [s for s in sessions if s.user_id == self.user_id]  # no user: unowned ones only
+        mine = [
+            s
+            for s in sessions
+            if s.user_id == self.user_id and (s.message_count > 0 or not with_messages)
+        ]
         return [s.id for s in sorted(mine, key=lambda s: (s.created_at, s.id))]
 
 
@@ -216,7 +229,7 @@ def _index(value: Any, what: str = "idx") -> int:
     return check_count(value, what, low=-MAX_COUNT)
 
 
-def _status(value: Any, *, optional: bool) -> MessageStatus | None:
+def _status_arg(value: Any, *, optional: bool) -> MessageStatus | None:
     """A MessageStatus (or its value, "active" / "archived"); None means every status."""
     if value is None and optional:
         return None
@@ -238,6 +251,12 @@ def _fresh(message: Message) -> Message:
 ARCHIVED_THROUGH_KEY = "li_archived_through"
 #: Message metadata key marking a message written with status ARCHIVED.
 STATUS_KEY = "li_status"
+
+
+def holds_its_queue(session: Session) -> bool:
+    """True if ``Memory`` has archived messages of this session through a HarombeDBChatStore:
+    what it flushes from the session's queue is then already in the session, in order."""
+    return ARCHIVED_THROUGH_KEY in session.metadata
 
 
 class HarombeDBChatStore(_ManagedStore, AsyncDBChatStore):
@@ -268,7 +287,7 @@ class HarombeDBChatStore(_ManagedStore, AsyncDBChatStore):
         return MessageStatus.ACTIVE
 
     def _select(self, key: str, status: MessageStatus | None) -> list[Message]:
-        status = _status(status, optional=True)
+        status = _status_arg(status, optional=True)
         if status is None:
             return self._stored(key)
         through = self._archived_through(key)
@@ -283,7 +302,7 @@ class HarombeDBChatStore(_ManagedStore, AsyncDBChatStore):
         return [m for m in stored if self._status(m, through) == status]
 
     def _convert(self, messages: Sequence[ChatMessage], status: MessageStatus) -> list[Message]:
-        status = _status(status, optional=False) or MessageStatus.ACTIVE
+        status = _status_arg(status, optional=False) or MessageStatus.ACTIVE
         extra = {STATUS_KEY: status.value} if status == MessageStatus.ARCHIVED else None
         return from_llamaindex_list(messages, "add_messages", metadata=extra)
 
@@ -298,8 +317,10 @@ class HarombeDBChatStore(_ManagedStore, AsyncDBChatStore):
         return [to_llamaindex(m) for m in selected[start:end]]
 
     def _set(self, key: str, messages: Sequence[ChatMessage], status: MessageStatus) -> None:
+        """The key's whole history becomes ``messages`` (archived ones go too, as in
+        ``SQLAlchemyChatStore``: ``Memory.set`` means "this is the conversation")."""
         converted = self._convert(messages, status)
-        doomed = [m.id for m in self._select(key, status) if m.id is not None]
+        doomed = [m.id for m in self._stored(key) if m.id is not None]
         self._manager.replace_messages(key, doomed, converted, user_id=self.user_id)
 
     def _delete_ids(self, key: str, victims: list[Message]) -> list[ChatMessage]:
@@ -307,15 +328,20 @@ class HarombeDBChatStore(_ManagedStore, AsyncDBChatStore):
         self._manager.replace_messages(key, doomed, [], user_id=self.user_id)
         return [to_llamaindex(m) for m in victims]
 
-    def _delete_at(self, key: str, idx: int) -> ChatMessage | None:
-        idx = _index(idx)
-        stored = self._stored(key)
-        if not -len(stored) <= idx < len(stored):
+    def _delete_id(self, key: str, row_id: int) -> ChatMessage | None:
+        """The message whose id is ``row_id``, if it is the key's, deleted and returned."""
+        row_id = check_count(
+            row_id, "delete_message's message id (from get_messages)", low=-MAX_COUNT
+        )
+        if self._check(key) is None or row_id < 1:
             return None
-        return self._delete_ids(key, [stored[idx]])[0]
+        found = self._manager.get_messages(key, after_id=row_id - 1, limit=1, user_id=self.user_id)
+        if not found or found[0].id != row_id:
+            return None
+        return self._delete_ids(key, found)[0]
 
     def _delete_status(self, key: str, status: MessageStatus | None) -> None:
-        status = _status(status, optional=True)
+        status = _status_arg(status, optional=True)
         if status is None:
             self._check(key)
             self._manager.clear_session(key, user_id=self.user_id)
@@ -380,7 +406,10 @@ class HarombeDBChatStore(_ManagedStore, AsyncDBChatStore):
         await asyncio.to_thread(self._set, key, messages, status)
 
     async def delete_message(self, key: str, idx: int) -> ChatMessage | None:
-        return await asyncio.to_thread(self._delete_at, key, idx)
+        """Delete the message whose id is ``idx`` and return it (None if the key has no such
+        message), as ``SQLAlchemyChatStore`` does with its row ids. The ids are harombe's
+        message ids (``store.manager.get_messages(key)``)."""
+        return await asyncio.to_thread(self._delete_id, key, idx)
 
     async def delete_messages(self, key: str, status: MessageStatus | None = None) -> None:
         await asyncio.to_thread(self._delete_status, key, status)
@@ -392,4 +421,12 @@ class HarombeDBChatStore(_ManagedStore, AsyncDBChatStore):
         return await asyncio.to_thread(self._archive_oldest, key, n)
 
     async def get_keys(self) -> list[str]:
-        return await asyncio.to_thread(self._keys)
+        """Keys holding messages, as ``SQLAlchemyChatStore`` lists them (its keys are rows)."""
+        return await asyncio.to_thread(lambda: self._keys(with_messages=True))
+
+
+# ChatMemoryBuffer.from_dict finds its chat store's class by name in LlamaIndex's registry, which
+# lists only SimpleChatStore: without this entry a buffer on HarombeChatStore could be saved but
+# not restored ("Invalid ChatStore name"). The dict holds where the store is, never its messages.
+_registry = cast(dict[str, type[BaseChatStore]], loading.RECOGNIZED_CHAT_STORES)
+_registry.setdefault(HarombeChatStore.class_name(), HarombeChatStore)

@@ -5,16 +5,20 @@ put, so a new process that builds the same memory (same ``storage_path`` and ``s
 continues the conversation; without a ``session_id`` each memory gets a new session, as
 LlamaIndex's own ``Memory`` does, so two users never share one by default.
 
-``get`` returns the newest messages that fit the token limit, counted with tool calls and tool
-results included (LlamaIndex's own ``Memory`` counts those as zero), never starting on an
-assistant or tool turn, and, when the engine passes the user's input, the most relevant turns of
-the user's earlier sessions as one system message in front (only with a ``user_id``: recall
-never reaches sessions not known to be the same user's).
+``get`` returns the newest messages that fit the token limit, counted as LlamaIndex counts them
+(text, with tool calls and their results included), never starting on an assistant or tool
+turn, and never nothing: when even the newest turn does not fit, it is returned whole, as
+LlamaIndex's ``Memory`` keeps its last turn (see :mod:`llamaindex_harombe._window`). When the
+engine passes the user's input, the most relevant turns of the user's earlier sessions come
+first as one system message (only with a ``user_id``: recall never reaches sessions not known
+to be the same user's), found by meaning and by keyword with the bundled offline model.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import json
 import os
 import uuid
 from collections.abc import Callable, Sequence
@@ -25,10 +29,13 @@ from llama_index.core.base.llms.types import ChatMessage
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.llms.llm import LLM
 from llama_index.core.memory.types import BaseMemory
+from llama_index.core.storage.chat_store.base_db import MessageStatus
 
-from harombe_core.errors import InvalidInputError
+from harombe_core.embeddings.base import Embedder
+from harombe_core.errors import InvalidBudgetError, InvalidInputError
 from harombe_core.manager import MemoryManager
 from harombe_core.models import Message, Session
+from harombe_core.strategies import Window
 from harombe_core.threads import resolve_selector
 from harombe_core.validate import (
     MAX_TOP_K,
@@ -41,16 +48,44 @@ from harombe_core.validate import (
 )
 from llamaindex_harombe._recall import fit_context
 from llamaindex_harombe._threads import Threader
+from llamaindex_harombe._window import LlamaIndexCosts, conversation_window
 from llamaindex_harombe.convert import from_llamaindex_list, to_llamaindex
 from llamaindex_harombe.llm import LlamaIndexLLM
 
-__all__ = ["DEFAULT_STORAGE_PATH", "DEFAULT_TOKEN_LIMIT", "LLAMAINDEX_EMBEDDING", "HarombeMemory"]
+__all__ = [
+    "DEFAULT_EMBEDDING",
+    "DEFAULT_STORAGE_PATH",
+    "DEFAULT_TOKEN_LIMIT",
+    "DEFAULT_VECTOR_STORE",
+    "LLAMAINDEX_EMBEDDING",
+    "HarombeMemory",
+    "embedding_field",
+    "vector_store_field",
+]
 
 #: Where memories live unless told otherwise (one file for every session and user).
 DEFAULT_STORAGE_PATH = "~/.harombe/memory.db"
 #: The same default as LlamaIndex's ChatMemoryBuffer when no LLM is given.
 DEFAULT_TOKEN_LIMIT = 3000
 _CONTEXT_RATIO = 0.75  # LlamaIndex's share of an LLM's context window given to history
+#: Semantic memory by default, as in the core and the LangChain adapter: the bundled, offline
+#: all-MiniLM-L6-v2 with an embedded Chroma index beside the database. ``embedding=None`` keeps
+#: keyword search only.
+DEFAULT_EMBEDDING = "default"
+DEFAULT_VECTOR_STORE = "chroma"
+
+
+def embedding_field() -> Any:
+    """The ``embedding`` field of every component opened from a path: one default for all."""
+    return Field(
+        default=DEFAULT_EMBEDDING,
+        description="Embedding model for search by meaning ('default': the bundled offline "
+        "all-MiniLM-L6-v2; 'llamaindex': Settings.embed_model; None: keyword search only).",
+    )
+
+
+def vector_store_field() -> Any:
+    return Field(default=DEFAULT_VECTOR_STORE, description="Vector index ('chroma').")
 
 Strategy = Literal["simple", "summarization", "hybrid", "threaded"]
 
@@ -58,6 +93,14 @@ Strategy = Literal["simple", "summarization", "hybrid", "threaded"]
 #: ``embedding`` value meaning "a LlamaIndex embedding model" (``embed_model=``, else
 #: ``Settings.embed_model``), recorded by ``to_dict`` in place of the model object.
 LLAMAINDEX_EMBEDDING = "llamaindex"
+
+
+@functools.cache
+def _bundled_embedder() -> Embedder:
+    """The bundled model, loaded once per process however many memories and stores use it."""
+    from harombe_core.embeddings import resolve_embedder
+
+    return resolve_embedder(DEFAULT_EMBEDDING)
 
 
 def open_manager(
@@ -68,13 +111,14 @@ def open_manager(
 ) -> MemoryManager:
     """A MemoryManager for a location; semantic memory only when both parts are named.
 
+    ``embedding="default"`` is the bundled model, shared by every component of the process.
     ``embedding="llamaindex"`` (implied by ``embed_model``) embeds with ``embed_model`` or, when
     reopening from a dict, LlamaIndex's ``Settings.embed_model``; the vector index refuses a
     different model than the one it was built with.
     """
     if embed_model is not None:
         embedding = LLAMAINDEX_EMBEDDING
-        vector_store = vector_store or "chroma"
+        vector_store = vector_store or DEFAULT_VECTOR_STORE
     if embedding is None or vector_store is None:
         return MemoryManager(storage_path, embedding=None, vector_store=None)
     if embedding == LLAMAINDEX_EMBEDDING:
@@ -92,6 +136,8 @@ def open_manager(
                     "embed_model=..., or use embedding='default' (the bundled model)."
                 ) from None
         embedding = LlamaIndexEmbedder(embed_model)
+    elif embedding == DEFAULT_EMBEDDING:
+        embedding = _bundled_embedder()
     return MemoryManager(storage_path, embedding=embedding, vector_store=vector_store)
 
 
@@ -107,8 +153,8 @@ def describe_manager(manager: MemoryManager) -> tuple[str, Any, Any]:
     if not manager.semantic_enabled:
         return location, None, None
     if isinstance(manager.embedder, LlamaIndexEmbedder):
-        return location, LLAMAINDEX_EMBEDDING, "chroma"
-    return location, "default", "chroma"
+        return location, LLAMAINDEX_EMBEDDING, DEFAULT_VECTOR_STORE
+    return location, DEFAULT_EMBEDDING, DEFAULT_VECTOR_STORE
 
 
 class HarombeMemory(BaseMemory):
@@ -131,12 +177,13 @@ class HarombeMemory(BaseMemory):
             "SessionOwnershipError. Scopes recall."
         ),
     )
-    token_limit: int = Field(default=DEFAULT_TOKEN_LIMIT, description="Budget of get().")
-    storage_path: str = Field(default=DEFAULT_STORAGE_PATH, description="SQLite file or URL.")
-    embedding: str | None = Field(
-        default=None, description="Embedding model for semantic recall (None: keywords only)."
+    token_limit: int = Field(
+        default=DEFAULT_TOKEN_LIMIT,
+        description="Budget of get(), in tokens of message text as LlamaIndex counts them.",
     )
-    vector_store: str | None = Field(default=None, description="Vector index ('chroma').")
+    storage_path: str = Field(default=DEFAULT_STORAGE_PATH, description="SQLite file or URL.")
+    embedding: str | None = embedding_field()
+    vector_store: str | None = vector_store_field()
     strategy: str = Field(
         default="simple",
         description=(
@@ -188,7 +235,7 @@ class HarombeMemory(BaseMemory):
             raise InvalidInputError("pass embed_model or manager, not both.")
         if embed_model is not None:
             data["embedding"] = LLAMAINDEX_EMBEDDING
-            data["vector_store"] = data.get("vector_store") or "chroma"
+            data["vector_store"] = data.get("vector_store") or DEFAULT_VECTOR_STORE
         if manager is not None:
             location, embedding, vector_store = describe_manager(manager)
             data.setdefault("storage_path", location)
@@ -198,7 +245,11 @@ class HarombeMemory(BaseMemory):
             super().__init__(**data)
         check_id(self.session_id, "session_id")
         optional_id(self.user_id, "user_id")
-        check_budget(self.token_limit, "token_limit")
+        if check_budget(self.token_limit, "token_limit") < 1:
+            raise InvalidBudgetError(
+                f"token_limit must be at least 1 token, as in LlamaIndex's ChatMemoryBuffer "
+                f"and Memory; got {self.token_limit}."
+            )
         check_budget(self.rag_max_tokens, "rag_max_tokens")
         check_count(self.keep_last, "keep_last", high=MAX_TOP_K)
         check_count(self.rag_top_k, "rag_top_k", high=MAX_TOP_K)
@@ -253,8 +304,8 @@ class HarombeMemory(BaseMemory):
         keep_last: int = 6,
         thread_selector: Literal["linear", "embedding", "llm"] = "embedding",
         system_prompt: str | None = None,
-        embedding: str | None = None,
-        vector_store: str | None = "chroma",
+        embedding: str | None = DEFAULT_EMBEDDING,
+        vector_store: str | None = DEFAULT_VECTOR_STORE,
         embed_model: BaseEmbedding | None = None,
         rag: bool = True,
         rag_top_k: int = 5,
@@ -271,9 +322,10 @@ class HarombeMemory(BaseMemory):
 
         ``token_limit`` defaults to 3/4 of ``llm``'s context window, as LlamaIndex's buffers do,
         else 3000. ``chat_history``, if given, replaces what the session holds (the engines pass
-        it this way through ``memory_cls``). ``embedding`` names an embedding model
-        (``"default"``: the bundled all-MiniLM-L6-v2) to recall by meaning as well as by keyword;
-        or pass a LlamaIndex ``embed_model`` (for example ``Settings.embed_model``) instead.
+        it this way through ``memory_cls``). ``embedding`` names the embedding model that
+        recalls by meaning as well as by keyword (``"default"``: the bundled, offline
+        all-MiniLM-L6-v2, loaded once per process; ``None``: keywords only); or pass a
+        LlamaIndex ``embed_model`` (for example ``Settings.embed_model``) instead.
         """
         if llm is not None and not isinstance(llm, LLM):
             raise InvalidInputError(f"llm must be a LlamaIndex LLM, got {type(llm).__name__}.")
@@ -338,9 +390,23 @@ class HarombeMemory(BaseMemory):
         if self._owns_manager:
             self._manager.close()
 
+    def count_tokens(self, messages: Sequence[ChatMessage]) -> int:
+        """Tokens ``messages`` take from ``token_limit``: their text, names and tool calls,
+        counted as LlamaIndex's memories count (no per-message framing)."""
+        costs = LlamaIndexCosts(self._manager.token_counter)
+        return costs.total(from_llamaindex_list(messages, "count_tokens"))
+
     def _budget(self, initial_token_count: int) -> int:
         check_budget(initial_token_count, "initial_token_count")
-        return max(self.token_limit - initial_token_count, 0)
+        if initial_token_count > self.token_limit:
+            # ChatMemoryBuffer's error (a ValueError), with how to fix it.
+            raise InvalidBudgetError(
+                f"Initial token count exceeds token limit: initial_token_count="
+                f"{initial_token_count} > token_limit={self.token_limit}. The engine's own "
+                "prompt (system prompt, prefix messages) does not fit: raise token_limit or "
+                "shorten that prompt."
+            )
+        return self.token_limit - initial_token_count
 
     def _recall_query(self, input: object) -> str | None:
         """What to recall for: the engine's input, else the newest user message (as
@@ -377,21 +443,32 @@ class HarombeMemory(BaseMemory):
         message = fit_context(recalled, self._manager, min(self.rag_max_tokens, budget))
         return [message] if message is not None else []
 
-    def _context_args(self, budget: int) -> dict[str, Any]:
-        return {
-            "strategy": self.strategy,
-            "max_tokens": budget,
-            "start_on_user": True,
-            "keep_last": self.keep_last,
-            "user_id": self.user_id,
-        }
+    def _assemble(
+        self, session: Session | None, context: list[Message], budget: int
+    ) -> list[ChatMessage]:
+        """Recalled context and the conversation window, within ``budget`` when they fit.
 
-    def _fit(self, context: list[Message], budget: int) -> tuple[int, list[Message]]:
-        """What remains for the window once recalled context is paid for (dropped if too big)."""
-        cost = self._manager.count_tokens(context) if context else 0
-        if cost > budget:
-            return budget, []
-        return budget - cost, context
+        The conversation comes first: if its window had to fall back to the newest turn beside
+        the recalled context, the context is dropped and the window chosen again.
+        """
+        if session is None:  # deleted behind this memory's back (e.g. by a chat store)
+            return []
+        spent = LlamaIndexCosts(self._manager.token_counter).total(context)
+        window = self._window(session, max(budget - spent, 0))
+        if context and window.tokens + spent > budget:
+            context = []
+            window = self._window(session, budget)
+        return [to_llamaindex(m) for m in _merge_system(context, window.messages)]
+
+    def _window(self, session: Session, budget: int) -> Window:
+        return conversation_window(
+            self._manager,
+            session,
+            strategy=self.strategy,
+            max_tokens=budget,
+            keep_last=self.keep_last,
+            user_id=self.user_id,
+        )
 
     # BaseMemory ---------------------------------------------------------------------------
     def get(
@@ -400,27 +477,27 @@ class HarombeMemory(BaseMemory):
         """The window that fits ``token_limit - initial_token_count``, recalled context first.
 
         Tool calls and their results are counted and never separated; the window never begins
-        on an assistant or tool message. With ``rag`` on, the messages of earlier sessions most
-        relevant to ``input`` (or, without it, to the newest user message) come first as one
-        system message, inside the budget.
+        on an assistant or tool message; when not even the newest turn fits, that turn is
+        returned whole rather than nothing. With ``rag`` on, the messages of earlier sessions
+        most relevant to ``input`` (or, without it, to the newest user message) come first as
+        one system message, inside the budget. ``initial_token_count`` above ``token_limit``
+        raises InvalidBudgetError (a ValueError, as ChatMemoryBuffer raises).
         """
         budget = self._budget(initial_token_count)
-        self._check()
+        session = self._check()
         context: list[Message] = []
         query = self._recall_query(input)
         if query:
             recalled = self._manager.get_relevant_context(query, **self._rag_args(budget))
             context = self._context(recalled, budget)
-        remaining, context = self._fit(context, budget)
-        window = self._manager.get_context(self.session_id, **self._context_args(remaining))
-        return [to_llamaindex(m) for m in _merge_system(context, window)]
+        return self._assemble(session, context, budget)
 
     async def aget(
         self, input: str | None = None, initial_token_count: int = 0, **kwargs: Any
     ) -> list[ChatMessage]:
         """Async twin of :meth:`get`; store and search work run off the event loop."""
         budget = self._budget(initial_token_count)
-        await self._acheck()
+        session = await self._acheck()
         context: list[Message] = []
         query = await asyncio.to_thread(self._recall_query, input)
         if query:
@@ -428,20 +505,25 @@ class HarombeMemory(BaseMemory):
                 query, **self._rag_args(budget)
             )
             context = self._context(recalled, budget)
-        remaining, context = self._fit(context, budget)
-        window = await self._manager.aget_context(
-            self.session_id, **self._context_args(remaining)
-        )
-        return [to_llamaindex(m) for m in _merge_system(context, window)]
+        return await asyncio.to_thread(self._assemble, session, context, budget)
 
-    def get_all(self) -> list[ChatMessage]:
-        """Every message of the session, oldest first (no window, no recall)."""
+    def get_all(self, status: MessageStatus | None = None) -> list[ChatMessage]:
+        """Every message of the session, oldest first (no window, no recall).
+
+        ``status`` is ``Memory``'s: harombe archives nothing (older messages leave the window,
+        never the history), so ``ACTIVE`` is every message and ``ARCHIVED`` none.
+        """
         self._check()
+        if status == MessageStatus.ARCHIVED:
+            return []
         stored = self._manager.get_messages(self.session_id, user_id=self.user_id)
         return [to_llamaindex(m) for m in stored]
 
-    async def aget_all(self) -> list[ChatMessage]:
+    async def aget_all(self, status: MessageStatus | None = None) -> list[ChatMessage]:
+        """Async twin of :meth:`get_all`."""
         await self._acheck()
+        if status == MessageStatus.ARCHIVED:
+            return []
         stored = await self._manager.aget_messages(self.session_id, user_id=self.user_id)
         return [to_llamaindex(m) for m in stored]
 
@@ -498,16 +580,42 @@ class HarombeMemory(BaseMemory):
         )
         self._forget_threads()
 
-    def reset(self) -> None:
-        """Forget this session's messages (the session and other sessions stay)."""
+    def reset(self, status: MessageStatus | None = None) -> None:
+        """Forget this session's messages (the session and other sessions stay).
+
+        ``status=ARCHIVED`` forgets nothing: harombe archives nothing (see :meth:`get_all`).
+        """
         self._check()
+        if status == MessageStatus.ARCHIVED:
+            return
         self._manager.clear_session(self.session_id, user_id=self.user_id)
         self._forget_threads()
 
-    async def areset(self) -> None:
+    async def areset(self, status: MessageStatus | None = None) -> None:
+        """Async twin of :meth:`reset`."""
         await self._acheck()
+        if status == MessageStatus.ARCHIVED:
+            return
         await self._manager.aclear_session(self.session_id, user_id=self.user_id)
         self._forget_threads()
+
+    # serialisation, as ChatMemoryBuffer offers it -------------------------------------------
+    def to_string(self) -> str:
+        """This memory as JSON: where the store and the session are, never the messages."""
+        return self.to_json()
+
+    @classmethod
+    def from_string(cls, json_str: str) -> HarombeMemory:
+        """Reopen a memory from :meth:`to_string` (same store, same session)."""
+        if not isinstance(json_str, str):
+            raise InvalidInputError(f"from_string takes a str, got {type(json_str).__name__}.")
+        try:
+            data = json.loads(json_str)
+        except (ValueError, RecursionError) as exc:
+            raise InvalidInputError(f"from_string takes what to_string wrote: {exc}") from None
+        if not isinstance(data, dict):
+            raise InvalidInputError("from_string takes what to_string wrote (a JSON object).")
+        return cls.from_dict(data)
 
 
 def _merge_system(context: list[Message], window: list[Message]) -> list[Message]:

@@ -21,7 +21,12 @@ from harombe_core.manager import MemoryManager
 from harombe_core.models import SearchHit
 from harombe_core.owners import check_search_scope
 from harombe_core.validate import check_count, check_query, optional_id
-from llamaindex_harombe.memory import DEFAULT_STORAGE_PATH, open_manager
+from llamaindex_harombe.memory import (
+    DEFAULT_EMBEDDING,
+    DEFAULT_STORAGE_PATH,
+    DEFAULT_VECTOR_STORE,
+    open_manager,
+)
 
 __all__ = ["HarombeRetriever", "hit_to_node"]
 
@@ -74,7 +79,8 @@ class HarombeRetriever(BaseRetriever):
     both, the session must be the user's, and a session named without a user must have no
     owner (``SessionOwnershipError`` otherwise).
     ``exclude_session_id`` leaves out the conversation in progress, whose messages the engine's
-    memory already shows the model.
+    memory already shows the model. Opened from a ``storage_path``, it searches by meaning and by
+    keyword with the bundled offline model (``embedding=None``: keywords only).
     """
 
     def __init__(
@@ -82,8 +88,8 @@ class HarombeRetriever(BaseRetriever):
         *,
         manager: MemoryManager | None = None,
         storage_path: str | os.PathLike[str] | None = None,
-        embedding: str | None = None,
-        vector_store: str | None = "chroma",
+        embedding: str | None = DEFAULT_EMBEDDING,
+        vector_store: str | None = DEFAULT_VECTOR_STORE,
         top_k: int = 5,
         session_id: str | None = None,
         user_id: str | None = None,

@@ -79,6 +79,8 @@ _MESSAGE_COLUMNS = (
     "m.id, m.session_id, m.role, m.content, m.name, m.tool_calls, m.tool_call_id, m.metadata, "
     "m.created_at, m.token_count, m.parent_id"
 )
+#: A message (alias ``m``) whose vector is not stored yet.
+_NO_VECTOR = "NOT EXISTS (SELECT 1 FROM message_vectors v WHERE v.message_id = m.id)"
 _SESSION_COLUMNS = (
     "id, user_id, system_prompt, metadata, created_at, updated_at, message_count, summary, "
     "summary_json, summary_until_id"
@@ -816,9 +818,19 @@ class SQLiteStore:
         assignments = ", ".join(f"{column} = ?" for column in changes)
 
         def update(c: sqlite3.Connection) -> int:
+            before = c.execute("SELECT user_id FROM sessions WHERE id = ?", (session_id,))
+            owner = before.fetchone()
             cursor = c.execute(
                 f"UPDATE sessions SET {assignments} WHERE id = ?", (*changes.values(), session_id)
             )
+            if owner is not None and "user_id" in changes and owner[0] != changes["user_id"]:
+                # The vector index files each vector under its owner: in the same transaction,
+                # a moved session's vectors go back to the tail (searched exactly from here)
+                # until the index owner files them under the new owner.
+                c.execute(
+                    "UPDATE messages SET embedded = 0 WHERE session_id = ? AND embedded != 0",
+                    (session_id,),
+                )
             return cursor.rowcount
 
         if self._write(update) == 0:
@@ -1146,11 +1158,16 @@ class SQLiteStore:
         return int(row[0]) if row else 0
 
     def pending_embeddings(self, limit: int) -> list[tuple[Message, str]]:
-        """Oldest messages not yet in the vector index, each with the turn it answers."""
+        """Oldest messages not embedded yet (no stored vector), each with the turn it answers.
+
+        A message with ``embedded = 0`` and a stored vector is embedded but not yet in the
+        vector index (see :mod:`harombe_core.vectors.stored`); it is not returned here.
+        """
         self.index_keywords()
         rows = self._read(
             f"SELECT {_MESSAGE_COLUMNS}, f.context FROM messages m "
-            "JOIN messages_fts f ON f.rowid = m.id WHERE m.embedded = 0 ORDER BY m.id LIMIT ?",
+            "JOIN messages_fts f ON f.rowid = m.id WHERE m.embedded = 0 "
+            f"AND {_NO_VECTOR} ORDER BY m.id LIMIT ?",
             (limit,),
         )
         return [(_row_to_message(r[:-1]), r[-1] or "") for r in rows]
@@ -1247,7 +1264,8 @@ class SQLiteStore:
     def stats(self) -> dict[str, Any]:
         sessions, users = self._read("SELECT COUNT(*), COUNT(DISTINCT user_id) FROM sessions")[0]
         messages, tokens, pending = self._read(
-            "SELECT COUNT(*), COALESCE(SUM(token_count), 0), COALESCE(SUM(embedded = 0), 0) "
+            "SELECT COUNT(*), COALESCE(SUM(token_count), 0), "
+            f"(SELECT COUNT(*) FROM messages m WHERE m.embedded = 0 AND {_NO_VECTOR}) "
             "FROM messages"
         )[0]
         size = 0

@@ -37,6 +37,10 @@ class VectorIndex(Protocol):
 
     ``where`` is a mapping of metadata key to a required value, or to an operator dict
     (``{"$in": [...]}``, ``{"$gte": n}``, ``{"$lte": n}``), AND-ed together.
+
+    An index may also offer ``ids() -> list[int]`` (every id it holds): when its count disagrees
+    with the store, the missing vectors are then found and re-filed one by one; without it,
+    every vector is filed again.
     """
 
     @property

@@ -8,17 +8,24 @@ download a model), in cosine space, keyed by the message id as a string, with th
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import threading
-import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import numpy as np
 
-from harombe_core.errors import MissingExtraError, StoreError
+from harombe_core.errors import (
+    EmbeddingModelMismatchError,
+    HarombeError,
+    InvalidInputError,
+    MissingExtraError,
+    StoreError,
+    VectorIndexError,
+)
 from harombe_core.vectors.base import FloatArray, MetaValue, VectorMatch
 
 log = logging.getLogger(__name__)
@@ -26,6 +33,11 @@ log = logging.getLogger(__name__)
 __all__ = ["ChromaVectorIndex", "chroma_where"]
 
 DEFAULT_COLLECTION = "harombe_messages"
+#: Ids read per page when listing what the index holds.
+_ID_PAGE = 10_000
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 
 def chroma_where(where: Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -50,12 +62,61 @@ def _import_chromadb() -> Any:
     return chromadb
 
 
+def _typed_errors(method: Callable[P, T]) -> Callable[P, T]:
+    """Chroma's own exceptions never reach a caller: each becomes a harombe error.
+
+    A collection deleted under this client (another client's rebuild on a shared server) is
+    opened again and the call retried once. Vectors of another dimension raise
+    :class:`EmbeddingModelMismatchError`, a request Chroma refuses :class:`InvalidInputError`,
+    anything else :class:`VectorIndexError`.
+    """
+
+    @functools.wraps(method)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+        index: Any = args[0]
+        from chromadb.errors import InvalidArgumentError, NotFoundError
+
+        try:
+            try:
+                return method(*args, **kwargs)
+            except NotFoundError:
+                index._collection = index._open_collection(index._client)
+                return method(*args, **kwargs)
+        except HarombeError:
+            raise
+        except Exception as exc:  # chromadb raises ChromaError, ValueError, httpx errors, ...
+            text = str(exc)
+            what = method.__name__.strip("_")
+            if "dimension" in text.lower() and "expect" in text.lower():
+                raise EmbeddingModelMismatchError(
+                    f"the vector index {index.name} holds vectors of another dimension ({text}); "
+                    "rebuild it for the current model with `harombe reindex`."
+                ) from exc
+            if isinstance(exc, InvalidArgumentError):
+                raise InvalidInputError(
+                    f"the vector index {index.name} refused to {what} ({text}); check the "
+                    "search filters (roles, since, until) and the vectors passed."
+                ) from exc
+            raise VectorIndexError(
+                f"the vector index {index.name} failed to {what} ({type(exc).__name__}: "
+                f"{text}). Messages and their vectors are safe in the store; if this persists, "
+                "rebuild the index with `harombe reindex`."
+            ) from exc
+
+    return wrapper
+
+
 class ChromaVectorIndex:
     """A :class:`~harombe_core.vectors.base.VectorIndex` on one Chroma collection.
 
     ``mode`` is ``"persistent"`` (``path`` is a directory, by default ``<database>.chroma``
     beside the SQLite file), ``"memory"`` (a private collection that disappears on close) or
     ``"http"`` (``host``/``port`` of a Chroma server; name the ``collection`` per database).
+
+    A persistent index owns its folder while it is open (see
+    :mod:`harombe_core.vectors.chroma_folder`): opening one that another process holds raises
+    :class:`~harombe_core.errors.VectorIndexBusyError` at once. Every Chroma failure is raised
+    as a :class:`~harombe_core.errors.VectorIndexError`.
     """
 
     def __init__(
@@ -72,56 +133,48 @@ class ChromaVectorIndex:
 
         settings = Settings(anonymized_telemetry=False)
         self._ephemeral = False
+        self._folder: Any = None
+        self._collection_name = collection
+        self._lock = threading.Lock()
+        self._closed = False
         if mode == "memory":
             # In-process Chroma clients share one backend, so every in-memory index gets a
             # collection of its own: two throwaway stores never see each other's vectors.
-            self._client = chromadb.EphemeralClient(settings=settings)
-            collection = f"{collection}-{uuid.uuid4().hex}"
+            self._collection_name = f"{collection}-{uuid.uuid4().hex}"
             self._ephemeral = True
-            self._name = f"chroma (in memory) {collection}"
+            self._name = f"chroma (in memory) {self._collection_name}"
+            try:
+                self._client = chromadb.EphemeralClient(settings=settings)
+                self._collection = self._open_collection(self._client)
+            except Exception as exc:  # chromadb's own errors, typed like every other
+                raise VectorIndexError(f"cannot open {self._name} ({exc}).") from exc
         elif mode == "persistent":
             if not path:
                 raise StoreError("a persistent Chroma index needs a directory path.")
-            directory = Path(path).expanduser()
-            directory.mkdir(parents=True, exist_ok=True)
-            try:
-                self._client = chromadb.PersistentClient(path=str(directory), settings=settings)
-            except Exception as exc:  # chromadb raises its own untyped errors for a bad file
-                # The index is derived data: set the damaged copy aside and start an empty
-                # one; the indexer refills it from the vectors and messages in the store.
-                aside = directory.with_name(f"{directory.name}.corrupt-{int(time.time())}")
-                directory.rename(aside)
-                log.warning(
-                    "vector index %s is damaged (%s); moved it to %s and rebuilding it from "
-                    "the store's messages", directory, exc, aside,
-                )
-                directory.mkdir(parents=True, exist_ok=True)
-                from chromadb.api.shared_system_client import SharedSystemClient
+            from harombe_core.vectors.chroma_folder import ChromaFolder
 
-                SharedSystemClient.clear_system_cache()  # forget the failed client for this path
-                self._client = chromadb.PersistentClient(path=str(directory), settings=settings)
-            self._name = f"chroma {directory}"
+            self._folder = ChromaFolder(path)
+            self._name = f"chroma {self._folder.folder}"
+            self._client, self._collection = self._folder.open_client(self._open_collection)
         elif mode == "http":
+            self._name = f"chroma http://{host}:{port}/{collection}"
             try:
                 self._client = chromadb.HttpClient(host=host, port=port, settings=settings)
+                self._collection = self._open_collection(self._client)
             except Exception as exc:  # chromadb raises bare exceptions for connection failures
-                raise StoreError(
+                raise VectorIndexError(
                     f"cannot reach the Chroma server at {host}:{port} ({exc}). Start it with "
                     "`chroma run --port PORT` or set vector_store.mode to persistent."
                 ) from exc
-            self._name = f"chroma http://{host}:{port}/{collection}"
         else:
             raise StoreError(f"unknown Chroma mode {mode!r}; use persistent, memory or http.")
-        self._collection_name = collection
-        self._collection = self._open_collection()
-        self._lock = threading.Lock()
         try:
             self._max_batch = int(self._client.get_max_batch_size())
-        except Exception:  # older servers do not report it
+        except Exception:  # older servers do not report it; Chroma's own default applies
             self._max_batch = 5_000
 
-    def _open_collection(self) -> Any:
-        return self._client.get_or_create_collection(
+    def _open_collection(self, client: Any) -> Any:
+        return client.get_or_create_collection(
             self._collection_name,
             embedding_function=None,
             configuration={"hnsw": {"space": "cosine"}},
@@ -131,6 +184,16 @@ class ChromaVectorIndex:
     def name(self) -> str:
         return self._name
 
+    @property
+    def folder(self) -> Path | None:
+        """The folder of a persistent index (None in memory or on a server)."""
+        return None if self._folder is None else self._folder.folder
+
+    def _wrote(self) -> None:
+        if self._folder is not None:
+            self._folder.after_write()
+
+    @_typed_errors
     def upsert(
         self,
         ids: Sequence[int],
@@ -145,9 +208,12 @@ class ChromaVectorIndex:
             self._collection.upsert(
                 ids=[str(int(i)) for i in ids[start:stop]],
                 embeddings=array[start:stop],
-                metadatas=[dict(m) for m in metadatas[start:stop]],
+                # Chroma merges metadata on upsert: an explicit None removes an old owner.
+                metadatas=[{"user_id": None, **m} for m in metadatas[start:stop]],
             )
+        self._wrote()
 
+    @_typed_errors
     def query(
         self, vector: FloatArray, k: int, where: Mapping[str, Any] | None = None
     ) -> list[VectorMatch]:
@@ -165,6 +231,7 @@ class ChromaVectorIndex:
             VectorMatch(int(i), 1.0 - float(d)) for i, d in zip(ids, distances, strict=True)
         ]
 
+    @_typed_errors
     def get_vectors(self, ids: Sequence[int]) -> dict[int, FloatArray]:
         if len(ids) == 0:
             return {}
@@ -177,22 +244,61 @@ class ChromaVectorIndex:
             for i, e in zip(result["ids"], embeddings, strict=True)
         }
 
+    @_typed_errors
+    def ids(self) -> list[int]:
+        """Every message id the index holds, read page by page (to compare with the store)."""
+        found: list[int] = []
+        while True:
+            page = self._collection.get(include=[], limit=_ID_PAGE, offset=len(found))["ids"]
+            found.extend(int(i) for i in page)
+            if len(page) < _ID_PAGE:
+                return found
+
+    @_typed_errors
     def delete(self, ids: Sequence[int]) -> None:
         if len(ids) > 0:
             self._collection.delete(ids=[str(int(i)) for i in ids])
+            self._wrote()
 
+    @_typed_errors
     def delete_where(self, where: Mapping[str, Any]) -> None:
         self._collection.delete(where=chroma_where(where))
+        self._wrote()
 
+    @_typed_errors
+    def set_session_user(self, session_id: str, user_id: str | None) -> None:
+        """Re-label a session's vectors with its new owner (scoped searches filter on it)."""
+        ids = self._collection.get(where={"session_id": session_id}, include=[])["ids"]
+        if ids:  # a None value removes the key
+            self._collection.update(ids=ids, metadatas=[{"user_id": user_id}] * len(ids))
+            self._wrote()
+
+    @_typed_errors
     def count(self) -> int:
         return int(self._collection.count())
 
+    @_typed_errors
     def clear(self) -> None:
+        from chromadb.errors import NotFoundError
+
         with self._lock:
-            self._client.delete_collection(self._collection_name)
-            self._collection = self._open_collection()
+            with contextlib.suppress(NotFoundError):  # already gone: nothing to clear
+                self._client.delete_collection(self._collection_name)
+            self._collection = self._open_collection(self._client)
+        self._wrote()
 
     def close(self) -> None:
-        if self._ephemeral:
-            with contextlib.suppress(Exception):
-                self._client.delete_collection(self._collection_name)
+        """Release the collection (a private one is dropped) and, on disk, the folder."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._ephemeral:
+                with contextlib.suppress(Exception):  # a throwaway collection: best effort
+                    self._client.delete_collection(self._collection_name)
+            elif self._folder is not None:
+                self._client.close()  # Chroma forgets its cached copy of the folder
+                self._folder.after_write()  # anything Chroma wrote while closing
+        finally:
+            if self._folder is not None:
+                self._folder.release()

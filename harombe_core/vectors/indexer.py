@@ -1,9 +1,34 @@
 """Semantic memory: the embedder, the vector index and the background worker that fills it.
 
 ``save_message`` only commits the row (and its keyword entry) to the store and calls
-:meth:`SemanticMemory.notify`; a worker thread embeds pending messages in batches. The
-``embedded`` flag lives in the store, so whatever was committed but not yet embedded when a
-process died is picked up by the worker the next time the store is opened.
+:meth:`SemanticMemory.notify`; a worker thread embeds pending messages in batches. What is
+embedded is decided by the store alone, so whatever was committed but not embedded when a
+process died is picked up by the next worker, in this process or another.
+
+On SQLite the vectors live in the database (``message_vectors``) and the index is a derived
+copy (see :mod:`harombe_core.vectors.stored` for what the ``embedded`` flag means):
+
+* **Index first, flag second.** A vector is flagged as indexed only after the index accepted
+  it, so a crash in between leaves the message unflagged and it is filed again (an upsert: no
+  duplicate). A ``1`` in the database is therefore the truth about what the index holds, except
+  when the index itself loses data (a folder deleted or restored from a backup, a rebuild
+  killed half-way). The owner checks that when it opens the index, before it searches it:
+  if the index's count differs from the flagged count, the two id sets are compared, flagged
+  ids the index lacks go back to the tail and ids of deleted messages are dropped from it.
+  ``reindex`` puts every row on the tail *before* it clears the index, so a rebuild killed at
+  any moment leaves rows on the tail, never flagged ones missing.
+* **One process owns an embedded Chroma folder** (see
+  :mod:`harombe_core.vectors.chroma_folder`); the others store vectors in SQLite only. The
+  owner's worker files what they stored (the tail) into the index, and retries ownership when
+  the owner goes away.
+* **Search never misses a stored vector.** Small scopes are searched exactly from SQLite. Larger
+  ones ask the index and add an exact search over the tail; without an index (another process
+  owns it, the folder is read-only, it has not been checked yet, or it fails) the whole scope is
+  searched exactly, and a failing index is logged once. So after :meth:`SemanticMemory.flush`
+  (every message has a stored vector) every acknowledged message is found, on every path.
+
+On PostgreSQL the vectors are the index (pgvector in the same database, written with the flag in
+one transaction), so none of this is needed there.
 """
 
 from __future__ import annotations
@@ -12,12 +37,20 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from harombe_core.errors import EmbeddingError, EmbeddingModelMismatchError, InvalidInputError
+from harombe_core.errors import (
+    EmbeddingError,
+    EmbeddingModelMismatchError,
+    InvalidInputError,
+    StoreError,
+    StoreReadOnlyError,
+    VectorIndexBusyError,
+    VectorIndexError,
+)
 from harombe_core.models import Message
 from harombe_core.store.base import MessageStore, SearchScope
 from harombe_core.store.sqlite import to_micros
@@ -46,6 +79,18 @@ META_DIMENSION = "embedding_dimension"
 EXACT_SEARCH_LIMIT = 4_000
 #: Characters of the previous turn kept as context; the model truncates long inputs anyway.
 CONTEXT_CHARS = 400
+#: Seconds between the worker's checks for work other processes left (pending rows, the tail)
+#: and, when another process owns the index, for the index becoming free.
+POLL_SECONDS = 1.0
+#: Longest pause of a worker whose last round failed (unless a new message wakes it).
+MAX_BACKOFF = 60.0
+#: Vectors copied from SQLite into the index per batch (no model run, so larger than embedding).
+TAIL_BATCH = 500
+
+#: Opens an index only one process may hold; raises VectorIndexBusyError when another has it.
+IndexOpener = Callable[[], VectorIndex]
+#: What an index failure is: the index's own error, or vectors of another dimension in it.
+INDEX_FAILURES = (VectorIndexError, EmbeddingModelMismatchError)
 
 
 def embedding_text(message: Message, context: str) -> str:
@@ -64,8 +109,12 @@ def embedding_text(message: Message, context: str) -> str:
 
 def resolve_index(
     vector_store: Any, store: MessageStore, config: MemoryConfig | None
-) -> VectorIndex:
-    """A vector index from a name (``"chroma"``) or an object implementing the protocol."""
+) -> VectorIndex | IndexOpener:
+    """A vector index from a name (``"chroma"``) or an object implementing the protocol.
+
+    An embedded Chroma folder comes back as an opener (a function), because only one process
+    may hold it: :class:`SemanticMemory` opens it when it is free.
+    """
     if isinstance(vector_store, VectorIndex):
         return vector_store
     if vector_store not in ("chroma", "pgvector"):
@@ -93,7 +142,7 @@ def resolve_index(
     if mode == "memory" or store.location == ":memory:" or "://" in store.location:
         return ChromaVectorIndex(mode="memory", collection=collection)
     path = section.path if section is not None and section.path else f"{store.location}.chroma"
-    return ChromaVectorIndex(mode="persistent", path=path, collection=collection)
+    return lambda: ChromaVectorIndex(mode="persistent", path=path, collection=collection)
 
 
 def resolve_embedder_spec(embedding: Any) -> Embedder:
@@ -103,6 +152,25 @@ def resolve_embedder_spec(embedding: Any) -> Embedder:
     from harombe_core.embeddings import resolve_embedder
 
     return resolve_embedder(embedding)
+
+
+def check_recorded_model(store: MessageStore, embedder: Embedder) -> bool:
+    """True when the store's vectors were made by another model (or dimension)."""
+    recorded = store.get_meta(META_MODEL)
+    recorded_dim = store.get_meta(META_DIMENSION)
+    return recorded is not None and (
+        recorded != embedder.name or recorded_dim != str(embedder.dimension)
+    )
+
+
+def model_mismatch(store: MessageStore, embedder: Embedder) -> EmbeddingModelMismatchError:
+    return EmbeddingModelMismatchError(
+        f"{store.location} was indexed with the embedding model "
+        f"{store.get_meta(META_MODEL)!r} (dimension {store.get_meta(META_DIMENSION)}), but "
+        f"{embedder.name!r} (dimension {embedder.dimension}) was asked for. Open it with the "
+        f"same model, or rebuild the index for the new one with `harombe reindex --db "
+        f"{store.location}` (or MemoryManager.reindex())."
+    )
 
 
 def open_semantic_memory(
@@ -117,62 +185,97 @@ def open_semantic_memory(
     """Embedder + index + worker for ``store``; checks the recorded model first.
 
     Raises EmbeddingModelMismatchError when the store's vectors were made by another model
-    (unless ``allow_model_change``, which ``harombe reindex`` uses).
+    (unless ``allow_model_change``, which ``harombe reindex`` uses), and VectorIndexError when
+    the index cannot be opened for a reason other than another process holding it.
     """
     embedder = resolve_embedder_spec(embedding)
-    recorded = store.get_meta(META_MODEL)
-    recorded_dim = store.get_meta(META_DIMENSION)
-    changed = recorded is not None and (
-        recorded != embedder.name or recorded_dim != str(embedder.dimension)
-    )
+    changed = check_recorded_model(store, embedder)
     if changed and not allow_model_change:
-        raise EmbeddingModelMismatchError(
-            f"{store.location} was indexed with the embedding model {recorded!r} "
-            f"(dimension {recorded_dim}), but {embedder.name!r} (dimension "
-            f"{embedder.dimension}) was asked for. Open it with the same model, or rebuild the "
-            f"index for the new one with `harombe reindex --db {store.location}` "
-            "(or MemoryManager.reindex())."
-        )
-    index = resolve_index(vector_store, store, config)
+        raise model_mismatch(store, embedder)
+    target = resolve_index(vector_store, store, config)
     batch_size = config.vector_store.batch_size if config is not None else 32
-    semantic = SemanticMemory(store, embedder, index, batch_size=batch_size)
-    if recorded is None:
-        semantic.record_model()
-    if start and not changed:
-        semantic.start()
+    if isinstance(target, VectorIndex):
+        semantic = SemanticMemory(store, embedder, target, batch_size=batch_size)
+    elif getattr(store, "read_only", False):
+        # Nothing can be embedded into a read-only store: search its stored vectors exactly,
+        # and create no index folder beside it.
+        semantic = SemanticMemory(store, embedder, None, batch_size=batch_size)
+    else:
+        semantic = SemanticMemory(store, embedder, None, open_index=target, batch_size=batch_size)
+        semantic.try_open_index(raise_errors=True)
+    try:
+        if store.get_meta(META_MODEL) is None:
+            try:
+                semantic.record_model()
+            except StoreReadOnlyError:
+                log.info("%s is read-only: searching it without recording a model",
+                         store.location)
+        if start and not changed:
+            semantic.start()
+    except BaseException:
+        semantic.close()
+        raise
     return semantic
 
 
+def _batch_lock(store: MessageStore) -> Any:
+    """A lock beside a SQLite file taken around each embedding batch, so processes sharing
+    the file do not all embed the same pending rows at once (each would run the model on
+    them; only one write would count). None where there is no file."""
+    from harombe_core.store.sqlite import SQLiteStore
+
+    if not isinstance(store, SQLiteStore) or store.location == ":memory:":
+        return None
+    from filelock import FileLock
+
+    return FileLock(f"{store.location}.embed.lock", mode=0o600, thread_local=False)
+
+
 class SemanticMemory:
-    """Keeps a vector index in step with a store and answers vector queries for retrieval."""
+    """Keeps a vector index in step with a store and answers vector queries for retrieval.
+
+    ``index`` is the index in use, or None while another process owns the embedded folder
+    (then ``open_index`` is retried by the worker) or when it cannot be written.
+    """
 
     def __init__(
         self,
         store: MessageStore,
         embedder: Embedder,
-        index: VectorIndex,
+        index: VectorIndex | None,
         *,
+        open_index: IndexOpener | None = None,
         batch_size: int = 32,
         exact_search_limit: int = EXACT_SEARCH_LIMIT,
         linger: float = 0.05,
+        poll: float | None = POLL_SECONDS,
     ) -> None:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise InvalidInputError(f"batch_size must be a positive int, got {batch_size!r}.")
         self.store = store
         self.embedder = embedder
         self.index = index
+        self.open_index = open_index
         self.batch_size = batch_size
         self.exact_search_limit = exact_search_limit
         self.linger = linger
+        # A private in-memory store gets work only from this process: no need to look.
+        self.poll = None if store.location == ":memory:" else poll
         from harombe_core.store.sqlite import SQLiteStore
 
         self.stored: StoredVectors | None = (
             StoredVectors(store, embedder.dimension) if isinstance(store, SQLiteStore) else None
         )
-        self._work_lock = threading.Lock()
+        # The index is searched only once it was checked against the store (see the module
+        # docstring); until then every search is exact. Nothing to check on Postgres.
+        self._checked = self.stored is None
+        self._work_lock = threading.RLock()
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._batch_lock = _batch_lock(store)
+        self._next_open_attempt = 0.0
+        self._logged: set[str] = set()
         self.last_error: BaseException | None = None
 
     # lifecycle ------------------------------------------------------------------------------
@@ -181,7 +284,7 @@ class SemanticMemory:
         self.store.set_meta(META_DIMENSION, str(self.embedder.dimension))
 
     def start(self) -> None:
-        """Start the worker; it first repairs the index, then embeds whatever is pending."""
+        """Start the worker; it first checks the index, then embeds whatever is pending."""
         if self._thread is not None:
             return
         self._thread = threading.Thread(target=self._run, name="harombe-embedder", daemon=True)
@@ -193,17 +296,37 @@ class SemanticMemory:
         self._wake.set()
 
     def flush(self, timeout: float | None = None) -> None:
-        """Embed everything pending now (helping the worker), within ``timeout`` seconds."""
+        """Return once every committed message is embedded and searchable.
+
+        Embeds what is pending now (helping the worker). Where this process holds the index it
+        is also checked and given the tail, so it holds every stored vector; elsewhere the
+        vectors are searched exactly from the database, so they are found all the same.
+        Raises EmbeddingError when the model fails or ``timeout`` seconds pass first.
+        """
         deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
+
+        def remaining() -> float | None:
+            if deadline is None:
+                return None
+            left = deadline - time.monotonic()
+            if left <= 0:
                 raise EmbeddingError(
                     f"flush() timed out after {timeout} s with messages still waiting to be "
                     "embedded; call flush() again or raise the timeout."
                 )
-            if self.embed_pending(self.batch_size, timeout=remaining) == 0:
-                return
+            return left
+
+        while self.embed_pending(self.batch_size, timeout=remaining()) > 0:
+            pass
+        while True:
+            left = remaining()  # raises once the deadline passed
+            if self._work_lock.acquire(timeout=-1 if left is None else min(left, 1.0)):
+                break
+        try:
+            self._check_index()
+            self.sync_tail()
+        finally:
+            self._work_lock.release()
 
     def stop(self) -> None:
         """Stop the worker after its current batch (``start()`` runs it again)."""
@@ -215,85 +338,269 @@ class SemanticMemory:
         self._stop.clear()
 
     def close(self) -> None:
+        """Stop the worker and close the index (an embedded folder is given back).
+
+        Messages still waiting to be embedded are not embedded first: they are committed, and
+        the next process to open the store (or one open now) embeds them.
+        """
         self.stop()
-        self.index.close()
+        with self._work_lock:
+            index, self.index = self.index, None
+            if index is not None:
+                index.close()
 
     def forget_sessions(self, session_ids: Iterable[str]) -> None:
-        """Remove deleted sessions' vectors from the index (SQLite's went with the rows)."""
-        for sid in session_ids:
-            self.index.delete_where({"session_id": sid})
+        """Remove deleted sessions' vectors from the index (SQLite's went with the rows).
+
+        Where this process does not hold the index, the owner drops them at its next check;
+        until then the store's scope check keeps them out of every result.
+        """
+        index = self.index
+        if index is None:
+            return
+        try:
+            for sid in session_ids:
+                index.delete_where({"session_id": sid})
+        except INDEX_FAILURES as exc:
+            self._log_once("forget", f"could not drop deleted sessions from the index: {exc}")
+
+    def session_moved(self, session_id: str, user_id: str | None) -> None:
+        """A session has a new owner: file its vectors under it.
+
+        On SQLite the store put them back on the tail in the same transaction; the worker
+        re-files them. An index beside a PostgreSQL store is re-labelled here (pgvector reads
+        the owner from the session row, so it needs nothing).
+        """
+        if self.stored is not None:
+            self.notify()
+            return
+        relabel = getattr(self.index, "set_session_user", None)
+        if relabel is not None:
+            relabel(session_id, user_id)
+
+    # the index --------------------------------------------------------------------------------
+    def try_open_index(self, *, raise_errors: bool = False) -> bool:
+        """Open the embedded index if no other process holds it; True when this one does."""
+        if self.index is not None:
+            return True
+        if self.open_index is None:
+            return False
+        with self._work_lock:
+            if self.index is not None:
+                return True
+            self._next_open_attempt = time.monotonic() + (self.poll or 0.0)
+            try:
+                self.index = self.open_index()
+            except VectorIndexBusyError as exc:
+                self._log_once("busy", f"{exc} Searching the stored vectors exactly meanwhile.",
+                               level=logging.INFO)
+                return False
+            except StoreReadOnlyError as exc:
+                self._log_once("read-only", str(exc))
+                return False
+            except StoreError as exc:
+                if raise_errors:
+                    raise
+                self._log_once("open", str(exc))
+                return False
+            self._checked = self.stored is None
+            return True
+
+    def _check_index(self) -> None:
+        """Compare the index with the store once after opening it (see the module docstring)."""
+        index, stored = self.index, self.stored
+        if index is None or stored is None or self._checked:
+            return
+        try:
+            stored.unmark_missing()
+            want, have = stored.indexed_count(), index.count()
+            if have != want:
+                self._reconcile(index, stored, want, have)
+        except INDEX_FAILURES as exc:
+            self._log_once("check", f"could not check the vector index against the store: {exc}")
+            return
+        self._checked = True
+
+    def _reconcile(self, index: VectorIndex, stored: StoredVectors, want: int, have: int) -> None:
+        flagged = stored.indexed_ids()
+        ids = getattr(index, "ids", None)
+        if ids is None:  # an index that cannot list its ids: file everything again
+            stored.unindex(sorted(flagged))
+            return
+        present = set(ids())
+        missing = flagged - present
+        if missing:
+            log.warning(
+                "vector index %s lacks %d of the %d vectors flagged as indexed (%d held); "
+                "rebuilding it from the store's copy", index.name, len(missing), want, have,
+            )
+            stored.unindex(sorted(missing))
+        extra = sorted(present - flagged)
+        if extra:
+            gone = set(extra) - stored.existing(extra)
+            if gone:
+                index.delete(sorted(gone))
+
+    def _heal_dimension(self, index: VectorIndex, exc: Exception) -> None:
+        """The index holds another model's vectors: every row to the tail, then clear it."""
+        log.warning("vector index %s holds another model's vectors (%s); rebuilding it",
+                    index.name, exc)
+        if self.stored is not None:
+            self.stored.unindex_all()
+        index.clear()
+
+    def _upsert(
+        self, ids: Sequence[int], vectors: FloatArray, metas: Sequence[dict[str, Any]]
+    ) -> bool:
+        """File vectors in the index; False (logged once) when it fails."""
+        index = self.index
+        if index is None:
+            return False
+        try:
+            try:
+                index.upsert(ids, vectors, metas)
+            except EmbeddingModelMismatchError as exc:
+                self._heal_dimension(index, exc)
+                index.upsert(ids, vectors, metas)
+        except INDEX_FAILURES as exc:
+            self._log_once(
+                "write", f"{exc} The vectors are kept in the database and searched exactly."
+            )
+            return False
+        return True
+
+    def _log_once(self, kind: str, message: str, *, level: int = logging.WARNING) -> None:
+        """Log one kind of trouble once per SemanticMemory, however often it recurs."""
+        if kind in self._logged:
+            return
+        self._logged.add(kind)
+        log.log(level, "%s", message)
 
     # embedding --------------------------------------------------------------------------------
     def _run(self) -> None:
-        self._repair_index()
+        wait = self.poll
         while not self._stop.is_set():
-            self._wake.wait()
-            # Messages usually arrive one by one; lingering a moment lets a batch gather, so
-            # the model runs once per batch instead of once per message.
-            self._stop.wait(self.linger)
+            try:
+                self._cycle()
+                wait = self.poll
+            except Exception as exc:  # logged and kept: flush() raises it to the caller
+                self.last_error = exc
+                self._log_once(f"worker:{type(exc).__name__}",
+                               f"background embedding failed, will retry: {exc}")
+                # A failing model or server is not asked again every poll: back off (a new
+                # message still wakes the worker at once).
+                wait = None if wait is None else min(max(wait * 2, 1.0), MAX_BACKOFF)
+            if self._wake.wait(wait):
+                # Messages usually arrive one by one; lingering a moment lets a batch gather,
+                # so the model runs once per batch instead of once per message.
+                self._stop.wait(self.linger)
             self._wake.clear()
-            while not self._stop.is_set():
-                try:
-                    done = self.embed_pending(self.batch_size)
-                except Exception as exc:  # logged and kept: flush() re-raises it to the caller
-                    self.last_error = exc
-                    log.warning("background embedding failed, will retry on next save: %s", exc)
-                    break
-                if done == 0:
-                    break
 
-    def _repair_index(self) -> None:
-        """Re-insert vectors the index lost (deleted directory, new server) from SQLite."""
-        if self.stored is None:
-            return
-        try:
-            # Rows flagged as embedded by a version that kept no vectors in SQLite: embed again.
-            self.stored.unmark_missing()
-            have, want = self.index.count(), self.stored.count()
-            if have < want:
-                log.warning(
-                    "vector index %s holds %d of %d vectors; rebuilding it from the store",
-                    self.index.name, have, want,
-                )
-                self.rebuild_index_from_store()
-        except Exception as exc:  # a broken index must not stop embedding; reindex fixes it
-            self.last_error = exc
-            log.warning("could not repair the vector index (run `harombe reindex`): %s", exc)
+    def _cycle(self) -> None:
+        """One round of the worker: own the index if free, check it, embed, file the tail."""
+        due = time.monotonic() >= self._next_open_attempt
+        if self.index is None and self.open_index is not None and due:
+            self.try_open_index()
+        with self._work_lock:
+            self._check_index()
+        while not self._stop.is_set() and self.embed_pending(self.batch_size) > 0:
+            pass
+        if not self._stop.is_set():
+            with self._work_lock:
+                self.sync_tail()
 
     def embed_pending(self, limit: int, *, timeout: float | None = None) -> int:
         """Embed up to ``limit`` pending messages; returns how many were embedded."""
         if not self._work_lock.acquire(timeout=-1 if timeout is None else max(timeout, 0.0)):
             return 1  # the worker holds the lock and is making progress: the caller loops
         try:
-            pending = self.store.pending_embeddings(limit)
-            if not pending:
-                return 0
-            texts = [embedding_text(message, context) for message, context in pending]
-            vectors = np.asarray(self.embedder.embed(texts), dtype=np.float32)
-            if vectors.shape != (len(pending), self.embedder.dimension):
-                raise EmbeddingError(
-                    f"{self.embedder.name} returned shape {vectors.shape} for {len(pending)} "
-                    f"texts; expected ({len(pending)}, {self.embedder.dimension})."
-                )
-            ids = [int(message.id or 0) for message, _ in pending]
-            users: dict[str, str | None] = {}
-            metas = []
-            for mid, (message, _) in zip(ids, pending, strict=True):
-                sid = message.session_id or ""
-                if sid not in users:
-                    session = self.store.get_session(sid)
-                    users[sid] = session.user_id if session is not None else None
-                created = to_micros(message.created_at)
-                metas.append(index_metadata(mid, sid, users[sid], message.role, created))
-            # Index first, flag second: a crash in between re-embeds (upsert, no duplicate).
-            self.index.upsert(ids, vectors, metas)
-            if self.stored is not None:
-                self.stored.write_and_mark(ids, vectors)
-            else:
-                self.store.mark_embedded(ids)
-            return len(pending)
+            with self._embedding_turn(timeout) as turn:
+                if not turn:
+                    return 1  # another process is embedding a batch: the caller loops
+                return self._embed_batch(limit)
         finally:
             self._work_lock.release()
+
+    @contextlib.contextmanager
+    def _embedding_turn(self, timeout: float | None) -> Iterator[bool]:
+        """Hold the database's embedding lock for one batch (see :meth:`_batch_lock`)."""
+        lock = self._batch_lock
+        if lock is None:
+            yield True
+            return
+        from filelock import Timeout
+
+        try:
+            lock.acquire(timeout=-1 if timeout is None else max(timeout, 0.0))
+        except Timeout:
+            yield False
+            return
+        except OSError as exc:  # a read-only folder: the store refuses the writes anyway
+            self._log_once("batch-lock", f"embedding without the batch lock: {exc}",
+                           level=logging.DEBUG)
+            yield True
+            return
+        try:
+            yield True
+        finally:
+            lock.release()
+
+    def _embed_batch(self, limit: int) -> int:
+        """Embed and store one batch of pending messages; returns its size."""
+        pending = self.store.pending_embeddings(limit)
+        if not pending:
+            return 0
+        texts = [embedding_text(message, context) for message, context in pending]
+        vectors = np.asarray(self.embedder.embed(texts), dtype=np.float32)
+        if vectors.shape != (len(pending), self.embedder.dimension):
+            raise EmbeddingError(
+                f"{self.embedder.name} returned shape {vectors.shape} for {len(pending)} "
+                f"texts; expected ({len(pending)}, {self.embedder.dimension})."
+            )
+        ids = [int(message.id or 0) for message, _ in pending]
+        users: dict[str, str | None] = {}
+        metas = []
+        for mid, (message, _) in zip(ids, pending, strict=True):
+            sid = message.session_id or ""
+            if sid not in users:
+                session = self.store.get_session(sid)
+                users[sid] = session.user_id if session is not None else None
+            created = to_micros(message.created_at)
+            metas.append(index_metadata(mid, sid, users[sid], message.role, created))
+        if self.stored is None:
+            # Postgres: pgvector writes the vectors and the flag in one transaction; any
+            # other index is written first and flagged second (a crash re-embeds).
+            index = self.index
+            if index is None:
+                raise VectorIndexError(f"{self.store.location}: the vector index is closed.")
+            index.upsert(ids, vectors, metas)
+            self.store.mark_embedded(ids)
+            return len(pending)
+        # Index first, flag second (see the module docstring).
+        indexed = self._upsert(ids, vectors, metas)
+        owners = [meta.get("user_id") for meta in metas] if indexed else None
+        self.stored.write(ids, vectors, owners)
+        return len(pending)
+
+    def sync_tail(self, *, progress: Any = None) -> int:
+        """File every stored vector the index lacks (this process must hold the index)."""
+        stored = self.stored
+        if stored is None or self.index is None:
+            return 0
+        with self._work_lock:
+            copied, after = 0, 0
+            while not self._stop.is_set():
+                ids, vectors, metas = stored.tail(after, TAIL_BATCH)
+                if not ids:
+                    break
+                if not self._upsert(ids, vectors, metas):
+                    break
+                stored.mark_indexed(ids, [meta.get("user_id") for meta in metas])
+                copied += len(ids)
+                after = ids[-1]
+                if progress is not None:
+                    progress.update(len(ids))
+            return copied
 
     def pending_count(self) -> int:
         return int(self.store.stats().get("pending_embeddings", 0))
@@ -313,71 +620,127 @@ class SemanticMemory:
                     break
                 done += count
                 bar.update(count)
+        with self._work_lock:
+            self._check_index()
+            self.sync_tail()
         return done
 
-    def rebuild_index_from_store(self, *, progress: bool = False) -> int:
-        """Re-insert every vector kept in SQLite into the index (no model run)."""
-        if self.stored is None:
-            return 0
-        from tqdm.auto import tqdm
-
-        copied = 0
-        with tqdm(
-            total=self.stored.count(), unit="vec", desc="indexing", disable=not progress
-        ) as bar:
-            for ids, vectors, metas in self.stored.iter_with_metadata():
-                self.index.upsert(ids, vectors, metas)
-                copied += len(ids)
-                bar.update(len(ids))
-        return copied
-
     def reindex(
-        self, batch_size: int = 100, *, progress: bool = True, reembed: bool = False
+        self,
+        batch_size: int = 100,
+        *,
+        progress: bool = True,
+        reembed: bool = False,
+        embedder: Embedder | None = None,
     ) -> int:
         """Rebuild the index from the store; idempotent. Returns how many vectors it holds.
 
-        Vectors already in SQLite for the same model are re-used; a new model (or ``reembed``)
-        embeds everything again.
+        Vectors already in SQLite for the same model are re-used; a new model (``embedder``)
+        or ``reembed`` embeds everything again. Every row goes back to the tail before the
+        index is cleared, so a rebuild killed at any point is finished by the next open.
+        Raises VectorIndexBusyError when another process holds the embedded index.
         """
-        with self._work_lock:
-            model_changed = self.store.get_meta(META_MODEL) not in (None, self.embedder.name) or (
-                self.store.get_meta(META_DIMENSION) not in (None, str(self.embedder.dimension))
-            )
-            self.index.clear()
-            if self.stored is None or model_changed or reembed:
-                if self.stored is not None:
-                    self.stored.clear()
-                else:
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise InvalidInputError(f"batch_size must be a positive int, got {batch_size!r}.")
+        self.stop()  # no batch of the old model may land after the switch
+        try:
+            with self._work_lock:
+                index = self._owned_index()
+                if embedder is not None:
+                    self.embedder = embedder
+                    if self.stored is not None:
+                        self.stored = StoredVectors(self.stored.store, embedder.dimension)
+                model_changed = check_recorded_model(self.store, self.embedder)
+                if self.stored is None:
                     self.store.reset_embedded()
-                self.record_model()
-            else:
-                self.stored.unmark_missing()
-        self.rebuild_index_from_store(progress=progress)
-        self.backfill(batch_size, progress=progress)
-        return self.index.count()
+                    index.clear()
+                    self.record_model()
+                elif model_changed or reembed:
+                    self.stored.clear()
+                    self.record_model()
+                    index.clear()
+                else:
+                    self.stored.unmark_missing()
+                    self.stored.unindex_all()
+                    index.clear()
+                self._checked = True
+                self._file_tail_with_progress(progress)
+            self.backfill(batch_size, progress=progress)
+            return index.count()
+        finally:
+            self.start()
+
+    def _owned_index(self) -> VectorIndex:
+        if self.index is None and not self.try_open_index(raise_errors=True):
+            raise VectorIndexBusyError(
+                f"the vector index of {self.store.location} is held by another process (or "
+                "cannot be written); close the other processes using this database and run "
+                "`harombe reindex` again."
+            )
+        assert self.index is not None
+        return self.index
+
+    def _file_tail_with_progress(self, progress: bool) -> None:
+        if self.stored is None:
+            return
+        from tqdm.auto import tqdm
+
+        with tqdm(unit="vec", desc="indexing", disable=not progress) as bar:
+            self.sync_tail(progress=bar)
 
     # search -----------------------------------------------------------------------------------
     def embed_query(self, text: str) -> FloatArray:
         return np.asarray(self.embedder.embed_query(text), dtype=np.float32)
 
     def nearest(self, query: FloatArray, k: int, scope: SearchScope | None) -> list[VectorMatch]:
-        """Candidate ids by cosine: exact over small scopes, HNSW otherwise.
+        """Candidate ids by cosine: exact over small scopes, the index plus its tail otherwise.
 
         The store re-checks every candidate against ``scope`` afterwards; this only proposes.
         """
         if k <= 0:
             return []
-        if self.stored is not None and scope is not None:
-            size = self.stored.scope_size(scope)
+        index, stored = self.index, self.stored
+        if stored is None:
+            if index is None:
+                return []
+            try:
+                return index.query(query, k, scope_metadata_filter(scope))
+            except INDEX_FAILURES as exc:
+                self._log_once("search", f"{exc} Searching by keyword only meanwhile.")
+                return []
+        if scope is not None:
+            size = stored.scope_size(scope)
             if size is not None and size <= self.exact_search_limit:
-                return self.stored.exact_search(query, k, scope)
-        where = scope_metadata_filter(scope)
-        return self.index.query(query, k, where)
+                return stored.exact_search(query, k, scope)
+        if index is not None and not self._checked and self._work_lock.acquire(blocking=False):
+            try:  # cheap when the index agrees with the store (two counts), as it usually does
+                self._check_index()
+            finally:
+                self._work_lock.release()
+        if index is None or not self._checked:
+            return stored.exact_search(query, k, scope)
+        try:
+            found = index.query(query, k, scope_metadata_filter(scope))
+        except INDEX_FAILURES as exc:
+            self._log_once("search", f"{exc} Searching the stored vectors exactly instead.")
+            return stored.exact_search(query, k, scope)
+        best = {m.message_id: m for m in found}
+        for match in stored.exact_search(query, k, scope, tail_only=True):
+            held = best.get(match.message_id)
+            if held is None or held.similarity < match.similarity:
+                best[match.message_id] = match
+        return sorted(best.values(), key=lambda m: -m.similarity)[:k]
 
     def vectors_for(self, ids: Sequence[int]) -> dict[int, FloatArray]:
         """Stored vectors of these messages (SQLite copy first, else the index)."""
         if self.stored is not None:
             return self.stored.get(ids)
+        index = self.index
+        if index is None:
+            return {}
         with contextlib.suppress(NotImplementedError):
-            return self.index.get_vectors(ids)
+            try:
+                return index.get_vectors(ids)
+            except INDEX_FAILURES as exc:
+                self._log_once("vectors", str(exc))
         return {}

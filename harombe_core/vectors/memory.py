@@ -57,6 +57,11 @@ class InMemoryVectorIndex:
         with self._lock:
             return {int(i): self._vectors[int(i)] for i in ids if int(i) in self._vectors}
 
+    def ids(self) -> list[int]:
+        """Every message id held (to compare with the store)."""
+        with self._lock:
+            return list(self._vectors)
+
     def delete(self, ids: Sequence[int]) -> None:
         with self._lock:
             for mid in ids:

@@ -10,12 +10,20 @@ Why a second copy of every vector, when Chroma already has one:
   a filtered HNSW query and exact (HNSW with a selective filter loses recall).
 * The vector and the ``embedded`` flag are written in one transaction, so a crash can never
   leave a message marked as embedded without its vector.
+
+What ``messages.embedded`` means on SQLite: ``1`` when the message's vector is stored here AND
+the vector index holds it with its current owner; ``0`` otherwise. A message with ``embedded
+= 0`` and a stored vector is on the *tail*: searchable exactly from here, waiting to be copied
+into the index by the process that owns it. The flag is only ever set after the index accepted
+the vector, and only if the session's owner is still the one the index copy carries (a compare
+and set), so after any crash a ``1`` is true unless the index itself lost data, which the
+owner's check at open finds (see :mod:`harombe_core.vectors.indexer`).
 """
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -40,8 +48,14 @@ class StoredVectors:
         self.store = store
         self.dimension = dimension
 
-    def write_and_mark(self, ids: Sequence[int], vectors: FloatArray) -> None:
-        """Store vectors and set ``embedded = 1`` in one transaction (deleted rows are skipped)."""
+    def write(
+        self, ids: Sequence[int], vectors: FloatArray, indexed_users: Sequence[Any] | None
+    ) -> None:
+        """Store vectors in one transaction (rows deleted meanwhile are skipped).
+
+        ``indexed_users`` (the owner each vector carries in the index, or None when the index
+        did not take them) marks the rows as indexed, see :meth:`mark_indexed`.
+        """
         array = np.ascontiguousarray(vectors, dtype=np.float32)
         rows = [(int(i), array[n].tobytes(), int(i)) for n, i in enumerate(ids)]
 
@@ -51,15 +65,82 @@ class StoredVectors:
                 "SELECT ?, ? WHERE EXISTS (SELECT 1 FROM messages WHERE id = ?)",
                 rows,
             )
-            for start in range(0, len(rows), 500):
-                chunk = [r[0] for r in rows[start : start + 500]]
-                c.execute(
-                    f"UPDATE messages SET embedded = 1 WHERE id IN ({','.join('?' * len(chunk))})",
-                    chunk,
-                )
+            if indexed_users is not None:
+                _mark_indexed(c, ids, indexed_users)
 
         if rows:
             self.store._write(write)
+
+    def mark_indexed(self, ids: Sequence[int], users: Sequence[Any]) -> None:
+        """Flag rows as held by the index, each only if its session's owner is still
+        ``users[n]`` (a session moved meanwhile stays on the tail and is copied again)."""
+        if len(ids):
+            self.store._write(lambda c: _mark_indexed(c, ids, users))
+
+    def unindex(self, ids: Sequence[int]) -> None:
+        """These rows are not (or no longer) in the index: back to the tail."""
+        wanted = [int(i) for i in ids]
+
+        def unmark(c: sqlite3.Connection) -> None:
+            for start in range(0, len(wanted), 500):
+                chunk = wanted[start : start + 500]
+                c.execute(
+                    "UPDATE messages SET embedded = 0 WHERE embedded != 0 AND id IN "
+                    f"({','.join('?' * len(chunk))})",
+                    chunk,
+                )
+
+        if wanted:
+            self.store._write(unmark)
+
+    def unindex_all(self) -> int:
+        """Every row back to the tail (before the index is cleared or rebuilt)."""
+        return int(
+            self.store._write(
+                lambda c: c.execute("UPDATE messages SET embedded = 0 WHERE embedded != 0").rowcount
+            )
+        )
+
+    def indexed_count(self) -> int:
+        """Rows flagged as held by the index (cheap: two index counts)."""
+        rows = self.store._read(
+            "SELECT (SELECT COUNT(*) FROM messages) - "
+            "(SELECT COUNT(*) FROM messages WHERE embedded = 0)"
+        )
+        return int(rows[0][0])
+
+    def indexed_ids(self) -> set[int]:
+        return {int(r[0]) for r in self.store._read("SELECT id FROM messages WHERE embedded != 0")}
+
+    def existing(self, ids: Sequence[int]) -> set[int]:
+        """Which of these message ids still exist."""
+        wanted = [int(i) for i in ids]
+        found: set[int] = set()
+        for start in range(0, len(wanted), 500):
+            chunk = wanted[start : start + 500]
+            found.update(
+                int(r[0])
+                for r in self.store._read(
+                    f"SELECT id FROM messages WHERE id IN ({','.join('?' * len(chunk))})", chunk
+                )
+            )
+        return found
+
+    def tail(
+        self, after: int, limit: int
+    ) -> tuple[list[int], FloatArray, list[dict[str, Any]]]:
+        """Up to ``limit`` stored vectors the index does not hold, ids above ``after``, with
+        the metadata the index keeps (read now, so a moved session carries its new owner)."""
+        rows = self.store._read(
+            "SELECT m.id, v.vector, m.session_id, s.user_id, m.role, m.created_at "
+            "FROM messages m JOIN message_vectors v ON v.message_id = m.id "
+            "JOIN sessions s ON s.id = m.session_id "
+            "WHERE m.embedded = 0 AND m.id > ? ORDER BY m.id LIMIT ?",
+            (after, limit),
+        )
+        ids = [int(r[0]) for r in rows]
+        metas = [index_metadata(int(r[0]), r[2], r[3], r[4], int(r[5])) for r in rows]
+        return ids, _decode([r[1] for r in rows], self.dimension), metas
 
     def scope_size(self, scope: SearchScope) -> int | None:
         """Messages a session or user scope can hold (an upper bound); None if unscoped."""
@@ -76,16 +157,26 @@ class StoredVectors:
             return int(rows[0][0])
         return None
 
-    def exact_search(self, query: FloatArray, k: int, scope: SearchScope) -> list[VectorMatch]:
-        """Exact cosine top-k over every stored vector inside ``scope``."""
+    def exact_search(
+        self, query: FloatArray, k: int, scope: SearchScope | None, *, tail_only: bool = False
+    ) -> list[VectorMatch]:
+        """Exact cosine top-k over every stored vector inside ``scope`` (all when None), or
+        over the tail only (the vectors the index does not hold yet)."""
+        if k <= 0:
+            return []
         where, params = _scope_sql(scope)
+        join = "JOIN"
+        if tail_only:
+            # CROSS JOIN keeps messages the outer loop, read through the small partial index
+            # of unflagged rows, rather than every message of a large user's sessions.
+            where, join = f" AND m.embedded = 0{where}", "CROSS JOIN"
         rows = self.store._read(
-            "SELECT v.message_id, v.vector FROM messages m "
-            "JOIN sessions s ON s.id = m.session_id "
+            f"SELECT v.message_id, v.vector FROM messages m {join} sessions s "
+            "ON s.id = m.session_id "
             f"JOIN message_vectors v ON v.message_id = m.id WHERE 1 = 1{where}",
             params,
         )
-        if not rows or k <= 0:
+        if not rows:
             return []
         ids = [r[0] for r in rows]
         matrix = _decode([r[1] for r in rows], self.dimension)
@@ -113,27 +204,6 @@ class StoredVectors:
     def count(self) -> int:
         return int(self.store._read("SELECT COUNT(*) FROM message_vectors")[0][0])
 
-    def iter_with_metadata(
-        self, batch_size: int = 1000
-    ) -> Iterator[tuple[list[int], FloatArray, list[dict[str, Any]]]]:
-        """Every stored vector with the metadata the index keeps, in id order, in batches."""
-        after = 0
-        while True:
-            rows = self.store._read(
-                "SELECT m.id, v.vector, m.session_id, s.user_id, m.role, m.created_at "
-                "FROM message_vectors v JOIN messages m ON m.id = v.message_id "
-                "JOIN sessions s ON s.id = m.session_id WHERE m.id > ? ORDER BY m.id LIMIT ?",
-                (after, batch_size),
-            )
-            if not rows:
-                return
-            ids = [int(r[0]) for r in rows]
-            metas = [
-                index_metadata(int(r[0]), r[2], r[3], r[4], int(r[5])) for r in rows
-            ]
-            yield ids, _decode([r[1] for r in rows], self.dimension), metas
-            after = ids[-1]
-
     def clear(self) -> None:
         """Drop every stored vector and mark every message as not embedded."""
 
@@ -144,15 +214,36 @@ class StoredVectors:
         self.store._write(clear)
 
     def unmark_missing(self) -> int:
-        """Messages flagged embedded whose vector is not here go back to pending."""
+        """Messages flagged embedded whose vector is not here go back to pending.
+
+        Reads first, so a store that has nothing to repair is never written (it may be
+        read-only).
+        """
+        if not self.store._read(_FLAGGED_WITHOUT_VECTOR + " LIMIT 1"):
+            return 0
         return int(
             self.store._write(
                 lambda c: c.execute(
-                    "UPDATE messages SET embedded = 0 WHERE embedded = 1 AND id NOT IN "
-                    "(SELECT message_id FROM message_vectors)"
+                    "UPDATE messages SET embedded = 0 WHERE embedded = 1 AND NOT EXISTS "
+                    "(SELECT 1 FROM message_vectors v WHERE v.message_id = messages.id)"
                 ).rowcount
             )
         )
+
+
+_FLAGGED_WITHOUT_VECTOR = (
+    "SELECT id FROM messages WHERE embedded = 1 AND NOT EXISTS "
+    "(SELECT 1 FROM message_vectors v WHERE v.message_id = messages.id)"
+)
+
+
+def _mark_indexed(c: sqlite3.Connection, ids: Sequence[int], users: Sequence[Any]) -> None:
+    c.executemany(
+        "UPDATE messages SET embedded = 1 WHERE id = ? AND embedded = 0 "
+        "AND EXISTS (SELECT 1 FROM message_vectors v WHERE v.message_id = messages.id) "
+        "AND (SELECT s.user_id FROM sessions s WHERE s.id = messages.session_id) IS ?",
+        [(int(i), u) for i, u in zip(ids, users, strict=True)],
+    )
 
 
 def index_metadata(

@@ -150,7 +150,9 @@ def test_lost_vector_index_is_rebuilt_from_sqlite(db_path: str) -> None:
     with MemoryManager(db_path, embedding=FakeEmbedder()) as mm:
         _fill(mm)
         mm.flush()
-    ChromaVectorIndex(mode="persistent", path=db_path + ".chroma").clear()  # the index is lost
+    lost = ChromaVectorIndex(mode="persistent", path=db_path + ".chroma")
+    lost.clear()  # the index is lost
+    lost.close()
     embedder = FakeEmbedder()
     with MemoryManager(db_path, embedding=embedder) as mm:
         deadline = time.monotonic() + 30

@@ -124,3 +124,26 @@ def test_where_translation() -> None:
     }
     assert matches_where({"role": "user"}, {"role": {"$in": ["user", "tool"]}})
     assert not matches_where({"created_at": 5}, {"created_at": {"$gte": 6}})
+
+
+def test_ids_lists_what_the_index_holds(index: VectorIndex) -> None:
+    vectors = _unit(np.random.default_rng(7), 6)
+    index.upsert(list(range(6)), vectors, [_meta(i) for i in range(6)])
+    index.delete([2])
+    assert sorted(index.ids()) == [0, 1, 3, 4, 5]  # type: ignore[attr-defined]
+
+
+def test_chroma_errors_reach_callers_typed(tmp_path: Path) -> None:
+    from harombe_core.errors import InvalidInputError, VectorIndexError
+
+    ix = ChromaVectorIndex(mode="persistent", path=str(tmp_path / "c"))
+    vectors = _unit(np.random.default_rng(8), 2)
+    ix.upsert([1, 2], vectors, [_meta(1), _meta(2)])
+    with pytest.raises(InvalidInputError, match="refused to query"):
+        ix.query(vectors[0], 2, {"role": {"$in": [None]}})
+    ix._client.delete_collection(ix._collection_name)  # deleted under this client
+    assert ix.count() == 0  # reopened, not an error
+    ix._client.close()  # Chroma's backend stopped under the index
+    with pytest.raises(VectorIndexError, match="harombe reindex"):
+        ix.query(vectors[0], 2)
+    ix.close()

@@ -66,6 +66,23 @@ async def test_embedder_async_twins() -> None:
     assert np.allclose(await embedder.aembed_query("x"), embedder.embed_query("x"))
 
 
+async def test_embedder_learns_its_dimension_from_the_first_batch() -> None:
+    """``probe=False``: no call at construction, so async-only embeddings (LangGraph wraps an
+    ``async def`` this way) work from async code and fail clearly from sync code."""
+    from langgraph.store.base.embed import ensure_embeddings
+
+    async def aembed(texts: list[str]) -> list[list[float]]:
+        return [[1.0, 2.0, 2.0] for _ in texts]
+
+    embedder = LangChainEmbedder(ensure_embeddings(aembed), probe=False)
+    vectors = await embedder.aembed(["a", "b"])
+    assert vectors.shape == (2, 3)
+    assert embedder.dimension == 3
+    assert np.allclose(vectors[0], [1 / 3, 2 / 3, 2 / 3])
+    with pytest.raises(EmbeddingError, match="async"):
+        embedder.embed(["a"])
+
+
 class WrongSize(Embeddings):
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         return [[1.0, 0.0] for _ in texts]

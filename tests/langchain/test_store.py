@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -78,21 +80,27 @@ def test_put_get_update_delete(store: HarombeStore) -> None:
     assert store.get(("users", "ann"), "prefs") is None
 
 
-def test_batch_runs_ops_in_order(store: HarombeStore) -> None:
+def test_batch_reads_before_it_writes(store: HarombeStore) -> None:
+    """As in LangGraph's stores: a batch's reads see the store before the batch, and the last
+    put of a key wins (the contract, against LangGraph's own stores: test_store_contract.py)."""
+    store.put(("a",), "k", {"text": "zero"})
     results = store.batch(
         [
             PutOp(("a",), "k", {"text": "one"}),
             GetOp(("a",), "k"),
             PutOp(("a",), "k", None),
-            GetOp(("a",), "k"),
+            PutOp(("a",), "n", {"text": "new"}),
+            GetOp(("a",), "n"),
             ListNamespacesOp(),
         ]
     )
     assert results[0] is None
     assert results[1] is not None
-    assert results[1].value == {"text": "one"}
-    assert results[3] is None
-    assert results[4] == []
+    assert results[1].value == {"text": "zero"}
+    assert results[4] is None
+    assert results[5] == [("a",)]
+    assert store.get(("a",), "k") is None
+    assert store.get(("a",), "n").value == {"text": "new"}  # type: ignore[union-attr]
 
 
 def test_semantic_search_filter_and_pagination(store: HarombeStore) -> None:
@@ -162,6 +170,7 @@ def test_list_namespaces(store: HarombeStore) -> None:
 
 
 def test_ttl_expires_and_sweeps(store: HarombeStore, clock: Clock) -> None:
+    store.ttl_config = {"omit_expired": True}  # reads hide expired items before the sweep
     store.put(("t",), "short", {"text": "x"}, ttl=1)
     store.put(("t",), "long", {"text": "y"}, ttl=60)
     store.put(("t",), "forever", {"text": "z"})
@@ -182,7 +191,9 @@ def test_ttl_expires_and_sweeps(store: HarombeStore, clock: Clock) -> None:
 
 def test_reads_refresh_ttl_when_asked(url: str, clock: Clock) -> None:
     with MemoryManager(url, embedding=None) as manager:
-        store = HarombeStore(manager, ttl={"default_ttl": 10, "refresh_on_read": True})
+        store = HarombeStore(
+            manager, ttl={"default_ttl": 10, "refresh_on_read": True, "omit_expired": True}
+        )
         store.put(("r",), "a", {"v": 1})
         store.put(("r",), "b", {"v": 2})
         clock.now += 9 * MINUTE
@@ -347,7 +358,8 @@ async def test_concurrent_async_batches(store: HarombeStore) -> None:
     )
     assert results[0] is not None
     assert results[0].value == {"text": "note 3 2"}
-    assert results[2] is None
+    assert results[2] == results[0]  # a batch reads before it writes
+    assert await store.aget(("aio",), "3-2") is None
 
 
 async def test_async_twins(store: HarombeStore, clock: Clock) -> None:
@@ -363,8 +375,9 @@ async def test_async_twins(store: HarombeStore, clock: Clock) -> None:
     assert await store.aget(("a",), "k") is None
     await store.aput(("a",), "brief", {"text": "gone soon"}, ttl=1)
     clock.now += MINUTE
-    assert await store.aget(("a",), "brief") is None
+    assert await store.aget(("a",), "brief") is not None  # expired, readable until swept
     assert await store.asweep_ttl() == 1
+    assert await store.aget(("a",), "brief") is None
 
 
 @tool
@@ -432,15 +445,19 @@ def test_backends_agree(tmp_path: Path, pg_url: str, clock: Clock) -> None:
     for url in (str(tmp_path / "m.db"), pg_url):
         with MemoryManager(url, embedding=None) as manager:
             store = HarombeStore(manager, index={"embed": FakeEmbedder(), "fields": ["text"]})
-            first = store.batch(ops)
+            store.batch(ops[:5])
+            first = store.batch(ops[5:])
             clock.now += 5 * MINUTE
+            store.ttl_config = {"omit_expired": True}
             later = store.batch(ops[5:])
             swept = store.sweep_ttl()
             clock.now -= 5 * MINUTE
             outputs.append((first, later, swept))
     assert outputs[0] == outputs[1]
-    first = outputs[0][0]
-    assert [h.key for h in first[5]][:2] == ["1", "é"]
+    first, later, _ = outputs[0]
+    assert [h.key for h in first[0]][:2] == ["1", "é"]
+    assert first[4] is not None
+    assert later[4] is None  # expired
     assert outputs[0][2] == 1
 
 
@@ -454,6 +471,7 @@ def test_postgres_batch_lost_at_commit_is_applied_once(
     with MemoryManager(pg_url, embedding=None) as manager:
         store = HarombeStore(manager, index={"embed": FakeEmbedder(), "fields": ["text"]})
         store.put(("a",), "seen", {"text": "tea", "n": 1})
+        before = store.search(("a",), query="green tea")
         pool = manager.store._pool  # type: ignore[attr-defined]
         real = pool.connection
         lost: list[bool] = []
@@ -485,10 +503,119 @@ def test_postgres_batch_lost_at_commit_is_applied_once(
         )
         assert lost == [True]
         assert bodies == [True]  # the retry found the committed result instead of re-running
-        assert results == [
-            None,
-            store.search(("a",), query="green tea"),
-            store.get(("a",), "seen"),
-            [("a",)],
-        ]
-        assert [h.key for h in results[1]] == ["new", "seen"]  # type: ignore[union-attr]
+        assert results == [None, before, store.get(("a",), "seen"), [("a",)]]
+        assert [h.key for h in results[1]] == ["seen"]  # type: ignore[union-attr]
+        assert [h.key for h in store.search(("a",), query="green tea")] == ["new", "seen"]
+
+
+# beyond LangGraph's SQLite store: PostgresStore's omit_expired, and harombe's own checks ----
+def _expires_at(store: HarombeStore, key: str) -> int:
+    row = store._backend.run(  # type: ignore[attr-defined]
+        lambda: (yield store._backend.step(  # type: ignore[attr-defined]
+            "SELECT expires_at FROM store_items WHERE key = ?", (key,)
+        )).rows
+    )
+    return int(row[0][0])
+
+
+def test_omit_expired_hides_expired_rows_and_never_renews_them(
+    store: HarombeStore, clock: Clock
+) -> None:
+    """PostgresStore's ``omit_expired`` (SqliteStore ignores it): expired rows are invisible
+    before the sweep, are filtered before the page is cut, and a read never renews them."""
+    store.ttl_config = {"omit_expired": True, "refresh_on_read": True}
+    for key, age in [("c", 4), ("b", 3), ("expired", 2), ("a", 1)]:
+        store.put(("p",), key, {"k": key}, ttl=10 if key != "expired" else 1)
+        clock.now += age * 1_000_000
+    clock.now += MINUTE
+    assert [h.key for h in store.search(("p",), limit=2)] == ["a", "b"]
+    assert [h.key for h in store.search(("p",), limit=2, offset=2)] == ["c"]
+    expired_before = _expires_at(store, "expired")
+    live_before = _expires_at(store, "a")
+    assert store.get(("p",), "expired", refresh_ttl=True) is None
+    assert "expired" not in [h.key for h in store.search(("p",), refresh_ttl=True)]
+    assert _expires_at(store, "expired") == expired_before
+    clock.now += 1_000_000
+    assert store.get(("p",), "a", refresh_ttl=True) is not None
+    assert _expires_at(store, "a") > live_before
+    store.put(("gone",), "k", {"v": 1}, ttl=1)
+    clock.now += MINUTE
+    assert ("gone",) not in store.list_namespaces()
+    store.ttl_config["omit_expired"] = False  # read live, as LangGraph's stores do
+    assert ("gone",) in store.list_namespaces()
+
+
+def test_sweeper_retries_a_failed_sweep_and_stops_on_close(
+    url: str, clock: Clock, caplog: pytest.LogCaptureFixture
+) -> None:
+    from harombe_core.errors import StoreBusyError
+
+    with MemoryManager(url, embedding=None) as manager:
+        store = HarombeStore(manager, ttl={"default_ttl": 1, "sweep_interval_minutes": 0.005})
+        real = store.sweep_ttl
+        failures: list[bool] = []
+
+        def flaky() -> int:
+            if not failures:
+                failures.append(True)
+                raise StoreBusyError("database is locked")
+            return real()
+
+        store.sweep_ttl = flaky  # type: ignore[method-assign]
+        store.put(("s",), "k", {"v": 1})
+        clock.now += MINUTE
+        future = store.start_ttl_sweeper()
+        assert store.start_ttl_sweeper() is future  # one sweeper per store
+        deadline = time.monotonic() + 30  # a bound on waiting, not a measurement
+        while store.get(("s",), "k", refresh_ttl=False) is not None:
+            assert time.monotonic() < deadline, "the sweeper never swept"
+            time.sleep(0.05)
+        assert failures == [True]
+        assert "will retry" in caplog.text
+        store.close()
+        assert future.result(timeout=10) is None
+        cancelled = store.start_ttl_sweeper()
+        assert cancelled is not future
+        assert cancelled.cancel()
+        assert store.stop_ttl_sweeper(timeout=10)
+        with pytest.raises(InvalidInputError, match="sweep_interval_minutes"):
+            store.start_ttl_sweeper(-1)
+
+
+def test_values_with_datetimes_are_embedded_and_filtered_as_stored(store: HarombeStore) -> None:
+    """What is embedded and what filters compare with is the stored JSON, so a datetime can
+    be embedded as part of the whole value (LangGraph's stores fail on it) and a datetime or
+    tuple filter operand matches what was stored from one."""
+    whole = HarombeStore(store.manager, index={"embed": FakeEmbedder(), "fields": ["$"]})
+    at = datetime(2024, 5, 6, 7, 8, 9, tzinfo=UTC)
+    whole.put(("w",), "trip", {"text": "booked a trip to Kyoto", "at": at, "pair": (1, 2)})
+    whole.put(("w",), "food", {"text": "allergic to peanuts", "at": datetime(2023, 1, 1)})
+    assert whole.search(("w",), query="trip to Kyoto")[0].key == "trip"
+    assert [h.key for h in whole.search(("w",), filter={"at": at})] == ["trip"]
+    assert [h.key for h in whole.search(("w",), filter={"pair": (1, 2)})] == ["trip"]
+    assert [h.key for h in whole.search(("w",), filter={"at": {"$gt": "2024"}})] == ["trip"]
+
+
+def test_filter_mistakes_are_refused_before_anything_runs(store: HarombeStore) -> None:
+    mistakes: list[Any] = [{"$or": [{"a": 1}]}, {"a": {"$regex": "x"}}, {"a": {"$gt": 1, "b": 2}},
+                           {"a": object()}, [("a", 1)]]
+    for bad in mistakes:
+        with pytest.raises(InvalidInputError):
+            store.batch([PutOp(("f",), "k", {"a": 1}), SearchOp(("f",), filter=bad)])
+    assert store.get(("f",), "k") is None  # refused on an empty store, and nothing written
+
+
+def test_index_configuration(url: str) -> None:
+    with MemoryManager(url, embedding=None) as manager:
+        with pytest.raises(InvalidInputError, match="embed"):
+            HarombeStore(manager, index={"fields": ["text"]})  # no embedder anywhere
+        for fields in ({"fields": "text"}, {"text_fields": ["text"]}):
+            store = HarombeStore(manager, index={"embed": FakeEmbedder(), **fields})
+            assert store.index_config is not None
+            assert store.index_config["__tokenized_fields"] == [("text", ["text"])]
+        store = HarombeStore(manager, index={"embed": FakeEmbedder(), "fields": ["text"]})
+        store.put(("m",), "old", {"text": "green tea"})
+        other = HarombeStore(manager, index={"embed": FakeEmbedder(64), "fields": ["text"]})
+        other.put(("m",), "new", {"text": "green tea"})
+        hits = other.search(("m",), query="green tea")  # the old vectors cannot be compared
+        assert [(h.key, h.score is None) for h in hits] == [("new", False), ("old", True)]

@@ -77,10 +77,15 @@ async def run_turn(
     session_id: str,
     user_id: str | None = None,
     token_limit: int = 400,
+    embedding: str | None = "default",
 ) -> dict[str, Any]:
     """Run one turn; return the reply, what the model was last sent, and the stored history."""
     memory = HarombeMemory.from_defaults(
-        storage_path=db, session_id=session_id, user_id=user_id, token_limit=token_limit
+        storage_path=db,
+        session_id=session_id,
+        user_id=user_id,
+        token_limit=token_limit,
+        embedding=embedding,
     )
     try:
         reply = await _dispatch(memory, engine, mode, message, session_id, user_id)
@@ -88,18 +93,10 @@ async def run_turn(
             "reply": reply["reply"],
             "sent": reply["sent"],
             "history": dump(await memory.aget_all()),
-            "window_tokens": memory.manager.count_tokens(
-                [_h(m) for m in await memory.aget()]
-            ),
+            "window_tokens": memory.count_tokens(await memory.aget()),
         }
     finally:
         memory.close()
-
-
-def _h(message: ChatMessage) -> Any:
-    from llamaindex_harombe.convert import from_llamaindex
-
-    return from_llamaindex(message)
 
 
 async def _dispatch(

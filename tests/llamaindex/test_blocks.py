@@ -3,6 +3,8 @@ sessions and users kept apart even when one block serves many interleaved sessio
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from llama_index.core.llms import ChatMessage
 from llama_index.core.memory import Memory
@@ -132,6 +134,51 @@ async def test_persist_flushed_off_with_harombe_db_store(db: str) -> None:
     window = await memory.aget(input="what is the wifi password?")
     assert "heron42" in system_text(window)
     store.close()
+
+
+@pytest.mark.parametrize("queue", ["SQLAlchemyChatStore", "HarombeDBChatStore"])
+async def test_readme_pairing_keeps_each_message_once_in_order(db: str, queue: str) -> None:
+    # The README's pairing, block with its defaults: Memory's queue in harombe, and the block
+    # on the same database. Flushed messages are already stored there: storing them again
+    # doubled the history and put the copies back in the queue, after newer messages.
+    engine = create_async_engine("sqlite+aiosqlite:///:memory:")
+    store: HarombeDBChatStore | None = None
+    if queue == "HarombeDBChatStore":
+        store = HarombeDBChatStore(db)
+        chat_store: Any = store
+    else:
+        chat_store = SQLAlchemyChatStore(table_name="queue", async_engine=engine)
+    block = HarombeMemoryBlock(storage_path=db)
+    memory = Memory.from_defaults(
+        session_id="s",
+        token_limit=60,
+        token_flush_size=10,
+        chat_history_token_ratio=0.5,
+        memory_blocks=[block],
+        chat_store=chat_store,
+    )
+    put = [user("The ferry leaves at 7:40."), assistant("Noted."), *filler("s", 6)]
+    try:
+        for message in put:
+            await memory.aput(message)
+        every = await memory.aget_all()
+        assert [m.content for m in every] == [m.content for m in put]  # plain Memory's 8
+        window = [m for m in await memory.aget() if m.role.value != "system"]
+        assert 0 < len(window) < len(put)
+        assert [m.content for m in window] == [m.content for m in put[-len(window) :]]
+        stored = [m.content for m in block.manager.get_messages("s")]
+        if store is None:  # the block keeps what Memory flushed from its own queue
+            assert stored == [m.content for m in put[: len(put) - len(window)]]
+        else:  # the queue is in harombe already: every message once, in order
+            assert stored == [m.content for m in put]
+        block.manager.flush()
+        recalled = await memory.aget(input="when does the ferry leave?")
+        assert "7:40" in system_text(recalled)
+    finally:
+        await engine.dispose()
+        block.close()
+        if store is not None:
+            store.close()
 
 
 def test_block_serialises_its_location(db: str) -> None:

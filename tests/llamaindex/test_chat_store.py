@@ -14,10 +14,10 @@ import pytest
 from llama_index.core.llms import ChatMessage
 from llama_index.core.memory import ChatMemoryBuffer, Memory
 from llama_index.core.storage.chat_store import BaseChatStore, SimpleChatStore
-from llama_index.core.storage.chat_store.base_db import MessageStatus
 
 from harombe_core.manager import MemoryManager
 from llamaindex_harombe import HarombeChatStore, HarombeDBChatStore
+from tests.llamaindex.contract import contract
 
 
 def hello() -> ChatMessage:
@@ -159,6 +159,25 @@ def test_chat_memory_buffer_persists_across_reopen(db: str) -> None:
     reopened.close()
 
 
+@pytest.mark.parametrize("kind", ["SimpleChatStore", "HarombeChatStore"])
+def test_chat_memory_buffer_on_the_store_is_restored_from_its_dict(db: str, kind: str) -> None:
+    store = SimpleChatStore() if kind == "SimpleChatStore" else HarombeChatStore(db)
+    buffer = ChatMemoryBuffer.from_defaults(token_limit=40, chat_store=store, chat_store_key="u1")
+    restored = ChatMemoryBuffer.from_dict(buffer.to_dict())
+    assert type(restored.chat_store) is type(store)
+    assert (restored.token_limit, restored.chat_store_key) == (40, "u1")
+    restored.put(hello())
+    assert restored.get() == [hello()]
+    buffer.put(world())
+    with contract(kind, "serialise a buffer whose store holds messages"):
+        again = ChatMemoryBuffer.from_string(buffer.to_string())
+    # harombe's dict says where the store is: the restored buffer reads the same history
+    assert again.get_all() == buffer.get_all()
+    for opened in (restored.chat_store, again.chat_store, store):
+        if isinstance(opened, HarombeChatStore):
+            opened.close()
+
+
 def test_store_serialises_its_location(db: str) -> None:
     store = HarombeChatStore(db)
     store.add_message("k", hello())
@@ -179,32 +198,6 @@ def test_keys_are_sessions_visible_to_harombe(db: str) -> None:
 
 
 # HarombeDBChatStore ------------------------------------------------------------------------
-
-
-async def test_db_chat_store_contract(db: str) -> None:
-    store = HarombeDBChatStore(db)
-    await store.add_messages("k", [hello(), world(), hello()])
-    assert await store.count_messages("k") == 3
-    assert await store.get_messages("k", limit=2, offset=1) == [world(), hello()]
-    assert await store.archive_oldest_messages("k", n=2) == [hello(), world()]
-    assert await store.get_messages("k") == [hello()]
-    assert await store.get_messages("k", status=MessageStatus.ARCHIVED) == [hello(), world()]
-    assert await store.count_messages("k", status=None) == 3
-    await store.add_message("k", world(), status=MessageStatus.ARCHIVED)
-    assert await store.count_messages("k", status=MessageStatus.ARCHIVED) == 3
-    await store.set_messages("k", [world()])
-    assert await store.get_messages("k") == [world()]
-    assert await store.count_messages("k", status=MessageStatus.ARCHIVED) == 3
-    assert await store.delete_message("k", 0) == hello()
-    assert await store.delete_message("k", 99) is None
-    await store.add_messages("k", [hello(), hello()])
-    assert await store.delete_oldest_messages("k", 2) == [world(), hello()]
-    await store.delete_messages("k", status=MessageStatus.ARCHIVED)
-    assert await store.get_messages("k", status=None) == [hello()]
-    await store.delete_messages("k")
-    assert await store.get_messages("k", status=None) == []
-    assert await store.get_keys() == ["k"]
-    store.close()
 
 
 def test_llamaindex_memory_on_harombe_db(db: str) -> None:

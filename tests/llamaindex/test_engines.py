@@ -93,10 +93,17 @@ def turn_in_new_process(**args: Any) -> dict[str, Any]:
     return result
 
 
-@pytest.mark.parametrize(("engine", "mode"), [("simple", "stream"), ("function_agent", "achat")])
-async def test_conversation_survives_a_restart(db: str, engine: str, mode: str) -> None:
+@pytest.mark.parametrize(
+    ("engine", "mode", "embedding"),
+    [("simple", "stream", "default"), ("function_agent", "achat", None)],
+)
+async def test_conversation_survives_a_restart(
+    db: str, engine: str, mode: str, embedding: str | None
+) -> None:
+    # semantic memory by default (the vector index beside the database is reopened too), and
+    # keyword search only
     seed_past_session(db)
-    limit = 150
+    limit = 100
     args = {
         "db": db,
         "engine": engine,
@@ -104,6 +111,7 @@ async def test_conversation_survives_a_restart(db: str, engine: str, mode: str) 
         "session_id": "now",
         "user_id": "ann",
         "token_limit": limit,
+        "embedding": embedding,
     }
     questions = [f"Question {i}: what is the name of my boat again?" for i in range(4)]
     for question in questions[:-1]:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from llama_index.core.base.llms.types import ChatMessage
+from llama_index.core.bridge.pydantic import BaseModel
 from llama_index.core.chat_engine import CondensePlusContextChatEngine
 from llama_index.core.embeddings import MockEmbedding
 from llama_index.core.llms import MockLLM
@@ -140,3 +143,40 @@ def test_public_api_is_exactly_all() -> None:
     assert public - modules == set(llamaindex_harombe.__all__)
     for name in llamaindex_harombe.__all__:
         assert getattr(llamaindex_harombe, name) is not None
+
+
+def test_every_component_searches_by_meaning_by_default(tmp_path: Path) -> None:
+    # One default everywhere: the core's (bundled offline MiniLM + Chroma), as in LangChain's
+    # retriever. The model is loaded once per process, whichever component opens it first.
+    from llamaindex_harombe import HarombeChatStore, HarombeDBChatStore, HarombeMemoryBlock
+
+    core = MemoryManager(str(tmp_path / "core.db"))
+    components = [
+        HarombeMemory.from_defaults(storage_path=tmp_path / "memory.db"),
+        HarombeMemory(storage_path=str(tmp_path / "direct.db")),
+        HarombeChatStore(tmp_path / "chat.db"),
+        HarombeDBChatStore(tmp_path / "queue.db"),
+        HarombeMemoryBlock(storage_path=tmp_path / "block.db"),
+        HarombeRetriever(storage_path=tmp_path / "retriever.db", all_users=True),
+    ]
+    try:
+        assert core.semantic_enabled
+        managers = [c.manager for c in components]
+        assert all(m.semantic_enabled for m in managers)
+        assert {m.embedder.name for m in managers} == {core.embedder.name}
+        assert len({id(m.embedder) for m in managers}) == 1  # one model in memory
+        # what a component writes is searchable by meaning: no word of the query is in it
+        store = components[2]
+        assert isinstance(store, HarombeChatStore)
+        store.add_message("k", ChatMessage(role="user", content="My golden retriever is Biscuit."))
+        store.add_message("k", ChatMessage(role="user", content="Tax forms are due in April."))
+        store.manager.flush()
+        hits = store.manager.search("puppy", top_k=1)
+        assert "Biscuit" in hits[0].message.content
+        for component in components[:-1]:  # serialised as "the default", not a model object
+            assert isinstance(component, BaseModel)
+            assert component.model_dump()["embedding"] == "default"
+    finally:
+        for component in components:
+            component.close()
+        core.close()

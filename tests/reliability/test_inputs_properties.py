@@ -492,6 +492,10 @@ def common_kinds(world: World) -> dict[str, st.SearchStrategy[Any]]:
         "days": numbers,
         "timeout": st.one_of(st.floats(0, 0.5), numbers),
         "include_system": flags,
+        "sweep_interval_minutes": numbers,
+        "json_str": st.one_of(
+            texts, st.sampled_from([world.targets["HarombeMemory"].to_string(), "[]", "{}"])
+        ),
         "exact": flags,
         "all_users": flags,
         "conversation_id": session_ids,

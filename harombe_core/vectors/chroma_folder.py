@@ -1,0 +1,239 @@
+"""An embedded Chroma folder on disk: one owning process at a time, protected like the database.
+
+Why one owner. Chroma's embedded mode (``PersistentClient``) is not safe for several processes
+on one folder: each process keeps the HNSW graph it loaded in memory and writes its own copy
+back, so one process overwrites another's graph files and keeps searching a stale copy, and
+processes creating a folder at the same moment race in Chroma's own schema set-up ("table
+collections already exists"). So a process opens the folder only while it holds an exclusive
+lock on ``<folder>.lock`` beside it (a ``filelock`` lock: the kernel drops it when the process
+dies, however it dies). Every other process keeps its vectors in the SQLite database only and
+searches them exactly; the owner copies what they stored into the index (see
+:mod:`harombe_core.vectors.indexer`). Creating the folder happens under the same lock, so it
+is serialised across processes as well.
+
+Why the lock also decides damage. Only the owner opens the folder, so when opening fails the
+owner knows no other harombe process is using it. Only then, and only for an error that means
+the files themselves are damaged (not a database, malformed, an HNSW segment that cannot be
+loaded), is the folder renamed aside as ``<folder>.corrupt-<time>`` and a new one started: the
+index is derived data, rebuilt from the vectors kept in SQLite. Any other failure (permissions,
+a full disk, a Chroma error we do not recognise) is raised as a typed error and the folder is
+left exactly as found.
+
+Why 0700 and not a umask. The folder is created (or tightened) to mode 0700 before Chroma
+writes anything into it. A file inside a directory that others cannot traverse cannot be opened
+by them whatever its own mode, so this protects every file Chroma creates later, from any of
+its threads, without touching the process umask (which is process-wide: changing it around
+Chroma's calls would race every other thread creating files). Each file is also tightened to
+0600 after opening and after each write, so a copy of the folder made elsewhere keeps the
+protection.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+import stat
+import time
+from pathlib import Path
+from typing import Any
+
+from harombe_core.errors import (
+    StorageFullError,
+    StoreReadOnlyError,
+    VectorIndexBusyError,
+    VectorIndexError,
+)
+
+__all__ = ["ChromaFolder", "is_damage", "protect_folder"]
+
+log = logging.getLogger(__name__)
+
+FOLDER_MODE = 0o700
+FILE_MODE = 0o600
+#: Chroma's messages for files that are damaged (as opposed to busy, read-only or full).
+_DAMAGE_MARKERS = (
+    "file is not a database",
+    "database disk image is malformed",
+    "hnsw segment reader",
+    "error loading hnsw index",
+    "error deserializing",
+    "unsupported opcode",
+)
+_READ_ONLY_MARKERS = ("readonly database", "read-only file system", "permission denied")
+_FULL_MARKERS = ("database or disk is full", "no space left on device")
+
+
+def _message(exc: BaseException) -> str:
+    return str(exc).lower()
+
+
+def is_damage(exc: BaseException) -> bool:
+    """True when Chroma's error says its files are damaged (not busy, read-only or full)."""
+    text = _message(exc)
+    return any(marker in text for marker in _DAMAGE_MARKERS)
+
+
+def _typed(exc: BaseException, folder: Path) -> Exception:
+    """The harombe error for a failure to open ``folder`` that is not damage."""
+    text = _message(exc)
+    os_errno = exc.errno if isinstance(exc, OSError) else None
+    if os_errno in (errno.EACCES, errno.EPERM, errno.EROFS) or any(
+        marker in text for marker in _READ_ONLY_MARKERS
+    ):
+        return StoreReadOnlyError(
+            f"the vector index folder {folder} cannot be written ({exc}). Messages are searched "
+            "exactly from the database meanwhile; make the folder writable (or choose another "
+            "with vector_store.path) to use the index."
+        )
+    if os_errno == errno.ENOSPC or any(marker in text for marker in _FULL_MARKERS):
+        return StorageFullError(
+            f"the disk holding the vector index {folder} is full ({exc}). Free some space; "
+            "nothing stored was lost."
+        )
+    return VectorIndexError(
+        f"cannot open the vector index {folder} ({type(exc).__name__}: {exc}). The messages "
+        "and their vectors are safe in the database: close every process using it, move the "
+        "folder aside and run `harombe reindex` to rebuild it."
+    )
+
+
+def protect_folder(folder: Path) -> None:
+    """Mode 0700 on the folder and its subfolders, 0600 on its files (those we own)."""
+    uid = os.geteuid() if hasattr(os, "geteuid") else None
+    for path in (folder, *folder.rglob("*")):
+        try:
+            info = path.lstat()
+            if uid is not None and info.st_uid != uid:
+                continue  # not ours to change (root can read it anyway)
+            if stat.S_ISDIR(info.st_mode):
+                wanted = FOLDER_MODE
+            elif stat.S_ISREG(info.st_mode):
+                wanted = FILE_MODE
+            else:
+                continue
+            if stat.S_IMODE(info.st_mode) & ~wanted:
+                path.chmod(stat.S_IMODE(info.st_mode) & wanted)
+        except FileNotFoundError:
+            continue  # Chroma removed a temporary file while we walked: nothing to protect
+
+
+def _make_folder(folder: Path) -> None:
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        folder.mkdir(mode=FOLDER_MODE, exist_ok=True)
+    except OSError as exc:
+        raise _typed(exc, folder) from exc
+
+
+class ChromaFolder:
+    """The lock and the files of one embedded Chroma folder.
+
+    :meth:`open_client` takes ownership (or raises :class:`VectorIndexBusyError` at once when
+    another process has it) and returns a ``PersistentClient`` with the collection opened and
+    loaded; :meth:`release` gives ownership back after the client is closed.
+    """
+
+    def __init__(self, folder: str | os.PathLike[str]) -> None:
+        self.folder = Path(folder).expanduser().absolute()
+        self.lock_path = self.folder.with_name(self.folder.name + ".lock")
+        self._lock: Any = None
+
+    @property
+    def owned(self) -> bool:
+        return self._lock is not None
+
+    def _acquire(self) -> None:
+        from filelock import FileLock, Timeout
+
+        lock = FileLock(str(self.lock_path), mode=FILE_MODE, thread_local=False)
+        try:
+            lock.acquire(timeout=0)
+        except Timeout as exc:
+            raise VectorIndexBusyError(
+                f"the vector index {self.folder} is open in another process; only one process "
+                "at a time keeps it. Close that process (or run this there)."
+            ) from exc
+        except OSError as exc:
+            raise _typed(exc, self.lock_path) from exc
+        self._lock = lock
+
+    def release(self) -> None:
+        """Give the folder back (after the client is closed); safe to call twice."""
+        lock, self._lock = self._lock, None
+        if lock is not None:
+            lock.release()
+
+    def open_client(self, open_collection: Any) -> tuple[Any, Any]:
+        """Own the folder and open it: ``(client, collection)``.
+
+        ``open_collection(client)`` opens the collection; it is loaded (``count()``) here so
+        that a damaged segment shows now, while no other process can be using the folder.
+        """
+        _make_folder(self.folder)
+        self._acquire()
+        try:
+            try:
+                client, collection = self._open(open_collection)
+            except Exception as exc:
+                if not is_damage(exc):
+                    raise _typed(exc, self.folder) from exc
+                self._set_aside(exc)
+                try:
+                    client, collection = self._open(open_collection)
+                except Exception as again:
+                    raise _typed(again, self.folder) from again
+            protect_folder(self.folder)
+        except BaseException:
+            self.release()
+            raise
+        return client, collection
+
+    def _open(self, open_collection: Any) -> tuple[Any, Any]:
+        import chromadb
+        from chromadb.config import Settings
+
+        protect_folder(self.folder)
+        try:
+            client: Any = chromadb.PersistentClient(
+                path=str(self.folder), settings=Settings(anonymized_telemetry=False)
+            )
+        except BaseException:
+            self._forget_failed_system()
+            raise
+        try:
+            collection = open_collection(client)
+            collection.count()
+        except BaseException:
+            client.close()  # drops Chroma's cached copy of this folder in this process
+            raise
+        return client, collection
+
+    def _forget_failed_system(self) -> None:
+        """Chroma caches a backend per folder before starting it; one that failed to start
+        stays cached and would be handed to the next client. Drop that one entry (clearing
+        the whole cache would orphan the backends of other folders open in this process)."""
+        from chromadb.api.shared_system_client import SharedSystemClient
+
+        with SharedSystemClient._refcount_lock:
+            SharedSystemClient._identifier_to_system.pop(str(self.folder), None)
+            SharedSystemClient._identifier_to_refcount.pop(str(self.folder), None)
+
+    def _set_aside(self, exc: BaseException) -> None:
+        """Rename the damaged folder (we own it: nobody else has it open) and start anew."""
+        aside = self.folder.with_name(f"{self.folder.name}.corrupt-{int(time.time() * 1000)}")
+        try:
+            self.folder.rename(aside)
+            _make_folder(self.folder)
+        except OSError as move_error:
+            raise _typed(move_error, self.folder) from exc
+        log.warning(
+            "vector index %s is damaged (%s); moved it to %s and rebuilding it from the vectors "
+            "in the database", self.folder, exc, aside,
+        )
+
+    def after_write(self) -> None:
+        """Tighten files Chroma created while writing (see the module docstring)."""
+        with contextlib.suppress(FileNotFoundError):
+            protect_folder(self.folder)
