@@ -347,13 +347,17 @@ def check_roles(value: Any) -> tuple[str, ...] | None:
 
 
 # JSON ------------------------------------------------------------------------------------------
-def _json_walk(value: Any, limit: int, depth_limit: int) -> tuple[str | None, int]:
+def _json_walk(
+    value: Any, limit: int, depth_limit: int, *, strict: bool = True
+) -> tuple[str | None, int]:
     """(why ``value`` would not come back from the store as itself, its size so far).
 
     Stricter than ``json.dumps``, which silently turns tuples into lists and int keys into str
     keys: a read must return exactly what was saved. Iterative, so no nesting depth can
     overflow the stack, and it stops as soon as the size passes ``limit``. The size is the
     JSON text's length, exact for plain text and near it where strings need escapes.
+    ``strict=False`` only measures (size and depth), for values a serialiser converts (tuples,
+    NaN, datetimes), leaving what it refuses to it.
     """
     size = 0
     stack: list[tuple[Any, int]] = [(value, 0)]
@@ -363,7 +367,7 @@ def _json_walk(value: Any, limit: int, depth_limit: int) -> tuple[str | None, in
             size += 5
         elif isinstance(item, str):
             size += len(item) + 3  # quotes and a separator
-            if size <= limit and not item.isascii():
+            if strict and size <= limit and not item.isascii():
                 try:
                     item.encode("utf-8")
                 except UnicodeEncodeError as exc:
@@ -374,26 +378,28 @@ def _json_walk(value: Any, limit: int, depth_limit: int) -> tuple[str | None, in
                 return f"an integer has more than {_MAX_INT_DIGITS:,} digits", size
             size += digits + 2
         elif isinstance(item, float):
-            if not math.isfinite(item):
+            if strict and not math.isfinite(item):
                 return f"{item!r} is not a JSON number", size
             size += 24
-        elif depth >= depth_limit:
+        elif depth >= depth_limit and isinstance(item, (list, tuple, Mapping)):
             return f"it is nested more than {depth_limit} levels deep", size
-        elif isinstance(item, list):
+        elif isinstance(item, list) or (not strict and isinstance(item, tuple)):
             size += len(item) + 2
             if size <= limit:
                 stack.extend((x, depth + 1) for x in item)
-        elif isinstance(item, dict):
+        elif isinstance(item, dict) or (not strict and isinstance(item, Mapping)):
             size += 2 * len(item) + 2
             if size > limit:
                 break
             for key, child in item.items():
-                if not isinstance(key, str):
+                if strict and not isinstance(key, str):
                     return f"dict key {show(key)} is not a str (keys must be strings)", size
                 stack.append((key, depth + 1))
                 stack.append((child, depth + 1))
-        else:
+        elif strict:
             return f"{type(item).__name__} is not a JSON type", size
+        else:
+            size += 24  # a date, a UUID...: as the serialiser writes it, about this long
     return None, size
 
 
@@ -404,10 +410,13 @@ def check_json(
     limit: int,
     field: str,
     error: Error = InvalidInputError,
+    strict: bool = True,
 ) -> None:
     """``value`` is JSON that reads back as itself, within ``limit`` characters and the depth
-    limit (``json_depth``); refused otherwise, before anything is done with it."""
-    problem, size = _json_walk(value, limit, current_limits().json_depth)
+    limit (``json_depth``); refused otherwise, before anything is done with it. With
+    ``strict=False`` only the size and the depth are checked (for a value a serialiser will
+    convert, such as LangGraph's store values)."""
+    problem, size = _json_walk(value, limit, current_limits().json_depth, strict=strict)
     if problem is not None:
         raise error(
             f"{what} must be JSON (str, int, float, bool, None, list, dict with str keys; no "

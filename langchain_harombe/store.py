@@ -69,6 +69,7 @@ from harombe_core.validate import (
     check_count,
     check_flag,
     check_id,
+    check_json,
     check_list,
     check_number,
     check_query,
@@ -604,10 +605,16 @@ def _check_op(op: Op) -> None:
         if op.refresh_ttl is not None:
             check_flag(op.refresh_ttl, "refresh_ttl")
     elif isinstance(op, PutOp):
-        if op.value is not None and not isinstance(op.value, Mapping):
-            raise InvalidInputError(
-                f"a store value must be a dict (a JSON object), got {type(op.value).__name__}."
-            )
+        if op.value is not None:
+            if not isinstance(op.value, Mapping):
+                raise InvalidInputError(
+                    f"a store value must be a dict (a JSON object), got {type(op.value).__name__}."
+                )
+            # Measured before it is serialised (a 50 MB value is refused at once); the exact
+            # length of its JSON is checked again in _plan.
+            limit = current_limits().store_value_chars
+            check_json(op.value, "a store value", limit=limit, field="store_value_chars",
+                       strict=False)
         if op.index is not None and op.index is not False and (
             not isinstance(op.index, list) or not all(isinstance(f, str) for f in op.index)
         ):
