@@ -56,7 +56,10 @@ def open_store(
 ) -> MessageStore:
     """A store for a path (SQLite), a ``postgresql://`` URL, or an existing store object.
 
-    ``encryption_key`` (else ``HAROMBE_DB_KEY``) encrypts a SQLite file with SQLCipher.
+    Each SQLite store returned is this opener's own (closing it closes only it), but every store
+    on one file in this process shares the file's connections, which close with the last of
+    them (:mod:`harombe_core.store.sqlite_file`). ``encryption_key`` (else ``HAROMBE_DB_KEY``)
+    encrypts a SQLite file with SQLCipher; every opener of one file must pass the same key.
     """
     if isinstance(storage_path, MessageStore):
         return storage_path

@@ -8,7 +8,8 @@ unchanged on an encrypted file.
 
 The key comes from ``encryption_key=`` (or the ``memory.encryption_key`` config), else from the
 ``HAROMBE_DB_KEY`` environment variable. A wrong key is reported as
-:class:`~harombe_core.errors.EncryptionKeyError` before anything is written.
+:class:`~harombe_core.errors.EncryptionKeyError` before anything is written (the open-time check
+in :mod:`harombe_core.store.sqlite_checks` reads the file through this module).
 """
 
 from __future__ import annotations
@@ -16,12 +17,11 @@ from __future__ import annotations
 import os
 import sqlite3
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-from harombe_core.errors import EncryptionKeyError, InvalidInputError, MissingExtraError
+from harombe_core.errors import InvalidInputError, MissingExtraError
 
-__all__ = ["KEY_ENV", "check_key", "connect", "resolve_key"]
+__all__ = ["KEY_ENV", "connect", "resolve_key"]
 
 KEY_ENV = "HAROMBE_DB_KEY"
 
@@ -128,22 +128,3 @@ def connect(uri: str, key: str, *, timeout: float) -> Any:
     except errors as exc:
         raise _translate(exc) from exc
     return _Connection(raw, errors)
-
-
-def check_key(file: Path, key: str) -> None:
-    """Refuse a wrong key (or an unencrypted file opened with a key) before any write."""
-    module = _module()
-    try:
-        conn = module.connect(f"{file.as_uri()}?mode=ro", uri=True)
-        try:
-            conn.execute("PRAGMA cipher_log_level = NONE")
-            conn.execute(f"PRAGMA key = {_quote(key)}")
-            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
-        finally:
-            conn.close()
-    except module.DatabaseError as exc:
-        raise EncryptionKeyError(
-            f"{file} cannot be opened with this encryption key ({exc}); it was left untouched. "
-            f"Pass the key it was created with (encryption_key=... or {KEY_ENV}); a file "
-            "created without encryption must be opened without a key."
-        ) from exc

@@ -3,14 +3,11 @@
 Why it looks the way it does:
 
 * WAL journal, so readers never wait for a writer and a crash never loses a committed row.
-* Every write is one ``BEGIN IMMEDIATE`` transaction: it takes the write lock up front (no
-  deadlock on upgrade), waits ``busy_timeout`` for it, and is retried with exponential backoff
-  while another process holds it, so concurrent writers see no error.
-* Each thread gets its own connection (sqlite3 connections are not shareable across threads);
-  the async twins in the manager run on worker threads and so never block the event loop.
-* A file is checked before anything is written to it: the SQLite header, the size the header
-  promises, our ``application_id`` and the schema version. A foreign or corrupt file is refused
-  with :class:`NotAHarombeDatabaseError` and left byte-for-byte as it was.
+* The file's connections, transactions and retries belong to the file, not to a store: every
+  store opened on one file in this process shares them (:mod:`harombe_core.store.sqlite_file`).
+* A file is checked through SQLite, before anything is written to it: that it is SQLite, not
+  truncated, our ``application_id``, the schema version. A foreign, corrupt or too new file is
+  refused with a typed error and left exactly as it was (:mod:`harombe_core.store.sqlite_checks`).
 * Schema changes are forward migrations keyed by ``PRAGMA user_version``, each applied in the
   same transaction that bumps the version.
 * The keyword index (FTS5, BM25) is derived: each row holds the message and the turn it
@@ -30,32 +27,29 @@ import json
 import logging
 import math
 import os
-import random
 import re
 import sqlite3
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any, TypeVar
 
-from harombe_core.errors import (
-    HarombeError,
-    InvalidInputError,
-    NotAHarombeDatabaseError,
-    SchemaTooNewError,
-    StorageFullError,
-    StoreBusyError,
-    StoreError,
-    StoreReadOnlyError,
-)
+from harombe_core.errors import InvalidInputError, SchemaTooNewError, StoreError
 from harombe_core.limits import current_limits
 from harombe_core.models import Message, Session
 from harombe_core.owners import check_owner
-from harombe_core.store.base import UNSET, AtomicBlock, KeywordHit, SearchScope
+from harombe_core.store.base import UNSET, KeywordHit, SearchScope
+from harombe_core.store.shared import Lease
+from harombe_core.store.sqlite_checks import APPLICATION_ID
+from harombe_core.store.sqlite_file import (
+    SQLiteFile,
+    classify,
+    memory_file,
+    open_file,
+    orphan_on_collect,
+)
 from harombe_core.validate import (
     check_count,
     check_mapping,
@@ -69,9 +63,6 @@ __all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "SQLiteStore", "from_micros", "to
 
 log = logging.getLogger(__name__)
 
-#: Written to the SQLite header so a harombe database can be told from any other SQLite file.
-APPLICATION_ID = 0x48524D42  # "HRMB"
-SQLITE_MAGIC = b"SQLite format 3\x00"
 
 T = TypeVar("T")
 
@@ -348,129 +339,44 @@ def index_terms(word: str) -> tuple[str, ...]:
     return tuple(str(r[0]) for r in rows)
 
 
-def _promised_size(header: bytes) -> int:
-    """The file size a database header promises (0 when it makes no promise).
+def _migrate(file: SQLiteFile, retries: int) -> None:
+    """Bring ``file`` to :data:`SCHEMA_VERSION` (run once, by the file's first opener)."""
+    version = int(file.read("PRAGMA user_version")[0][0])
+    if version > SCHEMA_VERSION:
+        raise SchemaTooNewError(
+            f"{file.location} has schema version {version}, newer than this harombe "
+            f"understands ({SCHEMA_VERSION}). Upgrade harombe-memory."
+        )
+    if version < SCHEMA_VERSION and file.read_only:
+        state = "is a new, empty database" if version == 0 else f"has schema version {version}"
+        file.refuse_writes(
+            f"opening it (it {state} and must be brought to schema version {SCHEMA_VERSION} "
+            "first, which writes to it)"
+        )
+    file.enable_wal(retries)
+    if version == SCHEMA_VERSION:
+        return
 
-    The header's page count is only meaningful when the change counter matches the
-    version-valid-for number (SQLite file format, section 1.3.7).
+    def apply(c: sqlite3.Connection) -> None:
+        current = c.execute("PRAGMA user_version").fetchone()[0]
+        for index in range(current, SCHEMA_VERSION):
+            for statement in MIGRATIONS[index]:
+                c.execute(statement)
+            c.execute(f"PRAGMA user_version = {index + 1}")
+        c.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+
+    file.write(apply, retries)
+
+
+def _setup_file(file: SQLiteFile, *, retries: int) -> None:
+    """What the first opener of a file does: migrate it, and have its last close index it.
+
+    Keyword indexing is lazy (see :func:`_index_keywords`); catching up as the file closes
+    means a later reader that cannot write (a read-only copy) still searches every message.
     """
-    if header[24:28] != header[92:96]:
-        return 0
-    page_size = int.from_bytes(header[16:18], "big")
-    page_size = 65536 if page_size == 1 else page_size
-    return page_size * int.from_bytes(header[28:32], "big")
-
-
-def _inspect_once(file: Path) -> NotAHarombeDatabaseError | None:
-    """Why ``file`` cannot be opened as a harombe database right now, or None if it can."""
-    try:
-        with file.open("rb") as handle:
-            header = handle.read(100)
-            size = os.fstat(handle.fileno()).st_size
-    except OSError as exc:
-        raise StoreError(f"cannot read {file}: {exc.strerror}") from exc
-    if len(header) < 100 or not header.startswith(SQLITE_MAGIC):
-        return NotAHarombeDatabaseError(
-            f"{file} is not a SQLite database (no SQLite header), so it is not a harombe "
-            "database; it was left untouched. Pass a new path with storage_path=..."
-        )
-    promised = _promised_size(header)
-    if size < promised:
-        return NotAHarombeDatabaseError(
-            f"{file} is truncated ({size} bytes, its header promises {promised}); it was left "
-            "untouched. Restore it from a backup."
-        )
-    # A file whose header does not name us is read as immutable: no lock, and none of the
-    # -wal/-shm files a WAL-mode database would otherwise get beside it. One with a -wal beside
-    # it is live (its header is stale until a checkpoint): read it through SQLite's locks.
-    ours = int.from_bytes(header[68:72], "big") == APPLICATION_ID
-    live = ours or Path(f"{file}-wal").exists()
-    try:
-        app_id, tables, check = _probe(file, "mode=ro" if live else "mode=ro&immutable=1")
-    except sqlite3.Error as exc:
-        return NotAHarombeDatabaseError(
-            f"{file} cannot be read as a SQLite database ({exc}); it was left untouched. If "
-            "it is a harombe database it is corrupt: restore it from a backup."
-        )
-    if app_id != APPLICATION_ID and tables:
-        return NotAHarombeDatabaseError(
-            f"{file} is a SQLite database of another application (tables: "
-            f"{', '.join(sorted(tables)[:5])}); it was left untouched. Point harombe at its "
-            "own file."
-        )
-    if check != "ok":
-        return NotAHarombeDatabaseError(
-            f"{file} is a damaged harombe database ({check}); it was left untouched. "
-            "Restore it from a backup."
-        )
-    return None
-
-
-def _probe(file: Path, options: str) -> tuple[int, set[str], str]:
-    """Application id, table names and (for our files) quick_check of a file, read-only."""
-    probe = sqlite3.connect(f"{file.as_uri()}?{options}", uri=True)
-    try:
-        app_id = int(probe.execute("PRAGMA application_id").fetchone()[0])
-        tables = {
-            r[0]
-            for r in probe.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")
-        }
-        check = "ok"
-        if app_id == APPLICATION_ID:
-            check = probe.execute("PRAGMA quick_check(1)").fetchone()[0]
-        return app_id, tables, check
-    finally:
-        probe.close()
-
-
-def _classify(exc: sqlite3.Error, location: str) -> StoreError:
-    message = str(exc).lower()
-    if "disk is full" in message or "database or disk is full" in message:
-        return StorageFullError(
-            f"{location}: the disk (or a file-size limit) is full; the write was rolled back and "
-            "nothing stored was changed. Free space and retry."
-        )
-    if "readonly" in message or "read-only" in message:
-        return StoreReadOnlyError(
-            f"{location} cannot be written ({exc}). Check the file's and its directory's "
-            "permissions, or open it elsewhere for reading only."
-        )
-    if "not a database" in message or "malformed" in message:
-        return NotAHarombeDatabaseError(
-            f"{location} is corrupt ({exc}). Restore it from a backup or export what can be "
-            "read with `harombe export` and start a new file."
-        )
-    if "disk i/o error" in message and _out_of_space(location):
-        # A write refused with EFBIG (a file-size limit) or ENOSPC surfaces as an I/O error.
-        return StorageFullError(
-            f"{location}: the disk (or a file-size limit) is full ({exc}); the write was rolled "
-            "back and nothing stored was changed. Free space or raise the limit and retry."
-        )
-    if "locked" in message or "busy" in message:
-        return StoreBusyError(
-            f"{location} stayed locked by other writers after every retry ({exc}). Reduce the "
-            "number of concurrent writers or raise busy_timeout."
-        )
-    return StoreError(f"{location}: {exc}")
-
-
-def _out_of_space(location: str) -> bool:
-    """True when a file-size limit is set or the database's filesystem is (nearly) full."""
-    import resource
-
-    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
-    if limit != resource.RLIM_INFINITY:
-        return True
-    try:
-        fs = os.statvfs(os.path.dirname(location) or ".")
-    except OSError:
-        return False
-    return fs.f_bavail * fs.f_frsize < 1_000_000
-
-
-def _is_busy(exc: sqlite3.Error) -> bool:
-    message = str(exc).lower()
-    return "locked" in message or "busy" in message
+    _migrate(file, retries)
+    if not file.read_only:
+        file.at_close(functools.partial(_index_keywords, retries=retries))
 
 
 class SQLiteStore:
@@ -478,6 +384,12 @@ class SQLiteStore:
 
     ``path`` is a file path (``~`` expanded, parent directories created, file mode 0600) or
     ``":memory:"`` for a private in-memory database shared by this object's threads.
+
+    Every store opened on one file in this process shares that file's connections (see
+    :mod:`harombe_core.store.sqlite_file`): the file is checked once, and its connections close
+    when the last store on it closes. :meth:`close` closes this opener only; closing twice is
+    harmless. A file whose folder (or itself) cannot be written opens for reading only
+    (:attr:`read_only`): writes raise :class:`StoreReadOnlyError`.
     """
 
     def __init__(
@@ -488,174 +400,60 @@ class SQLiteStore:
         max_retries: int = 12,
         encryption_key: str | None = None,
     ) -> None:
-        self._busy_timeout_ms = busy_timeout_ms
         self._max_retries = max_retries
-        # SQLCipher key (argument, else HAROMBE_DB_KEY); see harombe_core.store.encryption.
-        self._key: str | None = None
-        if os.fspath(path) not in (":memory:", ""):
-            from harombe_core.store.encryption import resolve_key
-
-            self._key = resolve_key(encryption_key)
-        self._local = threading.local()
-        self._block = AtomicBlock()  # this thread's atomic() block, if one is open
-        self._connections: list[sqlite3.Connection] = []
-        self._lock = threading.Lock()
         self._closed = False
         self._term_counts = _TermCounts()  # shared by this store's threads
         self._term_lock = threading.Lock()
+        self._lease: Lease[SQLiteFile] | None = None
         raw = os.fspath(path)
         if raw in (":memory:", ""):
-            self.location = ":memory:"
-            self._uri = f"file:harombe-{uuid.uuid4().hex}?mode=memory&cache=shared"
-            self._keepalive: sqlite3.Connection | None = self._connect()
+            self._file = memory_file(busy_timeout_ms)
+            try:
+                _migrate(self._file, max_retries)
+            except BaseException:
+                self._file.close()
+                raise
         else:
-            file = Path(raw).expanduser().resolve()
-            self.location = str(file)
-            self._uri = file.as_uri()
-            self._keepalive = None
-            self._prepare_file(file)
-        try:
-            self._migrate()
-        except BaseException:
-            self.close()  # a refused file must not stay open (or locked) behind the error
-            raise
+            from harombe_core.store.encryption import resolve_key
 
-    # connection handling ------------------------------------------------------------------
-    def _connect(self) -> sqlite3.Connection:
-        try:
-            if self._key is not None:
-                from harombe_core.store.encryption import connect as encrypted_connect
-
-                conn = encrypted_connect(
-                    self._uri, self._key, timeout=self._busy_timeout_ms / 1000
-                )
-            else:
-                conn = sqlite3.connect(
-                    self._uri,
-                    uri=True,
-                    isolation_level=None,
-                    check_same_thread=False,
-                    timeout=self._busy_timeout_ms / 1000,
-                )
-            conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
-            conn.execute("PRAGMA foreign_keys = ON")
-            if self.location != ":memory:":
-                conn.execute("PRAGMA synchronous = NORMAL")
-        except sqlite3.Error as exc:
-            raise _classify(exc, self.location) from exc
-        with self._lock:
-            self._connections.append(conn)
-        return conn
+            self._lease = open_file(
+                raw,
+                key=resolve_key(encryption_key),
+                busy_timeout_ms=busy_timeout_ms,
+                schema_version=SCHEMA_VERSION,
+                setup=functools.partial(_setup_file, retries=max_retries),
+            )
+            self._file = self._lease.value
+            self._finalizer = orphan_on_collect(self, self._lease)
+        self.location = self._file.location
 
     @property
-    def _conn(self) -> sqlite3.Connection:
-        if self._closed:
-            raise StoreError(f"{self.location}: the store is closed; open a new MemoryManager.")
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = self._connect()
-            self._local.conn = conn
-        return conn
+    def file(self) -> SQLiteFile:
+        """The database file's connections, shared by every store opened on it in this
+        process (a private one for ``":memory:"``): the identity to key what else belongs to
+        the file, such as a semantic index, for as long as it stays open."""
+        return self._file
+
+    @property
+    def read_only(self) -> bool:
+        """True when the file could not be opened for writing; writes are refused."""
+        return self._file.read_only
 
     def close(self) -> None:
-        """Close every connection this store opened, from any thread."""
-        with self._lock:
-            conns, self._connections = self._connections, []
-            self._closed = True
-        for conn in conns:
-            with contextlib.suppress(sqlite3.Error):
-                conn.close()
-        self._local = threading.local()
-
-    # opening and migrations ---------------------------------------------------------------
-    def _prepare_file(self, file: Path) -> None:
-        if file.is_dir():
-            raise NotAHarombeDatabaseError(f"{file} is a directory; pass a file path.")
-        if file.exists() and file.stat().st_size > 0:
-            if self._key is not None:
-                from harombe_core.store.encryption import check_key
-
-                check_key(file, self._key)
-                return
-            self._inspect_existing(file)
+        """Close this store; the file's connections close with the last store on it."""
+        if self._closed:
             return
-        try:
-            file.parent.mkdir(parents=True, exist_ok=True)
-            if not file.exists():
-                fd = os.open(file, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
-                os.close(fd)
-        except FileExistsError:
-            pass
-        except OSError as exc:
-            raise StoreReadOnlyError(
-                f"cannot create {file} ({exc.strerror}). Choose a writable location with "
-                "storage_path=... or HAROMBE_DB."
-            ) from exc
+        self._closed = True
+        if self._lease is None:
+            self._file.close()
+        else:
+            self._finalizer.detach()
+            self._lease.release()
 
-    def _inspect_existing(self, file: Path) -> None:
-        """Refuse foreign or damaged files before anything can write to them.
-
-        Another process may be creating or checkpointing this very file: its header can
-        promise pages not yet written, and a lock-free (immutable) read can see the schema
-        before the page that names us. Such states pass within milliseconds while a foreign
-        or damaged file stays as it is, so a refusal only stands once it held for a second.
-        """
-        deadline = time.monotonic() + 1.0
-        while True:
-            problem = _inspect_once(file)
-            if problem is None:
-                return
-            if time.monotonic() >= deadline:
-                raise problem
-            time.sleep(0.02)
-
-    def _enable_wal(self, conn: sqlite3.Connection) -> str:
-        """Switch the file to WAL once; it stays so, later opens only read the mode.
-
-        Switching needs an exclusive lock and SQLite reports a busy database at once rather
-        than through the busy handler, so several processes creating one new file retry here.
-        """
-        delay, attempt = 0.005, 0
-        while True:
-            try:
-                mode = str(conn.execute("PRAGMA journal_mode").fetchone()[0])
-                if mode.lower() == "wal":
-                    return mode
-                return str(conn.execute("PRAGMA journal_mode = WAL").fetchone()[0])
-            except sqlite3.Error as exc:
-                if not _is_busy(exc) or attempt >= self._max_retries:
-                    raise _classify(exc, self.location) from exc
-            attempt += 1
-            time.sleep(delay * (1 + random.random()))
-            delay = min(delay * 2, 1.0)
-
-    def _migrate(self) -> None:
-        conn = self._conn
-        try:
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
-        except sqlite3.Error as exc:
-            raise _classify(exc, self.location) from exc
-        if version > SCHEMA_VERSION:
-            raise SchemaTooNewError(
-                f"{self.location} has schema version {version}, newer than this harombe "
-                f"understands ({SCHEMA_VERSION}). Upgrade harombe-memory."
-            )
-        if self.location != ":memory:":
-            mode = self._enable_wal(conn)
-            if str(mode).lower() != "wal":
-                log.warning("%s: journal mode is %s, not WAL", self.location, mode)
-        if version == SCHEMA_VERSION:
-            return
-
-        def apply(c: sqlite3.Connection) -> None:
-            current = c.execute("PRAGMA user_version").fetchone()[0]
-            for index in range(current, SCHEMA_VERSION):
-                for statement in MIGRATIONS[index]:
-                    c.execute(statement)
-                c.execute(f"PRAGMA user_version = {index + 1}")
-            c.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-
-        self._write(apply)
+    def _open_file(self) -> SQLiteFile:
+        if self._closed:
+            raise StoreError(f"{self.location}: the store is closed; open a new MemoryManager.")
+        return self._file
 
     # transactions -------------------------------------------------------------------------
     def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
@@ -663,48 +461,7 @@ class SQLiteStore:
 
         Inside :meth:`atomic` (on its thread) ``fn`` joins that block's transaction instead.
         """
-        conn = self._conn
-        if self._block.handle is not None:
-            return self._write_inside(conn, fn)
-        delay = 0.005
-        for attempt in range(self._max_retries + 1):
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-            except sqlite3.OperationalError as exc:
-                if _is_busy(exc) and attempt < self._max_retries:
-                    time.sleep(delay * (1 + random.random()))
-                    delay = min(delay * 2, 1.0)
-                    continue
-                raise _classify(exc, self.location) from exc
-            try:
-                result = fn(conn)
-                conn.execute("COMMIT")
-                return result
-            except BaseException as exc:
-                with contextlib.suppress(sqlite3.Error):
-                    conn.execute("ROLLBACK")
-                busy = isinstance(exc, sqlite3.OperationalError) and _is_busy(exc)
-                if busy and attempt < self._max_retries:
-                    time.sleep(delay * (1 + random.random()))
-                    delay = min(delay * 2, 1.0)
-                    continue
-                if isinstance(exc, sqlite3.Error):
-                    raise self._typed(exc) from exc
-                raise
-        raise StoreBusyError(f"{self.location}: still locked after {self._max_retries} retries")
-
-    def _typed(self, exc: sqlite3.Error) -> HarombeError:
-        if isinstance(exc, sqlite3.IntegrityError):
-            return InvalidInputError(f"{self.location}: {exc}")
-        return _classify(exc, self.location)
-
-    def _write_inside(self, conn: sqlite3.Connection, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``fn`` inside this thread's :meth:`atomic` block."""
-        with self._block.call():
-            try:
-                return fn(conn)
-            except sqlite3.Error as exc:
-                raise self._typed(exc) from exc
+        return self._open_file().write(fn, self._max_retries)
 
     def atomic(self, fn: Callable[[], T]) -> T:
         """Run ``fn()`` as one transaction: every store call it makes on this thread joins it.
@@ -712,17 +469,11 @@ class SQLiteStore:
         All of ``fn``'s writes commit together or not at all (a killed process leaves none of
         them). If a call inside fails, the block is rolled back and raises that error, even if
         ``fn`` caught it. Other writers wait for the block (``busy_timeout``, then retries),
-        so keep it to one job such as an import. A nested ``atomic`` joins the outer block.
+        so keep it to one job such as an import. A nested ``atomic`` joins the outer block, and
+        so do the calls of every other store on this file on this thread (they share its
+        connection).
         """
-        if self._block.handle is not None:
-            return fn()
-
-        def block(conn: sqlite3.Connection) -> T:
-            with self._block.open(conn):
-                value = fn()
-            return self._block.result(value)
-
-        return self._write(block)
+        return self._open_file().atomic(fn, self._max_retries)
 
     def transaction(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn(connection)`` in one write transaction, with the store's retries.
@@ -737,10 +488,7 @@ class SQLiteStore:
         return self._read(sql, params)
 
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
-        try:
-            return self._conn.execute(sql, params).fetchall()
-        except sqlite3.Error as exc:
-            raise _classify(exc, self.location) from exc
+        return self._open_file().read(sql, params)
 
     # sessions -----------------------------------------------------------------------------
     def create_session(
@@ -966,25 +714,26 @@ class SQLiteStore:
         return [_row_to_message(r) for r in self._read(sql, params)]
 
     def iter_newest(self, session_id: str) -> Iterator[Message]:
-        """Newest first, fetched lazily: a token window stops reading as soon as it is full."""
+        """Newest first, fetched lazily: a token window stops reading as soon as it is full.
+
+        Read in pages of 32 rows, each its own statement: no statement stays open between
+        pages, so a closing store or a fork never waits for a half-read window.
+        """
         _check_id(session_id, "session_id")
-        try:
-            cursor = self._conn.execute(
-                f"SELECT {_MESSAGE_COLUMNS} FROM messages m WHERE m.session_id = ? "
-                "ORDER BY m.id DESC",
-                (session_id,),
-            )
-        except sqlite3.Error as exc:
-            raise _classify(exc, self.location) from exc
-        try:
-            while True:
-                batch = cursor.fetchmany(32)
-                if not batch:
-                    return
-                for row in batch:
-                    yield _row_to_message(row)
-        finally:
-            cursor.close()
+        sql = f"SELECT {_MESSAGE_COLUMNS} FROM messages m WHERE m.session_id = ?"
+        size, before = 32, None  # 32: most windows fit in one or two pages
+        while True:
+            if before is None:
+                rows = self._read(f"{sql} ORDER BY m.id DESC LIMIT ?", (session_id, size))
+            else:
+                rows = self._read(
+                    f"{sql} AND m.id < ? ORDER BY m.id DESC LIMIT ?", (session_id, before, size)
+                )
+            for row in rows:
+                yield _row_to_message(row)
+            if len(rows) < size:
+                return
+            before = rows[-1][0]
 
     def get_messages_by_ids(
         self, ids: Sequence[int], scope: SearchScope | None = None
@@ -1141,20 +890,19 @@ class SQLiteStore:
         return out, counts.rows
 
     def _term_document_count(self, term: str) -> int:
-        conn = self._conn
-        try:
-            if getattr(self._local, "vocab", None) is not conn:
-                # In the temp schema: nothing is written to the file, any schema version works.
+        with self._open_file().connection() as conn:
+            try:
+                # In the temp schema: nothing is written to the file, any schema version works,
+                # and a read-only file can have it too.
                 conn.execute(
                     "CREATE VIRTUAL TABLE IF NOT EXISTS temp.messages_fts_rows "
                     "USING fts5vocab(main, messages_fts, 'row')"
                 )
-                self._local.vocab = conn
-            row = conn.execute(
-                "SELECT doc FROM temp.messages_fts_rows WHERE term = ?", (term,)
-            ).fetchone()
-        except sqlite3.Error as exc:
-            raise _classify(exc, self.location) from exc
+                row = conn.execute(
+                    "SELECT doc FROM temp.messages_fts_rows WHERE term = ?", (term,)
+                ).fetchone()
+            except sqlite3.Error as exc:
+                raise classify(exc, self.location) from exc
         return int(row[0]) if row else 0
 
     def pending_embeddings(self, limit: int) -> list[tuple[Message, str]]:
@@ -1223,30 +971,7 @@ class SQLiteStore:
         Called before every read of the index. Costs one indexed lookup when nothing is new;
         otherwise indexes every new message in one transaction (fast: one FTS5 segment).
         """
-        latest = self._read("SELECT MAX(id) FROM messages")[0][0] or 0
-        mark = self._read("SELECT value FROM harombe_meta WHERE key = ?", (_KEYWORD_MARK,))
-        if mark and int(mark[0][0]) >= latest:
-            return 0
-
-        def catch_up(c: sqlite3.Connection) -> int:
-            row = c.execute(
-                "SELECT value FROM harombe_meta WHERE key = ?", (_KEYWORD_MARK,)
-            ).fetchone()
-            if row is not None:
-                done = int(row[0])
-            else:  # a file whose index was written row by row: start after what it holds
-                done = int(c.execute("SELECT MAX(rowid) FROM messages_fts").fetchone()[0] or 0)
-            count = c.execute(
-                "INSERT INTO messages_fts (rowid, content, context) "
-                "SELECT m.id, m.content, COALESCE((SELECT p.content FROM messages p "
-                "WHERE p.session_id = m.session_id AND p.id < m.id "
-                "ORDER BY p.id DESC LIMIT 1), '') FROM messages m WHERE m.id > ? ORDER BY m.id",
-                (done,),
-            ).rowcount
-            _set_keyword_mark(c, max(done, _max_message_id(c)))
-            return int(count)
-
-        return self._write(catch_up)
+        return _index_keywords(self._open_file(), self._max_retries)
 
     def get_meta(self, key: str) -> str | None:
         rows = self._read("SELECT value FROM harombe_meta WHERE key = ?", (key,))
@@ -1315,6 +1040,49 @@ class _TermCounts:
 
 def _max_message_id(c: sqlite3.Connection) -> int:
     return int(c.execute("SELECT MAX(id) FROM messages").fetchone()[0] or 0)
+
+
+def _index_keywords(file: SQLiteFile, retries: int) -> int:
+    """Index every message the keyword index lacks, in one transaction; returns how many.
+
+    A file open for reading only cannot be caught up: its search then covers what was indexed
+    (everything, when its writer closed normally: the last close catches up) and says so once.
+    """
+    latest = file.read("SELECT MAX(id) FROM messages")[0][0] or 0
+    mark = file.read("SELECT value FROM harombe_meta WHERE key = ?", (_KEYWORD_MARK,))
+    if mark and int(mark[0][0]) >= latest:
+        return 0
+    if file.read_only:
+        if file.location not in _WARNED_UNINDEXED:
+            _WARNED_UNINDEXED.add(file.location)
+            log.warning(
+                "%s is open for reading only and its keyword index lacks the newest messages "
+                "(its writer stopped before indexing them); keyword search leaves them out. "
+                "Open it once with write access to index them.",
+                file.location,
+            )
+        return 0
+
+    def catch_up(c: sqlite3.Connection) -> int:
+        row = c.execute("SELECT value FROM harombe_meta WHERE key = ?", (_KEYWORD_MARK,)).fetchone()
+        if row is not None:
+            done = int(row[0])
+        else:  # a file whose index was written row by row: start after what it holds
+            done = int(c.execute("SELECT MAX(rowid) FROM messages_fts").fetchone()[0] or 0)
+        count = c.execute(
+            "INSERT INTO messages_fts (rowid, content, context) "
+            "SELECT m.id, m.content, COALESCE((SELECT p.content FROM messages p "
+            "WHERE p.session_id = m.session_id AND p.id < m.id "
+            "ORDER BY p.id DESC LIMIT 1), '') FROM messages m WHERE m.id > ? ORDER BY m.id",
+            (done,),
+        ).rowcount
+        _set_keyword_mark(c, max(done, _max_message_id(c)))
+        return int(count)
+
+    return file.write(catch_up, retries)
+
+
+_WARNED_UNINDEXED: set[str] = set()
 
 
 def _set_keyword_mark(c: sqlite3.Connection, upto: int) -> None:

@@ -1,0 +1,553 @@
+"""One database file, one set of SQLite connections per process.
+
+Why it looks the way it does:
+
+* Every opener of a file in this process (managers, LangChain histories and retrievers,
+  LlamaIndex chat stores and memory blocks, the CLI) shares one :class:`SQLiteFile`, found by the
+  file's real path (``~`` expanded, symlinks followed) in a reference-counted registry
+  (:func:`open_file`). The file is checked once, by its first opener, and its connections close
+  when the last opener closes. ``":memory:"`` databases are private to their opener.
+* Each thread gets its own connection (sqlite3 connections are not shareable across threads);
+  the async twins run on worker threads and so never block the event loop.
+* Every write is one ``BEGIN IMMEDIATE`` transaction: it takes the write lock up front (no
+  deadlock on upgrade), waits ``busy_timeout`` for it, and is retried with exponential backoff
+  while another process holds it, so concurrent writers see no error.
+* SQLite connections and locks do not survive ``fork()``: a child that used (or even reopened
+  while the parent's were still open) this process's connections would take no real lock, and
+  another process would delete the ``-wal`` under it. So before a fork every file's connections
+  are closed once no operation is running on them, and both processes reopen them on next use.
+  A file whose operations did not finish within :data:`FORK_WAIT_SECONDS` is refused in the
+  child with a typed error rather than used unsafely.
+* A database whose file or folder cannot be written is open for reading only: reads and searches
+  work, writes raise :class:`StoreReadOnlyError` before touching it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import hmac
+import logging
+import os
+import random
+import sqlite3
+import threading
+import time
+import uuid
+import weakref
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from harombe_core.errors import (
+    EncryptionKeyError,
+    HarombeError,
+    InvalidInputError,
+    NotAHarombeDatabaseError,
+    StorageFullError,
+    StoreBusyError,
+    StoreError,
+    StoreReadOnlyError,
+)
+from harombe_core.store.base import AtomicBlock
+from harombe_core.store.shared import Lease, SharedRegistry
+from harombe_core.store.sqlite_checks import plan_open
+
+__all__ = [
+    "FORK_WAIT_SECONDS",
+    "SQLiteFile",
+    "classify",
+    "is_busy",
+    "memory_file",
+    "open_file",
+    "open_files",
+]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: How long a fork waits for the operations running on a file before giving up on it.
+FORK_WAIT_SECONDS = 10.0
+
+
+def classify(exc: sqlite3.Error, location: str) -> StoreError:
+    """The typed error for a SQLite error on ``location``."""
+    message = str(exc).lower()
+    if "disk is full" in message or "database or disk is full" in message:
+        return StorageFullError(
+            f"{location}: the disk (or a file-size limit) is full; the write was rolled back and "
+            "nothing stored was changed. Free space and retry."
+        )
+    if "readonly" in message or "read-only" in message:
+        return StoreReadOnlyError(
+            f"{location} cannot be written ({exc}). Check the file's and its directory's "
+            "permissions, or open it elsewhere for reading only."
+        )
+    if "not a database" in message or "malformed" in message:
+        return NotAHarombeDatabaseError(
+            f"{location} is corrupt ({exc}). Restore it from a backup or export what can be "
+            "read with `harombe export` and start a new file."
+        )
+    if "disk i/o error" in message and _out_of_space(location):
+        # A write refused with EFBIG (a file-size limit) or ENOSPC surfaces as an I/O error.
+        return StorageFullError(
+            f"{location}: the disk (or a file-size limit) is full ({exc}); the write was rolled "
+            "back and nothing stored was changed. Free space or raise the limit and retry."
+        )
+    if "locked" in message or "busy" in message:
+        return StoreBusyError(
+            f"{location} stayed locked by other writers after every retry ({exc}). Reduce the "
+            "number of concurrent writers or raise busy_timeout."
+        )
+    return StoreError(f"{location}: {exc}")
+
+
+def _out_of_space(location: str) -> bool:
+    """True when a file-size limit is set or the database's filesystem is (nearly) full."""
+    import resource
+
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    if limit != resource.RLIM_INFINITY:
+        return True
+    try:
+        fs = os.statvfs(os.path.dirname(location) or ".")
+    except OSError:
+        return False
+    return fs.f_bavail * fs.f_frsize < 1_000_000
+
+
+def is_busy(exc: sqlite3.Error) -> bool:
+    message = str(exc).lower()
+    return "locked" in message or "busy" in message
+
+
+def _key_digest(key: str | None) -> bytes:
+    return b"" if key is None else hashlib.sha256(key.encode("utf-8")).digest()
+
+
+class SQLiteFile:
+    """The connections to one database in this process, shared by all its openers.
+
+    Operations run through :meth:`read`, :meth:`write` and :meth:`connection`, which hand the
+    calling thread its connection and count the operation as running, so :meth:`close` and a
+    ``fork()`` wait for it instead of closing a connection in use.
+    """
+
+    def __init__(
+        self,
+        location: str,
+        uri: str,
+        *,
+        key: str | None = None,
+        busy_timeout_ms: int = 5_000,
+        read_only: bool = False,
+        why_read_only: str = "",
+        memory: bool = False,
+    ) -> None:
+        self.location = location
+        self.read_only = read_only
+        self._why_read_only = why_read_only
+        self._uri = uri
+        self._key = key
+        self._key_digest = _key_digest(key)
+        self._busy_timeout_ms = busy_timeout_ms
+        self._memory = memory
+        self._cond = threading.Condition(threading.Lock())
+        self._local = threading.local()
+        self._connections: list[Any] = []
+        self._users = 0  # operations running now, over all threads
+        self._generation = 0  # bumped whenever every connection was closed
+        self._paused = False  # a fork is waiting for the running operations
+        self._closed = False
+        self._fork_safe = True
+        self._inherited = ""  # set in a child whose parent could not close this file
+        self._at_close: list[Callable[[SQLiteFile], object]] = []
+        self.block = AtomicBlock()  # the atomic() block open on this thread, if any
+        if memory:  # the shared-cache database lives as long as one connection to it does
+            self._connections.append(self._connect())
+        with _LIVE_LOCK:
+            _LIVE.add(self)
+
+    def __repr__(self) -> str:
+        return f"SQLiteFile({self.location!r}, read_only={self.read_only})"
+
+    # connections ----------------------------------------------------------------------------
+    def _connect(self) -> Any:
+        try:
+            if self._key is not None:
+                from harombe_core.store.encryption import connect as encrypted_connect
+
+                conn = encrypted_connect(
+                    self._uri, self._key, timeout=self._busy_timeout_ms / 1000
+                )
+            else:
+                conn = sqlite3.connect(
+                    self._uri,
+                    uri=True,
+                    isolation_level=None,
+                    check_same_thread=False,
+                    timeout=self._busy_timeout_ms / 1000,
+                )
+            conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
+            conn.execute("PRAGMA foreign_keys = ON")
+            if not self._memory:
+                conn.execute("PRAGMA synchronous = NORMAL")
+        except sqlite3.Error as exc:
+            raise classify(exc, self.location) from exc
+        return conn
+
+    def _enter(self) -> Any:
+        """Count an operation of this thread as running and return this thread's connection."""
+        local = self._local
+        depth = getattr(local, "depth", 0)
+        with self._cond:
+            if self._inherited:
+                raise StoreError(self._inherited)
+            if depth == 0:  # a nested call of a running operation never waits for itself
+                while self._paused and not self._closed:
+                    self._cond.wait()
+                if self._closed:
+                    raise StoreError(
+                        f"{self.location}: the store is closed; open a new MemoryManager."
+                    )
+            self._users += 1
+            generation = self._generation
+        local.depth = depth + 1
+        try:
+            if getattr(local, "generation", -1) != generation:
+                # No lock needed to connect: while this operation runs nothing closes them.
+                conn = self._connect()
+                with self._cond:
+                    self._connections.append(conn)
+                local.conn, local.generation = conn, generation
+            return local.conn
+        except BaseException:
+            self._exit()
+            raise
+
+    def _exit(self) -> None:
+        self._local.depth -= 1
+        with self._cond:
+            self._users -= 1
+            if self._users == 0 and (self._paused or self._closed):
+                if self._closed:
+                    self._close_connections()
+                self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def connection(self) -> Iterator[Any]:
+        """This thread's connection, for the duration of one operation."""
+        conn = self._enter()
+        try:
+            yield conn
+        finally:
+            self._exit()
+
+    def _close_connections(self) -> None:
+        """Close every connection (caller holds ``_cond`` and no operation is running)."""
+        conns, self._connections = self._connections, []
+        for conn in conns:
+            with contextlib.suppress(sqlite3.Error):
+                conn.close()
+        self._generation += 1
+
+    # operations -----------------------------------------------------------------------------
+    def read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        """Rows of one statement."""
+        conn = self._enter()
+        try:
+            rows: list[Any] = conn.execute(sql, params).fetchall()
+            return rows
+        except sqlite3.Error as exc:
+            raise classify(exc, self.location) from exc
+        finally:
+            self._exit()
+
+    def refuse_writes(self, what: str = "the write") -> None:
+        """Raise StoreReadOnlyError if this file is open for reading only."""
+        if self.read_only:
+            raise StoreReadOnlyError(
+                f"{self.location} cannot be written: {self._why_read_only}, so it was opened "
+                f"for reading only (reads and searches work) and {what} was refused; nothing "
+                "was changed. Check the file's and its folder's permissions, or open a "
+                "writable copy."
+            )
+
+    def _typed(self, exc: sqlite3.Error) -> HarombeError:
+        if isinstance(exc, sqlite3.IntegrityError):
+            return InvalidInputError(f"{self.location}: {exc}")
+        return classify(exc, self.location)
+
+    def write(self, fn: Callable[[Any], T], retries: int) -> T:
+        """Run ``fn(connection)`` in one IMMEDIATE transaction, retrying while it is locked.
+
+        Inside :meth:`atomic` (on its thread) ``fn`` joins that block's transaction instead.
+        """
+        self.refuse_writes()
+        if self.block.handle is not None:
+            return self._write_inside(fn)
+        delay = 0.005
+        for attempt in range(retries + 1):
+            conn = self._enter()  # held per attempt, so a fork never waits for a backoff
+            try:
+                try:
+                    conn.execute("BEGIN IMMEDIATE")
+                except sqlite3.OperationalError as exc:
+                    if not (is_busy(exc) and attempt < retries):
+                        raise classify(exc, self.location) from exc
+                else:
+                    try:
+                        result = fn(conn)
+                        conn.execute("COMMIT")
+                        return result
+                    except BaseException as exc:
+                        with contextlib.suppress(sqlite3.Error):
+                            conn.execute("ROLLBACK")
+                        busy = isinstance(exc, sqlite3.OperationalError) and is_busy(exc)
+                        if not (busy and attempt < retries):
+                            if isinstance(exc, sqlite3.Error):
+                                raise self._typed(exc) from exc
+                            raise
+            finally:
+                self._exit()
+            time.sleep(delay * (1 + random.random()))
+            delay = min(delay * 2, 1.0)
+        raise StoreBusyError(f"{self.location}: still locked after {retries} retries")
+
+    def _write_inside(self, fn: Callable[[Any], T]) -> T:
+        """Run ``fn`` inside this thread's :meth:`atomic` block."""
+        conn = self._enter()  # the block's connection: this thread's
+        try:
+            with self.block.call():
+                try:
+                    return fn(conn)
+                except sqlite3.Error as exc:
+                    raise self._typed(exc) from exc
+        finally:
+            self._exit()
+
+    def atomic(self, fn: Callable[[], T], retries: int) -> T:
+        """Run ``fn()`` as one transaction that every write on this thread joins.
+
+        See :meth:`~harombe_core.store.sqlite.SQLiteStore.atomic`; a nested call joins.
+        """
+        if self.block.handle is not None:
+            return fn()
+
+        def block(conn: Any) -> T:
+            with self.block.open(conn):
+                value = fn()
+            return self.block.result(value)
+
+        return self.write(block, retries)
+
+    def enable_wal(self, retries: int) -> None:
+        """Switch the file to WAL once; it stays so, later opens only read the mode.
+
+        Switching needs an exclusive lock and SQLite reports a busy database at once rather
+        than through the busy handler, so several processes creating one new file retry here.
+        """
+        if self._memory or self.read_only:
+            return
+        delay = 0.005
+        for attempt in range(retries + 1):
+            try:
+                with self.connection() as conn:
+                    mode = str(conn.execute("PRAGMA journal_mode").fetchone()[0])
+                    if mode.lower() != "wal":
+                        mode = str(conn.execute("PRAGMA journal_mode = WAL").fetchone()[0])
+                if mode.lower() != "wal":
+                    log.warning("%s: journal mode is %s, not WAL", self.location, mode)
+                return
+            except sqlite3.Error as exc:
+                if not is_busy(exc) or attempt >= retries:
+                    raise classify(exc, self.location) from exc
+            time.sleep(delay * (1 + random.random()))
+            delay = min(delay * 2, 1.0)
+
+    # lifetime -------------------------------------------------------------------------------
+    def check_key(self, key: str | None) -> None:
+        """Refuse a second opener whose encryption key differs from the first's."""
+        if not hmac.compare_digest(self._key_digest, _key_digest(key)):
+            raise EncryptionKeyError(
+                f"{self.location} is already open in this process "
+                f"{'with another encryption key' if self._key else 'without encryption'}; "
+                "every opener of one file must pass the key it was created with "
+                "(encryption_key=... or HAROMBE_DB_KEY)."
+            )
+
+    def at_close(self, fn: Callable[[SQLiteFile], object]) -> None:
+        """Run ``fn(file)`` when the last opener closes, before the connections close."""
+        self._at_close.append(fn)
+
+    def close(self) -> None:
+        """Close every connection, once the operations running on them have finished."""
+        with self._cond:
+            if self._closed:
+                return
+        try:
+            for fn in self._at_close:
+                try:
+                    fn(self)
+                except HarombeError as exc:  # closing must close; what was stored is committed
+                    log.warning("%s: while closing: %s", self.location, exc)
+        finally:
+            with self._cond:
+                self._closed = True
+                mine = getattr(self._local, "depth", 0)
+                while self._users > mine:
+                    self._cond.wait()
+                if self._users == 0:
+                    self._close_connections()
+                self._cond.notify_all()
+            with _LIVE_LOCK:
+                _LIVE.discard(self)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    # fork -----------------------------------------------------------------------------------
+    def _before_fork(self) -> None:
+        """Close the connections (once idle) so the child inherits no SQLite state."""
+        with self._cond:
+            if self._closed or self._memory:
+                return
+            self._paused = True
+            mine = getattr(self._local, "depth", 0)
+            deadline = time.monotonic() + FORK_WAIT_SECONDS
+            while self._users > 0 and mine == 0:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._cond.wait(remaining)
+            self._fork_safe = self._users == 0
+            if self._fork_safe:
+                self._close_connections()
+
+    def _after_fork_in_parent(self) -> None:
+        with self._cond:
+            self._paused = False
+            self._cond.notify_all()
+
+    def _after_fork_in_child(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._local = threading.local()
+        self.block = AtomicBlock()
+        self._users = 0
+        self._paused = False
+        if not self._fork_safe and not self._closed:
+            self._inherited = (
+                f"{self.location} was in use by another thread when this process was forked, "
+                "and SQLite connections cannot cross a fork: using the file here could lose "
+                "writes. Open it in the child only after the fork (or use the 'spawn' or "
+                "'forkserver' start method)."
+            )
+            _ABANDONED.extend(self._connections)  # never closed here: closing drops locks
+            self._connections = []
+
+
+# every SQLiteFile not yet closed, for the fork hooks
+_LIVE: weakref.WeakSet[SQLiteFile] = weakref.WeakSet()
+_LIVE_LOCK = threading.Lock()
+_ABANDONED: list[Any] = []
+
+
+def _before_fork() -> None:
+    _LIVE_LOCK.acquire()
+    for file in list(_LIVE):
+        file._before_fork()
+
+
+def _after_fork_in_parent() -> None:
+    for file in list(_LIVE):
+        file._after_fork_in_parent()
+    _LIVE_LOCK.release()
+
+
+def _after_fork_in_child() -> None:
+    global _LIVE_LOCK
+    _LIVE_LOCK = threading.Lock()
+    for file in list(_LIVE):
+        file._after_fork_in_child()
+
+
+os.register_at_fork(
+    before=_before_fork,
+    after_in_parent=_after_fork_in_parent,
+    after_in_child=_after_fork_in_child,
+)
+
+
+# the registry ---------------------------------------------------------------------------------
+_FILES: SharedRegistry[SQLiteFile] = SharedRegistry(SQLiteFile.close)
+#: Leases of openers that were garbage-collected without close(); released on the next open.
+_ORPHANED: list[Lease[SQLiteFile]] = []
+
+
+def open_files() -> list[SQLiteFile]:
+    """The database files open in this process (for diagnostics and tests)."""
+    return _FILES.values()
+
+
+def _release_orphans() -> None:
+    while _ORPHANED:
+        try:
+            lease = _ORPHANED.pop()
+        except IndexError:
+            return
+        lease.release()
+
+
+def orphan_on_collect(owner: object, lease: Lease[SQLiteFile]) -> weakref.finalize:
+    """Give ``lease`` back (at the next open) if ``owner`` is collected without closing.
+
+    Not released right in the finalizer: it may run inside any code, even ours holding a lock.
+    """
+    return weakref.finalize(owner, _ORPHANED.append, lease)
+
+
+def open_file(
+    path: str | os.PathLike[str],
+    *,
+    key: str | None,
+    busy_timeout_ms: int,
+    schema_version: int,
+    setup: Callable[[SQLiteFile], None],
+) -> Lease[SQLiteFile]:
+    """A lease on the shared :class:`SQLiteFile` of ``path``, opening it if needed.
+
+    The first opener checks the file (see :mod:`harombe_core.store.sqlite_checks`) and runs
+    ``setup(file)`` (migrations); later openers get the same object after their ``key`` is
+    checked against the first's. Its connections keep the first opener's ``busy_timeout_ms``.
+    Release the lease exactly once, when the opener closes.
+    """
+    _release_orphans()
+    file = Path(os.fspath(path)).expanduser().resolve()
+
+    def create() -> SQLiteFile:
+        plan = plan_open(file, key, schema_version)
+        shared = SQLiteFile(
+            str(file),
+            plan.uri,
+            key=key,
+            busy_timeout_ms=busy_timeout_ms,
+            read_only=plan.read_only,
+            why_read_only=plan.why_read_only,
+        )
+        try:
+            setup(shared)
+        except BaseException:
+            shared.close()  # a refused file must not stay open (or locked) behind the error
+            raise
+        return shared
+
+    return _FILES.acquire(str(file), create, check=lambda shared: shared.check_key(key))
+
+
+def memory_file(busy_timeout_ms: int) -> SQLiteFile:
+    """A private in-memory database shared by its one opener's threads."""
+    _release_orphans()
+    uri = f"file:harombe-{uuid.uuid4().hex}?mode=memory&cache=shared"
+    return SQLiteFile(":memory:", uri, busy_timeout_ms=busy_timeout_ms, memory=True)
