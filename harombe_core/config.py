@@ -70,6 +70,7 @@ class VectorStoreSection(_Section):
     collection: str = "harombe_messages"
     embedding_model: str = "default"
     batch_size: int = Field(default=32, ge=1, le=4096)
+    embed_context: bool = True
 
     @field_validator("path")
     @classmethod
@@ -88,6 +89,14 @@ class RagSection(_Section):
     keyword_weight: float = Field(default=1.0, ge=0.0)
     mmr_lambda: float | None = Field(default=None, ge=0.0, le=1.0)
     max_context_tokens: int = Field(default=2048, ge=0)
+    # Context evidence (see harombe_core.retrieval.RetrievalSettings); the defaults are the
+    # weights chosen by cross-validation on held-out conversations.
+    neighbor_weight: float = Field(default=0.4, ge=0.0)
+    session_weight: float = Field(default=0.7, ge=0.0)
+    speaker_weight: float = Field(default=0.2, ge=0.0)
+    time_weight: float = Field(default=0.8, ge=0.0)
+    time_slack_days: float = Field(default=7.0, ge=0.0)
+    names_as_keywords: bool = False
 
 
 class MemoryConfig(_Section):

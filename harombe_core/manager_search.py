@@ -68,8 +68,11 @@ class SearchMethods:
 
         ``top_k``, ``min_similarity``, ``temporal_decay`` and the weights default to the
         ``rag:`` config. Options: ``roles``, ``since``, ``until``, ``exclude_session_id``,
-        ``temporal_decay``, ``mmr_lambda``, ``vector_weight``, ``keyword_weight``. Without
-        semantic memory this is keyword (BM25) search and ``retriever.mode == "keyword"``.
+        ``temporal_decay``, ``mmr_lambda``, ``vector_weight``, ``keyword_weight``, and the
+        context evidence weights ``neighbor_weight``, ``session_weight``, ``speaker_weight``,
+        ``time_weight`` (see :class:`~harombe_core.retrieval.RetrievalSettings`); ``now``
+        anchors relative times in the query ("last week"). Without semantic memory this is
+        keyword (BM25) search and ``retriever.mode == "keyword"``.
         Given both ``session_id`` and ``user_id``, the session must be that user's (else
         SessionOwnershipError), as everywhere a user names a session.
         """

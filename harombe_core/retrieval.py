@@ -1,4 +1,5 @@
-"""Hybrid retrieval: vector and keyword candidates, fused, decayed, diversified, budgeted.
+"""Hybrid retrieval: vector and keyword candidates, fused, weighed with their context, decayed,
+diversified, budgeted.
 
 How a query is answered:
 
@@ -6,12 +7,20 @@ How a query is answered:
    message was embedded together with the turn it answers) and the store's FTS5 index (BM25
    over the message and the turn it answers). Either side alone misses things the other finds:
    names, numbers and rare words are the keyword side's strength, paraphrase the vector side's.
+   A word of the query that names a speaker of the candidates ("what did Ann say") is matched
+   against who spoke rather than as a word, unless ``names_as_keywords``.
 2. Every vector candidate is re-read from the store *with the caller's scope*, so nothing
    outside the user or session asked for can come back, whatever the index returned.
 3. The two lists are fused: by default the cosine (min-max scaled over the candidates) and
    BM25 (scaled by the best match) are averaged with the configured weights; weighted
-   reciprocal-rank fusion is the alternative. Scores are then optionally decayed by age
-   (``temporal_decay`` per day), filtered by ``min_similarity`` and diversified by MMR.
+   reciprocal-rank fusion is the alternative.
+4. Each candidate's fused score is weighed with its context (:func:`evidence`): the turns
+   just before and after it (which join the candidates), its session, whether the query names
+   its speaker, whether it was written in a time the query names. Each kind has a weight in
+   :class:`RetrievalSettings`; the defaults are the ones that recalled best on conversations
+   the choice was not made on (``benchmarks/locomo_recall.py --cv``).
+5. Scores are then optionally decayed by age (``temporal_decay`` per day), filtered by
+   ``min_similarity`` and diversified by MMR.
 
 Without semantic memory, the same entry points run keyword search alone and say so
 (:attr:`Retriever.mode` is ``"keyword"``; hits carry no ``vector_score``).
@@ -24,16 +33,18 @@ import logging
 import math
 import re
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
 
 from harombe_core.errors import EmbeddingError, InvalidInputError
 from harombe_core.models import Message, SearchHit, Session
+from harombe_core.query_time import TimeRange, in_ranges, query_time_ranges
 from harombe_core.store.base import KeywordHit, MessageStore, SearchScope
 from harombe_core.validate import (
     MAX_TOP_K,
@@ -54,12 +65,18 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CONTEXT_HEADER",
+    "EVIDENCE",
+    "Candidates",
     "RetrievalSettings",
     "Retriever",
     "context_message",
+    "evidence",
+    "evidence_weights",
     "format_context",
     "mmr_select",
+    "named_speakers",
     "rag_messages",
+    "rank",
 ]
 
 log = logging.getLogger(__name__)
@@ -78,6 +95,12 @@ STOPWORDS = frozenset(
     who whom why will with would you your yours yourself""".split()  # noqa: SIM905
 )
 _WORDS = re.compile(r"\w+", re.UNICODE)
+#: How many of a session's best fused scores make its ``session_weight`` evidence: a few, so
+#: one lucky turn does not carry a session, nor does a long session win by size.
+SESSION_EVIDENCE = 3
+#: At least this many of each side's best candidates have their neighbours read (``top_k`` if
+#: larger): enough for the top of the ranking, a fraction of what every candidate would cost.
+NEIGHBOR_SEEDS = 10
 
 
 _EXECUTOR: ThreadPoolExecutor | None = None
@@ -107,6 +130,20 @@ class RetrievalSettings:
     ``fusion`` is ``"score"`` (normalised score fusion) or ``"rrf"`` (reciprocal-rank fusion,
     ``rrf_k`` damping how much the very top ranks dominate); ``candidates`` is how many
     hits each side proposes per result asked for (more finds more, at the cost of time).
+
+    Context evidence, each added to a hit's fused score (0 turns it off):
+
+    * ``neighbor_weight``: times the best fused score of the turns just before and after it
+      in its session. An answer ("Yes, last May") is found through the question it answers,
+      and a question through its answer; the neighbours also become candidates.
+    * ``session_weight``: times the mean of the best three fused scores in its session. A
+      conversation that keeps matching the query is more likely to hold the answer.
+    * ``speaker_weight``: when the query names the message's speaker (its ``name``; "what
+      did Ann say about ..."). With ``names_as_keywords`` off, names of speakers are
+      matched this way only and left out of the keyword query.
+    * ``time_weight``: when the query names a date, month, year or relative time ("on 9
+      November", "in 2023", "last week") and the message was written then, or up to
+      ``time_slack_days`` after (people tell of things after they happen).
     """
 
     top_k: int = 5
@@ -120,6 +157,12 @@ class RetrievalSettings:
     rrf_k: int = 60
     candidates: int = 4
     min_candidates: int = 40
+    neighbor_weight: float = 0.4
+    session_weight: float = 0.7
+    speaker_weight: float = 0.2
+    time_weight: float = 0.8
+    time_slack_days: float = 7.0
+    names_as_keywords: bool = False
 
     @classmethod
     def from_config(cls, rag: RagSection) -> RetrievalSettings:
@@ -131,6 +174,12 @@ class RetrievalSettings:
             keyword_weight=rag.keyword_weight,
             mmr_lambda=rag.mmr_lambda,
             max_context_tokens=rag.max_context_tokens,
+            neighbor_weight=rag.neighbor_weight,
+            session_weight=rag.session_weight,
+            speaker_weight=rag.speaker_weight,
+            time_weight=rag.time_weight,
+            time_slack_days=rag.time_slack_days,
+            names_as_keywords=rag.names_as_keywords,
         )
 
 
@@ -145,6 +194,10 @@ SEARCH_OPTIONS = frozenset(
         "mmr_lambda",
         "vector_weight",
         "keyword_weight",
+        "neighbor_weight",
+        "session_weight",
+        "speaker_weight",
+        "time_weight",
         "now",
     }
 )
@@ -159,6 +212,16 @@ def check_search_options(options: dict[str, Any], extra: frozenset[str] = frozen
 
 def _check_k(value: Any, what: str = "top_k") -> int:
     return check_count(value, what, high=MAX_TOP_K)
+
+
+def _add_cosines(found: Candidates, semantic: SemanticMemory | None) -> None:
+    """The cosine of every candidate (and neighbour) that the vector side did not propose."""
+    if semantic is None or found.query_vector is None:
+        return
+    missing = [i for i in (*found.messages, *found.outside) if i not in found.cosine]
+    if missing:
+        for mid, vec in semantic.vectors_for(missing).items():
+            found.cosine[mid] = float(np.dot(vec, found.query_vector))
 
 
 class Retriever:
@@ -196,42 +259,45 @@ class Retriever:
         mmr_lambda: float | None = None,
         vector_weight: float | None = None,
         keyword_weight: float | None = None,
+        neighbor_weight: float | None = None,
+        session_weight: float | None = None,
+        speaker_weight: float | None = None,
+        time_weight: float | None = None,
         now: datetime | None = None,
     ) -> list[SearchHit]:
         """The best ``top_k`` messages for ``query`` inside the scope, best first, with scores.
 
-        ``score`` is the fused (and decayed) score; ``vector_score`` the cosine similarity
-        (``None`` where unknown) and ``keyword_score`` the BM25 score (``None`` if the words
-        did not match). ``min_similarity`` drops hits whose cosine is below it.
+        ``score`` is the fused score (plus the context evidence of :class:`RetrievalSettings`,
+        decayed by age when asked); ``vector_score`` the cosine similarity (``None`` where
+        unknown) and ``keyword_score`` the BM25 score (``None`` if the words did not match).
+        ``min_similarity`` drops hits whose cosine is below it. Every weight left ``None``
+        comes from the settings (the ``rag:`` config).
         """
         s = self.settings
         query = check_query(query)
         k = _check_k(s.top_k if top_k is None else top_k)
+        overrides: dict[str, Any] = {
+            "temporal_decay": temporal_decay,
+            "vector_weight": vector_weight,
+            "keyword_weight": keyword_weight,
+            "neighbor_weight": neighbor_weight,
+            "session_weight": session_weight,
+            "speaker_weight": speaker_weight,
+            "time_weight": time_weight,
+        }
+        for name, value in overrides.items():
+            if value is not None:
+                high = None if name == "temporal_decay" else MAX_WEIGHT
+                overrides[name] = check_number(value, name, low=0.0, high=high)
+        settings = replace(s, **{n: v for n, v in overrides.items() if v is not None})
         min_sim = optional_number(
             s.min_similarity if min_similarity is None else min_similarity,
             "min_similarity",
             low=-1.0,
             high=1.0,
         )
-        decay = check_number(
-            s.temporal_decay if temporal_decay is None else temporal_decay,
-            "temporal_decay",
-            low=0.0,
-        )
         lam = optional_number(
             s.mmr_lambda if mmr_lambda is None else mmr_lambda, "mmr_lambda", low=0.0, high=1.0
-        )
-        wv = check_number(
-            s.vector_weight if vector_weight is None else vector_weight,
-            "vector_weight",
-            low=0.0,
-            high=MAX_WEIGHT,
-        )
-        wk = check_number(
-            s.keyword_weight if keyword_weight is None else keyword_weight,
-            "keyword_weight",
-            low=0.0,
-            high=MAX_WEIGHT,
         )
         scope = SearchScope(
             user_id=optional_id(user_id, "user_id"),
@@ -244,32 +310,74 @@ class Retriever:
         now = optional_time(now, "now")
         if k == 0 or not query.strip():
             return []
+        found = self.gather(
+            query,
+            k,
+            scope,
+            settings,
+            exclude_session_id=exclude_session_id,
+            min_similarity=min_sim,
+            mmr_lambda=lam,
+            now=now,
+        )
+        hits = rank(found, settings, min_similarity=min_sim, now=now)
+        if lam is not None and found.query_vector is not None and len(hits) > 1:
+            assert self.semantic is not None
+            vectors = self.semantic.vectors_for([h.message.id or 0 for h in hits[: k * 4]])
+            return mmr_select(hits[: k * 4], vectors, k, lam)
+        return hits[:k]
+
+    def gather(
+        self,
+        query: str,
+        k: int,
+        scope: SearchScope,
+        settings: RetrievalSettings,
+        *,
+        exclude_session_id: str | None = None,
+        min_similarity: float | None = None,
+        mmr_lambda: float | None = None,
+        neighbors: bool | None = None,
+        now: datetime | None = None,
+    ) -> Candidates:
+        """Everything :func:`rank` needs for one query: the candidates of both sides, read
+        through the store with ``scope``, and the evidence around them.
+
+        Separate from ranking so that weights can be compared over the same candidates (the
+        recall benchmark cross-validates them this way); ``search`` is ``gather`` + ``rank``.
+        ``neighbors`` (default: whether ``settings.neighbor_weight > 0``) also reads the
+        adjacent turns of the best candidates, which become candidates themselves.
+        """
+        s = settings
+        wv, wk = s.vector_weight, s.keyword_weight
         pool = max(k * s.candidates, s.min_candidates)
         if exclude_session_id is not None:
             pool *= 2
-
         want_keyword = wk > 0 or self.semantic is None
+        keyword_text = keyword_query(query)
         pending: Future[list[KeywordHit]] | None = None
         if want_keyword and self.semantic is not None:
             # SQLite runs the keyword query with the GIL released, so it overlaps with
             # embedding the query and the vector search instead of adding to them.
             pending = _background().submit(
-                self.store.keyword_search, keyword_query(query), limit=pool, scope=scope
+                self.store.keyword_search, keyword_text, limit=pool, scope=scope
             )
 
-        vector_rank: dict[int, int] = {}
-        cosine: dict[int, float] = {}
+        found = Candidates(
+            times=query_time_ranges(query, now) if s.time_weight > 0 else [],
+            exclude_session_id=exclude_session_id,
+        )
         vector_messages: list[Message] = []
-        query_vector = None
         semantic = self.semantic
         if semantic is not None:
             try:
-                query_vector = semantic.embed_query(query)
+                found.query_vector = semantic.embed_query(query)
             except EmbeddingError as exc:
                 # An embedding outage must not take search down: the keyword side still works.
                 log.warning("query embedding failed, searching by keyword only: %s", exc)
                 semantic = None
-        wants_vectors = wv > 0 or min_sim is not None or lam is not None
+        query_vector = found.query_vector
+        wants_vectors = wv > 0 or min_similarity is not None or mmr_lambda is not None
         if semantic is not None and query_vector is not None and wants_vectors:
             matches = semantic.nearest(query_vector, pool, scope)
             # The store decides what is in scope; the index only proposed.
@@ -277,50 +385,70 @@ class Retriever:
                 [m.message_id for m in matches], scope
             )
             allowed = {int(m.id or 0) for m in vector_messages}
-            rank = 0
+            rank_ = 0
             for match in matches:
                 if match.message_id in allowed:
-                    cosine[match.message_id] = match.similarity
+                    found.cosine[match.message_id] = match.similarity
                     if wv > 0:
-                        vector_rank[match.message_id] = rank
-                        rank += 1
+                        found.vector_rank[match.message_id] = rank_
+                        rank_ += 1
 
         if pending is not None:
             keyword = pending.result()
         elif want_keyword:
-            keyword = self.store.keyword_search(keyword_query(query), limit=pool, scope=scope)
+            keyword = self.store.keyword_search(keyword_text, limit=pool, scope=scope)
         else:
             keyword = []
-        by_id: dict[int, Message] = {int(h.message.id or 0): h.message for h in keyword}
-        keyword_rank = {int(h.message.id or 0): r for r, h in enumerate(keyword)}
-        keyword_score = {int(h.message.id or 0): h.score for h in keyword}
         for message in vector_messages:
-            by_id.setdefault(int(message.id or 0), message)
-        if semantic is not None and query_vector is not None:
-            missing = [i for i in by_id if i not in cosine]
-            if missing:
-                for mid, vec in semantic.vectors_for(missing).items():
-                    cosine[mid] = float(np.dot(vec, query_vector))
+            found.messages.setdefault(int(message.id or 0), message)
+        for hit in keyword:
+            found.messages.setdefault(int(hit.message.id or 0), hit.message)
+        found.speakers = named_speakers(query, found.messages.values())
+        if keyword and found.speakers and not s.names_as_keywords:
+            # The query names who spoke: that is matched against each message's speaker
+            # (speaker_weight), not as a word. As a word, a name is rare in the whole store
+            # and dominates BM25, though in a conversation it mostly appears in what the
+            # *other* people say to that person.
+            rest = " ".join(
+                w for w in _WORDS.findall(keyword_text) if w.casefold() not in found.speakers
+            )
+            if rest.strip():
+                keyword = self.store.keyword_search(rest, limit=pool, scope=scope)
+                for hit in keyword:
+                    found.messages.setdefault(int(hit.message.id or 0), hit.message)
+        found.keyword_rank = {int(h.message.id or 0): r for r, h in enumerate(keyword)}
+        found.keyword_score = {int(h.message.id or 0): h.score for h in keyword}
+        found.pooled = frozenset(found.messages)
+        _add_cosines(found, semantic)
+        if neighbors if neighbors is not None else s.neighbor_weight > 0:
+            self._add_neighbors(found, scope, max(k, NEIGHBOR_SEEDS))
+            _add_cosines(found, semantic)
+        return found
 
-        fuse = _fusion(s.fusion, s.rrf_k, wv, wk, cosine, vector_rank, keyword_rank, keyword_score)
-        hits: list[SearchHit] = []
-        reference = now or datetime.now(UTC)
-        for mid, message in by_id.items():
-            if exclude_session_id is not None and message.session_id == exclude_session_id:
-                continue
-            vscore = cosine.get(mid)
-            if min_sim is not None and (vscore is None or vscore < min_sim):
-                continue
-            score = keyword_score.get(mid, 0.0) if semantic is None else fuse(mid)
-            if decay > 0:
-                age_days = max((reference - message.created_at).total_seconds() / 86_400, 0.0)
-                score *= math.exp(-decay * age_days)
-            hits.append(SearchHit(message, score, vscore, keyword_score.get(mid)))
-        hits.sort(key=lambda h: (-h.score, -(h.message.id or 0)))
-        if lam is not None and semantic is not None and len(hits) > 1:
-            vectors = semantic.vectors_for([h.message.id or 0 for h in hits[: k * 4]])
-            return mmr_select(hits[: k * 4], vectors, k, lam)
-        return hits[:k]
+    def _add_neighbors(self, found: Candidates, scope: SearchScope, seeds: int) -> None:
+        """Read the turns just before and after the best candidates (their context).
+
+        The best ``seeds`` of each side (by cosine and by BM25) are the turns whose context
+        can change the top of the ranking; reading the neighbours of every candidate would
+        triple the rows a search reads for little gain. In-scope neighbours become candidates;
+        out-of-scope ones (another role, outside the time window) only lend evidence. Both are
+        in the candidate's own session, so the user boundary is never crossed.
+        """
+        pooled = sorted(found.pooled)
+        by_cosine = sorted(pooled, key=lambda m: -found.cosine.get(m, -math.inf))[:seeds]
+        by_keyword = [m for m in pooled if found.keyword_rank.get(m, seeds) < seeds]
+        best = sorted({*by_cosine, *by_keyword})
+        for mid, pair in self.store.adjacent_ids(best).items():
+            for other in pair:
+                if other is not None:
+                    found.adjacent.setdefault(mid, set()).add(other)
+                    found.adjacent.setdefault(other, set()).add(mid)
+        wanted = found.adjacent.keys() - found.messages.keys()
+        if not wanted:
+            return
+        for message in self.store.get_messages_by_ids(sorted(wanted), scope):
+            found.messages[int(message.id or 0)] = message
+        found.outside = frozenset(wanted - found.messages.keys())
 
     def search_similar(
         self,
@@ -412,26 +540,169 @@ class Retriever:
         return await asyncio.to_thread(self.get_relevant_context, query, *args, **kwargs)
 
 
+@dataclass(slots=True)
+class Candidates:
+    """What :meth:`Retriever.gather` found for one query, before any weight is applied.
+
+    ``messages`` are in scope (the store checked them); ``pooled`` are the ids the vector and
+    keyword sides proposed (the rest are neighbours); ``outside`` are neighbours outside the
+    scope, known only by their cosine, which lend evidence but are never returned.
+    """
+
+    messages: dict[int, Message] = field(default_factory=dict)
+    cosine: dict[int, float] = field(default_factory=dict)
+    keyword_score: dict[int, float] = field(default_factory=dict)
+    vector_rank: dict[int, int] = field(default_factory=dict)
+    keyword_rank: dict[int, int] = field(default_factory=dict)
+    pooled: frozenset[int] = frozenset()
+    adjacent: dict[int, set[int]] = field(default_factory=dict)
+    outside: frozenset[int] = frozenset()
+    speakers: frozenset[str] = frozenset()
+    times: list[TimeRange] = field(default_factory=list)
+    query_vector: Any = None
+    exclude_session_id: str | None = None
+
+
+def named_speakers(query: str, messages: Iterable[Message]) -> frozenset[str]:
+    """The words of ``query`` that name a speaker of ``messages`` (casefolded).
+
+    A speaker is named by any word of their ``name`` ("Ann" names "Ann Lee"); words of one
+    letter and stopwords never count.
+    """
+    words = {w.casefold() for w in _WORDS.findall(query)}
+    named: set[str] = set()
+    for message in messages:
+        if message.name:
+            for part in _WORDS.findall(message.name):
+                folded = part.casefold()
+                if folded in words and len(folded) > 1 and folded not in STOPWORDS:
+                    named.add(folded)
+    return frozenset(named)
+
+
+def _speaks(message: Message, speakers: frozenset[str]) -> bool:
+    return bool(message.name) and any(
+        part.casefold() in speakers for part in _WORDS.findall(message.name or "")
+    )
+
+
+#: The columns of :func:`evidence`, in order; each but the first is scaled by the setting
+#: ``<name>_weight`` and added to the fused score.
+EVIDENCE = ("fused", "neighbor", "session", "speaker", "time")
+
+
+def evidence(
+    found: Candidates, settings: RetrievalSettings, *, min_similarity: float | None = None
+) -> tuple[list[Message], npt.NDArray[np.float64]]:
+    """The hits-to-be and their evidence, one row each, columns :data:`EVIDENCE`.
+
+    ``fused``: the fused score of the turn (see :func:`_fusion`; depends on the fusion
+    weights). ``neighbor``: the best fused score of the turns just before and after it in its
+    session. ``session``: the mean of the :data:`SESSION_EVIDENCE` best fused scores among its
+    session's candidates. ``speaker``: 1 if the query names its speaker. ``time``: 1 if it was
+    written in a time the query names (or up to ``time_slack_days`` after).
+
+    Neighbours are candidates only when ``neighbor_weight > 0`` (as ``search`` gathers them);
+    ``exclude_session_id`` and ``min_similarity`` drop rows here.
+    """
+    s = settings
+    hybrid = found.query_vector is not None
+    fuse = _fusion(s.fusion, s.rrf_k, s.vector_weight, s.keyword_weight, found, hybrid)
+    with_neighbors = s.neighbor_weight > 0
+    base = {mid: fuse(mid) for mid in found.messages}
+    if with_neighbors:
+        for mid in found.outside:
+            base[mid] = fuse(mid)
+    by_session: dict[str, list[float]] = {}
+    for mid in found.pooled:
+        sid = found.messages[mid].session_id or ""
+        by_session.setdefault(sid, []).append(base[mid])
+    session_best = {
+        sid: sum(top) / len(top)
+        for sid, scores in by_session.items()
+        for top in [sorted(scores, reverse=True)[:SESSION_EVIDENCE]]
+    }
+    messages: list[Message] = []
+    rows: list[tuple[float, float, float, float, float]] = []
+    for mid in found.messages if with_neighbors else found.pooled:
+        message = found.messages[mid]
+        if found.exclude_session_id is not None and message.session_id == found.exclude_session_id:
+            continue
+        if min_similarity is not None and found.cosine.get(mid, -math.inf) < min_similarity:
+            continue
+        around = [base[n] for n in found.adjacent.get(mid, ()) if n in base]
+        speaker = bool(found.speakers) and _speaks(message, found.speakers)
+        when = bool(found.times) and in_ranges(message.created_at, found.times, s.time_slack_days)
+        rows.append(
+            (
+                base[mid],
+                max(around, default=0.0) if with_neighbors else 0.0,
+                session_best.get(message.session_id or "", 0.0),
+                float(speaker),
+                float(when),
+            )
+        )
+        messages.append(message)
+    return messages, np.array(rows, dtype=np.float64).reshape(len(rows), len(EVIDENCE))
+
+
+def evidence_weights(settings: RetrievalSettings) -> npt.NDArray[np.float64]:
+    """The weight of each :data:`EVIDENCE` column under ``settings``."""
+    s = settings
+    return np.array(
+        [1.0, s.neighbor_weight, s.session_weight, s.speaker_weight, s.time_weight],
+        dtype=np.float64,
+    )
+
+
+def rank(
+    found: Candidates,
+    settings: RetrievalSettings,
+    *,
+    min_similarity: float | None = None,
+    now: datetime | None = None,
+) -> list[SearchHit]:
+    """Every candidate of ``found`` as a hit, best first: its :func:`evidence` weighted by
+    ``settings`` and summed, then decayed by age (``temporal_decay``)."""
+    messages, table = evidence(found, settings, min_similarity=min_similarity)
+    scores = table @ evidence_weights(settings)
+    if settings.temporal_decay > 0:
+        reference = now or datetime.now(UTC)
+        for i, message in enumerate(messages):
+            age_days = max((reference - message.created_at).total_seconds() / 86_400, 0.0)
+            scores[i] *= math.exp(-settings.temporal_decay * age_days)
+    hits = [
+        SearchHit(
+            message,
+            float(score),
+            found.cosine.get(int(message.id or 0)),
+            found.keyword_score.get(int(message.id or 0)),
+        )
+        for message, score in zip(messages, scores, strict=True)
+    ]
+    hits.sort(key=lambda h: (-h.score, -(h.message.id or 0)))
+    return hits
+
+
 def _fusion(
-    method: str,
-    rrf_k: int,
-    wv: float,
-    wk: float,
-    cosine: dict[int, float],
-    vector_rank: dict[int, int],
-    keyword_rank: dict[int, int],
-    keyword_score: dict[int, float],
+    method: str, rrf_k: int, wv: float, wk: float, found: Candidates, hybrid: bool
 ) -> Callable[[int], float]:
     """The fused score of a candidate id.
 
-    ``"score"`` (default): a weighted mean of the cosine, min-max scaled over the candidates,
-    and BM25 scaled by the best BM25 (0 where the words did not match). Scaling per query
-    makes the two comparable, and unlike rank fusion a clear win on one side is not flattened
-    into a rank. ``"rrf"``: weighted reciprocal-rank fusion, ``w / (rrf_k + rank)``.
+    ``"score"`` (default): a weighted mean of the cosine, min-max scaled over the candidates
+    the two sides proposed, and BM25 scaled by the best BM25 (0 where the words did not
+    match). Scaling per query makes the two comparable, and unlike rank fusion a clear win on
+    one side is not flattened into a rank. ``"rrf"``: weighted reciprocal-rank fusion,
+    ``w / (rrf_k + rank)``. Keyword-only search (no semantic memory) is BM25 scaled by the best.
     """
+    cosine, keyword_score = found.cosine, found.keyword_score
+    best = max(keyword_score.values(), default=0.0) or 1.0
+    if not hybrid:
+        return lambda mid: keyword_score.get(mid, 0.0) / best
     if wv == 0 and wk == 0:
         return lambda mid: cosine.get(mid, 0.0)
     if method == "rrf":
+        vector_rank, keyword_rank = found.vector_rank, found.keyword_rank
 
         def rrf(mid: int) -> float:
             score = 0.0
@@ -444,9 +715,9 @@ def _fusion(
         return rrf
     if method != "score":
         raise InvalidInputError(f"fusion must be 'score' or 'rrf', got {method!r}.")
-    low = min(cosine.values(), default=0.0)
-    span = max(cosine.values(), default=0.0) - low or 1.0
-    best = max(keyword_score.values(), default=0.0) or 1.0
+    pooled = [cosine[m] for m in found.pooled if m in cosine]
+    low = min(pooled, default=0.0)
+    span = max(pooled, default=0.0) - low or 1.0
     total = wv + wk
 
     def scaled(mid: int) -> float:

@@ -17,7 +17,8 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from harombe_core.models import Message, Session
 
-__all__ = ["UNSET", "AtomicBlock", "KeywordHit", "MessageStore", "SearchScope"]
+__all__ = ["UNSET", "AtomicBlock", "KeywordHit", "MessageStore", "SearchScope",
+           "adjacent_ids_sql"]
 
 T = TypeVar("T")
 
@@ -96,6 +97,23 @@ class AtomicBlock(threading.local):
         return value
 
 
+def adjacent_ids_sql(id_condition: str) -> str:
+    """The statement behind :meth:`MessageStore.adjacent_ids`, for both SQL dialects.
+
+    ``id_condition`` selects the wanted rows of ``messages m`` (``m.id IN (?, ?)`` or
+    ``m.id = ANY(%s)``). Each neighbour is one seek on the ``(session_id, id)`` index, so the
+    cost follows the number of ids asked for, never the length of their sessions.
+    """
+    return (
+        "SELECT m.id, "
+        "(SELECT p.id FROM messages p WHERE p.session_id = m.session_id AND p.id < m.id "
+        "ORDER BY p.id DESC LIMIT 1), "
+        "(SELECT n.id FROM messages n WHERE n.session_id = m.session_id AND n.id > m.id "
+        "ORDER BY n.id LIMIT 1) "
+        f"FROM messages m WHERE {id_condition}"
+    )
+
+
 @runtime_checkable
 class MessageStore(Protocol):
     """What every backend (SQLite, Postgres) implements, with identical meaning."""
@@ -164,6 +182,10 @@ class MessageStore(Protocol):
     def get_messages_by_ids(
         self, ids: Sequence[int], scope: SearchScope | None = None
     ) -> list[Message]: ...
+
+    def adjacent_ids(self, ids: Sequence[int]) -> dict[int, tuple[int | None, int | None]]:
+        """For each existing id: the ids just before and after it in its session (or None)."""
+        ...
 
     def count_messages(self, session_id: str | None = None) -> int: ...
 

@@ -55,7 +55,13 @@ from harombe_core.errors import (
 )
 from harombe_core.models import Message, Session
 from harombe_core.owners import check_owner
-from harombe_core.store.base import UNSET, AtomicBlock, KeywordHit, SearchScope
+from harombe_core.store.base import (
+    UNSET,
+    AtomicBlock,
+    KeywordHit,
+    SearchScope,
+    adjacent_ids_sql,
+)
 from harombe_core.store.sqlite import (
     _check_id,
     _dumps,
@@ -1092,6 +1098,14 @@ class PostgresStore:
         if not wanted:
             return []
         return await self._arun(lambda: self._by_ids_body(wanted, scope), write=False)
+
+    def adjacent_ids(self, ids: Sequence[int]) -> dict[int, tuple[int | None, int | None]]:
+        """For each existing id: the ids just before and after it in its session (or None)."""
+        wanted = list(dict.fromkeys(_ids(ids)))
+        if not wanted:
+            return {}
+        rows = self._read(adjacent_ids_sql("m.id = ANY(%s)"), [wanted])
+        return {int(mid): (before, after) for mid, before, after in rows}
 
     def count_messages(self, session_id: str | None = None) -> int:
         if session_id is None:

@@ -40,7 +40,7 @@ from harombe_core.errors import InvalidInputError, SchemaTooNewError, StoreError
 from harombe_core.limits import current_limits
 from harombe_core.models import Message, Session
 from harombe_core.owners import check_owner
-from harombe_core.store.base import UNSET, KeywordHit, SearchScope
+from harombe_core.store.base import UNSET, KeywordHit, SearchScope, adjacent_ids_sql
 from harombe_core.store.shared import Lease
 from harombe_core.store.sqlite_checks import APPLICATION_ID
 from harombe_core.store.sqlite_file import (
@@ -753,6 +753,17 @@ class SQLiteStore:
             for row in self._read(sql, [*chunk, *params]):
                 found[row[0]] = _row_to_message(row)
         return [found[i] for i in wanted if i in found]
+
+    def adjacent_ids(self, ids: Sequence[int]) -> dict[int, tuple[int | None, int | None]]:
+        """For each existing id: the ids just before and after it in its session (or None)."""
+        wanted = list(dict.fromkeys(int(i) for i in ids))
+        out: dict[int, tuple[int | None, int | None]] = {}
+        for start in range(0, len(wanted), 500):
+            chunk = wanted[start : start + 500]
+            sql = adjacent_ids_sql(f"m.id IN ({','.join('?' * len(chunk))})")
+            for mid, before, after in self._read(sql, chunk):
+                out[int(mid)] = (before, after)
+        return out
 
     def count_messages(self, session_id: str | None = None) -> int:
         if session_id is None:

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -91,18 +92,26 @@ TAIL_BATCH = 500
 IndexOpener = Callable[[], VectorIndex]
 #: What an index failure is: the index's own error, or vectors of another dimension in it.
 INDEX_FAILURES = (VectorIndexError, EmbeddingModelMismatchError)
+#: Messages of at most this many words are acknowledgements: embedded without context.
+ACK_WORDS = 2
+_WORDS = re.compile(r"\w+")
 
 
-def embedding_text(message: Message, context: str) -> str:
+def embedding_text(message: Message, context: str = "", *, with_context: bool = True) -> str:
     """What is embedded for a message: the turn it answers, then the message itself.
 
     A reply such as "Yes, in Lisbon last May" means little alone; with the question before it,
-    its vector lands near later questions about the trip. The speaker's name stays with the
-    words because users ask about people ("what did Ann say about ...").
+    its vector lands near later questions about the trip. A message of one or two words
+    ("Noted!", "ok thanks") is embedded alone all the same: it says nothing of its own, and
+    with the turn before it its vector would be a near-copy of that turn's, found in its place
+    (or beside it, taking a result). Retrieval still reaches it through its neighbours
+    (``rag.neighbor_weight``). ``with_context=False`` (``vector_store.embed_context: false``)
+    embeds every message alone. The speaker's name stays with the words because users ask
+    about people ("what did Ann say about ...").
     """
     speaker = f"{message.name}: " if message.name else ""
     text = f"{speaker}{message.content}"
-    if context:
+    if with_context and context and len(_WORDS.findall(message.content)) > ACK_WORDS:
         return f"{context[-CONTEXT_CHARS:]}\n{text}"
     return text
 
@@ -194,14 +203,26 @@ def open_semantic_memory(
         raise model_mismatch(store, embedder)
     target = resolve_index(vector_store, store, config)
     batch_size = config.vector_store.batch_size if config is not None else 32
+    embed_context = config.vector_store.embed_context if config is not None else True
     if isinstance(target, VectorIndex):
-        semantic = SemanticMemory(store, embedder, target, batch_size=batch_size)
+        semantic = SemanticMemory(
+            store, embedder, target, batch_size=batch_size, embed_context=embed_context
+        )
     elif getattr(store, "read_only", False):
         # Nothing can be embedded into a read-only store: search its stored vectors exactly,
         # and create no index folder beside it.
-        semantic = SemanticMemory(store, embedder, None, batch_size=batch_size)
+        semantic = SemanticMemory(
+            store, embedder, None, batch_size=batch_size, embed_context=embed_context
+        )
     else:
-        semantic = SemanticMemory(store, embedder, None, open_index=target, batch_size=batch_size)
+        semantic = SemanticMemory(
+            store,
+            embedder,
+            None,
+            open_index=target,
+            batch_size=batch_size,
+            embed_context=embed_context,
+        )
         semantic.try_open_index(raise_errors=True)
     try:
         if store.get_meta(META_MODEL) is None:
@@ -249,6 +270,7 @@ class SemanticMemory:
         exact_search_limit: int = EXACT_SEARCH_LIMIT,
         linger: float = 0.05,
         poll: float | None = POLL_SECONDS,
+        embed_context: bool = True,
     ) -> None:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise InvalidInputError(f"batch_size must be a positive int, got {batch_size!r}.")
@@ -261,6 +283,7 @@ class SemanticMemory:
         self.linger = linger
         # A private in-memory store gets work only from this process: no need to look.
         self.poll = None if store.location == ":memory:" else poll
+        self.embed_context = embed_context
         from harombe_core.store.sqlite import SQLiteStore
 
         self.stored: StoredVectors | None = (
@@ -550,7 +573,10 @@ class SemanticMemory:
         pending = self.store.pending_embeddings(limit)
         if not pending:
             return 0
-        texts = [embedding_text(message, context) for message, context in pending]
+        texts = [
+            embedding_text(message, context, with_context=self.embed_context)
+            for message, context in pending
+        ]
         vectors = np.asarray(self.embedder.embed(texts), dtype=np.float32)
         if vectors.shape != (len(pending), self.embedder.dimension):
             raise EmbeddingError(

@@ -203,6 +203,60 @@ def keyword_search_scoped(mm: MemoryManager) -> None:
 
 
 @behaviour
+def adjacent_ids_stay_in_their_session(mm: MemoryManager) -> None:
+    # Two sessions written in turns, so ids interleave: neighbours are per session, not id +/- 1.
+    a1 = mm.save_message("a", Message(role="user", content="a one"), user_id="u1")
+    b1 = mm.save_message("b", Message(role="user", content="b one"), user_id="u2")
+    a2 = mm.save_message("a", Message(role="assistant", content="a two"))
+    b2 = mm.save_message("b", Message(role="assistant", content="b two"))
+    a3 = mm.save_message("a", Message(role="user", content="a three"))
+    assert mm.store.adjacent_ids([a2, b1, a1, a3, b2, a2, 10_000]) == {
+        a1: (None, a2), a2: (a1, a3), a3: (a2, None), b1: (None, b2), b2: (b1, None)
+    }
+    assert mm.store.adjacent_ids([]) == {}
+
+
+@behaviour
+def context_evidence_in_keyword_search(mm: MemoryManager) -> None:
+    """The ranking options behave the same over every backend (here with BM25 alone)."""
+    july, march = datetime(2023, 7, 15, tzinfo=UTC), datetime(2023, 3, 1, tzinfo=UTC)
+    mm.save_messages("trip", [
+        Message(role="user", name="Ann", content="ok thanks", created_at=july),
+        Message(role="assistant", name="Bo", content="The QX7 code is in the blue box.",
+                created_at=july),
+    ], user_id="u")
+    mm.save_messages("other", [
+        Message(role="user", name="Ann", content="thanks ok", created_at=march),
+        Message(role="assistant", name="Bo", content="The old kitchen drawer is stuck again.",
+                created_at=march),
+        Message(role="user", name="Ann", content="Check the drawer.", created_at=march),
+    ], user_id="u")
+
+    off = {"neighbor_weight": 0.0, "session_weight": 0.0, "speaker_weight": 0.0,
+           "time_weight": 0.0}
+
+    def order(query: str, **options: float) -> list[str]:
+        hits = mm.search(query, top_k=4, user_id="u", **{**off, **options})
+        return [h.message.content for h in hits]
+
+    def first(query: str, **options: float) -> str:
+        return order(query, **options)[0]
+
+    # Equal BM25 for the two replies; the one beside the QX7 turn wins with its neighbour.
+    assert order("QX7 thanks", neighbor_weight=0.5)[1] == "ok thanks"
+    assert order("QX7 thanks", session_weight=0.5)[1] == "ok thanks"
+    assert order("QX7 thanks")[1] == "thanks ok"  # a tie goes to the newer message
+    # A month named in the query: the message written then (or within the slack after).
+    assert first("thanks in July 2023", time_weight=0.5) == "ok thanks"
+    assert first("thanks in March 2023", time_weight=0.5) == "thanks ok"
+    # A speaker named in the query: what they said comes first.
+    assert first("what did Bo say about the drawer?") == "Check the drawer."
+    assert first("what did Bo say about the drawer?", speaker_weight=0.5) == (
+        "The old kitchen drawer is stuck again."
+    )
+
+
+@behaviour
 def embedding_bookkeeping(mm: MemoryManager) -> None:
     sid = mm.create_session()
     ids = mm.save_messages(sid, [Message(role="user", content="q"),

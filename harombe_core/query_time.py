@@ -1,0 +1,188 @@
+"""Dates named in a search query, as time ranges to compare with messages' ``created_at``.
+
+People ask a memory about time: "what did Nate cook on 9 November, 2022?", "where was Tim in
+March?", "what did we decide last week?". Neither BM25 nor a sentence embedding relates "9
+November" to a message *saved* on that day (its text rarely repeats the date), but every message
+carries its time. :func:`query_time_ranges` finds the dates a query names and
+:func:`in_ranges` says whether a message's time falls inside one of them, so retrieval can
+prefer those messages (``time_weight``).
+
+A message often talks about an event some days after it happened ("I went to Lisbon last
+Friday"), so a range is extended by ``slack_days`` *after* its end. Recognised, in English:
+
+* a day: ``9 November 2022``, ``November 9th, 2022``, ``9 Nov``, ``2022-11-09``;
+* a month: ``November 2022``, ``in November`` (any year when none is given);
+* a year: ``in 2023``;
+* relative to ``now``: ``today``, ``yesterday``, ``this/last week``, ``this/last month``,
+  ``this/last year``, ``N days/weeks/months ago``.
+
+Written as a few regular expressions rather than with a general date parser: a query is parsed
+on every search, in well under a millisecond, and a parser that also reads "may" or "march" as
+dates in ordinary sentences would do more harm than good here (a bare "may" is only a month
+when capitalised and not at the start of the query).
+"""
+
+from __future__ import annotations
+
+import calendar
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+__all__ = ["TimeRange", "in_ranges", "query_time_ranges"]
+
+
+@dataclass(frozen=True, slots=True)
+class TimeRange:
+    """``[start, end)`` in UTC; ``any_year``: the query gave no year, so any year matches."""
+
+    start: datetime
+    end: datetime
+    any_year: bool = False
+
+
+_MONTHS: dict[str, int] = {}
+for _number in range(1, 13):
+    _MONTHS[calendar.month_name[_number].lower()] = _number
+    _MONTHS[calendar.month_abbr[_number].lower()] = _number
+_MONTHS["sept"] = 9
+_MONTH = "|".join(sorted(_MONTHS, key=len, reverse=True))
+_DAY = r"(\d{1,2})(?:st|nd|rd|th)?"
+_YEAR = r"((?:19|20)\d\d)"
+
+# Most specific first; a later pattern never reads text an earlier one matched.
+_ISO = re.compile(r"\b((?:19|20)\d\d)-(\d{1,2})-(\d{1,2})\b")
+_DAY_MONTH = re.compile(rf"\b{_DAY}\s+(?:of\s+)?({_MONTH})\b\.?(?:,?\s*{_YEAR}\b)?", re.I)
+_MONTH_DAY = re.compile(rf"\b({_MONTH})\.?\s+{_DAY}\b(?:,?\s*{_YEAR}\b)?", re.I)
+_MONTH_YEAR = re.compile(rf"\b({_MONTH})\.?,?\s+(?:of\s+)?{_YEAR}\b", re.I)
+_MONTH_ONLY = re.compile(rf"\b({_MONTH})\b", re.I)
+_YEAR_ONLY = re.compile(rf"\b{_YEAR}\b")
+_RELATIVE = re.compile(
+    r"\b(today|yesterday|(?:this|last|past|previous)\s+(?:week|month|year)"
+    r"|(\d{1,3}|a|one|two|three|four|five|six)\s+(day|week|month|year)s?\s+ago)\b",
+    re.I,
+)
+_COUNTS = {"a": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6}
+
+
+def _utc(value: datetime) -> datetime:
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def _day(year: int, month: int, day: int, any_year: bool) -> TimeRange | None:
+    try:
+        start = datetime(year, month, day, tzinfo=UTC)
+    except ValueError:
+        return None
+    return TimeRange(start, start + timedelta(days=1), any_year)
+
+
+def _month(year: int, month: int, any_year: bool) -> TimeRange:
+    start = datetime(year, month, 1, tzinfo=UTC)
+    end = datetime(year + month // 12, month % 12 + 1, 1, tzinfo=UTC)
+    return TimeRange(start, end, any_year)
+
+
+def _months_back(moment: datetime, count: int) -> datetime:
+    index = moment.year * 12 + moment.month - 1 - count
+    return moment.replace(year=index // 12, month=index % 12 + 1, day=1)
+
+
+def _period(today: datetime, unit: str, back: int) -> TimeRange:
+    """The calendar ``unit`` (day, week, month, year) ``back`` units before today's."""
+    if unit == "day":
+        start = today - timedelta(days=back)
+        return TimeRange(start, start + timedelta(days=1))
+    if unit == "week":
+        start = today - timedelta(weeks=back, days=today.weekday())
+        return TimeRange(start, start + timedelta(weeks=1))
+    if unit == "month":
+        return TimeRange(_months_back(today, back), _months_back(today, back - 1))
+    start = today.replace(year=today.year - back, month=1, day=1)
+    return TimeRange(start, start.replace(year=start.year + 1))
+
+
+def _relative(text: str, now: datetime) -> TimeRange:
+    today = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    word = text.lower().split()
+    if word[0] in ("today", "yesterday"):
+        return _period(today, "day", int(word[0] == "yesterday"))
+    if word[-1] == "ago":
+        return _period(today, word[1].rstrip("s"), _COUNTS.get(word[0]) or int(word[0]))
+    return _period(today, word[-1], 0 if word[0] == "this" else 1)
+
+
+def query_time_ranges(query: str, now: datetime | None = None) -> list[TimeRange]:
+    """The time ranges ``query`` names (empty when it names none).
+
+    ``now`` anchors relative words ("last week") and the year of a date given without one is
+    left open (:attr:`TimeRange.any_year`).
+    """
+    reference = _utc(now or datetime.now(UTC))
+    taken: list[tuple[int, int]] = []
+    found: list[TimeRange] = []
+
+    def claim(match: re.Match[str]) -> bool:
+        span = match.span()
+        if any(span[0] < end and start < span[1] for start, end in taken):
+            return False
+        taken.append(span)
+        return True
+
+    this_year = reference.year
+    for match in _ISO.finditer(query):
+        if claim(match):
+            year, month, day = (int(g) for g in match.groups())
+            found.extend(r for r in [_day(year, month, day, False)] if r is not None)
+    for pattern, day_first in ((_DAY_MONTH, True), (_MONTH_DAY, False)):
+        for match in pattern.finditer(query):
+            day_text, month_text = match.group(1, 2) if day_first else match.group(2, 1)
+            if not claim(match):
+                continue
+            year_text = match.group(3)
+            year = int(year_text) if year_text else this_year
+            day_range = _day(year, _MONTHS[month_text.lower()], int(day_text), not year_text)
+            if day_range is not None:
+                found.append(day_range)
+    for match in _MONTH_YEAR.finditer(query):
+        if claim(match):
+            found.append(_month(int(match.group(2)), _MONTHS[match.group(1).lower()], False))
+    for match in _MONTH_ONLY.finditer(query):
+        word = match.group(1)
+        if word.lower() in ("may", "march") and (not word[0].isupper() or match.start() == 0):
+            continue  # "may" and "march" are verbs far more often than months
+        if claim(match):
+            found.append(_month(this_year, _MONTHS[word.lower()], True))
+    for match in _YEAR_ONLY.finditer(query):
+        if claim(match):
+            year = int(match.group(1))
+            found.append(
+                TimeRange(datetime(year, 1, 1, tzinfo=UTC), datetime(year + 1, 1, 1, tzinfo=UTC))
+            )
+    for match in _RELATIVE.finditer(query):
+        if claim(match):
+            found.append(_relative(match.group(1), reference))
+    return found
+
+
+def in_ranges(when: datetime, ranges: list[TimeRange], slack_days: float = 0.0) -> bool:
+    """Whether ``when`` falls in one of ``ranges``, each extended ``slack_days`` past its end."""
+    moment = _utc(when)
+    slack = timedelta(days=slack_days)
+    for span in ranges:
+        start, end = span.start, span.end
+        if span.any_year:
+            # Same month and day in the message's own year (and the year before, for a range
+            # that a slack pushes across New Year).
+            for year in (moment.year, moment.year - 1):
+                shift = year - start.year
+                try:
+                    moved = start.replace(year=year), end.replace(year=end.year + shift)
+                except ValueError:  # 29 February in a year without one
+                    continue
+                if moved[0] <= moment < moved[1] + slack:
+                    return True
+            continue
+        if start <= moment < end + slack:
+            return True
+    return False
