@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import networkx as nx
 
 from harombe_core.errors import InvalidInputError, InvalidMessageError, SummarizationError
-from harombe_core.models import ConversationNode, Message, MessageSummary
+from harombe_core.models import ConversationNode, Message, MessageSummary, Session
 from harombe_core.threads import (
     LinearNodeSelector,
     ThreadRuleError,
@@ -148,6 +148,7 @@ class ChatMemory:
         self.session_id = session_id if session_id is not None else uuid.uuid4().hex
         self.user_id = user_id
         self.graph: nx.DiGraph = nx.DiGraph()
+        self._unstored_links: list[tuple[int, int]] = []
         if memory.check_owner(self.session_id, user_id) is not None:
             self._load_graph()
         else:
@@ -195,11 +196,20 @@ class ChatMemory:
         messages = store.get_messages(self.session_id)
         summaries = store.get_message_summaries([m.id for m in messages if m.id is not None])
         self.graph = nx.DiGraph()
+        # A session written without threading (save_message, an adapter's plain history) has
+        # no parent links at all: it is one thread, each message following the one before.
+        # The links are stored with the first exchange this memory appends (reading writes
+        # nothing), so the session keeps its shape once it holds threaded messages too.
+        linear = all(m.parent_id is None for m in messages)
+        self._unstored_links = []
         previous: Message | None = None
         for message in messages:
             assert message.id is not None
             parent = message.parent_id
-            if (
+            if linear and previous is not None and previous.id is not None:
+                parent = previous.id
+                self._unstored_links.append((message.id, parent))
+            elif (
                 parent is None
                 and message.role == "assistant"
                 and previous is not None
@@ -246,6 +256,15 @@ class ChatMemory:
                 f"append takes a user message and an assistant message, got {human.role!r} and "
                 f"{assistant.role!r}."
             )
+        links, self._unstored_links = self._unstored_links, []
+        if links:
+            store = self.memory.store
+
+            def link() -> None:
+                for message_id, parent_id in links:
+                    store.set_parent(message_id, parent_id)
+
+            self.memory.atomic(link)
         human_id, assistant_id = self.memory.save_messages(
             self.session_id, [human.with_ids(parent_id=parent), assistant], user_id=self.user_id
         )
@@ -435,7 +454,10 @@ class ChatMemory:
     def _record(self) -> Any:
         from harombe_core.export import SessionRecord
 
-        session = self.memory.load_session(self.session_id)
+        # Deleted behind this memory's back, it is still this (now empty) session.
+        session = self.memory.get_session(self.session_id) or Session(
+            id=self.session_id, user_id=self.user_id
+        )
         summaries = {
             i: {"title": n.summary.title, "summary": n.summary.summary}
             for i in self.graph.nodes

@@ -8,54 +8,96 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from itertools import islice
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from typer.core import TyperCommand, TyperGroup
 
 from harombe_core.config import default_db_path
-from harombe_core.errors import HarombeError, InvalidInputError
+from harombe_core.errors import HarombeError, InvalidInputError, SessionNotFoundError
+from harombe_core.text import plural
 
 if TYPE_CHECKING:
     from harombe_core.manager import MemoryManager
+    from harombe_core.models import Session
+
+class _PlainHelp:
+    """Help that shows ``--help`` as a flag, like every other flag, not as ``--help <bool>``.
+
+    Every option names its value in capitals (``--db PATH``, ``--limit N``) and a flag names
+    none (``metavar=""``); typer's own ``--help`` option gets the same treatment here.
+    """
+
+    def get_help_option(self, ctx: Any) -> Any:
+        option = super().get_help_option(ctx)  # type: ignore[misc]
+        if option is not None:
+            option.metavar = ""
+        return option
+
+
+class _Command(_PlainHelp, TyperCommand):
+    pass
+
+
+class _Group(_PlainHelp, TyperGroup):
+    pass
+
 
 app = typer.Typer(
     name="harombe",
     help="Persistent conversation memory for LLM applications.",
     no_args_is_help=True,
     add_completion=False,
+    cls=_Group,
     # A bug's traceback must not print local variables: they can hold keys and user data.
     pretty_exceptions_show_locals=False,
 )
 console = Console()
 err_console = Console(stderr=True)
 
+
+def command(name: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    """Register a ``harombe`` subcommand (with the plain ``--help`` of :class:`_PlainHelp`)."""
+    return app.command(name, cls=_Command)
+
+
 DbOption = Annotated[
     str,
     typer.Option(
         "--db",
+        metavar="PATH",
         help="Database path (env HAROMBE_DB, default ~/.harombe/memory.db).",
         envvar="HAROMBE_DB",
         default_factory=default_db_path,
+        show_default=False,
     ),
+]
+UserOption = Annotated[
+    str | None, typer.Option("--user", metavar="USER", help="Only this user's sessions.")
 ]
 
 
 # shared helpers ------------------------------------------------------------------------------
+def _error_line(text: str) -> None:
+    """One line on stderr, whatever the message held (a typed error's text can span lines)."""
+    err_console.print(f"[red]error:[/red] {escape(' '.join(text.split()))}", soft_wrap=True)
+
+
 @contextmanager
 def clean_errors() -> Iterator[None]:
     """Turn a typed harombe error into one red line on stderr and exit code 1."""
     try:
         yield
     except HarombeError as exc:
-        err_console.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
+        _error_line(exc.cli_message())
         raise typer.Exit(1) from None
 
 
@@ -79,6 +121,14 @@ def open_memory(db: str, *, create: bool = False) -> Iterator[MemoryManager]:
         yield manager
 
 
+def existing_session(manager: MemoryManager, session_id: str) -> Session:
+    """The session a command names; a typo is an error here, not an empty session."""
+    session = manager.get_session(session_id)
+    if session is None:
+        raise SessionNotFoundError.of(session_id, manager.store.location)
+    return session
+
+
 def _when(value: datetime) -> str:
     return f"{value:%Y-%m-%d %H:%M}"
 
@@ -89,11 +139,13 @@ def _one_line(text: str, width: int = 60) -> str:
 
 
 # sessions, history, export, import, prune, stats, demo -------------------------------------
-@app.command("sessions")
+@command("sessions")
 def sessions_command(
     db: DbOption,
-    user: Annotated[str | None, typer.Option("--user", help="Only this user's sessions.")] = None,
-    limit: Annotated[int, typer.Option("--limit", min=0, help="How many to list.")] = 20,
+    user: UserOption = None,
+    limit: Annotated[
+        int, typer.Option("--limit", metavar="N", min=0, help="How many to list.")
+    ] = 20,
 ) -> None:
     """List sessions, most recent activity first."""
     with clean_errors(), open_memory(db) as manager:
@@ -119,23 +171,26 @@ def sessions_command(
         console.print(table)
 
 
-@app.command("history")
+@command("history")
 def history_command(
     session_id: Annotated[str, typer.Argument(metavar="SESSION", help="The session id.")],
     db: DbOption,
     max_tokens: Annotated[
         int | None,
-        typer.Option("--max-tokens", min=0, help="Token budget of the context window shown."),
+        typer.Option(
+            "--max-tokens", metavar="N", min=0, help="Token budget of the context window shown."
+        ),
     ] = None,
     last: Annotated[
-        int | None, typer.Option("--last", min=1, help="Show only the newest N messages.")
+        int | None,
+        typer.Option("--last", metavar="N", min=1, help="Show only the newest N messages."),
     ] = None,
 ) -> None:
     """Show a session's messages and which of them fit a model's token window."""
     from harombe_core.export import describe_tool_call
 
     with clean_errors(), open_memory(db) as manager:
-        session = manager.load_session(session_id)
+        session = existing_session(manager, session_id)
         if last is None:
             messages = manager.get_messages(session_id)
         else:  # newest first, read lazily: a long session costs only the rows shown
@@ -145,7 +200,7 @@ def history_command(
         kept = {m.id for m in window.messages if m.id is not None}
         console.print(
             f"[bold]{escape(session.id)}[/bold]  user {escape(session.user_id or '-')}, "
-            f"{session.message_count} messages, started {_when(session.created_at)} UTC"
+            f"{plural(session.message_count, 'message')}, started {_when(session.created_at)} UTC"
             + (f" (showing the newest {len(messages)})" if last is not None else "")
         )
         if session.system_prompt is not None:
@@ -176,35 +231,47 @@ def history_command(
         console.print(table)
         inside = len(kept)
         total = session.message_count
+        outside = total - inside
         console.print(
-            f"Context for a {budget}-token budget: the newest {inside} of {total} "
-            f"messages ({window.tokens} tokens, system prompt included); "
-            f"{total - inside} older messages fall outside the window."
+            f"Context for a {budget}-token budget: the newest {inside} of "
+            f"{plural(total, 'message')} ({plural(window.tokens, 'token')}, system prompt "
+            f"included); {plural(outside, 'older message')} "
+            f"{'falls' if outside == 1 else 'fall'} outside the window."
         )
 
 
-@app.command("export")
+@command("export")
 def export_command(
     db: DbOption,
     session_id: Annotated[
         str | None,
-        typer.Argument(metavar="[SESSION]", help="One session (default: every session)."),
+        typer.Argument(metavar="SESSION", help="One session (default: every session)."),
     ] = None,
     fmt: Annotated[
-        str, typer.Option("--format", "-f", help="json, jsonl (OpenAI chat format) or text.")
+        str,
+        typer.Option(
+            "--format",
+            "-f",
+            metavar="FORMAT",
+            help="json, jsonl (OpenAI chat format) or text.",
+        ),
     ] = "json",
     out: Annotated[
-        str | None, typer.Option("--out", "-o", help="File to write (default: standard output).")
+        str | None,
+        typer.Option(
+            "--out", "-o", metavar="FILE", help="File to write (default: standard output)."
+        ),
     ] = None,
     out_dir: Annotated[
         str | None,
         typer.Option(
             "--out-dir",
+            metavar="DIR",
             help="Folder to write into; without --out, one file per session named by its id. "
             "Nothing is ever written outside it.",
         ),
     ] = None,
-    user: Annotated[str | None, typer.Option("--user", help="Only this user's sessions.")] = None,
+    user: UserOption = None,
 ) -> None:
     """Export one session or the whole store as json, jsonl or a text transcript."""
     from harombe_core import export as ex
@@ -216,10 +283,13 @@ def export_command(
             )
         if out_dir is not None and out is None:
             ids = [session_id] if session_id is not None else None
-            if ids is not None:
-                manager.load_session(session_id or "")
+            if session_id is not None:
+                existing_session(manager, session_id)
             paths = ex.export_to_directory(manager, out_dir, fmt, user_id=user, session_ids=ids)
-            console.print(f"Wrote {len(paths)} files to {escape(str(Path(out_dir).resolve()))}")
+            console.print(
+                f"Wrote {plural(len(paths), 'file')} to {escape(str(Path(out_dir).resolve()))}",
+                soft_wrap=True,
+            )
             return
         text = ex.export_store(manager, fmt, session_id=session_id, user_id=user)
         if out is None:
@@ -227,10 +297,10 @@ def export_command(
             return
         path = ex.write_text(ex.resolve_output_path(out, out_dir), text)
         what = f"session {session_id}" if session_id is not None else "every session"
-        console.print(f"Wrote {escape(what)} as {fmt} to {escape(str(path))}")
+        console.print(f"Wrote {escape(what)} as {fmt} to {escape(str(path))}", soft_wrap=True)
 
 
-@app.command("import")
+@command("import")
 def import_command(
     file: Annotated[str, typer.Argument(metavar="FILE", help="A json or jsonl export.")],
     db: DbOption,
@@ -238,12 +308,14 @@ def import_command(
         str,
         typer.Option(
             "--on-conflict",
+            metavar="POLICY",
             help="When a session id is already stored: error, new-id (import under a new id) "
             "or skip.",
         ),
     ] = "error",
     user: Annotated[
-        str | None, typer.Option("--user", help="Owner for the imported sessions.")
+        str | None,
+        typer.Option("--user", metavar="USER", help="Owner for the imported sessions."),
     ] = None,
 ) -> None:
     """Import a json or jsonl export (all of it or, if anything is wrong, none of it)."""
@@ -263,22 +335,26 @@ def import_command(
         with open_memory(db, create=True) as manager:
             result = ex.import_file(manager, file, on_conflict=policy, user_id=user)  # type: ignore[arg-type]
             console.print(
-                f"Imported {len(result.session_ids)} sessions ({result.messages} messages) into "
-                f"{escape(manager.store.location)}"
-                + (f": {escape(', '.join(result.session_ids))}" if result.session_ids else ".")
+                f"Imported {plural(len(result.session_ids), 'session')} "
+                f"({plural(result.messages, 'message')}) into {escape(manager.store.location)}"
+                + (f": {escape(', '.join(result.session_ids))}" if result.session_ids else "."),
+                soft_wrap=True,
             )
             if result.skipped:
                 console.print(f"Skipped (already stored): {escape(', '.join(result.skipped))}")
 
 
-@app.command("prune")
+@command("prune")
 def prune_command(
     db: DbOption,
     days: Annotated[
-        int, typer.Option("--days", min=0, help="Delete sessions idle for more than N days.")
+        int,
+        typer.Option(
+            "--days", metavar="N", min=0, help="Delete sessions idle for more than N days."
+        ),
     ],
     dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="Only list what would be deleted.")
+        bool, typer.Option("--dry-run", metavar="", help="Only list what would be deleted.")
     ] = False,
 ) -> None:
     """Delete sessions (and their messages) with no activity in the last N days."""
@@ -286,18 +362,22 @@ def prune_command(
         if dry_run:
             cutoff = datetime.now(UTC) - timedelta(days=days)
             old = [s for s in manager.list_sessions(limit=None) if s.updated_at < cutoff]
-            console.print(f"Would delete {len(old)} sessions idle for more than {days} days.")
+            console.print(
+                f"Would delete {plural(len(old), 'session')} idle for more than "
+                f"{plural(days, 'day')}."
+            )
             for s in old:
                 console.print(f"  {escape(s.id)} (last activity {_when(s.updated_at)})")
             return
         removed = manager.prune_old_sessions(days)
         console.print(
-            f"Deleted {removed} sessions with no activity in the last {days} days from "
-            f"{escape(manager.store.location)}."
+            f"Deleted {plural(removed, 'session')} with no activity in the last "
+            f"{plural(days, 'day')} from {escape(manager.store.location)}.",
+            soft_wrap=True,
         )
 
 
-@app.command("stats")
+@command("stats")
 def stats_command(db: DbOption) -> None:
     """Counts of sessions, users, messages and tokens, and the size of the database."""
     with clean_errors(), open_memory(db) as manager:
@@ -314,19 +394,25 @@ def stats_command(db: DbOption) -> None:
         console.print(table)
 
 
-@app.command("demo")
+@command("demo")
 def demo_command(
     db: Annotated[
         str | None,
-        typer.Option("--db", help="Database to write the sample into (default: a new temp file)."),
+        typer.Option(
+            "--db",
+            metavar="PATH",
+            help="Database to write the sample into (default: a new temp file).",
+        ),
     ] = None,
     budget: Annotated[
-        int, typer.Option("--budget", min=0, help="Token budget of the window shown.")
+        int,
+        typer.Option("--budget", metavar="N", min=0, help="Token budget of the window shown."),
     ] = 120,
     semantic: Annotated[
         bool,
         typer.Option(
             "--semantic/--no-semantic",
+            metavar="",
             help="Recall by meaning with the bundled model (else keyword recall only).",
         ),
     ] = True,
@@ -339,33 +425,44 @@ def demo_command(
 
 
 # migrate ------------------------------------------------------------------------------------
-@app.command("migrate")
+@command("migrate")
 def migrate_command(
     source: Annotated[
-        str, typer.Option("--from", help="Source: a SQLite path or postgresql:// URL.")
+        str,
+        typer.Option("--from", metavar="URL", help="Source: a SQLite path or postgresql:// URL."),
     ],
     destination: Annotated[
-        str, typer.Option("--to", help="Destination: a SQLite path or postgresql:// URL.")
+        str,
+        typer.Option(
+            "--to", metavar="URL", help="Destination: a SQLite path or postgresql:// URL."
+        ),
     ],
-    batch_size: Annotated[int, typer.Option(help="Messages per transaction.")] = 500,
-    progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+    batch_size: Annotated[
+        int, typer.Option("--batch-size", metavar="N", help="Messages per transaction.")
+    ] = 500,
+    progress: Annotated[
+        bool, typer.Option("--progress/--no-progress", metavar="", help="Show a progress bar.")
+    ] = True,
 ) -> None:
-    """Copy sessions, messages, threads, summaries and store items between backends (resumable,
-    verified)."""
+    """Copy a whole memory between SQLite and PostgreSQL (resumable, verified).
+
+    Sessions, messages, threads, summaries and the LangGraph store's items, with their vectors.
+    """
     from harombe_core.migrate import migrate
 
     with clean_errors():
         report = migrate(source, destination, batch_size=batch_size, progress=progress)
     console.print(
-        f"migrated {report.sessions} sessions and {report.messages} messages "
-        f"({report.copied_messages} copied now, {report.skipped_sessions} sessions already done) "
-        f"and {report.store_items} store items ({report.copied_store_items} copied now); "
-        "verified: counts and checksums match."
+        f"Migrated {plural(report.sessions, 'session')} and "
+        f"{plural(report.messages, 'message')} ({report.copied_messages:,} copied now, "
+        f"{plural(report.skipped_sessions, 'session')} already done) and "
+        f"{plural(report.store_items, 'store item')} ({report.copied_store_items:,} copied "
+        "now); verified: counts and checksums match."
     )
 
 
 # chat (LangChain) ---------------------------------------------------------------------------
-@app.command("chat")
+@command("chat")
 def chat_command(
     db: DbOption,
     model: Annotated[
@@ -373,24 +470,63 @@ def chat_command(
         typer.Option(
             "--model",
             "-m",
+            metavar="MODEL",
             envvar="HAROMBE_CHAT_MODEL",
-            help="A LangChain chat model as provider:model (init_chat_model), or 'fake' for an "
-            "offline echo model.",
+            help="A LangChain chat model as provider:model (init_chat_model), 'fake' for an "
+            "offline echo model, or 'fake:transcript' to see what the model is sent.",
         ),
     ] = "fake",
     session: Annotated[
-        str | None, typer.Option("--session", "-s", help="Session to continue (default: new).")
+        str | None,
+        typer.Option(
+            "--session",
+            "-s",
+            metavar="SESSION",
+            help="Session to continue, or to start under this name (default: a new one).",
+        ),
     ] = None,
     user: Annotated[
         str | None,
-        typer.Option("--user", help="Act as this user: only their sessions are used and searched."),
+        typer.Option(
+            "--user",
+            metavar="USER",
+            help="Act as this user: only their sessions are used, searched and recalled.",
+        ),
     ] = None,
-    system: Annotated[str | None, typer.Option("--system", help="System prompt.")] = None,
-    max_tokens: Annotated[int, typer.Option(help="Token budget of the context sent.")] = 4096,
+    system: Annotated[
+        str | None,
+        typer.Option("--system", metavar="TEXT", help="System prompt of a new session."),
+    ] = None,
+    max_tokens: Annotated[
+        int,
+        typer.Option(
+            "--max-tokens", metavar="N", min=1, help="Token budget of the recent turns sent."
+        ),
+    ] = 4096,
+    recall_tokens: Annotated[
+        int,
+        typer.Option(
+            "--recall-tokens",
+            metavar="N",
+            min=0,
+            help="Tokens of relevant earlier turns (the user's other sessions; without --user, "
+            "this session's older turns) added to the system message; 0 turns recall off.",
+        ),
+    ] = 500,
     embedding: Annotated[
-        str, typer.Option(help="'default' (bundled MiniLM) or 'none' (keyword search only).")
+        str,
+        typer.Option(
+            "--embedding",
+            metavar="MODEL",
+            help="'default' (bundled MiniLM) or 'none' (keyword search and recall only).",
+        ),
     ] = "default",
-    memory: Annotated[bool, typer.Option(help="Persist the chat in --db.")] = True,
+    memory: Annotated[
+        bool,
+        typer.Option(
+            "--memory/--no-memory", metavar="", help="Persist the chat in --db (else in memory)."
+        ),
+    ] = True,
 ) -> None:
     """Chat with a LangChain chat model, with persistent memory (needs the langchain extra)."""
     try:
@@ -407,25 +543,38 @@ def chat_command(
             user_id=user,
             system_prompt=system,
             max_tokens=max_tokens,
+            recall_tokens=recall_tokens,
             embedding=embedding,
             memory=memory,
         )
 
+
 # search, reindex ----------------------------------------------------------------------------
-@app.command("search")
+@command("search")
 def search_command(
-    query: Annotated[str, typer.Argument(help="What to look for, in plain words.")],
+    query: Annotated[
+        str, typer.Argument(metavar="QUERY", help="What to look for, in plain words.")
+    ],
     db: DbOption,
-    user: Annotated[str | None, typer.Option("--user", help="Only this user's messages.")] = None,
-    session: Annotated[
-        str | None, typer.Option("--session", help="Only this session's messages.")
+    user: Annotated[
+        str | None, typer.Option("--user", metavar="USER", help="Only this user's messages.")
     ] = None,
-    k: Annotated[int, typer.Option("-k", "--top-k", min=1, help="How many results.")] = 5,
+    session: Annotated[
+        str | None,
+        typer.Option("--session", metavar="SESSION", help="Only this session's messages."),
+    ] = None,
+    k: Annotated[
+        int, typer.Option("-k", "--top-k", metavar="N", min=1, help="How many results.")
+    ] = 5,
     embedding: Annotated[
-        str, typer.Option("--embedding", help="Embedding model the index was built with.")
+        str,
+        typer.Option(
+            "--embedding", metavar="MODEL", help="Embedding model the index was built with."
+        ),
     ] = "default",
     keyword: Annotated[
-        bool, typer.Option("--keyword", help="Keyword (BM25) search only; loads no model.")
+        bool,
+        typer.Option("--keyword", metavar="", help="Keyword (BM25) search only; loads no model."),
     ] = False,
 ) -> None:
     """Search past messages by meaning and keywords (hybrid), best first."""
@@ -447,12 +596,16 @@ def search_command(
                         f"--db {escape(location)}` to make them searchable by meaning."
                     )
             hits = manager.search(query, top_k=k, session_id=session, user_id=user)
-            mode = (
-                "hybrid search (vector + keyword)"
-                if manager.retriever.mode == "hybrid"
-                else "keyword search only (semantic memory is off for this store)"
-            )
-            table = Table(title=f"{escape(mode)}: {len(hits)} result(s)")
+            if keyword:
+                mode = "keyword search (BM25, as asked with --keyword)"
+            elif manager.retriever.mode == "hybrid":
+                mode = "hybrid search (vector + keyword)"
+            else:
+                mode = (
+                    "keyword search only (this store has no vector index; "
+                    "`harombe reindex` builds one)"
+                )
+            table = Table(title=f"{escape(mode)}: {plural(len(hits), 'result')}")
             for column in ("score", "session", "when", "who", "message"):
                 table.add_column(column, justify="right" if column == "score" else "left")
             for hit in hits:
@@ -468,17 +621,31 @@ def search_command(
             console.print(table)
 
 
-@app.command("reindex")
+@command("reindex")
 def reindex_command(
     db: DbOption,
     embedding: Annotated[
         str,
-        typer.Option("--embedding", help="Embedding model to (re)build the vector index with."),
+        typer.Option(
+            "--embedding",
+            metavar="MODEL",
+            help="Embedding model to (re)build the vector index with.",
+        ),
     ] = "default",
-    batch_size: Annotated[int, typer.Option("--batch-size", min=1)] = 100,
+    batch_size: Annotated[
+        int,
+        typer.Option(
+            "--batch-size",
+            metavar="N",
+            min=1,
+            help="Messages embedded and written per step (more is faster, needs more memory).",
+        ),
+    ] = 100,
     reembed: Annotated[
         bool,
-        typer.Option("--reembed", help="Run the model again even where vectors are stored."),
+        typer.Option(
+            "--reembed", metavar="", help="Run the model again even where vectors are stored."
+        ),
     ] = False,
 ) -> None:
     """Rebuild the keyword and vector indexes from the database (safe to repeat).
@@ -488,53 +655,60 @@ def reindex_command(
     with clean_errors(), open_memory(db) as manager:
         result = manager.reindex(batch_size, embedding=embedding, reembed=reembed)
         console.print(
-            f"reindexed {escape(manager.store.location)}: {result['keyword_rows']:,} keyword "
-            f"rows, {result['vectors']:,} vectors"
+            f"Reindexed {escape(manager.store.location)}: "
+            f"{plural(result['keyword_rows'], 'keyword row')}, "
+            f"{plural(result['vectors'], 'vector')}",
+            soft_wrap=True,
         )
 
 
 # graph (thread pictures) --------------------------------------------------------------------
-@app.command("graph")
+@command("graph")
 def graph_command(
-    session: Annotated[str, typer.Argument(help="Session id (see `harombe sessions`).")],
+    session: Annotated[
+        str, typer.Argument(metavar="SESSION", help="Session id (see `harombe sessions`).")
+    ],
     db: DbOption,
     out: Annotated[
         str | None,
         typer.Option(
             "--out",
             "-o",
-            help="File to write: .png or .svg (a picture), .mmd (Mermaid). Default: Mermaid "
-            "on stdout.",
+            metavar="FILE",
+            help="File to write: .png, .svg or .pdf (a picture; needs the plot extra) or .mmd "
+            "(Mermaid text). Default: Mermaid on stdout.",
         ),
     ] = None,
 ) -> None:
-    """Draw a session's conversation threads (PNG, SVG or Mermaid)."""
-    from pathlib import Path
-
+    """Draw a session's conversation threads (PNG, SVG, PDF or Mermaid)."""
     from harombe_core.chat_memory import ChatMemory
+    from harombe_core.graph_render import GRAPH_FORMATS, MERMAID_SUFFIXES, render_graph
 
-    with clean_errors(), open_memory(db) as manager:
-        manager.load_session(session)  # a typo is an error, not a new empty session
-        memory = ChatMemory(memory=manager, session_id=session)
-        if out is None:
-            sys.stdout.write(memory.to_mermaid() + "\n")
-            return
-        target = Path(out).expanduser()
-        if target.suffix.lower() in (".png", ".svg"):
-            from harombe_core.graph_render import render_graph
-
-            render_graph(memory.graph, target, title=f"session {session}")
-        else:
-            target.write_text(memory.to_mermaid() + "\n", encoding="utf-8")
-        console.print(
-            f"wrote {escape(str(target))} ({memory.graph.number_of_nodes()} messages, "
-            f"{sum(1 for n in memory.graph.nodes if memory.graph.in_degree(n) == 0)} threads)"
-        )
-
-
-def _error_line(text: str) -> None:
-    """One line on stderr, whatever the message held (a typed error's text can span lines)."""
-    err_console.print(f"[red]error:[/red] {escape(' '.join(text.split()))}", soft_wrap=True)
+    with clean_errors():
+        target = None if out is None else Path(out).expanduser()
+        kind = "" if target is None else target.suffix.lower().lstrip(".")
+        if target is not None and kind not in (*GRAPH_FORMATS, *MERMAID_SUFFIXES):
+            raise InvalidInputError(
+                f"cannot write a graph to {target.name!r}: name a .png, .svg or .pdf file for "
+                "a picture, or a .mmd file for Mermaid text (leave out --out to print it)."
+            )
+        with open_memory(db) as manager:
+            existing_session(manager, session)
+            memory = ChatMemory(memory=manager, session_id=session)
+            if target is None:
+                sys.stdout.write(memory.to_mermaid() + "\n")
+                return
+            if kind in GRAPH_FORMATS:
+                render_graph(memory.graph, target, title=f"session {session}")
+            else:
+                target.write_text(memory.to_mermaid() + "\n", encoding="utf-8")
+            graph = memory.graph
+            threads = sum(1 for n in graph.nodes if graph.in_degree(n) == 0)
+            console.print(
+                f"Wrote {escape(str(target))} ({plural(graph.number_of_nodes(), 'message')}, "
+                f"{plural(threads, 'thread')})",
+                soft_wrap=True,
+            )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -547,7 +721,7 @@ def main(argv: list[str] | None = None) -> None:
         # Not standalone: usage errors come back as exceptions instead of a framed box.
         code = app(args=args or ["--help"], prog_name="harombe", standalone_mode=False)
     except HarombeError as exc:
-        _error_line(str(exc))
+        _error_line(exc.cli_message())
         sys.exit(1)
     except TyperException as exc:  # a bad option value, a missing argument, an unknown command
         ctx = getattr(exc, "ctx", None)

@@ -17,6 +17,7 @@ The logic lives here; the CLI only calls :func:`run_demo`.
 from __future__ import annotations
 
 import os
+import shlex
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ from rich.table import Table
 
 from harombe_core.manager import MemoryManager
 from harombe_core.models import Message, SearchHit, utc_now
+from harombe_core.text import plural
 
 __all__ = ["DEMO_USER", "SAMPLE", "DemoResult", "DemoSession", "run_demo", "write_sample"]
 
@@ -197,7 +199,7 @@ def _open(db_path: str, semantic: bool) -> tuple[MemoryManager, str | None]:
         try:
             return MemoryManager(db_path), None
         except ImportError as exc:  # MissingExtraError is an ImportError too
-            note = f"semantic memory unavailable ({exc}); showing keyword recall"
+            note = f"semantic memory unavailable: {exc}. Showing keyword recall instead"
             return MemoryManager(db_path, embedding=None), note
     return MemoryManager(db_path, embedding=None), "semantic memory switched off (--no-semantic)"
 
@@ -219,8 +221,9 @@ def _recall(manager: MemoryManager, result: DemoResult, context_tokens: int) -> 
     from harombe_core.retrieval import rag_messages
 
     history = manager.get_recent_messages(CURRENT_SESSION, 200)
-    session = manager.load_session(CURRENT_SESSION)
-    result.prompt = rag_messages(QUESTION, context, history, session.system_prompt)
+    session = manager.get_session(CURRENT_SESSION)
+    prompt = None if session is None else session.system_prompt
+    result.prompt = rag_messages(QUESTION, context, history, prompt)
 
 
 def default_demo_path() -> str:
@@ -239,7 +242,9 @@ def run_demo(
     """Write the sample, then print sessions, the token window and recall to ``console``."""
     path = os.path.expanduser(db_path) if db_path else default_demo_path()
     console.print(
-        f"[bold]harombe demo[/bold]: writing a sample conversation to [cyan]{path}[/cyan]"
+        f"[bold]harombe demo[/bold]: writing a sample conversation to "
+        f"[cyan]{escape(path)}[/cyan]",
+        soft_wrap=True,  # a path broken over two lines cannot be copied
     )
     if semantic:
         console.print("Loading the bundled embedding model (all-MiniLM-L6-v2, offline)…")
@@ -265,12 +270,15 @@ def run_demo(
         _show_window(console, manager, result)
         _recall(manager, result, context_tokens)
         _show_recall(console, result)
-    console.print(
-        f"\nExplore it yourself:\n"
-        f"  harombe sessions --db {path}\n"
-        f"  harombe history {SAMPLE[0].id} --max-tokens {budget} --db {path}\n"
-        f"  harombe export --format jsonl --db {path}"
-    )
+    db = shlex.quote(path)
+    console.print("\nExplore it yourself:")
+    for command in (
+        f"harombe sessions --db {db}",
+        f"harombe history {SAMPLE[0].id} --max-tokens {budget} --db {db}",
+        f"harombe export --format jsonl --db {db}",
+    ):
+        # One command a line, never wrapped, whatever the terminal's (or a pipe's) width.
+        console.print(f"  {escape(command)}", soft_wrap=True)
     return result
 
 
@@ -304,8 +312,8 @@ def _show_window(console: Console, manager: MemoryManager, result: DemoResult) -
     table.add_column("tokens", justify="right")
     table.add_column("in context", no_wrap=True)
     table.add_column("content")
-    session = manager.load_session(sid)
-    if session.system_prompt is not None:
+    session = manager.get_session(sid)
+    if session is not None and session.system_prompt is not None:
         table.add_row(
             "-",
             "system",
@@ -323,11 +331,16 @@ def _show_window(console: Console, manager: MemoryManager, result: DemoResult) -
             _preview(message.content, 70),
         )
     console.print(table)
+    dropped = len(result.dropped_ids)
     console.print(
-        f"The newest {len(result.window_ids)} of {len(everything)} messages fit in {budget} "
-        f"tokens ({window.tokens} used, system prompt included); the "
-        f"{len(result.dropped_ids)} older ones fell out of the window. Recall brings back what "
-        "matters from them, and from other sessions:"
+        f"The newest {len(result.window_ids)} of {plural(len(everything), 'message')} fit in "
+        f"{plural(budget, 'token')} ({window.tokens} used, system prompt included); "
+        + (
+            f"the {plural(dropped, 'older one')} fell out of the window. Recall brings back "
+            "what matters from them, and from other sessions:"
+            if dropped
+            else "nothing fell out of the window. Recall adds what matters from other sessions:"
+        )
     )
 
 
@@ -338,7 +351,7 @@ def _show_recall(console: Console, result: DemoResult) -> None:
         else "by keyword (SQLite FTS5, BM25)"
     )
     if result.semantic_note:
-        console.print(f"[yellow]{result.semantic_note}[/yellow]")
+        console.print(f"[yellow]{escape(result.semantic_note)}[/yellow]", soft_wrap=True)
     console.print(f"\n[bold]New question in '{CURRENT_SESSION}':[/bold] {QUESTION}")
     table = Table(title=f"3. Recall across earlier sessions, {how}")
     table.add_column("rank", justify="right")

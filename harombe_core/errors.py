@@ -11,7 +11,9 @@ recover. The tree::
     │   │   └── MessageTooLargeError               (also an InvalidMessageError)
     │   └── InvalidBudgetError                     negative or non-integer token budget
     ├── ConfigError (also ValueError)              YAML/dict configuration that does not validate
-    ├── SessionNotFoundError (also KeyError)       a read of a session that does not exist
+    ├── SessionNotFoundError (also KeyError)       a session that must exist does not (export,
+    │                                              the CLI); other reads of an unknown session
+    │                                              return nothing
     ├── SessionOwnershipError                      a session used on behalf of a user not its owner
     ├── MissingExtraError (also ImportError)       an optional dependency is not installed
     ├── StoreError                                 the database could not do what was asked
@@ -30,9 +32,17 @@ recover. The tree::
     ├── SummarizationError                         a summariser failed (messages are never lost)
     ├── ImportFormatError (also ValueError)        a JSON/JSONL file that is not a harombe export
     └── ExportPathError (also ValueError)          export path outside its folder, or unwritable
+
+The advice in a message is written for whoever meets the error. Most of it is the same for a
+Python caller and for a user of the ``harombe`` command ("restore it from a backup"); where it
+is not ("pass storage_path=..." against "pass --db PATH"), the error carries a :class:`Fix`
+with both, so the CLI shows :meth:`HarombeError.cli_message` and Python shows ``str(error)``.
 """
 
 from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
 
 __all__ = [
     "ConfigError",
@@ -64,8 +74,47 @@ __all__ = [
 ]
 
 
+@dataclass(frozen=True, slots=True)
+class Fix:
+    """How to recover from an error, said for each place the error can surface.
+
+    ``api`` is for Python callers ("Pass a new path with storage_path=..."); ``cli`` says the
+    same with the ``harombe`` command's commands and flags ("Pass a new path with --db PATH").
+    """
+
+    api: str
+    cli: str
+
+
 class HarombeError(Exception):
-    """Base of every error raised deliberately by harombe."""
+    """Base of every error raised deliberately by harombe.
+
+    ``problem`` says what was wrong; ``fix`` (optional) how to recover, for Python and for the
+    CLI. ``str(error)`` is the problem followed by the Python advice.
+    """
+
+    def __init__(self, *args: object, fix: Fix | None = None) -> None:
+        super().__init__(*args)
+        self.fix = fix
+
+    @property
+    def problem(self) -> str:
+        """What was wrong (with any advice that holds everywhere), without the ``fix``."""
+        return str(self.args[0]) if len(self.args) == 1 else super().__str__()
+
+    def __str__(self) -> str:
+        return self._with(None if self.fix is None else self.fix.api)
+
+    def cli_message(self) -> str:
+        """The message for a user of the ``harombe`` command: its advice names commands and
+        flags, not Python arguments."""
+        return self._with(None if self.fix is None else self.fix.cli)
+
+    def _with(self, advice: str | None) -> str:
+        problem = self.problem
+        if not advice:
+            return problem
+        return f"{problem} {advice}" if problem else advice
 
 
 class InvalidInputError(HarombeError, ValueError):
@@ -93,10 +142,25 @@ class ConfigError(HarombeError, ValueError):
 
 
 class SessionNotFoundError(HarombeError, KeyError):
-    """A session id that is not in the store was asked for."""
+    """A session that must exist (one to export, or named to a ``harombe`` command) does not.
+
+    MemoryManager's own methods never raise it: an unknown session reads as empty and is
+    created by the first write, as a LangChain or LlamaIndex chat history is.
+    """
 
     def __str__(self) -> str:  # KeyError would otherwise quote the message
-        return str(self.args[0]) if self.args else "session not found"
+        return HarombeError.__str__(self) if self.args else "session not found"
+
+    @classmethod
+    def of(cls, session_id: str, location: str) -> SessionNotFoundError:
+        """The error for ``session_id`` missing from the store at ``location``."""
+        return cls(
+            f"no session {session_id!r} in {location}.",
+            fix=Fix(
+                api="MemoryManager.list_sessions() lists the sessions there.",
+                cli=f"`harombe sessions --db {shlex.quote(location)}` lists the sessions there.",
+            ),
+        )
 
 
 class SessionOwnershipError(HarombeError):
@@ -110,23 +174,33 @@ class SessionOwnershipError(HarombeError):
     """
 
     def __init__(self, session_id: str, user_id: str | None) -> None:
+        move = (
+            ", or, if the session really should move to this user, transfer it first with "
+            "MemoryManager.update_session(session_id, user_id=...)."
+        )
         if user_id is None:
-            what = (
+            problem = (
                 f"session {session_id!r} belongs to a user, and this call names none: an "
-                "adapter without a user_id only reaches sessions that have no owner. Pass the "
-                "user_id of the user it is acting for"
+                "adapter without a user_id only reaches sessions that have no owner."
+            )
+            fix = Fix(
+                api="Pass the user_id of the user it is acting for" + move,
+                cli="Pass --user with the user it belongs to.",
             )
         else:
-            what = (
+            problem = (
                 f"session {session_id!r} is not owned by user {user_id!r}: a session belongs to "
-                "the user it was created for, and no other user may read or write it. Give this "
-                "user a session of their own (a new session id; conversation_history_factory "
-                "and MemoryManager.conversation_session_id build one per user and conversation)"
+                "the user it was created for, and no other user may read or write it."
             )
-        super().__init__(
-            f"{what}, or, if the session really should move to this user, transfer it first "
-            "with MemoryManager.update_session(session_id, user_id=...)."
-        )
+            fix = Fix(
+                api="Give this user a session of their own (a new session id; "
+                "conversation_history_factory and MemoryManager.conversation_session_id build "
+                "one per user and conversation)" + move,
+                cli=f"Use a session of user {user_id!r} (`harombe sessions --user "
+                f"{shlex.quote(user_id)}` lists them), or leave out --user to act as the "
+                "database's owner.",
+            )
+        super().__init__(problem, fix=fix)
         self.session_id = session_id
         self.user_id = user_id
 
@@ -135,7 +209,11 @@ class SessionOwnershipError(HarombeError):
 
 
 class MissingExtraError(HarombeError, ImportError):
-    """An optional dependency is needed; the message names the extra to install."""
+    """An optional dependency is needed; the message names the extra to install.
+
+    ``install`` replaces the advice for a package no extra of harombe brings (a LangChain
+    integration: ``install="pip install langchain-openai"``).
+    """
 
     def __init__(self, feature: str, extra: str, module: str, *, install: str = "") -> None:
         command = install or f"pip install 'harombe-memory[{extra}]'"

@@ -50,6 +50,7 @@ from harombe_core.errors import (
     ImportFormatError,
     InvalidInputError,
     InvalidMessageError,
+    SessionNotFoundError,
 )
 from harombe_core.jsonstream import JsonPart, json_document, json_parts, jsonl_values, sniff
 from harombe_core.models import Message, Session, utc_now
@@ -905,7 +906,9 @@ def read_session(manager: MemoryManager, session_id: str) -> SessionRecord:
 
     Raises SessionNotFoundError if there is no such session.
     """
-    session = manager.load_session(session_id)
+    session = manager.get_session(session_id)
+    if session is None:
+        raise SessionNotFoundError.of(session_id, manager.store.location)
     messages = manager.get_messages(session_id)
     ids = [m.id for m in messages if m.id is not None]
     summaries = manager.store.get_message_summaries(ids) if ids else {}

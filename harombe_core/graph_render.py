@@ -1,4 +1,4 @@
-"""Pictures of a thread graph: PNG or SVG with matplotlib (imported only when a picture is drawn).
+"""Pictures of a thread graph: PNG, SVG or PDF with matplotlib (imported only when one is drawn).
 
 Mermaid text (:func:`harombe_core.chat_memory.to_mermaid`) needs a renderer; these files open
 anywhere. The layout is a plain tree layout computed here (no graphviz needed): threads are laid
@@ -17,9 +17,12 @@ import networkx as nx
 from harombe_core.errors import InvalidInputError, MissingExtraError
 from harombe_core.threads import node_of
 
-__all__ = ["GRAPH_FORMATS", "render_graph", "tree_layout"]
+__all__ = ["GRAPH_FORMATS", "MERMAID_SUFFIXES", "render_graph", "tree_layout"]
 
-GRAPH_FORMATS = ("png", "svg")
+#: Picture formats :func:`render_graph` writes (matplotlib's own backends, no extra program).
+GRAPH_FORMATS = ("png", "svg", "pdf")
+#: File suffixes that mean Mermaid text rather than a picture.
+MERMAID_SUFFIXES = ("mmd", "mermaid")
 _COLOURS = {"user": "#a7c7e7", "assistant": "#cdb4f6"}
 
 
@@ -66,8 +69,9 @@ def render_graph(
 ) -> bytes:
     """Draw ``graph`` and return the image bytes; also write them to ``path`` if given.
 
-    ``format`` is ``"png"`` or ``"svg"`` (default: from ``path``'s suffix, else PNG). Raises
-    MissingExtraError without matplotlib (``pip install 'harombe-memory[plot]'``).
+    ``format`` is ``"png"``, ``"svg"`` or ``"pdf"`` (default: from ``path``'s suffix, else
+    PNG). Raises MissingExtraError without matplotlib (``pip install 'harombe-memory[plot]'``),
+    before anything is written.
     """
     fmt = (format or (Path(path).suffix.lstrip(".") if path is not None else "") or "png").lower()
     if fmt not in GRAPH_FORMATS:
@@ -118,7 +122,8 @@ def render_graph(
     if title:
         axes.set_title(title, fontsize=9)
     buffer = io.BytesIO()
-    metadata = {"Date": None} if fmt == "svg" else None  # reproducible SVG output
+    # No creation date in the file, so the same graph always gives the same bytes.
+    metadata = {"svg": {"Date": None}, "pdf": {"CreationDate": None}}.get(fmt)
     figure.savefig(buffer, format=fmt, bbox_inches="tight", metadata=metadata)
     data = buffer.getvalue()
     if path is not None:

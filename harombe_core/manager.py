@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from harombe_core.errors import InvalidInputError, InvalidMessageError, SessionNotFoundError
+from harombe_core.errors import InvalidInputError, InvalidMessageError
 from harombe_core.limits import current_limits
 from harombe_core.manager_context import ContextMethods
 from harombe_core.models import Message, Session
@@ -229,6 +229,25 @@ class MemoryManager(ContextMethods):
         """True when messages are embedded and searchable by meaning."""
         return self._semantic is not None
 
+    def __repr__(self) -> str:
+        """Where the memory lives and whether it searches by meaning; no I/O, so it is safe
+        on a closed manager and costs nothing on a large store."""
+        semantic = self._semantic
+        parts = [repr(self._store.location)]
+        if semantic is None:
+            parts.append("semantic=off")
+        else:
+            index = semantic.index  # None until opened (or for a read-only store)
+            parts += [
+                "semantic=on",
+                f"embedding={semantic.embedder.name!r}",
+                f"vector_store={None if index is None else index.name!r}",
+            ]
+        parts.append(f"max_history_tokens={self.max_history_tokens}")
+        if self._closed:
+            parts.append("closed")
+        return f"MemoryManager({', '.join(parts)})"
+
     # sessions -----------------------------------------------------------------------------
     def create_session(
         self,
@@ -260,16 +279,23 @@ class MemoryManager(ContextMethods):
             return 0
         return self.token_counter.count_message(Message(role="system", content=system_prompt))
 
-    def load_session(self, session_id: str, *, user_id: str | None = None) -> Session:
-        """The session's record. Raises SessionNotFoundError if it does not exist, and
-        SessionOwnershipError if ``user_id`` is given and does not own it."""
+    def get_session(self, session_id: str, *, user_id: str | None = None) -> Session | None:
+        """The session's record (owner, system prompt, metadata, counts, summary), or None for
+        an unknown session. Raises SessionOwnershipError if ``user_id`` is given and does not
+        own it."""
+        return self.check_owner(session_id, user_id)
+
+    def load_session(self, session_id: str, *, user_id: str | None = None) -> list[Message]:
+        """The session's conversation history: its system prompt first (when it has one), then
+        every message in order. An unknown session has no history: ``[]``.
+
+        For the newest messages that fit a token budget, use :meth:`get_recent_messages`.
+        Raises SessionOwnershipError if ``user_id`` is given and does not own the session.
+        """
         session = self.check_owner(session_id, user_id)
         if session is None:
-            raise SessionNotFoundError(
-                f"no session {session_id!r} in {self._store.location}; list them with "
-                "list_sessions() or create it with create_session()."
-            )
-        return session
+            return []
+        return self._system_prompt_message(session) + self._store.get_messages(session_id)
 
     def session_exists(self, session_id: str) -> bool:
         """True if a session with this id is stored."""
@@ -319,7 +345,11 @@ class MemoryManager(ContextMethods):
         metadata: Any = UNSET,
         user_id: Any = UNSET,
     ) -> None:
-        """Change a session's system prompt, metadata or owner (unset arguments are kept)."""
+        """Change a session's system prompt, metadata or owner (unset arguments are kept).
+
+        Like every write, it creates an unknown session (with these values), in one
+        transaction with the check.
+        """
         check_id(session_id, "session_id")
         _session_fields(
             None if system_prompt is UNSET else system_prompt,
@@ -330,13 +360,20 @@ class MemoryManager(ContextMethods):
         tokens: Any = UNSET
         if system_prompt is not UNSET:
             tokens = self._system_prompt_tokens(system_prompt)
-        self._store.update_session(
-            session_id,
-            system_prompt=system_prompt,
-            system_prompt_tokens=tokens,
-            metadata=metadata,
-            user_id=user_id,
-        )
+
+        def apply() -> None:
+            if self._store.get_session(session_id) is None:
+                owner = None if user_id is UNSET else user_id
+                self._store.create_session(session_id, user_id=owner)
+            self._store.update_session(
+                session_id,
+                system_prompt=system_prompt,
+                system_prompt_tokens=tokens,
+                metadata=metadata,
+                user_id=user_id,
+            )
+
+        self._store.atomic(apply)
         if user_id is not UNSET and self._semantic is not None:
             self._semantic.session_moved(session_id, user_id)  # file its vectors under the owner
 
@@ -512,19 +549,8 @@ class MemoryManager(ContextMethods):
         session = self.check_owner(session_id, user_id)
         if session is None:
             return Window(messages=[], tokens=0)
-        system: list[Message] = []
-        reserved = 0
-        if include_system and session.system_prompt is not None:
-            reserved = self._store.system_prompt_tokens(session_id)
-            system = [
-                Message(
-                    role="system",
-                    content=session.system_prompt,
-                    session_id=session_id,
-                    created_at=session.created_at,
-                    token_count=reserved,
-                )
-            ]
+        system = self._system_prompt_message(session) if include_system else []
+        reserved = sum(m.token_count or 0 for m in system)
         window = window_newest(
             self._store.iter_newest(session_id),
             budget,
@@ -613,7 +639,14 @@ class MemoryManager(ContextMethods):
             self.create_session, system_prompt, metadata, user_id, session_id=session_id
         )
 
-    async def aload_session(self, session_id: str, *, user_id: str | None = None) -> Session:
+    async def aget_session(
+        self, session_id: str, *, user_id: str | None = None
+    ) -> Session | None:
+        return await asyncio.to_thread(self.get_session, session_id, user_id=user_id)
+
+    async def aload_session(
+        self, session_id: str, *, user_id: str | None = None
+    ) -> list[Message]:
         return await asyncio.to_thread(self.load_session, session_id, user_id=user_id)
 
     async def acheck_owner(

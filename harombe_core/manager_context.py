@@ -56,8 +56,6 @@ class ContextMethods(SearchMethods):
         @property
         def embedder(self) -> Any: ...
 
-        def load_session(self, session_id: str, *, user_id: str | None = None) -> Session: ...
-
         def check_owner(
             self, session_id: str, user_id: str | None, *, exact: bool = False
         ) -> Session | None: ...
@@ -89,6 +87,21 @@ class ContextMethods(SearchMethods):
 
         self._summarizer = resolve_summarizer(value)
 
+    def _system_prompt_message(self, session: Session) -> list[Message]:
+        """The session's system prompt as the message that leads its history (none without
+        one), costed with the token count stored beside it."""
+        if session.system_prompt is None:
+            return []
+        return [
+            Message(
+                role="system",
+                content=session.system_prompt,
+                session_id=session.id,
+                created_at=session.created_at,
+                token_count=self._store.system_prompt_tokens(session.id),
+            )
+        ]
+
     def _context_message(self, text: str, kind: str) -> Message:
         message = Message(role="system", content=text, metadata={"harombe": kind})
         return message.with_ids(token_count=self.token_counter.count_message(message))
@@ -109,7 +122,9 @@ class ContextMethods(SearchMethods):
         from harombe_core.summarize import ExtractiveSummarizer, SessionSummary
 
         until_id = optional_count(until_id, "until_id")
-        session = self.load_session(session_id, user_id=user_id)
+        session = self.check_owner(session_id, user_id)
+        if session is None:  # an unknown session has nothing to summarise
+            return None
         previous = None
         if session.summary_data:
             data = {k: v for k, v in session.summary_data.items() if k != "embedding"}
@@ -139,7 +154,8 @@ class ContextMethods(SearchMethods):
 
     def end_session(self, session_id: str, *, user_id: str | None = None) -> Any:
         """The session-end pipeline: summary, facts, topics, outcome, and (with semantic memory)
-        the summary's embedding, stored on the session; returns the ``SessionSummary``."""
+        the summary's embedding, stored on the session; returns the ``SessionSummary`` (None
+        when there is nothing to summarise, as for an unknown session)."""
         return self.summarize_session(session_id, user_id=user_id)
 
     def search_summaries(
@@ -202,6 +218,7 @@ class ContextMethods(SearchMethods):
         from harombe_core.strategies import (
             fit_block,
             hybrid_window,
+            reserve_system,
             summarization_window,
             thread_path_newest_first,
         )
@@ -229,25 +246,8 @@ class ContextMethods(SearchMethods):
         session = self.check_owner(session_id, user_id)
         if session is None:
             return []
-        system: list[Message] = []
-        if session.system_prompt is not None:
-            system = [
-                Message(
-                    role="system",
-                    content=session.system_prompt,
-                    session_id=session_id,
-                    created_at=session.created_at,
-                    token_count=self._store.system_prompt_tokens(session_id),
-                )
-            ]
-        system_cost = sum(m.token_count or 0 for m in system)
-        if system_cost > total:
-            from harombe_core.errors import InvalidBudgetError
-
-            raise InvalidBudgetError(
-                f"max_tokens={total} cannot hold the system prompt ({system_cost} tokens); raise "
-                "max_tokens or shorten the system prompt."
-            )
+        system = self._system_prompt_message(session)
+        reserve_system(system, total)
         extra: list[Message] = []
         if budget is not None:
             extra = self._budget_blocks(session, total, system, budget, query, user_profile)

@@ -223,9 +223,33 @@ _FIELD_SET = frozenset(_FIELDS)
 _STORE_FIELDS = frozenset({"id", "session_id", "token_count", "parent_id"})
 
 
-@dataclass(slots=True)
+class _Vector:
+    """Stands for a stored embedding in a repr: its length, not its hundreds of floats."""
+
+    __slots__ = ("size",)
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def __repr__(self) -> str:
+        return f"<{self.size} floats>"
+
+
+def _summary_for_repr(data: dict[str, Any] | None) -> dict[str, Any] | None:
+    embedding = (data or {}).get("embedding")
+    if not isinstance(embedding, dict) or not isinstance(embedding.get("vector"), list):
+        return data
+    shown = {**embedding, "vector": _Vector(len(embedding["vector"]))}
+    return {**(data or {}), "embedding": shown}
+
+
+@dataclass(slots=True, repr=False)
 class Session:
-    """A conversation: its owner, its system prompt, and (once summarised) its summary."""
+    """A conversation: its owner, its system prompt, and (once summarised) its summary.
+
+    Its repr shows a stored summary embedding as its length, so printing a session (or a list
+    of them) stays readable.
+    """
 
     id: str
     user_id: str | None = None
@@ -237,6 +261,11 @@ class Session:
     summary: str | None = None
     summary_data: dict[str, Any] | None = None
     summary_until_id: int | None = None
+
+    def __repr__(self) -> str:
+        shown = {f.name: getattr(self, f.name) for f in fields(self)}
+        shown["summary_data"] = _summary_for_repr(self.summary_data)
+        return f"Session({', '.join(f'{k}={v!r}' for k, v in shown.items())})"
 
 
 @dataclass(slots=True)

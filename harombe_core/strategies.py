@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from harombe_core.errors import InvalidBudgetError
+from harombe_core.errors import Fix, InvalidBudgetError
 from harombe_core.models import Message
+from harombe_core.text import plural
 from harombe_core.validate import check_budget, check_number
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "fit_block",
     "hybrid_window",
     "is_important",
+    "reserve_system",
     "summarization_window",
     "thread_path_newest_first",
     "window_newest",
@@ -106,13 +108,19 @@ def _cost(message: Message) -> int:
     return message.token_count or 0
 
 
-def _reserve_system(system: list[Message], max_tokens: int) -> int:
+def reserve_system(system: list[Message], max_tokens: int) -> int:
+    """The tokens the system messages take from ``max_tokens``; refuses a budget too small
+    for them (InvalidBudgetError) rather than silently exceeding it."""
     budget = check_budget(max_tokens)
     cost = sum(_cost(m) for m in system)
     if cost > budget:
         raise InvalidBudgetError(
-            f"max_tokens={budget} cannot hold the system prompt ({cost} tokens); raise "
-            "max_tokens or shorten the system prompt."
+            f"a budget of {plural(budget, 'token')} cannot hold the system prompt "
+            f"({plural(cost, 'token')}).",
+            fix=Fix(
+                api="Raise max_tokens or shorten the system prompt.",
+                cli="Raise --max-tokens or shorten the system prompt.",
+            ),
         )
     return cost
 
@@ -138,7 +146,7 @@ def summarization_window(
     does only when both cannot fit (recent turns matter more than a digest of old ones).
     """
     system = list(system or [])
-    used = _reserve_system(system, max_tokens)
+    used = reserve_system(system, max_tokens)
     budget = max_tokens - used
     recent: list[Message] = []
     spent = 0
@@ -173,7 +181,7 @@ def hybrid_window(
     and the summary.
     """
     system = list(system or [])
-    used = _reserve_system(system, max_tokens)
+    used = reserve_system(system, max_tokens)
     budget = max_tokens - used
     ordered = list(newest_first)
     recent: list[Message] = []

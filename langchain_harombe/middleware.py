@@ -37,6 +37,7 @@ from langgraph.runtime import Runtime
 from harombe_core.errors import InvalidInputError
 from harombe_core.manager import MemoryManager
 from harombe_core.models import Message
+from langchain_harombe._recall import recall
 from langchain_harombe.convert import to_langchain
 from langchain_harombe.history import HarombeChatMessageHistory, Strategy
 
@@ -194,23 +195,16 @@ class HarombeMemoryMiddleware(AgentMiddleware[HarombeMemoryState, Any, Any]):
         if self.recall_tokens <= 0 or not self.manager.semantic_enabled:
             return None
         query = next((m.text for m in reversed(messages) if isinstance(m, HumanMessage)), "")
-        get_relevant_context = getattr(self.manager, "get_relevant_context", None)
-        if not query or get_relevant_context is None:
-            return None
-        scope: dict[str, Any] = (
-            # No known user: whose are the other sessions? Stay inside this one.
-            {"session_id": session_id}
-            if user_id is None
-            else {"user_id": user_id, "exclude_session_id": session_id}
+        found = recall(
+            self.manager,
+            query,
+            session_id=session_id,
+            user_id=user_id,
+            max_tokens=self.recall_tokens,
         )
         shown = {m.id for m in view if m.id is not None}
-        context = [
-            m
-            for m in get_relevant_context(query, max_tokens=self.recall_tokens, **scope)
-            if m.id not in shown
-        ]
-        text = self.manager.format_context(context) if context else ""
-        return text or None
+        context = [m for m in found if m.id not in shown]
+        return self.manager.format_context(context) if context else None
 
     @staticmethod
     def _assemble(

@@ -76,6 +76,7 @@ from harombe_core.validate import (
     check_text,
     optional_count,
 )
+from langchain_harombe._packages import missing_package
 from langchain_harombe.embeddings import LangChainEmbedder
 from langchain_harombe.history import resolve_manager
 
@@ -515,8 +516,7 @@ def _index(
     try:
         embeddings = ensure_embeddings(embed)
     except ImportError as exc:  # init_embeddings: the provider's package is not installed
-        module = getattr(exc.__cause__, "name", None) or exc.name or str(embed)
-        package = module.split(".")[0].replace("_", "-")
+        package = missing_package(exc, str(embed))
         raise MissingExtraError(
             f"index embed {embed!r}", "langchain", package, install=f"pip install {package}"
         ) from exc

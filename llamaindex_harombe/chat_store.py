@@ -357,8 +357,8 @@ class HarombeDBChatStore(_ManagedStore, AsyncDBChatStore):
         active = self._select(key, MessageStatus.ACTIVE)[: max(_index(n, "n"), 0)]
         if not active:
             return []
-        session = self._manager.load_session(key, user_id=self.user_id)
-        metadata = dict(session.metadata)
+        session = self._manager.get_session(key, user_id=self.user_id)
+        metadata = {} if session is None else dict(session.metadata)
         metadata[ARCHIVED_THROUGH_KEY] = max(m.id or 0 for m in active)
         self._manager.update_session(key, metadata=metadata)
         return [to_llamaindex(m) for m in active]

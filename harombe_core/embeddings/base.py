@@ -165,5 +165,14 @@ class BaseEmbedder:
     async def aembed_query(self, text: str) -> FloatArray:
         return await asyncio.to_thread(self.embed_query, text)
 
+    def _repr_fields(self) -> dict[str, object]:
+        """What the repr shows: only what is known without a model load or a network call.
+
+        Backends that learn their dimension from the model or a server override this with the
+        dimension they know so far (None until then), so printing an embedder costs nothing.
+        """
+        return {"name": self.name, "dimension": getattr(self, "_dimension", None)}
+
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(name={self.name!r}, dimension={self.dimension})"
+        shown = ", ".join(f"{k}={v!r}" for k, v in self._repr_fields().items() if v is not None)
+        return f"{type(self).__name__}({shown})"

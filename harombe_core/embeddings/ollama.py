@@ -47,6 +47,9 @@ class OllamaEmbedder(BaseEmbedder):
         self.timeout = timeout
         self.truncate = truncate
 
+    def _repr_fields(self) -> dict[str, object]:
+        return {"name": self.name, "dimension": self._dimension_given, "base_url": self.base_url}
+
     @property
     def dimension(self) -> int:
         if self._dimension_given is None:

@@ -6,6 +6,12 @@ transformer optimizer, and cached on disk; after that only ``onnxruntime``,
 ``tokenizers`` and numpy run. Texts are tokenized with the model's own fast tokenizer, sorted
 by length and batched so little time goes on padding.
 
+The cache (:func:`cache_dir`) holds one file per model, in a folder named by a hash of the
+model's content (weights, config, pooling, export version), so every virtual environment with
+the same model shares it. The plain export it is made from lives in a scratch folder that is
+removed once the final file is in place, and every file appears by an atomic rename: several
+processes converting at once each finish with a whole file, never a torn one.
+
 At full precision the vectors match sentence-transformers to float rounding (cosine > 0.9999),
 so the embedder keeps the model's name and an index built by either backend serves both.
 ``quantize=True`` uses int8 dynamic quantisation: faster again, vectors a little different,
@@ -80,16 +86,68 @@ def _pooling_mode(model_dir: Path) -> str:
     )
 
 
-def _fingerprint(model_dir: Path, pooling: str) -> str:
-    """Identify the exported file by the weights it came from (path, size, mtime)."""
-    h = hashlib.sha256()
-    h.update(f"{_EXPORT_VERSION}|{model_dir.resolve()}|{pooling}".encode())
-    for name in ("model.safetensors", "pytorch_model.bin", "config.json"):
-        path = model_dir / name
-        if path.exists():
-            stat = path.stat()
-            h.update(f"|{name}:{stat.st_size}:{stat.st_mtime_ns}".encode())
-    return h.hexdigest()[:16]
+#: The files of a model directory whose content decides what the export contains.
+_CONTENT_FILES = ("model.safetensors", "pytorch_model.bin", "config.json")
+#: A scratch folder older than this is left over from a killed conversion and is removed.
+_STALE_SCRATCH_SECONDS = 6 * 3600
+
+
+def _replace_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` by an atomic rename (readers see the old or the new file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=path.name, suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp_name, path)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+
+
+def content_key(files: list[Path], salt: str) -> str:
+    """A SHA-256 of ``salt`` and the content of ``files``: the cache key of what is converted
+    from them, the same wherever (in whichever virtual environment) the files are installed.
+
+    Hashing 90 MB of weights costs a few tenths of a second, so the result is remembered in
+    the cache under the files' paths, sizes and modification times; files that change
+    (another size or time) are hashed again.
+    """
+    stamp = "|".join(
+        [salt, *(f"{p.resolve()}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in files)]
+    )
+    memo = cache_dir() / "onnx" / "keys" / hashlib.sha256(stamp.encode()).hexdigest()[:32]
+    try:
+        known = memo.read_text(encoding="utf-8").strip()
+    except OSError:
+        known = ""
+    if len(known) == 32 and all(c in "0123456789abcdef" for c in known):
+        return known
+    digest = hashlib.sha256(salt.encode())
+    for path in files:
+        digest.update(f"|{path.name}|".encode())
+        with path.open("rb") as handle:
+            digest.update(hashlib.file_digest(handle, "sha256").digest())
+    key = digest.hexdigest()[:32]
+    try:
+        _replace_text(memo, key)
+    except OSError as exc:  # a read-only cache still works, it only hashes every time
+        _log.debug("cannot remember the model hash in %s: %s", memo, exc)
+    return key
+
+
+def _remove_stale_scratch(folder: Path) -> None:
+    """Delete scratch folders that a killed conversion left behind (not a running one's)."""
+    import shutil
+    import time
+
+    for scratch in folder.glob(".convert-*"):
+        try:
+            old = time.time() - scratch.stat().st_mtime > _STALE_SCRATCH_SECONDS
+        except OSError:
+            continue
+        if old:
+            shutil.rmtree(scratch, ignore_errors=True)
 
 
 def export_onnx(model_dir: Path, target: Path, pooling: str = "mean") -> Path:
@@ -298,24 +356,37 @@ class OnnxEmbedder(BaseEmbedder):
         return int(size)
 
     def model_file(self) -> Path:
-        """The ``.onnx`` file in use, exporting (and quantising) it first if needed."""
+        """The ``.onnx`` file in use, converting (and quantising) it first if needed.
+
+        The cache keeps the one file in use: ``model.onnx`` (fused), or
+        ``model.int8-per-channel.onnx`` with ``quantize``; the plain export both are made
+        from is written to a scratch folder beside them and removed.
+        """
         if self._onnx_file is not None and not self.quantize:
             return self._onnx_file
-        folder = cache_dir() / "onnx" / _fingerprint(self._model_dir, self._pooling)
-        raw = self._onnx_file or folder / "model.raw.onnx"
-        if not raw.exists():
-            export_onnx(self._model_dir, raw, self._pooling)
+        if self._onnx_file is not None:
+            key = content_key([self._onnx_file], "onnx file")
+        else:
+            names = (self._model_dir / name for name in _CONTENT_FILES)
+            key = content_key(
+                [p for p in names if p.exists()], f"export {_EXPORT_VERSION}|{self._pooling}"
+            )
+        folder = cache_dir() / "onnx" / key
+        target = folder / ("model.int8-per-channel.onnx" if self.quantize else "model.onnx")
+        if target.exists():
+            return target
         folder.mkdir(parents=True, exist_ok=True)
-        if self.quantize:
-            # Quantised from the plain graph: the quantiser does not know the fused ops.
-            int8 = folder / "model.int8-per-channel.onnx"
-            if not int8.exists():
-                quantize_onnx(raw, int8)
-            return int8
-        fused = folder / "model.onnx"
-        if not fused.exists():
-            optimize_onnx(raw, fused, self._model_dir)
-        return fused
+        _remove_stale_scratch(folder)
+        with tempfile.TemporaryDirectory(prefix=".convert-", dir=folder) as scratch:
+            raw = self._onnx_file or export_onnx(
+                self._model_dir, Path(scratch) / "model.raw.onnx", self._pooling
+            )
+            if self.quantize:
+                # Quantised from the plain graph: the quantiser does not know the fused ops.
+                quantize_onnx(raw, target)
+            else:
+                optimize_onnx(raw, target, self._model_dir)
+        return target
 
     def _load(self) -> None:
         import onnxruntime as ort

@@ -57,6 +57,9 @@ class OpenAIEmbedder(BaseEmbedder):
         self.batch_size = batch_size
         self.timeout = timeout
 
+    def _repr_fields(self) -> dict[str, object]:
+        return {"name": self.name, "dimension": self._dimension_known, "base_url": self.base_url}
+
     @property
     def dimension(self) -> int:
         if self._dimension_known is None:

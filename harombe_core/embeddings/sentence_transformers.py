@@ -106,6 +106,9 @@ class SentenceTransformerEmbedder(BaseEmbedder):
         known = _known_dimension(local_dir) if local_dir.is_dir() else None
         self._dimension_known = known
 
+    def _repr_fields(self) -> dict[str, object]:
+        return {"name": self.name, "dimension": self._dimension_known}
+
     @property
     def dimension(self) -> int:
         if self._dimension_known is None:

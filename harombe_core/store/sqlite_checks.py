@@ -35,6 +35,7 @@ from typing import Any
 
 from harombe_core.errors import (
     EncryptionKeyError,
+    Fix,
     NotAHarombeDatabaseError,
     SchemaTooNewError,
     StoreBusyError,
@@ -96,8 +97,11 @@ def _create(file: Path) -> None:
         pass
     except OSError as exc:
         raise StoreReadOnlyError(
-            f"cannot create {file} ({exc.strerror}). Choose a writable location with "
-            "storage_path=... or HAROMBE_DB."
+            f"cannot create {file} ({exc.strerror}).",
+            fix=Fix(
+                api="Choose a writable location with storage_path=... or HAROMBE_DB.",
+                cli="Choose a writable location with --db PATH or HAROMBE_DB.",
+            ),
         ) from exc
 
 
@@ -276,16 +280,26 @@ def _inspect_once(
 
             return EncryptionKeyError(
                 f"{file} cannot be opened with this encryption key ({exc}); it was left "
-                f"untouched. Pass the key it was created with (encryption_key=... or {KEY_ENV}); "
-                "a file created without encryption must be opened without a key."
+                "untouched.",
+                fix=Fix(
+                    api=f"Pass the key it was created with (encryption_key=... or {KEY_ENV}); "
+                    "a file created without encryption must be opened without a key.",
+                    cli=f"Set {KEY_ENV} to the key it was created with; a file created "
+                    f"without encryption must be opened with {KEY_ENV} unset.",
+                ),
             )
         if "not a database" in str(exc).lower():
             return NotAHarombeDatabaseError(
                 f"{file} is not a SQLite database (SQLite: {exc}), so it is not a harombe "
-                "database; it was left untouched. Pass a new path with storage_path=... If it "
-                "is an encrypted harombe database, pass its key (encryption_key=... or "
-                "HAROMBE_DB_KEY); if it is an unencrypted one, it is corrupt: restore it from "
-                "a backup."
+                "database; it was left untouched.",
+                fix=Fix(
+                    api="Pass a new path with storage_path=... If it is an encrypted harombe "
+                    "database, pass its key (encryption_key=... or HAROMBE_DB_KEY); if it is "
+                    "an unencrypted one, it is corrupt: restore it from a backup.",
+                    cli="Pass a new path with --db PATH. If it is an encrypted harombe "
+                    "database, set HAROMBE_DB_KEY to its key; if it is an unencrypted one, it "
+                    "is corrupt: restore it from a backup.",
+                ),
             )
         return _truncation(file, uri, key) or _damage(file, uri, key, exc)
     if facts.application_id != APPLICATION_ID and facts.tables:

@@ -41,6 +41,7 @@ from typing import Any, TypeVar
 
 from harombe_core.errors import (
     EncryptionKeyError,
+    Fix,
     HarombeError,
     InvalidInputError,
     NotAHarombeDatabaseError,
@@ -372,9 +373,13 @@ class SQLiteFile:
         if not hmac.compare_digest(self._key_digest, _key_digest(key)):
             raise EncryptionKeyError(
                 f"{self.location} is already open in this process "
-                f"{'with another encryption key' if self._key else 'without encryption'}; "
-                "every opener of one file must pass the key it was created with "
-                "(encryption_key=... or HAROMBE_DB_KEY)."
+                f"{'with another encryption key' if self._key else 'without encryption'}.",
+                fix=Fix(
+                    api="Every opener of one file must pass the key it was created with "
+                    "(encryption_key=... or HAROMBE_DB_KEY).",
+                    cli="Every opener of one file must use the key it was created with "
+                    "(HAROMBE_DB_KEY).",
+                ),
             )
 
     def at_close(self, fn: Callable[[SQLiteFile], object]) -> None:

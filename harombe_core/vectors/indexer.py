@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
+import shlex
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -46,6 +47,7 @@ import numpy as np
 from harombe_core.errors import (
     EmbeddingError,
     EmbeddingModelMismatchError,
+    Fix,
     InvalidInputError,
     StoreError,
     StoreReadOnlyError,
@@ -173,12 +175,17 @@ def check_recorded_model(store: MessageStore, embedder: Embedder) -> bool:
 
 
 def model_mismatch(store: MessageStore, embedder: Embedder) -> EmbeddingModelMismatchError:
+    reindex = f"harombe reindex --db {shlex.quote(store.location)}"
     return EmbeddingModelMismatchError(
         f"{store.location} was indexed with the embedding model "
         f"{store.get_meta(META_MODEL)!r} (dimension {store.get_meta(META_DIMENSION)}), but "
-        f"{embedder.name!r} (dimension {embedder.dimension}) was asked for. Open it with the "
-        f"same model, or rebuild the index for the new one with `harombe reindex --db "
-        f"{store.location}` (or MemoryManager.reindex())."
+        f"{embedder.name!r} (dimension {embedder.dimension}) was asked for.",
+        fix=Fix(
+            api=f"Open it with the same model, or rebuild the index for the new one with "
+            f"`{reindex}` (or MemoryManager.reindex()).",
+            cli=f"Pass the model it was indexed with (--embedding), or rebuild the index for "
+            f"the new one with `{reindex} --embedding MODEL`.",
+        ),
     )
 
 

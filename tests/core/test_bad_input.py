@@ -172,7 +172,7 @@ def test_sql_metacharacters_are_stored_verbatim(full: MemoryManager, nasty: str)
     assert stored.content == nasty
     assert stored.name == nasty
     assert stored.metadata == {"q": nasty, nasty: [nasty]}
-    session = full.load_session(nasty)
+    session = full.get_session(nasty)
     assert (session.user_id, session.system_prompt, session.metadata) == (
         nasty, nasty, {nasty: nasty}
     )

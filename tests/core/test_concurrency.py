@@ -57,13 +57,13 @@ def test_four_processes_write_one_file_at_once(tmp_path: Path) -> None:
             messages = mm.get_messages(f"writer-{index}")
             assert [m.content for m in messages] == [f"{index}:{i}" for i in range(PER_WRITER)]
             assert [m.created_at for m in messages] == sorted(m.created_at for m in messages)
-            assert mm.load_session(f"writer-{index}").message_count == PER_WRITER
+            assert mm.get_session(f"writer-{index}").message_count == PER_WRITER
         shared = mm.get_messages("shared")
         assert len(shared) == shared_total
         for index in range(WRITERS):  # each writer's turns keep their order in the shared session
             mine = [m.content for m in shared if m.content.startswith(f"{index}:")]
             assert mine == [f"{index}:{i}" for i in range(0, PER_WRITER, 5)]
-        assert mm.load_session("shared").message_count == shared_total
+        assert mm.get_session("shared").message_count == shared_total
     with sqlite3.connect(path) as raw:
         assert raw.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
 
@@ -109,7 +109,7 @@ def test_a_writer_killed_mid_batch_loses_nothing_acknowledged(tmp_path: Path) ->
         stored_ids = {m.id for m in stored}
         assert acknowledged <= stored_ids
         assert len(stored) % BATCH == 0  # every batch is all or nothing
-        assert mm.load_session("victim").message_count == len(stored)
+        assert mm.get_session("victim").message_count == len(stored)
         mm.save_message("victim", Message(role="user", content="life goes on"))
     with sqlite3.connect(path) as raw:
         assert raw.execute("PRAGMA integrity_check").fetchone()[0] == "ok"

@@ -214,3 +214,18 @@ async def test_async_client_inside_a_running_loop(server: tuple[str, Behaviour])
     np.testing.assert_allclose(vectors, FAKE.embed(["one", "two"]), atol=1e-6)
     query = await client.aembed_query("one")
     np.testing.assert_allclose(query, vectors[0], atol=1e-6)
+
+
+def test_printing_a_client_makes_no_request(server: tuple[str, Behaviour]) -> None:
+    """repr/str never ask the server for the dimension; they show it once it is known."""
+    url, behaviour = server
+    ollama = OllamaEmbedder("nomic-embed-text", base_url=url)
+    openai = OpenAIEmbedder("some-compatible-model", base_url=f"{url}/v1")
+    shown = [repr(ollama), str(ollama), repr(openai), repr(CachedEmbedder(ollama))]
+    assert behaviour.requests == []
+    assert shown[0] == f"OllamaEmbedder(name='ollama/nomic-embed-text', base_url='{url}')"
+    assert "dimension" not in shown[2]
+    assert shown[3].startswith("CachedEmbedder(OllamaEmbedder(")
+    ollama.embed(["learn the size"])
+    assert "dimension=32" in repr(ollama)
+    assert len(behaviour.requests) == 1

@@ -340,7 +340,7 @@ def test_conflicting_session_ids(mm: MemoryManager) -> None:
 def test_import_can_assign_an_owner(mm: MemoryManager) -> None:
     text = json.dumps({"messages": [{"role": "user", "content": "hi"}]})
     result = ex.import_records(mm, ex.loads(text), user_id="ann")
-    assert mm.load_session(result.session_ids[0]).user_id == "ann"
+    assert mm.get_session(result.session_ids[0]).user_id == "ann"
 
 
 def test_exporting_an_unknown_session_says_so(mm: MemoryManager) -> None:
@@ -468,7 +468,7 @@ def test_imported_history_keeps_its_dates_as_last_activity(tmp_path: Path) -> No
     with MemoryManager(":memory:", embedding=None) as mm:
         mm.save_message("live", Message(role="user", content="hello today"))
         ex.import_file(mm, path)
-        imported = mm.load_session("old")
+        imported = mm.get_session("old")
         assert imported.created_at == T0
         assert imported.updated_at == T0  # its newest message, not the moment of import
         assert [s.id for s in mm.list_sessions()] == ["live", "old"]  # newest activity first
@@ -480,8 +480,8 @@ def test_activity_moves_forward_only() -> None:
     """Old-dated messages added to an active session do not make it look older."""
     with MemoryManager(":memory:", embedding=None) as mm:
         mm.save_message("s", Message(role="user", content="now"))
-        before = mm.load_session("s").updated_at
+        before = mm.get_session("s").updated_at
         mm.save_message("s", Message(role="user", content="backfilled", created_at=T0))
-        assert mm.load_session("s").updated_at == before
-        session = mm.load_session("s")
+        assert mm.get_session("s").updated_at == before
+        session = mm.get_session("s")
         assert session.created_at <= session.updated_at

@@ -81,7 +81,7 @@ def test_writer_killed_with_sigkill_mid_transaction(tmp_path: Path) -> None:
         assert {int(a[0]) for a in acked} <= set(batches)  # nothing acknowledged was lost
         assert [m.id for m in messages] == sorted(m.id for m in messages)
         assert len({m.content for m in messages}) == len(messages)  # no duplicates
-        assert mm.load_session("s").message_count == len(messages)
+        assert mm.get_session("s").message_count == len(messages)
         mm.save_message("s", Message(role="user", content="still writable"))
 
 

@@ -14,7 +14,6 @@ from harombe_core import (
     InvalidInputError,
     MemoryManager,
     Message,
-    SessionNotFoundError,
     StoreError,
 )
 from harombe_core.store.sqlite import SQLiteStore
@@ -30,11 +29,12 @@ def _stored(message: Message, mid: int, sid: str, tokens: int) -> Message:
 
 
 # sessions -------------------------------------------------------------------------------------
-def test_create_and_load_session(manager: MemoryManager) -> None:
+def test_create_and_get_session(manager: MemoryManager) -> None:
     sid = manager.create_session(
         system_prompt="You are helpful", metadata={"topic": "x", "n": [1, 2]}, user_id="u1"
     )
-    session = manager.load_session(sid)
+    session = manager.get_session(sid)
+    assert session is not None
     assert session.id == sid
     assert session.user_id == "u1"
     assert session.system_prompt == "You are helpful"
@@ -50,21 +50,47 @@ def test_create_session_with_chosen_id_and_duplicate(manager: MemoryManager) -> 
         manager.create_session(session_id="chosen")
 
 
-def test_load_unknown_session_says_how_to_fix(manager: MemoryManager) -> None:
-    with pytest.raises(SessionNotFoundError, match="create_session"):
-        manager.load_session("nope")
+def test_load_session_is_the_history_with_the_system_prompt_first(
+    manager: MemoryManager,
+) -> None:
+    """load_session returns the conversation history, ready to send a model."""
+    sid = manager.create_session(system_prompt="You are helpful", user_id="u1")
+    ids = manager.save_messages(
+        sid, [_user("hi"), Message(role="assistant", content="hello"), _user("bye")]
+    )
+    history = manager.load_session(sid)
+    assert [(m.role, m.content) for m in history] == [
+        ("system", "You are helpful"),
+        ("user", "hi"),
+        ("assistant", "hello"),
+        ("user", "bye"),
+    ]
+    assert [m.id for m in history[1:]] == ids
+    assert history[0].token_count == manager.get_window(sid, 1000).messages[0].token_count
+    assert history == manager.get_recent_messages(sid, max_tokens=100_000)
+    assert manager.load_session(sid, user_id="u1") == history
+    without_prompt = manager.create_session()
+    manager.save_message(without_prompt, _user("only this"))
+    assert [m.content for m in manager.load_session(without_prompt)] == ["only this"]
+
+
+def test_an_unknown_session_is_empty_not_an_error(manager: MemoryManager) -> None:
+    assert manager.load_session("nope") == []
+    assert manager.get_session("nope") is None
     assert not manager.session_exists("nope")
 
 
 def test_update_session(manager: MemoryManager) -> None:
     sid = manager.create_session(system_prompt="old", metadata={"a": 1}, user_id="u1")
     manager.update_session(sid, system_prompt="a much longer new system prompt")
-    session = manager.load_session(sid)
+    session = manager.get_session(sid)
+    assert session is not None
     assert session.system_prompt == "a much longer new system prompt"
     assert session.metadata == {"a": 1}  # unset arguments are kept
     assert session.user_id == "u1"
     manager.update_session(sid, metadata={"b": [True, None]}, user_id="u2")
-    session = manager.load_session(sid)
+    session = manager.get_session(sid)
+    assert session is not None
     assert (session.metadata, session.user_id) == ({"b": [True, None]}, "u2")
     # the stored system-prompt cost follows the new prompt
     window = manager.get_window(sid, 1000)
@@ -72,8 +98,13 @@ def test_update_session(manager: MemoryManager) -> None:
     assert window.tokens == expected
     manager.update_session(sid, system_prompt=None)
     assert manager.get_window(sid, 1000).messages == []
-    with pytest.raises(SessionNotFoundError):
-        manager.update_session("missing", metadata={})
+    manager.update_session("missing", system_prompt="made by an update", user_id="u3")
+    made = manager.get_session("missing")
+    assert made is not None
+    assert (made.system_prompt, made.user_id, made.metadata) == ("made by an update", "u3", {})
+    assert manager.load_session("missing")[0].token_count == manager.count_tokens(
+        [Message(role="system", content="made by an update")]
+    )
 
 
 # messages ------------------------------------------------------------------------------------
@@ -83,7 +114,8 @@ def test_save_message_returns_id_and_creates_unknown_session(manager: MemoryMana
     second = manager.save_message("fresh", {"role": "assistant", "content": "hi"})
     assert isinstance(first, int)
     assert second > first
-    session = manager.load_session("fresh")
+    session = manager.get_session("fresh")
+    assert session is not None
     assert session.user_id == "u9"
     assert session.message_count == 2
     assert [m.id for m in manager.get_messages("fresh")] == [first, second]
@@ -128,7 +160,7 @@ def test_save_messages_bulk_is_one_transaction(manager: MemoryManager) -> None:
     ids = manager.save_messages("s", (_user(str(i)) for i in range(50)))
     assert len(ids) == 50
     assert ids == sorted(ids)
-    assert manager.load_session("s").message_count == 51
+    assert manager.get_session("s").message_count == 51
 
 
 def test_save_messages_rolls_back_when_the_database_refuses(tmp_path: Path) -> None:
@@ -147,7 +179,7 @@ def test_save_messages_rolls_back_when_the_database_refuses(tmp_path: Path) -> N
         with pytest.raises(HarombeError, match="refused"):
             mm.save_messages("s", [_user("a"), _user("b"), _user("poison"), _user("c")])
         assert [m.content for m in mm.get_messages("s")] == ["kept"]
-        assert mm.load_session("s").message_count == 1
+        assert mm.get_session("s").message_count == 1
 
 
 def test_get_messages_limit_and_after_id(manager: MemoryManager) -> None:
@@ -220,7 +252,7 @@ def test_clear_session_keeps_the_session(manager: MemoryManager) -> None:
     sid = manager.create_session(system_prompt="sys", metadata={"a": 1})
     manager.save_messages(sid, [_user("x"), _user("y")])
     assert manager.clear_session(sid) == 2
-    session = manager.load_session(sid)
+    session = manager.get_session(sid)
     assert session.message_count == 0
     assert session.system_prompt == "sys"
     assert manager.get_messages(sid) == []
@@ -280,7 +312,7 @@ def test_store_object_can_be_passed(tmp_path: Path) -> None:
 async def test_async_twins_in_a_running_loop(manager: MemoryManager) -> None:
     asyncio.get_running_loop()  # we are inside the event loop
     sid = await manager.acreate_session(system_prompt="sys", metadata={"m": 1}, user_id="u")
-    assert (await manager.aload_session(sid)).metadata == {"m": 1}
+    assert (await manager.aget_session(sid)).metadata == {"m": 1}
     mid = await manager.asave_message(sid, _user("hello"))
     ids = await manager.asave_messages(sid, [_user("a"), _user("b")])
     assert ids[0] > mid
@@ -290,15 +322,16 @@ async def test_async_twins_in_a_running_loop(manager: MemoryManager) -> None:
     window = await manager.aget_window(sid, 1000)
     assert window.messages == recent
     await manager.aupdate_session(sid, metadata={"m": 2})
-    assert (await manager.aload_session(sid)).metadata == {"m": 2}
+    assert (await manager.aget_session(sid)).metadata == {"m": 2}
+    assert [m.content for m in await manager.aload_session(sid)] == ["sys", "hello", "a", "b"]
     assert [s.id for s in await manager.alist_sessions(limit=5, user_id="u")] == [sid]
     assert (await manager.astats())["messages"] == 3
     await manager.aflush()
     assert await manager.aclear_session(sid) == 3
     assert await manager.aprune_old_sessions(1) == 0
     assert await manager.adelete_session(sid) is True
-    with pytest.raises(SessionNotFoundError):
-        await manager.aload_session(sid)
+    assert await manager.aload_session(sid) == []
+    assert await manager.aget_session(sid) is None
 
 
 async def test_async_context_manager_closes(db_path: str) -> None:

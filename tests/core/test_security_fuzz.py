@@ -123,8 +123,9 @@ def test_config_yaml_text(tmp_path_factory: pytest.TempPathFactory, text: str) -
 
 
 METHODS = [
-    ("create_session", 3), ("load_session", 1), ("update_session", 1), ("list_sessions", 2),
-    ("delete_session", 1), ("clear_session", 1), ("prune_old_sessions", 1), ("save_message", 2),
+    ("create_session", 3), ("load_session", 1), ("get_session", 1), ("update_session", 1),
+    ("list_sessions", 2), ("delete_session", 1), ("clear_session", 1), ("prune_old_sessions", 1),
+    ("save_message", 2),
     ("save_messages", 2), ("replace_messages", 3), ("get_messages", 1),
     ("get_recent_messages", 2), ("get_window", 2), ("count_tokens", 1), ("search", 2),
     ("search_similar", 2), ("get_relevant_context", 2), ("session_exists", 1),

@@ -31,7 +31,8 @@ def test_search_is_hybrid_and_scoped(db_path: str) -> None:
     assert scoped.exit_code == 0
     assert "88231" not in scoped.output
     keyword = runner.invoke(app, ["search", "88231", "--db", db_path, "--keyword"])
-    assert "keyword search only" in keyword.output
+    assert "keyword search (BM25, as asked with --keyword)" in keyword.output
+    assert "semantic memory is off" not in keyword.output
     assert "Invoice 88231" in keyword.output
 
 

@@ -55,7 +55,7 @@ def test_summarization_keeps_newest_verbatim_and_a_summary(manager: MemoryManage
     assert context[1].metadata == {"harombe": "summary"}
     assert context[1].content.startswith("Summary of the earlier conversation")
     assert [m.content for m in context[2:]] == [m.content for m in manager.get_messages(sid)[-4:]]
-    session = manager.load_session(sid)
+    session = manager.get_session(sid)
     newest_kept = manager.get_messages(sid)[-4].id
     assert session.summary_until_id is not None
     assert session.summary_until_id < newest_kept  # only what fell out of the window

@@ -131,7 +131,7 @@ def test_end_session_stores_summary_facts_topics_outcome() -> None:
     sid = mm.create_session(user_id="u1")
     mm.save_messages(sid, TALK)
     summary = mm.end_session(sid)
-    session = mm.load_session(sid)
+    session = mm.get_session(sid)
     assert session.summary == summary.summary
     assert session.summary_data is not None
     assert {"facts", "topics", "outcome", "decisions", "action_items", "preferences"} <= set(
@@ -162,7 +162,7 @@ def test_summaries_are_incremental() -> None:
     mm.summarize_session(sid)
     mm.summarize_session(sid)  # nothing new: nothing summarised
     assert len(seen) == len(set(seen)) == len(TALK)
-    assert "Lisbon" in " ".join(mm.load_session(sid).summary_data["facts"])  # type: ignore[index]
+    assert "Lisbon" in " ".join(mm.get_session(sid).summary_data["facts"])  # type: ignore[index]
     mm.close()
 
 
@@ -194,7 +194,7 @@ def test_summary_embedding_with_semantic_memory() -> None:
     sid = mm.create_session()
     mm.save_messages(sid, TALK)
     mm.end_session(sid)
-    data = mm.load_session(sid).summary_data or {}
+    data = mm.get_session(sid).summary_data or {}
     assert len(data["embedding"]["vector"]) == mm.embedder.dimension
     assert mm.search_summaries("billing postgres migration")[0][0].id == sid
     mm.close()

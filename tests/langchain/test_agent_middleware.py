@@ -151,7 +151,7 @@ async def test_async_agent_matches_sync(manager: MemoryManager) -> None:
         else:
             await agent.ainvoke({"messages": [HumanMessage("1+2?")]}, config)
         results[mode] = [to_langchain(m) for m in manager.get_messages(mode)]
-        assert manager.load_session(mode).user_id == "ann"
+        assert manager.get_session(mode).user_id == "ann"
     strip = [(type(m), m.text, getattr(m, "tool_calls", None)) for m in results["sync"]]
     assert strip == [(type(m), m.text, getattr(m, "tool_calls", None)) for m in results["async"]]
     assert len(results["async"]) == 4
@@ -165,7 +165,7 @@ def test_user_from_runtime_context_and_fixed_session(manager: MemoryManager) -> 
     )
     agent.invoke({"messages": [HumanMessage("hi")]}, context={"user_id": "bob"})
     agent.invoke({"messages": [HumanMessage("again")]}, context={"user_id": "bob"})
-    assert manager.load_session("fixed").user_id == "bob"
+    assert manager.get_session("fixed").user_id == "bob"
     assert [m.text for m in model.calls[-1]] == ["hi", "echo: hi", "again"]
 
 

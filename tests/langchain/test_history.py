@@ -128,7 +128,7 @@ def test_history_add_read_clear(manager: MemoryManager) -> None:
     history.add_messages([HumanMessage("hello"), AIMessage("hi there")])
     history.add_user_message("how are you?")
     assert [m.text for m in history.messages] == ["hello", "hi there", "how are you?"]
-    assert manager.load_session("s1").user_id == "u1"
+    assert manager.get_session("s1").user_id == "u1"
     history.clear()
     assert history.messages == []
     assert manager.session_exists("s1"), "clear keeps the session, only its messages go"
@@ -268,7 +268,7 @@ def test_two_key_factory_isolates_users(manager: MemoryManager) -> None:
         config={"configurable": {"user_id": "bob", "conversation_id": "c1"}},
     )
     assert [m.text for m in model.calls[-1]] == ["I am bob", "echo: I am bob", "who am I?"]
-    assert manager.load_session("ann:c1").user_id == "ann"
+    assert manager.get_session("ann:c1").user_id == "ann"
     assert len(manager.get_messages("ann:c1")) == 2
 
 

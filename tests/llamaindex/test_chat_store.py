@@ -192,7 +192,7 @@ def test_store_serialises_its_location(db: str) -> None:
 def test_keys_are_sessions_visible_to_harombe(db: str) -> None:
     store = HarombeChatStore(db, user_id="ann")
     store.add_message("k", hello())
-    assert store.manager.load_session("k").user_id == "ann"
+    assert store.manager.get_session("k").user_id == "ann"
     assert [m.content for m in store.manager.get_messages("k")] == ["hello"]
     store.close()
 
@@ -220,7 +220,7 @@ def test_llamaindex_memory_on_harombe_db(db: str) -> None:
     again = Memory.from_defaults(session_id="s1", token_limit=60, chat_store=reopened)
     assert again.get() == active
     assert len(again.get_all()) == 10
-    assert reopened.manager.load_session("s1").message_count == 10
+    assert reopened.manager.get_session("s1").message_count == 10
     reopened.close()
 
 

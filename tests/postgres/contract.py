@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from harombe_core.errors import HarombeError, InvalidInputError, SessionNotFoundError
+from harombe_core.errors import HarombeError, InvalidInputError
 from harombe_core.manager import MemoryManager
 from harombe_core.models import Message
 from harombe_core.store.base import SearchScope
@@ -63,7 +63,7 @@ def round_trip_every_field(mm: MemoryManager) -> None:
         for field in ("role", "content", "name", "tool_calls", "tool_call_id", "metadata",
                       "created_at"):
             assert getattr(got, field) == getattr(saved, field), field
-    session = mm.load_session(sid)
+    session = mm.get_session(sid)
     assert session.system_prompt == "You are terse."
     assert session.metadata == {"topic": "x", "n": [1, 2.5, None]}
     assert session.user_id == "u1"
@@ -111,16 +111,18 @@ def sessions_list_update_delete(mm: MemoryManager) -> None:
     assert {s.id for s in mm.list_sessions(user_id="alice")} == {a, c}
     assert len(mm.list_sessions(limit=1)) == 1
     mm.update_session(b, system_prompt="new prompt", metadata={"m": 1}, user_id="carol")
-    got = mm.load_session(b)
+    got = mm.get_session(b)
     assert (got.system_prompt, got.metadata, got.user_id) == ("new prompt", {"m": 1}, "carol")
     with pytest.raises(InvalidInputError):
         mm.create_session(session_id="a")
-    with pytest.raises(SessionNotFoundError):
-        mm.update_session("missing", metadata={})
+    mm.update_session("missing", metadata={"m": 2}, user_id="dan")  # a write creates it
+    created = mm.get_session("missing")
+    assert created is not None
+    assert (created.metadata, created.user_id, created.message_count) == ({"m": 2}, "dan", 0)
     assert mm.delete_session(c) is True
     assert mm.delete_session(c) is False
-    with pytest.raises(SessionNotFoundError):
-        mm.load_session(c)
+    assert mm.get_session(c) is None
+    assert mm.load_session(c) == []
     assert mm.clear_session(a) == 1
     assert mm.get_messages(a) == []
     assert mm.session_exists(a)
@@ -135,7 +137,7 @@ def replace_is_one_transaction(mm: MemoryManager) -> None:
     new = mm.replace_messages(sid, [ids[0], ids[1], foreign], [Message(role="user", content="y")])
     assert [m.content for m in mm.get_messages(sid)] == ["x2", "x3", "y"]
     assert mm.get_messages(other)[0].id == foreign  # ids of another session are ignored
-    assert mm.load_session(sid).message_count == 3
+    assert mm.get_session(sid).message_count == 3
     assert len(new) == 1
 
 
@@ -155,12 +157,12 @@ def activity_is_the_newest_message_time(mm: MemoryManager) -> None:
     mm.save_messages(
         "old", [Message(role="user", content=f"m{i}", created_at=then) for i in range(2)]
     )
-    old = mm.load_session("old")
+    old = mm.get_session("old")
     assert (old.created_at, old.updated_at) == (then, then)  # history keeps its dates
     assert [s.id for s in mm.list_sessions()] == ["live", "old"]
-    before = mm.load_session("live").updated_at
+    before = mm.get_session("live").updated_at
     mm.save_message("live", Message(role="user", content="backfilled", created_at=then))
-    assert mm.load_session("live").updated_at == before  # activity only moves forward
+    assert mm.get_session("live").updated_at == before  # activity only moves forward
 
 
 @behaviour
@@ -173,7 +175,7 @@ def threads_and_summaries(mm: MemoryManager) -> None:
     mm.store.set_message_summary(child, {"title": "T", "summary": "S"})
     assert mm.store.get_message_summaries([root, child]) == {child: {"title": "T", "summary": "S"}}
     mm.store.update_session(sid, summary="so far", summary_data={"k": 1}, summary_until_id=child)
-    session = mm.load_session(sid)
+    session = mm.get_session(sid)
     assert (session.summary, session.summary_data, session.summary_until_id) == (
         "so far", {"k": 1}, child)
     with pytest.raises(InvalidInputError):
@@ -322,7 +324,7 @@ def sql_metacharacters_are_data(mm: MemoryManager) -> None:
         got = mm.get_messages(sid)[0]
         assert (got.id, got.content, got.name, got.metadata, got.tool_call_id) == (
             mid, text, text[:50], {text: [text]}, text)
-        session = mm.load_session(sid)
+        session = mm.get_session(sid)
         assert (session.system_prompt, session.metadata) == (text, {text: text})
         assert session.user_id == text
         assert [s.id for s in mm.list_sessions(user_id=text)] == [sid]
@@ -382,7 +384,7 @@ def a_session_has_one_owner(mm: MemoryManager) -> None:
     assert _snapshot(mm) == before, "a refused write leaves everything as it was"
     mm.save_message("owned", Message(role="assistant", content="ok"), user_id="alice")
     mm.save_message("owned", Message(role="assistant", content="app"))  # the application's own
-    assert mm.load_session("owned").user_id == "alice"
+    assert mm.get_session("owned").user_id == "alice"
     assert len(mm.get_messages("owned", user_id="alice")) == 3
 
 
@@ -414,7 +416,7 @@ def atomic_block_commits_together_or_not_at_all(mm: MemoryManager) -> None:
     ids = mm.atomic(_block(mm, "block", fail=False))
     assert [m.id for m in mm.get_messages("block")] == ids
     assert mm.get_messages("block")[1].parent_id == ids[0]
-    assert mm.load_session("block").summary == "so far"
+    assert mm.get_session("block").summary == "so far"
     with pytest.raises(RuntimeError, match="stop"):  # a nested block joins the outer one
         mm.atomic(lambda: (mm.atomic(_block(mm, "inner", fail=False)), _fail()))
     assert not mm.session_exists("inner")

@@ -140,17 +140,18 @@ def test_a_write_naming_a_user_who_does_not_own_the_session_is_refused(
 
 def test_a_new_session_belongs_to_its_first_writer(mm: MemoryManager) -> None:
     mm.save_message("fresh", BOB_NOTE, user_id=BOB)
-    assert mm.load_session("fresh").user_id == BOB
+    assert mm.get_session("fresh").user_id == BOB
     with pytest.raises(SessionOwnershipError):
         mm.save_message("fresh", Message(role="user", content="alice's reply"), user_id=ALICE)
     assert [m.content for m in mm.get_messages("fresh", user_id=BOB)] == [BOB_NOTE.content]
     # The application itself (no user named) is not restricted, and keeps the owner.
     mm.save_message("fresh", Message(role="assistant", content="ok"))
-    assert mm.load_session("fresh").user_id == BOB
+    assert mm.get_session("fresh").user_id == BOB
 
 
 # reads ----------------------------------------------------------------------------------------
 READS: dict[str, Callable[[MemoryManager, str], Any]] = {
+    "get_session": lambda mm, sid: mm.get_session(sid, user_id=BOB),
     "load_session": lambda mm, sid: mm.load_session(sid, user_id=BOB),
     "get_messages": lambda mm, sid: mm.get_messages(sid, user_id=BOB),
     "get_recent_messages": lambda mm, sid: mm.get_recent_messages(sid, user_id=BOB),
@@ -170,6 +171,7 @@ READS: dict[str, Callable[[MemoryManager, str], Any]] = {
         "bank PIN", session_id=sid, user_id=BOB
     ),
     "check_owner": lambda mm, sid: mm.check_owner(sid, BOB),
+    "aget_session": lambda mm, sid: asyncio.run(mm.aget_session(sid, user_id=BOB)),
     "aload_session": lambda mm, sid: asyncio.run(mm.aload_session(sid, user_id=BOB)),
     "aget_messages": lambda mm, sid: asyncio.run(mm.aget_messages(sid, user_id=BOB)),
     "aget_recent_messages": lambda mm, sid: asyncio.run(mm.aget_recent_messages(sid, user_id=BOB)),
@@ -255,7 +257,7 @@ def test_chat_memory_acts_for_its_user(mm: MemoryManager) -> None:
         ChatMemory(memory=mm, session_id="nobody-chat", user_id=BOB)
     mine = ChatMemory.threaded(embedder=FakeEmbedder(), memory=mm, user_id=BOB)
     mine.append("what is my bank PIN?", "I do not know your bank PIN.")
-    assert mm.load_session(mine.session_id).user_id == BOB
+    assert mm.get_session(mine.session_id).user_id == BOB
     assert SECRET not in _text(mine.retrieve("bank PIN", n_results=10))
     assert SECRET not in _text(mine.messages)
     mine.reset()
@@ -290,7 +292,7 @@ def test_processes_racing_for_a_new_session_give_it_exactly_one_owner(tmp_path: 
         with context.Pool(len(users)) as pool:
             results = pool.starmap(_claim, [(db, u, start, 25) for u in users])
     with MemoryManager(db, embedding=None) as mm:
-        owner = mm.load_session("shared").user_id
+        owner = mm.get_session("shared").user_id
         messages = mm.get_messages("shared")
     outcome = dict(zip(users, results, strict=True))
     assert outcome[owner or ""] == (25, 0)

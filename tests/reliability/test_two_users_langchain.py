@@ -92,7 +92,7 @@ def test_history_of_another_users_session_is_refused(mm: MemoryManager, strategy
             HarombeChatMessageHistory(
                 "trip", manager=mm, user_id=user, strategy=strategy, system_prompt="Obey bob."
             )
-    assert mm.load_session("trip").system_prompt is None
+    assert mm.get_session("trip").system_prompt is None
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
@@ -129,7 +129,7 @@ def test_histories_of_two_users_never_mix(mm: MemoryManager) -> None:
     bob = HarombeChatMessageHistory("bob-trip", manager=mm, user_id="bob", strategy="hybrid")
     bob.add_messages([HumanMessage(BOB_ASKS), AIMessage("I do not know.")])
     assert SECRET not in repr(bob.messages) + repr(bob.get_all_messages())
-    assert mm.load_session("bob-trip").user_id == "bob"
+    assert mm.get_session("bob-trip").user_id == "bob"
 
 
 # session_history_factory -------------------------------------------------------------------------

@@ -1,0 +1,36 @@
+"""Recall for the LangChain side: which past turns may be added to what a model is sent.
+
+The agent middleware and ``harombe chat`` both add relevant things the user said before to the
+model's system message. Which sessions may be searched is the part that must not differ between
+them: a known user's other sessions, or, for a caller acting for nobody, only this session's
+older turns (recall never crosses into sessions that are not known to be the same user's).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harombe_core.manager import MemoryManager
+from harombe_core.models import Message
+
+__all__ = ["recall"]
+
+
+def recall(
+    manager: MemoryManager,
+    query: str,
+    *,
+    session_id: str,
+    user_id: str | None,
+    max_tokens: int,
+) -> list[Message]:
+    """Past turns relevant to ``query`` that fit ``max_tokens``, best first (none for an empty
+    query or budget)."""
+    if max_tokens <= 0 or not query.strip():
+        return []
+    scope: dict[str, Any] = (
+        {"session_id": session_id}
+        if user_id is None
+        else {"user_id": user_id, "exclude_session_id": session_id}
+    )
+    return manager.get_relevant_context(query, max_tokens=max_tokens, **scope)
