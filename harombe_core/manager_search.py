@@ -14,6 +14,10 @@ from typing import TYPE_CHECKING, Any
 from harombe_core.errors import InvalidInputError
 from harombe_core.models import Message, SearchHit, Session
 from harombe_core.store.base import MessageStore
+from harombe_core.validate import check_count, check_flag, check_list
+
+#: Most messages one embedding batch may hold (a bigger one only costs memory).
+MAX_BATCH_SIZE = 100_000
 
 if TYPE_CHECKING:
     from harombe_core.config import MemoryConfig
@@ -72,6 +76,9 @@ class SearchMethods:
         Given both ``session_id`` and ``user_id``, the session must be that user's (else
         SessionOwnershipError), as everywhere a user names a session.
         """
+        from harombe_core.retrieval import check_search_options
+
+        check_search_options(options)
         self._check_scope(session_id, user_id)
         return self.retriever.search(query, top_k, session_id, user_id, min_similarity, **options)
 
@@ -122,6 +129,9 @@ class SearchMethods:
         """Retrieved messages as the RAG system-prompt text, with dates and speakers."""
         from harombe_core.retrieval import format_context
 
+        messages = check_list(messages, "format_context", of="messages", single=(Message,))
+        if not all(isinstance(m, Message) for m in messages):
+            raise InvalidInputError("format_context takes harombe Message objects only.")
         return format_context(messages)
 
     def backfill_embeddings(self, batch_size: int = 100, *, progress: bool = True) -> int:
@@ -129,6 +139,8 @@ class SearchMethods:
 
         Raises InvalidInputError when semantic memory is off (nothing to embed with).
         """
+        check_count(batch_size, "batch_size", low=1, high=MAX_BATCH_SIZE)
+        check_flag(progress, "progress")
         return self._require_semantic("backfill_embeddings").backfill(batch_size, progress=progress)
 
     def reindex(
@@ -145,6 +157,9 @@ class SearchMethods:
         Pass ``embedding`` to switch to another model (every message is embedded again);
         otherwise vectors kept in SQLite are re-inserted without running the model.
         """
+        check_count(batch_size, "batch_size", low=1, high=MAX_BATCH_SIZE)
+        check_flag(progress, "progress")
+        check_flag(reembed, "reembed")
         keyword = self._store.rebuild_keyword_index()
         from harombe_core.vectors.indexer import resolve_embedder_spec
 

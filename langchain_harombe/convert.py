@@ -213,19 +213,27 @@ def to_langchain(message: Message) -> BaseMessage:
 
 
 def _tool_call(call: dict[str, Any]) -> dict[str, Any]:
-    """A LangChain ToolCall from either LangChain's shape or OpenAI's ``function`` shape."""
-    if "function" in call and "name" not in call:
-        function = call.get("function") or {}
-        raw = function.get("arguments") or "{}"
+    """A LangChain ToolCall from either LangChain's shape or OpenAI's ``function`` shape.
+
+    Tool calls written by other front ends can hold any JSON, so each part is taken only if
+    it has the type LangChain requires (arguments that are not a JSON object are kept whole
+    under ``"__raw__"``), and reading a history never fails on them.
+    """
+    nested = call.get("function")
+    if isinstance(nested, dict) and "name" not in call:
+        raw: Any = nested.get("arguments") or "{}"
+        name = nested.get("name")
         try:
-            args = json.loads(raw) if isinstance(raw, str) else dict(raw)
-        except json.JSONDecodeError:
-            args = {"__raw__": raw}
-        return {"name": function.get("name", ""), "args": args, "id": call.get("id"),
-                "type": "tool_call"}
+            args = json.loads(raw) if isinstance(raw, str) else raw
+        except (ValueError, RecursionError):  # ValueError: also ints too long to read
+            args = None
+    else:
+        raw = call.get("args") or {}
+        name, args = call.get("name"), raw
+    call_id = call.get("id")
     return {
-        "name": call.get("name", ""),
-        "args": call.get("args") or {},
-        "id": call.get("id"),
+        "name": name if isinstance(name, str) else "",
+        "args": args if isinstance(args, dict) else {"__raw__": raw},
+        "id": call_id if isinstance(call_id, str) else None,
         "type": "tool_call",
     }

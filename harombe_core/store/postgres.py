@@ -67,6 +67,7 @@ from harombe_core.store.sqlite import (
     _dumps,
     _row_to_message,
     _row_to_session,
+    check_summary,
     session_changes,
     session_span,
     to_micros,
@@ -786,8 +787,13 @@ class PostgresStore:
         if user_id is not None:
             _check_id(user_id, "user_id")
         now = to_micros(created_at or datetime.now(UTC))
-        return (session_id, user_id, system_prompt, int(system_prompt_tokens),
-                _dumps(dict(metadata or {})), now)
+        fields = session_changes(
+            system_prompt=system_prompt,
+            system_prompt_tokens=system_prompt_tokens,
+            metadata=metadata,
+        )
+        return (session_id, user_id, fields["system_prompt"], fields["system_prompt_tokens"],
+                fields["metadata"], now)
 
     def _exists_error(self, session_id: str) -> InvalidInputError:
         return InvalidInputError(
@@ -1194,7 +1200,7 @@ class PostgresStore:
         self._run(body)
 
     def set_message_summary(self, message_id: int, summary: Mapping[str, Any] | None) -> None:
-        value = None if summary is None else _dumps(dict(summary))
+        value = None if summary is None else _dumps(check_summary(summary, "message summary"))
         mid = _ids([message_id])[0]
 
         def body() -> Body[None]:

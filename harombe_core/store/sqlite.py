@@ -37,6 +37,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from harombe_core.errors import InvalidInputError, SchemaTooNewError, StoreError
+from harombe_core.limits import current_limits
 from harombe_core.models import Message, Session
 from harombe_core.owners import check_owner
 from harombe_core.store.base import UNSET, KeywordHit, SearchScope, adjacent_ids_sql
@@ -50,6 +51,14 @@ from harombe_core.store.sqlite_file import (
     open_file,
     orphan_on_collect,
 )
+from harombe_core.validate import (
+    check_count,
+    check_mapping,
+    check_time,
+    optional_count,
+    optional_text,
+)
+from harombe_core.validate import check_id as _check_id
 
 __all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "SQLiteStore", "from_micros", "to_micros"]
 
@@ -211,9 +220,13 @@ _MICROSECOND = timedelta(microseconds=1)
 
 
 def to_micros(value: datetime) -> int:
-    """Datetimes are stored as integer microseconds since the epoch: exact, sortable, small."""
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
+    """Datetimes are stored as integer microseconds since the epoch: exact, sortable, small.
+
+    A time that is not already UTC is converted (naive ones are taken as UTC); one whose UTC
+    equivalent falls outside years 1 to 9999 is refused with InvalidInputError.
+    """
+    if value.tzinfo is not UTC:
+        value = check_time(value, "time")
     return (value - _EPOCH) // _MICROSECOND
 
 
@@ -238,22 +251,51 @@ def session_changes(
     """Column -> stored value for the session fields given (UNSET ones are left out).
 
     Shared by every backend so an update means the same thing everywhere; column names come
-    from this fixed set, never from the caller.
+    from this fixed set, never from the caller. Every value is checked against its kind and
+    size limit (:mod:`harombe_core.limits`) here, whichever path it came by (manager, import,
+    migration), before anything is written.
     """
+    limits = current_limits()
     changes: dict[str, Any] = {}
     if system_prompt is not UNSET:
-        changes["system_prompt"] = system_prompt
+        changes["system_prompt"] = optional_text(
+            system_prompt,
+            "system_prompt",
+            limit=limits.system_prompt_chars,
+            field="system_prompt_chars",
+        )
     if system_prompt_tokens is not UNSET:
-        changes["system_prompt_tokens"] = int(system_prompt_tokens)
+        changes["system_prompt_tokens"] = check_count(
+            system_prompt_tokens, "system_prompt_tokens"
+        )
     if metadata is not UNSET:
-        changes["metadata"] = _dumps(dict(metadata or {}))
+        changes["metadata"] = _dumps(
+            check_mapping(
+                metadata,
+                "session metadata",
+                limit=limits.session_metadata_chars,
+                field="session_metadata_chars",
+            )
+        )
     if summary is not UNSET:
-        changes["summary"] = summary
+        changes["summary"] = optional_text(
+            summary, "summary", limit=limits.summary_chars, field="summary_chars"
+        )
     if summary_data is not UNSET:
-        changes["summary_json"] = None if summary_data is None else _dumps(summary_data)
+        changes["summary_json"] = None if summary_data is None else _dumps(
+            check_summary(summary_data, "summary_data")
+        )
     if summary_until_id is not UNSET:
-        changes["summary_until_id"] = summary_until_id
+        changes["summary_until_id"] = optional_count(summary_until_id, "summary_until_id")
     return changes
+
+
+def check_summary(value: Any, what: str) -> dict[str, Any]:
+    """A session's or a message's summary data: a JSON object within ``summary_chars``."""
+    if not isinstance(value, Mapping):
+        raise InvalidInputError(f"{what} must be a dict, got {type(value).__name__}.")
+    limits = current_limits()
+    return check_mapping(value, what, limit=limits.summary_chars, field="summary_chars")
 
 
 def session_span(message_times: Sequence[int], now: int) -> tuple[int, int]:
@@ -266,23 +308,6 @@ def session_span(message_times: Sequence[int], now: int) -> tuple[int, int]:
     if not message_times:
         return now, now
     return min(now, min(message_times)), max(message_times)
-
-
-def _check_id(value: Any, what: str) -> str:
-    if not isinstance(value, str) or not value or len(value) > 512 or "\x00" in value:
-        raise InvalidInputError(
-            f"{what} must be a non-empty str of at most 512 characters without NUL bytes, "
-            f"got {value!r:.80}."
-        )
-    if not value.isascii():
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise InvalidInputError(
-                f"{what} is not valid Unicode ({exc.reason}); lone surrogates usually come from "
-                "decoding bytes with errors='surrogateescape'. Decode it as UTF-8 first."
-            ) from exc
-    return value
 
 
 def _row_to_message(row: Sequence[Any]) -> Message:
@@ -538,7 +563,12 @@ class SQLiteStore:
         if user_id is not None:
             _check_id(user_id, "user_id")
         now = to_micros(created_at or datetime.now(UTC))
-        meta = _dumps(dict(metadata or {}))
+        fields = session_changes(
+            system_prompt=system_prompt,
+            system_prompt_tokens=system_prompt_tokens,
+            metadata=metadata,
+        )
+        system_prompt, meta = fields["system_prompt"], fields["metadata"]
 
         def insert(c: sqlite3.Connection) -> None:
             c.execute(
@@ -855,7 +885,7 @@ class SQLiteStore:
         self._write(update)
 
     def set_message_summary(self, message_id: int, summary: Mapping[str, Any] | None) -> None:
-        value = None if summary is None else _dumps(dict(summary))
+        value = None if summary is None else _dumps(check_summary(summary, "message summary"))
         self._write(
             lambda c: c.execute(
                 "UPDATE messages SET summary_json = ? WHERE id = ?", (value, message_id)
