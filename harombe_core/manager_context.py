@@ -17,7 +17,7 @@ from harombe_core.limits import current_limits
 from harombe_core.manager_search import SearchMethods
 from harombe_core.models import Message, Session
 from harombe_core.store.base import MessageStore
-from harombe_core.strategies import ContextBudget, window_newest
+from harombe_core.strategies import ContextBudget
 from harombe_core.tokens import TokenCounter
 from harombe_core.validate import (
     MAX_TOP_K,
@@ -39,6 +39,8 @@ __all__ = ["ContextMethods"]
 log = logging.getLogger("harombe_core.manager")
 
 _STRATEGIES = ("simple", "summarization", "hybrid", "threaded")
+#: Messages summarised per step when no ``memory.summary_chunk`` is configured.
+DEFAULT_SUMMARY_CHUNK = 500
 
 
 class ContextMethods(SearchMethods):
@@ -106,22 +108,48 @@ class ContextMethods(SearchMethods):
         message = Message(role="system", content=text, metadata={"harombe": kind})
         return message.with_ids(token_count=self.token_counter.count_message(message))
 
+    @property
+    def summary_chunk(self) -> int:
+        """At most this many messages are summarised per step (``memory.summary_chunk``).
+
+        ``get_context`` folds one step per call into the stored summary, so a long unsummarised
+        backlog costs O(chunk) per call and catches up over calls; ``summarize_session()`` and
+        ``end_session()`` go through the whole backlog, step by step, each step committed.
+        """
+        value = getattr(self, "_summary_chunk", None)
+        if value is None:
+            config = getattr(self, "_config", None)
+            value = config.memory.summary_chunk if config is not None else DEFAULT_SUMMARY_CHUNK
+        return int(value)
+
+    @summary_chunk.setter
+    def summary_chunk(self, value: int) -> None:
+        self._summary_chunk = check_count(value, "summary_chunk", low=1)
+
     def summarize_session(
-        self, session_id: str, *, until_id: int | None = None, user_id: str | None = None
+        self,
+        session_id: str,
+        *,
+        until_id: int | None = None,
+        user_id: str | None = None,
+        max_messages: int | None = None,
     ) -> Any:
         """Bring the session's stored summary up to date, incrementally; returns it.
 
         Only messages after ``summary_until_id`` (and up to ``until_id`` if given) are read and
         summarised, merged into the previous summary, and stored with the new
-        ``summary_until_id``: nothing is summarised twice. A failing summariser is logged and the
-        extractive one is used instead; messages are never touched. Returns a
+        ``summary_until_id``: nothing is summarised twice. The backlog is read and folded in
+        steps of :attr:`summary_chunk` messages, each stored as it is done (an interrupted
+        call keeps what it finished); with ``max_messages``, only the oldest that many are
+        folded in this call. A failing summariser is logged and the extractive one is used
+        instead; messages are never touched. Returns a
         :class:`~harombe_core.summarize.SessionSummary`, or None if there is nothing to summarise.
         With ``user_id``, only that user's session (else SessionOwnershipError).
         """
-        from harombe_core.errors import SummarizationError
-        from harombe_core.summarize import ExtractiveSummarizer, SessionSummary
+        from harombe_core.summarize import SessionSummary
 
         until_id = optional_count(until_id, "until_id")
+        max_messages = optional_count(max_messages, "max_messages", low=1)
         session = self.check_owner(session_id, user_id)
         if session is None:  # an unknown session has nothing to summarise
             return None
@@ -129,11 +157,26 @@ class ContextMethods(SearchMethods):
         if session.summary_data:
             data = {k: v for k, v in session.summary_data.items() if k != "embedding"}
             previous = SessionSummary.from_dict(data)
-        fresh = self._store.get_messages(session_id, after_id=session.summary_until_id)
-        if until_id is not None:
-            fresh = [m for m in fresh if m.id is not None and m.id <= until_id]
-        if not fresh:
-            return previous
+        after = session.summary_until_id
+        step = max_messages or self.summary_chunk
+        while True:
+            fresh = self._store.get_messages(session_id, after_id=after, limit=step)
+            complete = len(fresh) < step
+            if until_id is not None:
+                complete = complete or any(m.id is not None and m.id >= until_id for m in fresh)
+                fresh = [m for m in fresh if m.id is not None and m.id <= until_id]
+            if not fresh:
+                return previous
+            previous = self._fold(session_id, fresh, previous)
+            after = fresh[-1].id
+            if complete or max_messages is not None:
+                return previous
+
+    def _fold(self, session_id: str, fresh: list[Message], previous: Any) -> Any:
+        """Summarise ``fresh`` into ``previous`` and store the result as the session's."""
+        from harombe_core.errors import SummarizationError
+        from harombe_core.summarize import ExtractiveSummarizer
+
         try:
             summary = self.summarizer.summarize_session(fresh, previous)
         except SummarizationError as exc:
@@ -215,13 +258,12 @@ class ContextMethods(SearchMethods):
         outside it is known to be the same user's). With ``user_id``, only that user's session
         (else SessionOwnershipError).
         """
-        from harombe_core.strategies import (
-            fit_block,
-            hybrid_window,
-            reserve_system,
-            summarization_window,
-            thread_path_newest_first,
+        from harombe_core.context_reads import (
+            hybrid_from_store,
+            newest_messages,
+            thread_window_from_store,
         )
+        from harombe_core.strategies import fit_block, reserve_system, summarization_window
 
         total = self.max_history_tokens if max_tokens is None else check_budget(max_tokens)
         if not isinstance(strategy, str) or strategy not in _STRATEGIES:
@@ -253,54 +295,50 @@ class ContextMethods(SearchMethods):
             extra = self._budget_blocks(session, total, system, budget, query, user_profile)
             total -= sum(m.token_count or 0 for m in extra)
             total -= int(budget.buffer * total)
-        every = self._store.get_messages(session_id) if strategy == "threaded" else []
-        if strategy == "threaded" and not any(m.parent_id is not None for m in every):
-            strategy = "simple"  # a session that was never threaded is one linear thread
-        if strategy == "simple":
+        threaded = None
+        if strategy == "threaded":  # None: never threaded, so one linear thread (simple)
+            threaded = thread_window_from_store(
+                self._store, session_id, total, system=system, start_on_user=start_on_user
+            )
+        if threaded is not None:
+            messages = system + threaded.messages
+        elif strategy in ("simple", "threaded"):
             window = self.get_window(
                 session_id, total, start_on_user=start_on_user, user_id=user_id
             )
             messages = window.messages
-        elif strategy == "threaded":
-            path = thread_path_newest_first(every)
-            window = window_newest(
-                path,
-                total,
-                reserved_tokens=sum(m.token_count or 0 for m in system),
-                start_on_user=start_on_user,
-            )
-            messages = system + window.messages
-        else:
-            import itertools
-
-            stream = self._store.iter_newest(session_id)
-            if strategy == "summarization":  # only the newest keep_last (+1 for the boundary)
-                newest = list(itertools.islice(stream, keep_last + 1))
-            else:  # hybrid looks at every older message for important ones
-                newest = list(stream)
+        else:  # the newest keep_last (+1 for the boundary); older ones only through the index
+            newest = newest_messages(self._store, session_id, keep_last + 1)
             older_than_recent = newest[keep_last:]
             summary = None
             if older_than_recent:
                 boundary = older_than_recent[0].id
-                known = self._store.get_session(session_id)
-                if known is None or known.summary_until_id is None or (
-                    boundary is not None and known.summary_until_id < boundary
+                if session.summary_until_id is None or (
+                    boundary is not None and session.summary_until_id < boundary
                 ):
-                    self.summarize_session(session_id, until_id=boundary, user_id=user_id)
-                stored = self._store.get_session(session_id)
-                if stored is not None and stored.summary:
-                    summary = self._context_message(
-                        "Summary of the earlier conversation:\n" + stored.summary, "summary"
+                    self.summarize_session(
+                        session_id,
+                        until_id=boundary,
+                        user_id=user_id,
+                        max_messages=self.summary_chunk,
                     )
-            fn = summarization_window if strategy == "summarization" else hybrid_window
-            messages = fn(
-                newest,
-                total,
-                system=system,
-                summary=summary,
-                keep_last=keep_last,
-                start_on_user=start_on_user,
-            ).messages
+                    session = self._store.get_session(session_id) or session
+                if session.summary:
+                    summary = self._context_message(
+                        "Summary of the earlier conversation:\n" + session.summary, "summary"
+                    )
+            options: dict[str, Any] = {
+                "system": system,
+                "summary": summary,
+                "keep_last": keep_last,
+                "start_on_user": start_on_user,
+            }
+            if strategy == "summarization":
+                messages = summarization_window(newest, total, **options).messages
+            else:
+                messages = hybrid_from_store(
+                    self._store, session_id, newest, total, **options
+                ).messages
         if extra:
             messages = messages[: len(system)] + fit_block(extra, 10**9) + messages[len(system) :]
         return messages
@@ -374,11 +412,18 @@ class ContextMethods(SearchMethods):
         )
 
     async def asummarize_session(
-        self, session_id: str, *, until_id: int | None = None, user_id: str | None = None
+        self,
+        session_id: str,
+        *,
+        until_id: int | None = None,
+        user_id: str | None = None,
+        max_messages: int | None = None,
     ) -> Any:
         """Async twin of :meth:`summarize_session`."""
         return await asyncio.to_thread(
-            lambda: self.summarize_session(session_id, until_id=until_id, user_id=user_id)
+            lambda: self.summarize_session(
+                session_id, until_id=until_id, user_id=user_id, max_messages=max_messages
+            )
         )
 
     async def aend_session(self, session_id: str, *, user_id: str | None = None) -> Any:
