@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from harombe_core.models import Message, Session
+from harombe_core.store.context_sql import ContextReads
 
 __all__ = ["UNSET", "AtomicBlock", "KeywordHit", "MessageStore", "SearchScope",
            "adjacent_ids_sql"]
@@ -115,8 +116,10 @@ def adjacent_ids_sql(id_condition: str) -> str:
 
 
 @runtime_checkable
-class MessageStore(Protocol):
-    """What every backend (SQLite, Postgres) implements, with identical meaning."""
+class MessageStore(ContextReads, Protocol):
+    """What every backend (SQLite, Postgres) implements, with identical meaning; the context
+    strategies' O(window) reads (:class:`~harombe_core.store.context_sql.ContextReads`)
+    included."""
 
     location: str
 
@@ -223,27 +226,3 @@ class MessageStore(Protocol):
         ...
 
     def close(self) -> None: ...
-
-    # context reads: O(window) rows each (store/context_sql.py) -----------------------------
-    def important_before(
-        self,
-        session_id: str,
-        before_id: int | None,
-        threshold: float,
-        max_tokens: int,
-        limit: int = 64,
-    ) -> list[Message]:
-        """Newest first, a page of the session's important messages below ``before_id``
-        that each fit ``max_tokens`` (the hybrid strategy's older messages)."""
-        ...
-
-    def is_threaded(self, session_id: str) -> bool:
-        """Whether any message of the session has a parent."""
-        ...
-
-    def thread_path(
-        self, session_id: str, max_tokens: int, *, max_depth: int = 100_000
-    ) -> list[Message]:
-        """The newest message's thread, newest first, up to the first message past
-        ``max_tokens``."""
-        ...

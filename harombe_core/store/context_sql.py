@@ -14,7 +14,7 @@ no extra column, no change to how messages are written and no backfill.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from harombe_core.models import Message
 from harombe_core.validate import check_id
@@ -108,8 +108,9 @@ def thread_path_sql(columns: str, mark: str) -> str:
     )
 
 
-class ContextReads:
-    """The O(window) reads, shared by both stores (they differ only in the SQL dialect).
+class ContextReads(Protocol):
+    """The O(window) reads: part of the MessageStore protocol, and written once for both
+    stores, which subclass this and differ only in the SQL dialect.
 
     A store sets ``_context_dialect`` (``"sqlite"``/``"postgres"``), ``_context_mark`` (its
     placeholder) and ``_context_row`` (row -> Message), and has ``_read(sql, params)``.
