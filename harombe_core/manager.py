@@ -590,9 +590,14 @@ class MemoryManager(ContextMethods):
         LangGraph checkpointer records a thread's messages with its checkpoint): wakes the
         background embedder and drops the vectors of ``deleted_sessions``. Returns at once.
         """
+        named = [
+            check_id(sid, "deleted_sessions item")
+            for sid in check_list(deleted_sessions, "deleted_sessions", of="session ids")
+        ]
         if self._semantic is None:
             return
-        deleted = list(deleted_sessions)
+        # Only sessions that are really gone: a live session's vectors are never dropped here.
+        deleted = [sid for sid in named if self._store.get_session(sid) is None]
         if deleted:
             self._semantic.forget_sessions(deleted)
         self._semantic.notify()
