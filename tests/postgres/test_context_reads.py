@@ -157,3 +157,36 @@ def test_context_strategies_read_only_the_window(manager: MemoryManager) -> None
     calls.clear()
     manager.get_context(sid, "threaded", 200)
     assert calls == []
+
+
+@pytest.mark.parametrize("strategy", ["simple", "summarization", "hybrid", "threaded"])
+def test_get_context_reads_the_session_once(manager: MemoryManager, strategy: str) -> None:
+    sid = manager.create_session("be brief", session_id=f"once{next(_sessions)}")
+    previous = None
+    for i in range(40):
+        message = Message(role="user" if i % 2 == 0 else "assistant", content=f"turn {i}")
+        previous = manager.store.add_messages(
+            sid, [message.with_ids(token_count=5, parent_id=previous)]
+        )[0]
+    store = manager.store
+    reads: list[str] = []
+    original = store.get_session
+
+    def counting(session_id: str) -> Any:
+        reads.append(session_id)
+        return original(session_id)
+
+    store.get_session = counting  # type: ignore[method-assign]
+    context = manager.get_context(sid, strategy, 100, keep_last=4)
+    assert reads == [sid]
+    assert context[0].content == "be brief"
+    assert context[-1].content == "turn 39"
+
+
+def test_unknown_strategy_names_every_strategy(manager: MemoryManager) -> None:
+    from harombe_core.context import STRATEGIES
+    from harombe_core.errors import InvalidInputError
+
+    with pytest.raises(InvalidInputError) as caught:
+        manager.get_context("s", "newest")
+    assert all(repr(name) in str(caught.value) for name in STRATEGIES)
