@@ -22,6 +22,7 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 import networkx as nx
@@ -55,31 +56,23 @@ def selector_mode(selector: Any) -> str:
     return str(getattr(selector, "mode", "graph"))
 
 
+@dataclass(eq=False)
 class Threader:
     """The thread graph of one session and the writes that grow it.
 
     ``with_summaries`` loads each message's stored summary into its node (ChatMemory shows them).
     """
 
-    def __init__(
-        self,
-        host: Host,
-        session_id: str,
-        selector: Any,
-        *,
-        user_id: str | None = None,
-        with_summaries: bool = False,
-    ) -> None:
-        self._host = host
-        self.session_id = session_id
-        self.selector = selector
-        self.user_id = user_id
-        self._with_summaries = with_summaries
-        self._graph: nx.DiGraph | None = None
-        self._newest: int | None = None
-        self._count = 0
-        self._unstored_links: list[tuple[int, int]] = []
-        self._lock = threading.RLock()
+    host: Host = field(repr=False)
+    session_id: str
+    selector: Any
+    user_id: str | None = None
+    with_summaries: bool = False
+    _graph: nx.DiGraph | None = field(default=None, init=False, repr=False)
+    _newest: int | None = field(default=None, init=False, repr=False)
+    _count: int = field(default=0, init=False, repr=False)
+    _unstored_links: list[tuple[int, int]] = field(default_factory=list, init=False, repr=False)
+    _lock: threading.RLock = field(default_factory=threading.RLock, init=False, repr=False)
 
     # the view -----------------------------------------------------------------------------
     @property
@@ -106,7 +99,7 @@ class Threader:
         with self._lock:
             if self._graph is None:
                 return self._load()
-            store = self._host.store
+            store = self.host.store
             session = store.get_session(self.session_id)
             count = session.message_count if session is not None else 0
             new = store.get_messages(self.session_id, after_id=self._newest)
@@ -122,11 +115,11 @@ class Threader:
         with the next write (reading writes nothing). An assistant message without a parent
         right after a user message (a crash between an exchange's two writes, in an older
         file) answers that message, and is repaired in the store."""
-        store = self._host.store
+        store = self.host.store
         messages = store.get_messages(self.session_id)
         summaries = (
             store.get_message_summaries([m.id for m in messages if m.id is not None])
-            if self._with_summaries
+            if self.with_summaries
             else {}
         )
         self._graph, self._newest, self._count = nx.DiGraph(), None, 0
@@ -238,7 +231,7 @@ class Threader:
         """Store ``batch`` with its parent links (and any pending ones) in one transaction."""
         with self._lock:
             parents = self._parents(batch, chosen)
-            links, store = self._unstored_links, self._host.store
+            links, store = self._unstored_links, self.host.store
             prepared = [
                 message.with_ids(parent_id=stored)
                 for message, (stored, _) in zip(batch, parents, strict=True)
@@ -247,13 +240,13 @@ class Threader:
             def write() -> list[int]:
                 for message_id, parent_id in links:
                     store.set_parent(message_id, parent_id)
-                ids = self._host.save_messages(self.session_id, prepared, user_id=self.user_id)
+                ids = self.host.save_messages(self.session_id, prepared, user_id=self.user_id)
                 for new_id, (_, in_batch) in zip(ids, parents, strict=True):
                     if in_batch is not None:
                         store.set_parent(new_id, ids[in_batch])
                 return ids
 
-            ids = self._host.atomic(write)
+            ids = self.host.atomic(write)
             self._unstored_links = []
             for message, new_id, (stored, in_batch) in zip(batch, ids, parents, strict=True):
                 parent = stored if in_batch is None else ids[in_batch]
