@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from harombe_core.errors import InvalidInputError
 from harombe_core.models import Message, SearchHit, Session
+from harombe_core.progress import Progress, check_progress
 from harombe_core.store.base import MessageStore
 
 if TYPE_CHECKING:
@@ -124,11 +125,13 @@ class SearchMethods:
 
         return format_context(messages)
 
-    def backfill_embeddings(self, batch_size: int = 100, *, progress: bool = True) -> int:
+    def backfill_embeddings(self, batch_size: int = 100, *, progress: Progress = True) -> int:
         """Embed every message not yet embedded (with a progress bar); returns how many.
 
-        Raises InvalidInputError when semantic memory is off (nothing to embed with).
+        ``progress`` as for :meth:`flush`. Raises InvalidInputError when semantic memory is off
+        (nothing to embed with).
         """
+        check_progress(progress)
         return self._require_semantic("backfill_embeddings").backfill(batch_size, progress=progress)
 
     def reindex(
@@ -137,14 +140,16 @@ class SearchMethods:
         *,
         embedding: Any = None,
         vector_store: Any = "chroma",
-        progress: bool = True,
+        progress: Progress = True,
         reembed: bool = False,
     ) -> dict[str, int]:
         """Rebuild the keyword and vector indexes from the store; safe to repeat.
 
         Pass ``embedding`` to switch to another model (every message is embedded again);
         otherwise vectors kept in SQLite are re-inserted without running the model.
+        ``progress`` as for :meth:`flush` (a bar by default).
         """
+        check_progress(progress)
         keyword = self._store.rebuild_keyword_index()
         from harombe_core.vectors.indexer import resolve_embedder_spec
 
@@ -186,7 +191,9 @@ class SearchMethods:
     async def aget_relevant_context(self, query: str, *args: Any, **kwargs: Any) -> list[Message]:
         return await asyncio.to_thread(self.get_relevant_context, query, *args, **kwargs)
 
-    async def abackfill_embeddings(self, batch_size: int = 100, *, progress: bool = True) -> int:
+    async def abackfill_embeddings(
+        self, batch_size: int = 100, *, progress: Progress = True
+    ) -> int:
         return await asyncio.to_thread(self.backfill_embeddings, batch_size, progress=progress)
 
     async def areindex(self, batch_size: int = 100, **kwargs: Any) -> dict[str, int]:
