@@ -17,9 +17,11 @@ from harombe_core.errors import (
     ExportPathError,
     HarombeError,
     ImportFormatError,
+    InputTooLargeError,
     InvalidBudgetError,
     InvalidInputError,
     InvalidMessageError,
+    MessageTooLargeError,
     MissingExtraError,
     NotAHarombeDatabaseError,
     SchemaTooNewError,
@@ -35,6 +37,7 @@ from harombe_core.errors import (
     VectorIndexBusyError,
     VectorIndexError,
 )
+from harombe_core.limits import Limits, current_limits, set_limits
 from harombe_core.models import ConversationNode, Message, MessageSummary, SearchHit, Session
 
 if TYPE_CHECKING:
@@ -75,16 +78,19 @@ __all__ = [
     "ExtractiveSummarizer",
     "HarombeError",
     "ImportFormatError",
+    "InputTooLargeError",
     "InvalidBudgetError",
     "InvalidInputError",
     "InvalidMessageError",
     "LLMNodeSelector",
     "LLMSummarizer",
+    "Limits",
     "LinearNodeSelector",
     "MemoryConfig",
     "MemoryManager",
     "Message",
     "MessageSummary",
+    "MessageTooLargeError",
     "MissingExtraError",
     "NotAHarombeDatabaseError",
     "SQLiteStore",
@@ -104,6 +110,8 @@ __all__ = [
     "VectorIndexBusyError",
     "VectorIndexError",
     "__version__",
+    "current_limits",
+    "set_limits",
 ]
 
 

@@ -35,6 +35,14 @@ from harombe_core.threads import (
     node_of,
     resolve_selector,
 )
+from harombe_core.validate import (
+    MAX_TOP_K,
+    check_count,
+    check_path,
+    check_query,
+    optional_count,
+    optional_id,
+)
 
 if TYPE_CHECKING:
     from harombe_core.manager import MemoryManager
@@ -114,12 +122,16 @@ class ChatMemory:
         session_id: str | None = None,
         user_id: str | None = None,
     ) -> None:
-        if isinstance(context_depth, bool) or not isinstance(context_depth, int):
-            raise InvalidInputError(f"context_depth must be an int, got {context_depth!r}.")
-        if context_depth < 0:
-            raise InvalidInputError(f"context_depth must be >= 0, got {context_depth}.")
+        context_depth = check_count(context_depth, "context_depth")
+        session_id = optional_id(session_id, "session_id")
         if memory is not None and storage_path is not None:
             raise InvalidInputError("pass either memory= or storage_path=, not both.")
+        from harombe_core.manager import MemoryManager
+
+        if memory is not None and not isinstance(memory, MemoryManager):
+            raise InvalidInputError(
+                f"memory must be a harombe_core.MemoryManager, got {type(memory).__name__}."
+            )
         self.node_selector = (
             resolve_selector(node_selector) if node_selector is not None else (LinearNodeSelector())
         )
@@ -127,8 +139,6 @@ class ChatMemory:
         self.context_depth = context_depth
         self._owns_manager = memory is None
         if memory is None:
-            from harombe_core.manager import MemoryManager
-
             memory = MemoryManager(
                 ":memory:" if storage_path is None else storage_path,
                 embedding=None,
@@ -360,12 +370,14 @@ class ChatMemory:
 
     def get_recent_messages(self, n_results: int = 10) -> list[Message]:
         """The newest ``n_results`` messages, oldest first."""
-        if n_results <= 0:
+        if check_count(n_results, "n_results") == 0:
             return []
         return self.messages[-n_results:]
 
     def thread_of(self, node_id: int | None = None, depth: int | None = None) -> list[Message]:
         """The messages from the thread root (or ``depth`` ancestors up) to ``node_id``."""
+        node_id = optional_count(node_id, "node_id")
+        depth = optional_count(depth, "depth")
         if self.graph.number_of_nodes() == 0:
             return []
         leaf = max(self.graph.nodes) if node_id is None else node_id
@@ -396,11 +408,12 @@ class ChatMemory:
         adds up to ``context_depth`` ancestors of each (default: the memory's), and returns the
         union without duplicates, oldest first.
         """
+        query = check_query(query)
+        n_results = check_count(n_results, "n_results", high=MAX_TOP_K)
+        context_depth = optional_count(context_depth, "context_depth")
         if isinstance(self.node_selector, LinearNodeSelector):
             return self.get_recent_messages(n_results)
         depth = self.context_depth if context_depth is None else context_depth
-        if depth < 0:
-            raise InvalidInputError(f"context_depth must be >= 0, got {depth}.")
         chosen: set[int] = set()
         for hit in self._hits(query, n_results):
             if hit in self.graph:
@@ -434,9 +447,9 @@ class ChatMemory:
         self.close()
 
     # export / import ----------------------------------------------------------------------
-    def to_mermaid(self, **kwargs: Any) -> str:
-        """The thread graph as a Mermaid diagram (see :func:`to_mermaid`)."""
-        return to_mermaid(self.graph, **kwargs)
+    def to_mermaid(self, *, max_chars: int = 60) -> str:
+        """The thread graph as a Mermaid diagram; labels cut at ``max_chars`` characters."""
+        return to_mermaid(self.graph, max_chars=check_count(max_chars, "max_chars"))
 
     def _record(self) -> Any:
         from harombe_core.export import SessionRecord
@@ -460,6 +473,8 @@ class ChatMemory:
 
     def export(self, format: str = "json") -> str:
         """This memory as ``json``, ``jsonl`` (OpenAI chat format), ``mermaid`` or ``text``."""
+        if not isinstance(format, str):
+            raise InvalidInputError(f"format must be a str, got {type(format).__name__}.")
         fmt = "text" if format == "plain_text" else format
         if fmt == "mermaid":
             return self.to_mermaid()
@@ -479,7 +494,7 @@ class ChatMemory:
         """Write the JSON document to ``path`` (atomically) and return the path."""
         from harombe_core.export import write_text
 
-        return write_text(Path(path).expanduser(), self.export("json"))
+        return write_text(check_path(path), self.export("json"))
 
     @classmethod
     def load(
@@ -498,17 +513,11 @@ class ChatMemory:
         their threads and summaries. ``node_selector`` defaults to linear for a ``"linear"``
         file and to the embedding selector for a ``"graph"`` one.
         """
-        import json
+        from harombe_core.export import import_records, read_json, session_from_dict
 
-        from harombe_core.errors import ImportFormatError
-        from harombe_core.export import import_records, session_from_dict
-
-        text = Path(path).expanduser().read_text(encoding="utf-8")
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ImportFormatError(f"{path} is not JSON ({exc}).") from exc
-        record = session_from_dict(data, where=str(path))
+        file = check_path(path)
+        data = read_json(file)
+        record = session_from_dict(data, where=str(file))
         mode = data.get("metadata", {}).get("mode") if isinstance(data, dict) else None
         if node_selector is None and mode == "graph":
             node_selector = "embedding"

@@ -57,6 +57,8 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     cls=_Group,
+    # A bug's traceback must not print local variables: they can hold keys and user data.
+    pretty_exceptions_show_locals=False,
 )
 console = Console()
 err_console = Console(stderr=True)
@@ -84,13 +86,18 @@ UserOption = Annotated[
 
 
 # shared helpers ------------------------------------------------------------------------------
+def _error_line(text: str) -> None:
+    """One line on stderr, whatever the message held (a typed error's text can span lines)."""
+    err_console.print(f"[red]error:[/red] {escape(' '.join(text.split()))}", soft_wrap=True)
+
+
 @contextmanager
 def clean_errors() -> Iterator[None]:
     """Turn a typed harombe error into one red line on stderr and exit code 1."""
     try:
         yield
     except HarombeError as exc:
-        err_console.print(f"[red]error:[/red] {escape(exc.cli_message())}", soft_wrap=True)
+        _error_line(exc.cli_message())
         raise typer.Exit(1) from None
 
 
@@ -502,7 +509,8 @@ def migrate_command(
 ) -> None:
     """Copy a whole memory between SQLite and PostgreSQL (resumable, verified).
 
-    Sessions, messages, threads, summaries and the LangGraph store's items, with their vectors.
+    Sessions, messages, threads, summaries, the LangGraph store's items with their vectors, and
+    LangGraph checkpoints.
     """
     from harombe_core.migrate import migrate
 
@@ -513,7 +521,8 @@ def migrate_command(
         f"{plural(report.messages, 'message')} ({report.copied_messages:,} copied now, "
         f"{plural(report.skipped_sessions, 'session')} already done) and "
         f"{plural(report.store_items, 'store item')} ({report.copied_store_items:,} copied "
-        "now); verified: counts and checksums match."
+        f"now) and {plural(report.checkpoint_rows, 'checkpoint row')} "
+        f"({report.copied_checkpoint_rows:,} copied now); verified: counts and checksums match."
     )
 
 
@@ -767,13 +776,27 @@ def graph_command(
             )
 
 
-def main() -> None:
-    """Entry point: typed harombe errors become one red line and exit code 1, not a traceback."""
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: every typed harombe error and every bad option value becomes one red line
+    on stderr and a non-zero exit code (1 for errors, 2 for usage), never a traceback."""
+    from typer.exceptions import Abort, TyperException
+
+    args = sys.argv[1:] if argv is None else list(argv)
     try:
-        app()
+        # Not standalone: usage errors come back as exceptions instead of a framed box.
+        code = app(args=args or ["--help"], prog_name="harombe", standalone_mode=False)
     except HarombeError as exc:
-        err_console.print(f"[red]error:[/red] {escape(exc.cli_message())}", soft_wrap=True)
+        _error_line(exc.cli_message())
         sys.exit(1)
+    except TyperException as exc:  # a bad option value, a missing argument, an unknown command
+        ctx = getattr(exc, "ctx", None)
+        hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
+        _error_line(exc.format_message() + hint)
+        sys.exit(exc.exit_code)
+    except Abort:
+        _error_line("aborted.")
+        sys.exit(1)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":  # pragma: no cover

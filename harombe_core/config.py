@@ -137,6 +137,8 @@ def load_config(source: str | os.PathLike[str] | Mapping[str, Any] | MemoryConfi
             data = yaml.safe_load(text) or {}
         except yaml.YAMLError as exc:
             raise ConfigError(f"{path} is not valid YAML: {exc}") from exc
+        except RecursionError:
+            raise ConfigError(f"{path} is nested too deeply to be a configuration.") from None
     else:
         raise ConfigError(
             f"config must be a YAML path or a mapping, got {type(source).__name__}."

@@ -5,7 +5,10 @@ recover. The tree::
 
     HarombeError
     ├── InvalidInputError (also ValueError)        bad argument to a public method
-    │   ├── InvalidMessageError                    role, content, size, NUL bytes, metadata
+    │   ├── InvalidMessageError                    role, content, NUL bytes, metadata, times
+    │   │   └── MessageTooLargeError               a message field over its size limit
+    │   ├── InputTooLargeError                     any stored field over its size limit
+    │   │   └── MessageTooLargeError               (also an InvalidMessageError)
     │   └── InvalidBudgetError                     negative or non-integer token budget
     ├── ConfigError (also ValueError)              YAML/dict configuration that does not validate
     ├── SessionNotFoundError (also KeyError)       a session that must exist does not (export,
@@ -49,9 +52,11 @@ __all__ = [
     "ExportPathError",
     "HarombeError",
     "ImportFormatError",
+    "InputTooLargeError",
     "InvalidBudgetError",
     "InvalidInputError",
     "InvalidMessageError",
+    "MessageTooLargeError",
     "MissingExtraError",
     "NotAHarombeDatabaseError",
     "SchemaTooNewError",
@@ -118,6 +123,14 @@ class InvalidInputError(HarombeError, ValueError):
 
 class InvalidMessageError(InvalidInputError):
     """A message cannot be stored as given (role, content, size, metadata)."""
+
+
+class InputTooLargeError(InvalidInputError):
+    """A value is larger than its field may store (see :mod:`harombe_core.limits`)."""
+
+
+class MessageTooLargeError(InvalidMessageError, InputTooLargeError):
+    """A message field (content, name, tool calls, metadata) is over its size limit."""
 
 
 class InvalidBudgetError(InvalidInputError):

@@ -30,6 +30,7 @@ so a large export needs no more memory than its largest session.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import io
 import itertools
@@ -51,7 +52,7 @@ from harombe_core.errors import (
     InvalidMessageError,
     SessionNotFoundError,
 )
-from harombe_core.jsonstream import JsonPart, json_parts, jsonl_values, sniff
+from harombe_core.jsonstream import JsonPart, json_document, json_parts, jsonl_values, sniff
 from harombe_core.models import Message, Session, utc_now
 
 if TYPE_CHECKING:
@@ -852,6 +853,19 @@ def iter_records(path: str | os.PathLike[str], fmt: str | None = None) -> Iterat
     The file is streamed: memory follows its largest session, not its size. Raises
     :class:`ImportFormatError` naming the file and the line or node at fault.
     """
+    with _export_file(path) as (file, handle):
+        if not handle.seekable():
+            raise ImportFormatError(
+                f"{file} is not a regular file (a pipe?); an import reads its file twice (to "
+                "check it, then to write it), so save the export to a file and import that."
+            )
+        yield from _records(handle, fmt)
+
+
+@contextlib.contextmanager
+def _export_file(path: str | os.PathLike[str]) -> Iterator[tuple[Path, IO[bytes]]]:
+    """The file at ``path`` opened for reading; every failure, opening it or reading it, is an
+    ImportFormatError that names the file (and where in it)."""
     file = Path(path).expanduser()
     try:
         handle = file.open("rb")
@@ -862,17 +876,19 @@ def iter_records(path: str | os.PathLike[str], fmt: str | None = None) -> Iterat
     except OSError as exc:
         raise ImportFormatError(f"cannot read {file}: {exc.strerror or exc}.") from exc
     with handle:
-        if not handle.seekable():
-            raise ImportFormatError(
-                f"{file} is not a regular file (a pipe?); an import reads its file twice (to "
-                "check it, then to write it), so save the export to a file and import that."
-            )
         try:
-            yield from _records(handle, fmt)
+            yield file, handle
         except ImportFormatError as exc:  # say which file, then where in it
             raise ImportFormatError(f"{file.name}: {exc}") from exc
         except OSError as exc:
             raise ImportFormatError(f"cannot read {file}: {exc.strerror or exc}.") from exc
+
+
+def read_json(path: str | os.PathLike[str]) -> Any:
+    """The JSON document in the file at ``path``, whole (a ChatMemory file, not a store's
+    export); every failure is an ImportFormatError naming the file."""
+    with _export_file(path) as (_, handle):
+        return json_document(handle)
 
 
 def read_records(path: str | os.PathLike[str], fmt: str | None = None) -> list[SessionRecord]:

@@ -25,7 +25,7 @@ from typing import IO, Any, Literal, NamedTuple
 
 from harombe_core.errors import ImportFormatError
 
-__all__ = ["JsonPart", "json_parts", "jsonl_values", "sniff"]
+__all__ = ["JsonPart", "json_document", "json_parts", "jsonl_values", "sniff"]
 
 _CHUNK = 1 << 20
 _BOM = codecs.BOM_UTF8
@@ -35,6 +35,9 @@ _DECODER = json.JSONDecoder()
 #: "read more": a value cut short ends (or fails) at the cut, give or take a partial number,
 #: literal or escape.
 _CUT_MARGIN = 32
+#: Why a value that parses as JSON text still cannot be read: nested deeper than Python's
+#: stack allows, or an integer longer than Python will convert.
+_TOO_DEEP = "nested too deeply to read; harombe stores at most json_depth levels"
 
 
 class JsonPart(NamedTuple):
@@ -111,12 +114,16 @@ class _Buffer:
         while True:
             try:
                 value, end = _DECODER.raw_decode(self.text, self.pos)
+            except RecursionError:
+                raise self.error(_TOO_DEEP, self.pos) from None
             except json.JSONDecodeError as exc:
                 cut = exc.msg.startswith("Unterminated string") or (
                     exc.pos >= len(self.text) - _CUT_MARGIN
                 )
                 if self.eof or not cut:
                     raise self.error(exc.msg, exc.pos) from None
+            except ValueError as exc:  # an integer too long to convert
+                raise self.error(str(exc).split(";")[0], self.pos) from None
             else:
                 # A number that ends near the end of the text read may go on in the next chunk
                 # ("1" of "1.5e3"); anything else that ends there is whole, but cheap to reread.
@@ -201,6 +208,17 @@ def json_parts(handle: IO[bytes], stream: str) -> Iterator[JsonPart]:
         raise buffer.error("Extra data", buffer.pos)
 
 
+def json_document(handle: IO[bytes]) -> Any:
+    """The one JSON value in ``handle``, whole (for small files); nothing may follow it."""
+    buffer = _Buffer(handle)
+    if buffer.peek() is None:
+        raise buffer.error("Expecting value", buffer.pos)
+    value = buffer.value()
+    if buffer.peek() is not None:
+        raise buffer.error("Extra data", buffer.pos)
+    return value
+
+
 def jsonl_values(handle: IO[bytes]) -> Iterator[tuple[int, Any]]:
     """(line number, value) for each non-blank line of a JSON Lines file."""
     for number, raw in enumerate(handle, start=1):
@@ -220,6 +238,12 @@ def jsonl_values(handle: IO[bytes]) -> Iterator[tuple[int, Any]]:
         except json.JSONDecodeError as exc:
             raise ImportFormatError(
                 f"line {number}: not valid JSON ({exc.msg} at column {exc.colno})."
+            ) from None
+        except RecursionError:
+            raise ImportFormatError(f"line {number}: not valid JSON ({_TOO_DEEP}).") from None
+        except ValueError as exc:  # an integer too long to convert
+            raise ImportFormatError(
+                f"line {number}: not valid JSON ({str(exc).split(';')[0]})."
             ) from None
         yield number, value
 

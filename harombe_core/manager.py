@@ -17,13 +17,28 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from harombe_core.errors import InvalidInputError, InvalidMessageError
+from harombe_core.limits import current_limits
 from harombe_core.manager_context import ContextMethods
 from harombe_core.models import Message, Session
 from harombe_core.owners import check_owner, legacy_session_key, session_key
 from harombe_core.progress import Progress, check_progress
 from harombe_core.store.base import UNSET, MessageStore
-from harombe_core.strategies import Window, check_budget, window_newest
+from harombe_core.strategies import Window, window_newest
 from harombe_core.tokens import TokenCounter, resolve_token_counter
+from harombe_core.validate import (
+    check_budget,
+    check_count,
+    check_flag,
+    check_id,
+    check_list,
+    check_location,
+    check_mapping,
+    check_number,
+    optional_count,
+    optional_id,
+    optional_number,
+    optional_text,
+)
 
 if TYPE_CHECKING:
     from harombe_core.config import MemoryConfig
@@ -32,6 +47,8 @@ __all__ = ["MemoryManager", "open_store"]
 
 log = logging.getLogger(__name__)
 
+#: Longest wait flush() accepts, in seconds (a day; the clock cannot represent much more).
+MAX_WAIT_SECONDS = 86_400.0
 T = TypeVar("T")
 
 
@@ -45,14 +62,9 @@ def open_store(
     them (:mod:`harombe_core.store.sqlite_file`). ``encryption_key`` (else ``HAROMBE_DB_KEY``)
     encrypts a SQLite file with SQLCipher; every opener of one file must pass the same key.
     """
-    if not isinstance(storage_path, (str, os.PathLike)):
-        if isinstance(storage_path, MessageStore):
-            return storage_path
-        raise InvalidInputError(
-            f"storage_path must be a file path, ':memory:' or a postgresql:// URL, got "
-            f"{type(storage_path).__name__}."
-        )
-    location = os.fspath(storage_path)
+    if isinstance(storage_path, MessageStore):
+        return storage_path
+    location = check_location(storage_path)
     if location.startswith(("postgresql://", "postgres://")):
         from harombe_core.store.postgres import PostgresStore
 
@@ -66,37 +78,37 @@ def _message_list(messages: Any, what: str) -> list[Any]:
     """The messages of a bulk call as a list, refusing a lone message or a non-iterable."""
     if type(messages) is list:  # the common case, checked first: save_message goes this way
         return messages
-    if isinstance(messages, (str, bytes, Message, Mapping)) or not isinstance(messages, Iterable):
-        raise InvalidMessageError(
-            f"{what} takes a list of messages, got {type(messages).__name__}; wrap a single "
-            "message in a list or call save_message()."
-        )
-    return list(messages)
+    return check_list(
+        messages,
+        what,
+        of="messages",
+        single=(Message,),
+        error=InvalidMessageError,
+        hint="wrap a single message in a list or call save_message()",
+    )
 
 
 def _id_list(values: Any, what: str) -> list[int]:
     """Message ids as ints, refusing a lone value, a non-iterable or a non-integer id."""
-    if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Iterable):
-        raise InvalidInputError(f"{what} must be a list of message ids, got {values!r:.80}.")
-    import numbers
-
-    items = list(values)
-    if any(isinstance(i, bool) or not isinstance(i, numbers.Integral) for i in items):
-        raise InvalidInputError(f"{what} must contain only integer message ids.")
-    return [int(i) for i in items]
+    ids = check_list(values, what, of="message ids")
+    return [check_count(i, f"every id in {what}") for i in ids]
 
 
-def _optional_count(value: Any, what: str) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InvalidInputError(f"{what} must be a non-negative int or None, got {value!r}.")
-    return value
-
-
-def _optional_text(value: Any, what: str) -> None:
-    if value is not None and not isinstance(value, str):
-        raise InvalidInputError(f"{what} must be a str or None, got {type(value).__name__}.")
+def _session_fields(system_prompt: Any, metadata: Any) -> dict[str, Any]:
+    """A session's system prompt and metadata, checked (kind and size) before any work."""
+    limits = current_limits()
+    optional_text(
+        system_prompt,
+        "system_prompt",
+        limit=limits.system_prompt_chars,
+        field="system_prompt_chars",
+    )
+    return check_mapping(
+        metadata,
+        "session metadata",
+        limit=limits.session_metadata_chars,
+        field="session_metadata_chars",
+    )
 
 
 def _as_message(value: Any) -> Message:
@@ -136,6 +148,18 @@ class MemoryManager(ContextMethods):
     ) -> None:
         self.max_history_tokens = check_budget(max_history_tokens, "max_history_tokens")
         self.token_counter: TokenCounter = resolve_token_counter(token_counter)
+        if config is not None:
+            from harombe_core.config import MemoryConfig
+
+            if not isinstance(config, MemoryConfig):
+                raise InvalidInputError(
+                    f"config must be a MemoryConfig, got {type(config).__name__}; build one "
+                    "with harombe_core.config.load_config(path_or_dict)."
+                )
+        if encryption_key is not None and not isinstance(encryption_key, str):
+            raise InvalidInputError(
+                f"encryption_key must be a str, got {type(encryption_key).__name__}."
+            )
         semantic = embedding is not None and vector_store is not None
         if semantic:
             # A missing extra is reported before the database is created, not after.
@@ -244,12 +268,10 @@ class MemoryManager(ContextMethods):
 
         Raises InvalidInputError for a malformed id, metadata or an id already in use.
         """
-        sid = session_id if session_id is not None else uuid.uuid4().hex
-        _optional_text(system_prompt, "system_prompt")
+        sid = optional_id(session_id, "session_id") or uuid.uuid4().hex
+        optional_id(user_id, "user_id")
+        _session_fields(system_prompt, metadata)
         tokens = self._system_prompt_tokens(system_prompt)
-        if metadata is not None and not isinstance(metadata, Mapping):
-            raise InvalidInputError(f"metadata must be a dict, got {type(metadata).__name__}.")
-        Message(role="system", content="", metadata=dict(metadata or {}))  # validates JSON
         self._store.create_session(
             sid,
             user_id=user_id,
@@ -283,7 +305,8 @@ class MemoryManager(ContextMethods):
         return self._system_prompt_message(session) + self._store.get_messages(session_id)
 
     def session_exists(self, session_id: str) -> bool:
-        return self._store.get_session(session_id) is not None
+        """True if a session with this id is stored."""
+        return self._store.get_session(check_id(session_id, "session_id")) is not None
 
     def check_owner(
         self, session_id: str, user_id: str | None, *, exact: bool = False
@@ -298,8 +321,9 @@ class MemoryManager(ContextMethods):
         ``user_id`` itself, so ``None`` reaches only sessions without an owner: what an adapter
         acting for nobody may use.
         """
-        _optional_text(user_id, "user_id")
-        session = self._store.get_session(session_id)
+        optional_id(user_id, "user_id")
+        check_flag(exact, "exact")
+        session = self._store.get_session(check_id(session_id, "session_id"))
         if session is not None:
             check_owner(session_id, session.user_id, user_id, exact=exact)
         return session
@@ -333,19 +357,16 @@ class MemoryManager(ContextMethods):
         Like every write, it creates an unknown session (with these values), in one
         transaction with the check.
         """
+        check_id(session_id, "session_id")
+        _session_fields(
+            None if system_prompt is UNSET else system_prompt,
+            None if metadata is UNSET else metadata,
+        )
+        if user_id is not UNSET:
+            optional_id(user_id, "user_id")
         tokens: Any = UNSET
         if system_prompt is not UNSET:
-            if system_prompt is not None and not isinstance(system_prompt, str):
-                raise InvalidInputError("system_prompt must be a str or None.")
             tokens = self._system_prompt_tokens(system_prompt)
-        if metadata is not UNSET and metadata is not None:
-            if not isinstance(metadata, Mapping):
-                raise InvalidInputError(
-                    f"metadata must be a dict or None, got {type(metadata).__name__}."
-                )
-            Message(role="system", content="", metadata=dict(metadata))  # validates JSON
-        if user_id is not UNSET:
-            _optional_text(user_id, "user_id")
 
         def apply() -> None:
             if self._store.get_session(session_id) is None:
@@ -365,9 +386,8 @@ class MemoryManager(ContextMethods):
 
     def list_sessions(self, limit: int | None = 10, user_id: str | None = None) -> list[Session]:
         """Sessions with the most recent activity first."""
-        limit = _optional_count(limit, "limit")
-        _optional_text(user_id, "user_id")
-        return self._store.list_sessions(limit=limit, user_id=user_id)
+        limit = optional_count(limit, "limit")
+        return self._store.list_sessions(limit=limit, user_id=optional_id(user_id, "user_id"))
 
     def delete_session(self, session_id: str, *, user_id: str | None = None) -> bool:
         """Delete a session and all its messages (and their vectors). True if it existed.
@@ -375,7 +395,7 @@ class MemoryManager(ContextMethods):
         With ``user_id``, only that user's session (else SessionOwnershipError)."""
         if user_id is not None:
             self.check_owner(session_id, user_id)
-        deleted = self._store.delete_session(session_id)
+        deleted = self._store.delete_session(check_id(session_id, "session_id"))
         if deleted and self._semantic is not None:
             self._semantic.forget_sessions([session_id])
         return deleted
@@ -386,22 +406,18 @@ class MemoryManager(ContextMethods):
         With ``user_id``, only that user's session (else SessionOwnershipError)."""
         if user_id is not None:
             self.check_owner(session_id, user_id)
-        removed = self._store.clear_session(session_id)
+        removed = self._store.clear_session(check_id(session_id, "session_id"))
         if removed and self._semantic is not None:
             self._semantic.forget_sessions([session_id])
         return removed
 
-    def prune_old_sessions(self, days: int) -> int:
+    def prune_old_sessions(self, days: float) -> int:
         """Delete sessions with no activity in the last ``days`` days; returns how many."""
-        if (
-            isinstance(days, bool)
-            or not isinstance(days, (int, float))
-            or not 0 <= days <= 3_000_000  # NaN fails too; beyond ~8,000 years nothing is older
-        ):
-            raise InvalidInputError(
-                f"days must be a number of days between 0 and 3,000,000, got {days!r}."
-            )
-        cutoff = datetime.now(UTC) - timedelta(days=days)
+        # Beyond ~8,000 years nothing can be older; the cutoff stops at the first storable time.
+        span = check_number(days, "days", low=0, high=3_000_000)
+        now = datetime.now(UTC)
+        oldest = datetime.min.replace(tzinfo=UTC)
+        cutoff = oldest if span >= (now - oldest).days else now - timedelta(days=span)
         removed = self._store.delete_sessions_before(cutoff)
         if removed and self._semantic is not None:
             self._semantic.forget_sessions(removed)
@@ -432,6 +448,8 @@ class MemoryManager(ContextMethods):
         user_id: str | None = None,
     ) -> list[int]:
         """Store many messages in one transaction (all or none); returns their ids in order."""
+        check_id(session_id, "session_id")
+        optional_id(user_id, "user_id")
         prepared = [self._prepare(m) for m in _message_list(messages, "save_messages")]
         if not prepared:
             return []
@@ -453,6 +471,8 @@ class MemoryManager(ContextMethods):
         What a framework's "set the history" or "delete message i" needs without ever leaving
         half a history; returns the new messages' ids. Ids of other sessions are ignored.
         """
+        check_id(session_id, "session_id")
+        optional_id(user_id, "user_id")
         doomed = _id_list(delete_ids, "delete_ids")
         prepared = [self._prepare(m) for m in _message_list(messages, "replace_messages")]
         if not prepared and not doomed:
@@ -489,11 +509,13 @@ class MemoryManager(ContextMethods):
         """Every message of a session in order (or ``limit`` of them after ``after_id``).
 
         With ``user_id``, only that user's session (else SessionOwnershipError)."""
-        limit = _optional_count(limit, "limit")
-        after_id = _optional_count(after_id, "after_id")
+        limit = optional_count(limit, "limit")
+        after_id = optional_count(after_id, "after_id")
         if user_id is not None:
             self.check_owner(session_id, user_id)
-        return self._store.get_messages(session_id, after_id=after_id, limit=limit)
+        return self._store.get_messages(
+            check_id(session_id, "session_id"), after_id=after_id, limit=limit
+        )
 
     def get_recent_messages(
         self,
@@ -529,6 +551,8 @@ class MemoryManager(ContextMethods):
     ) -> Window:
         """Like :meth:`get_recent_messages`, with the token total the window costs."""
         budget = self.max_history_tokens if max_tokens is None else check_budget(max_tokens)
+        check_flag(include_system, "include_system")
+        check_flag(start_on_user, "start_on_user")
         session = self.check_owner(session_id, user_id)
         if session is None:
             return Window(messages=[], tokens=0)
@@ -544,11 +568,8 @@ class MemoryManager(ContextMethods):
 
     def count_tokens(self, messages: Sequence[Message]) -> int:
         """Tokens these messages cost under this manager's counter (overhead included)."""
-        if isinstance(messages, (str, bytes, Message, Mapping)) or not isinstance(
-            messages, Iterable
-        ):
-            raise InvalidMessageError("count_tokens takes a list of messages.")
-        return self.token_counter.count_messages([_as_message(m) for m in messages])
+        batch = _message_list(messages, "count_tokens")
+        return self.token_counter.count_messages([_as_message(m) for m in batch])
 
     def atomic(self, fn: Callable[[], T]) -> T:
         """Run ``fn()`` so that every write it makes through this manager commits together, or
@@ -560,6 +581,8 @@ class MemoryManager(ContextMethods):
         sessions deleted inside lose their vectors at once, even if the block then rolls back
         (``harombe reindex`` restores them). Async methods called inside do not join it.
         """
+        if not callable(fn):
+            raise InvalidInputError(f"atomic takes a function to run, got {type(fn).__name__}.")
         result = self._store.atomic(fn)
         if self._semantic is not None:
             self._semantic.notify()
@@ -567,6 +590,25 @@ class MemoryManager(ContextMethods):
 
 
     # semantic memory lifecycle ------------------------------------------------------------
+    def notify_written(self, *, deleted_sessions: Iterable[str] = ()) -> None:
+        """Keep semantic memory in step with rows written outside this manager's own methods.
+
+        For code that writes messages through the store's runner in its own transaction (the
+        LangGraph checkpointer records a thread's messages with its checkpoint): wakes the
+        background embedder and drops the vectors of ``deleted_sessions``. Returns at once.
+        """
+        named = [
+            check_id(sid, "deleted_sessions item")
+            for sid in check_list(deleted_sessions, "deleted_sessions", of="session ids")
+        ]
+        if self._semantic is None:
+            return
+        # Only sessions that are really gone: a live session's vectors are never dropped here.
+        deleted = [sid for sid in named if self._store.get_session(sid) is None]
+        if deleted:
+            self._semantic.forget_sessions(deleted)
+        self._semantic.notify()
+
     def flush(self, timeout: float | None = None, *, progress: Progress = None) -> None:
         """Block until every saved message is embedded and searchable (no-op without semantic).
 
@@ -578,6 +620,7 @@ class MemoryManager(ContextMethods):
         passes first.
         """
         check_progress(progress)
+        timeout = optional_number(timeout, "timeout", low=0, high=MAX_WAIT_SECONDS)
         if self._semantic is not None:
             self._semantic.flush(timeout, progress=progress)
 

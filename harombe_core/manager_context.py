@@ -13,11 +13,23 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from harombe_core.errors import InvalidInputError
+from harombe_core.limits import current_limits
 from harombe_core.manager_search import SearchMethods
 from harombe_core.models import Message, Session
 from harombe_core.store.base import MessageStore
-from harombe_core.strategies import check_budget, window_newest
+from harombe_core.strategies import ContextBudget, window_newest
 from harombe_core.tokens import TokenCounter
+from harombe_core.validate import (
+    MAX_TOP_K,
+    check_budget,
+    check_count,
+    check_flag,
+    check_query,
+    optional_count,
+    optional_id,
+    optional_text,
+    show,
+)
 
 if TYPE_CHECKING:
     from harombe_core.strategies import Window
@@ -25,6 +37,8 @@ if TYPE_CHECKING:
 __all__ = ["ContextMethods"]
 
 log = logging.getLogger("harombe_core.manager")
+
+_STRATEGIES = ("simple", "summarization", "hybrid", "threaded")
 
 
 class ContextMethods(SearchMethods):
@@ -107,6 +121,7 @@ class ContextMethods(SearchMethods):
         from harombe_core.errors import SummarizationError
         from harombe_core.summarize import ExtractiveSummarizer, SessionSummary
 
+        until_id = optional_count(until_id, "until_id")
         session = self.check_owner(session_id, user_id)
         if session is None:  # an unknown session has nothing to summarise
             return None
@@ -150,6 +165,9 @@ class ContextMethods(SearchMethods):
         is on (the stored summary embeddings), else by shared words. Best first."""
         import re
 
+        query = check_query(query)
+        top_k = check_count(top_k, "top_k", high=MAX_TOP_K)
+        user_id = optional_id(user_id, "user_id")
         sessions = [s for s in self._store.list_sessions(limit=None, user_id=user_id) if s.summary]
         embedder = self.embedder
         scored: list[tuple[Session, float]] = []
@@ -206,13 +224,25 @@ class ContextMethods(SearchMethods):
         )
 
         total = self.max_history_tokens if max_tokens is None else check_budget(max_tokens)
-        if strategy not in ("simple", "summarization", "hybrid", "threaded"):
+        if not isinstance(strategy, str) or strategy not in _STRATEGIES:
             raise InvalidInputError(
-                f"unknown strategy {strategy!r}; use 'simple', 'summarization', 'hybrid' or "
+                f"unknown strategy {show(strategy)}; use 'simple', 'summarization', 'hybrid' or "
                 "'threaded'."
             )
-        if isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 0:
-            raise InvalidInputError(f"keep_last must be an int >= 0, got {keep_last!r}.")
+        keep_last = check_count(keep_last, "keep_last", high=MAX_TOP_K)
+        check_flag(start_on_user, "start_on_user")
+        query = None if query is None else check_query(query)
+        optional_text(
+            user_profile,
+            "user_profile",
+            limit=current_limits().content_chars,
+            field="content_chars",
+        )
+        if budget is not None and not isinstance(budget, ContextBudget):
+            raise InvalidInputError(
+                f"budget must be a ContextBudget, got {type(budget).__name__}; build one with "
+                "harombe_core.ContextBudget(relevant_past=0.3, ...)."
+            )
         session = self.check_owner(session_id, user_id)
         if session is None:
             return []

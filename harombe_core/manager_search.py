@@ -15,6 +15,10 @@ from harombe_core.errors import InvalidInputError
 from harombe_core.models import Message, SearchHit, Session
 from harombe_core.progress import Progress, check_progress
 from harombe_core.store.base import MessageStore
+from harombe_core.validate import check_count, check_flag, check_list
+
+#: Most messages one embedding batch may hold (a bigger one only costs memory).
+MAX_BATCH_SIZE = 100_000
 
 if TYPE_CHECKING:
     from harombe_core.config import MemoryConfig
@@ -73,6 +77,9 @@ class SearchMethods:
         Given both ``session_id`` and ``user_id``, the session must be that user's (else
         SessionOwnershipError), as everywhere a user names a session.
         """
+        from harombe_core.retrieval import check_search_options
+
+        check_search_options(options)
         self._check_scope(session_id, user_id)
         return self.retriever.search(query, top_k, session_id, user_id, min_similarity, **options)
 
@@ -123,6 +130,9 @@ class SearchMethods:
         """Retrieved messages as the RAG system-prompt text, with dates and speakers."""
         from harombe_core.retrieval import format_context
 
+        messages = check_list(messages, "format_context", of="messages", single=(Message,))
+        if not all(isinstance(m, Message) for m in messages):
+            raise InvalidInputError("format_context takes harombe Message objects only.")
         return format_context(messages)
 
     def backfill_embeddings(self, batch_size: int = 100, *, progress: Progress = True) -> int:
@@ -131,6 +141,7 @@ class SearchMethods:
         ``progress`` as for :meth:`flush`. Raises InvalidInputError when semantic memory is off
         (nothing to embed with).
         """
+        check_count(batch_size, "batch_size", low=1, high=MAX_BATCH_SIZE)
         check_progress(progress)
         return self._require_semantic("backfill_embeddings").backfill(batch_size, progress=progress)
 
@@ -149,7 +160,9 @@ class SearchMethods:
         otherwise vectors kept in SQLite are re-inserted without running the model.
         ``progress`` as for :meth:`flush` (a bar by default).
         """
+        check_count(batch_size, "batch_size", low=1, high=MAX_BATCH_SIZE)
         check_progress(progress)
+        check_flag(reembed, "reembed")
         keyword = self._store.rebuild_keyword_index()
         from harombe_core.vectors.indexer import resolve_embedder_spec
 

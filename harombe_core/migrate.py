@@ -10,7 +10,8 @@ Why it works the way it does:
   duplicates, nothing skipped. Message ids are re-assigned by the destination; ``parent_id``
   threads and ``summary_until_id`` are translated through that pairing.
 * Long-term key-value items (the LangGraph store of the LangChain adapter) and their vectors are
-  copied after the sessions, by :mod:`harombe_core.migrate_items`, resumable the same way.
+  copied after the sessions, by :mod:`harombe_core.migrate_items`, resumable the same way; so
+  are the LangGraph checkpoints of its threads, row for row (:mod:`harombe_core.migrate_tables`).
 * At the end both stores are compared session by session: counts and a SHA-256 over every field
   (threads expressed as positions, not ids), and every store item field by field. A mismatch is
   an error, never a warning.
@@ -28,6 +29,7 @@ from typing import Any
 
 from harombe_core.errors import InvalidInputError, StoreError, StoreNotFoundError
 from harombe_core.migrate_items import copy_store_items, verify_store_items
+from harombe_core.migrate_tables import CHECKPOINT_TABLES, copy_tables, verify_tables
 from harombe_core.models import Message, Session
 from harombe_core.store.base import MessageStore
 
@@ -50,6 +52,8 @@ class MigrationReport:
     skipped_sessions: int = 0
     store_items: int = 0
     copied_store_items: int = 0
+    checkpoint_rows: int = 0
+    copied_checkpoint_rows: int = 0
     checksums: dict[str, str] = field(default_factory=dict)
     verified: bool = False
 
@@ -225,7 +229,8 @@ def migrate(
     progress: bool = True,
     on_batch: Callable[[int], None] | None = None,
 ) -> MigrationReport:
-    """Copy every session, message, thread, summary and store item to ``destination``.
+    """Copy every session, message, thread, summary, store item and checkpoint to
+    ``destination``.
 
     Either may be a SQLite path, a ``postgresql://`` URL or an open store. Re-running after an
     interruption continues where it stopped. Raises StoreNotFoundError if the source does not
@@ -285,6 +290,9 @@ def migrate(
             _finish_session(src, dst, session)
         report.store_items, report.copied_store_items = copy_store_items(
             src, dst, batch_size=batch_size
+        )
+        report.checkpoint_rows, report.copied_checkpoint_rows = copy_tables(
+            src, dst, CHECKPOINT_TABLES, batch_size=batch_size
         )
         _verify(src, dst, sessions, report)
     finally:
@@ -376,6 +384,7 @@ def _verify(
             f"source has {src.count_messages()} messages, destination {dst.count_messages()}"
         )
     problems += verify_store_items(src, dst)
+    problems += verify_tables(src, dst, CHECKPOINT_TABLES)
     if problems:
         raise MigrationError(
             "verification failed; the destination differs from the source:\n  "

@@ -7,13 +7,21 @@ reach a transaction.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import MISSING, dataclass, field, fields, replace
 from datetime import UTC, datetime
 from typing import Any, Literal, get_args
 
 from harombe_core.errors import InvalidMessageError
+from harombe_core.limits import Limits, current_limits
+from harombe_core.validate import (
+    check_json,
+    check_mapping,
+    check_text,
+    check_time,
+    optional_text,
+    show,
+)
 
 __all__ = [
     "MAX_CONTENT_CHARS",
@@ -30,93 +38,15 @@ __all__ = [
 Role = Literal["user", "assistant", "system", "tool"]
 ROLES: frozenset[str] = frozenset(get_args(Role))
 
-#: Largest message content accepted, in characters. Beyond this a message is almost certainly a
-#: pasted file or a bug; store such data elsewhere and keep a reference in ``metadata``.
-MAX_CONTENT_CHARS = 1_000_000
+#: Largest message content accepted by default, in characters (``Limits.content_chars``).
+#: Beyond this a message is almost certainly a pasted file or a bug; store such data elsewhere
+#: and keep a reference in ``metadata``.
+MAX_CONTENT_CHARS = Limits().content_chars
 
 
 def utc_now() -> datetime:
     """Timezone-aware now: every stored time is UTC so sessions from many hosts sort together."""
     return datetime.now(UTC)
-
-
-def _as_utc(value: datetime) -> datetime:
-    # Naive datetimes are taken as UTC rather than local time: the store must not depend on the
-    # timezone of whichever machine happened to write.
-    if value.tzinfo is None:
-        return value.replace(tzinfo=UTC)
-    return value.astimezone(UTC)
-
-
-def _json_problem(value: Any, depth: int = 0) -> str | None:
-    """Why ``value`` would not come back from the store as itself, or None if it would.
-
-    Stricter than ``json.dumps``, which silently turns tuples into lists and int keys into str
-    keys: a read must return exactly what was saved.
-    """
-    if value is None or isinstance(value, (bool, int)):
-        return None
-    if isinstance(value, str):
-        if value.isascii():
-            return None
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            return f"a string is not valid Unicode ({exc.reason})"
-        return None
-    if isinstance(value, float):
-        return None if math.isfinite(value) else f"{value!r} is not a JSON number"
-    if depth > 200:
-        return "it is nested more than 200 levels deep"
-    if isinstance(value, list):
-        for item in value:
-            problem = _json_problem(item, depth + 1)
-            if problem:
-                return problem
-        return None
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if not isinstance(key, str):
-                return f"dict key {key!r} is not a str"
-            problem = _json_problem(key, depth + 1) or _json_problem(item, depth + 1)
-            if problem:
-                return problem
-        return None
-    return f"{type(value).__name__} is not a JSON type"
-
-
-def _check_json(value: Any, what: str) -> None:
-    problem = _json_problem(value)
-    if problem:
-        raise InvalidMessageError(
-            f"{what} must be JSON (str, int, float, bool, None, list, dict with str keys; no "
-            f"NaN/inf, no tuples): {problem}. Convert the value before saving it."
-        )
-
-
-def _check_text(value: Any, what: str, *, limit: int | None = None) -> None:
-    if not isinstance(value, str):
-        raise InvalidMessageError(
-            f"{what} must be a str, got {type(value).__name__}. Serialise structured content "
-            "(for example with json.dumps) or put it in metadata."
-        )
-    if "\x00" in value:
-        raise InvalidMessageError(
-            f"{what} contains a NUL byte (\\x00), which text stores and tokenizers mangle. "
-            "Strip it (value.replace('\\x00', '')) or store binary data elsewhere."
-        )
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise InvalidMessageError(
-            f"{what} is not valid Unicode text ({exc.reason} at position {exc.start}); "
-            "lone surrogates usually come from decoding bytes with errors='surrogateescape'."
-        ) from exc
-    if limit is not None and len(value) > limit:
-        raise InvalidMessageError(
-            f"{what} is {len(value):,} characters; the limit is {limit:,}. Split it into several "
-            "messages or store it elsewhere and keep a reference in metadata."
-        )
 
 
 @dataclass(slots=True)
@@ -141,26 +71,40 @@ class Message:
     parent_id: int | None = None
 
     def __post_init__(self) -> None:
+        # Every size is measured before anything costly is done with the value, so a runaway
+        # field is refused in microseconds (see harombe_core.limits).
+        limits = current_limits()
         if not isinstance(self.role, str) or self.role not in ROLES:
             raise InvalidMessageError(
-                f"unknown role {self.role!r}; use one of {sorted(ROLES)} "
+                f"unknown role {show(self.role)}; use one of {sorted(ROLES)} "
                 "(map 'human' to 'user' and 'ai' to 'assistant')."
             )
-        _check_text(self.content, "message content", limit=MAX_CONTENT_CHARS)
+        check_text(
+            self.content,
+            "message content",
+            limit=limits.content_chars,
+            field="content_chars",
+            error=InvalidMessageError,
+            fix="Split it into several messages or store it elsewhere and keep a reference in "
+            "metadata",
+            hint=" Serialise structured content (for example with json.dumps) or put it in "
+            "metadata.",
+        )
         for attr in ("name", "tool_call_id"):
-            value = getattr(self, attr)
-            if value is not None:
-                _check_text(value, f"message {attr}", limit=10_000)
-        if self.metadata is None:
-            self.metadata = {}
-        if not isinstance(self.metadata, Mapping):
-            raise InvalidMessageError(
-                f"metadata must be a dict, got {type(self.metadata).__name__}."
+            optional_text(
+                getattr(self, attr),
+                f"message {attr}",
+                limit=limits.name_chars,
+                field="name_chars",
+                error=InvalidMessageError,
             )
-        self.metadata = dict(self.metadata)
-        if any(not isinstance(k, str) for k in self.metadata):
-            raise InvalidMessageError("metadata keys must be strings.")
-        _check_json(self.metadata, "metadata")
+        self.metadata = check_mapping(
+            self.metadata,
+            "metadata",
+            limit=limits.metadata_chars,
+            field="metadata_chars",
+            error=InvalidMessageError,
+        )
         if self.tool_calls is not None:
             if isinstance(self.tool_calls, (str, bytes)) or not isinstance(
                 self.tool_calls, Sequence
@@ -172,12 +116,14 @@ class Message:
             if not all(isinstance(c, Mapping) for c in calls):
                 raise InvalidMessageError("every tool call must be a dict.")
             self.tool_calls = [dict(c) for c in calls]
-            _check_json(self.tool_calls, "tool_calls")
-        if not isinstance(self.created_at, datetime):
-            raise InvalidMessageError(
-                f"created_at must be a datetime, got {type(self.created_at).__name__}."
+            check_json(
+                self.tool_calls,
+                "tool_calls",
+                limit=limits.tool_calls_chars,
+                field="tool_calls_chars",
+                error=InvalidMessageError,
             )
-        self.created_at = _as_utc(self.created_at)
+        self.created_at = check_time(self.created_at, "created_at", error=InvalidMessageError)
 
     def with_ids(self, **changes: Any) -> Message:
         """A copy with store-assigned fields set (id, session_id, token_count, parent_id)."""
@@ -238,8 +184,14 @@ class Message:
                 created = datetime.fromisoformat(created)
             except ValueError as exc:
                 raise InvalidMessageError(f"created_at {created!r} is not ISO 8601.") from exc
-        elif isinstance(created, (int, float)) and math.isfinite(created):
-            created = datetime.fromtimestamp(created, UTC)
+        elif isinstance(created, (int, float)) and not isinstance(created, bool):
+            try:
+                created = datetime.fromtimestamp(created, UTC)
+            except (OverflowError, OSError, ValueError):
+                raise InvalidMessageError(
+                    f"created_at {show(created)} is not a Unix time harombe can store; give an "
+                    "ISO 8601 time between 0001-01-01 and 9999-12-31 (UTC)."
+                ) from None
         kwargs: dict[str, Any] = {
             "role": data.get("role"),
             "content": data.get("content"),
@@ -256,8 +208,13 @@ class Message:
                 if isinstance(value, bool) or not isinstance(value, int):
                     raise InvalidMessageError(f"{key} must be an integer, got {value!r}.")
                 kwargs[key] = value
-        if data.get("session_id") is not None:
-            kwargs["session_id"] = str(data["session_id"])
+        sid = data.get("session_id")
+        if sid is not None:
+            if isinstance(sid, bool) or not isinstance(sid, (str, int)) or (
+                isinstance(sid, int) and sid.bit_length() > 64
+            ):
+                raise InvalidMessageError(f"session_id must be a str, got {show(sid)}.")
+            kwargs["session_id"] = str(sid)
         return cls(**kwargs)
 
 

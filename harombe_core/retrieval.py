@@ -48,6 +48,18 @@ from harombe_core.errors import EmbeddingError, InvalidInputError
 from harombe_core.models import Message, SearchHit, Session
 from harombe_core.query_time import TimeRange, in_ranges, query_time_ranges
 from harombe_core.store.base import KeywordHit, MessageStore, SearchScope
+from harombe_core.validate import (
+    MAX_TOP_K,
+    check_budget,
+    check_count,
+    check_number,
+    check_options,
+    check_query,
+    check_roles,
+    optional_id,
+    optional_number,
+    optional_time,
+)
 
 if TYPE_CHECKING:
     from harombe_core.config import RagSection
@@ -173,10 +185,35 @@ class RetrievalSettings:
         )
 
 
+#: The keyword options every search entry point takes besides its named arguments.
+SEARCH_OPTIONS = frozenset(
+    {
+        "roles",
+        "since",
+        "until",
+        "exclude_session_id",
+        "temporal_decay",
+        "mmr_lambda",
+        "vector_weight",
+        "keyword_weight",
+        "neighbor_weight",
+        "session_weight",
+        "speaker_weight",
+        "time_weight",
+        "now",
+    }
+)
+#: Largest weight of either side of hybrid search (they are relative: only the ratio counts).
+MAX_WEIGHT = 1_000_000.0
+
+
+def check_search_options(options: dict[str, Any], extra: frozenset[str] = frozenset()) -> None:
+    """Refuse an option no search knows, naming the ones that exist (a typo is not ignored)."""
+    check_options(options, SEARCH_OPTIONS | extra, "the search options")
+
+
 def _check_k(value: Any, what: str = "top_k") -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InvalidInputError(f"{what} must be a non-negative int, got {value!r}.")
-    return value
+    return check_count(value, what, high=MAX_TOP_K)
 
 
 def _add_cosines(found: Candidates, semantic: SemanticMemory | None) -> None:
@@ -190,20 +227,6 @@ def _add_cosines(found: Candidates, semantic: SemanticMemory | None) -> None:
         for mid, vec in vectors.items():
             found.cosine[mid] = float(np.dot(vec, found.query_vector))
         found.unembedded |= pending
-
-
-def _check_weight(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-        raise InvalidInputError(f"{name} must be a non-negative number, got {value!r}.")
-    if not math.isfinite(value):
-        raise InvalidInputError(f"{name} must be finite, got {value!r}.")
-    return float(value)
-
-
-def _check_query(query: Any) -> str:
-    if not isinstance(query, str):
-        raise InvalidInputError(f"query must be a str, got {type(query).__name__}.")
-    return query
 
 
 class Retriever:
@@ -258,7 +281,7 @@ class Retriever:
         weight left ``None`` comes from the settings (the ``rag:`` config).
         """
         s = self.settings
-        query = _check_query(query)
+        query = check_query(query)
         k = _check_k(s.top_k if top_k is None else top_k)
         overrides: dict[str, Any] = {
             "temporal_decay": temporal_decay,
@@ -271,21 +294,29 @@ class Retriever:
         }
         for name, value in overrides.items():
             if value is not None:
-                _check_weight(name, value)
+                high = None if name == "temporal_decay" else MAX_WEIGHT
+                overrides[name] = check_number(value, name, low=0.0, high=high)
         settings = replace(s, **{n: v for n, v in overrides.items() if v is not None})
-        min_sim = s.min_similarity if min_similarity is None else min_similarity
-        lam = s.mmr_lambda if mmr_lambda is None else mmr_lambda
-        if lam is not None and not 0.0 <= lam <= 1.0:
-            raise InvalidInputError(f"mmr_lambda must be between 0 and 1, got {lam!r}.")
+        min_sim = optional_number(
+            s.min_similarity if min_similarity is None else min_similarity,
+            "min_similarity",
+            low=-1.0,
+            high=1.0,
+        )
+        lam = optional_number(
+            s.mmr_lambda if mmr_lambda is None else mmr_lambda, "mmr_lambda", low=0.0, high=1.0
+        )
+        scope = SearchScope(
+            user_id=optional_id(user_id, "user_id"),
+            session_id=optional_id(session_id, "session_id"),
+            roles=check_roles(roles),
+            since=optional_time(since, "since"),
+            until=optional_time(until, "until"),
+        )
+        exclude_session_id = optional_id(exclude_session_id, "exclude_session_id")
+        now = optional_time(now, "now")
         if k == 0 or not query.strip():
             return []
-        scope = SearchScope(
-            user_id=user_id,
-            session_id=session_id,
-            roles=tuple(roles) if roles else None,
-            since=since,
-            until=until,
-        )
         found = self.gather(
             query,
             k,
@@ -436,6 +467,7 @@ class Retriever:
         **options: Any,
     ) -> list[Message]:
         """Like :meth:`search`, returning only the messages (each as it was saved)."""
+        check_search_options(options)
         hits = self.search(query, top_k, session_id, user_id, min_similarity, **options)
         return [hit.message for hit in hits]
 
@@ -451,8 +483,9 @@ class Retriever:
         A session ranks by the sum of its messages' scores among the hits, so a conversation
         that keeps returning to a topic beats one that mentions it once.
         """
+        check_search_options(options)
         k = _check_k(self.settings.top_k if top_k is None else top_k)
-        hits = self.search(topic, max(k * 10, 50), user_id=user_id, **options)
+        hits = self.search(topic, min(max(k * 10, 50), MAX_TOP_K), user_id=user_id, **options)
         totals: dict[str, float] = {}
         for hit in hits:
             totals[hit.session_id] = totals.get(hit.session_id, 0.0) + hit.score
@@ -474,11 +507,13 @@ class Retriever:
         Hits that do not fit are skipped (a shorter one further down may still fit). Exclude
         the current session so the prompt is not given back the turns its window already has.
         """
-        budget = _check_k(
-            self.settings.max_context_tokens if max_tokens is None else max_tokens, "max_tokens"
+        budget = check_budget(
+            self.settings.max_context_tokens if max_tokens is None else max_tokens
         )
+        check_search_options(options, frozenset({"top_k"}))
         top_k = options.pop("top_k", None)
-        k = max(_check_k(top_k) if top_k is not None else self.settings.top_k, 1) * 4
+        wanted = _check_k(top_k) if top_k is not None else self.settings.top_k
+        k = min(max(wanted, 1) * 4, MAX_TOP_K)
         hits = self.search(
             query,
             k,

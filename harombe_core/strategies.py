@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from harombe_core.errors import Fix, InvalidBudgetError
 from harombe_core.models import Message
 from harombe_core.text import plural
+from harombe_core.validate import check_budget, check_number
 
 __all__ = [
     "IMPORTANCE_THRESHOLD",
@@ -30,17 +31,6 @@ __all__ = [
     "thread_path_newest_first",
     "window_newest",
 ]
-
-
-def check_budget(max_tokens: object, what: str = "max_tokens") -> int:
-    """Validate a token budget: a non-negative int (bools are refused, 0 is valid)."""
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int):
-        raise InvalidBudgetError(
-            f"{what} must be an int number of tokens, got {type(max_tokens).__name__}."
-        )
-    if max_tokens < 0:
-        raise InvalidBudgetError(f"{what} must be >= 0, got {max_tokens}.")
-    return max_tokens
 
 
 @dataclass(slots=True)
@@ -252,8 +242,10 @@ class ContextBudget:
     buffer: float = 0.10
 
     def __post_init__(self) -> None:
+        for name in ("user_profile", "session_summaries", "relevant_past", "buffer"):
+            setattr(self, name, check_number(getattr(self, name), name, low=0.0, high=1.0))
         parts = (self.user_profile, self.session_summaries, self.relevant_past, self.buffer)
-        if any(p < 0 for p in parts) or sum(parts) >= 1:
+        if sum(parts) >= 1:
             raise InvalidBudgetError(
                 "ContextBudget fractions must be >= 0 and sum to less than 1 (the current "
                 "session needs the rest)."

@@ -320,7 +320,7 @@ def _json_object(answer: str) -> Any:
         raise SummarizationError(f"the model's answer has no JSON object: {answer!r:.200}")
     try:
         return json.loads(match.group(0))
-    except json.JSONDecodeError as exc:
+    except (ValueError, RecursionError) as exc:  # ValueError: also ints too long to read
         raise SummarizationError(
             f"the model's JSON does not parse ({exc}): {answer!r:.200}"
         ) from exc

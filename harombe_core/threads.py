@@ -41,6 +41,7 @@ import networkx as nx
 
 from harombe_core.errors import InvalidInputError
 from harombe_core.models import ConversationNode, Message
+from harombe_core.validate import show
 
 if TYPE_CHECKING:
     import numpy as np
@@ -385,7 +386,7 @@ def _parse_choice(answer: str) -> int | None:
     if match:
         try:
             data = json.loads(match.group(0))
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # ValueError: also ints too long to read
             data = None
         if isinstance(data, dict):
             value = data.get("selected_node_id", data.get("node_id", data.get("id")))
@@ -524,6 +525,6 @@ def resolve_selector(selector: Any = "embedding", **options: Any) -> Any:
     if hasattr(selector, "select_parent"):
         return selector
     raise InvalidInputError(
-        f"unknown selector {selector!r}; use 'linear', 'embedding', 'llm' or an object with "
+        f"unknown selector {show(selector)}; use 'linear', 'embedding', 'llm' or an object with "
         "select_parent(graph, message)."
     )

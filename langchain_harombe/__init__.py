@@ -10,6 +10,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from langchain_harombe.checkpoint import HarombeSaver
     from langchain_harombe.convert import LC_KEY, from_langchain, to_langchain
     from langchain_harombe.embeddings import LangChainEmbedder
     from langchain_harombe.history import (
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from langchain_harombe.testing import RecordingChatModel
 
 _LAZY: dict[str, str] = {
+    "HarombeSaver": "langchain_harombe.checkpoint",
     "LC_KEY": "langchain_harombe.convert",
     "from_langchain": "langchain_harombe.convert",
     "to_langchain": "langchain_harombe.convert",
@@ -47,6 +49,7 @@ __all__ = [
     "HarombeChatMessageHistory",
     "HarombeMemoryMiddleware",
     "HarombeRetriever",
+    "HarombeSaver",
     "HarombeStore",
     "LangChainEmbedder",
     "RecordingChatModel",

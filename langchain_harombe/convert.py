@@ -25,12 +25,14 @@ from langchain_core.messages import (
 )
 
 from harombe_core.errors import InvalidMessageError
-from harombe_core.models import Message
+from harombe_core.models import MAX_CONTENT_CHARS, Message
 
-__all__ = ["LC_KEY", "from_langchain", "to_langchain"]
+__all__ = ["LC_KEY", "PARTIAL_KEY", "from_langchain", "storable_message", "to_langchain"]
 
 #: Metadata key reserved for the LangChain fields harombe has no column for.
 LC_KEY = "lc"
+#: Metadata key marking a message kept in a storable form (see :func:`storable_message`).
+PARTIAL_KEY = "harombe_partial"
 
 _TYPE_TO_ROLE = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool"}
 _CHAT_ROLE_TO_ROLE = {
@@ -104,6 +106,53 @@ def from_langchain(message: BaseMessage, *, metadata: dict[str, Any] | None = No
     )
 
 
+def storable_message(message: BaseMessage) -> Message:
+    """:func:`from_langchain`, or, for a message harombe cannot store as it is, its text made
+    storable.
+
+    For copies of messages whose whole form is kept elsewhere (a LangGraph checkpoint): a
+    message with NUL bytes, lone surrogates, text beyond the size limit or extras that are not
+    JSON must still be searchable rather than fail the write. Its row then keeps the readable
+    text (cleaned, cut to the limit), role, name, id and JSON tool calls, and
+    ``metadata[PARTIAL_KEY]`` says why it is partial.
+    """
+    try:
+        return from_langchain(message)
+    except InvalidMessageError as exc:
+        problem = str(exc)
+    update: dict[str, Any] = {
+        "content": _clean(message.text, MAX_CONTENT_CHARS),
+        "name": None if message.name is None else _clean(message.name, 10_000),
+        "additional_kwargs": {},
+        "response_metadata": {},
+    }
+    if isinstance(message, AIMessage):
+        update.update(invalid_tool_calls=[], usage_metadata=None)
+        if not _is_json(message.tool_calls):
+            update["tool_calls"] = []
+    elif isinstance(message, ToolMessage):
+        update.update(artifact=None, tool_call_id=_clean(message.tool_call_id, 10_000))
+    elif isinstance(message, ChatMessage):
+        update["role"] = _clean(message.role, 100)
+    plain = message.model_copy(update=update)
+    return from_langchain(plain, metadata={PARTIAL_KEY: problem[:500]})
+
+
+def _clean(text: str, limit: int) -> str:
+    """``text`` without NUL bytes or lone surrogates, cut to ``limit`` characters."""
+    text = text.replace("\x00", "")
+    text = text.encode("utf-8", "replace").decode("utf-8")
+    return text[:limit]
+
+
+def _is_json(value: Any) -> bool:
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
 def _base_type(message: BaseMessage) -> str:
     # By class, not by ``message.type``: a chunk ("AIMessageChunk") is stored as the message it
     # adds up to ("ai").
@@ -164,19 +213,27 @@ def to_langchain(message: Message) -> BaseMessage:
 
 
 def _tool_call(call: dict[str, Any]) -> dict[str, Any]:
-    """A LangChain ToolCall from either LangChain's shape or OpenAI's ``function`` shape."""
-    if "function" in call and "name" not in call:
-        function = call.get("function") or {}
-        raw = function.get("arguments") or "{}"
+    """A LangChain ToolCall from either LangChain's shape or OpenAI's ``function`` shape.
+
+    Tool calls written by other front ends can hold any JSON, so each part is taken only if
+    it has the type LangChain requires (arguments that are not a JSON object are kept whole
+    under ``"__raw__"``), and reading a history never fails on them.
+    """
+    nested = call.get("function")
+    if isinstance(nested, dict) and "name" not in call:
+        raw: Any = nested.get("arguments") or "{}"
+        name = nested.get("name")
         try:
-            args = json.loads(raw) if isinstance(raw, str) else dict(raw)
-        except json.JSONDecodeError:
-            args = {"__raw__": raw}
-        return {"name": function.get("name", ""), "args": args, "id": call.get("id"),
-                "type": "tool_call"}
+            args = json.loads(raw) if isinstance(raw, str) else raw
+        except (ValueError, RecursionError):  # ValueError: also ints too long to read
+            args = None
+    else:
+        raw = call.get("args") or {}
+        name, args = call.get("name"), raw
+    call_id = call.get("id")
     return {
-        "name": call.get("name", ""),
-        "args": call.get("args") or {},
-        "id": call.get("id"),
+        "name": name if isinstance(name, str) else "",
+        "args": args if isinstance(args, dict) else {"__raw__": raw},
+        "id": call_id if isinstance(call_id, str) else None,
         "type": "tool_call",
     }

@@ -18,9 +18,18 @@ from langchain_core.chat_history import BaseChatMessageHistory
 from langchain_core.messages import BaseMessage
 from langchain_core.runnables.utils import ConfigurableFieldSpec
 
-from harombe_core.errors import InvalidInputError
+from harombe_core.errors import InvalidInputError, InvalidMessageError
 from harombe_core.manager import MemoryManager
 from harombe_core.models import Message, Session
+from harombe_core.validate import (
+    check_budget,
+    check_flag,
+    check_id,
+    check_list,
+    check_options,
+    optional_id,
+    show,
+)
 from langchain_harombe.convert import from_langchain, to_langchain
 
 __all__ = [
@@ -33,6 +42,26 @@ __all__ = [
 
 Strategy = Literal["simple", "threaded", "summarization", "hybrid", "all"]
 _STRATEGIES: frozenset[str] = frozenset(("simple", "threaded", "summarization", "hybrid", "all"))
+#: What ``context_options`` may set: the keyword arguments of ``MemoryManager.get_context``.
+_CONTEXT_OPTIONS: frozenset[str] = frozenset(("keep_last", "query", "budget", "user_profile"))
+#: What ``manager_options`` may set: ``MemoryManager``'s keyword arguments.
+_MANAGER_OPTIONS: frozenset[str] = frozenset(
+    ("max_history_tokens", "embedding", "vector_store", "token_counter", "config",
+     "encryption_key")
+)
+
+
+def _converted(messages: Any) -> list[Message]:
+    """A batch of LangChain messages as harombe messages (a lone message is refused)."""
+    batch = check_list(
+        messages,
+        "add_messages",
+        of="LangChain messages",
+        single=(BaseMessage,),
+        error=InvalidMessageError,
+        hint="wrap a single message in a list or call add_message()",
+    )
+    return [from_langchain(m) for m in batch]
 
 
 def resolve_manager(
@@ -62,6 +91,7 @@ def resolve_manager(
         raise InvalidInputError(
             f"{owner}: pass manager=MemoryManager(...) or storage_path='path/to/memory.db'."
         )
+    check_options(manager_options, _MANAGER_OPTIONS, "manager_options")
     return MemoryManager(storage_path, **(manager_options or {})), True
 
 
@@ -107,12 +137,21 @@ class HarombeChatMessageHistory(BaseChatMessageHistory):
         context_options: dict[str, Any] | None = None,
         node_selector: Any = None,
     ) -> None:
-        if not isinstance(session_id, str) or not session_id:
-            raise InvalidInputError("session_id must be a non-empty str.")
-        if strategy not in _STRATEGIES:
+        check_id(session_id, "session_id")
+        optional_id(user_id, "user_id")
+        if not isinstance(strategy, str) or strategy not in _STRATEGIES:
             raise InvalidInputError(
-                f"unknown strategy {strategy!r}; use one of {sorted(_STRATEGIES)}."
+                f"unknown strategy {show(strategy)}; use one of {sorted(_STRATEGIES)}."
             )
+        if max_tokens is not None:
+            check_budget(max_tokens)
+        check_flag(start_on_user, "start_on_user")
+        # A manager subclass may take more context options; MemoryManager's own are known.
+        own = (
+            not isinstance(manager, MemoryManager)
+            or type(manager).get_context is MemoryManager.get_context
+        )
+        check_options(context_options, _CONTEXT_OPTIONS if own else None, "context_options")
         self.manager, self._owns_manager = resolve_manager(
             manager, storage_path, manager_options, owner="HarombeChatMessageHistory"
         )
@@ -179,7 +218,7 @@ class HarombeChatMessageHistory(BaseChatMessageHistory):
     # writes -------------------------------------------------------------------------------
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
         """Store ``messages`` in one transaction (all or none), threading them if asked."""
-        batch = [from_langchain(m) for m in messages]
+        batch = _converted(messages)
         if not batch:
             return
         self._check()
@@ -189,7 +228,7 @@ class HarombeChatMessageHistory(BaseChatMessageHistory):
             self.manager.save_messages(self.session_id, batch, user_id=self.user_id)
 
     async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
-        batch = [from_langchain(m) for m in messages]
+        batch = _converted(messages)
         if not batch:
             return
         await self._acheck()

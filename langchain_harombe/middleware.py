@@ -20,6 +20,11 @@ to the model.
 The current turn (from the last user message on, tool calls with their results) is always sent
 whole, so a tool call is never separated from its result; older turns fill what is left of the
 budget.
+
+With ``checkpointer=HarombeSaver(...)`` on the same database the checkpointer already records
+the thread's messages into that session with each checkpoint, so the middleware writes nothing
+(nothing is stored twice) and adds to its view the newest messages of the state that are not
+stored yet (a checkpoint may be saved after the next model call starts).
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from langchain.agents.middleware import AgentMiddleware, AgentState, ModelReques
 from langchain.agents.middleware.types import PrivateStateAttr
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from langgraph.config import get_config
+from langgraph.constants import CONFIG_KEY_CHECKPOINTER
 from langgraph.runtime import Runtime
 
 from harombe_core.errors import InvalidInputError
@@ -137,11 +143,24 @@ class HarombeMemoryMiddleware(AgentMiddleware[HarombeMemoryState, Any, Any]):
         saved = state.get("harombe_saved") or 0
         return messages[saved:], len(messages)
 
+    def _recorded(self, session_id: str) -> bool:
+        """True when the graph's checkpointer records this thread into this very session."""
+        try:
+            configurable = get_config().get("configurable") or {}
+        except RuntimeError:
+            return False
+        records = getattr(configurable.get(CONFIG_KEY_CHECKPOINTER), "records_session", None)
+        return callable(records) and bool(
+            records(self.manager, configurable.get("thread_id"), session_id)
+        )
+
     def _save(self, state: HarombeMemoryState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         new, total = self._unsaved(state)
         if not new:
             return None
         session_id, user_id = self._keys(runtime)
+        if self._recorded(session_id):
+            return None
         self._history(session_id, user_id).add_messages(new)
         return {"harombe_saved": total}
 
@@ -152,6 +171,8 @@ class HarombeMemoryMiddleware(AgentMiddleware[HarombeMemoryState, Any, Any]):
         if not new:
             return None
         session_id, user_id = self._keys(runtime)
+        if self._recorded(session_id):
+            return None
         await self._history(session_id, user_id).aadd_messages(new)
         return {"harombe_saved": total}
 
@@ -218,6 +239,13 @@ class HarombeMemoryMiddleware(AgentMiddleware[HarombeMemoryState, Any, Any]):
         )
         current: list[BaseMessage] = state_messages[start:]
         view_ids = {m.id for m in view if m.id is not None}
+        # The state's newest messages that the store does not hold yet (a checkpointer that
+        # records the thread may save the last step's checkpoint after this call starts).
+        stored = [i for i, m in enumerate(state_messages) if m.id is not None and m.id in view_ids]
+        if stored and stored[-1] + 1 < len(state_messages):
+            pending = state_messages[stored[-1] + 1 :]
+            view = [*view, *pending]
+            view_ids.update(m.id for m in pending if m.id is not None)
         if current and current[0].id is not None and current[0].id not in view_ids:
             view = current
         overrides: dict[str, Any] = {"messages": view}

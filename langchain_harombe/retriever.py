@@ -23,6 +23,7 @@ from harombe_core.errors import InvalidInputError
 from harombe_core.manager import MemoryManager
 from harombe_core.models import SearchHit
 from harombe_core.owners import check_search_scope
+from harombe_core.validate import check_count, pydantic_errors
 from langchain_harombe.history import resolve_manager
 
 __all__ = ["HarombeRetriever", "SearchType", "hit_to_document"]
@@ -96,7 +97,8 @@ class HarombeRetriever(BaseRetriever):
         return os.fspath(value) if isinstance(value, os.PathLike) else value
 
     def __init__(self, **data: Any) -> None:
-        super().__init__(**data)
+        with pydantic_errors("HarombeRetriever"):  # a bad field is an InvalidInputError too
+            super().__init__(**data)
         # Here rather than in a pydantic validator, which would wrap the typed error.
         check_search_scope("HarombeRetriever", self.user_id, self.session_id, self.all_users)
 
@@ -111,9 +113,7 @@ class HarombeRetriever(BaseRetriever):
         return self._manager
 
     def _k(self, overrides: dict[str, Any]) -> int:
-        k = overrides.pop("k", self.k)
-        if isinstance(k, bool) or not isinstance(k, int) or k < 0:
-            raise InvalidInputError(f"k must be a non-negative int, got {k!r}.")
+        k = check_count(overrides.pop("k", self.k), "k")
         if overrides:
             raise InvalidInputError(
                 f"unknown retriever arguments {sorted(overrides)}; only k can be overridden."

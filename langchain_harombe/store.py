@@ -61,9 +61,21 @@ from langgraph.store.base.embed import ensure_embeddings, get_text_at_path, toke
 
 from harombe_core.embeddings.base import Embedder
 from harombe_core.errors import HarombeError, InvalidInputError, MissingExtraError
+from harombe_core.limits import current_limits
 from harombe_core.manager import MemoryManager
 from harombe_core.store.sql_body import Body, sql_runner
 from harombe_core.store.sqlite import from_micros, to_micros
+from harombe_core.validate import (
+    check_count,
+    check_flag,
+    check_id,
+    check_json,
+    check_list,
+    check_number,
+    check_query,
+    check_text,
+    optional_count,
+)
 from langchain_harombe._packages import missing_package
 from langchain_harombe.embeddings import LangChainEmbedder
 from langchain_harombe.history import resolve_manager
@@ -88,6 +100,10 @@ class _Plan(NamedTuple):
     values: dict[_Key, str]
     vectors: _Vectors
     queries: dict[str, np.ndarray]
+
+_OPS = (GetOp, PutOp, SearchOp, ListNamespacesOp)
+#: Longest TTL, in minutes (about 1,900 years; expiry times are 64-bit microseconds).
+MAX_TTL_MINUTES = 1_000_000_000
 
 
 def _ns(namespace: tuple[str, ...]) -> str:
@@ -137,6 +153,7 @@ class HarombeStore(BaseStore):
         ttl: TTLConfig | None = None,
         manager_options: dict[str, Any] | None = None,
     ) -> None:
+        _check_ttl_config(ttl)
         # Items are searched by meaning through ``index`` (as LangGraph's stores): the manager
         # a path opens needs no semantic memory of its own unless asked for.
         self.manager, self._owns_manager = resolve_manager(
@@ -174,7 +191,7 @@ class HarombeStore(BaseStore):
         """Run ``ops`` in one transaction: reads first (they see the store as it was before
         the batch), then the puts, the last put of a key winning (as LangGraph's stores do).
         Embedding happens before the transaction starts."""
-        ops = list(ops)
+        ops = check_list(ops, "batch", of="store operations", single=_OPS)
         plan = self._plan(ops)
         docs = self._embed_texts(plan)
         if docs:
@@ -186,7 +203,7 @@ class HarombeStore(BaseStore):
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         """:meth:`batch` with the embedder's own async methods and the database's async path."""
-        ops = list(ops)
+        ops = check_list(ops, "abatch", of="store operations", single=_OPS)
         plan = self._plan(ops)
         docs = self._embed_texts(plan)
         if docs:
@@ -210,6 +227,9 @@ class HarombeStore(BaseStore):
                 puts.pop(key, None)  # the last put of a key wins, in its place in the batch
                 puts[key] = op
         values = {k: _dumps(op.value) for k, op in puts.items() if op.value is not None}
+        limit = current_limits().store_value_chars
+        for text in values.values():  # measured as stored, before anything is embedded
+            check_text(text, "a store value (as JSON)", limit=limit, field="store_value_chars")
         return _Plan(puts, values, {}, {})
 
     def _embed_texts(self, plan: _Plan) -> list[tuple[_Key, str, str]]:
@@ -401,6 +421,10 @@ class HarombeStore(BaseStore):
             A future that completes when the sweeper stops; cancelling it stops the sweeper. A
             sweep that fails (the database busy, say) is logged and tried again next time.
         """
+        if sweep_interval_minutes is not None:
+            check_number(
+                sweep_interval_minutes, "sweep_interval_minutes", low=0.0, high=MAX_TTL_MINUTES
+            )
         future: concurrent.futures.Future[None] = concurrent.futures.Future()
         if not self.ttl_config:
             future.set_result(None)
@@ -539,17 +563,95 @@ def _writes(ops: Sequence[Op]) -> bool:
     return any(isinstance(op, PutOp) for op in ops)
 
 
-def _check_op(op: Op) -> None:
-    if isinstance(op, (GetOp, PutOp)):
-        names = [*op.namespace, op.key]
-    elif isinstance(op, SearchOp):
-        names = list(op.namespace_prefix)
-    elif isinstance(op, ListNamespacesOp):
+def _check_namespace(value: Any, what: str, *, empty: bool) -> None:
+    """A namespace: a tuple of labels, each a non-empty id without dots (they are stored
+    dotted, so a dot would make two namespaces one)."""
+    if not isinstance(value, tuple) or (not value and not empty):
+        raise InvalidInputError(
+            f"{what} must be a {'' if empty else 'non-empty '}tuple of str labels, got "
+            f"{type(value).__name__}{'' if value or empty else ' ()'}."
+        )
+    for label in value:
+        check_id(label, f"a {what} label")
+        if "." in label:
+            raise InvalidInputError(f"{what} labels cannot contain '.', got {label!r:.60}.")
+
+
+def _check_ttl_config(ttl: Any) -> None:
+    """LangGraph's ``TTLConfig``: a dict whose known settings have their types."""
+    if ttl is None:
         return
+    if not isinstance(ttl, Mapping):
+        raise InvalidInputError(
+            f"ttl must be a dict (LangGraph's TTLConfig), got {type(ttl).__name__}."
+        )
+    if ttl.get("default_ttl") is not None:
+        check_number(ttl["default_ttl"], "default_ttl (minutes)", low=0.0, high=MAX_TTL_MINUTES)
+    for flag in ("refresh_on_read", "omit_expired"):
+        if ttl.get(flag) is not None:
+            check_flag(ttl[flag], flag)
+    if ttl.get("sweep_interval_minutes") is not None:
+        check_number(
+            ttl["sweep_interval_minutes"], "sweep_interval_minutes", low=0.0, high=MAX_TTL_MINUTES
+        )
+
+
+def _check_op(op: Op) -> None:
+    """Refuse a malformed operation before anything is embedded or written (a batch is all or
+    nothing): namespaces, keys, value types, TTLs, pages. Filters are checked by
+    :func:`_check_filter`, value sizes once serialised (:meth:`HarombeStore._plan`)."""
+    if isinstance(op, (GetOp, PutOp)):
+        _check_namespace(op.namespace, "namespace", empty=False)
+        if op.key != "":
+            check_id(op.key, "store key")
+    if isinstance(op, GetOp):
+        if op.refresh_ttl is not None:
+            check_flag(op.refresh_ttl, "refresh_ttl")
+    elif isinstance(op, PutOp):
+        if op.value is not None:
+            if not isinstance(op.value, Mapping):
+                raise InvalidInputError(
+                    f"a store value must be a dict (a JSON object), got {type(op.value).__name__}."
+                )
+            # Measured before it is serialised (a 50 MB value is refused at once); the exact
+            # length of its JSON is checked again in _plan.
+            limit = current_limits().store_value_chars
+            check_json(op.value, "a store value", limit=limit, field="store_value_chars",
+                       strict=False)
+        if op.index is not None and op.index is not False and (
+            not isinstance(op.index, list) or not all(isinstance(f, str) for f in op.index)
+        ):
+            raise InvalidInputError("index must be False, None or a list of field paths (str).")
+        if op.ttl is not None:
+            check_number(op.ttl, "ttl (minutes)", low=0.0, high=MAX_TTL_MINUTES)
+    elif isinstance(op, SearchOp):
+        _check_namespace(op.namespace_prefix, "namespace_prefix", empty=True)
+        if op.query is not None:
+            check_query(op.query)
+        check_count(op.limit, "limit")
+        check_count(op.offset, "offset")
+        if op.refresh_ttl is not None:
+            check_flag(op.refresh_ttl, "refresh_ttl")
+    elif isinstance(op, ListNamespacesOp):
+        conditions = op.match_conditions or ()
+        if not isinstance(conditions, (tuple, list)):
+            raise InvalidInputError("match_conditions must be a tuple of MatchCondition.")
+        for condition in conditions:
+            if (
+                not isinstance(condition, MatchCondition)
+                or condition.match_type not in ("prefix", "suffix")
+                or not isinstance(condition.path, tuple)
+                or not all(isinstance(p, str) for p in condition.path)
+            ):
+                raise InvalidInputError(
+                    "match_conditions must be MatchCondition(match_type='prefix' or 'suffix', "
+                    "path=tuple of str)."
+                )
+        optional_count(op.max_depth, "max_depth")
+        check_count(op.limit, "limit")
+        check_count(op.offset, "offset")
     else:
         raise InvalidInputError(f"unknown store operation {type(op).__name__}.")
-    if any("\x00" in name for name in names):
-        raise InvalidInputError("store namespaces and keys cannot contain NUL characters.")
 
 
 def _results(ops: Sequence[Op], raw: Sequence[Any]) -> list[Result]:

@@ -14,7 +14,6 @@ session id in its query filter and then answers every later session with it).
 from __future__ import annotations
 
 import asyncio
-import os
 from collections import defaultdict
 from typing import Any, Literal
 
@@ -25,6 +24,7 @@ from llama_index.core.memory.memory import BaseMemoryBlock
 from harombe_core.errors import InvalidInputError
 from harombe_core.manager import MemoryManager
 from harombe_core.models import Message
+from harombe_core.validate import check_location
 from llamaindex_harombe._recall import fit_context
 from llamaindex_harombe.chat_store import holds_its_queue
 from llamaindex_harombe.convert import from_llamaindex
@@ -83,7 +83,7 @@ class HarombeMemoryBlock(BaseMemoryBlock[str]):
             data.setdefault("embedding", embedding)
             data.setdefault("vector_store", vector_store)
         elif "storage_path" in data:
-            data["storage_path"] = os.fspath(data["storage_path"])
+            data["storage_path"] = check_location(data["storage_path"])
         super().__init__(**data)
         if self.scope == "user" and self.user_id is None:
             raise InvalidInputError("scope='user' needs user_id; or use scope='session'.")

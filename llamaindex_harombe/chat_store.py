@@ -30,7 +30,15 @@ from llama_index.core.storage.chat_store.base_db import AsyncDBChatStore, Messag
 from harombe_core.errors import InvalidInputError
 from harombe_core.manager import MemoryManager
 from harombe_core.models import Message, Session
-from llamaindex_harombe.convert import from_llamaindex, to_llamaindex
+from harombe_core.validate import (
+    MAX_COUNT,
+    check_count,
+    check_location,
+    optional_count,
+    optional_id,
+    pydantic_errors,
+)
+from llamaindex_harombe.convert import from_llamaindex, from_llamaindex_list, to_llamaindex
 from llamaindex_harombe.memory import (
     DEFAULT_STORAGE_PATH,
     describe_manager,
@@ -69,8 +77,10 @@ class _ManagedStore(BaseModel):
             data.setdefault("embedding", embedding)
             data.setdefault("vector_store", vector_store)
             storage_path = storage_path or location
-        data["storage_path"] = os.fspath(storage_path or DEFAULT_STORAGE_PATH)
-        super().__init__(**data)
+        data["storage_path"] = check_location(storage_path or DEFAULT_STORAGE_PATH)
+        with pydantic_errors(type(self).__name__):
+            super().__init__(**data)
+        optional_id(self.user_id, "user_id")
         if manager is None:
             manager = open_manager(self.storage_path, self.embedding, self.vector_store)
             self._owns_manager = True
@@ -125,10 +135,9 @@ class HarombeChatStore(_ManagedStore, BaseChatStore):
         return "HarombeChatStore"
 
     def set_messages(self, key: str, messages: list[ChatMessage]) -> None:
+        converted = from_llamaindex_list(messages, "set_messages")
         old = [m.id for m in self._stored(key) if m.id is not None]
-        self._manager.replace_messages(
-            key, old, [from_llamaindex(m) for m in messages], user_id=self.user_id
-        )
+        self._manager.replace_messages(key, old, converted, user_id=self.user_id)
 
     def get_messages(self, key: str) -> list[ChatMessage]:
         return [to_llamaindex(m) for m in self._stored(key)]
@@ -140,6 +149,7 @@ class HarombeChatStore(_ManagedStore, BaseChatStore):
         if idx is None:
             self._manager.save_message(key, converted, user_id=self.user_id)
             return
+        idx = _index(idx)
         stored = self._stored(key)
         position = min(idx, len(stored)) if idx >= 0 else max(len(stored) + idx, 0)
         tail = stored[position:]
@@ -162,6 +172,7 @@ class HarombeChatStore(_ManagedStore, BaseChatStore):
 
     def delete_message(self, key: str, idx: int) -> ChatMessage | None:
         """Remove the message at ``idx`` (negative counts from the end); None if out of range."""
+        idx = _index(idx)
         stored = self._stored(key)
         if not -len(stored) <= idx < len(stored):
             return None
@@ -213,6 +224,24 @@ class HarombeChatStore(_ManagedStore, BaseChatStore):
         return await asyncio.to_thread(self.get_keys)
 
 
+def _index(value: Any, what: str = "idx") -> int:
+    """A list position: an int, negative ones counting from the end as in Python."""
+    return check_count(value, what, low=-MAX_COUNT)
+
+
+def _status_arg(value: Any, *, optional: bool) -> MessageStatus | None:
+    """A MessageStatus (or its value, "active" / "archived"); None means every status."""
+    if value is None and optional:
+        return None
+    try:
+        return MessageStatus(value)
+    except ValueError:
+        raise InvalidInputError(
+            f"status must be MessageStatus.ACTIVE or MessageStatus.ARCHIVED"
+            f"{' or None' if optional else ''}, got {type(value).__name__}."
+        ) from None
+
+
 def _fresh(message: Message) -> Message:
     """A stored message as a new one (store-assigned fields cleared) to write it again."""
     return message.with_ids(id=None, session_id=None, token_count=None, parent_id=None)
@@ -258,6 +287,7 @@ class HarombeDBChatStore(_ManagedStore, AsyncDBChatStore):
         return MessageStatus.ACTIVE
 
     def _select(self, key: str, status: MessageStatus | None) -> list[Message]:
+        status = _status_arg(status, optional=True)
         if status is None:
             return self._stored(key)
         through = self._archived_through(key)
@@ -272,25 +302,26 @@ class HarombeDBChatStore(_ManagedStore, AsyncDBChatStore):
         return [m for m in stored if self._status(m, through) == status]
 
     def _convert(self, messages: Sequence[ChatMessage], status: MessageStatus) -> list[Message]:
+        status = _status_arg(status, optional=False) or MessageStatus.ACTIVE
         extra = {STATUS_KEY: status.value} if status == MessageStatus.ARCHIVED else None
-        return [from_llamaindex(m, metadata=extra) for m in messages]
+        return from_llamaindex_list(messages, "add_messages", metadata=extra)
 
     # sync implementations, run on a worker thread by the async API ---------------------------
     def _get(
         self, key: str, status: MessageStatus | None, limit: int | None, offset: int | None
     ) -> list[ChatMessage]:
+        limit = optional_count(limit, "limit")
+        start = optional_count(offset, "offset") or 0
         selected = self._select(key, status)
-        start = offset or 0
         end = None if limit is None else start + limit
         return [to_llamaindex(m) for m in selected[start:end]]
 
     def _set(self, key: str, messages: Sequence[ChatMessage], status: MessageStatus) -> None:
         """The key's whole history becomes ``messages`` (archived ones go too, as in
         ``SQLAlchemyChatStore``: ``Memory.set`` means "this is the conversation")."""
+        converted = self._convert(messages, status)
         doomed = [m.id for m in self._stored(key) if m.id is not None]
-        self._manager.replace_messages(
-            key, doomed, self._convert(messages, status), user_id=self.user_id
-        )
+        self._manager.replace_messages(key, doomed, converted, user_id=self.user_id)
 
     def _delete_ids(self, key: str, victims: list[Message]) -> list[ChatMessage]:
         doomed = [m.id for m in victims if m.id is not None]
@@ -299,11 +330,9 @@ class HarombeDBChatStore(_ManagedStore, AsyncDBChatStore):
 
     def _delete_id(self, key: str, row_id: int) -> ChatMessage | None:
         """The message whose id is ``row_id``, if it is the key's, deleted and returned."""
-        if isinstance(row_id, bool) or not isinstance(row_id, int):
-            raise InvalidInputError(
-                f"delete_message takes a message id (an int, e.g. from "
-                f"store.manager.get_messages(key)), got {type(row_id).__name__}."
-            )
+        row_id = check_count(
+            row_id, "delete_message's message id (from get_messages)", low=-MAX_COUNT
+        )
         if self._check(key) is None or row_id < 1:
             return None
         found = self._manager.get_messages(key, after_id=row_id - 1, limit=1, user_id=self.user_id)
@@ -312,6 +341,7 @@ class HarombeDBChatStore(_ManagedStore, AsyncDBChatStore):
         return self._delete_ids(key, found)[0]
 
     def _delete_status(self, key: str, status: MessageStatus | None) -> None:
+        status = _status_arg(status, optional=True)
         if status is None:
             self._check(key)
             self._manager.clear_session(key, user_id=self.user_id)
@@ -319,12 +349,12 @@ class HarombeDBChatStore(_ManagedStore, AsyncDBChatStore):
         self._delete_ids(key, self._select(key, status))
 
     def _delete_oldest(self, key: str, n: int) -> list[ChatMessage]:
-        if n <= 0:
+        if _index(n, "n") <= 0:
             return []
         return self._delete_ids(key, self._select(key, MessageStatus.ACTIVE)[:n])
 
     def _archive_oldest(self, key: str, n: int) -> list[ChatMessage]:
-        active = self._select(key, MessageStatus.ACTIVE)[: max(n, 0)]
+        active = self._select(key, MessageStatus.ACTIVE)[: max(_index(n, "n"), 0)]
         if not active:
             return []
         session = self._manager.get_session(key, user_id=self.user_id)

@@ -21,9 +21,11 @@ from llama_index.core.base.llms.types import (
 )
 from pydantic_core import to_jsonable_python
 
+from harombe_core.errors import InvalidMessageError
 from harombe_core.models import Message
+from harombe_core.validate import check_list
 
-__all__ = ["LI_KEY", "from_llamaindex", "to_llamaindex"]
+__all__ = ["LI_KEY", "from_llamaindex", "from_llamaindex_list", "to_llamaindex"]
 
 #: The metadata key under which LlamaIndex-only data is kept.
 LI_KEY = "li"
@@ -43,7 +45,20 @@ _ROLE_TO_HAROMBE: dict[str, str] = {
 def _jsonable(value: Any) -> Any:
     # Provider objects (OpenAI tool-call models, ToolSelection...) become plain JSON; bytes become
     # base64 through pydantic, which is how LlamaIndex itself serialises blocks.
-    return to_jsonable_python(value, fallback=str, bytes_mode="base64")
+    try:
+        return to_jsonable_python(value, fallback=str, bytes_mode="base64")
+    except (ValueError, RecursionError) as exc:  # nested too deeply, or an int too long
+        raise InvalidMessageError(
+            f"a message's additional_kwargs or blocks cannot be stored as JSON ({exc})."
+        ) from None
+
+
+def _dumped(block: Any) -> Any:
+    """A block as LlamaIndex serialises it (JSON mode), or a typed error if it cannot be."""
+    try:
+        return block.model_dump(mode="json")
+    except (ValueError, RecursionError) as exc:
+        raise InvalidMessageError(f"a message block cannot be stored as JSON ({exc}).") from None
 
 
 def _tool_call_from_block(block: ToolCallBlock) -> dict[str, Any]:
@@ -89,6 +104,11 @@ def from_llamaindex(message: ChatMessage, *, metadata: dict[str, Any] | None = N
 
     ``metadata`` adds the caller's own keys beside the reserved one.
     """
+    if not isinstance(message, ChatMessage):
+        raise InvalidMessageError(
+            f"expected a LlamaIndex ChatMessage, got {type(message).__name__}; build one with "
+            "ChatMessage(role='user', content='...')."
+        )
     role = message.role.value if isinstance(message.role, MessageRole) else str(message.role)
     kwargs = dict(message.additional_kwargs or {})
     text = message.content or ""
@@ -106,7 +126,7 @@ def from_llamaindex(message: ChatMessage, *, metadata: dict[str, Any] | None = N
         extra["role"] = role
     plain = len(message.blocks) == 1 and isinstance(message.blocks[0], TextBlock)
     if not plain:
-        extra["blocks"] = [b.model_dump(mode="json") for b in message.blocks]
+        extra["blocks"] = [_dumped(b) for b in message.blocks]
     if kwargs:
         extra["additional_kwargs"] = _jsonable(kwargs)
     tool_call_id = kwargs.get("tool_call_id")
@@ -124,6 +144,21 @@ def from_llamaindex(message: ChatMessage, *, metadata: dict[str, Any] | None = N
     )
 
 
+def from_llamaindex_list(
+    messages: Any, what: str, *, metadata: dict[str, Any] | None = None
+) -> list[Message]:
+    """:func:`from_llamaindex` for the messages given to ``what`` (a lone one is refused)."""
+    batch = check_list(
+        messages,
+        what,
+        of="ChatMessages",
+        single=(ChatMessage,),
+        error=InvalidMessageError,
+        hint="wrap a single ChatMessage in a list",
+    )
+    return [from_llamaindex(m, metadata=metadata) for m in batch]
+
+
 def _blocks_for_tool_calls(calls: list[dict[str, Any]]) -> list[ToolCallBlock]:
     blocks = []
     for call in calls:
@@ -132,7 +167,7 @@ def _blocks_for_tool_calls(calls: list[dict[str, Any]]) -> list[ToolCallBlock]:
         args: Any = fn.get("arguments", fn.get("args", {}))
         if isinstance(args, str):
             # Arguments that are not JSON (a model's malformed output) are kept as the string.
-            with contextlib.suppress(json.JSONDecodeError):
+            with contextlib.suppress(ValueError, RecursionError):  # also ints too long to read
                 args = json.loads(args) if args else {}
         blocks.append(
             ToolCallBlock(

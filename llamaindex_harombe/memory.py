@@ -17,6 +17,7 @@ to be the same user's), found by meaning and by keyword with the bundled offline
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import uuid
 from collections.abc import Callable, Sequence
@@ -32,12 +33,21 @@ from llama_index.core.storage.chat_store.base_db import MessageStatus
 from harombe_core.errors import InvalidBudgetError, InvalidInputError
 from harombe_core.manager import MemoryManager
 from harombe_core.models import Message, Session
-from harombe_core.strategies import Window, check_budget
+from harombe_core.strategies import Window
 from harombe_core.threads import resolve_selector
+from harombe_core.validate import (
+    MAX_TOP_K,
+    check_budget,
+    check_count,
+    check_id,
+    check_location,
+    optional_id,
+    pydantic_errors,
+)
 from llamaindex_harombe._recall import fit_context
 from llamaindex_harombe._threads import Threader
 from llamaindex_harombe._window import LlamaIndexCosts, conversation_window
-from llamaindex_harombe.convert import from_llamaindex, to_llamaindex
+from llamaindex_harombe.convert import from_llamaindex_list, to_llamaindex
 from llamaindex_harombe.llm import LlamaIndexLLM
 
 __all__ = [
@@ -107,7 +117,16 @@ def open_manager(
 
         from llamaindex_harombe.embeddings import LlamaIndexEmbedder
 
-        embedding = LlamaIndexEmbedder(embed_model or Settings.embed_model)
+        if embed_model is None:
+            try:
+                embed_model = Settings.embed_model
+            except ImportError as exc:  # LlamaIndex's default is OpenAI's, if installed
+                raise InvalidInputError(
+                    "embedding='llamaindex' embeds with LlamaIndex's Settings.embed_model, "
+                    f"which is not usable here ({exc}). Set Settings.embed_model, pass "
+                    "embed_model=..., or use embedding='default' (the bundled model)."
+                ) from None
+        embedding = LlamaIndexEmbedder(embed_model)
     return MemoryManager(storage_path, embedding=embedding, vector_store=vector_store)
 
 
@@ -115,6 +134,10 @@ def describe_manager(manager: MemoryManager) -> tuple[str, Any, Any]:
     """(storage_path, embedding, vector_store) that reopen ``manager``'s store from a dict."""
     from llamaindex_harombe.embeddings import LlamaIndexEmbedder
 
+    if not isinstance(manager, MemoryManager):
+        raise InvalidInputError(
+            f"manager must be a harombe_core.MemoryManager, got {type(manager).__name__}."
+        )
     location = manager.store.location
     if not manager.semantic_enabled:
         return location, None, None
@@ -207,12 +230,18 @@ class HarombeMemory(BaseMemory):
             data.setdefault("storage_path", location)
             data.setdefault("embedding", embedding)
             data.setdefault("vector_store", vector_store)
-        super().__init__(**data)
+        with pydantic_errors("HarombeMemory"):
+            super().__init__(**data)
+        check_id(self.session_id, "session_id")
+        optional_id(self.user_id, "user_id")
         if check_budget(self.token_limit, "token_limit") < 1:
             raise InvalidBudgetError(
                 f"token_limit must be at least 1 token, as in LlamaIndex's ChatMemoryBuffer "
                 f"and Memory; got {self.token_limit}."
             )
+        check_budget(self.rag_max_tokens, "rag_max_tokens")
+        check_count(self.keep_last, "keep_last", high=MAX_TOP_K)
+        check_count(self.rag_top_k, "rag_top_k", high=MAX_TOP_K)
         if self.strategy not in ("simple", "summarization", "hybrid", "threaded"):
             raise InvalidInputError(
                 f"unknown strategy {self.strategy!r}; use 'simple', 'summarization', 'hybrid' "
@@ -287,6 +316,8 @@ class HarombeMemory(BaseMemory):
         all-MiniLM-L6-v2, loaded once per process; ``None``: keywords only); or pass a
         LlamaIndex ``embed_model`` (for example ``Settings.embed_model``) instead.
         """
+        if llm is not None and not isinstance(llm, LLM):
+            raise InvalidInputError(f"llm must be a LlamaIndex LLM, got {type(llm).__name__}.")
         if token_limit is None:
             token_limit = (
                 int(llm.metadata.context_window * _CONTEXT_RATIO)
@@ -311,7 +342,7 @@ class HarombeMemory(BaseMemory):
         if session_id is not None:
             fields["session_id"] = session_id
         if manager is None:
-            fields["storage_path"] = os.fspath(storage_path or DEFAULT_STORAGE_PATH)
+            fields["storage_path"] = check_location(storage_path or DEFAULT_STORAGE_PATH)
             fields["embedding"] = embedding
             fields["vector_store"] = vector_store if embedding is not None else None
         memory = cls(manager=manager, embed_model=embed_model, llm=llm, **fields)
@@ -352,7 +383,7 @@ class HarombeMemory(BaseMemory):
         """Tokens ``messages`` take from ``token_limit``: their text, names and tool calls,
         counted as LlamaIndex's memories count (no per-message framing)."""
         costs = LlamaIndexCosts(self._manager.token_counter)
-        return costs.total([from_llamaindex(m) for m in messages])
+        return costs.total(from_llamaindex_list(messages, "count_tokens"))
 
     def _budget(self, initial_token_count: int) -> int:
         check_budget(initial_token_count, "initial_token_count")
@@ -373,12 +404,17 @@ class HarombeMemory(BaseMemory):
         None when there is nothing to recall from: with ``rag_scope="user"`` and no
         ``user_id`` no other session is known to be this user's (the window already shows this
         one), so the memory stays inside the current session."""
+        if input is not None and not isinstance(input, (str, ChatMessage)):
+            raise InvalidInputError(
+                f"input must be the user's message (a str or ChatMessage), got "
+                f"{type(input).__name__}."
+            )
         if not self.rag or self.rag_top_k <= 0:
             return None
         if self.rag_scope == "user" and self.user_id is None:
             return None
         if input:
-            return input.content or None if isinstance(input, ChatMessage) else str(input)
+            return input.content or None if isinstance(input, ChatMessage) else input
         for message in self._manager.store.iter_newest(self.session_id):
             if message.role == "user" and message.content.strip():
                 return message.content
@@ -481,7 +517,7 @@ class HarombeMemory(BaseMemory):
         return [to_llamaindex(m) for m in stored]
 
     def _save(self, messages: Sequence[ChatMessage]) -> None:
-        converted = [from_llamaindex(m) for m in messages]
+        converted = from_llamaindex_list(messages, "put_messages")
         self._check()
         if self._threader is not None:
             self._threader.save(converted, self.user_id)
@@ -506,17 +542,16 @@ class HarombeMemory(BaseMemory):
             return
         await self._acheck()
         await self._manager.asave_messages(
-            self.session_id, [from_llamaindex(m) for m in messages], user_id=self.user_id
+            self.session_id, from_llamaindex_list(messages, "aput_messages"), user_id=self.user_id
         )
 
     def set(self, messages: Sequence[ChatMessage]) -> None:
         """Replace the session's messages with ``messages``, in one transaction."""
+        converted = from_llamaindex_list(messages, "set")
         self._check()
         stored = self._manager.get_messages(self.session_id, user_id=self.user_id)
         old = [m.id for m in stored if m.id is not None]
-        self._manager.replace_messages(
-            self.session_id, old, [from_llamaindex(m) for m in messages], user_id=self.user_id
-        )
+        self._manager.replace_messages(self.session_id, old, converted, user_id=self.user_id)
         self._forget_threads()
 
     def _forget_threads(self) -> None:
@@ -524,15 +559,13 @@ class HarombeMemory(BaseMemory):
             self._threader.forget()
 
     async def aset(self, messages: Sequence[ChatMessage]) -> None:
+        converted = from_llamaindex_list(messages, "aset")
         await self._acheck()
         old = [
             m.id for m in await self._manager.aget_messages(self.session_id, user_id=self.user_id)
         ]
         await self._manager.areplace_messages(
-            self.session_id,
-            [i for i in old if i is not None],
-            [from_llamaindex(m) for m in messages],
-            user_id=self.user_id,
+            self.session_id, [i for i in old if i is not None], converted, user_id=self.user_id
         )
         self._forget_threads()
 
@@ -563,7 +596,15 @@ class HarombeMemory(BaseMemory):
     @classmethod
     def from_string(cls, json_str: str) -> HarombeMemory:
         """Reopen a memory from :meth:`to_string` (same store, same session)."""
-        return cls.from_json(json_str)
+        if not isinstance(json_str, str):
+            raise InvalidInputError(f"from_string takes a str, got {type(json_str).__name__}.")
+        try:
+            data = json.loads(json_str)
+        except (ValueError, RecursionError) as exc:
+            raise InvalidInputError(f"from_string takes what to_string wrote: {exc}") from None
+        if not isinstance(data, dict):
+            raise InvalidInputError("from_string takes what to_string wrote (a JSON object).")
+        return cls.from_dict(data)
 
 
 def _merge_system(context: list[Message], window: list[Message]) -> list[Message]:

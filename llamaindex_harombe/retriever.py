@@ -14,12 +14,13 @@ from typing import Any
 
 from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks import CallbackManager
-from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
+from llama_index.core.schema import NodeWithScore, QueryBundle, QueryType, TextNode
 
 from harombe_core.errors import InvalidInputError
 from harombe_core.manager import MemoryManager
 from harombe_core.models import SearchHit
 from harombe_core.owners import check_search_scope
+from harombe_core.validate import check_count, check_query, optional_id
 from llamaindex_harombe.memory import (
     DEFAULT_EMBEDDING,
     DEFAULT_STORAGE_PATH,
@@ -57,6 +58,18 @@ def hit_to_node(hit: SearchHit) -> NodeWithScore:
     return NodeWithScore(node=node, score=float(hit.score))
 
 
+def _checked(query: Any) -> QueryType:
+    """A query LlamaIndex's retrieve can take: a str, or a QueryBundle of one (checked text)."""
+    if isinstance(query, QueryBundle):
+        check_query(query.query_str)
+        return query
+    if not isinstance(query, str):
+        raise InvalidInputError(
+            f"retrieve takes a query string or a QueryBundle, got {type(query).__name__}."
+        )
+    return check_query(query)
+
+
 class HarombeRetriever(BaseRetriever):
     """Retrieves past messages relevant to a query.
 
@@ -87,8 +100,13 @@ class HarombeRetriever(BaseRetriever):
     ) -> None:
         if manager is not None and storage_path is not None:
             raise InvalidInputError("pass storage_path or manager, not both.")
-        if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
-            raise InvalidInputError(f"top_k must be a non-negative int, got {top_k!r}.")
+        check_count(top_k, "top_k")
+        for name, value in (
+            ("session_id", session_id),
+            ("user_id", user_id),
+            ("exclude_session_id", exclude_session_id),
+        ):
+            optional_id(value, name)
         check_search_scope("HarombeRetriever", user_id, session_id, all_users)
         self._owns_manager = manager is None
         self._manager = manager or open_manager(
@@ -109,6 +127,14 @@ class HarombeRetriever(BaseRetriever):
         """Close the database if this retriever opened it."""
         if self._owns_manager:
             self._manager.close()
+
+    def retrieve(self, str_or_query_bundle: QueryType) -> list[NodeWithScore]:
+        """Past messages relevant to a query string or ``QueryBundle``, best first."""
+        return super().retrieve(_checked(str_or_query_bundle))
+
+    async def aretrieve(self, str_or_query_bundle: QueryType) -> list[NodeWithScore]:
+        """Async twin of :meth:`retrieve`."""
+        return await super().aretrieve(_checked(str_or_query_bundle))
 
     def _search_args(self) -> dict[str, Any]:
         args: dict[str, Any] = {

@@ -65,5 +65,5 @@ def post_json(
             ) from exc
     try:
         return json.loads(raw)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise EmbeddingError(f"{service} at {url} did not answer JSON: {raw[:200]!r}") from exc

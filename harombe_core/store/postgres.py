@@ -67,6 +67,7 @@ from harombe_core.store.sqlite import (
     _dumps,
     _row_to_message,
     _row_to_session,
+    check_summary,
     session_changes,
     session_span,
     to_micros,
@@ -215,6 +216,54 @@ PG_MIGRATIONS: list[list[str]] = [
         "ALTER TABLE harombe_writes ADD COLUMN forget_after TIMESTAMPTZ NOT NULL "
         "DEFAULT now() + interval '1 day'",
         "CREATE INDEX harombe_writes_forget ON harombe_writes (forget_after)",
+    ],
+    # 5: LangGraph checkpoints (the checkpointer of the LangChain adapter), as SQLite
+    # migration 4: per thread (the session of the same id), channel blobs per version and one
+    # blob per message.
+    [
+        """CREATE TABLE checkpoints (
+            thread_id TEXT COLLATE "C" NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+            checkpoint_ns TEXT COLLATE "C" NOT NULL,
+            checkpoint_id TEXT COLLATE "C" NOT NULL,
+            parent_checkpoint_id TEXT COLLATE "C",
+            run_id TEXT COLLATE "C",
+            type TEXT NOT NULL,
+            checkpoint BYTEA NOT NULL,
+            metadata TEXT NOT NULL,
+            PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id)
+        )""",
+        """CREATE TABLE checkpoint_blobs (
+            thread_id TEXT COLLATE "C" NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+            checkpoint_ns TEXT COLLATE "C" NOT NULL,
+            channel TEXT COLLATE "C" NOT NULL,
+            version TEXT COLLATE "C" NOT NULL,
+            type TEXT NOT NULL,
+            blob BYTEA,
+            PRIMARY KEY (thread_id, checkpoint_ns, channel, version)
+        )""",
+        """CREATE TABLE checkpoint_writes (
+            thread_id TEXT COLLATE "C" NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+            checkpoint_ns TEXT COLLATE "C" NOT NULL,
+            checkpoint_id TEXT COLLATE "C" NOT NULL,
+            task_id TEXT COLLATE "C" NOT NULL,
+            idx INTEGER NOT NULL,
+            task_path TEXT COLLATE "C" NOT NULL,
+            channel TEXT NOT NULL,
+            type TEXT NOT NULL,
+            blob BYTEA NOT NULL,
+            PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
+        )""",
+        """CREATE TABLE checkpoint_message_blobs (
+            thread_id TEXT COLLATE "C" NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+            hash BYTEA NOT NULL,
+            type TEXT NOT NULL,
+            blob BYTEA NOT NULL,
+            PRIMARY KEY (thread_id, hash)
+        )""",
+        """CREATE TABLE checkpoint_threads (
+            thread_id TEXT COLLATE "C" PRIMARY KEY REFERENCES sessions (id) ON DELETE CASCADE,
+            blob_epoch TEXT NOT NULL
+        )""",
     ],
 ]
 PG_SCHEMA_VERSION = len(PG_MIGRATIONS)
@@ -738,8 +787,13 @@ class PostgresStore:
         if user_id is not None:
             _check_id(user_id, "user_id")
         now = to_micros(created_at or datetime.now(UTC))
-        return (session_id, user_id, system_prompt, int(system_prompt_tokens),
-                _dumps(dict(metadata or {})), now)
+        fields = session_changes(
+            system_prompt=system_prompt,
+            system_prompt_tokens=system_prompt_tokens,
+            metadata=metadata,
+        )
+        return (session_id, user_id, fields["system_prompt"], fields["system_prompt_tokens"],
+                fields["metadata"], now)
 
     def _exists_error(self, session_id: str) -> InvalidInputError:
         return InvalidInputError(
@@ -992,6 +1046,17 @@ class PostgresStore:
         args = self._add_args(session_id, messages, user_id, replace_ids)
         return self._run(lambda: self._add_body(*args))
 
+    def add_messages_body(
+        self,
+        session_id: str,
+        messages: Sequence[Message],
+        *,
+        user_id: str | None = None,
+        replace_ids: Sequence[int] = (),
+    ) -> Body[list[int]]:
+        """:meth:`add_messages` as steps, to run inside another body's transaction."""
+        return self._add_body(*self._add_args(session_id, messages, user_id, replace_ids))
+
     async def aadd_messages(
         self,
         session_id: str,
@@ -1135,7 +1200,7 @@ class PostgresStore:
         self._run(body)
 
     def set_message_summary(self, message_id: int, summary: Mapping[str, Any] | None) -> None:
-        value = None if summary is None else _dumps(dict(summary))
+        value = None if summary is None else _dumps(check_summary(summary, "message summary"))
         mid = _ids([message_id])[0]
 
         def body() -> Body[None]:
@@ -1274,7 +1339,8 @@ class PostgresStore:
             "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.relkind = 'r' "
             "AND n.nspname = current_schema() AND c.relname IN "
             "('sessions', 'messages', 'harombe_meta', 'harombe_writes', 'message_vectors', "
-            "'store_items', 'store_vectors')"
+            "'store_items', 'store_vectors', 'checkpoints', 'checkpoint_blobs', "
+            "'checkpoint_writes', 'checkpoint_message_blobs', 'checkpoint_threads')"
         )[0][0]
         return {
             "location": self.location,

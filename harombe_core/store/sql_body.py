@@ -7,7 +7,10 @@ implementation per backend, such code is written once as a *body*: a generator t
 :class:`SqlRunner` runs a body in one transaction with the store's own locking, retries and
 error types: on SQLite through :meth:`SQLiteStore.transaction`, on PostgreSQL through
 :meth:`PostgresStore.run_body` (natively async for :meth:`SqlRunner.arun`, and applied exactly
-once when a retry follows a connection lost at COMMIT).
+once when a retry follows a connection lost at COMMIT). :meth:`SqlRunner.read` runs a body that
+only reads in one consistent snapshot without taking SQLite's write lock, and a body can append
+messages to a session in its own transaction with :meth:`SqlRunner.add_messages` (each store's
+own ``add_messages``, as steps).
 """
 
 from __future__ import annotations
@@ -16,12 +19,14 @@ import asyncio
 import sqlite3
 import sys
 from collections.abc import Callable, Generator, Sequence
-from typing import Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from harombe_core.errors import InvalidInputError
-from harombe_core.store.sqlite import SQLiteStore
 
-__all__ = ["Body", "SqlRunner", "Step", "StepResult", "sql_runner"]
+if TYPE_CHECKING:
+    from harombe_core.models import Message
+
+__all__ = ["Body", "SqlRunner", "Step", "StepResult", "drive", "sql_runner"]
 
 T = TypeVar("T")
 
@@ -48,6 +53,11 @@ class SqlRunner:
 
     placeholder = "?"
 
+    def for_update(self, alias: str) -> str:
+        """The clause that locks the rows a SELECT of table ``alias`` reads until the
+        transaction ends ("" on SQLite, whose write transactions lock the whole file)."""
+        return ""
+
     def __init__(self, store: Any) -> None:
         self.store = store
 
@@ -60,15 +70,34 @@ class SqlRunner:
     def run(self, factory: Callable[[], Body[T]], *, exactly_once: bool = False) -> T:
         """Run the body ``factory()`` makes, in one transaction (``factory`` may run again on
         a retry, so it must build a fresh generator each time)."""
-        return self.store.transaction(lambda c: _drive(c, factory()))
+        return self.store.transaction(lambda c: drive(c, factory()))
 
     async def arun(self, factory: Callable[[], Body[T]], *, exactly_once: bool = False) -> T:
         """:meth:`run` without blocking the event loop."""
         return await asyncio.to_thread(self.run, factory, exactly_once=exactly_once)
 
+    def read(self, factory: Callable[[], Body[T]]) -> T:
+        """Run a body that only reads, in one consistent snapshot (no write lock on SQLite)."""
+        return self.store.snapshot(lambda c: drive(c, factory()))
+
+    async def aread(self, factory: Callable[[], Body[T]]) -> T:
+        """:meth:`read` without blocking the event loop."""
+        return await asyncio.to_thread(self.read, factory)
+
+    def add_messages(
+        self, session_id: str, messages: Sequence[Message], **options: Any
+    ) -> Body[list[int]]:
+        """The store's ``add_messages`` (with its ``user_id`` and ``replace_ids`` options) as
+        steps of the caller's body: same checks, same rows (token counts must be set)."""
+        body: Body[list[int]] = self.store.add_messages_body(session_id, messages, **options)
+        return body
+
 
 class _PostgresRunner(SqlRunner):
     placeholder = "%s"
+
+    def for_update(self, alias: str) -> str:
+        return f" FOR UPDATE OF {alias}"
 
     def run(self, factory: Callable[[], Body[T]], *, exactly_once: bool = False) -> T:
         return self.store.run_body(factory, exactly_once=exactly_once)
@@ -76,8 +105,14 @@ class _PostgresRunner(SqlRunner):
     async def arun(self, factory: Callable[[], Body[T]], *, exactly_once: bool = False) -> T:
         return await self.store.arun_body(factory, exactly_once=exactly_once)
 
+    def read(self, factory: Callable[[], Body[T]]) -> T:
+        return self.store.run_body(factory)
 
-def _drive(c: sqlite3.Connection, body: Body[T]) -> T:
+    async def aread(self, factory: Callable[[], Body[T]]) -> T:
+        return await self.store.arun_body(factory)
+
+
+def drive(c: sqlite3.Connection, body: Body[T]) -> T:
     """Run ``body`` on a SQLite connection (inside the caller's transaction)."""
     result: StepResult | None = None
     while True:
@@ -92,6 +127,8 @@ def _drive(c: sqlite3.Connection, body: Body[T]) -> T:
 
 def sql_runner(store: Any) -> SqlRunner:
     """The runner for ``store``; InvalidInputError if it is neither SQLite nor PostgreSQL."""
+    from harombe_core.store.sqlite import SQLiteStore  # it runs its own bodies with drive()
+
     if isinstance(store, SQLiteStore):
         return SqlRunner(store)
     # A PostgresStore exists only once its module (which needs psycopg) has been imported.

@@ -37,10 +37,12 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from harombe_core.errors import InvalidInputError, SchemaTooNewError, StoreError
+from harombe_core.limits import current_limits
 from harombe_core.models import Message, Session
 from harombe_core.owners import check_owner
 from harombe_core.store.base import UNSET, KeywordHit, SearchScope, adjacent_ids_sql
 from harombe_core.store.shared import Lease
+from harombe_core.store.sql_body import Body, Step, drive
 from harombe_core.store.sqlite_checks import APPLICATION_ID
 from harombe_core.store.sqlite_file import (
     SQLiteFile,
@@ -49,6 +51,14 @@ from harombe_core.store.sqlite_file import (
     open_file,
     orphan_on_collect,
 )
+from harombe_core.validate import (
+    check_count,
+    check_mapping,
+    check_time,
+    optional_count,
+    optional_text,
+)
+from harombe_core.validate import check_id as _check_id
 
 __all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "SQLiteStore", "from_micros", "to_micros"]
 
@@ -146,11 +156,62 @@ MIGRATIONS: list[list[str]] = [
             FOREIGN KEY (namespace, key) REFERENCES store_items(namespace, key) ON DELETE CASCADE
         )""",
     ],
+    # 4: LangGraph checkpoints (the checkpointer of the LangChain adapter), kept per thread; a
+    # thread is the session of the same id, so deleting or pruning the session removes them.
+    # Channel values are blobs per version; a list of messages is stored as references to one
+    # blob per message (checkpoint_message_blobs), so a step writes only its new messages.
+    # checkpoint_threads holds what every process must agree on about a thread's blobs.
+    [
+        """CREATE TABLE checkpoints (
+            thread_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+            checkpoint_ns TEXT NOT NULL,
+            checkpoint_id TEXT NOT NULL,
+            parent_checkpoint_id TEXT,
+            run_id TEXT,
+            type TEXT NOT NULL,
+            checkpoint BLOB NOT NULL,
+            metadata TEXT NOT NULL,
+            PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id)
+        )""",
+        """CREATE TABLE checkpoint_blobs (
+            thread_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+            checkpoint_ns TEXT NOT NULL,
+            channel TEXT NOT NULL,
+            version TEXT NOT NULL,
+            type TEXT NOT NULL,
+            blob BLOB,
+            PRIMARY KEY (thread_id, checkpoint_ns, channel, version)
+        )""",
+        """CREATE TABLE checkpoint_writes (
+            thread_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+            checkpoint_ns TEXT NOT NULL,
+            checkpoint_id TEXT NOT NULL,
+            task_id TEXT NOT NULL,
+            idx INTEGER NOT NULL,
+            task_path TEXT NOT NULL,
+            channel TEXT NOT NULL,
+            type TEXT NOT NULL,
+            blob BLOB NOT NULL,
+            PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
+        )""",
+        """CREATE TABLE checkpoint_message_blobs (
+            thread_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+            hash BLOB NOT NULL,
+            type TEXT NOT NULL,
+            blob BLOB NOT NULL,
+            PRIMARY KEY (thread_id, hash)
+        )""",
+        """CREATE TABLE checkpoint_threads (
+            thread_id TEXT PRIMARY KEY REFERENCES sessions(id) ON DELETE CASCADE,
+            blob_epoch TEXT NOT NULL
+        ) WITHOUT ROWID""",
+    ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 _KNOWN_TABLES = {
     "harombe_meta", "sessions", "messages", "messages_fts", "message_vectors", "store_items",
-    "store_vectors",
+    "store_vectors", "checkpoints", "checkpoint_blobs", "checkpoint_writes",
+    "checkpoint_message_blobs", "checkpoint_threads",
 }
 
 
@@ -159,9 +220,13 @@ _MICROSECOND = timedelta(microseconds=1)
 
 
 def to_micros(value: datetime) -> int:
-    """Datetimes are stored as integer microseconds since the epoch: exact, sortable, small."""
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
+    """Datetimes are stored as integer microseconds since the epoch: exact, sortable, small.
+
+    A time that is not already UTC is converted (naive ones are taken as UTC); one whose UTC
+    equivalent falls outside years 1 to 9999 is refused with InvalidInputError.
+    """
+    if value.tzinfo is not UTC:
+        value = check_time(value, "time")
     return (value - _EPOCH) // _MICROSECOND
 
 
@@ -186,22 +251,51 @@ def session_changes(
     """Column -> stored value for the session fields given (UNSET ones are left out).
 
     Shared by every backend so an update means the same thing everywhere; column names come
-    from this fixed set, never from the caller.
+    from this fixed set, never from the caller. Every value is checked against its kind and
+    size limit (:mod:`harombe_core.limits`) here, whichever path it came by (manager, import,
+    migration), before anything is written.
     """
+    limits = current_limits()
     changes: dict[str, Any] = {}
     if system_prompt is not UNSET:
-        changes["system_prompt"] = system_prompt
+        changes["system_prompt"] = optional_text(
+            system_prompt,
+            "system_prompt",
+            limit=limits.system_prompt_chars,
+            field="system_prompt_chars",
+        )
     if system_prompt_tokens is not UNSET:
-        changes["system_prompt_tokens"] = int(system_prompt_tokens)
+        changes["system_prompt_tokens"] = check_count(
+            system_prompt_tokens, "system_prompt_tokens"
+        )
     if metadata is not UNSET:
-        changes["metadata"] = _dumps(dict(metadata or {}))
+        changes["metadata"] = _dumps(
+            check_mapping(
+                metadata,
+                "session metadata",
+                limit=limits.session_metadata_chars,
+                field="session_metadata_chars",
+            )
+        )
     if summary is not UNSET:
-        changes["summary"] = summary
+        changes["summary"] = optional_text(
+            summary, "summary", limit=limits.summary_chars, field="summary_chars"
+        )
     if summary_data is not UNSET:
-        changes["summary_json"] = None if summary_data is None else _dumps(summary_data)
+        changes["summary_json"] = None if summary_data is None else _dumps(
+            check_summary(summary_data, "summary_data")
+        )
     if summary_until_id is not UNSET:
-        changes["summary_until_id"] = summary_until_id
+        changes["summary_until_id"] = optional_count(summary_until_id, "summary_until_id")
     return changes
+
+
+def check_summary(value: Any, what: str) -> dict[str, Any]:
+    """A session's or a message's summary data: a JSON object within ``summary_chars``."""
+    if not isinstance(value, Mapping):
+        raise InvalidInputError(f"{what} must be a dict, got {type(value).__name__}.")
+    limits = current_limits()
+    return check_mapping(value, what, limit=limits.summary_chars, field="summary_chars")
 
 
 def session_span(message_times: Sequence[int], now: int) -> tuple[int, int]:
@@ -214,23 +308,6 @@ def session_span(message_times: Sequence[int], now: int) -> tuple[int, int]:
     if not message_times:
         return now, now
     return min(now, min(message_times)), max(message_times)
-
-
-def _check_id(value: Any, what: str) -> str:
-    if not isinstance(value, str) or not value or len(value) > 512 or "\x00" in value:
-        raise InvalidInputError(
-            f"{what} must be a non-empty str of at most 512 characters without NUL bytes, "
-            f"got {value!r:.80}."
-        )
-    if not value.isascii():
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise InvalidInputError(
-                f"{what} is not valid Unicode ({exc.reason}); lone surrogates usually come from "
-                "decoding bytes with errors='surrogateescape'. Decode it as UTF-8 first."
-            ) from exc
-    return value
 
 
 def _row_to_message(row: Sequence[Any]) -> Message:
@@ -458,6 +535,12 @@ class SQLiteStore:
         """
         return self._write(fn)
 
+    def snapshot(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn(connection)`` in one read transaction: a consistent view of the file that
+        takes no write lock, so writers in other processes are never kept waiting. Inside
+        :meth:`atomic` (on its thread) it reads in that block's transaction."""
+        return self._open_file().snapshot(fn)
+
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         """Rows of one read-only statement (see :meth:`transaction`)."""
         return self._read(sql, params)
@@ -480,7 +563,12 @@ class SQLiteStore:
         if user_id is not None:
             _check_id(user_id, "user_id")
         now = to_micros(created_at or datetime.now(UTC))
-        meta = _dumps(dict(metadata or {}))
+        fields = session_changes(
+            system_prompt=system_prompt,
+            system_prompt_tokens=system_prompt_tokens,
+            metadata=metadata,
+        )
+        system_prompt, meta = fields["system_prompt"], fields["metadata"]
 
         def insert(c: sqlite3.Connection) -> None:
             c.execute(
@@ -608,6 +696,27 @@ class SQLiteStore:
         ``replace_ids`` are messages of this session deleted in the same transaction, so a
         framework's "replace the history" or "delete message i" never leaves half a history.
         """
+        args = self._add_args(session_id, messages, user_id, replace_ids)
+        return self._write(lambda c: drive(c, self._add_body(*args)))
+
+    def add_messages_body(
+        self,
+        session_id: str,
+        messages: Sequence[Message],
+        *,
+        user_id: str | None = None,
+        replace_ids: Sequence[int] = (),
+    ) -> Body[list[int]]:
+        """:meth:`add_messages` as steps, to run inside another body's transaction."""
+        return self._add_body(*self._add_args(session_id, messages, user_id, replace_ids))
+
+    def _add_args(
+        self,
+        session_id: str,
+        messages: Sequence[Message],
+        user_id: str | None,
+        replace_ids: Sequence[int],
+    ) -> tuple[Any, ...]:
         _check_id(session_id, "session_id")
         doomed = [int(i) for i in replace_ids]
         if user_id is not None:
@@ -631,44 +740,55 @@ class SQLiteStore:
                 )
             )
         created, active = session_span([r[7] for r in rows], time.time_ns() // 1000)
+        return session_id, user_id, rows, doomed, created, active
 
-        def insert(c: sqlite3.Connection) -> list[int]:
-            # One upsert creates the session or bumps its activity and count. The keyword index
-            # is caught up lazily (see index_keywords), so an append touches as few pages as it can.
-            # It returns the owner: a user who is not it rolls the whole call back.
-            ((owner,),) = c.execute(
+    @staticmethod
+    def _add_body(
+        session_id: str,
+        user_id: str | None,
+        rows: list[tuple[Any, ...]],
+        doomed: list[int],
+        created: int,
+        active: int,
+    ) -> Body[list[int]]:
+        # One upsert creates the session or bumps its activity and count. The keyword index
+        # is caught up lazily (see index_keywords), so an append touches as few pages as it can.
+        # It returns the owner: a user who is not it rolls the whole call back.
+        ((owner,),) = (
+            yield Step(
                 "INSERT INTO sessions (id, user_id, created_at, updated_at, message_count) "
                 "VALUES (?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET "
                 "updated_at = MAX(updated_at, excluded.updated_at), "
                 "message_count = message_count + excluded.message_count RETURNING user_id",
                 (session_id, user_id, created, active, len(rows)),
-            ).fetchall()  # read to the end: the statement must finish before COMMIT
-            check_owner(session_id, owner, user_id)
-            removed = 0
-            for start in range(0, len(doomed), 500):
-                chunk = doomed[start : start + 500]
-                removed += c.execute(
+            )
+        ).rows
+        check_owner(session_id, owner, user_id)
+        removed = 0
+        for start in range(0, len(doomed), 500):
+            chunk = doomed[start : start + 500]
+            removed += (
+                yield Step(
                     f"DELETE FROM messages WHERE session_id = ? AND id IN "
                     f"({','.join('?' * len(chunk))})",
                     (session_id, *chunk),
-                ).rowcount
-            ids: list[int] = []
-            for row in rows:
-                cursor = c.execute(
-                    "INSERT INTO messages (session_id, role, content, name, tool_calls, "
-                    "tool_call_id, metadata, created_at, token_count, parent_id) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    row,
                 )
-                ids.append(int(cursor.lastrowid or 0))
-            if removed:
-                c.execute(
-                    "UPDATE sessions SET message_count = message_count - ? WHERE id = ?",
-                    (removed, session_id),
-                )
-            return ids
-
-        return self._write(insert)
+            ).rowcount
+        ids: list[int] = []
+        for row in rows:
+            new = yield Step(
+                "INSERT INTO messages (session_id, role, content, name, tool_calls, "
+                "tool_call_id, metadata, created_at, token_count, parent_id) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+                row,
+            )
+            ids.append(int(new.rows[0][0]))
+        if removed:
+            yield Step(
+                "UPDATE sessions SET message_count = message_count - ? WHERE id = ?",
+                (removed, session_id),
+            )
+        return ids
 
     def get_messages(
         self, session_id: str, *, after_id: int | None = None, limit: int | None = None
@@ -765,7 +885,7 @@ class SQLiteStore:
         self._write(update)
 
     def set_message_summary(self, message_id: int, summary: Mapping[str, Any] | None) -> None:
-        value = None if summary is None else _dumps(dict(summary))
+        value = None if summary is None else _dumps(check_summary(summary, "message summary"))
         self._write(
             lambda c: c.execute(
                 "UPDATE messages SET summary_json = ? WHERE id = ?", (value, message_id)

@@ -316,6 +316,27 @@ class SQLiteFile:
             delay = min(delay * 2, 1.0)
         raise StoreBusyError(f"{self.location}: still locked after {retries} retries")
 
+    def snapshot(self, fn: Callable[[Any], T]) -> T:
+        """Run ``fn(connection)`` in one read transaction: a consistent view of the file that
+        takes no write lock. Inside :meth:`atomic` (on its thread) it joins that block."""
+        if self.block.handle is not None:
+            return self._write_inside(fn)
+        conn = self._enter()
+        try:
+            conn.execute("BEGIN")
+            try:
+                result = fn(conn)
+            except BaseException:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+            return result
+        except sqlite3.Error as exc:
+            raise classify(exc, self.location) from exc
+        finally:
+            self._exit()
+
     def _write_inside(self, fn: Callable[[Any], T]) -> T:
         """Run ``fn`` inside this thread's :meth:`atomic` block."""
         conn = self._enter()  # the block's connection: this thread's

@@ -141,12 +141,23 @@ def test_defaults() -> None:
         ({"role": "user", "content": "x", "metadata": {"a": "\udc80"}}, "not valid Unicode"),
         ({"role": "user", "content": "x", "tool_calls": "call"}, "list of dicts"),
         ({"role": "user", "content": "x", "tool_calls": [1]}, "must be a dict"),
-        ({"role": "user", "content": "x", "created_at": "2020-01-01"}, "must be a datetime"),
+        ({"role": "user", "content": "x", "created_at": 1_700_000_000}, "must be a datetime"),
+        ({"role": "user", "content": "x", "created_at": "yesterday"}, "not an ISO 8601 time"),
+        (
+            {"role": "user", "content": "x", "created_at": "0001-01-01T00:00:00+05:00"},
+            "outside the times harombe can store",
+        ),
     ],
 )
 def test_invalid_messages_say_how_to_fix(kwargs: dict[str, Any], fix: str) -> None:
     with pytest.raises(InvalidMessageError, match=fix):
         Message(**kwargs)
+
+
+def test_an_iso_8601_created_at_is_parsed_into_utc() -> None:
+    message = Message(role="user", content="x", created_at="2020-01-01T02:00:00+02:00")  # type: ignore[arg-type]
+    assert message.created_at == datetime(2020, 1, 1, tzinfo=UTC)
+    assert message.created_at.tzinfo is UTC
 
 
 def test_content_at_the_limit_is_accepted() -> None:

@@ -1,0 +1,324 @@
+"""How fast HarombeSaver checkpoints a growing agent thread, beside LangGraph's SqliteSaver.
+
+Both checkpointers are fed the same checkpoints of one agent thread, step by step, as the
+LangGraph loop writes them: each step appends one message to the ``messages`` channel (a cycle
+of a user question, a model reply with a tool call, the tool's result and the model's answer,
+40 to 120 words each), bumps a step counter, and every few steps changes a ``todos`` list and
+a ``summary`` string; a task's pending write (the new message) is stored before each checkpoint,
+as the loop does. At each measured length (default 10 and 1,000 steps) it times, per step:
+
+* ``put``: storing the next checkpoint (median and mean of the ``--window`` steps that end at
+  that length; the mean includes SQLite's periodic WAL checkpoints; for harombe a put includes
+  recording the new message in the thread's harombe session);
+* ``get_tuple``: reading the newest checkpoint back (best of ``--repeat``);
+* ``list``: listing the newest ``--list-limit`` checkpoints (best of ``--repeat``).
+
+``get_tuple (cold)`` reads through a new HarombeSaver, whose in-process memory is empty, as a
+new process would.
+
+Fairness: both databases are files in the same directory with the same durability settings (WAL
+journal, ``synchronous=NORMAL``, harombe's defaults, set on SqliteSaver's connection too), the
+same serializer (LangGraph's ``JsonPlusSerializer``), and harombe runs without semantic memory
+(``embedding=None``; with it, messages are embedded by a background thread, not by ``put``).
+The two savers are fed in lockstep and their reads interleaved, so a change of load on the
+machine hits both alike; reads report the best of their repeats (noise only ever adds time).
+Ratios are harombe's time over SqliteSaver's (below 1: harombe is faster). Run
+``python benchmarks/bench_checkpoint.py --help``.
+"""
+
+# ruff: noqa: E402  (imports follow the sys.path guard below)
+from __future__ import annotations
+
+import os
+import sys
+
+# Run as a script, this folder is sys.path[0]; a sibling benchmark named like a stdlib module
+# (threading.py) must not shadow the standard library.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
+
+import argparse
+import gc
+import json
+import platform
+import shutil
+import sqlite3
+import statistics
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langgraph.checkpoint.base import BaseCheckpointSaver, Checkpoint
+from langgraph.checkpoint.base.id import uuid6
+
+TEXT = (
+    "the garden irrigation schedule needs a second valve before the dry season and the "
+    "quarterly budget review moved the training plan for the half marathon to May while the "
+    "billing service refactor waits on a list of questions about costs and fresh numbers"
+)
+WORDS = TEXT.split(" ")
+
+
+def words(i: int, n: int) -> str:
+    return " ".join(WORDS[(i * 7 + k) % len(WORDS)] for k in range(n))
+
+
+def message(i: int) -> BaseMessage:
+    """The i-th message of the thread: a user / tool-call / tool / answer cycle."""
+    kind = i % 4
+    turn = i // 4
+    if kind == 0:
+        return HumanMessage(f"Question {turn}: {words(i, 40)}?", id=f"h{i}")
+    if kind == 1:
+        return AIMessage(
+            "",
+            id=f"a{i}",
+            tool_calls=[{"name": "search", "args": {"query": words(i, 8)}, "id": f"call{i}"}],
+            response_metadata={"model_name": "bench", "finish_reason": "tool_calls"},
+            usage_metadata={"input_tokens": 40 * turn, "output_tokens": 20, "total_tokens": 60},
+        )
+    if kind == 2:
+        return ToolMessage(words(i, 120), tool_call_id=f"call{i - 1}", id=f"t{i}")
+    return AIMessage(
+        f"Answer {turn}: {words(i, 80)}.",
+        id=f"a{i}",
+        response_metadata={"model_name": "bench", "finish_reason": "stop"},
+        usage_metadata={"input_tokens": 40 * turn, "output_tokens": 80, "total_tokens": 120},
+    )
+
+
+@dataclass
+class Thread:
+    """The checkpoints of one growing agent thread, built once and fed to every saver."""
+
+    thread_id: str
+    steps: list[tuple[Checkpoint, dict[str, Any], dict[str, Any], tuple[str, Any]]] = field(
+        default_factory=list
+    )
+
+
+def build_thread(steps: int, versioner: BaseCheckpointSaver) -> Thread:
+    thread = Thread(thread_id=str(uuid.uuid4()))
+    messages: list[BaseMessage] = []
+    versions: dict[str, Any] = {}
+    values: dict[str, Any] = {}
+    for step in range(steps):
+        new = message(step)
+        messages = [*messages, new]
+        changed = ["messages", "step", "branch:to:model"]
+        values["messages"] = messages
+        values["step"] = step
+        values["branch:to:model"] = None
+        if step % 5 == 0:
+            values["todos"] = [
+                {"content": words(step + k, 6), "status": "pending" if k else "done"}
+                for k in range(4)
+            ]
+            changed.append("todos")
+        if step % 10 == 0:
+            values["summary"] = words(step, 60)
+            changed.append("summary")
+        new_versions = {}
+        for channel in changed:
+            versions[channel] = versioner.get_next_version(versions.get(channel), None)
+            new_versions[channel] = versions[channel]
+        checkpoint = Checkpoint(
+            v=4,
+            id=str(uuid6(clock_seq=step)),
+            ts=datetime.now(UTC).isoformat(),
+            channel_values=dict(values),
+            channel_versions=dict(versions),
+            versions_seen={"model": dict(versions), "tools": {"messages": versions["messages"]}},
+            updated_channels=changed,
+        )
+        metadata = {"source": "loop", "step": step, "parents": {}, "run_id": "bench-run"}
+        thread.steps.append((checkpoint, metadata, new_versions, ("messages", [new])))
+    return thread
+
+
+def median_ms(samples: list[float]) -> float:
+    return statistics.median(samples) * 1000
+
+
+def best_ms(samples: list[float]) -> float:
+    return min(samples) * 1000
+
+
+def timed(fn: Callable[[], Any]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+@dataclass
+class Row:
+    system: str
+    steps: int
+    put: float
+    put_mean: float
+    get: float
+    listing: float
+    cold: float | None = None
+
+
+@dataclass
+class Contender:
+    """One checkpointer fed the thread, with the config of its newest checkpoint."""
+
+    name: str
+    saver: BaseCheckpointSaver
+    config: dict[str, Any]
+    fresh: Callable[[], BaseCheckpointSaver] | None = None
+    puts: list[float] = field(default_factory=list)
+
+    @property
+    def latest(self) -> dict[str, Any]:
+        """The config that reads the thread's newest checkpoint (as the same user)."""
+        newest = dict(self.config["configurable"])
+        newest.pop("checkpoint_id", None)
+        return {"configurable": newest}
+
+    def step(self, thread: Thread, index: int) -> None:
+        checkpoint, metadata, new_versions, write = thread.steps[index]
+        if "checkpoint_id" in self.config["configurable"]:
+            self.saver.put_writes(self.config, [write], f"task{index}")
+        config = self.config
+        self.puts.append(timed(lambda: self.saver.put(config, checkpoint, metadata, new_versions)))
+        newest = {**config["configurable"], "checkpoint_id": checkpoint["id"]}
+        self.config = {"configurable": newest}
+
+
+def measure(
+    contenders: list[Contender], thread: Thread, lengths: list[int], args: argparse.Namespace
+) -> Iterator[Row]:
+    """Feed every contender the thread in lockstep (alternating who goes first) and time each
+    at each length, interleaving their reads, so a load change hits both alike."""
+    wanted = set(lengths)
+    gc.disable()
+    try:
+        for index in range(len(thread.steps)):
+            order = contenders if index % 2 == 0 else contenders[::-1]
+            for contender in order:
+                contender.step(thread, index)
+            steps = index + 1
+            if steps not in wanted:
+                continue
+            got: dict[str, list[float]] = {c.name: [] for c in contenders}
+            listed: dict[str, list[float]] = {c.name: [] for c in contenders}
+            cold: dict[str, list[float]] = {c.name: [] for c in contenders}
+            for _ in range(args.repeat):
+                for c in contenders:
+                    latest = c.latest
+                    got[c.name].append(timed(lambda c=c, k=latest: c.saver.get_tuple(k)))
+                    listed[c.name].append(timed(
+                        lambda c=c, k=latest: list(c.saver.list(k, limit=args.list_limit))
+                    ))
+                    if c.fresh is not None:
+                        fresh = c.fresh()
+                        cold[c.name].append(timed(lambda f=fresh, k=latest: f.get_tuple(k)))
+            for c in contenders:
+                check = c.saver.get_tuple(c.latest)
+                assert check is not None
+                assert len(check.checkpoint["channel_values"]["messages"]) == steps
+                window = c.puts[-args.window :]
+                yield Row(
+                    c.name,
+                    steps,
+                    median_ms(window),
+                    statistics.mean(window) * 1000,
+                    best_ms(got[c.name]),
+                    best_ms(listed[c.name]),
+                    best_ms(cold[c.name]) if cold[c.name] else None,
+                )
+    finally:
+        gc.enable()
+
+
+def sqlite_saver(path: str) -> BaseCheckpointSaver:
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    conn = sqlite3.connect(path, check_same_thread=False)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    saver = SqliteSaver(conn)
+    saver.setup()
+    return saver
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Example: python benchmarks/bench_checkpoint.py --steps 10 1000",
+    )
+    parser.add_argument("--steps", type=int, nargs="+", default=[10, 1000],
+                        help="thread lengths (in steps) at which to measure (default 10 1000)")
+    parser.add_argument("--window", type=int, default=9,
+                        help="puts whose median and mean are reported at each length (default 9)")
+    parser.add_argument("--repeat", type=int, default=9,
+                        help="reads per measurement, the best reported (default 9)")
+    parser.add_argument("--list-limit", type=int, default=10,
+                        help="checkpoints per list() call (default 10)")
+    parser.add_argument("--dir", default=None, help="where the databases go (default: a temp dir)")
+    parser.add_argument("--json", default=None, help="also write the rows to this JSON file")
+    args = parser.parse_args(argv)
+    lengths = sorted(set(args.steps))
+    if lengths[0] < 1:
+        parser.error("--steps must be positive")
+
+    from harombe_core import MemoryManager
+    from langchain_harombe import HarombeSaver
+
+    workdir = args.dir or tempfile.mkdtemp(prefix="harombe-bench-checkpoint-")
+    os.makedirs(workdir, exist_ok=True)
+    user = {"user_id": "bench"}
+    try:
+        manager = MemoryManager(os.path.join(workdir, "harombe.db"), embedding=None)
+        harombe = HarombeSaver(manager)
+        thread = build_thread(lengths[-1], harombe)
+        start = {"thread_id": thread.thread_id, "checkpoint_ns": ""}
+        contenders = [
+            Contender("SqliteSaver", sqlite_saver(os.path.join(workdir, "langgraph.db")),
+                      {"configurable": dict(start)}),
+            Contender("HarombeSaver", harombe, {"configurable": {**start, **user}},
+                      fresh=lambda: HarombeSaver(manager)),
+        ]
+        rows = sorted(measure(contenders, thread, lengths, args),
+                      key=lambda r: (r.system != "SqliteSaver", r.steps))
+        session = manager.get_messages(thread.thread_id)
+        assert len(session) == lengths[-1], "every message is in the thread's harombe session"
+        manager.close()
+    finally:
+        if args.dir is None:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+    print(f"# checkpoints of a growing agent thread ({platform.python_version()}, "
+          f"SQLite {sqlite3.sqlite_version}, {platform.machine()}); ms")
+    print(f"{'system':<14}{'steps':>7}{'put':>10}{'put mean':>10}{'get':>10}{'list':>10}"
+          f"{'cold get':>10}   (put: median; reads: best)")
+    for row in rows:
+        cold = f"{row.cold:10.3f}" if row.cold is not None else f"{'':>10}"
+        print(f"{row.system:<14}{row.steps:>7}{row.put:10.3f}{row.put_mean:10.3f}"
+              f"{row.get:10.3f}{row.listing:10.3f}{cold}")
+    print("\n# ratio harombe / SqliteSaver (below 1: harombe is faster; cold get: a new saver)")
+    print(f"{'steps':>7}{'put':>9}{'put mean':>10}{'get':>9}{'list':>9}{'cold get':>10}")
+    by = {(r.system, r.steps): r for r in rows}
+    for steps in lengths:
+        ours, theirs = by[("HarombeSaver", steps)], by[("SqliteSaver", steps)]
+        assert ours.cold is not None
+        print(f"{steps:>7}{ours.put / theirs.put:9.2f}{ours.put_mean / theirs.put_mean:10.2f}"
+              f"{ours.get / theirs.get:9.2f}{ours.listing / theirs.listing:9.2f}"
+              f"{ours.cold / theirs.get:10.2f}")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as handle:
+            json.dump([r.__dict__ for r in rows], handle, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

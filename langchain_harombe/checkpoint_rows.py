@@ -1,0 +1,487 @@
+"""How a LangGraph checkpoint becomes rows, and back (the checkpointer's serialisation).
+
+A checkpoint is split the way LangGraph's PostgresSaver splits it, plus one step further:
+
+* the checkpoint row holds the checkpoint itself with only its primitive channel values (None,
+  str, int, float, bool) inline;
+* every other channel value is a blob keyed by its channel *version*, written only in the put
+  whose ``new_versions`` names it, so a channel that did not change costs nothing;
+* a channel holding a list of LangChain messages is stored as a list of 16-byte references, one
+  per message, to blobs kept once per thread (``checkpoint_message_blobs``, keyed by a hash of
+  the serialised message). A step that appends one message to a thread of a thousand writes one
+  message blob and 16 KB of references, where a checkpointer storing the list writes the whole
+  list again; reading joins the blobs back into the bytes of the whole list and deserialises
+  them in one call with the saver's serde, as a stored list would be read.
+
+:class:`BlobCache` remembers, per thread and channel, the list it last serialised (each
+message's class and field values, hashes and blobs), so a put serialises only the messages
+that are new or changed; it keeps the blobs themselves for reads (immutable under their hash,
+so keeping them is always safe) and which blobs are known to be stored under the thread's
+current ``blob_epoch``. The epoch changes whenever blobs may have been deleted, so a stale
+memory can never leave a reference without its blob.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from langchain_core.messages import BaseMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    get_serializable_checkpoint_metadata,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
+
+from harombe_core.errors import InvalidInputError
+
+__all__ = [
+    "HASH_SIZE",
+    "REFS_TYPE",
+    "BlobCache",
+    "MessageList",
+    "PutPlan",
+    "Serialised",
+    "assemble",
+    "checked_id",
+    "checkpoint_config",
+    "config_user",
+    "load_messages",
+    "message_array",
+    "message_hash",
+    "needed_blobs",
+    "plan_put",
+    "split_refs",
+    "thread_key",
+]
+
+#: The type tag of a channel blob that holds message references instead of a serialised value.
+REFS_TYPE = "harombe.message_refs"
+HASH_SIZE = 16
+
+_PRIMITIVES = (str, int, float, bool)
+
+
+def message_hash(type_: str, blob: bytes) -> bytes:
+    """The 16-byte key of a serialised message (its serde type and bytes)."""
+    digest = hashlib.blake2b(type_.encode(), digest_size=HASH_SIZE)
+    digest.update(b"\x00")
+    digest.update(blob)
+    return digest.digest()
+
+
+def split_refs(refs: bytes) -> list[bytes]:
+    """The hashes packed in a references blob, in order."""
+    return [digest for (digest,) in _HASHES.iter_unpack(refs)]
+
+
+_HASHES = struct.Struct(f"{HASH_SIZE}s")
+
+
+def load_messages(serde: SerializerProtocol, blobs: list[tuple[str, bytes]]) -> list[Any]:
+    """The messages of these blobs, as the serde reads a stored list of them (see
+    :func:`message_array`)."""
+    joined = message_array(serde, blobs)
+    if joined is not None:
+        return list(serde.loads_typed(joined))
+    return [serde.loads_typed(blob) for blob in blobs]
+
+
+def message_array(
+    serde: SerializerProtocol, blobs: Sequence[tuple[str, bytes]]
+) -> tuple[str, bytes] | None:
+    """The serialised list of these messages, or None when the serde's format does not allow it.
+
+    A list the JSON-plus serde writes is a msgpack array header followed by each element as
+    it writes it alone, so blobs of that type are joined under one header: the very bytes a
+    checkpointer storing the whole list would read, in one call.
+    """
+    if not isinstance(serde, JsonPlusSerializer) or any(t != "msgpack" for t, _ in blobs):
+        return None
+    count = len(blobs)
+    header = bytes([0x90 | count]) if count < 16 else (
+        b"\xdc" + count.to_bytes(2, "big") if count < 65536
+        else b"\xdd" + count.to_bytes(4, "big")
+    )
+    return "msgpack", header + b"".join(b for _, b in blobs)
+
+
+def checked_id(value: Any, what: str) -> str:
+    """A thread or user id as the session store keeps it (a str of 1 to 512 characters)."""
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise InvalidInputError(
+            f"{what} must be a str (or an int), got {type(value).__name__}; pass it as "
+            f"config={{'configurable': {{'{what}': '...'}}}}."
+        )
+    text = str(value)
+    if not text or len(text) > 512 or "\x00" in text:
+        raise InvalidInputError(
+            f"{what} must be 1 to 512 characters without NUL bytes, got {text!r:.80}."
+        )
+    return text
+
+
+def thread_key(config: RunnableConfig) -> tuple[str, str]:
+    """(thread_id, checkpoint_ns) of a config, checked."""
+    configurable = config.get("configurable") or {}
+    if "thread_id" not in configurable or configurable["thread_id"] is None:
+        raise InvalidInputError(
+            "a checkpointer needs a thread: invoke the graph with "
+            "config={'configurable': {'thread_id': '...'}}."
+        )
+    namespace = configurable.get("checkpoint_ns") or ""
+    return checked_id(configurable["thread_id"], "thread_id"), str(namespace)
+
+
+def config_user(config: RunnableConfig | None) -> str | None:
+    """The run's ``user_id`` (from ``configurable``), or None when it names none."""
+    configurable = (config or {}).get("configurable") or {}
+    value = configurable.get("user_id")
+    return None if value is None else checked_id(value, "user_id")
+
+
+def _is_message_list(value: Any) -> bool:
+    return type(value) is list and all(isinstance(m, BaseMessage) for m in value)
+
+
+@dataclass(slots=True)
+class MessageList:
+    """A message-list channel of a checkpoint being put: its references and its messages
+    (``fresh``: the positions serialised by this put, whose blobs may not be stored yet)."""
+
+    version: str
+    refs: bytes
+    hashes: list[bytes]
+    blobs: list[tuple[str, bytes]]
+    messages: list[BaseMessage]
+    fresh: list[int]
+
+
+@dataclass(slots=True)
+class PutPlan:
+    """Everything a put writes, computed before its transaction starts."""
+
+    thread_id: str
+    namespace: str
+    checkpoint_id: str
+    parent_id: str | None
+    run_id: str | None
+    user_id: str | None
+    type: str
+    checkpoint: bytes
+    metadata: str
+    blobs: list[tuple[str, str, str, bytes | None]] = field(default_factory=list)
+    lists: dict[str, MessageList] = field(default_factory=dict)
+    #: The version of each channel the checkpoint holds (to find an unchanged message list).
+    versions: dict[str, str] = field(default_factory=dict)
+    #: Channels whose value is kept in the checkpoint row itself.
+    inline: frozenset[str] = frozenset()
+
+    #: The message blobs the put's transaction wrote (set by it, for the cache).
+    written: list[tuple[bytes, str, bytes]] = field(default_factory=list)
+
+    def head_hashes(self, channel: str) -> list[bytes]:
+        entry = self.lists.get(channel)
+        return entry.hashes if entry is not None else []
+
+
+class BlobCache:
+    """Serialised messages this process has seen, per thread, bounded in bytes (LRU)."""
+
+    def __init__(self, max_bytes: int = 64 * 1024 * 1024) -> None:
+        self.max_bytes = max_bytes
+        self._lock = threading.Lock()
+        self._threads: OrderedDict[str, _ThreadBlobs] = OrderedDict()
+        self._bytes = 0
+
+    def _thread(self, thread_id: str) -> _ThreadBlobs:
+        entry = self._threads.get(thread_id)
+        if entry is None:
+            entry = self._threads[thread_id] = _ThreadBlobs()
+        self._threads.move_to_end(thread_id)
+        return entry
+
+    def serialise(
+        self,
+        serde: SerializerProtocol,
+        thread_id: str,
+        key: tuple[str, str],
+        messages: Sequence[BaseMessage],
+    ) -> tuple[list[bytes], list[tuple[str, bytes]], list[int]]:
+        """(hashes, (type, blob) pairs, fresh positions) of channel ``key``'s ``messages``.
+
+        The longest prefix of the list that this process serialised last time for the same
+        thread and channel, message for message with the same field values (by identity, or
+        equal: a field set to a new value, as LangChain's human-in-the-loop edit does, is
+        seen), is not serialised again; so a step costs the messages it added or replaced,
+        not the whole list. (A message mutated deep inside one of its fields, such as a tool
+        call's argument dict edited in place, is not seen: LangGraph state is updated by
+        returning new messages, not by mutating stored ones.)
+        """
+        values = [(type(m), *m.__dict__.values()) for m in messages]
+        with self._lock:
+            previous = self._thread(thread_id).lists.get(key)
+        same = 0
+        hashes: list[bytes] = []
+        dumped: list[tuple[str, bytes]] = []
+        if previous is not None:
+            same = min(len(previous.values), len(values))
+            if values[:same] != previous.values[:same]:
+                same = next(i for i in range(same) if values[i] != previous.values[i])
+            hashes, dumped = previous.hashes[:same], previous.blobs[:same]
+        fresh = list(range(same, len(messages)))
+        for index in fresh:
+            type_, blob = serde.dumps_typed(messages[index])
+            hashes.append(message_hash(type_, blob))
+            dumped.append((type_, blob))
+        with self._lock:
+            self._thread(thread_id).lists[key] = Serialised(values, hashes, dumped,
+                                                            b"".join(hashes))
+        return hashes, dumped, fresh
+
+    def unwritten(
+        self, thread_id: str, epoch: str, plan: PutPlan
+    ) -> list[tuple[bytes, str, bytes]]:
+        """The message blobs of ``plan`` not known to be stored under ``epoch``."""
+        with self._lock:
+            entry = self._threads.get(thread_id)
+            written = entry.written if entry is not None and entry.epoch == epoch else set()
+            rows: list[tuple[bytes, str, bytes]] = []
+            for item in plan.lists.values():
+                rows += [(item.hashes[i], *item.blobs[i]) for i in item.fresh]
+                stale = set(item.hashes) - written - {item.hashes[i] for i in item.fresh}
+                if stale:  # a new epoch, or blobs of a put that did not commit
+                    rows += [(h, *b) for h, b in zip(item.hashes, item.blobs, strict=True)
+                             if h in stale]
+        return rows
+
+    def remember(
+        self,
+        thread_id: str,
+        blobs: Sequence[tuple[bytes, str, bytes]],
+        *,
+        epoch: str | None = None,
+        keep: Sequence[bytes] = (),
+    ) -> None:
+        """Keep ``blobs`` (hash, type, blob); with ``epoch`` they are also known to be stored
+        under it. ``keep`` (the newest checkpoint's references) survives when the thread's
+        share is trimmed."""
+        with self._lock:
+            entry = self._thread(thread_id)
+            if epoch is not None and entry.epoch != epoch:
+                entry.epoch, entry.written = epoch, set()
+            known = entry.blobs
+            for digest, type_, blob in blobs:
+                if digest not in known:
+                    known[digest] = (type_, blob)
+                    entry.size += len(blob)
+                    self._bytes += len(blob)
+                if epoch is not None:
+                    entry.written.add(digest)
+            if keep and len(known) > 2 * len(keep) + 256:
+                self._trim(entry, set(keep))
+            while self._bytes > self.max_bytes and len(self._threads) > 1:
+                _, oldest = self._threads.popitem(last=False)
+                self._bytes -= oldest.size
+
+    def _trim(self, entry: _ThreadBlobs, keep: set[bytes]) -> None:
+        kept = {h: p for h, p in entry.blobs.items() if h in keep}
+        size = sum(len(p[1]) for p in kept.values())
+        self._bytes += size - entry.size
+        entry.blobs, entry.size = kept, size
+        entry.written &= keep
+
+    def serialised(self, thread_id: str, key: tuple[str, str], refs: bytes) -> Serialised | None:
+        """The list this process last serialised for channel ``key`` of the thread, if its
+        references are ``refs`` (then its messages are exactly those of ``refs``)."""
+        with self._lock:
+            entry = self._threads.get(thread_id)
+            found = None if entry is None else entry.lists.get(key)
+        return found if found is not None and found.refs == refs else None
+
+    def blobs_of(self, thread_id: str) -> Mapping[bytes, tuple[str, bytes]]:
+        """The thread's blobs held in memory, by hash (a mapping only ever added to; read it
+        without the lock: its replacement by a trim leaves it intact)."""
+        with self._lock:
+            entry = self._threads.get(thread_id)
+            return {} if entry is None else entry.blobs
+
+    def mirror(self, thread_id: str) -> Any:
+        """What this process last mirrored into the thread's session (a ``Mirror``), or None."""
+        with self._lock:
+            entry = self._threads.get(thread_id)
+            return None if entry is None else entry.mirror
+
+    def set_mirror(self, thread_id: str, mirror: Any) -> None:
+        with self._lock:
+            self._thread(thread_id).mirror = mirror
+
+    def forget(self, thread_ids: Sequence[str]) -> None:
+        """Drop what is known about these threads (they were deleted or rewritten)."""
+        with self._lock:
+            for thread_id in thread_ids:
+                entry = self._threads.pop(thread_id, None)
+                if entry is not None:
+                    self._bytes -= entry.size
+
+
+@dataclass(slots=True)
+class Serialised:
+    """A message list as last serialised: each message's class and field values, hashes and
+    blobs, position by position, its references blob, and (once read) the whole list's bytes."""
+
+    values: list[tuple[Any, ...]]
+    hashes: list[bytes]
+    blobs: list[tuple[str, bytes]]
+    refs: bytes
+    joined: tuple[str, bytes] | None = None
+
+    def load(self, serde: SerializerProtocol) -> list[Any]:
+        """The list, deserialised by ``serde`` (its bytes joined once, then kept)."""
+        if self.joined is None:
+            self.joined = message_array(serde, self.blobs)
+        if self.joined is None:
+            return [serde.loads_typed(blob) for blob in self.blobs]
+        return list(serde.loads_typed(self.joined))
+
+
+@dataclass(slots=True)
+class _ThreadBlobs:
+    epoch: str | None = None
+    written: set[bytes] = field(default_factory=set)
+    blobs: dict[bytes, tuple[str, bytes]] = field(default_factory=dict)
+    lists: dict[tuple[str, str], Serialised] = field(default_factory=dict)
+    mirror: Any = None
+    size: int = 0
+
+
+def plan_put(
+    serde: SerializerProtocol,
+    cache: BlobCache,
+    config: RunnableConfig,
+    checkpoint: Checkpoint,
+    metadata: CheckpointMetadata,
+    new_versions: ChannelVersions,
+) -> PutPlan:
+    """Serialise a checkpoint into the rows a put writes (no I/O)."""
+    thread_id, namespace = thread_key(config)
+    configurable = config["configurable"]
+    inline: dict[str, Any] = {}
+    plan_blobs: list[tuple[str, str, str, bytes | None]] = []
+    lists: dict[str, MessageList] = {}
+    for channel, value in checkpoint["channel_values"].items():
+        if value is None or isinstance(value, _PRIMITIVES):
+            inline[channel] = value
+            continue
+        version = new_versions.get(channel)
+        if version is None:
+            continue  # unchanged: its blob was written by the put that changed it
+        if _is_message_list(value):
+            hashes, dumped, fresh = cache.serialise(serde, thread_id, (namespace, channel), value)
+            refs = b"".join(hashes)
+            lists[channel] = MessageList(str(version), refs, hashes, dumped, value, fresh)
+            plan_blobs.append((channel, str(version), REFS_TYPE, refs))
+        else:
+            plan_blobs.append((channel, str(version), *serde.dumps_typed(value)))
+    stored = dict(checkpoint)
+    stored["channel_values"] = inline
+    type_, blob = serde.dumps_typed(stored)
+    meta = get_serializable_checkpoint_metadata(config, metadata)
+    try:
+        meta_json = json.dumps(meta, ensure_ascii=False, allow_nan=False, default=_no_json)
+    except ValueError as exc:
+        raise InvalidInputError(f"checkpoint metadata must be JSON: {exc}.") from exc
+    run_id = meta.get("run_id")
+    return PutPlan(
+        thread_id=thread_id,
+        namespace=namespace,
+        checkpoint_id=str(checkpoint["id"]),
+        parent_id=configurable.get("checkpoint_id"),
+        run_id=None if run_id is None else str(run_id),
+        user_id=config_user(config),
+        type=type_,
+        checkpoint=blob,
+        metadata=meta_json,
+        blobs=plan_blobs,
+        lists=lists,
+        versions={k: str(v) for k, v in checkpoint["channel_versions"].items()},
+        inline=frozenset(inline),
+    )
+
+
+def _no_json(value: Any) -> Any:
+    raise ValueError(f"{type(value).__name__} is not a JSON type")
+
+
+def needed_blobs(checkpoint: Checkpoint) -> list[tuple[str, str]]:
+    """(channel, version) of the values a stored checkpoint keeps outside its row."""
+    inline = checkpoint["channel_values"]
+    return [(c, str(v)) for c, v in checkpoint["channel_versions"].items() if c not in inline]
+
+
+def assemble(
+    serde: SerializerProtocol,
+    row: Sequence[Any],
+    checkpoint: Checkpoint,
+    blobs: Mapping[tuple[str, str], tuple[str, bytes | None]],
+    refs: Mapping[tuple[str, str], list[bytes] | Serialised],
+    messages: Mapping[bytes, tuple[str, bytes]],
+    writes: Sequence[Sequence[Any]],
+) -> CheckpointTuple:
+    """A CheckpointTuple from its row ``(thread_id, ns, id, parent_id, metadata, ...)``, its
+    decoded checkpoint, channel blobs, message lists (hashes, or a list this process
+    serialised), message blobs and pending writes."""
+    thread_id, namespace, checkpoint_id, parent_id, metadata = row[:5]
+    values = checkpoint["channel_values"]
+    loads = serde.loads_typed
+    for key, (type_, blob) in blobs.items():
+        if blob is None:
+            continue
+        if type_ == REFS_TYPE:
+            listed = refs.get(key, [])
+            if isinstance(listed, Serialised):
+                values[key[0]] = listed.load(serde)
+            else:
+                values[key[0]] = load_messages(serde, [messages[h] for h in listed])
+        else:
+            values[key[0]] = loads((type_, blob))
+    owner = row[7] if len(row) > 7 else None
+    return CheckpointTuple(
+        config=_config(thread_id, namespace, checkpoint_id, owner),
+        checkpoint=checkpoint,
+        metadata=cast(CheckpointMetadata, json.loads(metadata)),
+        parent_config=_config(thread_id, namespace, parent_id, owner) if parent_id else None,
+        pending_writes=[
+            (task_id, channel, serde.loads_typed((type_, bytes(blob))))
+            for task_id, channel, type_, blob in writes
+        ],
+    )
+
+
+def checkpoint_config(
+    thread_id: str, namespace: str, checkpoint_id: str, owner: str | None
+) -> RunnableConfig:
+    """The config of a stored checkpoint: it names the thread's owner, so a config handed
+    back by LangGraph (state history, time travel) acts for that user."""
+    configurable: dict[str, Any] = {
+        "thread_id": thread_id,
+        "checkpoint_ns": namespace,
+        "checkpoint_id": checkpoint_id,
+    }
+    if owner is not None:
+        configurable["user_id"] = owner
+    return {"configurable": configurable}
+
+
+_config = checkpoint_config

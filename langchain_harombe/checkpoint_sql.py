@@ -1,0 +1,622 @@
+"""The checkpointer's statements, written once as SQL bodies for SQLite and PostgreSQL.
+
+Each public method is a body (:mod:`harombe_core.store.sql_body`): a generator of ``?``
+statements that the store's runner executes in one transaction, so a put writes its blobs, its
+checkpoint row and the session's new messages together or not at all, with the store's locking,
+retries and error types (and exactly once on PostgreSQL). Bodies that only read run in one
+snapshot. Nothing here serialises or deserialises values beyond a checkpoint's own small row
+(:mod:`langchain_harombe.checkpoint_rows` does that before and after the transaction).
+
+A thread is the session of the same id, so writes first create the session if needed (owned by
+the run's user), then read it locked and check its owner: a saver acts for the run's user, so
+a call naming another user, or none on a user's thread, is refused. That lock (``FOR UPDATE`` on
+PostgreSQL; SQLite's write transactions lock the file) orders two processes writing one thread,
+as the row lock of ``add_messages`` does.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from langchain_core.messages import BaseMessage
+from langgraph.checkpoint.base import Checkpoint
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from harombe_core.errors import InvalidInputError
+from harombe_core.models import Message
+from harombe_core.owners import check_owner
+from harombe_core.store.sql_body import Body, SqlRunner
+from langchain_harombe.checkpoint_mirror import Head, Mirror, ThreadState, reconcile
+from langchain_harombe.checkpoint_rows import (
+    REFS_TYPE,
+    BlobCache,
+    PutPlan,
+    Serialised,
+    load_messages,
+    needed_blobs,
+    split_refs,
+)
+
+__all__ = ["CheckpointTables", "Loaded"]
+
+_CHUNK = 200
+#: Message blobs to read from which one pass over the thread's blobs is cheaper.
+_SCAN_FROM = 256
+_ROW = (
+    "c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id, c.metadata, "
+    "c.type, c.checkpoint, s.user_id"
+)
+_FROM = "FROM checkpoints c JOIN sessions s ON s.id = c.thread_id"
+_NEW_SESSION = (
+    "INSERT INTO sessions (id, user_id, created_at, updated_at) VALUES (?, ?, ?, ?) "
+    "ON CONFLICT (id) DO NOTHING"
+)
+_STATE = (
+    "SELECT s.user_id, s.message_count, (SELECT MAX(m.id) FROM messages m "
+    "WHERE m.session_id = s.id), (SELECT MAX(c.checkpoint_id) FROM checkpoints c "
+    "WHERE c.thread_id = s.id AND c.checkpoint_ns = ''), t.blob_epoch "
+    "FROM sessions s LEFT JOIN checkpoint_threads t ON t.thread_id = s.id WHERE s.id = ?"
+)
+_COPY = {
+    "checkpoints": "checkpoint_ns, checkpoint_id, parent_checkpoint_id, run_id, type, "
+    "checkpoint, metadata",
+    "checkpoint_blobs": "checkpoint_ns, channel, version, type, blob",
+    "checkpoint_writes": "checkpoint_ns, checkpoint_id, task_id, idx, task_path, channel, "
+    "type, blob",
+    "checkpoint_message_blobs": "hash, type, blob",
+}
+
+
+@dataclass(slots=True)
+class Loaded:
+    """What one stored checkpoint needs to become a CheckpointTuple (see ``assemble``):
+    its row and decoded checkpoint, channel blobs, the hashes of its message lists, message
+    blobs by hash (``fetched``: those read from the database) and pending writes."""
+
+    row: tuple[Any, ...]
+    checkpoint: Checkpoint
+    blobs: dict[tuple[str, str], tuple[str, bytes | None]] = field(default_factory=dict)
+    refs: dict[tuple[str, str], list[bytes] | Serialised] = field(default_factory=dict)
+    messages: Mapping[bytes, tuple[str, bytes]] = field(default_factory=dict)
+    fetched: dict[bytes, tuple[str, bytes]] = field(default_factory=dict)
+    writes: list[tuple[str, str, str, bytes]] = field(default_factory=list)
+
+
+def _keys(keys: Sequence[tuple[Any, ...]]) -> str:
+    """``keys`` as a table ``k`` (columns ``column1``...) to join on, so that each key is an
+    index lookup (SQLite scans the whole table for a row-value ``IN (VALUES ...)``)."""
+    row = "(" + ", ".join("?" * len(keys[0])) + ")"
+    return f"(VALUES {', '.join([row] * len(keys))}) AS k"
+
+
+def _chunks(items: Sequence[Any], size: int = _CHUNK) -> Iterable[Sequence[Any]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def _check_owner(owner: str | None, user_id: str | None, thread_id: str) -> None:
+    """A call for ``user_id`` (``configurable["user_id"]``, None: for nobody) may use only a
+    thread of that owner: a saver is an adapter acting for the run's user."""
+    check_owner(thread_id, owner, user_id, exact=True)
+
+
+class CheckpointTables:
+    """Bodies over the checkpoint tables of one database (see the module docstring)."""
+
+    def __init__(
+        self,
+        runner: SqlRunner,
+        serde: SerializerProtocol,
+        cache: BlobCache,
+        convert: Callable[[BaseMessage], Message],
+        messages_key: str,
+    ) -> None:
+        self.runner = runner
+        self.serde = serde
+        self.cache = cache
+        self.convert = convert
+        self.messages_key = messages_key
+
+    # writes -------------------------------------------------------------------------------
+    def put(self, plan: PutPlan, now: int, epoch: str) -> Body[dict[str, Any]]:
+        """Store a checkpoint; when it becomes the thread's newest, mirror its messages."""
+        step = self.runner.step
+        thread_id = plan.thread_id
+        state = yield from self._state(thread_id, create=(plan.user_id, now))
+        _check_owner(state.owner, plan.user_id, thread_id)
+        if state.epoch is None:
+            yield step(
+                "INSERT INTO checkpoint_threads (thread_id, blob_epoch) VALUES (?, ?)",
+                (thread_id, epoch),
+            )
+            state = replace(state, epoch=epoch)
+        assert state.epoch is not None
+        plan.written = self.cache.unwritten(thread_id, state.epoch, plan)
+        yield from self._insert(
+            "checkpoint_message_blobs (thread_id, hash, type, blob)",
+            [(thread_id, *blob) for blob in plan.written],
+            "(thread_id, hash) DO NOTHING",
+        )
+        yield from self._insert(
+            "checkpoint_blobs (thread_id, checkpoint_ns, channel, version, type, blob)",
+            [(thread_id, plan.namespace, *b) for b in plan.blobs],
+            "(thread_id, checkpoint_ns, channel, version) DO NOTHING",
+        )
+        yield step(
+            "INSERT INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, "
+            "parent_checkpoint_id, run_id, type, checkpoint, metadata) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (thread_id, checkpoint_ns, "
+            "checkpoint_id) DO UPDATE SET parent_checkpoint_id = excluded.parent_checkpoint_id, "
+            "run_id = excluded.run_id, type = excluded.type, checkpoint = excluded.checkpoint, "
+            "metadata = excluded.metadata",
+            (thread_id, plan.namespace, plan.checkpoint_id, plan.parent_id, plan.run_id,
+             plan.type, plan.checkpoint, plan.metadata),
+        )
+        mirror: Mirror | None = None
+        if plan.namespace == "" and (state.head_id is None or plan.checkpoint_id >= state.head_id):
+            mirror = yield from self._reconcile(plan.thread_id, state, self._plan_head(plan))
+        return {"epoch": state.epoch, "mirror": _mirror_json(mirror)}
+
+    def put_writes(
+        self,
+        thread_id: str,
+        namespace: str,
+        checkpoint_id: str,
+        user_id: str | None,
+        rows: Sequence[tuple[Any, ...]],
+        replace: bool,
+        now: int,
+    ) -> Body[None]:
+        """Store a task's pending writes (replacing earlier ones only for special channels)."""
+        step = self.runner.step
+        owner = (yield step("SELECT user_id FROM sessions WHERE id = ?", (thread_id,))).rows
+        if not owner:
+            yield step(_NEW_SESSION, (thread_id, user_id, now, now))
+            owner = (yield step("SELECT user_id FROM sessions WHERE id = ?", (thread_id,))).rows
+        _check_owner(owner[0][0], user_id, thread_id)
+        conflict = (
+            "(thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO UPDATE SET "
+            "channel = excluded.channel, type = excluded.type, blob = excluded.blob, "
+            "task_path = excluded.task_path"
+            if replace
+            else "(thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO NOTHING"
+        )
+        yield from self._insert(
+            "checkpoint_writes (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, "
+            "task_path, channel, type, blob)",
+            [(thread_id, namespace, checkpoint_id, *row) for row in rows],
+            conflict,
+        )
+
+    def delete_threads(self, thread_ids: Sequence[str]) -> Body[list[str]]:
+        """Delete threads and their sessions (everything cascades); returns those deleted."""
+        deleted: list[str] = []
+        for chunk in _chunks(list(dict.fromkeys(thread_ids))):
+            marks = ", ".join("?" * len(chunk))
+            rows = (
+                yield self.runner.step(
+                    f"DELETE FROM sessions WHERE id IN ({marks}) AND id IN "
+                    f"(SELECT thread_id FROM checkpoint_threads WHERE thread_id IN ({marks})) "
+                    "RETURNING id",
+                    (*chunk, *chunk),
+                )
+            ).rows
+            deleted += [r[0] for r in rows]
+        return deleted
+
+    def copy(self, source: str, target: str, now: int, epoch: str) -> Body[dict[str, Any]]:
+        """Copy every checkpoint, blob and write of ``source`` to ``target`` (same owner)."""
+        step = self.runner.step
+        found = (
+            yield step(
+                "SELECT s.user_id FROM sessions s JOIN checkpoint_threads t "
+                "ON t.thread_id = s.id WHERE s.id = ?",
+                (source,),
+            )
+        ).rows
+        if not found:
+            return {"mirror": None}
+        owner = found[0][0]
+        state = yield from self._state(target, create=(owner, now))
+        _check_owner(state.owner, owner, target)
+        yield step(
+            "INSERT INTO checkpoint_threads (thread_id, blob_epoch) VALUES (?, ?) "
+            "ON CONFLICT (thread_id) DO NOTHING",
+            (target, epoch),
+        )
+        for table, columns in _COPY.items():
+            yield step(
+                f"INSERT INTO {table} (thread_id, {columns}) SELECT CAST(? AS TEXT), {columns} "
+                f"FROM {table} WHERE thread_id = ? ON CONFLICT DO NOTHING",
+                (target, source),
+            )
+        state = yield from self._state(target)
+        mirror = yield from self._reconcile_stored(target, state)
+        return {"mirror": _mirror_json(mirror)}
+
+    def prune(self, thread_ids: Sequence[str], epoch: str) -> Body[None]:
+        """Keep only the newest checkpoint of each namespace of these threads."""
+        step = self.runner.step
+        for thread_id in dict.fromkeys(thread_ids):
+            yield from self._lock(thread_id)
+            yield step(
+                "DELETE FROM checkpoints WHERE thread_id = ? AND checkpoint_id < "
+                "(SELECT MAX(c.checkpoint_id) FROM checkpoints c WHERE c.thread_id = "
+                "checkpoints.thread_id AND c.checkpoint_ns = checkpoints.checkpoint_ns)",
+                (thread_id,),
+            )
+            yield from self._drop_orphans(thread_id, epoch)
+
+    def delete_runs(self, run_ids: Sequence[str]) -> Body[tuple[list[str], dict[str, Any]]]:
+        """Delete the checkpoints (and writes) of these runs; threads left empty are deleted,
+        the others' sessions follow their (possibly older) newest checkpoint."""
+        step = self.runner.step
+        runs = list(dict.fromkeys(run_ids))
+        threads: list[str] = []
+        for chunk in _chunks(runs):
+            marks = ", ".join("?" * len(chunk))
+            rows = (
+                yield step(
+                    f"SELECT DISTINCT thread_id FROM checkpoints WHERE run_id IN ({marks})", chunk
+                )
+            ).rows
+            threads += [r[0] for r in rows if r[0] not in threads]
+        for thread_id in threads:
+            yield from self._lock(thread_id)
+        for chunk in _chunks(runs):
+            marks = ", ".join("?" * len(chunk))
+            yield step(
+                "DELETE FROM checkpoint_writes WHERE (thread_id, checkpoint_ns, checkpoint_id) "
+                "IN (SELECT thread_id, checkpoint_ns, checkpoint_id FROM checkpoints "
+                f"WHERE run_id IN ({marks}))",
+                chunk,
+            )
+            yield step(f"DELETE FROM checkpoints WHERE run_id IN ({marks})", chunk)
+        emptied: list[str] = []
+        mirrors: dict[str, Any] = {}
+        for thread_id in threads:
+            state = yield from self._state(thread_id)
+            left = (
+                yield step("SELECT 1 FROM checkpoints WHERE thread_id = ? LIMIT 1", (thread_id,))
+            ).rows
+            if not left:
+                emptied += yield from self.delete_threads([thread_id])
+                continue
+            mirror = yield from self._reconcile_stored(thread_id, state)
+            mirrors[thread_id] = _mirror_json(mirror)
+        return emptied, mirrors
+
+    # reads --------------------------------------------------------------------------------
+    def get(
+        self, thread_id: str, namespace: str, checkpoint_id: str | None, user_id: str | None
+    ) -> Body[list[Loaded]]:
+        """The checkpoint ``checkpoint_id`` (or the newest) of a thread's namespace."""
+        sql = f"SELECT {_ROW} {_FROM} WHERE c.thread_id = ? AND c.checkpoint_ns = ?"
+        params: list[Any] = [thread_id, namespace]
+        if checkpoint_id:
+            sql += " AND c.checkpoint_id = ?"
+            params.append(checkpoint_id)
+        else:
+            sql += " ORDER BY c.checkpoint_id DESC LIMIT 1"
+        rows = (yield self.runner.step(sql, params)).rows
+        if rows:
+            _check_owner(rows[0][7], user_id, thread_id)
+        return (yield from self._load(rows))
+
+    def page(
+        self,
+        filters: dict[str, str],
+        cursor: tuple[str, str, str] | None,
+        size: int,
+        matches: Callable[[dict[str, Any]], bool] | None,
+        user_id: str | None,
+    ) -> Body[tuple[list[Loaded], tuple[str, str, str] | None]]:
+        """Up to ``size`` checkpoints, newest first, after ``cursor``; those whose metadata
+        ``matches`` are loaded. ``filters`` may name ``thread_id``, ``checkpoint_ns``,
+        ``checkpoint_id`` (equal) and ``before`` (a checkpoint id to list below). Returns the
+        loaded checkpoints and the next page's cursor (None after the last page)."""
+        clauses: list[str] = []
+        params: list[Any] = []
+        for name, value in filters.items():
+            column, operator = ("checkpoint_id", "<") if name == "before" else (name, "=")
+            if column not in ("thread_id", "checkpoint_ns", "checkpoint_id"):
+                raise InvalidInputError(f"cannot list checkpoints by {name!r}.")
+            clauses.append(f"c.{column} {operator} ?")
+            params.append(value)
+        if "thread_id" not in filters and user_id is not None:
+            clauses.append("s.user_id = ?")  # every thread of this user
+            params.append(user_id)
+        if cursor is not None:
+            clauses.append("(c.checkpoint_id, c.thread_id, c.checkpoint_ns) < (?, ?, ?)")
+            params += cursor
+        sql = f"SELECT {_ROW} {_FROM}"
+        if clauses:
+            sql += " WHERE " + " AND ".join(clauses)
+        sql += " ORDER BY c.checkpoint_id DESC, c.thread_id DESC, c.checkpoint_ns DESC LIMIT ?"
+        rows = (yield self.runner.step(sql, (*params, size))).rows
+        if "thread_id" in filters and rows:
+            _check_owner(rows[0][7], user_id, filters["thread_id"])
+        following = (rows[-1][2], rows[-1][0], rows[-1][1]) if len(rows) == size else None
+        if matches is not None:
+            rows = [r for r in rows if matches(json.loads(r[4]))]
+        return (yield from self._load(rows)), following
+
+    # helpers ------------------------------------------------------------------------------
+    def _state(
+        self, thread_id: str, create: tuple[str | None, int] | None = None
+    ) -> Body[ThreadState]:
+        """The thread, locked until the transaction ends; with ``create`` (owner, now) its
+        session is created first if it does not exist (else it must exist)."""
+        sql = _STATE + self.runner.for_update("s")
+        rows = (yield self.runner.step(sql, (thread_id,))).rows
+        if not rows and create is not None:
+            owner, now = create
+            yield self.runner.step(_NEW_SESSION, (thread_id, owner, now, now))
+            rows = (yield self.runner.step(sql, (thread_id,))).rows
+        row = rows[0]
+        return ThreadState(
+            owner=row[0],
+            message_count=int(row[1]),
+            max_id=int(row[2] or 0),
+            head_id=row[3],
+            epoch=row[4],
+        )
+
+    def _lock(self, thread_id: str) -> Body[None]:
+        """Take the session's row, so no put of this thread interleaves."""
+        yield self.runner.step(
+            "SELECT 1 FROM sessions s WHERE s.id = ?" + self.runner.for_update("s"), (thread_id,)
+        )
+
+    def _insert(self, into: str, rows: Sequence[tuple[Any, ...]], conflict: str) -> Body[None]:
+        if not rows:
+            return
+        width = len(rows[0])
+        marks = "(" + ", ".join("?" * width) + ")"
+        for chunk in _chunks(rows):
+            yield self.runner.step(
+                f"INSERT INTO {into} VALUES {', '.join([marks] * len(chunk))} "
+                f"ON CONFLICT {conflict}",
+                [value for row in chunk for value in row],
+            )
+
+    def _reconcile(self, thread_id: str, state: ThreadState, head: Head) -> Body[Mirror]:
+        mirror: Mirror = yield from reconcile(
+            self.runner,
+            thread_id,
+            state,
+            head,
+            cached=self.cache.mirror(thread_id),
+            convert=self.convert,
+            load_refs=lambda version: self._refs(thread_id, version),
+            load_messages=lambda hashes: self._messages(thread_id, hashes),
+        )
+        return mirror
+
+    def _plan_head(self, plan: PutPlan) -> Head:
+        """The messages of the checkpoint being put (in memory, or an unchanged list)."""
+        entry = plan.lists.get(self.messages_key)
+        if entry is not None:
+            return Head(plan.checkpoint_id, entry.version, entry.refs, entry.messages)
+        version = plan.versions.get(self.messages_key)
+        if version is None or self.messages_key in plan.inline:
+            return Head(plan.checkpoint_id, None, b"")
+        return Head(plan.checkpoint_id, version, None)
+
+    def _reconcile_stored(self, thread_id: str, state: ThreadState) -> Body[Mirror | None]:
+        """Make the session hold the messages of the thread's newest stored checkpoint."""
+        rows = (
+            yield self.runner.step(
+                "SELECT checkpoint_id, type, checkpoint FROM checkpoints WHERE thread_id = ? "
+                "AND checkpoint_ns = '' ORDER BY checkpoint_id DESC LIMIT 1",
+                (thread_id,),
+            )
+        ).rows
+        if not rows:
+            return None
+        checkpoint = self.serde.loads_typed((rows[0][1], bytes(rows[0][2])))
+        version = checkpoint["channel_versions"].get(self.messages_key)
+        if version is None or self.messages_key in checkpoint["channel_values"]:
+            head = Head(rows[0][0], None, b"")
+        else:
+            head = Head(rows[0][0], str(version), None)
+        return (yield from self._reconcile(thread_id, state, head))
+
+    def _refs(self, thread_id: str, version: str | None) -> Body[bytes]:
+        """The message references of the main namespace's messages channel at ``version``."""
+        if version is None:
+            return b""
+        rows = (
+            yield self.runner.step(
+                "SELECT type, blob FROM checkpoint_blobs WHERE thread_id = ? AND "
+                "checkpoint_ns = '' AND channel = ? AND version = ?",
+                (thread_id, self.messages_key, version),
+            )
+        ).rows
+        if not rows or rows[0][0] != REFS_TYPE or rows[0][1] is None:
+            return b""
+        return bytes(rows[0][1])
+
+    def _messages(self, thread_id: str, hashes: list[bytes]) -> Body[list[BaseMessage]]:
+        blobs, _ = yield from self._message_blobs(thread_id, hashes)
+        return load_messages(self.serde, [blobs[h] for h in hashes])
+
+    def _message_blobs(
+        self, thread_id: str, hashes: Iterable[bytes]
+    ) -> Body[tuple[Mapping[bytes, tuple[str, bytes]], dict[bytes, tuple[str, bytes]]]]:
+        """(blobs of ``hashes`` by hash, those of them read from the database)."""
+        cached = self.cache.blobs_of(thread_id)
+        wanted = set(hashes).difference(cached.keys())
+        missing = list(wanted)
+        fetched: dict[bytes, tuple[str, bytes]] = {}
+        if len(missing) > _SCAN_FROM:
+            # Many blobs: one pass over the thread's blobs beats a lookup per hash.
+            rows = (
+                yield self.runner.step(
+                    "SELECT hash, type, blob FROM checkpoint_message_blobs WHERE thread_id = ?",
+                    (thread_id,),
+                )
+            ).rows
+            fetched = {
+                digest: (r[1], bytes(r[2])) for r in rows if (digest := bytes(r[0])) in wanted
+            }
+            missing = []
+        for chunk in _chunks(missing, 500):
+            rows = (
+                yield self.runner.step(
+                    "SELECT hash, type, blob FROM checkpoint_message_blobs WHERE thread_id = ? "
+                    f"AND hash IN ({', '.join('?' * len(chunk))})",
+                    (thread_id, *chunk),
+                )
+            ).rows
+            fetched.update((bytes(r[0]), (r[1], bytes(r[2]))) for r in rows)
+        return ({**cached, **fetched} if fetched else cached), fetched
+
+    def _load(self, rows: Sequence[Any]) -> Body[list[Loaded]]:
+        """Blobs, message blobs and pending writes of these checkpoint rows."""
+        if not rows:
+            return []
+        step = self.runner.step
+        loaded = [
+            Loaded(tuple(r), self.serde.loads_typed((r[5], bytes(r[6]))))
+            for r in rows
+        ]
+        wanted = list(
+            dict.fromkeys(
+                (item.row[0], item.row[1], channel, version)
+                for item in loaded
+                for channel, version in needed_blobs(item.checkpoint)
+            )
+        )
+        blobs: dict[tuple[str, str, str, str], tuple[str, bytes | None]] = {}
+        for chunk in _chunks(wanted):
+            found = (
+                yield step(
+                    "SELECT b.thread_id, b.checkpoint_ns, b.channel, b.version, b.type, b.blob "
+                    f"FROM {_keys(chunk)} JOIN checkpoint_blobs b ON b.thread_id = k.column1 "
+                    "AND b.checkpoint_ns = k.column2 AND b.channel = k.column3 "
+                    "AND b.version = k.column4",
+                    [value for key in chunk for value in key],
+                )
+            ).rows
+            for r in found:
+                blobs[(r[0], r[1], r[2], r[3])] = (r[4], None if r[5] is None else bytes(r[5]))
+        refs: dict[tuple[str, str, str, str], list[bytes] | Serialised] = {}
+        threads: dict[str, list[bytes]] = {}
+        for key, (type_, blob) in blobs.items():
+            if type_ != REFS_TYPE or blob is None:
+                continue
+            known = self.cache.serialised(key[0], (key[1], key[2]), blob)
+            if known is not None:  # the list this process wrote: its blobs are at hand
+                refs[key] = known
+                continue
+            hashes = refs[key] = split_refs(blob)
+            threads.setdefault(key[0], []).extend(hashes)
+        messages: dict[str, tuple[Mapping[bytes, tuple[str, bytes]], dict[bytes, Any]]] = {}
+        for thread_id, hashes in threads.items():
+            messages[thread_id] = yield from self._message_blobs(thread_id, hashes)
+        keys = list(dict.fromkeys((item.row[0], item.row[1], item.row[2]) for item in loaded))
+        writes: dict[tuple[str, str, str], list[tuple[str, str, str, bytes]]] = {}
+        for chunk in _chunks(keys):
+            found = (
+                yield step(
+                    "SELECT w.thread_id, w.checkpoint_ns, w.checkpoint_id, w.task_id, w.channel, "
+                    f"w.type, w.blob FROM {_keys(chunk)} JOIN checkpoint_writes w "
+                    "ON w.thread_id = k.column1 AND w.checkpoint_ns = k.column2 "
+                    "AND w.checkpoint_id = k.column3 ORDER BY w.thread_id, w.checkpoint_ns, "
+                    "w.checkpoint_id, w.task_path, w.task_id, w.idx",
+                    [value for key in chunk for value in key],
+                )
+            ).rows
+            for r in found:
+                writes.setdefault((r[0], r[1], r[2]), []).append((r[3], r[4], r[5], bytes(r[6])))
+        for item in loaded:
+            thread_id, namespace = item.row[0], item.row[1]
+            item.blobs = {
+                (channel, version): blobs[(thread_id, namespace, channel, version)]
+                for channel, version in needed_blobs(item.checkpoint)
+                if (thread_id, namespace, channel, version) in blobs
+            }
+            item.refs = {
+                (channel, version): refs[(thread_id, namespace, channel, version)]
+                for channel, version in item.blobs
+                if (thread_id, namespace, channel, version) in refs
+            }
+            item.messages, item.fetched = messages.get(thread_id, ({}, {}))
+            item.writes = writes.get((thread_id, namespace, item.row[2]), [])
+        return loaded
+
+    def _drop_orphans(self, thread_id: str, epoch: str) -> Body[None]:
+        """Delete the thread's pending writes, channel blobs and message blobs that no stored
+        checkpoint references; a new blob epoch tells every process its memory is stale."""
+        step = self.runner.step
+        yield step(
+            "DELETE FROM checkpoint_writes WHERE thread_id = ? AND NOT EXISTS (SELECT 1 FROM "
+            "checkpoints c WHERE c.thread_id = checkpoint_writes.thread_id AND "
+            "c.checkpoint_ns = checkpoint_writes.checkpoint_ns AND "
+            "c.checkpoint_id = checkpoint_writes.checkpoint_id)",
+            (thread_id,),
+        )
+        kept: set[tuple[str, str, str]] = set()
+        for namespace, type_, blob in (
+            yield step(
+                "SELECT checkpoint_ns, type, checkpoint FROM checkpoints WHERE thread_id = ?",
+                (thread_id,),
+            )
+        ).rows:
+            checkpoint = self.serde.loads_typed((type_, bytes(blob)))
+            kept.update((namespace, c, v) for c, v in needed_blobs(checkpoint))
+        stored = (
+            yield step(
+                "SELECT checkpoint_ns, channel, version, type, blob FROM checkpoint_blobs "
+                "WHERE thread_id = ?",
+                (thread_id,),
+            )
+        ).rows
+        doomed = [(r[0], r[1], r[2]) for r in stored if (r[0], r[1], r[2]) not in kept]
+        for chunk in _chunks(doomed):
+            yield step(
+                "DELETE FROM checkpoint_blobs WHERE thread_id = ? AND (checkpoint_ns, channel, "
+                f"version) IN (SELECT column1, column2, column3 FROM {_keys(chunk)})",
+                [thread_id, *(value for key in chunk for value in key)],
+            )
+        live = {
+            digest
+            for r in stored
+            if (r[0], r[1], r[2]) in kept and r[3] == REFS_TYPE and r[4]
+            for digest in split_refs(bytes(r[4]))
+        }
+        hashes = (
+            yield step(
+                "SELECT hash FROM checkpoint_message_blobs WHERE thread_id = ?", (thread_id,)
+            )
+        ).rows
+        dead = [bytes(r[0]) for r in hashes if bytes(r[0]) not in live]
+        for chunk in _chunks(dead, 500):
+            yield step(
+                "DELETE FROM checkpoint_message_blobs WHERE thread_id = ? AND hash IN "
+                f"({', '.join('?' * len(chunk))})",
+                (thread_id, *chunk),
+            )
+        if dead:
+            yield step(
+                "UPDATE checkpoint_threads SET blob_epoch = ? WHERE thread_id = ?",
+                (epoch, thread_id),
+            )
+
+
+def _mirror_json(mirror: Mirror | None) -> list[Any] | None:
+    """A mirror as JSON (a write's result is recorded for exactly-once retries)."""
+    if mirror is None:
+        return None
+    return [mirror.head_id, mirror.version, mirror.message_count, mirror.max_id,
+            mirror.refs.hex()]
+
+
+def mirror_from_json(value: list[Any] | None) -> Mirror | None:
+    if value is None:
+        return None
+    return Mirror(value[0], value[1], int(value[2]), int(value[3]), bytes.fromhex(value[4]))
