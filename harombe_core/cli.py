@@ -333,6 +333,7 @@ def import_command(
         bool,
         typer.Option(
             "--embed/--no-embed",
+            metavar="",
             help="Embed the imported messages for search by meaning, with a progress bar "
             "(the default, unless the database searches by keyword only).",
         ),
