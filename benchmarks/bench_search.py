@@ -213,7 +213,7 @@ def bench_search(args: argparse.Namespace, folder: Path) -> None:
 
     from harombe_core.embeddings import resolve_embedder
 
-    model = resolve_embedder("default")
+    model = resolve_embedder("default", cache=False)  # the model itself, not the shared cache
     model.embed_query("warm up")
     texts = iter(f"{t} ({i})" for i, t in enumerate(queries * 10))  # distinct: no cache hits
     embed = timed(lambda: model.embed_query(next(texts)), min(args.queries, 200))
