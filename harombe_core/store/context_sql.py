@@ -54,11 +54,13 @@ IMPORTANT_WHERE = {dialect: f"{expr} IS NOT NULL" for dialect, expr in IMPORTANC
 
 
 def context_indexes(dialect: str) -> list[str]:
-    """The migration that adds the two partial indexes (schema step of ``dialect``)."""
+    """The migration that adds the two partial indexes (schema step of ``dialect``); it may
+    meet them already there (a schema history rewound by hand), so it does not insist."""
     return [
-        f"CREATE INDEX messages_important ON messages (session_id, id) "
+        f"CREATE INDEX IF NOT EXISTS messages_important ON messages (session_id, id) "
         f"WHERE {IMPORTANT_WHERE[dialect]}",
-        "CREATE INDEX messages_threaded ON messages (session_id, id) WHERE parent_id IS NOT NULL",
+        "CREATE INDEX IF NOT EXISTS messages_threaded ON messages (session_id, id) "
+        "WHERE parent_id IS NOT NULL",
     ]
 
 
