@@ -13,7 +13,7 @@ no extra column, no change to how messages are written and no backfill.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 from harombe_core.models import Message
@@ -120,8 +120,15 @@ class ContextReads(Protocol):
 
     _context_dialect: str
     _context_mark: str
-    _context_row: Callable[[Any], Message]
-    _read: Callable[..., list[Any]]
+
+    @staticmethod
+    def _context_row(row: Sequence[Any]) -> Message:
+        """A message from a row of :data:`MESSAGE_COLUMNS` (the store's converter)."""
+        raise NotImplementedError
+
+    def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        """The rows of one read-only statement (the store's own)."""
+        raise NotImplementedError
 
     def important_before(
         self,

@@ -1360,5 +1360,8 @@ class PostgresStore(ContextReads):
     # context reads (O(window)): important_before, is_threaded, thread_path ----------------
     _context_dialect = "postgres"
     _context_mark = "%s"
-    _context_row = staticmethod(_row_to_message)
+
+    @staticmethod
+    def _context_row(row: Sequence[Any]) -> Message:
+        return _row_to_message(row)
 

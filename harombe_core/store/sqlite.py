@@ -1153,7 +1153,10 @@ class SQLiteStore(ContextReads):
     # context reads (O(window)): important_before, is_threaded, thread_path ----------------
     _context_dialect = "sqlite"
     _context_mark = "?"
-    _context_row = staticmethod(_row_to_message)
+
+    @staticmethod
+    def _context_row(row: Sequence[Any]) -> Message:
+        return _row_to_message(row)
 
 
 _KEYWORD_MARK = "keyword_index_upto"
