@@ -144,7 +144,6 @@ class ContextMethods(SearchMethods):
         *,
         until_id: int | None = None,
         user_id: str | None = None,
-        max_messages: int | None = None,
     ) -> Any:
         """Bring the session's stored summary up to date, incrementally; returns it.
 
@@ -152,19 +151,17 @@ class ContextMethods(SearchMethods):
         summarised, merged into the previous summary, and stored with the new
         ``summary_until_id``: nothing is summarised twice. The backlog is read and folded in
         steps of :attr:`summary_chunk` messages, each stored as it is done (an interrupted
-        call keeps what it finished); with ``max_messages``, only the oldest that many are
-        folded in this call. A failing summariser is logged and the extractive one is used
+        call keeps what it finished). A failing summariser is logged and the extractive one is used
         instead; messages are never touched. Returns a
         :class:`~harombe_core.summarize.SessionSummary`, or None if there is nothing to summarise.
         With ``user_id``, only that user's session (else SessionOwnershipError).
         """
 
         until_id = optional_count(until_id, "until_id")
-        max_messages = optional_count(max_messages, "max_messages", low=1)
         session = self.check_owner(session_id, user_id)
         if session is None:  # an unknown session has nothing to summarise
             return None
-        return self._summarize(session, until_id, max_messages)
+        return self._summarize(session, until_id, None)
 
     def _summarize(self, session: Session, until_id: int | None, max_messages: int | None) -> Any:
         """:meth:`summarize_session` of a session already read (and its owner checked)."""
@@ -388,13 +385,10 @@ class ContextMethods(SearchMethods):
         *,
         until_id: int | None = None,
         user_id: str | None = None,
-        max_messages: int | None = None,
     ) -> Any:
         """Async twin of :meth:`summarize_session`."""
         return await asyncio.to_thread(
-            lambda: self.summarize_session(
-                session_id, until_id=until_id, user_id=user_id, max_messages=max_messages
-            )
+            lambda: self.summarize_session(session_id, until_id=until_id, user_id=user_id)
         )
 
     async def aend_session(self, session_id: str, *, user_id: str | None = None) -> Any:
