@@ -46,7 +46,9 @@ class InProcess:
         # An event loop for each thread that drives the async adapters.
         self.loop, self.read_loop = asyncio.new_event_loop(), asyncio.new_event_loop()
         self.managers = [MemoryManager(db, embedding=None), MemoryManager(db, embedding=None)]
-        self.history = HarombeChatMessageHistory("history", storage_path=db)
+        self.history = HarombeChatMessageHistory(
+            "history", storage_path=db, manager_options={"embedding": None}
+        )
         self.retriever = HarombeRetriever(
             storage_path=db, all_users=True, manager_options={"embedding": None}
         )
