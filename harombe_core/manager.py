@@ -16,9 +16,9 @@ from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from harombe_core.context import ContextMethods
 from harombe_core.errors import InvalidInputError, InvalidMessageError
 from harombe_core.limits import current_limits
-from harombe_core.manager_context import ContextMethods
 from harombe_core.models import Message, Session
 from harombe_core.owners import check_owner, legacy_session_key, session_key
 from harombe_core.progress import Progress, check_progress
@@ -131,7 +131,7 @@ class MemoryManager(ContextMethods):
     ``None`` for either to keep only the store and its keyword index.
 
     Search and RAG context come from :class:`~harombe_core.manager_search.SearchMethods`,
-    summaries and context strategies from :class:`~harombe_core.manager_context.ContextMethods`
+    summaries and context strategies from :class:`~harombe_core.context.ContextMethods`
     (which builds on it).
     """
 
