@@ -25,14 +25,11 @@ import contextlib
 import functools
 import json
 import logging
-import math
 import os
-import re
 import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
@@ -41,6 +38,24 @@ from harombe_core.limits import current_limits
 from harombe_core.models import Message, Session
 from harombe_core.owners import check_owner
 from harombe_core.store.base import UNSET, KeywordHit, SearchScope, adjacent_ids_sql
+from harombe_core.store.fts import (
+    BM25_WEIGHTS,
+    CONTEXT_SQL,
+    TAIL_LIMIT,
+    Split,
+    TermCounts,
+    catch_up,
+    fts_query,
+    index_terms,
+    index_totals,
+    indexed_upto,
+    keyword_indexer,
+    query_words,
+    score_tail,
+    set_keyword_mark,
+    split_tail,
+    tail_rows,
+)
 from harombe_core.store.shared import Lease
 from harombe_core.store.sql_body import Body, Step, drive
 from harombe_core.store.sqlite_checks import APPLICATION_ID
@@ -343,54 +358,6 @@ def _row_to_session(row: Sequence[Any]) -> Session:
     )
 
 
-_WORD = re.compile(r"\w+", re.UNICODE)
-
-#: The keyword index's tokenizer (``messages_fts``, migration 1); query words go through it too.
-_TOKENIZER = "porter unicode61 remove_diacritics 2"
-
-
-def query_words(text: str) -> list[str]:
-    """The distinct words of free text that a keyword search looks for (at most 64)."""
-    words = dict.fromkeys(w.lower() for w in _WORD.findall(text) if len(w) > 1 or w.isdigit())
-    return list(words)[:64]
-
-
-def fts_query(text: str | Sequence[str]) -> str | None:
-    """Turn free text (or its words) into an FTS5 query: every word quoted (no syntax
-    injection), OR-ed.
-
-    BM25 then ranks by how many rare words match, which is what a user typing a question means.
-    """
-    words = query_words(text) if isinstance(text, str) else list(text)
-    if not words:
-        return None
-    return " OR ".join(f'"{w}"' for w in words)
-
-
-_TERMS_LOCK = threading.Lock()
-_TERMS_DB: list[sqlite3.Connection] = []
-
-
-@functools.lru_cache(maxsize=16_384)
-def index_terms(word: str) -> tuple[str, ...]:
-    """The terms the keyword index holds for ``word``: FTS5's own tokenizer, so case-folded,
-    accents removed and porter-stemmed exactly as the messages were ("running" -> "run")."""
-    with _TERMS_LOCK:
-        if not _TERMS_DB:
-            db = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
-            db.execute(f"CREATE VIRTUAL TABLE words USING fts5(word, tokenize = '{_TOKENIZER}')")
-            db.execute("CREATE VIRTUAL TABLE word_terms USING fts5vocab(words, 'instance')")
-            _TERMS_DB.append(db)
-        db = _TERMS_DB[0]
-        db.execute("BEGIN")
-        try:
-            db.execute("INSERT INTO words (rowid, word) VALUES (1, ?)", (word,))
-            rows = db.execute("SELECT term FROM word_terms ORDER BY offset").fetchall()
-        finally:
-            db.execute("ROLLBACK")
-    return tuple(str(r[0]) for r in rows)
-
-
 def _migrate(file: SQLiteFile, retries: int) -> None:
     """Bring ``file`` to :data:`SCHEMA_VERSION` (run once, by the file's first opener)."""
     version = int(file.read("PRAGMA user_version")[0][0])
@@ -423,12 +390,18 @@ def _migrate(file: SQLiteFile, retries: int) -> None:
 def _setup_file(file: SQLiteFile, *, retries: int) -> None:
     """What the first opener of a file does: migrate it, and have its last close index it.
 
-    Keyword indexing is lazy (see :func:`_index_keywords`); catching up as the file closes
-    means a later reader that cannot write (a read-only copy) still searches every message.
+    Keyword indexing runs in the background (:class:`~harombe_core.store.fts.KeywordIndexer`);
+    its thread stops as the file closes and a final catch-up follows, so a later reader that
+    cannot write (a read-only copy) finds every message in the index.
     """
     _migrate(file, retries)
     if not file.read_only:
-        file.at_close(functools.partial(_index_keywords, retries=retries))
+        file.at_close(functools.partial(_close_keywords, retries=retries))
+
+
+def _close_keywords(file: SQLiteFile, retries: int) -> None:
+    keyword_indexer(file, retries).stop()
+    catch_up(file, retries)
 
 
 class SQLiteStore:
@@ -454,7 +427,7 @@ class SQLiteStore:
     ) -> None:
         self._max_retries = max_retries
         self._closed = False
-        self._term_counts = _TermCounts()  # shared by this store's threads
+        self._term_counts = TermCounts()  # shared by this store's threads
         self._term_lock = threading.Lock()
         self._lease: Lease[SQLiteFile] | None = None
         raw = os.fspath(path)
@@ -478,6 +451,7 @@ class SQLiteStore:
             self._file = self._lease.value
             self._finalizer = orphan_on_collect(self, self._lease)
         self.location = self._file.location
+        self._keywords = keyword_indexer(self._file, max_retries)
 
     @property
     def file(self) -> SQLiteFile:
@@ -497,6 +471,7 @@ class SQLiteStore:
             return
         self._closed = True
         if self._lease is None:
+            self._keywords.stop()
             self._file.close()
         else:
             self._finalizer.detach()
@@ -508,12 +483,16 @@ class SQLiteStore:
         return self._file
 
     # transactions -------------------------------------------------------------------------
-    def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    def _write(self, fn: Callable[[sqlite3.Connection], T], *, adds: bool = False) -> T:
         """Run ``fn`` in one IMMEDIATE transaction, retrying while the database is locked.
 
         Inside :meth:`atomic` (on its thread) ``fn`` joins that block's transaction instead.
+        ``adds``: ``fn`` may add messages, so the keyword indexer is woken after the commit.
         """
-        return self._open_file().write(fn, self._max_retries)
+        result = self._open_file().write(fn, self._max_retries)
+        if adds:
+            self._keywords.notify()
+        return result
 
     def atomic(self, fn: Callable[[], T]) -> T:
         """Run ``fn()`` as one transaction: every store call it makes on this thread joins it.
@@ -533,7 +512,7 @@ class SQLiteStore:
         For tables kept beside the messages by an extension (the LangGraph store of the
         LangChain adapter), so they share this file, its locking and its error types.
         """
-        return self._write(fn)
+        return self._write(fn, adds=True)
 
     def snapshot(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn(connection)`` in one read transaction: a consistent view of the file that
@@ -697,7 +676,7 @@ class SQLiteStore:
         framework's "replace the history" or "delete message i" never leaves half a history.
         """
         args = self._add_args(session_id, messages, user_id, replace_ids)
-        return self._write(lambda c: drive(c, self._add_body(*args)))
+        return self._write(lambda c: drive(c, self._add_body(*args)), adds=True)
 
     def add_messages_body(
         self,
@@ -752,7 +731,8 @@ class SQLiteStore:
         active: int,
     ) -> Body[list[int]]:
         # One upsert creates the session or bumps its activity and count. The keyword index
-        # is caught up lazily (see index_keywords), so an append touches as few pages as it can.
+        # is caught up in the background (store/fts.py), so an append touches as few pages as
+        # it can.
         # It returns the owner: a user who is not it rolls the whole call back.
         ((owner,),) = (
             yield Step(
@@ -911,37 +891,73 @@ class SQLiteStore:
     ) -> list[KeywordHit]:
         """BM25 over each message and the turn it answers, scoped in the same query.
 
-        Words found in a large share of the rows are left out when the query has rarer ones
-        (see :meth:`_drop_common_words`), so the cost follows the rare words, not the store.
+        One read snapshot, never the write lock: the index as it is, plus the messages it does
+        not hold yet (the tail, scored with the same BM25 by
+        :func:`~harombe_core.store.fts.score_tail`), so a message is found as soon as its save
+        returns. Ties go to the newer message. Words found in a large share of the rows are
+        left out when the query has rarer ones (see :meth:`_drop_common_words`), so the cost
+        follows the rare words.
         """
         words = query_words(query)
         if not words or limit <= 0:
             return []
-        self.index_keywords()
-        match = fts_query(self._drop_common_words(words))
-        if scope is None or scope == SearchScope():
-            # Unscoped, FTS5 ranks and cuts on its own (rank MATCH picks the function): the
-            # messages table is only read for the rows returned.
-            sql = (
-                f"SELECT {_MESSAGE_COLUMNS}, f.rank FROM (SELECT rowid, rank FROM messages_fts "
-                f"WHERE messages_fts MATCH ? AND rank MATCH 'bm25({_BM25_WEIGHTS})' "
-                "ORDER BY rank LIMIT ?) f JOIN messages m ON m.id = f.rowid ORDER BY f.rank"
-            )
-            rows = self._read(sql, [match, limit])
-        else:
-            where, params = _scope_sql(scope)
-            id_range, range_params = _fts_id_range(scope)
-            where, params = where + id_range, [*params, *range_params]
-            sql = (
-                f"SELECT {_MESSAGE_COLUMNS}, bm25(messages_fts, {_BM25_WEIGHTS}) AS rank "
-                "FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid "
-                "JOIN sessions s ON s.id = m.session_id "
-                f"WHERE messages_fts MATCH ?{where} ORDER BY rank LIMIT ?"
-            )
-            rows = self._read(sql, [match, *params, limit])
-        return [KeywordHit(_row_to_message(r[:-1]), -float(r[-1])) for r in rows]
+        where, params = _scope_sql(scope)
 
-    def _drop_common_words(self, words: list[str]) -> list[str]:
+        def search(c: sqlite3.Connection) -> tuple[list[Any], list[Any], list[Split], list[str]]:
+            tail = c.execute(
+                f"SELECT {_MESSAGE_COLUMNS}, {CONTEXT_SQL} FROM messages m "
+                f"JOIN sessions s ON s.id = m.session_id WHERE m.id > ?{where} "
+                "ORDER BY m.id DESC LIMIT ?",
+                [indexed_upto(c), *params, TAIL_LIMIT],
+            ).fetchall()
+            split = split_tail([(r[3], r[-1]) for r in tail])
+            kept = self._drop_common_words(words, split)
+            match = fts_query(kept)
+            if scope is None or scope == SearchScope():
+                # Unscoped, FTS5 ranks and cuts on its own (rank MATCH picks the function):
+                # the messages table is only read for the rows returned.
+                sql = (
+                    f"SELECT {_MESSAGE_COLUMNS}, f.rank FROM (SELECT rowid, rank FROM "
+                    f"messages_fts WHERE messages_fts MATCH ? AND rank MATCH 'bm25({_BM25})' "
+                    "ORDER BY rank LIMIT ?) f JOIN messages m ON m.id = f.rowid ORDER BY f.rank"
+                )
+                indexed = c.execute(sql, [match, limit]).fetchall()
+            else:
+                id_range, range_params = _fts_id_range(scope)
+                sql = (
+                    f"SELECT {_MESSAGE_COLUMNS}, bm25(messages_fts, {_BM25}) AS rank "
+                    "FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid "
+                    "JOIN sessions s ON s.id = m.session_id "
+                    f"WHERE messages_fts MATCH ?{where}{id_range} ORDER BY rank LIMIT ?"
+                )
+                indexed = c.execute(sql, [match, *params, *range_params, limit]).fetchall()
+            return indexed, tail, split, kept
+
+        indexed, tail, split, kept = self._open_file().snapshot(search)
+        hits = [KeywordHit(_row_to_message(r[:-1]), -float(r[-1])) for r in indexed]
+        if tail:
+            self._keywords.notify()  # a writer that stopped before indexing, or one lagging
+            if len(tail) == TAIL_LIMIT and self.location not in _WARNED_LONG_TAIL:
+                _WARNED_LONG_TAIL.add(self.location)
+                log.warning(
+                    "%s: more than %d messages are not in the keyword index yet (a read-only "
+                    "file, or its writer stopped before indexing them); keyword search scores "
+                    "only the newest %d of them. Open it once with write access to index them.",
+                    self.location, TAIL_LIMIT, TAIL_LIMIT,
+                )
+            self._word_rows(kept)  # the terms' row counts, for their idf
+            with self._term_lock:
+                counts = self._term_counts
+            scores = score_tail(split, kept, counts)
+            hits += [
+                KeywordHit(_row_to_message(r[:-1]), score)
+                for r, score in zip(tail, scores, strict=True)
+                if score > 0
+            ]
+        hits.sort(key=lambda h: (-h.score, -(h.message.id or 0)))
+        return hits[:limit]
+
+    def _drop_common_words(self, words: list[str], tail: Sequence[Split] = ()) -> list[str]:
         """``words`` without those found in a large share of the rows, if rarer ones remain.
 
         With ``ORDER BY rank LIMIT``, FTS5 scores every row that matches any of the OR-ed
@@ -960,11 +976,18 @@ class SQLiteStore:
         terms as FTS5's tokenizer makes them (:func:`index_terms`). They are cached per
         store and recounted when the store has grown by a tenth or after a minute, so a
         search usually costs no lookup at all; a slightly stale count only shifts which
-        borderline words are left out.
+        borderline words are left out. The messages not indexed yet (``tail``, see
+        :meth:`keyword_search`) count as if they were.
         """
         if len(words) < 2:
             return words
         counts, rows = self._word_rows(words)
+        if tail:
+            rows += len(tail)
+            for word in words:
+                terms = index_terms(word)
+                if terms:
+                    counts[word] += tail_rows(tail, terms)
         threshold = max(rows * _COMMON_SHARE, _COMMON_MIN_ROWS)
         kept = [w for w in words if counts[w] <= threshold]
         if not kept:
@@ -974,13 +997,19 @@ class SQLiteStore:
 
     def _word_rows(self, words: list[str]) -> tuple[dict[str, int], int]:
         """Each word's number of indexed rows (its rarest term's; 0 if not in the index), and
-        the number of rows in the index."""
+        the number of rows in the index. The counts, with the index's size, stay cached in
+        :attr:`_term_counts` for :func:`~harombe_core.store.fts.score_tail`."""
         upto = int(self._read("SELECT MAX(id) FROM messages")[0][0] or 0)
         with self._term_lock:
             counts = self._term_counts
             if counts.stale(upto):
-                total = int(self._read("SELECT COUNT(*) FROM messages")[0][0])
-                self._term_counts = counts = _TermCounts(total, upto, time.monotonic())
+                with self._open_file().connection() as conn:
+                    try:
+                        rows, tokens = index_totals(conn)
+                    except sqlite3.Error as exc:
+                        raise classify(exc, self.location) from exc
+                counts = TermCounts(rows, upto, time.monotonic(), tokens)
+                self._term_counts = counts
         out: dict[str, int] = {}
         for word in words:
             terms = index_terms(word)
@@ -1012,10 +1041,8 @@ class SQLiteStore:
         A message with ``embedded = 0`` and a stored vector is embedded but not yet in the
         vector index (see :mod:`harombe_core.vectors.stored`); it is not returned here.
         """
-        self.index_keywords()
         rows = self._read(
-            f"SELECT {_MESSAGE_COLUMNS}, f.context FROM messages m "
-            "JOIN messages_fts f ON f.rowid = m.id WHERE m.embedded = 0 "
+            f"SELECT {_MESSAGE_COLUMNS}, {CONTEXT_SQL} FROM messages m WHERE m.embedded = 0 "
             f"AND {_NO_VECTOR} ORDER BY m.id LIMIT ?",
             (limit,),
         )
@@ -1061,18 +1088,22 @@ class SQLiteStore:
                 )
                 context = content
                 count += 1
-            _set_keyword_mark(c, _max_message_id(c))
+            set_keyword_mark(c, int(c.execute("SELECT MAX(id) FROM messages").fetchone()[0] or 0))
             return count
 
         return self._write(rebuild)
 
     def index_keywords(self) -> int:
-        """Bring the keyword index up to date with the messages table; returns rows indexed.
+        """Bring the keyword index up to date now; returns the rows indexed since the previous
+        call in this process (by this call or by the background indexer).
 
-        Called before every read of the index. Costs one indexed lookup when nothing is new;
-        otherwise indexes every new message in one transaction (fast: one FTS5 segment).
+        Searches do not need it (they score what the index lacks themselves) and writers never
+        wait for it; it is for ``harombe reindex`` and for a caller that wants the index
+        complete at a known point. Costs one indexed lookup when nothing is new; otherwise
+        indexes every new message in one transaction (fast: one FTS5 segment).
         """
-        return _index_keywords(self._open_file(), self._max_retries)
+        self._open_file()
+        return self._keywords.index_now()
 
     def get_meta(self, key: str) -> str | None:
         rows = self._read("SELECT value FROM harombe_meta WHERE key = ?", (key,))
@@ -1111,87 +1142,12 @@ class SQLiteStore:
         }
 
 
-_KEYWORD_MARK = "keyword_index_upto"
-#: BM25 column weights: the turn a message answers counts 0.4 against the message itself.
-_BM25_WEIGHTS = "1.0, 0.4"
 #: Common words, see SQLiteStore._drop_common_words.
 _COMMON_SHARE = 0.05
 _COMMON_MIN_ROWS = 2_000
 _KEEP_WHEN_ALL_COMMON = 2
-
-
-@dataclass(slots=True)
-class _TermCounts:
-    """Rows per index term, counted when the index had ``rows`` rows and the highest message
-    id was ``upto``, at ``time.monotonic()`` ``at``."""
-
-    rows: int = 0
-    upto: int = -1
-    at: float = -math.inf
-    rows_of: dict[str, int] = field(default_factory=dict)
-
-    def stale(self, upto: int) -> bool:
-        """Whether to count again: the store grew by a tenth, lost rows, or a minute passed."""
-        return (
-            upto - self.upto > self.rows / 10
-            or upto < self.upto
-            or time.monotonic() - self.at > 60
-        )
-
-
-def _max_message_id(c: sqlite3.Connection) -> int:
-    return int(c.execute("SELECT MAX(id) FROM messages").fetchone()[0] or 0)
-
-
-def _index_keywords(file: SQLiteFile, retries: int) -> int:
-    """Index every message the keyword index lacks, in one transaction; returns how many.
-
-    A file open for reading only cannot be caught up: its search then covers what was indexed
-    (everything, when its writer closed normally: the last close catches up) and says so once.
-    """
-    latest = file.read("SELECT MAX(id) FROM messages")[0][0] or 0
-    mark = file.read("SELECT value FROM harombe_meta WHERE key = ?", (_KEYWORD_MARK,))
-    if mark and int(mark[0][0]) >= latest:
-        return 0
-    if file.read_only:
-        if file.location not in _WARNED_UNINDEXED:
-            _WARNED_UNINDEXED.add(file.location)
-            log.warning(
-                "%s is open for reading only and its keyword index lacks the newest messages "
-                "(its writer stopped before indexing them); keyword search leaves them out. "
-                "Open it once with write access to index them.",
-                file.location,
-            )
-        return 0
-
-    def catch_up(c: sqlite3.Connection) -> int:
-        row = c.execute("SELECT value FROM harombe_meta WHERE key = ?", (_KEYWORD_MARK,)).fetchone()
-        if row is not None:
-            done = int(row[0])
-        else:  # a file whose index was written row by row: start after what it holds
-            done = int(c.execute("SELECT MAX(rowid) FROM messages_fts").fetchone()[0] or 0)
-        count = c.execute(
-            "INSERT INTO messages_fts (rowid, content, context) "
-            "SELECT m.id, m.content, COALESCE((SELECT p.content FROM messages p "
-            "WHERE p.session_id = m.session_id AND p.id < m.id "
-            "ORDER BY p.id DESC LIMIT 1), '') FROM messages m WHERE m.id > ? ORDER BY m.id",
-            (done,),
-        ).rowcount
-        _set_keyword_mark(c, max(done, _max_message_id(c)))
-        return int(count)
-
-    return file.write(catch_up, retries)
-
-
-_WARNED_UNINDEXED: set[str] = set()
-
-
-def _set_keyword_mark(c: sqlite3.Connection, upto: int) -> None:
-    c.execute(
-        "INSERT INTO harombe_meta (key, value) VALUES (?, ?) "
-        "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-        (_KEYWORD_MARK, str(upto)),
-    )
+_BM25 = ", ".join(str(w) for w in BM25_WEIGHTS)
+_WARNED_LONG_TAIL: set[str] = set()
 
 
 def _scope_sql(scope: SearchScope | None) -> tuple[str, list[Any]]:
