@@ -18,10 +18,12 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import sys
-from collections.abc import Callable, Generator, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from harombe_core.errors import InvalidInputError
+from harombe_core.store.runner import Body, Step, StepResult
+from harombe_core.store.runner import drive as run_body
 
 if TYPE_CHECKING:
     from harombe_core.models import Message
@@ -29,23 +31,6 @@ if TYPE_CHECKING:
 __all__ = ["Body", "SqlRunner", "Step", "StepResult", "drive", "sql_runner"]
 
 T = TypeVar("T")
-
-
-class Step(NamedTuple):
-    """One statement of a body, with the backend's placeholders (see :meth:`SqlRunner.step`)."""
-
-    sql: str
-    params: Sequence[Any] = ()
-
-
-class StepResult(NamedTuple):
-    """What a statement returned: its rows (empty for writes) and its row count."""
-
-    rows: list[Any]
-    rowcount: int
-
-
-Body = Generator[Step, StepResult, T]
 
 
 class SqlRunner:
@@ -114,15 +99,13 @@ class _PostgresRunner(SqlRunner):
 
 def drive(c: sqlite3.Connection, body: Body[T]) -> T:
     """Run ``body`` on a SQLite connection (inside the caller's transaction)."""
-    result: StepResult | None = None
-    while True:
-        try:
-            step = next(body) if result is None else body.send(result)
-        except StopIteration as stop:
-            return stop.value
+
+    def execute(step: Step) -> StepResult:
         cursor = c.execute(step.sql, step.params)
         rows = cursor.fetchall() if cursor.description is not None else []
-        result = StepResult(rows, cursor.rowcount)
+        return StepResult(rows, cursor.rowcount)
+
+    return run_body(execute, body)
 
 
 def sql_runner(store: Any) -> SqlRunner:

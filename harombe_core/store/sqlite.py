@@ -21,23 +21,21 @@ Why it looks the way it does:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
-import json
 import logging
 import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from harombe_core.errors import InvalidInputError, SchemaTooNewError, StoreError
-from harombe_core.limits import current_limits
-from harombe_core.models import Message, Session
+from harombe_core.models import Message
 from harombe_core.owners import check_owner
-from harombe_core.store.base import UNSET, KeywordHit, SearchScope, adjacent_ids_sql
+from harombe_core.store.base import KeywordHit, SearchScope
 from harombe_core.store.fts import (
     BM25_WEIGHTS,
     CONTEXT_SQL,
@@ -56,6 +54,19 @@ from harombe_core.store.fts import (
     split_tail,
     tail_rows,
 )
+from harombe_core.store.methods import StoreMethods
+from harombe_core.store.rows import (
+    MESSAGE_COLUMNS,
+    check_id,
+    dumps,
+    from_micros,
+    message_ids,
+    row_to_message,
+    scope_sql,
+    session_span,
+    to_micros,
+)
+from harombe_core.store.runner import SQLITE, Op
 from harombe_core.store.shared import Lease
 from harombe_core.store.sql_body import Body, Step, drive
 from harombe_core.store.sqlite_checks import APPLICATION_ID
@@ -66,14 +77,6 @@ from harombe_core.store.sqlite_file import (
     open_file,
     orphan_on_collect,
 )
-from harombe_core.validate import (
-    check_count,
-    check_mapping,
-    check_time,
-    optional_count,
-    optional_text,
-)
-from harombe_core.validate import check_id as _check_id
 
 __all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "SQLiteStore", "from_micros", "to_micros"]
 
@@ -82,16 +85,8 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-_MESSAGE_COLUMNS = (
-    "m.id, m.session_id, m.role, m.content, m.name, m.tool_calls, m.tool_call_id, m.metadata, "
-    "m.created_at, m.token_count, m.parent_id"
-)
 #: A message (alias ``m``) whose vector is not stored yet.
 _NO_VECTOR = "NOT EXISTS (SELECT 1 FROM message_vectors v WHERE v.message_id = m.id)"
-_SESSION_COLUMNS = (
-    "id, user_id, system_prompt, metadata, created_at, updated_at, message_count, summary, "
-    "summary_json, summary_until_id"
-)
 
 # Each migration is a list of statements run in one transaction with the version bump.
 MIGRATIONS: list[list[str]] = [
@@ -230,134 +225,6 @@ _KNOWN_TABLES = {
 }
 
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_MICROSECOND = timedelta(microseconds=1)
-
-
-def to_micros(value: datetime) -> int:
-    """Datetimes are stored as integer microseconds since the epoch: exact, sortable, small.
-
-    A time that is not already UTC is converted (naive ones are taken as UTC); one whose UTC
-    equivalent falls outside years 1 to 9999 is refused with InvalidInputError.
-    """
-    if value.tzinfo is not UTC:
-        value = check_time(value, "time")
-    return (value - _EPOCH) // _MICROSECOND
-
-
-def from_micros(value: int) -> datetime:
-    # Timedelta arithmetic rather than fromtimestamp(): exact, and valid for years 1 to 9999.
-    return _EPOCH + timedelta(microseconds=int(value))
-
-
-def _dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-
-
-def session_changes(
-    *,
-    system_prompt: Any = UNSET,
-    system_prompt_tokens: Any = UNSET,
-    metadata: Any = UNSET,
-    summary: Any = UNSET,
-    summary_data: Any = UNSET,
-    summary_until_id: Any = UNSET,
-) -> dict[str, Any]:
-    """Column -> stored value for the session fields given (UNSET ones are left out).
-
-    Shared by every backend so an update means the same thing everywhere; column names come
-    from this fixed set, never from the caller. Every value is checked against its kind and
-    size limit (:mod:`harombe_core.limits`) here, whichever path it came by (manager, import,
-    migration), before anything is written.
-    """
-    limits = current_limits()
-    changes: dict[str, Any] = {}
-    if system_prompt is not UNSET:
-        changes["system_prompt"] = optional_text(
-            system_prompt,
-            "system_prompt",
-            limit=limits.system_prompt_chars,
-            field="system_prompt_chars",
-        )
-    if system_prompt_tokens is not UNSET:
-        changes["system_prompt_tokens"] = check_count(
-            system_prompt_tokens, "system_prompt_tokens"
-        )
-    if metadata is not UNSET:
-        changes["metadata"] = _dumps(
-            check_mapping(
-                metadata,
-                "session metadata",
-                limit=limits.session_metadata_chars,
-                field="session_metadata_chars",
-            )
-        )
-    if summary is not UNSET:
-        changes["summary"] = optional_text(
-            summary, "summary", limit=limits.summary_chars, field="summary_chars"
-        )
-    if summary_data is not UNSET:
-        changes["summary_json"] = None if summary_data is None else _dumps(
-            check_summary(summary_data, "summary_data")
-        )
-    if summary_until_id is not UNSET:
-        changes["summary_until_id"] = optional_count(summary_until_id, "summary_until_id")
-    return changes
-
-
-def check_summary(value: Any, what: str) -> dict[str, Any]:
-    """A session's or a message's summary data: a JSON object within ``summary_chars``."""
-    if not isinstance(value, Mapping):
-        raise InvalidInputError(f"{what} must be a dict, got {type(value).__name__}.")
-    limits = current_limits()
-    return check_mapping(value, what, limit=limits.summary_chars, field="summary_chars")
-
-
-def session_span(message_times: Sequence[int], now: int) -> tuple[int, int]:
-    """(created_at, updated_at) a batch of messages gives its session, in microseconds.
-
-    A session's last activity is its newest message's time, not the moment it was written:
-    imported history keeps its real dates, so it sorts and prunes by when it happened. A
-    session first made by this batch starts at its oldest message (or now, if later).
-    """
-    if not message_times:
-        return now, now
-    return min(now, min(message_times)), max(message_times)
-
-
-def _row_to_message(row: Sequence[Any]) -> Message:
-    # Rows were validated when they were written, so they skip Message's checks: a token window
-    # builds dozens of these per call.
-    return Message.trusted(
-        id=row[0],
-        session_id=row[1],
-        role=row[2],
-        content=row[3],
-        name=row[4],
-        tool_calls=json.loads(row[5]) if row[5] is not None else None,
-        tool_call_id=row[6],
-        metadata=json.loads(row[7]) if row[7] != "{}" else {},
-        created_at=from_micros(row[8]),
-        token_count=row[9],
-        parent_id=row[10],
-    )
-
-
-def _row_to_session(row: Sequence[Any]) -> Session:
-    return Session(
-        id=row[0],
-        user_id=row[1],
-        system_prompt=row[2],
-        metadata=json.loads(row[3]),
-        created_at=from_micros(row[4]),
-        updated_at=from_micros(row[5]),
-        message_count=row[6],
-        summary=row[7],
-        summary_data=json.loads(row[8]) if row[8] is not None else None,
-        summary_until_id=row[9],
-    )
-
-
 def _migrate(file: SQLiteFile, retries: int) -> None:
     """Bring ``file`` to :data:`SCHEMA_VERSION` (run once, by the file's first opener)."""
     version = int(file.read("PRAGMA user_version")[0][0])
@@ -404,7 +271,7 @@ def _close_keywords(file: SQLiteFile, retries: int) -> None:
     catch_up(file, retries)
 
 
-class SQLiteStore:
+class SQLiteStore(StoreMethods):
     """The default :class:`~harombe_core.store.base.MessageStore`.
 
     ``path`` is a file path (``~`` expanded, parent directories created, file mode 0600) or
@@ -426,6 +293,7 @@ class SQLiteStore:
         encryption_key: str | None = None,
     ) -> None:
         self._max_retries = max_retries
+        self.dialect = SQLITE
         self._closed = False
         self._term_counts = TermCounts()  # shared by this store's threads
         self._term_lock = threading.Lock()
@@ -524,143 +392,22 @@ class SQLiteStore:
         """Rows of one read-only statement (see :meth:`transaction`)."""
         return self._read(sql, params)
 
+    def run(self, op: Op[T]) -> T:
+        """Run one operation (:mod:`harombe_core.store.ops`) in one transaction: a write under
+        the write lock (waking the keyword indexer if it added messages), a read in a read
+        snapshot that never takes it. Inside :meth:`atomic` it joins that block."""
+        if op.write:
+            return self._write(lambda c: drive(c, op.body(SQLITE)), adds=op.adds_messages)
+        return self._open_file().snapshot(lambda c: drive(c, op.body(SQLITE)))
+
+    async def arun(self, op: Op[T]) -> T:
+        """:meth:`run` on a worker thread (SQLite has no async driver): one hop per op."""
+        return await asyncio.to_thread(self.run, op)
+
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         return self._open_file().read(sql, params)
 
     # sessions -----------------------------------------------------------------------------
-    def create_session(
-        self,
-        session_id: str,
-        *,
-        user_id: str | None = None,
-        system_prompt: str | None = None,
-        system_prompt_tokens: int = 0,
-        metadata: Mapping[str, Any] | None = None,
-        created_at: datetime | None = None,
-    ) -> Session:
-        _check_id(session_id, "session_id")
-        if user_id is not None:
-            _check_id(user_id, "user_id")
-        now = to_micros(created_at or datetime.now(UTC))
-        fields = session_changes(
-            system_prompt=system_prompt,
-            system_prompt_tokens=system_prompt_tokens,
-            metadata=metadata,
-        )
-        system_prompt, meta = fields["system_prompt"], fields["metadata"]
-
-        def insert(c: sqlite3.Connection) -> None:
-            c.execute(
-                "INSERT INTO sessions (id, user_id, system_prompt, system_prompt_tokens, "
-                "metadata, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (session_id, user_id, system_prompt, system_prompt_tokens, meta, now, now),
-            )
-
-        try:
-            self._write(insert)
-        except InvalidInputError as exc:
-            raise InvalidInputError(
-                f"session {session_id!r} already exists; load it with load_session() or choose "
-                "another id."
-            ) from exc
-        session = self.get_session(session_id)
-        assert session is not None
-        return session
-
-    def get_session(self, session_id: str) -> Session | None:
-        _check_id(session_id, "session_id")
-        rows = self._read(f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = ?", (session_id,))
-        return _row_to_session(rows[0]) if rows else None
-
-    def update_session(
-        self,
-        session_id: str,
-        *,
-        user_id: Any = UNSET,
-        system_prompt: Any = UNSET,
-        system_prompt_tokens: Any = UNSET,
-        metadata: Any = UNSET,
-        summary: Any = UNSET,
-        summary_data: Any = UNSET,
-        summary_until_id: Any = UNSET,
-    ) -> None:
-        _check_id(session_id, "session_id")
-        changes: dict[str, Any] = {}
-        if user_id is not UNSET:
-            changes["user_id"] = user_id
-        changes.update(
-            session_changes(
-                system_prompt=system_prompt,
-                system_prompt_tokens=system_prompt_tokens,
-                metadata=metadata,
-                summary=summary,
-                summary_data=summary_data,
-                summary_until_id=summary_until_id,
-            )
-        )
-        if not changes:
-            return
-        assignments = ", ".join(f"{column} = ?" for column in changes)
-
-        def update(c: sqlite3.Connection) -> int:
-            before = c.execute("SELECT user_id FROM sessions WHERE id = ?", (session_id,))
-            owner = before.fetchone()
-            cursor = c.execute(
-                f"UPDATE sessions SET {assignments} WHERE id = ?", (*changes.values(), session_id)
-            )
-            if owner is not None and "user_id" in changes and owner[0] != changes["user_id"]:
-                # The vector index files each vector under its owner: in the same transaction,
-                # a moved session's vectors go back to the tail (searched exactly from here)
-                # until the index owner files them under the new owner.
-                c.execute(
-                    "UPDATE messages SET embedded = 0 WHERE session_id = ? AND embedded != 0",
-                    (session_id,),
-                )
-            return cursor.rowcount
-
-        if self._write(update) == 0:
-            from harombe_core.errors import SessionNotFoundError
-
-            raise SessionNotFoundError(f"no session {session_id!r} in {self.location}")
-
-    def system_prompt_tokens(self, session_id: str) -> int:
-        rows = self._read("SELECT system_prompt_tokens FROM sessions WHERE id = ?", (session_id,))
-        return int(rows[0][0]) if rows else 0
-
-    def list_sessions(
-        self, *, limit: int | None = 10, user_id: str | None = None, offset: int = 0
-    ) -> list[Session]:
-        sql = f"SELECT {_SESSION_COLUMNS} FROM sessions"
-        params: list[Any] = []
-        if user_id is not None:
-            sql += " WHERE user_id = ?"
-            params.append(user_id)
-        sql += " ORDER BY updated_at DESC, rowid DESC LIMIT ? OFFSET ?"
-        params += [-1 if limit is None else limit, offset]
-        return [_row_to_session(r) for r in self._read(sql, params)]
-
-    def delete_session(self, session_id: str) -> bool:
-        _check_id(session_id, "session_id")
-        return bool(
-            self._write(
-                lambda c: c.execute("DELETE FROM sessions WHERE id = ?", (session_id,)).rowcount
-            )
-        )
-
-    def delete_sessions_before(self, cutoff: datetime) -> list[str]:
-        """Delete sessions with no activity since ``cutoff``; returns their ids."""
-        limit = to_micros(cutoff)
-
-        def delete(c: sqlite3.Connection) -> list[str]:
-            ids = [
-                r[0]
-                for r in c.execute("SELECT id FROM sessions WHERE updated_at < ?", (limit,))
-            ]
-            c.execute("DELETE FROM sessions WHERE updated_at < ?", (limit,))
-            return ids
-
-        return self._write(delete)
-
     # messages -----------------------------------------------------------------------------
     def add_messages(
         self,
@@ -696,10 +443,10 @@ class SQLiteStore:
         user_id: str | None,
         replace_ids: Sequence[int],
     ) -> tuple[Any, ...]:
-        _check_id(session_id, "session_id")
-        doomed = [int(i) for i in replace_ids]
+        check_id(session_id, "session_id")
+        doomed = message_ids(replace_ids)
         if user_id is not None:
-            _check_id(user_id, "user_id")
+            check_id(user_id, "user_id")
         rows = []
         for message in messages:
             if message.token_count is None:
@@ -710,9 +457,9 @@ class SQLiteStore:
                     message.role,
                     message.content,
                     message.name,
-                    None if message.tool_calls is None else _dumps(message.tool_calls),
+                    None if message.tool_calls is None else dumps(message.tool_calls),
                     message.tool_call_id,
-                    _dumps(message.metadata) if message.metadata else "{}",
+                    dumps(message.metadata) if message.metadata else "{}",
                     to_micros(message.created_at),
                     message.token_count,
                     message.parent_id,
@@ -770,27 +517,14 @@ class SQLiteStore:
             )
         return ids
 
-    def get_messages(
-        self, session_id: str, *, after_id: int | None = None, limit: int | None = None
-    ) -> list[Message]:
-        _check_id(session_id, "session_id")
-        sql = f"SELECT {_MESSAGE_COLUMNS} FROM messages m WHERE m.session_id = ?"
-        params: list[Any] = [session_id]
-        if after_id is not None:
-            sql += " AND m.id > ?"
-            params.append(after_id)
-        sql += " ORDER BY m.id LIMIT ?"
-        params.append(-1 if limit is None else limit)
-        return [_row_to_message(r) for r in self._read(sql, params)]
-
     def iter_newest(self, session_id: str) -> Iterator[Message]:
         """Newest first, fetched lazily: a token window stops reading as soon as it is full.
 
         Read in pages of 32 rows, each its own statement: no statement stays open between
         pages, so a closing store or a fork never waits for a half-read window.
         """
-        _check_id(session_id, "session_id")
-        sql = f"SELECT {_MESSAGE_COLUMNS} FROM messages m WHERE m.session_id = ?"
+        check_id(session_id, "session_id")
+        sql = f"SELECT {MESSAGE_COLUMNS} FROM messages m WHERE m.session_id = ?"
         size, before = 32, None  # 32: most windows fit in one or two pages
         while True:
             if before is None:
@@ -800,90 +534,10 @@ class SQLiteStore:
                     f"{sql} AND m.id < ? ORDER BY m.id DESC LIMIT ?", (session_id, before, size)
                 )
             for row in rows:
-                yield _row_to_message(row)
+                yield row_to_message(row)
             if len(rows) < size:
                 return
             before = rows[-1][0]
-
-    def get_messages_by_ids(
-        self, ids: Sequence[int], scope: SearchScope | None = None
-    ) -> list[Message]:
-        """Messages with these ids that fall inside ``scope``, in the order of ``ids``."""
-        wanted = [int(i) for i in ids]
-        if not wanted:
-            return []
-        found: dict[int, Message] = {}
-        for start in range(0, len(wanted), 500):
-            chunk = wanted[start : start + 500]
-            where, params = _scope_sql(scope)
-            sql = (
-                f"SELECT {_MESSAGE_COLUMNS} FROM messages m JOIN sessions s ON s.id = m.session_id "
-                f"WHERE m.id IN ({','.join('?' * len(chunk))}){where}"
-            )
-            for row in self._read(sql, [*chunk, *params]):
-                found[row[0]] = _row_to_message(row)
-        return [found[i] for i in wanted if i in found]
-
-    def adjacent_ids(self, ids: Sequence[int]) -> dict[int, tuple[int | None, int | None]]:
-        """For each existing id: the ids just before and after it in its session (or None)."""
-        wanted = list(dict.fromkeys(int(i) for i in ids))
-        out: dict[int, tuple[int | None, int | None]] = {}
-        for start in range(0, len(wanted), 500):
-            chunk = wanted[start : start + 500]
-            sql = adjacent_ids_sql(f"m.id IN ({','.join('?' * len(chunk))})")
-            for mid, before, after in self._read(sql, chunk):
-                out[int(mid)] = (before, after)
-        return out
-
-    def count_messages(self, session_id: str | None = None) -> int:
-        if session_id is None:
-            return int(self._read("SELECT COUNT(*) FROM messages")[0][0])
-        rows = self._read("SELECT message_count FROM sessions WHERE id = ?", (session_id,))
-        return int(rows[0][0]) if rows else 0
-
-    def clear_session(self, session_id: str) -> int:
-        _check_id(session_id, "session_id")
-
-        def clear(c: sqlite3.Connection) -> int:
-            count = c.execute("DELETE FROM messages WHERE session_id = ?", (session_id,)).rowcount
-            c.execute(
-                "UPDATE sessions SET message_count = 0, summary = NULL, summary_json = NULL, "
-                "summary_until_id = NULL WHERE id = ?",
-                (session_id,),
-            )
-            return int(count)
-
-        return self._write(clear)
-
-    def set_parent(self, message_id: int, parent_id: int | None) -> None:
-        def update(c: sqlite3.Connection) -> None:
-            if c.execute(
-                "UPDATE messages SET parent_id = ? WHERE id = ?", (parent_id, message_id)
-            ).rowcount == 0:
-                raise InvalidInputError(f"no message with id {message_id}")
-
-        self._write(update)
-
-    def set_message_summary(self, message_id: int, summary: Mapping[str, Any] | None) -> None:
-        value = None if summary is None else _dumps(check_summary(summary, "message summary"))
-        self._write(
-            lambda c: c.execute(
-                "UPDATE messages SET summary_json = ? WHERE id = ?", (value, message_id)
-            )
-        )
-
-    def get_message_summaries(self, ids: Sequence[int]) -> dict[int, dict[str, Any]]:
-        out: dict[int, dict[str, Any]] = {}
-        wanted = [int(i) for i in ids]
-        for start in range(0, len(wanted), 500):
-            chunk = wanted[start : start + 500]
-            for mid, value in self._read(
-                f"SELECT id, summary_json FROM messages WHERE id IN ({','.join('?' * len(chunk))}) "
-                "AND summary_json IS NOT NULL",
-                chunk,
-            ):
-                out[int(mid)] = json.loads(value)
-        return out
 
     # derived indexes ----------------------------------------------------------------------
     def keyword_search(
@@ -901,11 +555,11 @@ class SQLiteStore:
         words = query_words(query)
         if not words or limit <= 0:
             return []
-        where, params = _scope_sql(scope)
+        where, params = scope_sql(scope)
 
         def search(c: sqlite3.Connection) -> tuple[list[Any], list[Any], list[Split], list[str]]:
             tail = c.execute(
-                f"SELECT {_MESSAGE_COLUMNS}, {CONTEXT_SQL} FROM messages m "
+                f"SELECT {MESSAGE_COLUMNS}, {CONTEXT_SQL} FROM messages m "
                 f"JOIN sessions s ON s.id = m.session_id WHERE m.id > ?{where} "
                 "ORDER BY m.id DESC LIMIT ?",
                 [indexed_upto(c), *params, TAIL_LIMIT],
@@ -917,7 +571,7 @@ class SQLiteStore:
                 # Unscoped, FTS5 ranks and cuts on its own (rank MATCH picks the function):
                 # the messages table is only read for the rows returned.
                 sql = (
-                    f"SELECT {_MESSAGE_COLUMNS}, f.rank FROM (SELECT rowid, rank FROM "
+                    f"SELECT {MESSAGE_COLUMNS}, f.rank FROM (SELECT rowid, rank FROM "
                     f"messages_fts WHERE messages_fts MATCH ? AND rank MATCH 'bm25({_BM25})' "
                     "ORDER BY rank LIMIT ?) f JOIN messages m ON m.id = f.rowid ORDER BY f.rank"
                 )
@@ -925,7 +579,7 @@ class SQLiteStore:
             else:
                 id_range, range_params = _fts_id_range(scope)
                 sql = (
-                    f"SELECT {_MESSAGE_COLUMNS}, bm25(messages_fts, {_BM25}) AS rank "
+                    f"SELECT {MESSAGE_COLUMNS}, bm25(messages_fts, {_BM25}) AS rank "
                     "FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid "
                     "JOIN sessions s ON s.id = m.session_id "
                     f"WHERE messages_fts MATCH ?{where}{id_range} ORDER BY rank LIMIT ?"
@@ -934,7 +588,7 @@ class SQLiteStore:
             return indexed, tail, split, kept
 
         indexed, tail, split, kept = self._open_file().snapshot(search)
-        hits = [KeywordHit(_row_to_message(r[:-1]), -float(r[-1])) for r in indexed]
+        hits = [KeywordHit(row_to_message(r[:-1]), -float(r[-1])) for r in indexed]
         if tail:
             self._keywords.notify()  # a writer that stopped before indexing, or one lagging
             if len(tail) == TAIL_LIMIT and self.location not in _WARNED_LONG_TAIL:
@@ -950,7 +604,7 @@ class SQLiteStore:
                 counts = self._term_counts
             scores = score_tail(split, kept, counts)
             hits += [
-                KeywordHit(_row_to_message(r[:-1]), score)
+                KeywordHit(row_to_message(r[:-1]), score)
                 for r, score in zip(tail, scores, strict=True)
                 if score > 0
             ]
@@ -1042,32 +696,11 @@ class SQLiteStore:
         vector index (see :mod:`harombe_core.vectors.stored`); it is not returned here.
         """
         rows = self._read(
-            f"SELECT {_MESSAGE_COLUMNS}, {CONTEXT_SQL} FROM messages m WHERE m.embedded = 0 "
+            f"SELECT {MESSAGE_COLUMNS}, {CONTEXT_SQL} FROM messages m WHERE m.embedded = 0 "
             f"AND {_NO_VECTOR} ORDER BY m.id LIMIT ?",
             (limit,),
         )
-        return [(_row_to_message(r[:-1]), r[-1] or "") for r in rows]
-
-    def mark_embedded(self, ids: Sequence[int]) -> None:
-        wanted = [int(i) for i in ids]
-
-        def mark(c: sqlite3.Connection) -> None:
-            for start in range(0, len(wanted), 500):
-                chunk = wanted[start : start + 500]
-                c.execute(
-                    f"UPDATE messages SET embedded = 1 WHERE id IN ({','.join('?' * len(chunk))})",
-                    chunk,
-                )
-
-        if wanted:
-            self._write(mark)
-
-    def reset_embedded(self) -> int:
-        return int(
-            self._write(
-                lambda c: c.execute("UPDATE messages SET embedded = 0 WHERE embedded != 0").rowcount
-            )
-        )
+        return [(row_to_message(r[:-1]), r[-1] or "") for r in rows]
 
     def rebuild_keyword_index(self) -> int:
         """Recreate every FTS row from the messages table (idempotent)."""
@@ -1105,19 +738,6 @@ class SQLiteStore:
         self._open_file()
         return self._keywords.index_now()
 
-    def get_meta(self, key: str) -> str | None:
-        rows = self._read("SELECT value FROM harombe_meta WHERE key = ?", (key,))
-        return rows[0][0] if rows else None
-
-    def set_meta(self, key: str, value: str) -> None:
-        self._write(
-            lambda c: c.execute(
-                "INSERT INTO harombe_meta (key, value) VALUES (?, ?) "
-                "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-                (key, value),
-            )
-        )
-
     def stats(self) -> dict[str, Any]:
         sessions, users = self._read("SELECT COUNT(*), COUNT(DISTINCT user_id) FROM sessions")[0]
         messages, tokens, pending = self._read(
@@ -1148,30 +768,6 @@ _COMMON_MIN_ROWS = 2_000
 _KEEP_WHEN_ALL_COMMON = 2
 _BM25 = ", ".join(str(w) for w in BM25_WEIGHTS)
 _WARNED_LONG_TAIL: set[str] = set()
-
-
-def _scope_sql(scope: SearchScope | None) -> tuple[str, list[Any]]:
-    """The WHERE fragment (on aliases ``m`` and ``s``) that keeps a query inside its scope."""
-    if scope is None:
-        return "", []
-    parts: list[str] = []
-    params: list[Any] = []
-    if scope.user_id is not None:
-        parts.append("s.user_id = ?")
-        params.append(scope.user_id)
-    if scope.session_id is not None:
-        parts.append("m.session_id = ?")
-        params.append(scope.session_id)
-    if scope.roles:
-        parts.append(f"m.role IN ({','.join('?' * len(scope.roles))})")
-        params.extend(scope.roles)
-    if scope.since is not None:
-        parts.append("m.created_at >= ?")
-        params.append(to_micros(scope.since))
-    if scope.until is not None:
-        parts.append("m.created_at <= ?")
-        params.append(to_micros(scope.until))
-    return ("".join(f" AND {p}" for p in parts), params)
 
 
 def _fts_id_range(scope: SearchScope | None) -> tuple[str, list[Any]]:

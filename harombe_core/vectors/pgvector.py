@@ -32,7 +32,8 @@ from typing import Any
 import numpy as np
 
 from harombe_core.errors import InvalidInputError, StoreError
-from harombe_core.store.postgres import VECTORS_TABLE_DDL, Body, PostgresStore, _Step
+from harombe_core.store.postgres import VECTORS_TABLE_DDL, PostgresStore
+from harombe_core.store.runner import Body, Step
 from harombe_core.vectors.base import FloatArray, MetaValue, VectorMatch
 
 __all__ = ["HNSW_MAX_DIMENSION", "PgVectorIndex", "where_sql"]
@@ -134,16 +135,16 @@ class PgVectorIndex:
         """Create the table when the store's migration could not (pgvector was added later)."""
 
         def exists() -> Body[bool]:
-            rows = (yield _Step("SELECT to_regclass('message_vectors') IS NOT NULL")).rows
+            rows = (yield Step("SELECT to_regclass('message_vectors') IS NOT NULL")).rows
             return bool(rows[0][0])
 
         if self.store._run(exists, write=False):
             return
 
         def create() -> Body[None]:
-            yield _Step("SELECT pg_advisory_xact_lock(%s)", (_VECTOR_DDL_LOCK,))
-            yield _Step("CREATE EXTENSION IF NOT EXISTS vector")
-            yield _Step(VECTORS_TABLE_DDL)
+            yield Step("SELECT pg_advisory_xact_lock(%s)", (_VECTOR_DDL_LOCK,))
+            yield Step("CREATE EXTENSION IF NOT EXISTS vector")
+            yield Step(VECTORS_TABLE_DDL)
 
         try:
             self.store._run(create, keyed=False)
@@ -170,11 +171,11 @@ class PgVectorIndex:
         name = f"message_vectors_hnsw_{dim}"
 
         def body() -> Body[None]:
-            found = (yield _Step("SELECT to_regclass(%s) IS NOT NULL", (name,))).rows
+            found = (yield Step("SELECT to_regclass(%s) IS NOT NULL", (name,))).rows
             if found[0][0]:
                 return
-            yield _Step("SELECT pg_advisory_xact_lock(%s)", (_VECTOR_DDL_LOCK,))
-            yield _Step(
+            yield Step("SELECT pg_advisory_xact_lock(%s)", (_VECTOR_DDL_LOCK,))
+            yield Step(
                 f"CREATE INDEX IF NOT EXISTS {name} ON message_vectors USING hnsw "
                 f"((embedding::vector({dim})) vector_cosine_ops) WHERE dimension = {dim}"
             )
@@ -208,7 +209,7 @@ class PgVectorIndex:
         literals = [_literal(row) for row in array]
 
         def body() -> Body[None]:
-            yield _Step(
+            yield Step(
                 "INSERT INTO message_vectors (message_id, dimension, embedding) "
                 "SELECT x.id, %s, x.v::vector FROM unnest(%s::bigint[], %s::text[]) AS x(id, v) "
                 "JOIN messages m ON m.id = x.id "
@@ -216,7 +217,7 @@ class PgVectorIndex:
                 "embedding = EXCLUDED.embedding",
                 (dim, wanted, literals),
             )
-            yield _Step(
+            yield Step(
                 "UPDATE messages SET embedded = TRUE WHERE id = ANY(%s) AND NOT embedded",
                 (wanted,),
             )
@@ -228,11 +229,11 @@ class PgVectorIndex:
     ) -> Body[list[VectorMatch]]:
         scope, params = where_sql(where)
         # Iterative scan: keep walking the graph until k rows pass the scope filter.
-        yield _Step("SET LOCAL hnsw.iterative_scan = strict_order")
-        yield _Step(f"SET LOCAL hnsw.ef_search = {max(40, min(k, _EF_SEARCH_MAX))}")
+        yield Step("SET LOCAL hnsw.iterative_scan = strict_order")
+        yield Step(f"SET LOCAL hnsw.ef_search = {max(40, min(k, _EF_SEARCH_MAX))}")
         distance = f"v.embedding::vector({dim}) <=> %s::vector({dim})"
         rows = (
-            yield _Step(
+            yield Step(
                 f"SELECT v.message_id, {distance} AS d FROM message_vectors v "
                 "JOIN messages m ON m.id = v.message_id JOIN sessions s ON s.id = m.session_id "
                 f"WHERE v.dimension = {dim}{scope} ORDER BY {distance} LIMIT %s",
@@ -284,8 +285,8 @@ class PgVectorIndex:
             return
 
         def body() -> Body[None]:
-            yield _Step("DELETE FROM message_vectors WHERE message_id = ANY(%s)", (wanted,))
-            yield _Step(
+            yield Step("DELETE FROM message_vectors WHERE message_id = ANY(%s)", (wanted,))
+            yield Step(
                 "UPDATE messages SET embedded = FALSE WHERE id = ANY(%s) AND embedded", (wanted,)
             )
 
@@ -296,7 +297,7 @@ class PgVectorIndex:
 
         def body() -> Body[None]:
             rows = (
-                yield _Step(
+                yield Step(
                     "DELETE FROM message_vectors v USING messages m JOIN sessions s "
                     f"ON s.id = m.session_id WHERE m.id = v.message_id{scope} "
                     "RETURNING v.message_id",
@@ -304,7 +305,7 @@ class PgVectorIndex:
                 )
             ).rows
             if rows:
-                yield _Step(
+                yield Step(
                     "UPDATE messages SET embedded = FALSE WHERE id = ANY(%s)",
                     ([int(r[0]) for r in rows],),
                 )
@@ -318,8 +319,8 @@ class PgVectorIndex:
         """Remove every vector and mark every message pending, in one transaction."""
 
         def body() -> Body[None]:
-            yield _Step("DELETE FROM message_vectors")
-            yield _Step("UPDATE messages SET embedded = FALSE WHERE embedded")
+            yield Step("DELETE FROM message_vectors")
+            yield Step("UPDATE messages SET embedded = FALSE WHERE embedded")
 
         self.store._run(body, keyed=False)
 

@@ -29,7 +29,8 @@ from typing import Any
 import numpy as np
 
 from harombe_core.store.base import SearchScope
-from harombe_core.store.sqlite import SQLiteStore, _scope_sql
+from harombe_core.store.rows import scope_sql
+from harombe_core.store.sqlite import SQLiteStore
 from harombe_core.vectors.base import FloatArray, VectorMatch
 
 __all__ = ["StoredVectors"]
@@ -164,7 +165,7 @@ class StoredVectors:
         over the tail only (the vectors the index does not hold yet)."""
         if k <= 0:
             return []
-        where, params = _scope_sql(scope)
+        where, params = scope_sql(scope)
         join = "JOIN"
         if tail_only:
             # CROSS JOIN keeps messages the outer loop, read through the small partial index

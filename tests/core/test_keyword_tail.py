@@ -113,7 +113,8 @@ def test_a_search_completes_while_another_process_holds_the_write_lock(
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )
     try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "locked"
         # a writer here would give up after 50 ms; the search must not need the lock at all
         store = SQLiteStore(with_tail, busy_timeout_ms=50, max_retries=0)
         try:
