@@ -17,7 +17,7 @@ from harombe_core.models import Message, Session
 from harombe_core.store import ops
 from harombe_core.store.base import SearchScope
 from harombe_core.store.rows import check_id, session_changes
-from harombe_core.store.runner import Dialect, Op
+from harombe_core.store.runner import Body, Dialect, Op
 
 __all__ = ["StoreMethods"]
 
@@ -90,6 +90,32 @@ class StoreMethods:
         return self.run(ops.delete_sessions_before(cutoff))
 
     # messages ---------------------------------------------------------------------------------
+    def add_messages(
+        self,
+        session_id: str,
+        messages: Sequence[Message],
+        *,
+        user_id: str | None = None,
+        replace_ids: Sequence[int] = (),
+    ) -> list[int]:
+        """Insert messages (creating the session if needed), in one transaction; their ids.
+
+        ``replace_ids`` are messages of this session deleted in the same transaction, so a
+        framework's "replace the history" or "delete message i" never leaves half a history.
+        """
+        return self.run(ops.add_messages(session_id, messages, user_id, replace_ids))
+
+    def add_messages_body(
+        self,
+        session_id: str,
+        messages: Sequence[Message],
+        *,
+        user_id: str | None = None,
+        replace_ids: Sequence[int] = (),
+    ) -> Body[list[int]]:
+        """:meth:`add_messages` as steps of another body, in its transaction."""
+        return ops.add_messages(session_id, messages, user_id, replace_ids).body(self.dialect)
+
     def get_messages(
         self, session_id: str, *, after_id: int | None = None, limit: int | None = None
     ) -> list[Message]:

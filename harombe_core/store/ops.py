@@ -10,12 +10,14 @@ transaction with its own locking, retries and error types (``store.run(op)`` or
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from harombe_core.errors import InvalidInputError
 from harombe_core.models import Message, Session
+from harombe_core.owners import check_owner
 from harombe_core.store.base import SearchScope, adjacent_ids_sql
 from harombe_core.store.rows import (
     MESSAGE_COLUMNS,
@@ -27,11 +29,15 @@ from harombe_core.store.rows import (
     row_to_message,
     row_to_session,
     scope_sql,
+    session_span,
     to_micros,
 )
 from harombe_core.store.runner import Body, Dialect, Op
+from harombe_core.store.schema import TSVECTOR_SQL
+from harombe_core.validate import optional_id
 
 __all__ = [
+    "add_messages",
     "adjacent_ids",
     "clear_session",
     "count_messages",
@@ -165,6 +171,90 @@ def delete_sessions_before(cutoff: datetime) -> Op[list[str]]:
 
 
 # messages -------------------------------------------------------------------------------------
+def add_messages(
+    session_id: str,
+    messages: Sequence[Message],
+    user_id: str | None = None,
+    replace_ids: Sequence[int] = (),
+) -> Op[list[int]]:
+    """Insert messages (creating the session if needed) in one transaction; their ids.
+
+    ``replace_ids`` are messages of this session deleted in the same transaction, so a
+    framework's "replace the history" never leaves half a history. A ``user_id`` that is not
+    the session's owner rolls the whole call back (:func:`~harombe_core.owners.check_owner`).
+    PostgreSQL writes each message's keyword vector (with the turn it answers) in the same
+    transaction; SQLite's keyword index catches up in the background (store/fts.py).
+    """
+    check_id(session_id, "session_id")
+    owner_id = optional_id(user_id, "user_id")
+    doomed = message_ids(replace_ids)
+    rows = [_message_row(message) for message in messages]
+    created, active = session_span([r[6] for r in rows], time.time_ns() // 1000)
+
+    def body(d: Dialect) -> Body[list[int]]:
+        # The upsert takes the session's row lock first (writers to one session queue here,
+        # so ids grow in commit order within it) and returns the owner.
+        ((owner,),) = (
+            yield d.step(
+                "INSERT INTO sessions (id, user_id, created_at, updated_at) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (id) DO UPDATE SET updated_at = CASE WHEN sessions.updated_at > "
+                "excluded.updated_at THEN sessions.updated_at ELSE excluded.updated_at END "
+                "RETURNING user_id",
+                (session_id, owner_id, created, active),
+            )
+        ).rows
+        check_owner(session_id, owner, owner_id)
+        removed = 0
+        for chunk in _chunks(doomed):
+            sql = f"DELETE FROM messages WHERE session_id = ? AND id IN ({d.marks(len(chunk))})"
+            removed += (yield d.step(sql, (session_id, *chunk))).rowcount
+        context: str | None = None
+        if d.name == "postgres":  # the keyword vector holds the turn each message answers
+            sql = "SELECT content FROM messages WHERE session_id = ? ORDER BY id DESC LIMIT 1"
+            previous = (yield d.step(sql, (session_id,))).rows
+            context = previous[0][0] if previous else ""
+        ids: list[int] = []
+        for row in rows:
+            columns, values, extra = _MESSAGE_INSERT, d.marks(len(row) + 1), []
+            if context is not None:
+                columns += ", context, fts"
+                values += f", ?, {TSVECTOR_SQL}"
+                extra = [context, row[1], context]
+                context = row[1]
+            sql = f"INSERT INTO messages ({columns}) VALUES ({values}) RETURNING id"
+            ids.append(int((yield d.step(sql, (session_id, *row, *extra))).rows[0][0]))
+        yield d.step(
+            "UPDATE sessions SET message_count = message_count + ? WHERE id = ?",
+            (len(rows) - removed, session_id),
+        )
+        return ids
+
+    return Op(body, write=True, adds_messages=True)
+
+
+_MESSAGE_INSERT = (
+    "session_id, role, content, name, tool_calls, tool_call_id, metadata, created_at, "
+    "token_count, parent_id"
+)
+
+
+def _message_row(message: Message) -> tuple[Any, ...]:
+    """A message's stored values, in :data:`_MESSAGE_INSERT` order after the session id."""
+    if message.token_count is None:
+        raise InvalidInputError("token_count must be set before a message is stored.")
+    return (
+        message.role,
+        message.content,
+        message.name,
+        None if message.tool_calls is None else dumps(message.tool_calls),
+        message.tool_call_id,
+        dumps(message.metadata) if message.metadata else "{}",
+        to_micros(message.created_at),
+        message.token_count,
+        message.parent_id,
+    )
+
+
 def get_messages(
     session_id: str, after_id: int | None = None, limit: int | None = None
 ) -> Op[list[Message]]:

@@ -37,7 +37,6 @@ import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from datetime import UTC, datetime
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
@@ -52,7 +51,6 @@ from harombe_core.errors import (
     StoreUnavailableError,
 )
 from harombe_core.models import Message
-from harombe_core.owners import check_owner
 from harombe_core.store.base import (
     AtomicBlock,
     KeywordHit,
@@ -63,13 +61,15 @@ from harombe_core.store.rows import (
     MESSAGE_COLUMNS,
     check_id,
     dumps,
-    message_ids,
     row_to_message,
     scope_sql,
-    session_span,
-    to_micros,
 )
 from harombe_core.store.runner import POSTGRES, Body, Op, Step, StepResult, adrive, drive
+from harombe_core.store.schema import (
+    PG_MIGRATIONS,
+    PG_SCHEMA_VERSION,
+    TS_CONFIG,
+)
 
 try:
     import psycopg
@@ -93,171 +93,6 @@ T = TypeVar("T")
 
 #: Advisory lock id taken while migrating ("HRMB").
 _MIGRATION_LOCK = 0x48524D42
-_TS_CONFIG = "english"
-
-_FTS_EXPR = (
-    f"setweight(to_tsvector('{_TS_CONFIG}', %s), 'A') || "
-    f"setweight(to_tsvector('{_TS_CONFIG}', %s), 'B')"
-)
-
-#: The pgvector table: one vector per message, gone with its message. The column is untyped so
-#: vectors of any model fit; each dimension gets its own partial HNSW index (vectors/pgvector.py).
-VECTORS_TABLE_DDL = (
-    "CREATE TABLE IF NOT EXISTS message_vectors ("
-    "message_id BIGINT PRIMARY KEY REFERENCES messages(id) ON DELETE CASCADE, "
-    "dimension INTEGER NOT NULL, "
-    "embedding vector NOT NULL)"
-)
-
-# Each migration runs in one transaction together with its row in harombe_schema.
-PG_MIGRATIONS: list[list[str]] = [
-    [
-        """CREATE TABLE harombe_meta (
-            key TEXT PRIMARY KEY,
-            value TEXT NOT NULL
-        )""",
-        """CREATE TABLE sessions (
-            id TEXT PRIMARY KEY,
-            user_id TEXT,
-            system_prompt TEXT,
-            system_prompt_tokens INTEGER NOT NULL DEFAULT 0,
-            metadata TEXT NOT NULL DEFAULT '{}',
-            created_at BIGINT NOT NULL,
-            updated_at BIGINT NOT NULL,
-            message_count INTEGER NOT NULL DEFAULT 0,
-            summary TEXT,
-            summary_json TEXT,
-            summary_until_id BIGINT,
-            seq BIGSERIAL
-        )""",
-        "CREATE INDEX sessions_updated ON sessions (updated_at DESC, seq DESC)",
-        "CREATE INDEX sessions_user_updated ON sessions (user_id, updated_at DESC, seq DESC)",
-        """CREATE TABLE messages (
-            id BIGSERIAL PRIMARY KEY,
-            session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
-            role TEXT NOT NULL CHECK (role IN ('user', 'assistant', 'system', 'tool')),
-            content TEXT NOT NULL,
-            name TEXT,
-            tool_calls TEXT,
-            tool_call_id TEXT,
-            metadata TEXT NOT NULL DEFAULT '{}',
-            created_at BIGINT NOT NULL,
-            token_count INTEGER NOT NULL,
-            parent_id BIGINT REFERENCES messages(id) ON DELETE SET NULL,
-            summary_json TEXT,
-            embedded BOOLEAN NOT NULL DEFAULT FALSE,
-            context TEXT NOT NULL DEFAULT '',
-            fts TSVECTOR NOT NULL
-        )""",
-        "CREATE INDEX messages_session ON messages (session_id, id)",
-        "CREATE INDEX messages_parent ON messages (parent_id) WHERE parent_id IS NOT NULL",
-        "CREATE INDEX messages_unembedded ON messages (id) WHERE NOT embedded",
-        "CREATE INDEX messages_fts ON messages USING GIN (fts)",
-        """CREATE TABLE harombe_writes (
-            key UUID PRIMARY KEY,
-            result TEXT NOT NULL,
-            at TIMESTAMPTZ NOT NULL DEFAULT now()
-        )""",
-    ],
-    # 2: vectors beside the messages (pgvector). Skipped, with a notice, where the extension
-    # cannot be created; the pgvector index creates the table itself once it can.
-    [
-        """DO $$
-        BEGIN
-            BEGIN
-                CREATE EXTENSION IF NOT EXISTS vector;
-            EXCEPTION WHEN OTHERS THEN
-                RAISE NOTICE USING MESSAGE = 'pgvector is not available: ' || SQLERRM;
-                RETURN;
-            END;
-            EXECUTE $ddl$"""
-        + VECTORS_TABLE_DDL
-        + """$ddl$;
-        END $$""",
-    ],
-    # 3: long-term key-value memory (the LangGraph store of the LangChain adapter), as SQLite
-    # migration 3: JSON text values under a dotted namespace, optional expiry, one float32
-    # embedding per indexed text field. Names sort by code point ("C"), as in SQLite.
-    [
-        """CREATE TABLE store_items (
-            namespace TEXT COLLATE "C" NOT NULL,
-            key TEXT COLLATE "C" NOT NULL,
-            value TEXT NOT NULL,
-            created_at BIGINT NOT NULL,
-            updated_at BIGINT NOT NULL,
-            expires_at BIGINT,
-            ttl_minutes DOUBLE PRECISION,
-            PRIMARY KEY (namespace, key)
-        )""",
-        "CREATE INDEX store_items_expiry ON store_items (expires_at) WHERE expires_at IS NOT NULL",
-        """CREATE TABLE store_vectors (
-            namespace TEXT COLLATE "C" NOT NULL,
-            key TEXT COLLATE "C" NOT NULL,
-            path TEXT NOT NULL,
-            vector BYTEA NOT NULL,
-            PRIMARY KEY (namespace, key, path),
-            FOREIGN KEY (namespace, key) REFERENCES store_items (namespace, key) ON DELETE CASCADE
-        )""",
-    ],
-    # 4: each exactly-once key says until when a retry may still look it up, so expired keys
-    # are deleted as writes go on (PostgresStore._keyed). Keys written without one (by an
-    # older harombe) keep the day that its prune_write_log() allowed them.
-    [
-        "ALTER TABLE harombe_writes ADD COLUMN forget_after TIMESTAMPTZ NOT NULL "
-        "DEFAULT now() + interval '1 day'",
-        "CREATE INDEX harombe_writes_forget ON harombe_writes (forget_after)",
-    ],
-    # 5: LangGraph checkpoints (the checkpointer of the LangChain adapter), as SQLite
-    # migration 4: per thread (the session of the same id), channel blobs per version and one
-    # blob per message.
-    [
-        """CREATE TABLE checkpoints (
-            thread_id TEXT COLLATE "C" NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
-            checkpoint_ns TEXT COLLATE "C" NOT NULL,
-            checkpoint_id TEXT COLLATE "C" NOT NULL,
-            parent_checkpoint_id TEXT COLLATE "C",
-            run_id TEXT COLLATE "C",
-            type TEXT NOT NULL,
-            checkpoint BYTEA NOT NULL,
-            metadata TEXT NOT NULL,
-            PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id)
-        )""",
-        """CREATE TABLE checkpoint_blobs (
-            thread_id TEXT COLLATE "C" NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
-            checkpoint_ns TEXT COLLATE "C" NOT NULL,
-            channel TEXT COLLATE "C" NOT NULL,
-            version TEXT COLLATE "C" NOT NULL,
-            type TEXT NOT NULL,
-            blob BYTEA,
-            PRIMARY KEY (thread_id, checkpoint_ns, channel, version)
-        )""",
-        """CREATE TABLE checkpoint_writes (
-            thread_id TEXT COLLATE "C" NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
-            checkpoint_ns TEXT COLLATE "C" NOT NULL,
-            checkpoint_id TEXT COLLATE "C" NOT NULL,
-            task_id TEXT COLLATE "C" NOT NULL,
-            idx INTEGER NOT NULL,
-            task_path TEXT COLLATE "C" NOT NULL,
-            channel TEXT NOT NULL,
-            type TEXT NOT NULL,
-            blob BYTEA NOT NULL,
-            PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
-        )""",
-        """CREATE TABLE checkpoint_message_blobs (
-            thread_id TEXT COLLATE "C" NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
-            hash BYTEA NOT NULL,
-            type TEXT NOT NULL,
-            blob BYTEA NOT NULL,
-            PRIMARY KEY (thread_id, hash)
-        )""",
-        """CREATE TABLE checkpoint_threads (
-            thread_id TEXT COLLATE "C" PRIMARY KEY REFERENCES sessions (id) ON DELETE CASCADE,
-            blob_epoch TEXT NOT NULL
-        )""",
-    ],
-]
-PG_SCHEMA_VERSION = len(PG_MIGRATIONS)
-
 #: Seconds an exactly-once key outlives the longest retry of its write (the retry window plus
 #: one connection attempt): the backoff sleeps and a slow lookup fit many times over.
 _WRITE_LOG_SLACK = 300.0
@@ -703,128 +538,6 @@ class PostgresStore(StoreMethods):
 
     # sessions -------------------------------------------------------------------------------
     # messages -------------------------------------------------------------------------------
-    def _add_body(
-        self,
-        session_id: str,
-        rows: list[tuple[Any, ...]],
-        user_id: str | None,
-        doomed: list[int],
-        now: int,
-    ) -> Body[list[int]]:
-        # The upsert takes the session's row lock first: writers to one session queue here,
-        # so ids grow in commit order within a session.
-        # It returns the owner: a user who is not it rolls the whole call back.
-        owner = (
-            yield Step(
-                "INSERT INTO sessions (id, user_id, created_at, updated_at) "
-                "VALUES (%s, %s, %s, %s) ON CONFLICT (id) DO UPDATE SET updated_at = "
-                "GREATEST(sessions.updated_at, EXCLUDED.updated_at) RETURNING user_id",
-                (session_id, user_id, *session_span([r[6] for r in rows], now)),
-            )
-        ).rows[0][0]
-        check_owner(session_id, owner, user_id)
-        removed = 0
-        if doomed:
-            removed = (
-                yield Step(
-                    "DELETE FROM messages WHERE session_id = %s AND id = ANY(%s)",
-                    (session_id, doomed),
-                )
-            ).rowcount
-        previous = (
-            yield Step(
-                "SELECT content FROM messages WHERE session_id = %s ORDER BY id DESC LIMIT 1",
-                (session_id,),
-            )
-        ).rows
-        context = previous[0][0] if previous else ""
-        ids: list[int] = []
-        for row in rows:
-            content = row[1]
-            new = (
-                yield Step(
-                    "INSERT INTO messages (session_id, role, content, name, tool_calls, "
-                    "tool_call_id, metadata, created_at, token_count, parent_id, context, fts) "
-                    f"VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, {_FTS_EXPR}) "
-                    "RETURNING id",
-                    (session_id, *row, context, content, context),
-                )
-            ).rows
-            ids.append(int(new[0][0]))
-            context = content
-        yield Step(
-            "UPDATE sessions SET message_count = message_count + %s WHERE id = %s",
-            (len(rows) - removed, session_id),
-        )
-        return ids
-
-    def _add_args(
-        self,
-        session_id: str,
-        messages: Sequence[Message],
-        user_id: str | None,
-        replace_ids: Sequence[int],
-    ) -> tuple[Any, ...]:
-        check_id(session_id, "session_id")
-        if user_id is not None:
-            check_id(user_id, "user_id")
-        rows = []
-        for message in messages:
-            if message.token_count is None:
-                raise InvalidInputError("token_count must be set before a message is stored.")
-            rows.append(
-                (
-                    message.role,
-                    message.content,
-                    message.name,
-                    None if message.tool_calls is None else dumps(message.tool_calls),
-                    message.tool_call_id,
-                    dumps(message.metadata),
-                    to_micros(message.created_at),
-                    message.token_count,
-                    message.parent_id,
-                )
-            )
-        now = to_micros(datetime.now(UTC))
-        return (session_id, rows, user_id, message_ids(replace_ids), now)
-
-    def add_messages(
-        self,
-        session_id: str,
-        messages: Sequence[Message],
-        *,
-        user_id: str | None = None,
-        replace_ids: Sequence[int] = (),
-    ) -> list[int]:
-        """Insert messages (creating the session if needed) and index them, in one transaction.
-
-        ``replace_ids`` (messages of this session) are deleted in the same transaction.
-        """
-        args = self._add_args(session_id, messages, user_id, replace_ids)
-        return self._run(lambda: self._add_body(*args))
-
-    def add_messages_body(
-        self,
-        session_id: str,
-        messages: Sequence[Message],
-        *,
-        user_id: str | None = None,
-        replace_ids: Sequence[int] = (),
-    ) -> Body[list[int]]:
-        """:meth:`add_messages` as steps, to run inside another body's transaction."""
-        return self._add_body(*self._add_args(session_id, messages, user_id, replace_ids))
-
-    async def aadd_messages(
-        self,
-        session_id: str,
-        messages: Sequence[Message],
-        *,
-        user_id: str | None = None,
-        replace_ids: Sequence[int] = (),
-    ) -> list[int]:
-        args = self._add_args(session_id, messages, user_id, replace_ids)
-        return await self._arun(lambda: self._add_body(*args))
-
     def _newest_page_body(self, session_id: str, before: int | None) -> Body[list[Message]]:
         sql = f"SELECT {MESSAGE_COLUMNS} FROM messages m WHERE m.session_id = %s"
         params: list[Any] = [session_id]
@@ -868,7 +581,7 @@ class PostgresStore(StoreMethods):
         rows = (
             yield Step(
                 f"SELECT {MESSAGE_COLUMNS}, ts_rank(m.fts, q) AS rank "
-                f"FROM websearch_to_tsquery('{_TS_CONFIG}', %s) AS q, messages m "
+                f"FROM websearch_to_tsquery('{TS_CONFIG}', %s) AS q, messages m "
                 "JOIN sessions s ON s.id = m.session_id "
                 f"WHERE m.fts @@ q{where} ORDER BY rank DESC, m.id DESC LIMIT %s",
                 [text, *params, limit],
@@ -910,8 +623,8 @@ class PostgresStore(StoreMethods):
                 "WITH ctx AS (SELECT id, COALESCE(LAG(content) OVER (PARTITION BY session_id "
                 "ORDER BY id), '') AS context FROM messages) "
                 "UPDATE messages m SET context = ctx.context, "
-                f"fts = setweight(to_tsvector('{_TS_CONFIG}', m.content), 'A') || "
-                f"setweight(to_tsvector('{_TS_CONFIG}', ctx.context), 'B') "
+                f"fts = setweight(to_tsvector('{TS_CONFIG}', m.content), 'A') || "
+                f"setweight(to_tsvector('{TS_CONFIG}', ctx.context), 'B') "
                 "FROM ctx WHERE ctx.id = m.id"
             )
             return result.rowcount

@@ -32,9 +32,8 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
-from harombe_core.errors import InvalidInputError, SchemaTooNewError, StoreError
+from harombe_core.errors import SchemaTooNewError, StoreError
 from harombe_core.models import Message
-from harombe_core.owners import check_owner
 from harombe_core.store.base import KeywordHit, SearchScope
 from harombe_core.store.fts import (
     BM25_WEIGHTS,
@@ -58,17 +57,15 @@ from harombe_core.store.methods import StoreMethods
 from harombe_core.store.rows import (
     MESSAGE_COLUMNS,
     check_id,
-    dumps,
     from_micros,
-    message_ids,
     row_to_message,
     scope_sql,
-    session_span,
     to_micros,
 )
 from harombe_core.store.runner import SQLITE, Op
+from harombe_core.store.schema import MIGRATIONS, SCHEMA_VERSION
 from harombe_core.store.shared import Lease
-from harombe_core.store.sql_body import Body, Step, drive
+from harombe_core.store.sql_body import drive
 from harombe_core.store.sqlite_checks import APPLICATION_ID
 from harombe_core.store.sqlite_file import (
     SQLiteFile,
@@ -87,143 +84,6 @@ T = TypeVar("T")
 
 #: A message (alias ``m``) whose vector is not stored yet.
 _NO_VECTOR = "NOT EXISTS (SELECT 1 FROM message_vectors v WHERE v.message_id = m.id)"
-
-# Each migration is a list of statements run in one transaction with the version bump.
-MIGRATIONS: list[list[str]] = [
-    [
-        """CREATE TABLE harombe_meta (
-            key TEXT PRIMARY KEY,
-            value TEXT NOT NULL
-        )""",
-        """CREATE TABLE sessions (
-            id TEXT PRIMARY KEY,
-            user_id TEXT,
-            system_prompt TEXT,
-            system_prompt_tokens INTEGER NOT NULL DEFAULT 0,
-            metadata TEXT NOT NULL DEFAULT '{}',
-            created_at INTEGER NOT NULL,
-            updated_at INTEGER NOT NULL,
-            message_count INTEGER NOT NULL DEFAULT 0,
-            summary TEXT,
-            summary_json TEXT,
-            summary_until_id INTEGER
-        )""",
-        "CREATE INDEX sessions_updated ON sessions(updated_at DESC)",
-        "CREATE INDEX sessions_user_updated ON sessions(user_id, updated_at DESC)",
-        """CREATE TABLE messages (
-            id INTEGER PRIMARY KEY AUTOINCREMENT,
-            session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
-            role TEXT NOT NULL CHECK (role IN ('user', 'assistant', 'system', 'tool')),
-            content TEXT NOT NULL,
-            name TEXT,
-            tool_calls TEXT,
-            tool_call_id TEXT,
-            metadata TEXT NOT NULL DEFAULT '{}',
-            created_at INTEGER NOT NULL,
-            token_count INTEGER NOT NULL,
-            parent_id INTEGER REFERENCES messages(id) ON DELETE SET NULL,
-            summary_json TEXT,
-            embedded INTEGER NOT NULL DEFAULT 0
-        )""",
-        "CREATE INDEX messages_session ON messages(session_id, id)",
-        "CREATE INDEX messages_parent ON messages(parent_id) WHERE parent_id IS NOT NULL",
-        "CREATE INDEX messages_unembedded ON messages(id) WHERE embedded = 0",
-        """CREATE VIRTUAL TABLE messages_fts USING fts5(
-            content, context, tokenize = 'porter unicode61 remove_diacritics 2'
-        )""",
-        """CREATE TRIGGER messages_fts_delete AFTER DELETE ON messages BEGIN
-            DELETE FROM messages_fts WHERE rowid = old.id;
-        END""",
-    ],
-    # 2: each message's embedding as a float32 blob, so small scopes are searched exactly here
-    # and the vector index can be rebuilt without re-embedding.
-    [
-        """CREATE TABLE message_vectors (
-            message_id INTEGER PRIMARY KEY REFERENCES messages(id) ON DELETE CASCADE,
-            vector BLOB NOT NULL
-        )""",
-    ],
-    # 3: long-term key-value memory (the LangGraph store of the LangChain adapter): JSON values
-    # under a dotted namespace, optional expiry, and one embedding per indexed text field.
-    [
-        """CREATE TABLE store_items (
-            namespace TEXT NOT NULL,
-            key TEXT NOT NULL,
-            value TEXT NOT NULL,
-            created_at INTEGER NOT NULL,
-            updated_at INTEGER NOT NULL,
-            expires_at INTEGER,
-            ttl_minutes REAL,
-            PRIMARY KEY (namespace, key)
-        )""",
-        "CREATE INDEX store_items_expiry ON store_items(expires_at) WHERE expires_at IS NOT NULL",
-        """CREATE TABLE store_vectors (
-            namespace TEXT NOT NULL,
-            key TEXT NOT NULL,
-            path TEXT NOT NULL,
-            vector BLOB NOT NULL,
-            PRIMARY KEY (namespace, key, path),
-            FOREIGN KEY (namespace, key) REFERENCES store_items(namespace, key) ON DELETE CASCADE
-        )""",
-    ],
-    # 4: LangGraph checkpoints (the checkpointer of the LangChain adapter), kept per thread; a
-    # thread is the session of the same id, so deleting or pruning the session removes them.
-    # Channel values are blobs per version; a list of messages is stored as references to one
-    # blob per message (checkpoint_message_blobs), so a step writes only its new messages.
-    # checkpoint_threads holds what every process must agree on about a thread's blobs.
-    [
-        """CREATE TABLE checkpoints (
-            thread_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
-            checkpoint_ns TEXT NOT NULL,
-            checkpoint_id TEXT NOT NULL,
-            parent_checkpoint_id TEXT,
-            run_id TEXT,
-            type TEXT NOT NULL,
-            checkpoint BLOB NOT NULL,
-            metadata TEXT NOT NULL,
-            PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id)
-        )""",
-        """CREATE TABLE checkpoint_blobs (
-            thread_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
-            checkpoint_ns TEXT NOT NULL,
-            channel TEXT NOT NULL,
-            version TEXT NOT NULL,
-            type TEXT NOT NULL,
-            blob BLOB,
-            PRIMARY KEY (thread_id, checkpoint_ns, channel, version)
-        )""",
-        """CREATE TABLE checkpoint_writes (
-            thread_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
-            checkpoint_ns TEXT NOT NULL,
-            checkpoint_id TEXT NOT NULL,
-            task_id TEXT NOT NULL,
-            idx INTEGER NOT NULL,
-            task_path TEXT NOT NULL,
-            channel TEXT NOT NULL,
-            type TEXT NOT NULL,
-            blob BLOB NOT NULL,
-            PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
-        )""",
-        """CREATE TABLE checkpoint_message_blobs (
-            thread_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
-            hash BLOB NOT NULL,
-            type TEXT NOT NULL,
-            blob BLOB NOT NULL,
-            PRIMARY KEY (thread_id, hash)
-        )""",
-        """CREATE TABLE checkpoint_threads (
-            thread_id TEXT PRIMARY KEY REFERENCES sessions(id) ON DELETE CASCADE,
-            blob_epoch TEXT NOT NULL
-        ) WITHOUT ROWID""",
-    ],
-]
-SCHEMA_VERSION = len(MIGRATIONS)
-_KNOWN_TABLES = {
-    "harombe_meta", "sessions", "messages", "messages_fts", "message_vectors", "store_items",
-    "store_vectors", "checkpoints", "checkpoint_blobs", "checkpoint_writes",
-    "checkpoint_message_blobs", "checkpoint_threads",
-}
-
 
 def _migrate(file: SQLiteFile, retries: int) -> None:
     """Bring ``file`` to :data:`SCHEMA_VERSION` (run once, by the file's first opener)."""
@@ -409,114 +269,6 @@ class SQLiteStore(StoreMethods):
 
     # sessions -----------------------------------------------------------------------------
     # messages -----------------------------------------------------------------------------
-    def add_messages(
-        self,
-        session_id: str,
-        messages: Sequence[Message],
-        *,
-        user_id: str | None = None,
-        replace_ids: Sequence[int] = (),
-    ) -> list[int]:
-        """Insert messages (creating the session if needed) and index them, in one transaction.
-
-        ``replace_ids`` are messages of this session deleted in the same transaction, so a
-        framework's "replace the history" or "delete message i" never leaves half a history.
-        """
-        args = self._add_args(session_id, messages, user_id, replace_ids)
-        return self._write(lambda c: drive(c, self._add_body(*args)), adds=True)
-
-    def add_messages_body(
-        self,
-        session_id: str,
-        messages: Sequence[Message],
-        *,
-        user_id: str | None = None,
-        replace_ids: Sequence[int] = (),
-    ) -> Body[list[int]]:
-        """:meth:`add_messages` as steps, to run inside another body's transaction."""
-        return self._add_body(*self._add_args(session_id, messages, user_id, replace_ids))
-
-    def _add_args(
-        self,
-        session_id: str,
-        messages: Sequence[Message],
-        user_id: str | None,
-        replace_ids: Sequence[int],
-    ) -> tuple[Any, ...]:
-        check_id(session_id, "session_id")
-        doomed = message_ids(replace_ids)
-        if user_id is not None:
-            check_id(user_id, "user_id")
-        rows = []
-        for message in messages:
-            if message.token_count is None:
-                raise InvalidInputError("token_count must be set before a message is stored.")
-            rows.append(
-                (
-                    session_id,
-                    message.role,
-                    message.content,
-                    message.name,
-                    None if message.tool_calls is None else dumps(message.tool_calls),
-                    message.tool_call_id,
-                    dumps(message.metadata) if message.metadata else "{}",
-                    to_micros(message.created_at),
-                    message.token_count,
-                    message.parent_id,
-                )
-            )
-        created, active = session_span([r[7] for r in rows], time.time_ns() // 1000)
-        return session_id, user_id, rows, doomed, created, active
-
-    @staticmethod
-    def _add_body(
-        session_id: str,
-        user_id: str | None,
-        rows: list[tuple[Any, ...]],
-        doomed: list[int],
-        created: int,
-        active: int,
-    ) -> Body[list[int]]:
-        # One upsert creates the session or bumps its activity and count. The keyword index
-        # is caught up in the background (store/fts.py), so an append touches as few pages as
-        # it can.
-        # It returns the owner: a user who is not it rolls the whole call back.
-        ((owner,),) = (
-            yield Step(
-                "INSERT INTO sessions (id, user_id, created_at, updated_at, message_count) "
-                "VALUES (?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET "
-                "updated_at = MAX(updated_at, excluded.updated_at), "
-                "message_count = message_count + excluded.message_count RETURNING user_id",
-                (session_id, user_id, created, active, len(rows)),
-            )
-        ).rows
-        check_owner(session_id, owner, user_id)
-        removed = 0
-        for start in range(0, len(doomed), 500):
-            chunk = doomed[start : start + 500]
-            removed += (
-                yield Step(
-                    f"DELETE FROM messages WHERE session_id = ? AND id IN "
-                    f"({','.join('?' * len(chunk))})",
-                    (session_id, *chunk),
-                )
-            ).rowcount
-        ids: list[int] = []
-        for row in rows:
-            new = yield Step(
-                "INSERT INTO messages (session_id, role, content, name, tool_calls, "
-                "tool_call_id, metadata, created_at, token_count, parent_id) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
-                row,
-            )
-            ids.append(int(new.rows[0][0]))
-        if removed:
-            yield Step(
-                "UPDATE sessions SET message_count = message_count - ? WHERE id = ?",
-                (removed, session_id),
-            )
-        return ids
-
     def iter_newest(self, session_id: str) -> Iterator[Message]:
         """Newest first, fetched lazily: a token window stops reading as soon as it is full.
 

@@ -32,8 +32,9 @@ from typing import Any
 import numpy as np
 
 from harombe_core.errors import InvalidInputError, StoreError
-from harombe_core.store.postgres import VECTORS_TABLE_DDL, PostgresStore
+from harombe_core.store.postgres import PostgresStore
 from harombe_core.store.runner import Body, Step
+from harombe_core.store.schema import VECTORS_TABLE_DDL
 from harombe_core.vectors.base import FloatArray, MetaValue, VectorMatch
 
 __all__ = ["HNSW_MAX_DIMENSION", "PgVectorIndex", "where_sql"]
