@@ -91,30 +91,21 @@ class StoreMethods:
 
     # messages ---------------------------------------------------------------------------------
     def add_messages(
-        self,
-        session_id: str,
-        messages: Sequence[Message],
-        *,
-        user_id: str | None = None,
-        replace_ids: Sequence[int] = (),
+        self, session_id: str, messages: Sequence[Message], **options: Any
     ) -> list[int]:
         """Insert messages (creating the session if needed), in one transaction; their ids.
 
-        ``replace_ids`` are messages of this session deleted in the same transaction, so a
-        framework's "replace the history" or "delete message i" never leaves half a history.
+        Options: ``user_id`` (the session's owner, checked) and ``replace_ids`` (messages of
+        this session deleted in the same transaction, so a framework's "replace the history"
+        or "delete message i" never leaves half a history).
         """
-        return self.run(ops.add_messages(session_id, messages, user_id, replace_ids))
+        return self.run(ops.add_messages(session_id, messages, **options))
 
     def add_messages_body(
-        self,
-        session_id: str,
-        messages: Sequence[Message],
-        *,
-        user_id: str | None = None,
-        replace_ids: Sequence[int] = (),
+        self, session_id: str, messages: Sequence[Message], **options: Any
     ) -> Body[list[int]]:
         """:meth:`add_messages` as steps of another body, in its transaction."""
-        return ops.add_messages(session_id, messages, user_id, replace_ids).body(self.dialect)
+        return ops.add_messages(session_id, messages, **options).body(self.dialect)
 
     def get_messages(
         self, session_id: str, *, after_id: int | None = None, limit: int | None = None

@@ -174,6 +174,7 @@ def delete_sessions_before(cutoff: datetime) -> Op[list[str]]:
 def add_messages(
     session_id: str,
     messages: Sequence[Message],
+    *,
     user_id: str | None = None,
     replace_ids: Sequence[int] = (),
 ) -> Op[list[int]]:
