@@ -463,11 +463,13 @@ class PostgresStore(StoreMethods):
     def run(self, op: Op[T]) -> T:
         """Run one operation (:mod:`harombe_core.store.ops`) in one transaction: a write is
         applied exactly once however often a lost connection makes it retry."""
-        return self._run(lambda: op.body(POSTGRES), write=op.write)
+        return self._run(lambda: op.body(POSTGRES), write=op.write, keyed=op.exactly_once)
 
     async def arun(self, op: Op[T]) -> T:
         """:meth:`run` on the async pool: native async, no thread hop."""
-        return await self._arun(lambda: op.body(POSTGRES), write=op.write)
+        return await self._arun(
+            lambda: op.body(POSTGRES), write=op.write, keyed=op.exactly_once
+        )
 
     def run_body(self, factory: Callable[[], Body[T]], *, exactly_once: bool = False) -> T:
         """Run a body in one transaction, with the store's retries and error types.

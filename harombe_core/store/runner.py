@@ -101,9 +101,12 @@ class Op(Generic[T]):
 
     ``body`` is called again on a retry, so it must build a fresh generator each time. A read
     (``write=False``) runs in a read snapshot (on SQLite it never takes the write lock);
-    ``adds_messages`` wakes SQLite's keyword indexer after the commit.
+    ``adds_messages`` wakes SQLite's keyword indexer after the commit. A write is applied
+    exactly once even when a lost connection makes PostgreSQL retry it (its result must then
+    be JSON); ``exactly_once=False`` skips that bookkeeping for a write that is idempotent.
     """
 
     body: Callable[[Dialect], Body[T]]
     write: bool = False
     adds_messages: bool = False
+    exactly_once: bool = True

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -109,14 +108,12 @@ def drive(c: sqlite3.Connection, body: Body[T]) -> T:
 
 
 def sql_runner(store: Any) -> SqlRunner:
-    """The runner for ``store``; InvalidInputError if it is neither SQLite nor PostgreSQL."""
-    from harombe_core.store.sqlite import SQLiteStore  # it runs its own bodies with drive()
-
-    if isinstance(store, SQLiteStore):
+    """The runner for ``store`` (by ``store.dialect.name``); InvalidInputError if it is
+    neither SQLite nor PostgreSQL."""
+    name = getattr(getattr(store, "dialect", None), "name", None)
+    if name == "sqlite":
         return SqlRunner(store)
-    # A PostgresStore exists only once its module (which needs psycopg) has been imported.
-    postgres = sys.modules.get("harombe_core.store.postgres")
-    if postgres is not None and isinstance(store, postgres.PostgresStore):
+    if name == "postgres":
         return _PostgresRunner(store)
     raise InvalidInputError(
         f"{type(store).__name__} holds no SQL tables beside the messages; use a SQLite "

@@ -26,16 +26,18 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 
 from harombe_core.errors import InvalidInputError, StoreError
 from harombe_core.store.postgres import PostgresStore
-from harombe_core.store.runner import Body, Step
+from harombe_core.store.runner import Body, Dialect, Op, Step
 from harombe_core.store.schema import VECTORS_TABLE_DDL
 from harombe_core.vectors.base import FloatArray, MetaValue, VectorMatch
+
+T = TypeVar("T")
 
 __all__ = ["HNSW_MAX_DIMENSION", "PgVectorIndex", "where_sql"]
 
@@ -122,7 +124,7 @@ class PgVectorIndex:
     """
 
     def __init__(self, store: PostgresStore) -> None:
-        if not isinstance(store, PostgresStore):
+        if getattr(getattr(store, "dialect", None), "name", None) != "postgres":
             raise InvalidInputError(
                 f"the pgvector index needs a PostgresStore, got {type(store).__name__}; open "
                 "the MemoryManager with a postgresql:// URL or use vector_store='chroma'."
@@ -139,7 +141,7 @@ class PgVectorIndex:
             rows = (yield Step("SELECT to_regclass('message_vectors') IS NOT NULL")).rows
             return bool(rows[0][0])
 
-        if self.store._run(exists, write=False):
+        if self.store.run(_op(exists)):
             return
 
         def create() -> Body[None]:
@@ -148,7 +150,7 @@ class PgVectorIndex:
             yield Step(VECTORS_TABLE_DDL)
 
         try:
-            self.store._run(create, keyed=False)
+            self.store.run(_op(create, write=True))
         except StoreError as exc:
             raise StoreError(
                 f"{self.store.location} has no pgvector extension and it could not be created "
@@ -182,7 +184,7 @@ class PgVectorIndex:
             )
             log.info("%s: created HNSW index %s", self.store.location, name)
 
-        self.store._run(body, keyed=False)
+        self.store.run(_op(body, write=True))
         self._indexed.add(dim)
 
     # protocol ---------------------------------------------------------------------------------
@@ -223,7 +225,7 @@ class PgVectorIndex:
                 (wanted,),
             )
 
-        self.store._run(body, keyed=False)
+        self.store.run(_op(body, write=True))
 
     def _query_body(
         self, literal: str, dim: int, k: int, where: Mapping[str, Any] | None
@@ -252,9 +254,7 @@ class PgVectorIndex:
         array = np.asarray(vector, dtype=np.float32).ravel()
         dim = int(array.shape[0])
         literal = _literal(array)
-        return self.store._run(
-            lambda: self._query_body(literal, dim, int(k), where), write=False
-        )
+        return self.store.run(_op(lambda: self._query_body(literal, dim, int(k), where)))
 
     async def aquery(
         self, vector: FloatArray, k: int, where: Mapping[str, Any] | None = None
@@ -265,17 +265,20 @@ class PgVectorIndex:
         array = np.asarray(vector, dtype=np.float32).ravel()
         dim = int(array.shape[0])
         literal = _literal(array)
-        return await self.store._arun(
-            lambda: self._query_body(literal, dim, int(k), where), write=False
+        return await self.store.arun(
+            _op(lambda: self._query_body(literal, dim, int(k), where))
         )
 
     def get_vectors(self, ids: Sequence[int]) -> dict[int, FloatArray]:
         wanted = [int(i) for i in ids]
         if not wanted:
             return {}
-        rows = self.store._read(
-            "SELECT message_id, embedding::text FROM message_vectors WHERE message_id = ANY(%s)",
-            (wanted,),
+        rows = self.store.run(
+            _rows(
+                "SELECT message_id, embedding::text FROM message_vectors "
+                "WHERE message_id = ANY(%s)",
+                (wanted,),
+            )
         )
         return {int(mid): _parse(text) for mid, text in rows}
 
@@ -291,7 +294,7 @@ class PgVectorIndex:
                 "UPDATE messages SET embedded = FALSE WHERE id = ANY(%s) AND embedded", (wanted,)
             )
 
-        self.store._run(body, keyed=False)
+        self.store.run(_op(body, write=True))
 
     def delete_where(self, where: Mapping[str, Any]) -> None:
         scope, params = where_sql(where)
@@ -311,10 +314,10 @@ class PgVectorIndex:
                     ([int(r[0]) for r in rows],),
                 )
 
-        self.store._run(body, keyed=False)
+        self.store.run(_op(body, write=True))
 
     def count(self) -> int:
-        return int(self.store._read("SELECT COUNT(*) FROM message_vectors")[0][0])
+        return int(self.store.run(_rows("SELECT COUNT(*) FROM message_vectors"))[0][0])
 
     def clear(self) -> None:
         """Remove every vector and mark every message pending, in one transaction."""
@@ -323,7 +326,27 @@ class PgVectorIndex:
             yield Step("DELETE FROM message_vectors")
             yield Step("UPDATE messages SET embedded = FALSE WHERE embedded")
 
-        self.store._run(body, keyed=False)
+        self.store.run(_op(body, write=True))
 
     def close(self) -> None:
         """Nothing to release: the store owns the connections."""
+
+
+def _op(factory: Callable[[], Body[T]], *, write: bool = False) -> Op[T]:
+    """A PostgreSQL-only body as a store operation: its writes are idempotent (an upsert, a
+    delete, DDL under a lock), so a retry may simply run them again."""
+
+    def body(_dialect: Dialect) -> Body[T]:
+        return factory()
+
+    return Op(body, write=write, exactly_once=False)
+
+
+def _rows(sql: str, params: Sequence[Any] = ()) -> Op[list[Any]]:
+    """The rows of one read statement."""
+
+    def read() -> Body[list[Any]]:
+        return (yield Step(sql, params)).rows
+
+    return _op(read)
+
