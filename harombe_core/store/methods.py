@@ -127,6 +127,10 @@ class StoreMethods:
     def count_messages(self, session_id: str | None = None) -> int:
         return self.run(ops.count_messages(session_id))
 
+    def scope_size(self, scope: SearchScope) -> int | None:
+        """Messages a session or user scope can hold (an upper bound); None if unscoped."""
+        return self.run(ops.scope_size(scope))
+
     def clear_session(self, session_id: str) -> int:
         return self.run(ops.clear_session(session_id))
 

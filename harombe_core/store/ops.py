@@ -52,6 +52,7 @@ __all__ = [
     "list_sessions",
     "mark_embedded",
     "reset_embedded",
+    "scope_size",
     "set_message_summary",
     "set_meta",
     "set_parent",
@@ -315,6 +316,23 @@ def count_messages(session_id: str | None) -> Op[int]:
         sql = "SELECT message_count FROM sessions WHERE id = ?"
         rows = (yield d.step(sql, (session_id,))).rows
         return int(rows[0][0]) if rows else 0
+
+    return Op(body)
+
+
+def scope_size(scope: SearchScope) -> Op[int | None]:
+    """Messages a session or user scope can hold (an upper bound, from the sessions' counts);
+    None if it names neither."""
+
+    def body(d: Dialect) -> Body[int | None]:
+        if scope.session_id is not None:
+            sql = "SELECT message_count FROM sessions WHERE id = ?"
+            rows = (yield d.step(sql, (scope.session_id,))).rows
+            return int(rows[0][0]) if rows else 0
+        if scope.user_id is not None:
+            sql = "SELECT COALESCE(SUM(message_count), 0) FROM sessions WHERE user_id = ?"
+            return int((yield d.step(sql, (scope.user_id,))).rows[0][0])
+        return None
 
     return Op(body)
 
