@@ -234,13 +234,17 @@ class SQLiteStore(StoreMethods):
         """
         return self._open_file().atomic(fn, self._max_retries)
 
-    def transaction(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    def transaction(
+        self, fn: Callable[[sqlite3.Connection], T], *, adds_messages: bool = True
+    ) -> T:
         """Run ``fn(connection)`` in one write transaction, with the store's retries.
 
         For tables kept beside the messages by an extension (the LangGraph store of the
-        LangChain adapter), so they share this file, its locking and its error types.
+        LangChain adapter, the stored vectors), so they share this file, its locking and its
+        error types. ``adds_messages=False`` says ``fn`` adds no message, so the keyword
+        indexer is not woken for it.
         """
-        return self._write(fn, adds=True)
+        return self._write(fn, adds=adds_messages)
 
     def snapshot(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         """Run ``fn(connection)`` in one read transaction: a consistent view of the file that
