@@ -4,12 +4,14 @@ nothing is changed."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
 
 from harombe_core import MemoryManager, Message
 from harombe_core.errors import InvalidInputError
+from harombe_core.store import ops
 
 
 def _message(text: str) -> Message:
@@ -73,3 +75,25 @@ def test_a_taken_session_id_is_refused_and_the_stored_session_kept(
 def test_every_backend_names_its_dialect(manager: MemoryManager, backend_url: str) -> None:
     expected = "postgres" if backend_url.startswith("postgresql://") else "sqlite"
     assert manager.store.dialect.name == expected
+
+
+async def test_arun_is_native_async_on_postgres_and_one_hop_on_sqlite(
+    manager: MemoryManager, backend_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = manager.store
+    store.create_session("s", user_id="u", system_prompt="be brief")
+    hops: list[object] = []
+    real = asyncio.to_thread
+
+    async def counting(fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+        hops.append(fn)
+        return await real(fn, *args, **kwargs)
+
+    monkeypatch.setattr(asyncio, "to_thread", counting)
+    session = await store.arun(ops.get_session("s"))
+    assert session is not None
+    assert session.system_prompt == "be brief"
+    ids = await store.arun(ops.add_messages("s", [_message("hi")], user_id="u"))
+    assert [m.id for m in store.get_messages("s")] == ids
+    native = backend_url.startswith("postgresql://")
+    assert len(hops) == (0 if native else 2)
