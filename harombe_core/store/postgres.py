@@ -37,7 +37,7 @@ import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from harombe_core.errors import (
@@ -359,26 +359,17 @@ class PostgresStore(StoreMethods):
             raise StoreError(f"{self.location}: the store is closed; open a new MemoryManager.")
         if self._block.handle is not None:
             return self._run_inside(self._block.handle, factory)
-        key = uuid.uuid4() if (write and keyed) else None
-        started = time.monotonic()
-        deadline = started + self._retry_seconds
-        delay = 0.05
-        attempt = 0
+        tries = _Attempts(self, factory, write and keyed)
         while True:
-            attempt += 1
             try:
                 with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
-                    body = factory() if key is None else self._keyed(factory, key, attempt, started)
+                    body = tries.body()
                     if not pin:
                         return self._drive(cur, body)
                     with self._block.open(cur):
                         return self._drive(cur, body)
             except (psycopg.Error, UnicodeError) as exc:
-                wait = self._retry_wait(exc, deadline, attempt, delay)
-                if wait is None:
-                    raise self._classify(exc) from exc
-                time.sleep(wait)
-                delay = min(delay * 2, 1.0)
+                time.sleep(tries.wait(exc))
 
     def _run_inside(self, cur: psycopg.Cursor[Any], factory: Callable[[], Body[T]]) -> T:
         """Run a body inside the :meth:`atomic` block of this thread.
@@ -442,23 +433,13 @@ class PostgresStore(StoreMethods):
         if self._closed:
             raise StoreError(f"{self.location}: the store is closed; open a new MemoryManager.")
         pool = await self._apool_get()
-        key = uuid.uuid4() if (write and keyed) else None
-        started = time.monotonic()
-        deadline = started + self._retry_seconds
-        delay = 0.05
-        attempt = 0
+        tries = _Attempts(self, factory, write and keyed)
         while True:
-            attempt += 1
             try:
                 async with pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
-                    body = factory() if key is None else self._keyed(factory, key, attempt, started)
-                    return await self._adrive(cur, body)
+                    return await self._adrive(cur, tries.body())
             except (psycopg.Error, UnicodeError) as exc:
-                wait = self._retry_wait(exc, deadline, attempt, delay)
-                if wait is None:
-                    raise self._classify(exc) from exc
-                await asyncio.sleep(wait)
-                delay = min(delay * 2, 1.0)
+                await asyncio.sleep(tries.wait(exc))
 
     def run(self, op: Op[T]) -> T:
         """Run one operation (:mod:`harombe_core.store.ops`) in one transaction: a write is
@@ -679,4 +660,34 @@ class PostgresStore(StoreMethods):
             "pending_embeddings": int(pending),
             "bytes": int(size),
         }
+
+
+class _Attempts(Generic[T]):
+    """One call's tries, shared by the sync and async drivers: its exactly-once key (None when
+    the body need not be keyed), deadline and backoff."""
+
+    def __init__(self, store: PostgresStore, factory: Callable[[], Body[T]], keyed: bool) -> None:
+        self.store = store
+        self.factory = factory
+        self.key = uuid.uuid4() if keyed else None
+        self.started = time.monotonic()
+        self.deadline = self.started + store._retry_seconds
+        self.delay = 0.05
+        self.attempt = 0
+
+    def body(self) -> Body[T]:
+        """A fresh body for the next try (keyed, so a retry never applies it twice)."""
+        self.attempt += 1
+        if self.key is None:
+            return self.factory()
+        return self.store._keyed(self.factory, self.key, self.attempt, self.started)
+
+    def wait(self, exc: BaseException) -> float:
+        """Seconds to wait before the next try after ``exc``; raises it, typed, when it is
+        not transient or the deadline has passed."""
+        wait = self.store._retry_wait(exc, self.deadline, max(self.attempt, 1), self.delay)
+        if wait is None:
+            raise self.store._classify(exc) from exc
+        self.delay = min(self.delay * 2, 1.0)
+        return wait
 
