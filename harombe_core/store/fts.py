@@ -240,6 +240,9 @@ class KeywordIndexer:
             thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join()
+        with _INDEXERS_LOCK:  # it holds its file: forgotten here, or neither is ever freed
+            if _INDEXERS.get(self._file) is self:
+                del _INDEXERS[self._file]
 
     def _run_once(self) -> None:
         try:
