@@ -14,6 +14,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -181,3 +182,31 @@ def test_messages_saved_by_many_threads_are_all_indexed_by_close(tmp_path: Path)
         assert len(mm.store.keyword_search("kettle", limit=100)) == 80
     assert _unindexed(path) == 0  # the last close caught up whatever the thread had not
     assert not [t for t in threading.enumerate() if t.name == "harombe-keywords"]
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_a_forked_child_indexes_with_its_own_thread(tmp_path: Path) -> None:
+    path = tmp_path / "fork.db"
+    store = SQLiteStore(path)
+    try:
+        store.add_messages("s", [Message(role="user", content="parent kettle", token_count=2)])
+        store.index_keywords()
+        pid = os.fork()
+        if pid == 0:  # the child: never returns into pytest
+            code = 1
+            try:
+                child = Message(role="user", content="child kettle", token_count=2)
+                store.add_messages("s", [child])
+                deadline = time.monotonic() + 20
+                while _unindexed(path) and time.monotonic() < deadline:
+                    time.sleep(0.02)  # the child's own indexer thread catches up
+                code = 0 if _unindexed(path) == 0 else 2
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert {h.message.content for h in store.keyword_search("kettle")} == {
+            "parent kettle", "child kettle"
+        }
+    finally:
+        store.close()
