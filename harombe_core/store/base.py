@@ -13,9 +13,12 @@ import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from harombe_core.models import Message, Session
+
+if TYPE_CHECKING:
+    from harombe_core.store.runner import Dialect, Op
 
 __all__ = ["UNSET", "AtomicBlock", "KeywordHit", "MessageStore", "SearchScope",
            "adjacent_ids_sql"]
@@ -119,6 +122,16 @@ class MessageStore(Protocol):
     """What every backend (SQLite, Postgres) implements, with identical meaning."""
 
     location: str
+    #: Which SQL the store speaks: ``dialect.name`` is "sqlite" or "postgres".
+    dialect: Dialect
+
+    def run(self, op: Op[T]) -> T:
+        """Run one operation (:mod:`harombe_core.store.ops`) in one transaction."""
+        ...
+
+    async def arun(self, op: Op[T]) -> T:
+        """:meth:`run` without blocking the event loop (native async on PostgreSQL)."""
+        ...
 
     # sessions -----------------------------------------------------------------------------
     def create_session(
