@@ -13,10 +13,13 @@ import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from harombe_core.models import Message, Session
 from harombe_core.store.context_sql import ContextReads
+
+if TYPE_CHECKING:
+    from harombe_core.store.runner import Dialect, Op
 
 __all__ = ["UNSET", "AtomicBlock", "KeywordHit", "MessageStore", "SearchScope",
            "adjacent_ids_sql"]
@@ -122,6 +125,16 @@ class MessageStore(ContextReads, Protocol):
     included."""
 
     location: str
+    #: Which SQL the store speaks: ``dialect.name`` is "sqlite" or "postgres".
+    dialect: Dialect
+
+    def run(self, op: Op[T]) -> T:
+        """Run one operation (:mod:`harombe_core.store.ops`) in one transaction."""
+        ...
+
+    async def arun(self, op: Op[T]) -> T:
+        """:meth:`run` without blocking the event loop (native async on PostgreSQL)."""
+        ...
 
     # sessions -----------------------------------------------------------------------------
     def create_session(

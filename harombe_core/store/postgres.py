@@ -36,42 +36,40 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Generator, Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from typing import Any, Generic, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from harombe_core.errors import (
     InvalidInputError,
     MissingExtraError,
     SchemaTooNewError,
-    SessionNotFoundError,
     StorageFullError,
     StoreError,
     StoreNotFoundError,
     StoreReadOnlyError,
     StoreUnavailableError,
 )
-from harombe_core.models import Message, Session
-from harombe_core.owners import check_owner
+from harombe_core.models import Message
 from harombe_core.store.base import (
-    UNSET,
     AtomicBlock,
     KeywordHit,
     SearchScope,
-    adjacent_ids_sql,
 )
-from harombe_core.store.context_sql import ContextReads, context_indexes
-from harombe_core.store.sqlite import (
-    _check_id,
-    _dumps,
-    _row_to_message,
-    _row_to_session,
-    check_summary,
-    session_changes,
-    session_span,
-    to_micros,
+from harombe_core.store.context_sql import ContextReads
+from harombe_core.store.methods import StoreMethods
+from harombe_core.store.rows import (
+    MESSAGE_COLUMNS,
+    check_id,
+    dumps,
+    row_to_message,
+    scope_sql,
+)
+from harombe_core.store.runner import POSTGRES, Body, Op, Step, StepResult, adrive, drive
+from harombe_core.store.schema import (
+    PG_MIGRATIONS,
+    PG_SCHEMA_VERSION,
+    TS_CONFIG,
 )
 
 try:
@@ -96,182 +94,6 @@ T = TypeVar("T")
 
 #: Advisory lock id taken while migrating ("HRMB").
 _MIGRATION_LOCK = 0x48524D42
-_TS_CONFIG = "english"
-
-_MESSAGE_COLUMNS = (
-    "m.id, m.session_id, m.role, m.content, m.name, m.tool_calls, m.tool_call_id, m.metadata, "
-    "m.created_at, m.token_count, m.parent_id"
-)
-_SESSION_COLUMNS = (
-    "id, user_id, system_prompt, metadata, created_at, updated_at, message_count, summary, "
-    "summary_json, summary_until_id"
-)
-_FTS_EXPR = (
-    f"setweight(to_tsvector('{_TS_CONFIG}', %s), 'A') || "
-    f"setweight(to_tsvector('{_TS_CONFIG}', %s), 'B')"
-)
-
-#: The pgvector table: one vector per message, gone with its message. The column is untyped so
-#: vectors of any model fit; each dimension gets its own partial HNSW index (vectors/pgvector.py).
-VECTORS_TABLE_DDL = (
-    "CREATE TABLE IF NOT EXISTS message_vectors ("
-    "message_id BIGINT PRIMARY KEY REFERENCES messages(id) ON DELETE CASCADE, "
-    "dimension INTEGER NOT NULL, "
-    "embedding vector NOT NULL)"
-)
-
-# Each migration runs in one transaction together with its row in harombe_schema.
-PG_MIGRATIONS: list[list[str]] = [
-    [
-        """CREATE TABLE harombe_meta (
-            key TEXT PRIMARY KEY,
-            value TEXT NOT NULL
-        )""",
-        """CREATE TABLE sessions (
-            id TEXT PRIMARY KEY,
-            user_id TEXT,
-            system_prompt TEXT,
-            system_prompt_tokens INTEGER NOT NULL DEFAULT 0,
-            metadata TEXT NOT NULL DEFAULT '{}',
-            created_at BIGINT NOT NULL,
-            updated_at BIGINT NOT NULL,
-            message_count INTEGER NOT NULL DEFAULT 0,
-            summary TEXT,
-            summary_json TEXT,
-            summary_until_id BIGINT,
-            seq BIGSERIAL
-        )""",
-        "CREATE INDEX sessions_updated ON sessions (updated_at DESC, seq DESC)",
-        "CREATE INDEX sessions_user_updated ON sessions (user_id, updated_at DESC, seq DESC)",
-        """CREATE TABLE messages (
-            id BIGSERIAL PRIMARY KEY,
-            session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
-            role TEXT NOT NULL CHECK (role IN ('user', 'assistant', 'system', 'tool')),
-            content TEXT NOT NULL,
-            name TEXT,
-            tool_calls TEXT,
-            tool_call_id TEXT,
-            metadata TEXT NOT NULL DEFAULT '{}',
-            created_at BIGINT NOT NULL,
-            token_count INTEGER NOT NULL,
-            parent_id BIGINT REFERENCES messages(id) ON DELETE SET NULL,
-            summary_json TEXT,
-            embedded BOOLEAN NOT NULL DEFAULT FALSE,
-            context TEXT NOT NULL DEFAULT '',
-            fts TSVECTOR NOT NULL
-        )""",
-        "CREATE INDEX messages_session ON messages (session_id, id)",
-        "CREATE INDEX messages_parent ON messages (parent_id) WHERE parent_id IS NOT NULL",
-        "CREATE INDEX messages_unembedded ON messages (id) WHERE NOT embedded",
-        "CREATE INDEX messages_fts ON messages USING GIN (fts)",
-        """CREATE TABLE harombe_writes (
-            key UUID PRIMARY KEY,
-            result TEXT NOT NULL,
-            at TIMESTAMPTZ NOT NULL DEFAULT now()
-        )""",
-    ],
-    # 2: vectors beside the messages (pgvector). Skipped, with a notice, where the extension
-    # cannot be created; the pgvector index creates the table itself once it can.
-    [
-        """DO $$
-        BEGIN
-            BEGIN
-                CREATE EXTENSION IF NOT EXISTS vector;
-            EXCEPTION WHEN OTHERS THEN
-                RAISE NOTICE USING MESSAGE = 'pgvector is not available: ' || SQLERRM;
-                RETURN;
-            END;
-            EXECUTE $ddl$"""
-        + VECTORS_TABLE_DDL
-        + """$ddl$;
-        END $$""",
-    ],
-    # 3: long-term key-value memory (the LangGraph store of the LangChain adapter), as SQLite
-    # migration 3: JSON text values under a dotted namespace, optional expiry, one float32
-    # embedding per indexed text field. Names sort by code point ("C"), as in SQLite.
-    [
-        """CREATE TABLE store_items (
-            namespace TEXT COLLATE "C" NOT NULL,
-            key TEXT COLLATE "C" NOT NULL,
-            value TEXT NOT NULL,
-            created_at BIGINT NOT NULL,
-            updated_at BIGINT NOT NULL,
-            expires_at BIGINT,
-            ttl_minutes DOUBLE PRECISION,
-            PRIMARY KEY (namespace, key)
-        )""",
-        "CREATE INDEX store_items_expiry ON store_items (expires_at) WHERE expires_at IS NOT NULL",
-        """CREATE TABLE store_vectors (
-            namespace TEXT COLLATE "C" NOT NULL,
-            key TEXT COLLATE "C" NOT NULL,
-            path TEXT NOT NULL,
-            vector BYTEA NOT NULL,
-            PRIMARY KEY (namespace, key, path),
-            FOREIGN KEY (namespace, key) REFERENCES store_items (namespace, key) ON DELETE CASCADE
-        )""",
-    ],
-    # 4: each exactly-once key says until when a retry may still look it up, so expired keys
-    # are deleted as writes go on (PostgresStore._keyed). Keys written without one (by an
-    # older harombe) keep the day that its prune_write_log() allowed them.
-    [
-        "ALTER TABLE harombe_writes ADD COLUMN forget_after TIMESTAMPTZ NOT NULL "
-        "DEFAULT now() + interval '1 day'",
-        "CREATE INDEX harombe_writes_forget ON harombe_writes (forget_after)",
-    ],
-    # 5: LangGraph checkpoints (the checkpointer of the LangChain adapter), as SQLite
-    # migration 4: per thread (the session of the same id), channel blobs per version and one
-    # blob per message.
-    [
-        """CREATE TABLE checkpoints (
-            thread_id TEXT COLLATE "C" NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
-            checkpoint_ns TEXT COLLATE "C" NOT NULL,
-            checkpoint_id TEXT COLLATE "C" NOT NULL,
-            parent_checkpoint_id TEXT COLLATE "C",
-            run_id TEXT COLLATE "C",
-            type TEXT NOT NULL,
-            checkpoint BYTEA NOT NULL,
-            metadata TEXT NOT NULL,
-            PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id)
-        )""",
-        """CREATE TABLE checkpoint_blobs (
-            thread_id TEXT COLLATE "C" NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
-            checkpoint_ns TEXT COLLATE "C" NOT NULL,
-            channel TEXT COLLATE "C" NOT NULL,
-            version TEXT COLLATE "C" NOT NULL,
-            type TEXT NOT NULL,
-            blob BYTEA,
-            PRIMARY KEY (thread_id, checkpoint_ns, channel, version)
-        )""",
-        """CREATE TABLE checkpoint_writes (
-            thread_id TEXT COLLATE "C" NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
-            checkpoint_ns TEXT COLLATE "C" NOT NULL,
-            checkpoint_id TEXT COLLATE "C" NOT NULL,
-            task_id TEXT COLLATE "C" NOT NULL,
-            idx INTEGER NOT NULL,
-            task_path TEXT COLLATE "C" NOT NULL,
-            channel TEXT NOT NULL,
-            type TEXT NOT NULL,
-            blob BYTEA NOT NULL,
-            PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
-        )""",
-        """CREATE TABLE checkpoint_message_blobs (
-            thread_id TEXT COLLATE "C" NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
-            hash BYTEA NOT NULL,
-            type TEXT NOT NULL,
-            blob BYTEA NOT NULL,
-            PRIMARY KEY (thread_id, hash)
-        )""",
-        """CREATE TABLE checkpoint_threads (
-            thread_id TEXT COLLATE "C" PRIMARY KEY REFERENCES sessions (id) ON DELETE CASCADE,
-            blob_epoch TEXT NOT NULL
-        )""",
-    ],
-    # 6: partial indexes for the context strategies' O(window) reads (store/context_sql.py),
-    # as SQLite migration 5.
-    context_indexes("postgres"),
-]
-PG_SCHEMA_VERSION = len(PG_MIGRATIONS)
-
 #: Seconds an exactly-once key outlives the longest retry of its write (the retry window plus
 #: one connection attempt): the backoff sleeps and a slow lookup fit many times over.
 _WRITE_LOG_SLACK = 300.0
@@ -330,24 +152,6 @@ def same_database(a: str, b: str) -> bool:
     return place(a) == place(b)
 
 
-# --------------------------------------------------------------------------------------------
-# operation plumbing: a body yields Steps and receives Results
-
-
-@dataclass(frozen=True, slots=True)
-class _Step:
-    sql: str
-    params: Sequence[Any] | Mapping[str, Any] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class _Result:
-    rows: list[tuple[Any, ...]]
-    rowcount: int
-
-
-Body = Generator[_Step, _Result, T]
-
 _TRANSIENT_STATES = {"40001", "40P01", "57P01", "57P02", "57P03", "08000", "08003", "08006"}
 _WORD = re.compile(r"\w+", re.UNICODE)
 
@@ -360,38 +164,7 @@ def _ts_query_text(text: str) -> str | None:
     return " or ".join(words[:64])
 
 
-def _scope_sql(scope: SearchScope | None) -> tuple[str, list[Any]]:
-    """The WHERE fragment (aliases ``m`` and ``s``) that keeps a query inside its scope."""
-    if scope is None:
-        return "", []
-    parts: list[str] = []
-    params: list[Any] = []
-    if scope.user_id is not None:
-        parts.append("s.user_id = %s")
-        params.append(scope.user_id)
-    if scope.session_id is not None:
-        parts.append("m.session_id = %s")
-        params.append(scope.session_id)
-    if scope.roles:
-        parts.append("m.role = ANY(%s)")
-        params.append(list(scope.roles))
-    if scope.since is not None:
-        parts.append("m.created_at >= %s")
-        params.append(to_micros(scope.since))
-    if scope.until is not None:
-        parts.append("m.created_at <= %s")
-        params.append(to_micros(scope.until))
-    return "".join(f" AND {p}" for p in parts), params
-
-
-def _ids(values: Sequence[Any]) -> list[int]:
-    try:
-        return [int(v) for v in values]
-    except (TypeError, ValueError) as exc:
-        raise InvalidInputError(f"message ids must be integers: {exc}") from exc
-
-
-class PostgresStore(ContextReads):
+class PostgresStore(StoreMethods, ContextReads):
     """A :class:`~harombe_core.store.base.MessageStore` on PostgreSQL (extra ``postgres``).
 
     ``url`` is a libpq URL (``postgresql://user:pass@host:5432/db``). ``retry_seconds`` is how long
@@ -413,6 +186,7 @@ class PostgresStore(ContextReads):
                 f"a PostgreSQL location must be a postgresql:// URL, got {url!r:.80}."
             )
         self.url = url
+        self.dialect = POSTGRES
         self.location = redact_url(url)
         self._retry_seconds = retry_seconds
         self._write_log_seconds = retry_seconds + connect_timeout + _WRITE_LOG_SLACK
@@ -487,10 +261,6 @@ class PostgresStore(ContextReads):
             time.sleep(delay * (1 + random.random()))
             delay = min(delay * 2, 1.0)
 
-    @staticmethod
-    def _step(body: Body[T], result: _Result | None) -> _Step:
-        return next(body) if result is None else body.send(result)
-
     def _retry_wait(
         self, exc: BaseException, deadline: float, attempt: int, delay: float
     ) -> float | None:
@@ -509,29 +279,27 @@ class PostgresStore(ContextReads):
             return delay * (1 + random.random())
         return None
 
-    def _drive(self, cur: psycopg.Cursor[Any], body: Body[T]) -> T:
+    @staticmethod
+    def _drive(cur: psycopg.Cursor[Any], body: Body[T]) -> T:
         """Run ``body``'s steps on ``cur`` (inside the caller's transaction)."""
-        result: _Result | None = None
-        try:
-            while True:
-                step = self._step(body, result)
-                cur.execute(step.sql, step.params)
-                rows = cur.fetchall() if cur.description is not None else []
-                result = _Result(rows, cur.rowcount)
-        except StopIteration as stop:
-            return stop.value
 
-    async def _adrive(self, cur: psycopg.AsyncCursor[Any], body: Body[T]) -> T:
+        def execute(step: Step) -> StepResult:
+            cur.execute(step.sql, step.params)
+            rows = cur.fetchall() if cur.description is not None else []
+            return StepResult(rows, cur.rowcount)
+
+        return drive(execute, body)
+
+    @staticmethod
+    async def _adrive(cur: psycopg.AsyncCursor[Any], body: Body[T]) -> T:
         """The async twin of :meth:`_drive`."""
-        result: _Result | None = None
-        try:
-            while True:
-                step = self._step(body, result)
-                await cur.execute(step.sql, step.params)
-                rows = await cur.fetchall() if cur.description is not None else []
-                result = _Result(rows, cur.rowcount)
-        except StopIteration as stop:
-            return stop.value
+
+        async def execute(step: Step) -> StepResult:
+            await cur.execute(step.sql, step.params)
+            rows = await cur.fetchall() if cur.description is not None else []
+            return StepResult(rows, cur.rowcount)
+
+        return await adrive(execute, body)
 
     def _keyed(
         self, factory: Callable[[], Body[T]], key: uuid.UUID, attempt: int, started: float
@@ -554,25 +322,25 @@ class PostgresStore(ContextReads):
                     "Read the data back before writing it again."
                 )
             done = (
-                yield _Step("SELECT result FROM harombe_writes WHERE key = %s", (key,))
+                yield Step("SELECT result FROM harombe_writes WHERE key = %s", (key,))
             ).rows
             if done:
                 return json.loads(done[0][0])
         value = yield from factory()
         try:
-            recorded = _dumps(value)
+            recorded = dumps(value)
         except (TypeError, ValueError) as exc:
             raise InvalidInputError(
                 f"the result of a write must be JSON-serialisable on PostgreSQL, to be returned "
                 f"again after a retry ({exc})."
             ) from None
-        yield _Step(
+        yield Step(
             "INSERT INTO harombe_writes (key, result, forget_after) "
             "VALUES (%s, %s, now() + make_interval(secs => %s))",
             (key, recorded, self._write_log_seconds),
         )
         if next(self._writes) % _PRUNE_EVERY == 0:
-            yield _Step(_PRUNE_SQL, (_PRUNE_BATCH,))
+            yield Step(_PRUNE_SQL, (_PRUNE_BATCH,))
         return value
 
     def _run(
@@ -592,26 +360,17 @@ class PostgresStore(ContextReads):
             raise StoreError(f"{self.location}: the store is closed; open a new MemoryManager.")
         if self._block.handle is not None:
             return self._run_inside(self._block.handle, factory)
-        key = uuid.uuid4() if (write and keyed) else None
-        started = time.monotonic()
-        deadline = started + self._retry_seconds
-        delay = 0.05
-        attempt = 0
+        tries = _Attempts(self, factory, write and keyed)
         while True:
-            attempt += 1
             try:
                 with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
-                    body = factory() if key is None else self._keyed(factory, key, attempt, started)
+                    body = tries.body()
                     if not pin:
                         return self._drive(cur, body)
                     with self._block.open(cur):
                         return self._drive(cur, body)
             except (psycopg.Error, UnicodeError) as exc:
-                wait = self._retry_wait(exc, deadline, attempt, delay)
-                if wait is None:
-                    raise self._classify(exc) from exc
-                time.sleep(wait)
-                delay = min(delay * 2, 1.0)
+                time.sleep(tries.wait(exc))
 
     def _run_inside(self, cur: psycopg.Cursor[Any], factory: Callable[[], Body[T]]) -> T:
         """Run a body inside the :meth:`atomic` block of this thread.
@@ -675,23 +434,24 @@ class PostgresStore(ContextReads):
         if self._closed:
             raise StoreError(f"{self.location}: the store is closed; open a new MemoryManager.")
         pool = await self._apool_get()
-        key = uuid.uuid4() if (write and keyed) else None
-        started = time.monotonic()
-        deadline = started + self._retry_seconds
-        delay = 0.05
-        attempt = 0
+        tries = _Attempts(self, factory, write and keyed)
         while True:
-            attempt += 1
             try:
                 async with pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
-                    body = factory() if key is None else self._keyed(factory, key, attempt, started)
-                    return await self._adrive(cur, body)
+                    return await self._adrive(cur, tries.body())
             except (psycopg.Error, UnicodeError) as exc:
-                wait = self._retry_wait(exc, deadline, attempt, delay)
-                if wait is None:
-                    raise self._classify(exc) from exc
-                await asyncio.sleep(wait)
-                delay = min(delay * 2, 1.0)
+                await asyncio.sleep(tries.wait(exc))
+
+    def run(self, op: Op[T]) -> T:
+        """Run one operation (:mod:`harombe_core.store.ops`) in one transaction: a write is
+        applied exactly once however often a lost connection makes it retry."""
+        return self._run(lambda: op.body(POSTGRES), write=op.write, keyed=op.exactly_once)
+
+    async def arun(self, op: Op[T]) -> T:
+        """:meth:`run` on the async pool: native async, no thread hop."""
+        return await self._arun(
+            lambda: op.body(POSTGRES), write=op.write, keyed=op.exactly_once
+        )
 
     def run_body(self, factory: Callable[[], Body[T]], *, exactly_once: bool = False) -> T:
         """Run a body in one transaction, with the store's retries and error types.
@@ -711,7 +471,7 @@ class PostgresStore(ContextReads):
 
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         def body() -> Body[list[tuple[Any, ...]]]:
-            return (yield _Step(sql, params)).rows
+            return (yield Step(sql, params)).rows
 
         return self._run(body, write=False)
 
@@ -739,12 +499,12 @@ class PostgresStore(ContextReads):
 
     # schema ---------------------------------------------------------------------------------
     def _migrate_body(self) -> Body[None]:
-        yield _Step("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
-        yield _Step(
+        yield Step("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+        yield Step(
             "CREATE TABLE IF NOT EXISTS harombe_schema (version INTEGER PRIMARY KEY, "
             "applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
         )
-        current = (yield _Step("SELECT COALESCE(MAX(version), 0) FROM harombe_schema")).rows[0][0]
+        current = (yield Step("SELECT COALESCE(MAX(version), 0) FROM harombe_schema")).rows[0][0]
         if current > PG_SCHEMA_VERSION:
             raise SchemaTooNewError(
                 f"{self.location} has schema version {current}, newer than this harombe "
@@ -752,8 +512,8 @@ class PostgresStore(ContextReads):
             )
         for index in range(current, PG_SCHEMA_VERSION):
             for statement in PG_MIGRATIONS[index]:
-                yield _Step(statement)
-            yield _Step("INSERT INTO harombe_schema (version) VALUES (%s)", (index + 1,))
+                yield Step(statement)
+            yield Step("INSERT INTO harombe_schema (version) VALUES (%s)", (index + 1,))
             log.info("%s: applied schema migration %d", self.location, index + 1)
 
     def applied_migrations(self) -> list[int]:
@@ -761,355 +521,19 @@ class PostgresStore(ContextReads):
         return [int(r[0]) for r in self._read("SELECT version FROM harombe_schema ORDER BY 1")]
 
     # sessions -------------------------------------------------------------------------------
-    def _create_session_body(
-        self,
-        session_id: str,
-        user_id: str | None,
-        system_prompt: str | None,
-        system_prompt_tokens: int,
-        meta: str,
-        now: int,
-    ) -> Body[bool]:
-        result = yield _Step(
-            "INSERT INTO sessions (id, user_id, system_prompt, system_prompt_tokens, metadata, "
-            "created_at, updated_at) VALUES (%s, %s, %s, %s, %s, %s, %s) "
-            "ON CONFLICT (id) DO NOTHING",
-            (session_id, user_id, system_prompt, system_prompt_tokens, meta, now, now),
-        )
-        return result.rowcount == 1
-
-    def _create_args(
-        self,
-        session_id: str,
-        user_id: str | None,
-        system_prompt: str | None,
-        system_prompt_tokens: int,
-        metadata: Mapping[str, Any] | None,
-        created_at: datetime | None,
-    ) -> tuple[Any, ...]:
-        _check_id(session_id, "session_id")
-        if user_id is not None:
-            _check_id(user_id, "user_id")
-        now = to_micros(created_at or datetime.now(UTC))
-        fields = session_changes(
-            system_prompt=system_prompt,
-            system_prompt_tokens=system_prompt_tokens,
-            metadata=metadata,
-        )
-        return (session_id, user_id, fields["system_prompt"], fields["system_prompt_tokens"],
-                fields["metadata"], now)
-
-    def _exists_error(self, session_id: str) -> InvalidInputError:
-        return InvalidInputError(
-            f"session {session_id!r} already exists; load it with load_session() or choose "
-            "another id."
-        )
-
-    def create_session(
-        self,
-        session_id: str,
-        *,
-        user_id: str | None = None,
-        system_prompt: str | None = None,
-        system_prompt_tokens: int = 0,
-        metadata: Mapping[str, Any] | None = None,
-        created_at: datetime | None = None,
-    ) -> Session:
-        args = self._create_args(
-            session_id, user_id, system_prompt, system_prompt_tokens, metadata, created_at
-        )
-        if not self._run(lambda: self._create_session_body(*args)):
-            raise self._exists_error(session_id)
-        session = self.get_session(session_id)
-        assert session is not None
-        return session
-
-    async def acreate_session(
-        self,
-        session_id: str,
-        *,
-        user_id: str | None = None,
-        system_prompt: str | None = None,
-        system_prompt_tokens: int = 0,
-        metadata: Mapping[str, Any] | None = None,
-        created_at: datetime | None = None,
-    ) -> Session:
-        args = self._create_args(
-            session_id, user_id, system_prompt, system_prompt_tokens, metadata, created_at
-        )
-        if not await self._arun(lambda: self._create_session_body(*args)):
-            raise self._exists_error(session_id)
-        session = await self.aget_session(session_id)
-        assert session is not None
-        return session
-
-    def _get_session_body(self, session_id: str) -> Body[Session | None]:
-        _check_id(session_id, "session_id")
-        rows = (
-            yield _Step(f"SELECT {_SESSION_COLUMNS} FROM sessions WHERE id = %s", (session_id,))
-        ).rows
-        return _row_to_session(rows[0]) if rows else None
-
-    def get_session(self, session_id: str) -> Session | None:
-        _check_id(session_id, "session_id")
-        return self._run(lambda: self._get_session_body(session_id), write=False)
-
-    async def aget_session(self, session_id: str) -> Session | None:
-        _check_id(session_id, "session_id")
-        return await self._arun(lambda: self._get_session_body(session_id), write=False)
-
-    def update_session(
-        self,
-        session_id: str,
-        *,
-        user_id: Any = UNSET,
-        system_prompt: Any = UNSET,
-        system_prompt_tokens: Any = UNSET,
-        metadata: Any = UNSET,
-        summary: Any = UNSET,
-        summary_data: Any = UNSET,
-        summary_until_id: Any = UNSET,
-    ) -> None:
-        _check_id(session_id, "session_id")
-        changes: dict[str, Any] = {}
-        if user_id is not UNSET:
-            if user_id is not None:
-                _check_id(user_id, "user_id")
-            changes["user_id"] = user_id
-        changes.update(
-            session_changes(
-                system_prompt=system_prompt,
-                system_prompt_tokens=system_prompt_tokens,
-                metadata=metadata,
-                summary=summary,
-                summary_data=summary_data,
-                summary_until_id=summary_until_id,
-            )
-        )
-        if not changes:
-            return
-        # Column names come from the fixed set above, never from the caller.
-        assignments = ", ".join(f"{column} = %s" for column in changes)
-
-        def body() -> Body[int]:
-            result = yield _Step(
-                f"UPDATE sessions SET {assignments} WHERE id = %s",
-                (*changes.values(), session_id),
-            )
-            return result.rowcount
-
-        if self._run(body) == 0:
-            raise SessionNotFoundError(f"no session {session_id!r} in {self.location}")
-
-    def system_prompt_tokens(self, session_id: str) -> int:
-        rows = self._read("SELECT system_prompt_tokens FROM sessions WHERE id = %s", (session_id,))
-        return int(rows[0][0]) if rows else 0
-
-    def _list_sessions_body(
-        self, limit: int | None, user_id: str | None, offset: int
-    ) -> Body[list[Session]]:
-        sql = f"SELECT {_SESSION_COLUMNS} FROM sessions"
-        params: list[Any] = []
-        if user_id is not None:
-            sql += " WHERE user_id = %s"
-            params.append(user_id)
-        sql += " ORDER BY updated_at DESC, seq DESC LIMIT %s OFFSET %s"
-        params += [limit, offset]
-        return [_row_to_session(r) for r in (yield _Step(sql, params)).rows]
-
-    def list_sessions(
-        self, *, limit: int | None = 10, user_id: str | None = None, offset: int = 0
-    ) -> list[Session]:
-        return self._run(lambda: self._list_sessions_body(limit, user_id, offset), write=False)
-
-    async def alist_sessions(
-        self, *, limit: int | None = 10, user_id: str | None = None, offset: int = 0
-    ) -> list[Session]:
-        return await self._arun(
-            lambda: self._list_sessions_body(limit, user_id, offset), write=False
-        )
-
-    def delete_session(self, session_id: str) -> bool:
-        _check_id(session_id, "session_id")
-
-        def body() -> Body[bool]:
-            return (yield _Step("DELETE FROM sessions WHERE id = %s", (session_id,))).rowcount > 0
-
-        return bool(self._run(body))
-
-    def delete_sessions_before(self, cutoff: datetime) -> list[str]:
-        """Delete sessions with no activity since ``cutoff``; returns their ids."""
-        limit = to_micros(cutoff)
-
-        def body() -> Body[list[str]]:
-            rows = (
-                yield _Step("DELETE FROM sessions WHERE updated_at < %s RETURNING id", (limit,))
-            ).rows
-            return [r[0] for r in rows]
-
-        return self._run(body)
-
     # messages -------------------------------------------------------------------------------
-    def _add_body(
-        self,
-        session_id: str,
-        rows: list[tuple[Any, ...]],
-        user_id: str | None,
-        doomed: list[int],
-        now: int,
-    ) -> Body[list[int]]:
-        # The upsert takes the session's row lock first: writers to one session queue here,
-        # so ids grow in commit order within a session.
-        # It returns the owner: a user who is not it rolls the whole call back.
-        owner = (
-            yield _Step(
-                "INSERT INTO sessions (id, user_id, created_at, updated_at) "
-                "VALUES (%s, %s, %s, %s) ON CONFLICT (id) DO UPDATE SET updated_at = "
-                "GREATEST(sessions.updated_at, EXCLUDED.updated_at) RETURNING user_id",
-                (session_id, user_id, *session_span([r[6] for r in rows], now)),
-            )
-        ).rows[0][0]
-        check_owner(session_id, owner, user_id)
-        removed = 0
-        if doomed:
-            removed = (
-                yield _Step(
-                    "DELETE FROM messages WHERE session_id = %s AND id = ANY(%s)",
-                    (session_id, doomed),
-                )
-            ).rowcount
-        previous = (
-            yield _Step(
-                "SELECT content FROM messages WHERE session_id = %s ORDER BY id DESC LIMIT 1",
-                (session_id,),
-            )
-        ).rows
-        context = previous[0][0] if previous else ""
-        ids: list[int] = []
-        for row in rows:
-            content = row[1]
-            new = (
-                yield _Step(
-                    "INSERT INTO messages (session_id, role, content, name, tool_calls, "
-                    "tool_call_id, metadata, created_at, token_count, parent_id, context, fts) "
-                    f"VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, {_FTS_EXPR}) "
-                    "RETURNING id",
-                    (session_id, *row, context, content, context),
-                )
-            ).rows
-            ids.append(int(new[0][0]))
-            context = content
-        yield _Step(
-            "UPDATE sessions SET message_count = message_count + %s WHERE id = %s",
-            (len(rows) - removed, session_id),
-        )
-        return ids
-
-    def _add_args(
-        self,
-        session_id: str,
-        messages: Sequence[Message],
-        user_id: str | None,
-        replace_ids: Sequence[int],
-    ) -> tuple[Any, ...]:
-        _check_id(session_id, "session_id")
-        if user_id is not None:
-            _check_id(user_id, "user_id")
-        rows = []
-        for message in messages:
-            if message.token_count is None:
-                raise InvalidInputError("token_count must be set before a message is stored.")
-            rows.append(
-                (
-                    message.role,
-                    message.content,
-                    message.name,
-                    None if message.tool_calls is None else _dumps(message.tool_calls),
-                    message.tool_call_id,
-                    _dumps(message.metadata),
-                    to_micros(message.created_at),
-                    message.token_count,
-                    message.parent_id,
-                )
-            )
-        now = to_micros(datetime.now(UTC))
-        return (session_id, rows, user_id, _ids(replace_ids), now)
-
-    def add_messages(
-        self,
-        session_id: str,
-        messages: Sequence[Message],
-        *,
-        user_id: str | None = None,
-        replace_ids: Sequence[int] = (),
-    ) -> list[int]:
-        """Insert messages (creating the session if needed) and index them, in one transaction.
-
-        ``replace_ids`` (messages of this session) are deleted in the same transaction.
-        """
-        args = self._add_args(session_id, messages, user_id, replace_ids)
-        return self._run(lambda: self._add_body(*args))
-
-    def add_messages_body(
-        self,
-        session_id: str,
-        messages: Sequence[Message],
-        *,
-        user_id: str | None = None,
-        replace_ids: Sequence[int] = (),
-    ) -> Body[list[int]]:
-        """:meth:`add_messages` as steps, to run inside another body's transaction."""
-        return self._add_body(*self._add_args(session_id, messages, user_id, replace_ids))
-
-    async def aadd_messages(
-        self,
-        session_id: str,
-        messages: Sequence[Message],
-        *,
-        user_id: str | None = None,
-        replace_ids: Sequence[int] = (),
-    ) -> list[int]:
-        args = self._add_args(session_id, messages, user_id, replace_ids)
-        return await self._arun(lambda: self._add_body(*args))
-
-    def _get_messages_body(
-        self, session_id: str, after_id: int | None, limit: int | None
-    ) -> Body[list[Message]]:
-        sql = f"SELECT {_MESSAGE_COLUMNS} FROM messages m WHERE m.session_id = %s"
-        params: list[Any] = [session_id]
-        if after_id is not None:
-            sql += " AND m.id > %s"
-            params.append(int(after_id))
-        sql += " ORDER BY m.id LIMIT %s"
-        params.append(limit)
-        return [_row_to_message(r) for r in (yield _Step(sql, params)).rows]
-
-    def get_messages(
-        self, session_id: str, *, after_id: int | None = None, limit: int | None = None
-    ) -> list[Message]:
-        _check_id(session_id, "session_id")
-        return self._run(lambda: self._get_messages_body(session_id, after_id, limit), write=False)
-
-    async def aget_messages(
-        self, session_id: str, *, after_id: int | None = None, limit: int | None = None
-    ) -> list[Message]:
-        _check_id(session_id, "session_id")
-        return await self._arun(
-            lambda: self._get_messages_body(session_id, after_id, limit), write=False
-        )
-
     def _newest_page_body(self, session_id: str, before: int | None) -> Body[list[Message]]:
-        sql = f"SELECT {_MESSAGE_COLUMNS} FROM messages m WHERE m.session_id = %s"
+        sql = f"SELECT {MESSAGE_COLUMNS} FROM messages m WHERE m.session_id = %s"
         params: list[Any] = [session_id]
         if before is not None:
             sql += " AND m.id < %s"
             params.append(before)
         sql += " ORDER BY m.id DESC LIMIT 64"
-        return [_row_to_message(r) for r in (yield _Step(sql, params)).rows]
+        return [row_to_message(r) for r in (yield Step(sql, params)).rows]
 
     def iter_newest(self, session_id: str) -> Iterator[Message]:
         """Newest first, a page at a time: a token window stops reading as soon as it is full."""
-        _check_id(session_id, "session_id")
+        check_id(session_id, "session_id")
         before: int | None = None
         while True:
             page = self._run(
@@ -1121,7 +545,7 @@ class PostgresStore(ContextReads):
             before = page[-1].id
 
     async def aiter_newest(self, session_id: str) -> AsyncIterator[Message]:
-        _check_id(session_id, "session_id")
+        check_id(session_id, "session_id")
         before: int | None = None
         while True:
             page = await self._arun(
@@ -1133,110 +557,21 @@ class PostgresStore(ContextReads):
                 return
             before = page[-1].id
 
-    def _by_ids_body(self, wanted: list[int], scope: SearchScope | None) -> Body[list[Message]]:
-        where, params = _scope_sql(scope)
-        rows = (
-            yield _Step(
-                f"SELECT {_MESSAGE_COLUMNS} FROM messages m JOIN sessions s ON s.id = m.session_id "
-                f"WHERE m.id = ANY(%s){where}",
-                [wanted, *params],
-            )
-        ).rows
-        found = {int(r[0]): _row_to_message(r) for r in rows}
-        return [found[i] for i in wanted if i in found]
-
-    def get_messages_by_ids(
-        self, ids: Sequence[int], scope: SearchScope | None = None
-    ) -> list[Message]:
-        """Messages with these ids that fall inside ``scope``, in the order of ``ids``."""
-        wanted = _ids(ids)
-        if not wanted:
-            return []
-        return self._run(lambda: self._by_ids_body(wanted, scope), write=False)
-
-    async def aget_messages_by_ids(
-        self, ids: Sequence[int], scope: SearchScope | None = None
-    ) -> list[Message]:
-        wanted = _ids(ids)
-        if not wanted:
-            return []
-        return await self._arun(lambda: self._by_ids_body(wanted, scope), write=False)
-
-    def adjacent_ids(self, ids: Sequence[int]) -> dict[int, tuple[int | None, int | None]]:
-        """For each existing id: the ids just before and after it in its session (or None)."""
-        wanted = list(dict.fromkeys(_ids(ids)))
-        if not wanted:
-            return {}
-        rows = self._read(adjacent_ids_sql("m.id = ANY(%s)"), [wanted])
-        return {int(mid): (before, after) for mid, before, after in rows}
-
-    def count_messages(self, session_id: str | None = None) -> int:
-        if session_id is None:
-            return int(self._read("SELECT COUNT(*) FROM messages")[0][0])
-        rows = self._read("SELECT message_count FROM sessions WHERE id = %s", (session_id,))
-        return int(rows[0][0]) if rows else 0
-
-    def clear_session(self, session_id: str) -> int:
-        _check_id(session_id, "session_id")
-
-        def body() -> Body[int]:
-            count = (
-                yield _Step("DELETE FROM messages WHERE session_id = %s", (session_id,))
-            ).rowcount
-            yield _Step(
-                "UPDATE sessions SET message_count = 0, summary = NULL, summary_json = NULL, "
-                "summary_until_id = NULL WHERE id = %s",
-                (session_id,),
-            )
-            return int(count)
-
-        return self._run(body)
-
-    def set_parent(self, message_id: int, parent_id: int | None) -> None:
-        mid = _ids([message_id])[0]
-        pid = None if parent_id is None else _ids([parent_id])[0]
-
-        def body() -> Body[None]:
-            result = yield _Step("UPDATE messages SET parent_id = %s WHERE id = %s", (pid, mid))
-            if result.rowcount == 0:
-                raise InvalidInputError(f"no message with id {message_id}")
-
-        self._run(body)
-
-    def set_message_summary(self, message_id: int, summary: Mapping[str, Any] | None) -> None:
-        value = None if summary is None else _dumps(check_summary(summary, "message summary"))
-        mid = _ids([message_id])[0]
-
-        def body() -> Body[None]:
-            yield _Step("UPDATE messages SET summary_json = %s WHERE id = %s", (value, mid))
-
-        self._run(body)
-
-    def get_message_summaries(self, ids: Sequence[int]) -> dict[int, dict[str, Any]]:
-        wanted = _ids(ids)
-        if not wanted:
-            return {}
-        rows = self._read(
-            "SELECT id, summary_json FROM messages WHERE id = ANY(%s) AND summary_json IS NOT NULL",
-            (wanted,),
-        )
-        return {int(mid): json.loads(value) for mid, value in rows}
-
     # derived indexes ------------------------------------------------------------------------
     def _keyword_body(
         self, text: str, limit: int, scope: SearchScope | None
     ) -> Body[list[KeywordHit]]:
-        where, params = _scope_sql(scope)
+        where, params = scope_sql(scope, "%s")
         rows = (
-            yield _Step(
-                f"SELECT {_MESSAGE_COLUMNS}, ts_rank(m.fts, q) AS rank "
-                f"FROM websearch_to_tsquery('{_TS_CONFIG}', %s) AS q, messages m "
+            yield Step(
+                f"SELECT {MESSAGE_COLUMNS}, ts_rank(m.fts, q) AS rank "
+                f"FROM websearch_to_tsquery('{TS_CONFIG}', %s) AS q, messages m "
                 "JOIN sessions s ON s.id = m.session_id "
                 f"WHERE m.fts @@ q{where} ORDER BY rank DESC, m.id DESC LIMIT %s",
                 [text, *params, limit],
             )
         ).rows
-        return [KeywordHit(_row_to_message(r[:-1]), float(r[-1])) for r in rows]
+        return [KeywordHit(row_to_message(r[:-1]), float(r[-1])) for r in rows]
 
     def keyword_search(
         self, query: str, *, limit: int = 10, scope: SearchScope | None = None
@@ -1258,57 +593,27 @@ class PostgresStore(ContextReads):
     def pending_embeddings(self, limit: int) -> list[tuple[Message, str]]:
         """Oldest messages not yet in the vector index, each with the turn it answers."""
         rows = self._read(
-            f"SELECT {_MESSAGE_COLUMNS}, m.context FROM messages m WHERE NOT m.embedded "
+            f"SELECT {MESSAGE_COLUMNS}, m.context FROM messages m WHERE NOT m.embedded "
             "ORDER BY m.id LIMIT %s",
             (limit,),
         )
-        return [(_row_to_message(r[:-1]), r[-1] or "") for r in rows]
-
-    def mark_embedded(self, ids: Sequence[int]) -> None:
-        wanted = _ids(ids)
-        if not wanted:
-            return
-
-        def body() -> Body[None]:
-            yield _Step("UPDATE messages SET embedded = TRUE WHERE id = ANY(%s)", (wanted,))
-
-        self._run(body)
-
-    def reset_embedded(self) -> int:
-        def body() -> Body[int]:
-            return (yield _Step("UPDATE messages SET embedded = FALSE WHERE embedded")).rowcount
-
-        return int(self._run(body))
+        return [(row_to_message(r[:-1]), r[-1] or "") for r in rows]
 
     def rebuild_keyword_index(self) -> int:
         """Recompute every message's context and tsvector from the messages (idempotent)."""
 
         def body() -> Body[int]:
-            result = yield _Step(
+            result = yield Step(
                 "WITH ctx AS (SELECT id, COALESCE(LAG(content) OVER (PARTITION BY session_id "
                 "ORDER BY id), '') AS context FROM messages) "
                 "UPDATE messages m SET context = ctx.context, "
-                f"fts = setweight(to_tsvector('{_TS_CONFIG}', m.content), 'A') || "
-                f"setweight(to_tsvector('{_TS_CONFIG}', ctx.context), 'B') "
+                f"fts = setweight(to_tsvector('{TS_CONFIG}', m.content), 'A') || "
+                f"setweight(to_tsvector('{TS_CONFIG}', ctx.context), 'B') "
                 "FROM ctx WHERE ctx.id = m.id"
             )
             return result.rowcount
 
         return int(self._run(body))
-
-    def get_meta(self, key: str) -> str | None:
-        rows = self._read("SELECT value FROM harombe_meta WHERE key = %s", (key,))
-        return rows[0][0] if rows else None
-
-    def set_meta(self, key: str, value: str) -> None:
-        def body() -> Body[None]:
-            yield _Step(
-                "INSERT INTO harombe_meta (key, value) VALUES (%s, %s) "
-                "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
-                (key, value),
-            )
-
-        self._run(body)
 
     def prune_write_log(self, older_than_hours: float = 24.0) -> int:
         """Delete every expired exactly-once key written more than ``older_than_hours`` ago.
@@ -1319,7 +624,7 @@ class PostgresStore(ContextReads):
 
         def body() -> Body[int]:
             return (
-                yield _Step(
+                yield Step(
                     "DELETE FROM harombe_writes WHERE forget_after < now() "
                     "AND at < now() - make_interval(secs => %s)",
                     (older_than_hours * 3600,),
@@ -1363,5 +668,34 @@ class PostgresStore(ContextReads):
 
     @staticmethod
     def _context_row(row: Sequence[Any]) -> Message:
-        return _row_to_message(row)
+        return row_to_message(row)
 
+
+class _Attempts(Generic[T]):
+    """One call's tries, shared by the sync and async drivers: its exactly-once key (None when
+    the body need not be keyed), deadline and backoff."""
+
+    def __init__(self, store: PostgresStore, factory: Callable[[], Body[T]], keyed: bool) -> None:
+        self.store = store
+        self.factory = factory
+        self.key = uuid.uuid4() if keyed else None
+        self.started = time.monotonic()
+        self.deadline = self.started + store._retry_seconds
+        self.delay = 0.05
+        self.attempt = 0
+
+    def body(self) -> Body[T]:
+        """A fresh body for the next try (keyed, so a retry never applies it twice)."""
+        self.attempt += 1
+        if self.key is None:
+            return self.factory()
+        return self.store._keyed(self.factory, self.key, self.attempt, self.started)
+
+    def wait(self, exc: BaseException) -> float:
+        """Seconds to wait before the next try after ``exc``; raises it, typed, when it is
+        not transient or the deadline has passed."""
+        wait = self.store._retry_wait(exc, self.deadline, max(self.attempt, 1), self.delay)
+        if wait is None:
+            raise self.store._classify(exc) from exc
+        self.delay = min(self.delay * 2, 1.0)
+        return wait

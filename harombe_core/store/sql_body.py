@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-import sys
-from collections.abc import Callable, Generator, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from harombe_core.errors import InvalidInputError
+from harombe_core.store.runner import Body, Step, StepResult
+from harombe_core.store.runner import drive as run_body
 
 if TYPE_CHECKING:
     from harombe_core.models import Message
@@ -29,23 +30,6 @@ if TYPE_CHECKING:
 __all__ = ["Body", "SqlRunner", "Step", "StepResult", "drive", "sql_runner"]
 
 T = TypeVar("T")
-
-
-class Step(NamedTuple):
-    """One statement of a body, with the backend's placeholders (see :meth:`SqlRunner.step`)."""
-
-    sql: str
-    params: Sequence[Any] = ()
-
-
-class StepResult(NamedTuple):
-    """What a statement returned: its rows (empty for writes) and its row count."""
-
-    rows: list[Any]
-    rowcount: int
-
-
-Body = Generator[Step, StepResult, T]
 
 
 class SqlRunner:
@@ -114,26 +98,22 @@ class _PostgresRunner(SqlRunner):
 
 def drive(c: sqlite3.Connection, body: Body[T]) -> T:
     """Run ``body`` on a SQLite connection (inside the caller's transaction)."""
-    result: StepResult | None = None
-    while True:
-        try:
-            step = next(body) if result is None else body.send(result)
-        except StopIteration as stop:
-            return stop.value
+
+    def execute(step: Step) -> StepResult:
         cursor = c.execute(step.sql, step.params)
         rows = cursor.fetchall() if cursor.description is not None else []
-        result = StepResult(rows, cursor.rowcount)
+        return StepResult(rows, cursor.rowcount)
+
+    return run_body(execute, body)
 
 
 def sql_runner(store: Any) -> SqlRunner:
-    """The runner for ``store``; InvalidInputError if it is neither SQLite nor PostgreSQL."""
-    from harombe_core.store.sqlite import SQLiteStore  # it runs its own bodies with drive()
-
-    if isinstance(store, SQLiteStore):
+    """The runner for ``store`` (by ``store.dialect.name``); InvalidInputError if it is
+    neither SQLite nor PostgreSQL."""
+    name = getattr(getattr(store, "dialect", None), "name", None)
+    if name == "sqlite":
         return SqlRunner(store)
-    # A PostgresStore exists only once its module (which needs psycopg) has been imported.
-    postgres = sys.modules.get("harombe_core.store.postgres")
-    if postgres is not None and isinstance(store, postgres.PostgresStore):
+    if name == "postgres":
         return _PostgresRunner(store)
     raise InvalidInputError(
         f"{type(store).__name__} holds no SQL tables beside the messages; use a SQLite "

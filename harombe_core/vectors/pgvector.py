@@ -26,14 +26,18 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 
 from harombe_core.errors import InvalidInputError, StoreError
-from harombe_core.store.postgres import VECTORS_TABLE_DDL, Body, PostgresStore, _Step
+from harombe_core.store.postgres import PostgresStore
+from harombe_core.store.runner import Body, Dialect, Op, Step
+from harombe_core.store.schema import VECTORS_TABLE_DDL
 from harombe_core.vectors.base import FloatArray, MetaValue, VectorMatch
+
+T = TypeVar("T")
 
 __all__ = ["HNSW_MAX_DIMENSION", "PgVectorIndex", "where_sql"]
 
@@ -120,7 +124,7 @@ class PgVectorIndex:
     """
 
     def __init__(self, store: PostgresStore) -> None:
-        if not isinstance(store, PostgresStore):
+        if getattr(getattr(store, "dialect", None), "name", None) != "postgres":
             raise InvalidInputError(
                 f"the pgvector index needs a PostgresStore, got {type(store).__name__}; open "
                 "the MemoryManager with a postgresql:// URL or use vector_store='chroma'."
@@ -134,19 +138,19 @@ class PgVectorIndex:
         """Create the table when the store's migration could not (pgvector was added later)."""
 
         def exists() -> Body[bool]:
-            rows = (yield _Step("SELECT to_regclass('message_vectors') IS NOT NULL")).rows
+            rows = (yield Step("SELECT to_regclass('message_vectors') IS NOT NULL")).rows
             return bool(rows[0][0])
 
-        if self.store._run(exists, write=False):
+        if self.store.run(_op(exists)):
             return
 
         def create() -> Body[None]:
-            yield _Step("SELECT pg_advisory_xact_lock(%s)", (_VECTOR_DDL_LOCK,))
-            yield _Step("CREATE EXTENSION IF NOT EXISTS vector")
-            yield _Step(VECTORS_TABLE_DDL)
+            yield Step("SELECT pg_advisory_xact_lock(%s)", (_VECTOR_DDL_LOCK,))
+            yield Step("CREATE EXTENSION IF NOT EXISTS vector")
+            yield Step(VECTORS_TABLE_DDL)
 
         try:
-            self.store._run(create, keyed=False)
+            self.store.run(_op(create, write=True))
         except StoreError as exc:
             raise StoreError(
                 f"{self.store.location} has no pgvector extension and it could not be created "
@@ -170,17 +174,17 @@ class PgVectorIndex:
         name = f"message_vectors_hnsw_{dim}"
 
         def body() -> Body[None]:
-            found = (yield _Step("SELECT to_regclass(%s) IS NOT NULL", (name,))).rows
+            found = (yield Step("SELECT to_regclass(%s) IS NOT NULL", (name,))).rows
             if found[0][0]:
                 return
-            yield _Step("SELECT pg_advisory_xact_lock(%s)", (_VECTOR_DDL_LOCK,))
-            yield _Step(
+            yield Step("SELECT pg_advisory_xact_lock(%s)", (_VECTOR_DDL_LOCK,))
+            yield Step(
                 f"CREATE INDEX IF NOT EXISTS {name} ON message_vectors USING hnsw "
                 f"((embedding::vector({dim})) vector_cosine_ops) WHERE dimension = {dim}"
             )
             log.info("%s: created HNSW index %s", self.store.location, name)
 
-        self.store._run(body, keyed=False)
+        self.store.run(_op(body, write=True))
         self._indexed.add(dim)
 
     # protocol ---------------------------------------------------------------------------------
@@ -208,7 +212,7 @@ class PgVectorIndex:
         literals = [_literal(row) for row in array]
 
         def body() -> Body[None]:
-            yield _Step(
+            yield Step(
                 "INSERT INTO message_vectors (message_id, dimension, embedding) "
                 "SELECT x.id, %s, x.v::vector FROM unnest(%s::bigint[], %s::text[]) AS x(id, v) "
                 "JOIN messages m ON m.id = x.id "
@@ -216,23 +220,23 @@ class PgVectorIndex:
                 "embedding = EXCLUDED.embedding",
                 (dim, wanted, literals),
             )
-            yield _Step(
+            yield Step(
                 "UPDATE messages SET embedded = TRUE WHERE id = ANY(%s) AND NOT embedded",
                 (wanted,),
             )
 
-        self.store._run(body, keyed=False)
+        self.store.run(_op(body, write=True))
 
     def _query_body(
         self, literal: str, dim: int, k: int, where: Mapping[str, Any] | None
     ) -> Body[list[VectorMatch]]:
         scope, params = where_sql(where)
         # Iterative scan: keep walking the graph until k rows pass the scope filter.
-        yield _Step("SET LOCAL hnsw.iterative_scan = strict_order")
-        yield _Step(f"SET LOCAL hnsw.ef_search = {max(40, min(k, _EF_SEARCH_MAX))}")
+        yield Step("SET LOCAL hnsw.iterative_scan = strict_order")
+        yield Step(f"SET LOCAL hnsw.ef_search = {max(40, min(k, _EF_SEARCH_MAX))}")
         distance = f"v.embedding::vector({dim}) <=> %s::vector({dim})"
         rows = (
-            yield _Step(
+            yield Step(
                 f"SELECT v.message_id, {distance} AS d FROM message_vectors v "
                 "JOIN messages m ON m.id = v.message_id JOIN sessions s ON s.id = m.session_id "
                 f"WHERE v.dimension = {dim}{scope} ORDER BY {distance} LIMIT %s",
@@ -250,9 +254,7 @@ class PgVectorIndex:
         array = np.asarray(vector, dtype=np.float32).ravel()
         dim = int(array.shape[0])
         literal = _literal(array)
-        return self.store._run(
-            lambda: self._query_body(literal, dim, int(k), where), write=False
-        )
+        return self.store.run(_op(lambda: self._query_body(literal, dim, int(k), where)))
 
     async def aquery(
         self, vector: FloatArray, k: int, where: Mapping[str, Any] | None = None
@@ -263,17 +265,20 @@ class PgVectorIndex:
         array = np.asarray(vector, dtype=np.float32).ravel()
         dim = int(array.shape[0])
         literal = _literal(array)
-        return await self.store._arun(
-            lambda: self._query_body(literal, dim, int(k), where), write=False
+        return await self.store.arun(
+            _op(lambda: self._query_body(literal, dim, int(k), where))
         )
 
     def get_vectors(self, ids: Sequence[int]) -> dict[int, FloatArray]:
         wanted = [int(i) for i in ids]
         if not wanted:
             return {}
-        rows = self.store._read(
-            "SELECT message_id, embedding::text FROM message_vectors WHERE message_id = ANY(%s)",
-            (wanted,),
+        rows = self.store.run(
+            _rows(
+                "SELECT message_id, embedding::text FROM message_vectors "
+                "WHERE message_id = ANY(%s)",
+                (wanted,),
+            )
         )
         return {int(mid): _parse(text) for mid, text in rows}
 
@@ -284,19 +289,19 @@ class PgVectorIndex:
             return
 
         def body() -> Body[None]:
-            yield _Step("DELETE FROM message_vectors WHERE message_id = ANY(%s)", (wanted,))
-            yield _Step(
+            yield Step("DELETE FROM message_vectors WHERE message_id = ANY(%s)", (wanted,))
+            yield Step(
                 "UPDATE messages SET embedded = FALSE WHERE id = ANY(%s) AND embedded", (wanted,)
             )
 
-        self.store._run(body, keyed=False)
+        self.store.run(_op(body, write=True))
 
     def delete_where(self, where: Mapping[str, Any]) -> None:
         scope, params = where_sql(where)
 
         def body() -> Body[None]:
             rows = (
-                yield _Step(
+                yield Step(
                     "DELETE FROM message_vectors v USING messages m JOIN sessions s "
                     f"ON s.id = m.session_id WHERE m.id = v.message_id{scope} "
                     "RETURNING v.message_id",
@@ -304,24 +309,44 @@ class PgVectorIndex:
                 )
             ).rows
             if rows:
-                yield _Step(
+                yield Step(
                     "UPDATE messages SET embedded = FALSE WHERE id = ANY(%s)",
                     ([int(r[0]) for r in rows],),
                 )
 
-        self.store._run(body, keyed=False)
+        self.store.run(_op(body, write=True))
 
     def count(self) -> int:
-        return int(self.store._read("SELECT COUNT(*) FROM message_vectors")[0][0])
+        return int(self.store.run(_rows("SELECT COUNT(*) FROM message_vectors"))[0][0])
 
     def clear(self) -> None:
         """Remove every vector and mark every message pending, in one transaction."""
 
         def body() -> Body[None]:
-            yield _Step("DELETE FROM message_vectors")
-            yield _Step("UPDATE messages SET embedded = FALSE WHERE embedded")
+            yield Step("DELETE FROM message_vectors")
+            yield Step("UPDATE messages SET embedded = FALSE WHERE embedded")
 
-        self.store._run(body, keyed=False)
+        self.store.run(_op(body, write=True))
 
     def close(self) -> None:
         """Nothing to release: the store owns the connections."""
+
+
+def _op(factory: Callable[[], Body[T]], *, write: bool = False) -> Op[T]:
+    """A PostgreSQL-only body as a store operation: its writes are idempotent (an upsert, a
+    delete, DDL under a lock), so a retry may simply run them again."""
+
+    def body(_dialect: Dialect) -> Body[T]:
+        return factory()
+
+    return Op(body, write=write, exactly_once=False)
+
+
+def _rows(sql: str, params: Sequence[Any] = ()) -> Op[list[Any]]:
+    """The rows of one read statement."""
+
+    def read() -> Body[list[Any]]:
+        return (yield Step(sql, params)).rows
+
+    return _op(read)
+

@@ -29,7 +29,8 @@ from typing import Any
 import numpy as np
 
 from harombe_core.store.base import SearchScope
-from harombe_core.store.sqlite import SQLiteStore, _scope_sql
+from harombe_core.store.rows import scope_sql
+from harombe_core.store.sqlite import SQLiteStore
 from harombe_core.vectors.base import FloatArray, VectorMatch
 
 __all__ = ["StoredVectors"]
@@ -69,13 +70,13 @@ class StoredVectors:
                 _mark_indexed(c, ids, indexed_users)
 
         if rows:
-            self.store._write(write)
+            self.store.transaction(write, adds_messages=False)
 
     def mark_indexed(self, ids: Sequence[int], users: Sequence[Any]) -> None:
         """Flag rows as held by the index, each only if its session's owner is still
         ``users[n]`` (a session moved meanwhile stays on the tail and is copied again)."""
         if len(ids):
-            self.store._write(lambda c: _mark_indexed(c, ids, users))
+            self.store.transaction(lambda c: _mark_indexed(c, ids, users), adds_messages=False)
 
     def unindex(self, ids: Sequence[int]) -> None:
         """These rows are not (or no longer) in the index: back to the tail."""
@@ -91,26 +92,27 @@ class StoredVectors:
                 )
 
         if wanted:
-            self.store._write(unmark)
+            self.store.transaction(unmark, adds_messages=False)
 
     def unindex_all(self) -> int:
         """Every row back to the tail (before the index is cleared or rebuilt)."""
         return int(
-            self.store._write(
-                lambda c: c.execute("UPDATE messages SET embedded = 0 WHERE embedded != 0").rowcount
+            self.store.transaction(
+                lambda c: c.execute("UPDATE messages SET embedded = 0 WHERE embedded").rowcount,
+                adds_messages=False,
             )
         )
 
     def indexed_count(self) -> int:
         """Rows flagged as held by the index (cheap: two index counts)."""
-        rows = self.store._read(
+        rows = self.store.query(
             "SELECT (SELECT COUNT(*) FROM messages) - "
             "(SELECT COUNT(*) FROM messages WHERE embedded = 0)"
         )
         return int(rows[0][0])
 
     def indexed_ids(self) -> set[int]:
-        return {int(r[0]) for r in self.store._read("SELECT id FROM messages WHERE embedded != 0")}
+        return {int(r[0]) for r in self.store.query("SELECT id FROM messages WHERE embedded != 0")}
 
     def existing(self, ids: Sequence[int]) -> set[int]:
         """Which of these message ids still exist."""
@@ -120,7 +122,7 @@ class StoredVectors:
             chunk = wanted[start : start + 500]
             found.update(
                 int(r[0])
-                for r in self.store._read(
+                for r in self.store.query(
                     f"SELECT id FROM messages WHERE id IN ({','.join('?' * len(chunk))})", chunk
                 )
             )
@@ -131,7 +133,7 @@ class StoredVectors:
     ) -> tuple[list[int], FloatArray, list[dict[str, Any]]]:
         """Up to ``limit`` stored vectors the index does not hold, ids above ``after``, with
         the metadata the index keeps (read now, so a moved session carries its new owner)."""
-        rows = self.store._read(
+        rows = self.store.query(
             "SELECT m.id, v.vector, m.session_id, s.user_id, m.role, m.created_at "
             "FROM messages m JOIN message_vectors v ON v.message_id = m.id "
             "JOIN sessions s ON s.id = m.session_id "
@@ -144,7 +146,7 @@ class StoredVectors:
 
     def tail_count(self) -> int:
         """Stored vectors the index does not hold yet (the rows :meth:`tail` pages through)."""
-        rows = self.store._read(
+        rows = self.store.query(
             "SELECT COUNT(*) FROM messages m JOIN message_vectors v ON v.message_id = m.id "
             "WHERE m.embedded = 0"
         )
@@ -157,13 +159,13 @@ class StoredVectors:
         over the tail only (the vectors the index does not hold yet)."""
         if k <= 0:
             return []
-        where, params = _scope_sql(scope)
+        where, params = scope_sql(scope)
         join = "JOIN"
         if tail_only:
             # CROSS JOIN keeps messages the outer loop, read through the small partial index
             # of unflagged rows, rather than every message of a large user's sessions.
             where, join = f" AND m.embedded = 0{where}", "CROSS JOIN"
-        rows = self.store._read(
+        rows = self.store.query(
             f"SELECT v.message_id, v.vector FROM messages m {join} sessions s "
             "ON s.id = m.session_id "
             f"JOIN message_vectors v ON v.message_id = m.id WHERE 1 = 1{where}",
@@ -186,7 +188,7 @@ class StoredVectors:
         out: dict[int, FloatArray] = {}
         for start in range(0, len(wanted), 500):
             chunk = wanted[start : start + 500]
-            for mid, blob in self.store._read(
+            for mid, blob in self.store.query(
                 "SELECT message_id, vector FROM message_vectors WHERE message_id IN "
                 f"({','.join('?' * len(chunk))})",
                 chunk,
@@ -195,7 +197,7 @@ class StoredVectors:
         return out
 
     def count(self) -> int:
-        return int(self.store._read("SELECT COUNT(*) FROM message_vectors")[0][0])
+        return int(self.store.query("SELECT COUNT(*) FROM message_vectors")[0][0])
 
     def clear(self) -> None:
         """Drop every stored vector and mark every message as not embedded."""
@@ -204,7 +206,7 @@ class StoredVectors:
             c.execute("DELETE FROM message_vectors")
             c.execute("UPDATE messages SET embedded = 0 WHERE embedded != 0")
 
-        self.store._write(clear)
+        self.store.transaction(clear, adds_messages=False)
 
     def unmark_missing(self) -> int:
         """Messages flagged embedded whose vector is not here go back to pending.
@@ -212,14 +214,15 @@ class StoredVectors:
         Reads first, so a store that has nothing to repair is never written (it may be
         read-only).
         """
-        if not self.store._read(_FLAGGED_WITHOUT_VECTOR + " LIMIT 1"):
+        if not self.store.query(_FLAGGED_WITHOUT_VECTOR + " LIMIT 1"):
             return 0
         return int(
-            self.store._write(
+            self.store.transaction(
                 lambda c: c.execute(
                     "UPDATE messages SET embedded = 0 WHERE embedded = 1 AND NOT EXISTS "
                     "(SELECT 1 FROM message_vectors v WHERE v.message_id = messages.id)"
-                ).rowcount
+                ).rowcount,
+                adds_messages=False,
             )
         )
 

@@ -12,6 +12,7 @@ import pytest
 
 from harombe_core import MemoryManager, Message, SchemaTooNewError, StoreBusyError, StoreError
 from harombe_core.store import sqlite as sqlite_module
+from harombe_core.store.rows import MESSAGE_COLUMNS
 from harombe_core.store.sqlite import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION, SQLiteStore
 
 
@@ -164,12 +165,12 @@ def test_an_empty_sqlite_file_is_adopted(tmp_path: Path) -> None:
     ("sql", "index"),
     [
         (
-            f"SELECT {sqlite_module._MESSAGE_COLUMNS} FROM messages m WHERE m.session_id = ? "
+            f"SELECT {MESSAGE_COLUMNS} FROM messages m WHERE m.session_id = ? "
             "ORDER BY m.id DESC",
             "messages_session",
         ),
         (
-            f"SELECT {sqlite_module._MESSAGE_COLUMNS} FROM messages m WHERE m.session_id = ? "
+            f"SELECT {MESSAGE_COLUMNS} FROM messages m WHERE m.session_id = ? "
             "AND m.id > ? ORDER BY m.id LIMIT ?",
             "messages_session",
         ),

@@ -1,0 +1,430 @@
+"""Message-store operations written once for every SQL dialect.
+
+Each function checks its arguments (before any transaction starts) and returns an
+:class:`~harombe_core.store.runner.Op`: a body of ``?`` statements that the store runs in one
+transaction with its own locking, retries and error types (``store.run(op)`` or
+``await store.arun(op)``). What differs between SQLite and PostgreSQL is in the
+:class:`~harombe_core.store.runner.Dialect`, so the two backends cannot drift apart here.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from harombe_core.errors import InvalidInputError
+from harombe_core.models import Message, Session
+from harombe_core.owners import check_owner
+from harombe_core.store.base import SearchScope, adjacent_ids_sql
+from harombe_core.store.rows import (
+    MESSAGE_COLUMNS,
+    SESSION_COLUMNS,
+    check_id,
+    check_summary,
+    dumps,
+    message_ids,
+    row_to_message,
+    row_to_session,
+    scope_sql,
+    session_span,
+    to_micros,
+)
+from harombe_core.store.runner import Body, Dialect, Op
+from harombe_core.store.schema import TSVECTOR_SQL
+from harombe_core.validate import optional_id
+
+__all__ = [
+    "add_messages",
+    "adjacent_ids",
+    "clear_session",
+    "count_messages",
+    "create_session",
+    "delete_session",
+    "delete_sessions_before",
+    "get_message_summaries",
+    "get_messages",
+    "get_messages_by_ids",
+    "get_meta",
+    "get_session",
+    "list_sessions",
+    "mark_embedded",
+    "reset_embedded",
+    "scope_size",
+    "set_message_summary",
+    "set_meta",
+    "set_parent",
+    "system_prompt_tokens",
+    "update_session",
+]
+
+#: Ids per ``IN (...)`` list: well under SQLite's variable limit, and one plan on PostgreSQL.
+CHUNK = 500
+
+
+def _chunks(ids: list[int]) -> list[list[int]]:
+    return [ids[start : start + CHUNK] for start in range(0, len(ids), CHUNK)]
+
+
+# sessions -------------------------------------------------------------------------------------
+def create_session(session_id: str, fields: Mapping[str, Any], created_at: datetime) -> Op[bool]:
+    """Insert a session with ``fields`` (column -> checked value, from
+    ``rows.session_changes``); the op's result is False when the id is taken (nothing is
+    changed then), never an error that could mean something else."""
+    check_id(session_id, "session_id")
+    now = to_micros(created_at)
+    columns = ", ".join(["id", *fields, "created_at", "updated_at"])
+
+    def body(d: Dialect) -> Body[bool]:
+        sql = (
+            f"INSERT INTO sessions ({columns}) "
+            f"VALUES ({d.marks(len(fields) + 3)}) ON CONFLICT (id) DO NOTHING"
+        )
+        return (yield d.step(sql, (session_id, *fields.values(), now, now))).rowcount == 1
+
+    return Op(body, write=True)
+
+
+def get_session(session_id: str) -> Op[Session | None]:
+    check_id(session_id, "session_id")
+
+    def body(d: Dialect) -> Body[Session | None]:
+        sql = f"SELECT {SESSION_COLUMNS} FROM sessions WHERE id = ?"
+        rows = (yield d.step(sql, (session_id,))).rows
+        return row_to_session(rows[0]) if rows else None
+
+    return Op(body)
+
+
+def update_session(session_id: str, changes: Mapping[str, Any]) -> Op[int]:
+    """Set ``changes`` (column -> checked value, from ``rows.session_changes``) on a session;
+    the op's result is how many sessions it changed (0: no such session).
+
+    On SQLite a change of owner also puts the session's vectors back on the tail, in the same
+    transaction: its vector index files each vector under its owner, and the tail is searched
+    exactly until the index owner files them again (PostgreSQL's index reads the owner from
+    the session row, so it needs nothing).
+    """
+    check_id(session_id, "session_id")
+    # Column names come from session_changes' fixed table, never from the caller.
+    assignments = ", ".join(f"{column} = ?" for column in changes)
+
+    def body(d: Dialect) -> Body[int]:
+        moved = False
+        if "user_id" in changes and d.name == "sqlite":
+            sql = "SELECT user_id FROM sessions WHERE id = ?"
+            owner = (yield d.step(sql, (session_id,))).rows
+            moved = bool(owner) and owner[0][0] != changes["user_id"]
+        sql = f"UPDATE sessions SET {assignments} WHERE id = ?"
+        updated = (yield d.step(sql, (*changes.values(), session_id))).rowcount
+        if moved:
+            yield d.step(
+                "UPDATE messages SET embedded = FALSE WHERE session_id = ? AND embedded",
+                (session_id,),
+            )
+        return int(updated)
+
+    return Op(body, write=True)
+
+
+def system_prompt_tokens(session_id: str) -> Op[int]:
+    def body(d: Dialect) -> Body[int]:
+        sql = "SELECT system_prompt_tokens FROM sessions WHERE id = ?"
+        rows = (yield d.step(sql, (session_id,))).rows
+        return int(rows[0][0]) if rows else 0
+
+    return Op(body)
+
+
+def list_sessions(limit: int | None, user_id: str | None, offset: int) -> Op[list[Session]]:
+    def body(d: Dialect) -> Body[list[Session]]:
+        sql = f"SELECT {SESSION_COLUMNS} FROM sessions"
+        params: list[Any] = []
+        if user_id is not None:
+            sql += " WHERE user_id = ?"
+            params.append(user_id)
+        sql += f" ORDER BY updated_at DESC, {d.session_order} DESC LIMIT ? OFFSET ?"
+        params += [d.no_limit if limit is None else limit, offset]
+        return [row_to_session(r) for r in (yield d.step(sql, params)).rows]
+
+    return Op(body)
+
+
+def delete_session(session_id: str) -> Op[bool]:
+    check_id(session_id, "session_id")
+
+    def body(d: Dialect) -> Body[bool]:
+        return (yield d.step("DELETE FROM sessions WHERE id = ?", (session_id,))).rowcount > 0
+
+    return Op(body, write=True)
+
+
+def delete_sessions_before(cutoff: datetime) -> Op[list[str]]:
+    limit = to_micros(cutoff)
+
+    def body(d: Dialect) -> Body[list[str]]:
+        sql = "DELETE FROM sessions WHERE updated_at < ? RETURNING id"
+        return [r[0] for r in (yield d.step(sql, (limit,))).rows]
+
+    return Op(body, write=True)
+
+
+# messages -------------------------------------------------------------------------------------
+def add_messages(
+    session_id: str,
+    messages: Sequence[Message],
+    *,
+    user_id: str | None = None,
+    replace_ids: Sequence[int] = (),
+) -> Op[list[int]]:
+    """Insert messages (creating the session if needed) in one transaction; their ids.
+
+    ``replace_ids`` are messages of this session deleted in the same transaction, so a
+    framework's "replace the history" never leaves half a history. A ``user_id`` that is not
+    the session's owner rolls the whole call back (:func:`~harombe_core.owners.check_owner`).
+    PostgreSQL writes each message's keyword vector (with the turn it answers) in the same
+    transaction; SQLite's keyword index catches up in the background (store/fts.py).
+    """
+    check_id(session_id, "session_id")
+    owner_id = optional_id(user_id, "user_id")
+    doomed = message_ids(replace_ids)
+    rows = [_message_row(message) for message in messages]
+    created, active = session_span([r[6] for r in rows], time.time_ns() // 1000)
+
+    def body(d: Dialect) -> Body[list[int]]:
+        # The upsert takes the session's row lock first (writers to one session queue here,
+        # so ids grow in commit order within it) and returns the owner.
+        ((owner,),) = (
+            yield d.step(
+                "INSERT INTO sessions (id, user_id, created_at, updated_at) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (id) DO UPDATE SET updated_at = CASE WHEN sessions.updated_at > "
+                "excluded.updated_at THEN sessions.updated_at ELSE excluded.updated_at END "
+                "RETURNING user_id",
+                (session_id, owner_id, created, active),
+            )
+        ).rows
+        check_owner(session_id, owner, owner_id)
+        removed = 0
+        for chunk in _chunks(doomed):
+            sql = f"DELETE FROM messages WHERE session_id = ? AND id IN ({d.marks(len(chunk))})"
+            removed += (yield d.step(sql, (session_id, *chunk))).rowcount
+        context: str | None = None
+        if d.name == "postgres":  # the keyword vector holds the turn each message answers
+            sql = "SELECT content FROM messages WHERE session_id = ? ORDER BY id DESC LIMIT 1"
+            previous = (yield d.step(sql, (session_id,))).rows
+            context = previous[0][0] if previous else ""
+        ids: list[int] = []
+        for row in rows:
+            columns, values, extra = _MESSAGE_INSERT, d.marks(len(row) + 1), []
+            if context is not None:
+                columns += ", context, fts"
+                values += f", ?, {TSVECTOR_SQL}"
+                extra = [context, row[1], context]
+                context = row[1]
+            sql = f"INSERT INTO messages ({columns}) VALUES ({values}) RETURNING id"
+            ids.append(int((yield d.step(sql, (session_id, *row, *extra))).rows[0][0]))
+        yield d.step(
+            "UPDATE sessions SET message_count = message_count + ? WHERE id = ?",
+            (len(rows) - removed, session_id),
+        )
+        return ids
+
+    return Op(body, write=True, adds_messages=True)
+
+
+_MESSAGE_INSERT = (
+    "session_id, role, content, name, tool_calls, tool_call_id, metadata, created_at, "
+    "token_count, parent_id"
+)
+
+
+def _message_row(message: Message) -> tuple[Any, ...]:
+    """A message's stored values, in :data:`_MESSAGE_INSERT` order after the session id."""
+    if message.token_count is None:
+        raise InvalidInputError("token_count must be set before a message is stored.")
+    return (
+        message.role,
+        message.content,
+        message.name,
+        None if message.tool_calls is None else dumps(message.tool_calls),
+        message.tool_call_id,
+        dumps(message.metadata) if message.metadata else "{}",
+        to_micros(message.created_at),
+        message.token_count,
+        message.parent_id,
+    )
+
+
+def get_messages(
+    session_id: str, after_id: int | None = None, limit: int | None = None
+) -> Op[list[Message]]:
+    check_id(session_id, "session_id")
+
+    def body(d: Dialect) -> Body[list[Message]]:
+        sql = f"SELECT {MESSAGE_COLUMNS} FROM messages m WHERE m.session_id = ?"
+        params: list[Any] = [session_id]
+        if after_id is not None:
+            sql += " AND m.id > ?"
+            params.append(int(after_id))
+        sql += " ORDER BY m.id LIMIT ?"
+        params.append(d.no_limit if limit is None else limit)
+        return [row_to_message(r) for r in (yield d.step(sql, params)).rows]
+
+    return Op(body)
+
+
+def get_messages_by_ids(ids: Sequence[int], scope: SearchScope | None) -> Op[list[Message]]:
+    """Messages with these ids that fall inside ``scope``, in the order of ``ids``."""
+    wanted = message_ids(ids)
+    where, scope_params = scope_sql(scope)
+
+    def body(d: Dialect) -> Body[list[Message]]:
+        found: dict[int, Message] = {}
+        for chunk in _chunks(wanted):
+            sql = (
+                f"SELECT {MESSAGE_COLUMNS} FROM messages m JOIN sessions s ON s.id = m.session_id "
+                f"WHERE m.id IN ({d.marks(len(chunk))}){where}"
+            )
+            for row in (yield d.step(sql, [*chunk, *scope_params])).rows:
+                found[int(row[0])] = row_to_message(row)
+        return [found[i] for i in wanted if i in found]
+
+    return Op(body)
+
+
+def adjacent_ids(ids: Sequence[int]) -> Op[dict[int, tuple[int | None, int | None]]]:
+    """For each existing id: the ids just before and after it in its session (or None)."""
+    wanted = list(dict.fromkeys(message_ids(ids)))
+
+    def body(d: Dialect) -> Body[dict[int, tuple[int | None, int | None]]]:
+        out: dict[int, tuple[int | None, int | None]] = {}
+        for chunk in _chunks(wanted):
+            sql = adjacent_ids_sql(f"m.id IN ({d.marks(len(chunk))})")
+            for mid, before, after in (yield d.step(sql, chunk)).rows:
+                out[int(mid)] = (before, after)
+        return out
+
+    return Op(body)
+
+
+def count_messages(session_id: str | None) -> Op[int]:
+    def body(d: Dialect) -> Body[int]:
+        if session_id is None:
+            return int((yield d.step("SELECT COUNT(*) FROM messages")).rows[0][0])
+        sql = "SELECT message_count FROM sessions WHERE id = ?"
+        rows = (yield d.step(sql, (session_id,))).rows
+        return int(rows[0][0]) if rows else 0
+
+    return Op(body)
+
+
+def scope_size(scope: SearchScope) -> Op[int | None]:
+    """Messages a session or user scope can hold (an upper bound, from the sessions' counts);
+    None if it names neither."""
+
+    def body(d: Dialect) -> Body[int | None]:
+        if scope.session_id is not None:
+            sql = "SELECT message_count FROM sessions WHERE id = ?"
+            rows = (yield d.step(sql, (scope.session_id,))).rows
+            return int(rows[0][0]) if rows else 0
+        if scope.user_id is not None:
+            sql = "SELECT COALESCE(SUM(message_count), 0) FROM sessions WHERE user_id = ?"
+            return int((yield d.step(sql, (scope.user_id,))).rows[0][0])
+        return None
+
+    return Op(body)
+
+
+def clear_session(session_id: str) -> Op[int]:
+    check_id(session_id, "session_id")
+
+    def body(d: Dialect) -> Body[int]:
+        sql = "DELETE FROM messages WHERE session_id = ?"
+        count = (yield d.step(sql, (session_id,))).rowcount
+        yield d.step(
+            "UPDATE sessions SET message_count = 0, summary = NULL, summary_json = NULL, "
+            "summary_until_id = NULL WHERE id = ?",
+            (session_id,),
+        )
+        return int(count)
+
+    return Op(body, write=True)
+
+
+def set_parent(message_id: int, parent_id: int | None) -> Op[None]:
+    mid = message_ids([message_id])[0]
+    pid = None if parent_id is None else message_ids([parent_id])[0]
+
+    def body(d: Dialect) -> Body[None]:
+        sql = "UPDATE messages SET parent_id = ? WHERE id = ?"
+        if (yield d.step(sql, (pid, mid))).rowcount == 0:
+            raise InvalidInputError(f"no message with id {message_id}")
+
+    return Op(body, write=True)
+
+
+def set_message_summary(message_id: int, summary: Mapping[str, Any] | None) -> Op[None]:
+    value = None if summary is None else dumps(check_summary(summary, "message summary"))
+    mid = message_ids([message_id])[0]
+
+    def body(d: Dialect) -> Body[None]:
+        yield d.step("UPDATE messages SET summary_json = ? WHERE id = ?", (value, mid))
+
+    return Op(body, write=True)
+
+
+def get_message_summaries(ids: Sequence[int]) -> Op[dict[int, dict[str, Any]]]:
+    wanted = message_ids(ids)
+
+    def body(d: Dialect) -> Body[dict[int, dict[str, Any]]]:
+        out: dict[int, dict[str, Any]] = {}
+        for chunk in _chunks(wanted):
+            sql = (
+                f"SELECT id, summary_json FROM messages WHERE id IN ({d.marks(len(chunk))}) "
+                "AND summary_json IS NOT NULL"
+            )
+            for mid, value in (yield d.step(sql, chunk)).rows:
+                out[int(mid)] = json.loads(value)
+        return out
+
+    return Op(body)
+
+
+# derived indexes and metadata -----------------------------------------------------------------
+def mark_embedded(ids: Sequence[int]) -> Op[None]:
+    wanted = message_ids(ids)
+
+    def body(d: Dialect) -> Body[None]:
+        for chunk in _chunks(wanted):
+            sql = f"UPDATE messages SET embedded = TRUE WHERE id IN ({d.marks(len(chunk))})"
+            yield d.step(sql, chunk)
+
+    return Op(body, write=True)
+
+
+def reset_embedded() -> Op[int]:
+    def body(d: Dialect) -> Body[int]:
+        return (yield d.step("UPDATE messages SET embedded = FALSE WHERE embedded")).rowcount
+
+    return Op(body, write=True)
+
+
+def get_meta(key: str) -> Op[str | None]:
+    def body(d: Dialect) -> Body[str | None]:
+        rows = (yield d.step("SELECT value FROM harombe_meta WHERE key = ?", (key,))).rows
+        return rows[0][0] if rows else None
+
+    return Op(body)
+
+
+def set_meta(key: str, value: str) -> Op[None]:
+    def body(d: Dialect) -> Body[None]:
+        yield d.step(
+            "INSERT INTO harombe_meta (key, value) VALUES (?, ?) "
+            "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            (key, value),
+        )
+
+    return Op(body, write=True)

@@ -1,0 +1,219 @@
+"""Rows of the message store, the same on every SQL dialect.
+
+The column lists, a row to a :class:`~harombe_core.models.Message` or
+:class:`~harombe_core.models.Session` and back, times as integer microseconds, the checks of
+what an update may store, ids, and the SQL that keeps a query inside a
+:class:`~harombe_core.store.base.SearchScope`. Written once so that both backends store and
+read the same thing: a value one of them accepts, the other accepts too.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from harombe_core.errors import InvalidInputError
+from harombe_core.limits import current_limits
+from harombe_core.models import Message, Session
+from harombe_core.store.base import UNSET, SearchScope
+from harombe_core.validate import (
+    check_count,
+    check_id,
+    check_mapping,
+    check_time,
+    optional_count,
+    optional_id,
+    optional_text,
+)
+
+__all__ = [
+    "MESSAGE_COLUMNS",
+    "SESSION_COLUMNS",
+    "check_id",
+    "check_summary",
+    "dumps",
+    "from_micros",
+    "message_ids",
+    "row_to_message",
+    "row_to_session",
+    "scope_sql",
+    "session_changes",
+    "session_span",
+    "to_micros",
+]
+
+MESSAGE_COLUMNS = (
+    "m.id, m.session_id, m.role, m.content, m.name, m.tool_calls, m.tool_call_id, m.metadata, "
+    "m.created_at, m.token_count, m.parent_id"
+)
+SESSION_COLUMNS = (
+    "id, user_id, system_prompt, metadata, created_at, updated_at, message_count, summary, "
+    "summary_json, summary_until_id"
+)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+def to_micros(value: datetime) -> int:
+    """Datetimes are stored as integer microseconds since the epoch: exact, sortable, small.
+
+    A time that is not already UTC is converted (naive ones are taken as UTC); one whose UTC
+    equivalent falls outside years 1 to 9999 is refused with InvalidInputError.
+    """
+    if value.tzinfo is not UTC:
+        value = check_time(value, "time")
+    return (value - _EPOCH) // _MICROSECOND
+
+
+def from_micros(value: int) -> datetime:
+    # Timedelta arithmetic rather than fromtimestamp(): exact, and valid for years 1 to 9999.
+    return _EPOCH + timedelta(microseconds=int(value))
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+def _text(what: str, limit: str) -> Callable[[Any], str | None]:
+    """A check of an optional text field within the size limit named ``limit``."""
+    return lambda value: optional_text(
+        value, what, limit=getattr(current_limits(), limit), field=limit
+    )
+
+
+def _metadata(value: Any) -> str:
+    limit = current_limits().session_metadata_chars
+    metadata = check_mapping(
+        value, "session metadata", limit=limit, field="session_metadata_chars"
+    )
+    return dumps(metadata)
+
+
+def _summary_data(value: Any) -> str | None:
+    return None if value is None else dumps(check_summary(value, "summary_data"))
+
+
+#: Session field -> (its column, the check that turns a caller's value into the stored one).
+_SESSION_FIELDS: dict[str, tuple[str, Callable[[Any], Any]]] = {
+    "user_id": ("user_id", lambda value: optional_id(value, "user_id")),  # None: no owner
+    "system_prompt": ("system_prompt", _text("system_prompt", "system_prompt_chars")),
+    "system_prompt_tokens": (
+        "system_prompt_tokens", lambda value: check_count(value, "system_prompt_tokens")
+    ),
+    "metadata": ("metadata", _metadata),
+    "summary": ("summary", _text("summary", "summary_chars")),
+    "summary_data": ("summary_json", _summary_data),
+    "summary_until_id": (
+        "summary_until_id", lambda value: optional_count(value, "summary_until_id")
+    ),
+}
+
+
+def session_changes(**fields: Any) -> dict[str, Any]:
+    """Column -> stored value for the session fields given (UNSET ones are left out).
+
+    Shared by every backend so an update means the same thing everywhere (``user_id`` is
+    checked as :meth:`create_session` checks it); column names come from a fixed table, never
+    from the caller. Every value is checked against its kind and size limit
+    (:mod:`harombe_core.limits`) here, whichever path it came by (manager, import, migration),
+    before anything is written.
+    """
+    changes: dict[str, Any] = {}
+    for name, value in fields.items():
+        if value is UNSET:
+            continue
+        if name not in _SESSION_FIELDS:
+            raise TypeError(f"session_changes() got an unexpected keyword argument {name!r}")
+        column, check = _SESSION_FIELDS[name]
+        changes[column] = check(value)
+    return changes
+
+
+def check_summary(value: Any, what: str) -> dict[str, Any]:
+    """A session's or a message's summary data: a JSON object within ``summary_chars``."""
+    if not isinstance(value, Mapping):
+        raise InvalidInputError(f"{what} must be a dict, got {type(value).__name__}.")
+    limits = current_limits()
+    return check_mapping(value, what, limit=limits.summary_chars, field="summary_chars")
+
+
+def session_span(message_times: Sequence[int], now: int) -> tuple[int, int]:
+    """(created_at, updated_at) a batch of messages gives its session, in microseconds.
+
+    A session's last activity is its newest message's time, not the moment it was written:
+    imported history keeps its real dates, so it sorts and prunes by when it happened. A
+    session first made by this batch starts at its oldest message (or now, if later).
+    """
+    if not message_times:
+        return now, now
+    return min(now, min(message_times)), max(message_times)
+
+
+def row_to_message(row: Sequence[Any]) -> Message:
+    # Rows were validated when they were written, so they skip Message's checks: a token window
+    # builds dozens of these per call.
+    return Message.trusted(
+        id=row[0],
+        session_id=row[1],
+        role=row[2],
+        content=row[3],
+        name=row[4],
+        tool_calls=json.loads(row[5]) if row[5] is not None else None,
+        tool_call_id=row[6],
+        metadata=json.loads(row[7]) if row[7] != "{}" else {},
+        created_at=from_micros(row[8]),
+        token_count=row[9],
+        parent_id=row[10],
+    )
+
+
+def row_to_session(row: Sequence[Any]) -> Session:
+    return Session(
+        id=row[0],
+        user_id=row[1],
+        system_prompt=row[2],
+        metadata=json.loads(row[3]),
+        created_at=from_micros(row[4]),
+        updated_at=from_micros(row[5]),
+        message_count=row[6],
+        summary=row[7],
+        summary_data=json.loads(row[8]) if row[8] is not None else None,
+        summary_until_id=row[9],
+    )
+
+
+def message_ids(values: Sequence[Any]) -> list[int]:
+    """Message ids as ints; InvalidInputError (not a bare ValueError) for one that is not."""
+    try:
+        return [int(v) for v in values]
+    except (TypeError, ValueError) as exc:
+        raise InvalidInputError(f"message ids must be integers: {exc}") from exc
+
+
+def scope_sql(scope: SearchScope | None, mark: str = "?") -> tuple[str, list[Any]]:
+    """The WHERE fragment (on aliases ``m`` and ``s``) that keeps a query inside its scope,
+    with ``mark`` as the dialect's placeholder."""
+    if scope is None:
+        return "", []
+    parts: list[str] = []
+    params: list[Any] = []
+    if scope.user_id is not None:
+        parts.append(f"s.user_id = {mark}")
+        params.append(scope.user_id)
+    if scope.session_id is not None:
+        parts.append(f"m.session_id = {mark}")
+        params.append(scope.session_id)
+    if scope.roles:
+        parts.append(f"m.role IN ({', '.join([mark] * len(scope.roles))})")
+        params.extend(scope.roles)
+    if scope.since is not None:
+        parts.append(f"m.created_at >= {mark}")
+        params.append(to_micros(scope.since))
+    if scope.until is not None:
+        parts.append(f"m.created_at <= {mark}")
+        params.append(to_micros(scope.until))
+    return ("".join(f" AND {p}" for p in parts), params)

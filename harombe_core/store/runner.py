@@ -1,0 +1,112 @@
+"""Store operations as bodies: one generator of SQL steps, run by any dialect's driver.
+
+An operation is written once as a *body*: a generator that yields :class:`Step` s and receives
+each one's :class:`StepResult`. A driver runs it on a connection inside the transaction the
+store opened, with the store's locking, retries and error types: :func:`drive` for a blocking
+cursor, :func:`adrive` for an async one. So the logic of an operation exists once, and its
+sync and async runs cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Generator, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, Literal, NamedTuple, TypeVar
+
+__all__ = [
+    "POSTGRES",
+    "SQLITE",
+    "Body",
+    "Dialect",
+    "Op",
+    "Step",
+    "StepResult",
+    "adrive",
+    "drive",
+]
+
+T = TypeVar("T")
+
+
+class Step(NamedTuple):
+    """One statement of a body, in its dialect's placeholder style, with its parameters."""
+
+    sql: str
+    params: Sequence[Any] = ()
+
+
+class StepResult(NamedTuple):
+    """What a statement returned: its rows (empty for writes) and its row count."""
+
+    rows: list[Any]
+    rowcount: int
+
+
+Body = Generator[Step, StepResult, T]
+
+
+def _send(body: Body[T], result: StepResult | None) -> tuple[bool, Any]:
+    """Advance ``body``: (True, its next step), or (False, its return value) once it is done."""
+    try:
+        return True, next(body) if result is None else body.send(result)
+    except StopIteration as stop:
+        return False, stop.value
+
+
+def drive(execute: Callable[[Step], StepResult], body: Body[T]) -> T:
+    """Run ``body``, each step through ``execute``; its return value."""
+    more, value = _send(body, None)
+    while more:
+        more, value = _send(body, execute(value))
+    result: T = value
+    return result
+
+
+async def adrive(execute: Callable[[Step], Awaitable[StepResult]], body: Body[T]) -> T:
+    """:func:`drive` with an async ``execute``: the body never blocks the event loop."""
+    more, value = _send(body, None)
+    while more:
+        more, value = _send(body, await execute(value))
+    result: T = value
+    return result
+
+
+@dataclass(frozen=True, slots=True)
+class Dialect:
+    """What differs between SQLite and PostgreSQL in the operations written once, and nothing
+    else: the placeholder, the list_sessions tie-break, and the LIMIT meaning "all"."""
+
+    name: Literal["sqlite", "postgres"]  # the one backend test anyone makes
+    mark: str
+    session_order: str
+    no_limit: int | None
+
+    def step(self, sql: str, params: Sequence[Any] = ()) -> Step:
+        """A statement written with ``?`` placeholders, in this dialect's style (the SQL
+        itself holds no literal ``?`` or ``%``: every value is a parameter)."""
+        return Step(sql if self.mark == "?" else sql.replace("?", self.mark), params)
+
+    def marks(self, count: int) -> str:
+        """``count`` placeholders, comma separated: the inside of ``IN (...)``."""
+        return ", ".join(["?"] * count)
+
+
+SQLITE = Dialect("sqlite", "?", "rowid", -1)
+POSTGRES = Dialect("postgres", "%s", "seq", None)
+
+
+@dataclass(frozen=True, slots=True)
+class Op(Generic[T]):
+    """One store operation: its body, written once for every dialect, and how it must run.
+
+    ``body`` is called again on a retry, so it must build a fresh generator each time. A read
+    (``write=False``) runs in a read snapshot (on SQLite it never takes the write lock);
+    ``adds_messages`` wakes SQLite's keyword indexer after the commit. A write is applied
+    exactly once even when a lost connection makes PostgreSQL retry it (its result must then
+    be JSON); ``exactly_once=False`` skips that bookkeeping for a write that is idempotent.
+    """
+
+    body: Callable[[Dialect], Body[T]]
+    write: bool = False
+    adds_messages: bool = False
+    exactly_once: bool = True

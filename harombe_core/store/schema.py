@@ -1,0 +1,328 @@
+"""The schema of both SQL backends, as forward migrations, side by side.
+
+SQLite: each migration is a list of statements run in one transaction with the bump of
+``PRAGMA user_version``. PostgreSQL: each runs in one transaction with its row in
+``harombe_schema``, under an advisory lock. The two keep the same tables and columns, so a
+migration between backends is lossless; what differs is the keyword index (FTS5 beside the
+messages on SQLite, a ``tsvector`` column on PostgreSQL) and the column types.
+"""
+
+from __future__ import annotations
+
+from harombe_core.store.context_sql import context_indexes
+
+__all__ = [
+    "MIGRATIONS",
+    "PG_MIGRATIONS",
+    "PG_SCHEMA_VERSION",
+    "SCHEMA_VERSION",
+    "TSVECTOR_SQL",
+    "TS_CONFIG",
+    "VECTORS_TABLE_DDL",
+]
+
+# Each migration is a list of statements run in one transaction with the version bump.
+MIGRATIONS: list[list[str]] = [
+    [
+        """CREATE TABLE harombe_meta (
+            key TEXT PRIMARY KEY,
+            value TEXT NOT NULL
+        )""",
+        """CREATE TABLE sessions (
+            id TEXT PRIMARY KEY,
+            user_id TEXT,
+            system_prompt TEXT,
+            system_prompt_tokens INTEGER NOT NULL DEFAULT 0,
+            metadata TEXT NOT NULL DEFAULT '{}',
+            created_at INTEGER NOT NULL,
+            updated_at INTEGER NOT NULL,
+            message_count INTEGER NOT NULL DEFAULT 0,
+            summary TEXT,
+            summary_json TEXT,
+            summary_until_id INTEGER
+        )""",
+        "CREATE INDEX sessions_updated ON sessions(updated_at DESC)",
+        "CREATE INDEX sessions_user_updated ON sessions(user_id, updated_at DESC)",
+        """CREATE TABLE messages (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+            role TEXT NOT NULL CHECK (role IN ('user', 'assistant', 'system', 'tool')),
+            content TEXT NOT NULL,
+            name TEXT,
+            tool_calls TEXT,
+            tool_call_id TEXT,
+            metadata TEXT NOT NULL DEFAULT '{}',
+            created_at INTEGER NOT NULL,
+            token_count INTEGER NOT NULL,
+            parent_id INTEGER REFERENCES messages(id) ON DELETE SET NULL,
+            summary_json TEXT,
+            embedded INTEGER NOT NULL DEFAULT 0
+        )""",
+        "CREATE INDEX messages_session ON messages(session_id, id)",
+        "CREATE INDEX messages_parent ON messages(parent_id) WHERE parent_id IS NOT NULL",
+        "CREATE INDEX messages_unembedded ON messages(id) WHERE embedded = 0",
+        """CREATE VIRTUAL TABLE messages_fts USING fts5(
+            content, context, tokenize = 'porter unicode61 remove_diacritics 2'
+        )""",
+        """CREATE TRIGGER messages_fts_delete AFTER DELETE ON messages BEGIN
+            DELETE FROM messages_fts WHERE rowid = old.id;
+        END""",
+    ],
+    # 2: each message's embedding as a float32 blob, so small scopes are searched exactly here
+    # and the vector index can be rebuilt without re-embedding.
+    [
+        """CREATE TABLE message_vectors (
+            message_id INTEGER PRIMARY KEY REFERENCES messages(id) ON DELETE CASCADE,
+            vector BLOB NOT NULL
+        )""",
+    ],
+    # 3: long-term key-value memory (the LangGraph store of the LangChain adapter): JSON values
+    # under a dotted namespace, optional expiry, and one embedding per indexed text field.
+    [
+        """CREATE TABLE store_items (
+            namespace TEXT NOT NULL,
+            key TEXT NOT NULL,
+            value TEXT NOT NULL,
+            created_at INTEGER NOT NULL,
+            updated_at INTEGER NOT NULL,
+            expires_at INTEGER,
+            ttl_minutes REAL,
+            PRIMARY KEY (namespace, key)
+        )""",
+        "CREATE INDEX store_items_expiry ON store_items(expires_at) WHERE expires_at IS NOT NULL",
+        """CREATE TABLE store_vectors (
+            namespace TEXT NOT NULL,
+            key TEXT NOT NULL,
+            path TEXT NOT NULL,
+            vector BLOB NOT NULL,
+            PRIMARY KEY (namespace, key, path),
+            FOREIGN KEY (namespace, key) REFERENCES store_items(namespace, key) ON DELETE CASCADE
+        )""",
+    ],
+    # 4: LangGraph checkpoints (the checkpointer of the LangChain adapter), kept per thread; a
+    # thread is the session of the same id, so deleting or pruning the session removes them.
+    # Channel values are blobs per version; a list of messages is stored as references to one
+    # blob per message (checkpoint_message_blobs), so a step writes only its new messages.
+    # checkpoint_threads holds what every process must agree on about a thread's blobs.
+    [
+        """CREATE TABLE checkpoints (
+            thread_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+            checkpoint_ns TEXT NOT NULL,
+            checkpoint_id TEXT NOT NULL,
+            parent_checkpoint_id TEXT,
+            run_id TEXT,
+            type TEXT NOT NULL,
+            checkpoint BLOB NOT NULL,
+            metadata TEXT NOT NULL,
+            PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id)
+        )""",
+        """CREATE TABLE checkpoint_blobs (
+            thread_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+            checkpoint_ns TEXT NOT NULL,
+            channel TEXT NOT NULL,
+            version TEXT NOT NULL,
+            type TEXT NOT NULL,
+            blob BLOB,
+            PRIMARY KEY (thread_id, checkpoint_ns, channel, version)
+        )""",
+        """CREATE TABLE checkpoint_writes (
+            thread_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+            checkpoint_ns TEXT NOT NULL,
+            checkpoint_id TEXT NOT NULL,
+            task_id TEXT NOT NULL,
+            idx INTEGER NOT NULL,
+            task_path TEXT NOT NULL,
+            channel TEXT NOT NULL,
+            type TEXT NOT NULL,
+            blob BLOB NOT NULL,
+            PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
+        )""",
+        """CREATE TABLE checkpoint_message_blobs (
+            thread_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+            hash BLOB NOT NULL,
+            type TEXT NOT NULL,
+            blob BLOB NOT NULL,
+            PRIMARY KEY (thread_id, hash)
+        )""",
+        """CREATE TABLE checkpoint_threads (
+            thread_id TEXT PRIMARY KEY REFERENCES sessions(id) ON DELETE CASCADE,
+            blob_epoch TEXT NOT NULL
+        ) WITHOUT ROWID""",
+    ],
+    # 5: partial indexes for the context strategies' O(window) reads (store/context_sql.py):
+    # a session's important messages and whether it has any parent link.
+    context_indexes("sqlite"),
+]
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+#: The text search configuration of the PostgreSQL keyword index.
+TS_CONFIG = "english"
+
+#: A message's keyword vector on PostgreSQL: the message (weight A) and the turn it answers
+#: (weight B), from two ``?`` parameters.
+TSVECTOR_SQL = (
+    f"setweight(to_tsvector('{TS_CONFIG}', ?), 'A') || "
+    f"setweight(to_tsvector('{TS_CONFIG}', ?), 'B')"
+)
+
+#: The pgvector table: one vector per message, gone with its message. The column is untyped so
+#: vectors of any model fit; each dimension gets its own partial HNSW index (vectors/pgvector.py).
+VECTORS_TABLE_DDL = (
+    "CREATE TABLE IF NOT EXISTS message_vectors ("
+    "message_id BIGINT PRIMARY KEY REFERENCES messages(id) ON DELETE CASCADE, "
+    "dimension INTEGER NOT NULL, "
+    "embedding vector NOT NULL)"
+)
+
+# Each migration runs in one transaction together with its row in harombe_schema.
+PG_MIGRATIONS: list[list[str]] = [
+    [
+        """CREATE TABLE harombe_meta (
+            key TEXT PRIMARY KEY,
+            value TEXT NOT NULL
+        )""",
+        """CREATE TABLE sessions (
+            id TEXT PRIMARY KEY,
+            user_id TEXT,
+            system_prompt TEXT,
+            system_prompt_tokens INTEGER NOT NULL DEFAULT 0,
+            metadata TEXT NOT NULL DEFAULT '{}',
+            created_at BIGINT NOT NULL,
+            updated_at BIGINT NOT NULL,
+            message_count INTEGER NOT NULL DEFAULT 0,
+            summary TEXT,
+            summary_json TEXT,
+            summary_until_id BIGINT,
+            seq BIGSERIAL
+        )""",
+        "CREATE INDEX sessions_updated ON sessions (updated_at DESC, seq DESC)",
+        "CREATE INDEX sessions_user_updated ON sessions (user_id, updated_at DESC, seq DESC)",
+        """CREATE TABLE messages (
+            id BIGSERIAL PRIMARY KEY,
+            session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+            role TEXT NOT NULL CHECK (role IN ('user', 'assistant', 'system', 'tool')),
+            content TEXT NOT NULL,
+            name TEXT,
+            tool_calls TEXT,
+            tool_call_id TEXT,
+            metadata TEXT NOT NULL DEFAULT '{}',
+            created_at BIGINT NOT NULL,
+            token_count INTEGER NOT NULL,
+            parent_id BIGINT REFERENCES messages(id) ON DELETE SET NULL,
+            summary_json TEXT,
+            embedded BOOLEAN NOT NULL DEFAULT FALSE,
+            context TEXT NOT NULL DEFAULT '',
+            fts TSVECTOR NOT NULL
+        )""",
+        "CREATE INDEX messages_session ON messages (session_id, id)",
+        "CREATE INDEX messages_parent ON messages (parent_id) WHERE parent_id IS NOT NULL",
+        "CREATE INDEX messages_unembedded ON messages (id) WHERE NOT embedded",
+        "CREATE INDEX messages_fts ON messages USING GIN (fts)",
+        """CREATE TABLE harombe_writes (
+            key UUID PRIMARY KEY,
+            result TEXT NOT NULL,
+            at TIMESTAMPTZ NOT NULL DEFAULT now()
+        )""",
+    ],
+    # 2: vectors beside the messages (pgvector). Skipped, with a notice, where the extension
+    # cannot be created; the pgvector index creates the table itself once it can.
+    [
+        """DO $$
+        BEGIN
+            BEGIN
+                CREATE EXTENSION IF NOT EXISTS vector;
+            EXCEPTION WHEN OTHERS THEN
+                RAISE NOTICE USING MESSAGE = 'pgvector is not available: ' || SQLERRM;
+                RETURN;
+            END;
+            EXECUTE $ddl$"""
+        + VECTORS_TABLE_DDL
+        + """$ddl$;
+        END $$""",
+    ],
+    # 3: long-term key-value memory (the LangGraph store of the LangChain adapter), as SQLite
+    # migration 3: JSON text values under a dotted namespace, optional expiry, one float32
+    # embedding per indexed text field. Names sort by code point ("C"), as in SQLite.
+    [
+        """CREATE TABLE store_items (
+            namespace TEXT COLLATE "C" NOT NULL,
+            key TEXT COLLATE "C" NOT NULL,
+            value TEXT NOT NULL,
+            created_at BIGINT NOT NULL,
+            updated_at BIGINT NOT NULL,
+            expires_at BIGINT,
+            ttl_minutes DOUBLE PRECISION,
+            PRIMARY KEY (namespace, key)
+        )""",
+        "CREATE INDEX store_items_expiry ON store_items (expires_at) WHERE expires_at IS NOT NULL",
+        """CREATE TABLE store_vectors (
+            namespace TEXT COLLATE "C" NOT NULL,
+            key TEXT COLLATE "C" NOT NULL,
+            path TEXT NOT NULL,
+            vector BYTEA NOT NULL,
+            PRIMARY KEY (namespace, key, path),
+            FOREIGN KEY (namespace, key) REFERENCES store_items (namespace, key) ON DELETE CASCADE
+        )""",
+    ],
+    # 4: each exactly-once key says until when a retry may still look it up, so expired keys
+    # are deleted as writes go on (PostgresStore._keyed). Keys written without one (by an
+    # older harombe) keep the day that its prune_write_log() allowed them.
+    [
+        "ALTER TABLE harombe_writes ADD COLUMN forget_after TIMESTAMPTZ NOT NULL "
+        "DEFAULT now() + interval '1 day'",
+        "CREATE INDEX harombe_writes_forget ON harombe_writes (forget_after)",
+    ],
+    # 5: LangGraph checkpoints (the checkpointer of the LangChain adapter), as SQLite
+    # migration 4: per thread (the session of the same id), channel blobs per version and one
+    # blob per message.
+    [
+        """CREATE TABLE checkpoints (
+            thread_id TEXT COLLATE "C" NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+            checkpoint_ns TEXT COLLATE "C" NOT NULL,
+            checkpoint_id TEXT COLLATE "C" NOT NULL,
+            parent_checkpoint_id TEXT COLLATE "C",
+            run_id TEXT COLLATE "C",
+            type TEXT NOT NULL,
+            checkpoint BYTEA NOT NULL,
+            metadata TEXT NOT NULL,
+            PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id)
+        )""",
+        """CREATE TABLE checkpoint_blobs (
+            thread_id TEXT COLLATE "C" NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+            checkpoint_ns TEXT COLLATE "C" NOT NULL,
+            channel TEXT COLLATE "C" NOT NULL,
+            version TEXT COLLATE "C" NOT NULL,
+            type TEXT NOT NULL,
+            blob BYTEA,
+            PRIMARY KEY (thread_id, checkpoint_ns, channel, version)
+        )""",
+        """CREATE TABLE checkpoint_writes (
+            thread_id TEXT COLLATE "C" NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+            checkpoint_ns TEXT COLLATE "C" NOT NULL,
+            checkpoint_id TEXT COLLATE "C" NOT NULL,
+            task_id TEXT COLLATE "C" NOT NULL,
+            idx INTEGER NOT NULL,
+            task_path TEXT COLLATE "C" NOT NULL,
+            channel TEXT NOT NULL,
+            type TEXT NOT NULL,
+            blob BYTEA NOT NULL,
+            PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
+        )""",
+        """CREATE TABLE checkpoint_message_blobs (
+            thread_id TEXT COLLATE "C" NOT NULL REFERENCES sessions (id) ON DELETE CASCADE,
+            hash BYTEA NOT NULL,
+            type TEXT NOT NULL,
+            blob BYTEA NOT NULL,
+            PRIMARY KEY (thread_id, hash)
+        )""",
+        """CREATE TABLE checkpoint_threads (
+            thread_id TEXT COLLATE "C" PRIMARY KEY REFERENCES sessions (id) ON DELETE CASCADE,
+            blob_epoch TEXT NOT NULL
+        )""",
+    ],
+    # 6: partial indexes for the context strategies' O(window) reads (store/context_sql.py),
+    # as SQLite migration 5.
+    context_indexes("postgres"),
+]
+PG_SCHEMA_VERSION = len(PG_MIGRATIONS)
