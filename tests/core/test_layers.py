@@ -88,9 +88,6 @@ ALLOWED_UPWARD: set[tuple[str, str]] = {
     ("harombe_core.cli", "langchain_harombe.chat_cli"),
 }
 ALLOWED_CYCLES: set[frozenset[str]] = {
-    frozenset(
-        {"harombe_core.migrate", "harombe_core.migrate_items", "harombe_core.migrate_tables"}
-    ),
     frozenset({"harombe_core.store.sql_body", "harombe_core.store.sqlite"}),
     frozenset({"harombe_core.models", "harombe_core.validate"}),
 }
