@@ -48,7 +48,7 @@ LAYERS: dict[str, int] = {
             "query_time",
             "text",
             "jsonstream",
-            "_lazy",
+            "lazy",
         ],
         0,
     ),
