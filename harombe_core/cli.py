@@ -11,18 +11,25 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
+from functools import cache
 from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+import typer.main
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 from typer.core import TyperCommand, TyperGroup
 
 from harombe_core.config import default_db_path
-from harombe_core.errors import HarombeError, InvalidInputError, SessionNotFoundError
+from harombe_core.errors import (
+    HarombeError,
+    InvalidInputError,
+    MissingExtraError,
+    SessionNotFoundError,
+)
 from harombe_core.text import plural
 
 if TYPE_CHECKING:
@@ -43,12 +50,18 @@ class _PlainHelp:
         return option
 
 
-class _Command(_PlainHelp, TyperCommand):
-    pass
+class Command(_PlainHelp, TyperCommand):
+    """The class of every ``harombe`` subcommand, adapters' included (plain ``--help``)."""
 
 
 class _Group(_PlainHelp, TyperGroup):
-    pass
+    """The ``harombe`` group: its own commands plus those adapter packages add (entry points)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        for name, adapter_command in adapter_commands().items():
+            if name not in self.commands:
+                self.add_command(adapter_command, name)
 
 
 app = typer.Typer(
@@ -64,9 +77,52 @@ console = Console()
 err_console = Console(stderr=True)
 
 
+#: Entry point group of the subcommands adapter packages add (each value is ``register(app)``).
+COMMANDS_GROUP = "harombe.cli"
+
+
+@cache
+def adapter_commands() -> dict[str, Any]:
+    """The subcommands installed adapters add (``harombe chat`` comes from LangChain's).
+
+    Each entry point of :data:`COMMANDS_GROUP` is a ``register(app)`` function adding commands
+    to a typer app, so the core never imports an adapter by name. They are collected when the
+    command line is built, not when this module is imported, so an adapter may import this
+    module. An adapter whose optional dependency is missing still gets its command, which then
+    says which extra to install instead of vanishing.
+    """
+    from importlib.metadata import entry_points
+
+    adapters = typer.Typer(cls=TyperGroup)
+    for entry in entry_points(group=COMMANDS_GROUP):
+        try:
+            register = entry.load()
+        except ImportError as exc:
+            _needs_extra(adapters, entry.name, entry.extras[0] if entry.extras else entry.name, exc)
+        else:
+            register(adapters)
+    if not adapters.registered_commands:
+        return {}
+    group = typer.main.get_group(adapters)
+    return dict(group.commands)
+
+
+def _needs_extra(app: typer.Typer, name: str, extra: str, error: ImportError) -> None:
+    """A stand-in ``harombe NAME`` that reports the missing dependency, whatever it is given."""
+
+    @app.command(
+        name,
+        cls=Command,
+        help=f"(needs the {extra} extra: pip install 'harombe-memory[{extra}]')",
+        context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+    )
+    def unavailable() -> None:
+        raise MissingExtraError(f"harombe {name}", extra, error.name or extra) from error
+
+
 def command(name: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
     """Register a ``harombe`` subcommand (with the plain ``--help`` of :class:`_PlainHelp`)."""
-    return app.command(name, cls=_Command)
+    return app.command(name, cls=Command)
 
 
 DbOption = Annotated[
@@ -461,94 +517,6 @@ def migrate_command(
         f"now) and {plural(report.checkpoint_rows, 'checkpoint row')} "
         f"({report.copied_checkpoint_rows:,} copied now); verified: counts and checksums match."
     )
-
-
-# chat (LangChain) ---------------------------------------------------------------------------
-@command("chat")
-def chat_command(
-    db: DbOption,
-    model: Annotated[
-        str,
-        typer.Option(
-            "--model",
-            "-m",
-            metavar="MODEL",
-            envvar="HAROMBE_CHAT_MODEL",
-            help="A LangChain chat model as provider:model (init_chat_model), 'fake' for an "
-            "offline echo model, or 'fake:transcript' to see what the model is sent.",
-        ),
-    ] = "fake",
-    session: Annotated[
-        str | None,
-        typer.Option(
-            "--session",
-            "-s",
-            metavar="SESSION",
-            help="Session to continue, or to start under this name (default: a new one).",
-        ),
-    ] = None,
-    user: Annotated[
-        str | None,
-        typer.Option(
-            "--user",
-            metavar="USER",
-            help="Act as this user: only their sessions are used, searched and recalled.",
-        ),
-    ] = None,
-    system: Annotated[
-        str | None,
-        typer.Option("--system", metavar="TEXT", help="System prompt of a new session."),
-    ] = None,
-    max_tokens: Annotated[
-        int,
-        typer.Option(
-            "--max-tokens", metavar="N", min=1, help="Token budget of the recent turns sent."
-        ),
-    ] = 4096,
-    recall_tokens: Annotated[
-        int,
-        typer.Option(
-            "--recall-tokens",
-            metavar="N",
-            min=0,
-            help="Tokens of relevant earlier turns (the user's other sessions; without --user, "
-            "this session's older turns) added to the system message; 0 turns recall off.",
-        ),
-    ] = 500,
-    embedding: Annotated[
-        str,
-        typer.Option(
-            "--embedding",
-            metavar="MODEL",
-            help="'default' (bundled MiniLM) or 'none' (keyword search and recall only).",
-        ),
-    ] = "default",
-    memory: Annotated[
-        bool,
-        typer.Option(
-            "--memory/--no-memory", metavar="", help="Persist the chat in --db (else in memory)."
-        ),
-    ] = True,
-) -> None:
-    """Chat with a LangChain chat model, with persistent memory (needs the langchain extra)."""
-    try:
-        from langchain_harombe.chat_cli import run_chat
-    except ImportError as exc:
-        from harombe_core.errors import MissingExtraError
-
-        raise MissingExtraError("harombe chat", "langchain", exc.name or "langchain") from exc
-    with clean_errors():
-        run_chat(
-            db=db,
-            model=model,
-            session_id=session,
-            user_id=user,
-            system_prompt=system,
-            max_tokens=max_tokens,
-            recall_tokens=recall_tokens,
-            embedding=embedding,
-            memory=memory,
-        )
 
 
 # search, reindex ----------------------------------------------------------------------------
