@@ -90,8 +90,6 @@ ALLOWED_CYCLES: set[frozenset[str]] = {
     frozenset({"harombe_core.models", "harombe_core.validate"}),
 }
 ALLOWED_PRIVATE: set[tuple[str, str]] = {
-    # The manager's parts share one class by inheritance until it composes them.
-    ("harombe_core.manager", "_system_prompt_message"),
     ("harombe_core.store.postgres", "harombe_core.store.sqlite._check_id"),
     ("harombe_core.store.postgres", "harombe_core.store.sqlite._dumps"),
     ("harombe_core.store.postgres", "harombe_core.store.sqlite._row_to_message"),
@@ -312,8 +310,9 @@ def _private_uses(modules: dict[str, Module]) -> set[tuple[str, str]]:
     """(module, private name) for each use of a ``_`` name another library module defines.
 
     ``from x import _name`` and ``import``-ing a ``_module`` from outside its package count,
-    and so does ``something._name`` when ``_name`` is not the using module's own (``self._x``
-    inside a class is its own; ``store._run`` from vectors/ is another module's).
+    and so does ``something._name`` when ``_name`` is not the using module's own (``store._run``
+    from vectors/ is another module's). ``self._x`` and ``cls._x`` are the object's own members,
+    inherited ones included.
     """
     own = {name: _defined_privates(module) for name, module in modules.items()}
     everyone: set[str] = set().union(*own.values())
@@ -344,11 +343,17 @@ def _private_uses(modules: dict[str, Module]) -> set[tuple[str, str]]:
             elif (
                 isinstance(node, ast.Attribute)
                 and _private(node.attr)
+                and not _own_object(node.value)
                 and node.attr not in own[module.name]
                 and node.attr in everyone
             ):
                 uses.add((module.name, node.attr))
     return uses
+
+
+def _own_object(node: ast.expr) -> bool:
+    """``self``/``cls``: an object's own members, inherited ones included, are not a reach-in."""
+    return isinstance(node, ast.Name) and node.id in ("self", "cls")
 
 
 def _outside_private_module(user: str, imported: str) -> bool:
@@ -392,13 +397,16 @@ def test_the_checks_see_violations() -> None:
         "def f(store):\n"
         "    from harombe_core.manager import MemoryManager\n"
         "    from harombe_core.store.sqlite import _helper\n"
+        "    self._own()\n"
         "    return store._run()\n"
     )
     fake = Module("harombe_core.store.fake", ROOT / "harombe_core/store/fake.py", ast.parse(source))
     owner = Module(
         "harombe_core.store.sqlite",
         ROOT / "harombe_core/store/sqlite.py",
-        ast.parse("def _helper(): ...\nclass S:\n    def _run(self): ...\n"),
+        ast.parse(
+            "def _helper(): ...\nclass S:\n    def _run(self): ...\n    def _own(self): ...\n"
+        ),
     )
     manager = Module("harombe_core.manager", ROOT / "harombe_core/manager.py", ast.parse(""))
     modules = {m.name: m for m in (fake, owner, manager)}
