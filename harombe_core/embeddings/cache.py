@@ -14,7 +14,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from harombe_core.embeddings.base import Embedder, FloatArray, check_texts, validate_vectors
+from harombe_core.embeddings.base import (
+    Embedder,
+    FloatArray,
+    check_texts,
+    one_text,
+    validate_vectors,
+)
 from harombe_core.errors import InvalidInputError
 
 __all__ = ["CachedEmbedder"]
@@ -108,11 +114,7 @@ class CachedEmbedder:
         return self._assemble(items, found, fresh)
 
     def embed_query(self, text: str) -> FloatArray:
-        if not isinstance(text, str):
-            raise InvalidInputError(
-                f"embed_query() takes one str, got {type(text).__name__}; use embed() for a batch"
-            )
-        result: FloatArray = self.embed([text])[0]
+        result: FloatArray = self.embed([one_text(text, "embed_query")])[0]
         return result
 
     def embed_single(self, text: str) -> FloatArray:
@@ -130,11 +132,7 @@ class CachedEmbedder:
         return self._assemble(items, found, fresh)
 
     async def aembed_query(self, text: str) -> FloatArray:
-        if not isinstance(text, str):
-            raise InvalidInputError(
-                f"aembed_query() takes one str, got {type(text).__name__}; use aembed() for a batch"
-            )
-        vectors = await self.aembed([text])
+        vectors = await self.aembed([one_text(text, "aembed_query")])
         result: FloatArray = vectors[0]
         return result
 
