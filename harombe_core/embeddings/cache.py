@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from harombe_core.embeddings.base import (
+    BaseEmbedder,
     Embedder,
     FloatArray,
     check_texts,
@@ -30,12 +31,13 @@ def _key(text: str) -> bytes:
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
-class CachedEmbedder:
+class CachedEmbedder(BaseEmbedder):
     """Wraps ``inner`` and remembers up to ``max_entries`` vectors, least recently used out.
 
     ``name`` and ``dimension`` are the inner embedder's: the cache never changes a vector, so
     an index built with or without it is the same index. Thread-safe; ``hits`` and ``misses``
-    count look-ups since creation (or :meth:`clear`).
+    count look-ups since creation (or :meth:`clear`). ``embed_query`` is the base class's, on
+    the cached :meth:`embed`.
     """
 
     def __init__(self, inner: Embedder, max_entries: int = 10_000) -> None:
@@ -112,13 +114,6 @@ class CachedEmbedder:
             )
             fresh = self._store(missing, vectors)
         return self._assemble(items, found, fresh)
-
-    def embed_query(self, text: str) -> FloatArray:
-        result: FloatArray = self.embed([one_text(text, "embed_query")])[0]
-        return result
-
-    def embed_single(self, text: str) -> FloatArray:
-        return self.embed_query(text)
 
     async def aembed(self, texts: Sequence[str]) -> FloatArray:
         items = check_texts(texts)
