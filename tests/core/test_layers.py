@@ -87,7 +87,6 @@ ADAPTER_LAYER = 8
 ALLOWED_UPWARD: set[tuple[str, str]] = set()
 ALLOWED_CYCLES: set[frozenset[str]] = {
     frozenset({"harombe_core.store.sql_body", "harombe_core.store.sqlite"}),
-    frozenset({"harombe_core.models", "harombe_core.validate"}),
 }
 ALLOWED_PRIVATE: set[tuple[str, str]] = {
     ("harombe_core.store.postgres", "harombe_core.store.sqlite._check_id"),
