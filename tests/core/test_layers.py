@@ -48,6 +48,7 @@ LAYERS: dict[str, int] = {
             "query_time",
             "text",
             "jsonstream",
+            "progress",
             "lazy",
         ],
         0,
