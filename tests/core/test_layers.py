@@ -104,7 +104,6 @@ ALLOWED_PRIVATE: set[tuple[str, str]] = {
 }
 ALLOWED_LONG: set[str] = {
     "harombe_core.cli",
-    "harombe_core.export",
     "harombe_core.manager",
     "harombe_core.retrieval",
     "harombe_core.store.postgres",
