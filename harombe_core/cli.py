@@ -1,201 +1,49 @@
 """The ``harombe`` command: inspect, export, import, prune and demo a memory store.
 
 Every command takes ``--db PATH`` (default: ``HAROMBE_DB``, else ``~/.harombe/memory.db``).
-Commands are grouped here; each feature's commands sit in their own section below.
+Commands are grouped here; each feature's commands sit in their own section below. The app,
+the options and helpers they share, and the commands adapters add are in
+:mod:`harombe_core.cli_app`.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from datetime import UTC, datetime, timedelta
-from functools import cache
 from itertools import islice
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-import typer.main
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
-from typer.core import TyperCommand, TyperGroup
 
-from harombe_core.config import default_db_path
+from harombe_core.cli_app import (
+    DbOption,
+    UserOption,
+    app,
+    clean_errors,
+    command,
+    console,
+    err_console,
+    error_line,
+    existing_session,
+    one_line,
+    open_memory,
+    when,
+)
 from harombe_core.errors import (
     HarombeError,
     InvalidInputError,
     MissingExtraError,
-    SessionNotFoundError,
 )
 from harombe_core.text import plural
 
 if TYPE_CHECKING:
     from harombe_core.manager import MemoryManager
-    from harombe_core.models import Session
-
-class _PlainHelp:
-    """Help that shows ``--help`` as a flag, like every other flag, not as ``--help <bool>``.
-
-    Every option names its value in capitals (``--db PATH``, ``--limit N``) and a flag names
-    none (``metavar=""``); typer's own ``--help`` option gets the same treatment here.
-    """
-
-    def get_help_option(self, ctx: Any) -> Any:
-        option = super().get_help_option(ctx)  # type: ignore[misc]
-        if option is not None:
-            option.metavar = ""
-        return option
-
-
-class Command(_PlainHelp, TyperCommand):
-    """The class of every ``harombe`` subcommand, adapters' included (plain ``--help``)."""
-
-
-class _Group(_PlainHelp, TyperGroup):
-    """The ``harombe`` group: its own commands plus those adapter packages add (entry points)."""
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        for name, adapter_command in adapter_commands().items():
-            if name not in self.commands:
-                self.add_command(adapter_command, name)
-
-
-app = typer.Typer(
-    name="harombe",
-    help="Persistent conversation memory for LLM applications.",
-    no_args_is_help=True,
-    add_completion=False,
-    cls=_Group,
-    # A bug's traceback must not print local variables: they can hold keys and user data.
-    pretty_exceptions_show_locals=False,
-)
-console = Console()
-err_console = Console(stderr=True)
-
-
-#: Entry point group of the subcommands adapter packages add (each value is ``register(app)``).
-COMMANDS_GROUP = "harombe.cli"
-
-
-@cache
-def adapter_commands() -> dict[str, Any]:
-    """The subcommands installed adapters add (``harombe chat`` comes from LangChain's).
-
-    Each entry point of :data:`COMMANDS_GROUP` is a ``register(app)`` function adding commands
-    to a typer app, so the core never imports an adapter by name. They are collected when the
-    command line is built, not when this module is imported, so an adapter may import this
-    module. An adapter whose optional dependency is missing still gets its command, which then
-    says which extra to install instead of vanishing.
-    """
-    from importlib.metadata import entry_points
-
-    adapters = typer.Typer(cls=TyperGroup)
-    for entry in entry_points(group=COMMANDS_GROUP):
-        try:
-            register = entry.load()
-        except ImportError as exc:
-            _needs_extra(adapters, entry.name, entry.extras[0] if entry.extras else entry.name, exc)
-        else:
-            register(adapters)
-    if not adapters.registered_commands:
-        return {}
-    group = typer.main.get_group(adapters)
-    return dict(group.commands)
-
-
-def _needs_extra(app: typer.Typer, name: str, extra: str, error: ImportError) -> None:
-    """A stand-in ``harombe NAME`` that reports the missing dependency, whatever it is given."""
-
-    @app.command(
-        name,
-        cls=Command,
-        help=f"(needs the {extra} extra: pip install 'harombe-memory[{extra}]')",
-        context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
-    )
-    def unavailable() -> None:
-        raise MissingExtraError(f"harombe {name}", extra, error.name or extra) from error
-
-
-def command(name: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
-    """Register a ``harombe`` subcommand (with the plain ``--help`` of :class:`_PlainHelp`)."""
-    return app.command(name, cls=Command)
-
-
-DbOption = Annotated[
-    str,
-    typer.Option(
-        "--db",
-        metavar="PATH",
-        help="Database path (env HAROMBE_DB, default ~/.harombe/memory.db).",
-        envvar="HAROMBE_DB",
-        default_factory=default_db_path,
-        show_default=False,
-    ),
-]
-UserOption = Annotated[
-    str | None, typer.Option("--user", metavar="USER", help="Only this user's sessions.")
-]
-
-
-# shared helpers ------------------------------------------------------------------------------
-def _error_line(text: str) -> None:
-    """One line on stderr, whatever the message held (a typed error's text can span lines)."""
-    err_console.print(f"[red]error:[/red] {escape(' '.join(text.split()))}", soft_wrap=True)
-
-
-@contextmanager
-def clean_errors() -> Iterator[None]:
-    """Turn a typed harombe error into one red line on stderr and exit code 1."""
-    try:
-        yield
-    except HarombeError as exc:
-        _error_line(exc.cli_message())
-        raise typer.Exit(1) from None
-
-
-@contextmanager
-def open_memory(
-    db: str, *, create: bool = False, embedding: str | None = None
-) -> Iterator[MemoryManager]:
-    """A manager over ``db``, without semantic memory unless ``embedding`` names a model (no
-    model load for inspecting a store).
-
-    Unless ``create``, a path with no file is an error rather than a new empty database, so a
-    typo in ``--db`` is reported instead of silently showing nothing.
-    """
-    from harombe_core.errors import StoreNotFoundError
-    from harombe_core.manager import MemoryManager
-
-    path = db if db == ":memory:" or "://" in db else os.path.expanduser(db)
-    if not create and path != ":memory:" and "://" not in path and not os.path.exists(path):
-        raise StoreNotFoundError(
-            f"no database at {path}. Pass --db PATH (or set HAROMBE_DB), or create one with "
-            f"`harombe demo --db {path}` or `harombe import FILE --db {path}`."
-        )
-    with MemoryManager(path, embedding=embedding) as manager:
-        yield manager
-
-
-def existing_session(manager: MemoryManager, session_id: str) -> Session:
-    """The session a command names; a typo is an error here, not an empty session."""
-    session = manager.get_session(session_id)
-    if session is None:
-        raise SessionNotFoundError.of(session_id, manager.store.location)
-    return session
-
-
-def _when(value: datetime) -> str:
-    return f"{value:%Y-%m-%d %H:%M}"
-
-
-def _one_line(text: str, width: int = 60) -> str:
-    flat = " ".join(text.split())
-    return escape(flat if len(flat) <= width else flat[: width - 1] + "…")
-
 
 # sessions, history, export, import, prune, stats, demo -------------------------------------
 @command("sessions")
@@ -224,8 +72,8 @@ def sessions_command(
                 escape(s.id),
                 escape(s.user_id or "-"),
                 str(s.message_count),
-                _when(s.updated_at),
-                _one_line(first[0].content, 48) if first else "",
+                when(s.updated_at),
+                one_line(first[0].content, 48) if first else "",
             )
         console.print(table)
 
@@ -259,7 +107,7 @@ def history_command(
         kept = {m.id for m in window.messages if m.id is not None}
         console.print(
             f"[bold]{escape(session.id)}[/bold]  user {escape(session.user_id or '-')}, "
-            f"{plural(session.message_count, 'message')}, started {_when(session.created_at)} UTC"
+            f"{plural(session.message_count, 'message')}, started {when(session.created_at)} UTC"
             + (f" (showing the newest {len(messages)})" if last is not None else "")
         )
         if session.system_prompt is not None:
@@ -281,7 +129,7 @@ def history_command(
                 body += f"\n[dim]-> tool call {escape(describe_tool_call(call))}[/dim]"
             table.add_row(
                 str(i),
-                _when(m.created_at),
+                when(m.created_at),
                 escape(who),
                 str(m.token_count),
                 "[green]in[/green]" if m.id in kept else "[red]out[/red]",
@@ -449,7 +297,6 @@ def _searches_by_meaning(db: str) -> bool:
 def _import_memory(db: str, embedding: str | None) -> Iterator[MemoryManager]:
     """The manager an import writes through: with ``embedding`` if its backend is installed
     (checked before the database is created), else keyword search only, said once."""
-    from harombe_core.errors import MissingExtraError
 
     with ExitStack() as stack:
         try:
@@ -487,7 +334,7 @@ def prune_command(
                 f"{plural(days, 'day')}."
             )
             for s in old:
-                console.print(f"  {escape(s.id)} (last activity {_when(s.updated_at)})")
+                console.print(f"  {escape(s.id)} (last activity {when(s.updated_at)})")
             return
         removed = manager.prune_old_sessions(days)
         console.print(
@@ -648,9 +495,9 @@ def search_command(
                 table.add_row(
                     f"{hit.score:.3g}",
                     escape(hit.session_id),
-                    _when(message.created_at),
+                    when(message.created_at),
                     escape(who),
-                    _one_line(message.content, 80),
+                    one_line(message.content, 80),
                 )
             console.print(table)
 
@@ -755,15 +602,15 @@ def main(argv: list[str] | None = None) -> None:
         # Not standalone: usage errors come back as exceptions instead of a framed box.
         code = app(args=args or ["--help"], prog_name="harombe", standalone_mode=False)
     except HarombeError as exc:
-        _error_line(exc.cli_message())
+        error_line(exc.cli_message())
         sys.exit(1)
     except TyperException as exc:  # a bad option value, a missing argument, an unknown command
         ctx = getattr(exc, "ctx", None)
         hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
-        _error_line(exc.format_message() + hint)
+        error_line(exc.format_message() + hint)
         sys.exit(exc.exit_code)
     except Abort:
-        _error_line("aborted.")
+        error_line("aborted.")
         sys.exit(1)
     sys.exit(code if isinstance(code, int) else 0)
 

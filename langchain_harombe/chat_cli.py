@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from harombe_core.cli import Command, DbOption, clean_errors
+from harombe_core.cli_app import Command, DbOption, clean_errors
 from harombe_core.errors import MissingExtraError
 from harombe_core.lazy import lazy_attributes as _lazy_attributes
 

@@ -80,6 +80,7 @@ LAYERS: dict[str, int] = {
         6,
     ),
     "cli": 7,
+    "cli_app": 7,
     "": 7,  # harombe_core/__init__.py
 }
 ADAPTER_LAYER = 8
@@ -103,7 +104,6 @@ ALLOWED_PRIVATE: set[tuple[str, str]] = {
     ("harombe_core.vectors.stored", "harombe_core.store.sqlite._scope_sql"),
 }
 ALLOWED_LONG: set[str] = {
-    "harombe_core.cli",
     "harombe_core.manager",
     "harombe_core.retrieval",
     "harombe_core.store.postgres",
