@@ -108,7 +108,6 @@ ALLOWED_LONG: set[str] = {
     "harombe_core.retrieval",
     "harombe_core.store.postgres",
     "harombe_core.store.sqlite",
-    "langchain_harombe.store",
 }
 
 
