@@ -45,6 +45,7 @@ from harombe_core.text import plural
 if TYPE_CHECKING:
     from harombe_core.manager import MemoryManager
 
+
 def _some(ids: list[str], shown: int = 10) -> str:
     """A few ids and how many more: an import of thousands of sessions is not a wall of ids."""
     more = len(ids) - shown
