@@ -6,8 +6,7 @@ stays light (no torch, chromadb, langchain or llama_index until a feature needs 
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from harombe_core.errors import (
     ConfigError,
@@ -22,6 +21,7 @@ from harombe_core.errors import (
     InvalidInputError,
     InvalidMessageError,
     MessageTooLargeError,
+    MigrationError,
     MissingExtraError,
     NotAHarombeDatabaseError,
     SchemaTooNewError,
@@ -34,9 +34,11 @@ from harombe_core.errors import (
     StoreReadOnlyError,
     StoreUnavailableError,
     SummarizationError,
+    ThreadRuleError,
     VectorIndexBusyError,
     VectorIndexError,
 )
+from harombe_core.lazy import lazy_attributes as _lazy_attributes
 from harombe_core.limits import Limits, current_limits, set_limits
 from harombe_core.models import ConversationNode, Message, MessageSummary, SearchHit, Session
 
@@ -91,6 +93,7 @@ __all__ = [
     "Message",
     "MessageSummary",
     "MessageTooLargeError",
+    "MigrationError",
     "MissingExtraError",
     "NotAHarombeDatabaseError",
     "SQLiteStore",
@@ -107,6 +110,7 @@ __all__ = [
     "StoreReadOnlyError",
     "StoreUnavailableError",
     "SummarizationError",
+    "ThreadRuleError",
     "VectorIndexBusyError",
     "VectorIndexError",
     "__version__",
@@ -115,14 +119,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'harombe_core' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = _lazy_attributes(__name__, _LAZY, __all__)

@@ -1,144 +1,49 @@
 """The ``harombe`` command: inspect, export, import, prune and demo a memory store.
 
 Every command takes ``--db PATH`` (default: ``HAROMBE_DB``, else ``~/.harombe/memory.db``).
-Commands are grouped here; each feature's commands sit in their own section below.
+Commands are grouped here; each feature's commands sit in their own section below. The app,
+the options and helpers they share, and the commands adapters add are in
+:mod:`harombe_core.cli_app`.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from datetime import UTC, datetime, timedelta
 from itertools import islice
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
-from typer.core import TyperCommand, TyperGroup
 
-from harombe_core.config import default_db_path
-from harombe_core.errors import HarombeError, InvalidInputError, SessionNotFoundError
+from harombe_core.cli_app import (
+    DbOption,
+    UserOption,
+    app,
+    clean_errors,
+    command,
+    console,
+    err_console,
+    error_line,
+    existing_session,
+    one_line,
+    open_memory,
+    when,
+)
+from harombe_core.errors import (
+    HarombeError,
+    InvalidInputError,
+    MissingExtraError,
+)
 from harombe_core.text import plural
 
 if TYPE_CHECKING:
     from harombe_core.manager import MemoryManager
-    from harombe_core.models import Session
-
-class _PlainHelp:
-    """Help that shows ``--help`` as a flag, like every other flag, not as ``--help <bool>``.
-
-    Every option names its value in capitals (``--db PATH``, ``--limit N``) and a flag names
-    none (``metavar=""``); typer's own ``--help`` option gets the same treatment here.
-    """
-
-    def get_help_option(self, ctx: Any) -> Any:
-        option = super().get_help_option(ctx)  # type: ignore[misc]
-        if option is not None:
-            option.metavar = ""
-        return option
-
-
-class _Command(_PlainHelp, TyperCommand):
-    pass
-
-
-class _Group(_PlainHelp, TyperGroup):
-    pass
-
-
-app = typer.Typer(
-    name="harombe",
-    help="Persistent conversation memory for LLM applications.",
-    no_args_is_help=True,
-    add_completion=False,
-    cls=_Group,
-    # A bug's traceback must not print local variables: they can hold keys and user data.
-    pretty_exceptions_show_locals=False,
-)
-console = Console()
-err_console = Console(stderr=True)
-
-
-def command(name: str) -> Callable[[Callable[..., None]], Callable[..., None]]:
-    """Register a ``harombe`` subcommand (with the plain ``--help`` of :class:`_PlainHelp`)."""
-    return app.command(name, cls=_Command)
-
-
-DbOption = Annotated[
-    str,
-    typer.Option(
-        "--db",
-        metavar="PATH",
-        help="Database path (env HAROMBE_DB, default ~/.harombe/memory.db).",
-        envvar="HAROMBE_DB",
-        default_factory=default_db_path,
-        show_default=False,
-    ),
-]
-UserOption = Annotated[
-    str | None, typer.Option("--user", metavar="USER", help="Only this user's sessions.")
-]
-
-
-# shared helpers ------------------------------------------------------------------------------
-def _error_line(text: str) -> None:
-    """One line on stderr, whatever the message held (a typed error's text can span lines)."""
-    err_console.print(f"[red]error:[/red] {escape(' '.join(text.split()))}", soft_wrap=True)
-
-
-@contextmanager
-def clean_errors() -> Iterator[None]:
-    """Turn a typed harombe error into one red line on stderr and exit code 1."""
-    try:
-        yield
-    except HarombeError as exc:
-        _error_line(exc.cli_message())
-        raise typer.Exit(1) from None
-
-
-@contextmanager
-def open_memory(
-    db: str, *, create: bool = False, embedding: str | None = None
-) -> Iterator[MemoryManager]:
-    """A manager over ``db``, without semantic memory unless ``embedding`` names a model (no
-    model load for inspecting a store).
-
-    Unless ``create``, a path with no file is an error rather than a new empty database, so a
-    typo in ``--db`` is reported instead of silently showing nothing.
-    """
-    from harombe_core.errors import StoreNotFoundError
-    from harombe_core.manager import MemoryManager
-
-    path = db if db == ":memory:" or "://" in db else os.path.expanduser(db)
-    if not create and path != ":memory:" and "://" not in path and not os.path.exists(path):
-        raise StoreNotFoundError(
-            f"no database at {path}. Pass --db PATH (or set HAROMBE_DB), or create one with "
-            f"`harombe demo --db {path}` or `harombe import FILE --db {path}`."
-        )
-    with MemoryManager(path, embedding=embedding) as manager:
-        yield manager
-
-
-def existing_session(manager: MemoryManager, session_id: str) -> Session:
-    """The session a command names; a typo is an error here, not an empty session."""
-    session = manager.get_session(session_id)
-    if session is None:
-        raise SessionNotFoundError.of(session_id, manager.store.location)
-    return session
-
-
-def _when(value: datetime) -> str:
-    return f"{value:%Y-%m-%d %H:%M}"
-
-
-def _one_line(text: str, width: int = 60) -> str:
-    flat = " ".join(text.split())
-    return escape(flat if len(flat) <= width else flat[: width - 1] + "…")
 
 
 def _some(ids: list[str], shown: int = 10) -> str:
@@ -174,8 +79,8 @@ def sessions_command(
                 escape(s.id),
                 escape(s.user_id or "-"),
                 str(s.message_count),
-                _when(s.updated_at),
-                _one_line(first[0].content, 48) if first else "",
+                when(s.updated_at),
+                one_line(first[0].content, 48) if first else "",
             )
         console.print(table)
 
@@ -209,7 +114,7 @@ def history_command(
         kept = {m.id for m in window.messages if m.id is not None}
         console.print(
             f"[bold]{escape(session.id)}[/bold]  user {escape(session.user_id or '-')}, "
-            f"{plural(session.message_count, 'message')}, started {_when(session.created_at)} UTC"
+            f"{plural(session.message_count, 'message')}, started {when(session.created_at)} UTC"
             + (f" (showing the newest {len(messages)})" if last is not None else "")
         )
         if session.system_prompt is not None:
@@ -231,7 +136,7 @@ def history_command(
                 body += f"\n[dim]-> tool call {escape(describe_tool_call(call))}[/dim]"
             table.add_row(
                 str(i),
-                _when(m.created_at),
+                when(m.created_at),
                 escape(who),
                 str(m.token_count),
                 "[green]in[/green]" if m.id in kept else "[red]out[/red]",
@@ -399,7 +304,6 @@ def _searches_by_meaning(db: str) -> bool:
 def _import_memory(db: str, embedding: str | None) -> Iterator[MemoryManager]:
     """The manager an import writes through: with ``embedding`` if its backend is installed
     (checked before the database is created), else keyword search only, said once."""
-    from harombe_core.errors import MissingExtraError
 
     with ExitStack() as stack:
         try:
@@ -437,7 +341,7 @@ def prune_command(
                 f"{plural(days, 'day')}."
             )
             for s in old:
-                console.print(f"  {escape(s.id)} (last activity {_when(s.updated_at)})")
+                console.print(f"  {escape(s.id)} (last activity {when(s.updated_at)})")
             return
         removed = manager.prune_old_sessions(days)
         console.print(
@@ -533,94 +437,6 @@ def migrate_command(
     )
 
 
-# chat (LangChain) ---------------------------------------------------------------------------
-@command("chat")
-def chat_command(
-    db: DbOption,
-    model: Annotated[
-        str,
-        typer.Option(
-            "--model",
-            "-m",
-            metavar="MODEL",
-            envvar="HAROMBE_CHAT_MODEL",
-            help="A LangChain chat model as provider:model (init_chat_model), 'fake' for an "
-            "offline echo model, or 'fake:transcript' to see what the model is sent.",
-        ),
-    ] = "fake",
-    session: Annotated[
-        str | None,
-        typer.Option(
-            "--session",
-            "-s",
-            metavar="SESSION",
-            help="Session to continue, or to start under this name (default: a new one).",
-        ),
-    ] = None,
-    user: Annotated[
-        str | None,
-        typer.Option(
-            "--user",
-            metavar="USER",
-            help="Act as this user: only their sessions are used, searched and recalled.",
-        ),
-    ] = None,
-    system: Annotated[
-        str | None,
-        typer.Option("--system", metavar="TEXT", help="System prompt of a new session."),
-    ] = None,
-    max_tokens: Annotated[
-        int,
-        typer.Option(
-            "--max-tokens", metavar="N", min=1, help="Token budget of the recent turns sent."
-        ),
-    ] = 4096,
-    recall_tokens: Annotated[
-        int,
-        typer.Option(
-            "--recall-tokens",
-            metavar="N",
-            min=0,
-            help="Tokens of relevant earlier turns (the user's other sessions; without --user, "
-            "this session's older turns) added to the system message; 0 turns recall off.",
-        ),
-    ] = 500,
-    embedding: Annotated[
-        str,
-        typer.Option(
-            "--embedding",
-            metavar="MODEL",
-            help="'default' (bundled MiniLM) or 'none' (keyword search and recall only).",
-        ),
-    ] = "default",
-    memory: Annotated[
-        bool,
-        typer.Option(
-            "--memory/--no-memory", metavar="", help="Persist the chat in --db (else in memory)."
-        ),
-    ] = True,
-) -> None:
-    """Chat with a LangChain chat model, with persistent memory (needs the langchain extra)."""
-    try:
-        from langchain_harombe.chat_cli import run_chat
-    except ImportError as exc:
-        from harombe_core.errors import MissingExtraError
-
-        raise MissingExtraError("harombe chat", "langchain", exc.name or "langchain") from exc
-    with clean_errors():
-        run_chat(
-            db=db,
-            model=model,
-            session_id=session,
-            user_id=user,
-            system_prompt=system,
-            max_tokens=max_tokens,
-            recall_tokens=recall_tokens,
-            embedding=embedding,
-            memory=memory,
-        )
-
-
 # search, reindex ----------------------------------------------------------------------------
 @command("search")
 def search_command(
@@ -686,9 +502,9 @@ def search_command(
                 table.add_row(
                     f"{hit.score:.3g}",
                     escape(hit.session_id),
-                    _when(message.created_at),
+                    when(message.created_at),
                     escape(who),
-                    _one_line(message.content, 80),
+                    one_line(message.content, 80),
                 )
             console.print(table)
 
@@ -793,15 +609,15 @@ def main(argv: list[str] | None = None) -> None:
         # Not standalone: usage errors come back as exceptions instead of a framed box.
         code = app(args=args or ["--help"], prog_name="harombe", standalone_mode=False)
     except HarombeError as exc:
-        _error_line(exc.cli_message())
+        error_line(exc.cli_message())
         sys.exit(1)
     except TyperException as exc:  # a bad option value, a missing argument, an unknown command
         ctx = getattr(exc, "ctx", None)
         hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
-        _error_line(exc.format_message() + hint)
+        error_line(exc.format_message() + hint)
         sys.exit(exc.exit_code)
     except Abort:
-        _error_line("aborted.")
+        error_line("aborted.")
         sys.exit(1)
     sys.exit(code if isinstance(code, int) else 0)
 

@@ -9,7 +9,8 @@ recover. The tree::
     │   │   └── MessageTooLargeError               a message field over its size limit
     │   ├── InputTooLargeError                     any stored field over its size limit
     │   │   └── MessageTooLargeError               (also an InvalidMessageError)
-    │   └── InvalidBudgetError                     negative or non-integer token budget
+    │   ├── InvalidBudgetError                     negative or non-integer token budget
+    │   └── ThreadRuleError                        a thread graph breaks a threading rule
     ├── ConfigError (also ValueError)              YAML/dict configuration that does not validate
     ├── SessionNotFoundError (also KeyError)       a session that must exist does not (export,
     │                                              the CLI); other reads of an unknown session
@@ -25,6 +26,8 @@ recover. The tree::
     │   ├── StorageFullError                       the disk (or a size limit) is full
     │   ├── StoreUnavailableError                  the database server stayed unreachable
     │   ├── EncryptionKeyError                     wrong or missing key for an encrypted file
+    │   ├── MigrationError                         a migration's destination differs from its
+    │   │                                          source (or already holds other data)
     │   └── VectorIndexError                       the derived vector index failed; messages safe
     │       └── VectorIndexBusyError               another process holds the vector index folder
     ├── EmbeddingError                             the embedder failed or returned bad vectors
@@ -57,6 +60,7 @@ __all__ = [
     "InvalidInputError",
     "InvalidMessageError",
     "MessageTooLargeError",
+    "MigrationError",
     "MissingExtraError",
     "NotAHarombeDatabaseError",
     "SchemaTooNewError",
@@ -69,6 +73,7 @@ __all__ = [
     "StoreReadOnlyError",
     "StoreUnavailableError",
     "SummarizationError",
+    "ThreadRuleError",
     "VectorIndexBusyError",
     "VectorIndexError",
 ]
@@ -135,6 +140,10 @@ class MessageTooLargeError(InvalidMessageError, InputTooLargeError):
 
 class InvalidBudgetError(InvalidInputError):
     """A token budget is negative or not an integer."""
+
+
+class ThreadRuleError(InvalidInputError):
+    """A thread graph breaks a threading rule (the message says which and where)."""
 
 
 class ConfigError(HarombeError, ValueError):
@@ -260,6 +269,10 @@ class StoreUnavailableError(StoreError):
 
 class EncryptionKeyError(StoreError):
     """An encrypted database was opened without its key or with a wrong one; it is unchanged."""
+
+
+class MigrationError(StoreError):
+    """The destination does not match the source (or holds a different session of the same id)."""
 
 
 class VectorIndexError(StoreError):

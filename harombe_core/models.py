@@ -10,11 +10,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import MISSING, dataclass, field, fields, replace
 from datetime import UTC, datetime
-from typing import Any, Literal, get_args
+from typing import Any, get_args
 
 from harombe_core.errors import InvalidMessageError
 from harombe_core.limits import Limits, current_limits
 from harombe_core.validate import (
+    Role,
     check_json,
     check_mapping,
     check_text,
@@ -35,7 +36,6 @@ __all__ = [
     "utc_now",
 ]
 
-Role = Literal["user", "assistant", "system", "tool"]
 ROLES: frozenset[str] = frozenset(get_args(Role))
 
 #: Largest message content accepted by default, in characters (``Limits.content_chars``).

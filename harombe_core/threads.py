@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import networkx as nx
 
-from harombe_core.errors import InvalidInputError
+from harombe_core.errors import InvalidInputError, ThreadRuleError
 from harombe_core.models import ConversationNode, Message
 from harombe_core.validate import show
 
@@ -63,10 +63,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 HUMAN_ROLES = frozenset({"user"})
-
-
-class ThreadRuleError(InvalidInputError):
-    """A thread graph breaks a threading rule (the message says which and where)."""
 
 
 # --------------------------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any, Literal, get_args
 
 from harombe_core.errors import (
     InputTooLargeError,
@@ -37,6 +37,7 @@ __all__ = [
     "MAX_COUNT",
     "MAX_TOP_K",
     "TIME_RANGE",
+    "Role",
     "check_budget",
     "check_count",
     "check_flag",
@@ -321,10 +322,12 @@ def check_flag(value: Any, what: str) -> bool:
 
 
 # roles -----------------------------------------------------------------------------------------
+#: The roles a message may have (:mod:`harombe_core.models` re-exports it with ROLES).
+Role = Literal["user", "assistant", "system", "tool"]
+
+
 def check_roles(value: Any) -> tuple[str, ...] | None:
     """A role filter: None (every role) or a non-empty list of role names."""
-    from harombe_core.models import Role
-
     if value is None:
         return None
     known = get_args(Role)

@@ -6,8 +6,9 @@ until a piece is used (the LangGraph store and the agent middleware pull in lang
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from harombe_core.lazy import lazy_attributes as _lazy_attributes
 
 if TYPE_CHECKING:
     from langchain_harombe.checkpoint import HarombeSaver
@@ -64,14 +65,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'langchain_harombe' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = _lazy_attributes(__name__, _LAZY, __all__)

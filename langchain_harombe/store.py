@@ -49,7 +49,6 @@ from langgraph.store.base import (
     GetOp,
     Item,
     ListNamespacesOp,
-    MatchCondition,
     Op,
     PutOp,
     Result,
@@ -66,19 +65,21 @@ from harombe_core.manager import MemoryManager
 from harombe_core.store.sql_body import Body, sql_runner
 from harombe_core.store.sqlite import from_micros, to_micros
 from harombe_core.validate import (
-    check_count,
-    check_flag,
-    check_id,
-    check_json,
     check_list,
     check_number,
-    check_query,
     check_text,
-    optional_count,
 )
 from langchain_harombe._packages import missing_package
 from langchain_harombe.embeddings import LangChainEmbedder
 from langchain_harombe.history import resolve_manager
+from langchain_harombe.store_checks import (
+    MAX_TTL_MINUTES,
+    check_filter,
+    check_op,
+    check_ttl_config,
+    matches_filter,
+    ns_matches,
+)
 
 __all__ = ["HarombeStore"]
 
@@ -102,8 +103,6 @@ class _Plan(NamedTuple):
     queries: dict[str, np.ndarray]
 
 _OPS = (GetOp, PutOp, SearchOp, ListNamespacesOp)
-#: Longest TTL, in minutes (about 1,900 years; expiry times are 64-bit microseconds).
-MAX_TTL_MINUTES = 1_000_000_000
 
 
 def _ns(namespace: tuple[str, ...]) -> str:
@@ -153,7 +152,7 @@ class HarombeStore(BaseStore):
         ttl: TTLConfig | None = None,
         manager_options: dict[str, Any] | None = None,
     ) -> None:
-        _check_ttl_config(ttl)
+        check_ttl_config(ttl)
         # Items are searched by meaning through ``index`` (as LangGraph's stores): the manager
         # a path opens needs no semantic memory of its own unless asked for.
         self.manager, self._owns_manager = resolve_manager(
@@ -219,9 +218,9 @@ class HarombeStore(BaseStore):
         """Check the ops and serialise what they write (outside the transaction)."""
         puts: dict[_Key, PutOp] = {}
         for op in ops:
-            _check_op(op)
+            check_op(op)
             if isinstance(op, SearchOp) and op.filter:
-                _check_filter(op.filter)
+                check_filter(op.filter)
             elif isinstance(op, PutOp):
                 key = (_ns(op.namespace), op.key)
                 puts.pop(key, None)  # the last put of a key wins, in its place in the batch
@@ -339,7 +338,7 @@ class HarombeStore(BaseStore):
             )
         ).rows
         if op.filter:
-            rows = [r for r in rows if _matches(json.loads(r[2]), op.filter)]
+            rows = [r for r in rows if matches_filter(json.loads(r[2]), op.filter)]
         scored: list[tuple[float | None, Any]] = [(None, r) for r in rows]
         if query is not None and rows:
             best = yield from self._best_scores(rows, query)
@@ -360,7 +359,7 @@ class HarombeStore(BaseStore):
         namespaces = [tuple(r[0].split(".")) for r in rows]
         if op.match_conditions:
             namespaces = [
-                ns for ns in namespaces if all(_ns_matches(m, ns) for m in op.match_conditions)
+                ns for ns in namespaces if all(ns_matches(m, ns) for m in op.match_conditions)
             ]
         if op.max_depth is not None:
             namespaces = [ns[: op.max_depth] for ns in namespaces]
@@ -563,97 +562,6 @@ def _writes(ops: Sequence[Op]) -> bool:
     return any(isinstance(op, PutOp) for op in ops)
 
 
-def _check_namespace(value: Any, what: str, *, empty: bool) -> None:
-    """A namespace: a tuple of labels, each a non-empty id without dots (they are stored
-    dotted, so a dot would make two namespaces one)."""
-    if not isinstance(value, tuple) or (not value and not empty):
-        raise InvalidInputError(
-            f"{what} must be a {'' if empty else 'non-empty '}tuple of str labels, got "
-            f"{type(value).__name__}{'' if value or empty else ' ()'}."
-        )
-    for label in value:
-        check_id(label, f"a {what} label")
-        if "." in label:
-            raise InvalidInputError(f"{what} labels cannot contain '.', got {label!r:.60}.")
-
-
-def _check_ttl_config(ttl: Any) -> None:
-    """LangGraph's ``TTLConfig``: a dict whose known settings have their types."""
-    if ttl is None:
-        return
-    if not isinstance(ttl, Mapping):
-        raise InvalidInputError(
-            f"ttl must be a dict (LangGraph's TTLConfig), got {type(ttl).__name__}."
-        )
-    if ttl.get("default_ttl") is not None:
-        check_number(ttl["default_ttl"], "default_ttl (minutes)", low=0.0, high=MAX_TTL_MINUTES)
-    for flag in ("refresh_on_read", "omit_expired"):
-        if ttl.get(flag) is not None:
-            check_flag(ttl[flag], flag)
-    if ttl.get("sweep_interval_minutes") is not None:
-        check_number(
-            ttl["sweep_interval_minutes"], "sweep_interval_minutes", low=0.0, high=MAX_TTL_MINUTES
-        )
-
-
-def _check_op(op: Op) -> None:
-    """Refuse a malformed operation before anything is embedded or written (a batch is all or
-    nothing): namespaces, keys, value types, TTLs, pages. Filters are checked by
-    :func:`_check_filter`, value sizes once serialised (:meth:`HarombeStore._plan`)."""
-    if isinstance(op, (GetOp, PutOp)):
-        _check_namespace(op.namespace, "namespace", empty=False)
-        if op.key != "":
-            check_id(op.key, "store key")
-    if isinstance(op, GetOp):
-        if op.refresh_ttl is not None:
-            check_flag(op.refresh_ttl, "refresh_ttl")
-    elif isinstance(op, PutOp):
-        if op.value is not None:
-            if not isinstance(op.value, Mapping):
-                raise InvalidInputError(
-                    f"a store value must be a dict (a JSON object), got {type(op.value).__name__}."
-                )
-            # Measured before it is serialised (a 50 MB value is refused at once); the exact
-            # length of its JSON is checked again in _plan.
-            limit = current_limits().store_value_chars
-            check_json(op.value, "a store value", limit=limit, field="store_value_chars",
-                       strict=False)
-        if op.index is not None and op.index is not False and (
-            not isinstance(op.index, list) or not all(isinstance(f, str) for f in op.index)
-        ):
-            raise InvalidInputError("index must be False, None or a list of field paths (str).")
-        if op.ttl is not None:
-            check_number(op.ttl, "ttl (minutes)", low=0.0, high=MAX_TTL_MINUTES)
-    elif isinstance(op, SearchOp):
-        _check_namespace(op.namespace_prefix, "namespace_prefix", empty=True)
-        if op.query is not None:
-            check_query(op.query)
-        check_count(op.limit, "limit")
-        check_count(op.offset, "offset")
-        if op.refresh_ttl is not None:
-            check_flag(op.refresh_ttl, "refresh_ttl")
-    elif isinstance(op, ListNamespacesOp):
-        conditions = op.match_conditions or ()
-        if not isinstance(conditions, (tuple, list)):
-            raise InvalidInputError("match_conditions must be a tuple of MatchCondition.")
-        for condition in conditions:
-            if (
-                not isinstance(condition, MatchCondition)
-                or condition.match_type not in ("prefix", "suffix")
-                or not isinstance(condition.path, tuple)
-                or not all(isinstance(p, str) for p in condition.path)
-            ):
-                raise InvalidInputError(
-                    "match_conditions must be MatchCondition(match_type='prefix' or 'suffix', "
-                    "path=tuple of str)."
-                )
-        optional_count(op.max_depth, "max_depth")
-        check_count(op.limit, "limit")
-        check_count(op.offset, "offset")
-    else:
-        raise InvalidInputError(f"unknown store operation {type(op).__name__}.")
-
-
 def _results(ops: Sequence[Op], raw: Sequence[Any]) -> list[Result]:
     """The batch's results from the plain rows its body returned."""
     out: list[Result] = []
@@ -702,100 +610,3 @@ def _search_item(row: Sequence[Any], score: float | None) -> SearchItem:
     )
 
 
-def _ns_matches(condition: MatchCondition, namespace: tuple[str, ...]) -> bool:
-    path = tuple(condition.path)
-    if len(namespace) < len(path):
-        return False
-    if condition.match_type == "prefix":
-        pairs = zip(namespace, path, strict=False)
-    elif condition.match_type == "suffix":
-        pairs = zip(reversed(namespace), reversed(path), strict=False)
-    else:
-        raise InvalidInputError(f"unsupported match type {condition.match_type!r}.")
-    return all(p == "*" or n == p for n, p in pairs)
-
-
-_OPERATORS = {
-    "$eq": lambda a, b: a == b,
-    "$ne": lambda a, b: a is not None and a != b,
-    "$gt": lambda a, b: a is not None and a > b,
-    "$gte": lambda a, b: a is not None and a >= b,
-    "$lt": lambda a, b: a is not None and a < b,
-    "$lte": lambda a, b: a is not None and a <= b,
-}
-"""LangGraph's filter operators. A missing or null field matches none but ``$eq: None``, as
-in ``SqliteStore`` and ``PostgresStore`` (SQL comparisons with NULL are never true)."""
-
-
-def _check_filter(condition: Any, top: bool = True) -> None:
-    """Refuse an unknown operator (or a non-JSON operand) before the batch starts, whether or
-    not any item would have been compared."""
-    if not isinstance(condition, Mapping):
-        if top:
-            raise InvalidInputError(f"filter must be a dict, got {type(condition).__name__}.")
-        _operand(condition)
-        return
-    operators = [k for k in condition if isinstance(k, str) and k.startswith("$")]
-    if top and operators:
-        raise InvalidInputError(
-            f"filter keys name fields, not operators ({operators[0]!r}); logical operators "
-            "such as $or are not supported: give {field: value} or {field: {'$gt': value}}."
-        )
-    for name, operand in condition.items():
-        if not isinstance(name, str):
-            raise InvalidInputError(f"filter keys must be str, got {type(name).__name__}.")
-        if operators and name not in _OPERATORS:
-            raise InvalidInputError(
-                f"unsupported filter operator {name!r}; use one of {sorted(_OPERATORS)}."
-            )
-        _check_filter(operand, top=False)
-
-
-def _field(value: Mapping[str, Any], key: str) -> Any:
-    """The value a filter key names: the key itself, else a dotted path through nested
-    objects (``"user.access-level"``), as ``SqliteStore`` reads it; None when missing."""
-    if key in value:
-        return value[key]
-    node: Any = value
-    for part in key.split("."):
-        if not isinstance(node, Mapping) or part not in node:
-            return None
-        node = node[part]
-    return node
-
-
-def _matches(value: Mapping[str, Any], condition: Mapping[str, Any]) -> bool:
-    """``value`` satisfies a LangGraph filter: every key, a field or dotted path, compares."""
-    return all(_compare(_field(value, key), wanted) for key, wanted in condition.items())
-
-
-def _compare(value: Any, condition: Any) -> bool:
-    """Nested equality (a dict matches the keys it names) and comparison operators."""
-    if isinstance(condition, Mapping):
-        if any(k.startswith("$") for k in condition):
-            for name, operand in condition.items():
-                try:
-                    if not _OPERATORS[name](value, _operand(operand)):
-                        return False
-                except TypeError:  # "a" > 1: unordered types never match
-                    return False
-            return True
-        if not isinstance(value, Mapping):
-            return False
-        return all(_compare(value.get(k), v) for k, v in condition.items())
-    return bool(value == _operand(condition))
-
-
-def _operand(value: Any) -> Any:
-    """A filter operand in the form values are stored in (a datetime as its ISO string, a
-    tuple as a list), so it compares with what was stored; JSON scalars pass as they are."""
-    if value is None or isinstance(value, (str, int, float)):
-        return value
-    if isinstance(value, Mapping):
-        return {k: _operand(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_operand(v) for v in value]
-    try:
-        return orjson.loads(orjson.dumps(value))
-    except (TypeError, ValueError) as exc:
-        raise InvalidInputError(f"filter values must be JSON values: {exc}.") from exc

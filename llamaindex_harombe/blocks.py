@@ -25,6 +25,7 @@ from harombe_core.errors import InvalidInputError
 from harombe_core.manager import MemoryManager
 from harombe_core.models import Message
 from harombe_core.validate import check_location
+from llamaindex_harombe._owned import OwnedManager
 from llamaindex_harombe._recall import fit_context
 from llamaindex_harombe.chat_store import holds_its_queue
 from llamaindex_harombe.convert import from_llamaindex
@@ -32,14 +33,13 @@ from llamaindex_harombe.memory import (
     DEFAULT_STORAGE_PATH,
     describe_manager,
     embedding_field,
-    open_manager,
     vector_store_field,
 )
 
 __all__ = ["HarombeMemoryBlock"]
 
 
-class HarombeMemoryBlock(BaseMemoryBlock[str]):
+class HarombeMemoryBlock(OwnedManager, BaseMemoryBlock[str]):
     """Recall from harombe as a ``Memory`` block (returns text for the memory template).
 
     ``scope``: ``"session"`` recalls only the session being asked for; ``"user"`` everything
@@ -87,20 +87,7 @@ class HarombeMemoryBlock(BaseMemoryBlock[str]):
         super().__init__(**data)
         if self.scope == "user" and self.user_id is None:
             raise InvalidInputError("scope='user' needs user_id; or use scope='session'.")
-        if manager is None:
-            manager = open_manager(self.storage_path, self.embedding, self.vector_store)
-            self._owns_manager = True
-        else:
-            self._owns_manager = False
-        self._manager = manager
-
-    @property
-    def manager(self) -> MemoryManager:
-        return self._manager
-
-    def close(self) -> None:
-        if self._owns_manager:
-            self._manager.close()
+        self._take_manager(manager, self.storage_path, self.embedding, self.vector_store)
 
     async def _aget(
         self,

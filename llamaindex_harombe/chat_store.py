@@ -38,19 +38,19 @@ from harombe_core.validate import (
     optional_id,
     pydantic_errors,
 )
+from llamaindex_harombe._owned import OwnedManager
 from llamaindex_harombe.convert import from_llamaindex, from_llamaindex_list, to_llamaindex
 from llamaindex_harombe.memory import (
     DEFAULT_STORAGE_PATH,
     describe_manager,
     embedding_field,
-    open_manager,
     vector_store_field,
 )
 
 __all__ = ["HarombeChatStore", "HarombeDBChatStore", "holds_its_queue"]
 
 
-class _ManagedStore(BaseModel):
+class _ManagedStore(OwnedManager, BaseModel):
     """Fields and plumbing shared by both stores: where the database is, and the manager."""
 
     storage_path: str = Field(default=DEFAULT_STORAGE_PATH, description="SQLite file or URL.")
@@ -81,22 +81,7 @@ class _ManagedStore(BaseModel):
         with pydantic_errors(type(self).__name__):
             super().__init__(**data)
         optional_id(self.user_id, "user_id")
-        if manager is None:
-            manager = open_manager(self.storage_path, self.embedding, self.vector_store)
-            self._owns_manager = True
-        else:
-            self._owns_manager = False
-        self._manager = manager
-
-    @property
-    def manager(self) -> MemoryManager:
-        """The MemoryManager underneath."""
-        return self._manager
-
-    def close(self) -> None:
-        """Close the database if this store opened it."""
-        if self._owns_manager:
-            self._manager.close()
+        self._take_manager(manager, self.storage_path, self.embedding, self.vector_store)
 
     def _check(self, key: str) -> Session | None:
         """The key's session if this store may use it (None if new); else

@@ -21,11 +21,11 @@ from harombe_core.manager import MemoryManager
 from harombe_core.models import SearchHit
 from harombe_core.owners import check_search_scope
 from harombe_core.validate import check_count, check_query, optional_id
+from llamaindex_harombe._owned import OwnedManager
 from llamaindex_harombe.memory import (
     DEFAULT_EMBEDDING,
     DEFAULT_STORAGE_PATH,
     DEFAULT_VECTOR_STORE,
-    open_manager,
 )
 
 __all__ = ["HarombeRetriever", "hit_to_node"]
@@ -70,7 +70,7 @@ def _checked(query: Any) -> QueryType:
     return check_query(query)
 
 
-class HarombeRetriever(BaseRetriever):
+class HarombeRetriever(OwnedManager, BaseRetriever):
     """Retrieves past messages relevant to a query.
 
     Scope it with ``session_id`` (one conversation) or ``user_id`` (everything a user said, the
@@ -108,25 +108,13 @@ class HarombeRetriever(BaseRetriever):
         ):
             optional_id(value, name)
         check_search_scope("HarombeRetriever", user_id, session_id, all_users)
-        self._owns_manager = manager is None
-        self._manager = manager or open_manager(
-            storage_path or DEFAULT_STORAGE_PATH, embedding, vector_store
-        )
+        self._take_manager(manager, storage_path or DEFAULT_STORAGE_PATH, embedding, vector_store)
         self.top_k = top_k
         self.session_id = session_id
         self.user_id = user_id
         self.exclude_session_id = exclude_session_id
         self.all_users = all_users
         super().__init__(callback_manager=callback_manager, verbose=verbose)
-
-    @property
-    def manager(self) -> MemoryManager:
-        return self._manager
-
-    def close(self) -> None:
-        """Close the database if this retriever opened it."""
-        if self._owns_manager:
-            self._manager.close()
 
     def retrieve(self, str_or_query_bundle: QueryType) -> list[NodeWithScore]:
         """Past messages relevant to a query string or ``QueryBundle``, best first."""

@@ -18,7 +18,6 @@ per call.
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
 import logging
 import os
@@ -29,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from harombe_core.embeddings.base import BaseEmbedder, Embedder, FloatArray, normalize_rows
 from harombe_core.embeddings.cache import CachedEmbedder
 from harombe_core.errors import EmbeddingError, InvalidInputError, MissingExtraError
+from harombe_core.lazy import lazy_attributes as _lazy_attributes
 
 if TYPE_CHECKING:
     from harombe_core.embeddings.ollama import OllamaEmbedder
@@ -75,13 +75,7 @@ ACCEPTED_SPECS = (
 )
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'harombe_core.embeddings' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = _lazy_attributes(__name__, _LAZY, __all__)[0]
 
 
 def _default_embedder() -> Embedder:

@@ -1,8 +1,10 @@
-"""A small JSON-over-HTTP client on the standard library, shared by the remote embedders.
+"""A small JSON-over-HTTP client on the standard library, and the base of the remote embedders.
 
 urllib keeps the remote backends free of dependencies. Transient failures (connection reset,
 HTTP 429 and 5xx) are retried with a short backoff; everything else becomes an
-:class:`EmbeddingError` that names the server and what to check.
+:class:`EmbeddingError` that names the server and what to check. :class:`HttpEmbedder` holds
+what every remote embedder does the same way: batching, the dimension probe and the check that
+the server's vectors have one length.
 """
 
 from __future__ import annotations
@@ -13,9 +15,10 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+from harombe_core.embeddings.base import BaseEmbedder, FloatArray
 from harombe_core.errors import EmbeddingError
 
-__all__ = ["post_json"]
+__all__ = ["HttpEmbedder", "post_json"]
 
 _RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
 
@@ -67,3 +70,47 @@ def post_json(
         return json.loads(raw)
     except (ValueError, RecursionError) as exc:
         raise EmbeddingError(f"{service} at {url} did not answer JSON: {raw[:200]!r}") from exc
+
+
+class HttpEmbedder(BaseEmbedder):
+    """An embedder behind an HTTP endpoint: subclasses send one batch in :meth:`_request`.
+
+    ``dimension`` is asked of the server with one short request the first time it is needed,
+    unless known already (given, or learnt from the first real batch). Texts go in batches of
+    ``batch_size``.
+    """
+
+    #: Who answered, for error messages ("Ollama", "the endpoint").
+    service = "the endpoint"
+    base_url: str
+    batch_size: int
+    _dimension_known: int | None
+
+    def _request(self, texts: list[str]) -> list[Any]:
+        """The server's vectors for ``texts``, in order."""
+        raise NotImplementedError
+
+    def _repr_fields(self) -> dict[str, object]:
+        return {"name": self.name, "dimension": self._dimension_known, "base_url": self.base_url}
+
+    @property
+    def dimension(self) -> int:
+        if self._dimension_known is None:
+            self._dimension_known = len(self._request(["dimension probe"])[0])
+        return self._dimension_known
+
+    def _embed_batch(self, texts: list[str]) -> FloatArray:
+        import numpy as np
+
+        rows: list[Any] = []
+        for start in range(0, len(texts), self.batch_size):
+            rows.extend(self._request(texts[start : start + self.batch_size]))
+        try:
+            vectors = np.asarray(rows, dtype=np.float32)
+        except ValueError as exc:
+            raise EmbeddingError(
+                f"{self.service} returned vectors of different lengths: {exc}"
+            ) from exc
+        if self._dimension_known is None and vectors.ndim == 2:
+            self._dimension_known = int(vectors.shape[1])  # learnt without a probe request
+        return vectors

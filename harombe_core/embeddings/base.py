@@ -26,6 +26,7 @@ __all__ = [
     "FloatArray",
     "check_texts",
     "normalize_rows",
+    "one_text",
     "validate_vectors",
 ]
 
@@ -118,6 +119,16 @@ def validate_vectors(vectors: npt.ArrayLike, count: int, dimension: int, source:
     return normalize_rows(array)
 
 
+def one_text(text: object, method: str) -> str:
+    """``text`` when it is one str; else the error that points a batch to the batch method."""
+    if not isinstance(text, str):
+        batch = method.removesuffix("_query")
+        raise InvalidInputError(
+            f"{method}() takes one str, got {type(text).__name__}; use {batch}() for a batch"
+        )
+    return text
+
+
 class BaseEmbedder:
     """Shared plumbing: subclasses implement ``_embed_batch`` on validated, non-empty input.
 
@@ -146,11 +157,7 @@ class BaseEmbedder:
         return validate_vectors(self._embed_batch(items), len(items), self.dimension, self.name)
 
     def embed_query(self, text: str) -> FloatArray:
-        if not isinstance(text, str):
-            raise InvalidInputError(
-                f"embed_query() takes one str, got {type(text).__name__}; use embed() for a batch"
-            )
-        result: FloatArray = self.embed([text])[0]
+        result: FloatArray = self.embed([one_text(text, "embed_query")])[0]
         return result
 
     def embed_single(self, text: str) -> FloatArray:

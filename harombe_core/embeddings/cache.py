@@ -14,7 +14,14 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from harombe_core.embeddings.base import Embedder, FloatArray, check_texts, validate_vectors
+from harombe_core.embeddings.base import (
+    BaseEmbedder,
+    Embedder,
+    FloatArray,
+    check_texts,
+    one_text,
+    validate_vectors,
+)
 from harombe_core.errors import InvalidInputError
 
 __all__ = ["CachedEmbedder"]
@@ -24,12 +31,13 @@ def _key(text: str) -> bytes:
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
-class CachedEmbedder:
+class CachedEmbedder(BaseEmbedder):
     """Wraps ``inner`` and remembers up to ``max_entries`` vectors, least recently used out.
 
     ``name`` and ``dimension`` are the inner embedder's: the cache never changes a vector, so
     an index built with or without it is the same index. Thread-safe; ``hits`` and ``misses``
-    count look-ups since creation (or :meth:`clear`).
+    count look-ups since creation (or :meth:`clear`). ``embed_query`` is the base class's, on
+    the cached :meth:`embed`.
     """
 
     def __init__(self, inner: Embedder, max_entries: int = 10_000) -> None:
@@ -107,17 +115,6 @@ class CachedEmbedder:
             fresh = self._store(missing, vectors)
         return self._assemble(items, found, fresh)
 
-    def embed_query(self, text: str) -> FloatArray:
-        if not isinstance(text, str):
-            raise InvalidInputError(
-                f"embed_query() takes one str, got {type(text).__name__}; use embed() for a batch"
-            )
-        result: FloatArray = self.embed([text])[0]
-        return result
-
-    def embed_single(self, text: str) -> FloatArray:
-        return self.embed_query(text)
-
     async def aembed(self, texts: Sequence[str]) -> FloatArray:
         items = check_texts(texts)
         found, missing = self._lookup(items)
@@ -130,11 +127,7 @@ class CachedEmbedder:
         return self._assemble(items, found, fresh)
 
     async def aembed_query(self, text: str) -> FloatArray:
-        if not isinstance(text, str):
-            raise InvalidInputError(
-                f"aembed_query() takes one str, got {type(text).__name__}; use aembed() for a batch"
-            )
-        vectors = await self.aembed([text])
+        vectors = await self.aembed([one_text(text, "aembed_query")])
         result: FloatArray = vectors[0]
         return result
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from harombe_core.embeddings._http import post_json
-from harombe_core.embeddings.base import BaseEmbedder, FloatArray
+from harombe_core.embeddings._http import HttpEmbedder, post_json
 from harombe_core.errors import EmbeddingError, InvalidInputError
 
 __all__ = ["OllamaEmbedder"]
@@ -20,12 +19,14 @@ def _default_base_url() -> str:
     return host if "://" in host else f"http://{host}"
 
 
-class OllamaEmbedder(BaseEmbedder):
+class OllamaEmbedder(HttpEmbedder):
     """Embeds with a model served by Ollama (``ollama pull nomic-embed-text`` first).
 
     ``dimension`` is asked of the server with one short request the first time it is needed,
     unless given. ``name`` is ``ollama/<model>``. Texts go in batches of ``batch_size``.
     """
+
+    service = "Ollama"
 
     def __init__(
         self,
@@ -42,19 +43,10 @@ class OllamaEmbedder(BaseEmbedder):
         self.model = model
         self.base_url = (base_url or _default_base_url()).rstrip("/")
         self._name = f"ollama/{model}"
-        self._dimension_given = dimension
+        self._dimension_known = dimension
         self.batch_size = batch_size
         self.timeout = timeout
         self.truncate = truncate
-
-    def _repr_fields(self) -> dict[str, object]:
-        return {"name": self.name, "dimension": self._dimension_given, "base_url": self.base_url}
-
-    @property
-    def dimension(self) -> int:
-        if self._dimension_given is None:
-            self._dimension_given = len(self._request(["dimension probe"])[0])
-        return self._dimension_given
 
     def _request(self, texts: list[str]) -> list[Any]:
         answer = post_json(
@@ -69,18 +61,4 @@ class OllamaEmbedder(BaseEmbedder):
                 f"Ollama at {self.base_url} returned no 'embeddings' list of {len(texts)} vectors "
                 f"for model {self.model!r} (is it an embedding model?)"
             )
-        return vectors
-
-    def _embed_batch(self, texts: list[str]) -> FloatArray:
-        import numpy as np
-
-        rows: list[Any] = []
-        for start in range(0, len(texts), self.batch_size):
-            rows.extend(self._request(texts[start : start + self.batch_size]))
-        try:
-            vectors = np.asarray(rows, dtype=np.float32)
-        except ValueError as exc:
-            raise EmbeddingError(f"Ollama returned vectors of different lengths: {exc}") from exc
-        if self._dimension_given is None and vectors.ndim == 2:
-            self._dimension_given = int(vectors.shape[1])  # learnt without a probe request
         return vectors

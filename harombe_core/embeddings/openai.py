@@ -9,8 +9,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from harombe_core.embeddings._http import post_json
-from harombe_core.embeddings.base import BaseEmbedder, FloatArray
+from harombe_core.embeddings._http import HttpEmbedder, post_json
 from harombe_core.errors import EmbeddingError, InvalidInputError
 
 __all__ = ["OpenAIEmbedder"]
@@ -22,7 +21,7 @@ _KNOWN_DIMENSIONS = {
 }
 
 
-class OpenAIEmbedder(BaseEmbedder):
+class OpenAIEmbedder(HttpEmbedder):
     """Embeds with an OpenAI (or compatible) embeddings endpoint.
 
     ``api_key`` defaults to ``OPENAI_API_KEY`` and ``base_url`` to ``OPENAI_BASE_URL`` or
@@ -57,15 +56,6 @@ class OpenAIEmbedder(BaseEmbedder):
         self.batch_size = batch_size
         self.timeout = timeout
 
-    def _repr_fields(self) -> dict[str, object]:
-        return {"name": self.name, "dimension": self._dimension_known, "base_url": self.base_url}
-
-    @property
-    def dimension(self) -> int:
-        if self._dimension_known is None:
-            self._dimension_known = len(self._request(["dimension probe"])[0])
-        return self._dimension_known
-
     def _request(self, texts: list[str]) -> list[Any]:
         payload: dict[str, Any] = {"model": self.model, "input": texts, "encoding_format": "float"}
         if self.dimensions is not None:
@@ -90,19 +80,3 @@ class OpenAIEmbedder(BaseEmbedder):
             raise EmbeddingError(
                 f"{self.base_url}/embeddings answered in an unexpected format: {exc}"
             ) from exc
-
-    def _embed_batch(self, texts: list[str]) -> FloatArray:
-        import numpy as np
-
-        rows: list[Any] = []
-        for start in range(0, len(texts), self.batch_size):
-            rows.extend(self._request(texts[start : start + self.batch_size]))
-        try:
-            vectors = np.asarray(rows, dtype=np.float32)
-        except ValueError as exc:
-            raise EmbeddingError(
-                f"the endpoint returned vectors of different lengths: {exc}"
-            ) from exc
-        if self._dimension_known is None and vectors.ndim == 2:
-            self._dimension_known = int(vectors.shape[1])  # learnt without a probe request
-        return vectors

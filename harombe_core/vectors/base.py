@@ -14,13 +14,22 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 
+from harombe_core.errors import InvalidInputError
 from harombe_core.store.base import SearchScope
 
-__all__ = ["VectorIndex", "VectorMatch", "build_where", "scope_metadata_filter"]
+__all__ = [
+    "VectorIndex",
+    "VectorIndexBase",
+    "VectorMatch",
+    "build_where",
+    "scope_metadata_filter",
+]
 
 FloatArray = npt.NDArray[np.float32]
 #: Metadata values an index stores per vector (no ``None``: absent keys are simply omitted).
 MetaValue = str | int | float | bool
+#: One metadata mapping per vector, in the order of the ids.
+Metadatas = Sequence[Mapping[str, MetaValue]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,12 +57,7 @@ class VectorIndex(Protocol):
         """Human-readable location, for messages and ``harombe stats``."""
         ...
 
-    def upsert(
-        self,
-        ids: Sequence[int],
-        vectors: FloatArray,
-        metadatas: Sequence[Mapping[str, MetaValue]],
-    ) -> None:
+    def upsert(self, ids: Sequence[int], vectors: FloatArray, metadatas: Metadatas) -> None:
         """Insert or replace vectors by message id (idempotent: no duplicates on repeat)."""
         ...
 
@@ -78,6 +82,34 @@ class VectorIndex(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+class VectorIndexBase:
+    """What every backend's ``upsert`` checks, written once: subclasses implement ``_write``.
+
+    ``upsert`` turns the vectors into one float32 matrix and refuses a batch whose ids, vectors
+    and metadatas do not line up (a typed error before anything is written), so a backend
+    receives only a consistent, non-empty batch.
+    """
+
+    def upsert(self, ids: Sequence[int], vectors: FloatArray, metadatas: Metadatas) -> None:
+        """Insert or replace vectors by message id (idempotent: no duplicates on repeat)."""
+        if len(ids) == 0:
+            return
+        array = np.asarray(vectors, dtype=np.float32)
+        if array.ndim != 2 or array.shape[0] != len(ids):
+            raise InvalidInputError(
+                f"expected one vector per id ({len(ids)}), got an array of shape {array.shape}."
+            )
+        if len(metadatas) != len(ids):
+            raise InvalidInputError(
+                f"expected one metadata mapping per id ({len(ids)}), got {len(metadatas)}."
+            )
+        self._write([int(i) for i in ids], array, metadatas)
+
+    def _write(self, ids: list[int], vectors: FloatArray, metadatas: Metadatas) -> None:
+        """Store a checked batch: one float32 row per id, one metadata mapping per id."""
+        raise NotImplementedError
 
 
 def build_where(**conditions: Any) -> dict[str, Any] | None:

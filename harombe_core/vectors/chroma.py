@@ -26,7 +26,7 @@ from harombe_core.errors import (
     StoreError,
     VectorIndexError,
 )
-from harombe_core.vectors.base import FloatArray, MetaValue, VectorMatch
+from harombe_core.vectors.base import FloatArray, Metadatas, VectorIndexBase, VectorMatch
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +106,7 @@ def _typed_errors(method: Callable[P, T]) -> Callable[P, T]:
     return wrapper
 
 
-class ChromaVectorIndex:
+class ChromaVectorIndex(VectorIndexBase):
     """A :class:`~harombe_core.vectors.base.VectorIndex` on one Chroma collection.
 
     ``mode`` is ``"persistent"`` (``path`` is a directory, by default ``<database>.chroma``
@@ -194,19 +194,11 @@ class ChromaVectorIndex:
             self._folder.after_write()
 
     @_typed_errors
-    def upsert(
-        self,
-        ids: Sequence[int],
-        vectors: FloatArray,
-        metadatas: Sequence[Mapping[str, MetaValue]],
-    ) -> None:
-        if len(ids) == 0:
-            return
-        array = np.asarray(vectors, dtype=np.float32)
+    def _write(self, ids: list[int], array: FloatArray, metadatas: Metadatas) -> None:
         for start in range(0, len(ids), self._max_batch):
             stop = start + self._max_batch
             self._collection.upsert(
-                ids=[str(int(i)) for i in ids[start:stop]],
+                ids=[str(i) for i in ids[start:stop]],
                 embeddings=array[start:stop],
                 # Chroma merges metadata on upsert: an explicit None removes an old owner.
                 metadatas=[{"user_id": None, **m} for m in metadatas[start:stop]],

@@ -8,12 +8,19 @@ from typing import Any
 
 import numpy as np
 
-from harombe_core.vectors.base import FloatArray, MetaValue, VectorMatch, matches_where
+from harombe_core.vectors.base import (
+    FloatArray,
+    Metadatas,
+    MetaValue,
+    VectorIndexBase,
+    VectorMatch,
+    matches_where,
+)
 
 __all__ = ["InMemoryVectorIndex"]
 
 
-class InMemoryVectorIndex:
+class InMemoryVectorIndex(VectorIndexBase):
     """Brute-force cosine search over a dict; thread-safe, no dependencies.
 
     Use it to test code built on harombe without ChromaDB, or as a reference implementation
@@ -30,16 +37,11 @@ class InMemoryVectorIndex:
     def name(self) -> str:
         return self._name
 
-    def upsert(
-        self,
-        ids: Sequence[int],
-        vectors: FloatArray,
-        metadatas: Sequence[Mapping[str, MetaValue]],
-    ) -> None:
+    def _write(self, ids: list[int], vectors: FloatArray, metadatas: Metadatas) -> None:
         with self._lock:
             for mid, vector, meta in zip(ids, vectors, metadatas, strict=True):
-                self._vectors[int(mid)] = np.asarray(vector, dtype=np.float32).copy()
-                self._metadata[int(mid)] = dict(meta)
+                self._vectors[mid] = vector.copy()
+                self._metadata[mid] = dict(meta)
 
     def query(
         self, vector: FloatArray, k: int, where: Mapping[str, Any] | None = None

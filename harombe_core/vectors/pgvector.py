@@ -35,7 +35,7 @@ from harombe_core.errors import InvalidInputError, StoreError
 from harombe_core.store.postgres import PostgresStore
 from harombe_core.store.runner import Body, Dialect, Op, Step
 from harombe_core.store.schema import VECTORS_TABLE_DDL
-from harombe_core.vectors.base import FloatArray, MetaValue, VectorMatch
+from harombe_core.vectors.base import FloatArray, Metadatas, VectorIndexBase, VectorMatch
 
 T = TypeVar("T")
 
@@ -114,7 +114,7 @@ def _parse(text: str) -> FloatArray:
     return np.asarray(json.loads(text), dtype=np.float32)
 
 
-class PgVectorIndex:
+class PgVectorIndex(VectorIndexBase):
     """A :class:`~harombe_core.vectors.base.VectorIndex` in the ``message_vectors`` table of a
     :class:`~harombe_core.store.postgres.PostgresStore` (extension ``vector`` required).
 
@@ -192,23 +192,10 @@ class PgVectorIndex:
     def name(self) -> str:
         return f"pgvector {self.store.location}"
 
-    def upsert(
-        self,
-        ids: Sequence[int],
-        vectors: FloatArray,
-        metadatas: Sequence[Mapping[str, MetaValue]],
-    ) -> None:
+    def _write(self, wanted: list[int], array: FloatArray, metadatas: Metadatas) -> None:
         """Insert or replace vectors and set ``embedded`` on their messages, in one transaction."""
-        if len(ids) == 0:
-            return
-        array = np.asarray(vectors, dtype=np.float32)
-        if array.ndim != 2 or array.shape[0] != len(ids):
-            raise InvalidInputError(
-                f"expected one vector per id ({len(ids)}), got an array of shape {array.shape}."
-            )
         dim = int(array.shape[1])
         self._ensure_hnsw(dim)
-        wanted = [int(i) for i in ids]
         literals = [_literal(row) for row in array]
 
         def body() -> Body[None]:

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from harombe_core.errors import StoreError
+from harombe_core.errors import InvalidInputError, StoreError
 from harombe_core.testing import InMemoryVectorIndex
 from harombe_core.vectors.base import VectorIndex, matches_where
 from harombe_core.vectors.chroma import ChromaVectorIndex, chroma_where
@@ -52,6 +52,19 @@ def test_nearest_is_the_vector_itself_with_cosine_one(index: VectorIndex) -> Non
     assert matches[0].message_id == 7
     assert matches[0].similarity == pytest.approx(1.0, abs=1e-4)
     assert matches[0].similarity >= matches[1].similarity >= matches[2].similarity
+
+
+def test_a_batch_that_does_not_line_up_is_refused_and_writes_nothing(index: VectorIndex) -> None:
+    vectors = _unit(np.random.default_rng(2), 4)
+    with pytest.raises(InvalidInputError, match="one vector per id"):
+        index.upsert([1, 2, 3], vectors, [_meta(i) for i in (1, 2, 3)])
+    with pytest.raises(InvalidInputError, match="one vector per id"):
+        index.upsert([1], vectors[0], [_meta(1)])  # a single row, not a matrix
+    with pytest.raises(InvalidInputError, match="one metadata mapping per id"):
+        index.upsert([1, 2, 3, 4], vectors, [_meta(1)])
+    assert index.count() == 0
+    index.upsert([], np.zeros((0, 16), dtype=np.float32), [])
+    assert index.count() == 0
 
 
 def test_upsert_is_idempotent(index: VectorIndex) -> None:

@@ -10,8 +10,8 @@ Why it works the way it does:
   duplicates, nothing skipped. Message ids are re-assigned by the destination; ``parent_id``
   threads and ``summary_until_id`` are translated through that pairing.
 * Long-term key-value items (the LangGraph store of the LangChain adapter) and their vectors are
-  copied after the sessions, by :mod:`harombe_core.migrate_items`, resumable the same way; so
-  are the LangGraph checkpoints of its threads, row for row (:mod:`harombe_core.migrate_tables`).
+  copied after the sessions, by :mod:`harombe_core.migrate.items`, resumable the same way; so
+  are the LangGraph checkpoints of its threads, row for row (:mod:`harombe_core.migrate.tables`).
 * At the end both stores are compared session by session: counts and a SHA-256 over every field
   (threads expressed as positions, not ids), and every store item field by field. A mismatch is
   an error, never a warning.
@@ -19,27 +19,22 @@ Why it works the way it does:
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from harombe_core.errors import InvalidInputError, StoreError, StoreNotFoundError
-from harombe_core.migrate_items import copy_store_items, verify_store_items
-from harombe_core.migrate_tables import CHECKPOINT_TABLES, copy_tables, verify_tables
-from harombe_core.models import Message, Session
+from harombe_core.errors import InvalidInputError, MigrationError, StoreNotFoundError
+from harombe_core.migrate.checksum import session_checksum
+from harombe_core.migrate.items import copy_store_items, verify_store_items
+from harombe_core.migrate.sessions import all_sessions, copy_session, finish_session
+from harombe_core.migrate.tables import CHECKPOINT_TABLES, copy_tables, verify_tables
+from harombe_core.models import Session
 from harombe_core.store.base import MessageStore
 
 __all__ = ["MigrationError", "MigrationReport", "migrate", "session_checksum"]
 
 _DONE_KEY = "migrate.done:"
-
-
-class MigrationError(StoreError):
-    """The destination does not match the source (or holds a different session of the same id)."""
 
 
 @dataclass
@@ -56,169 +51,6 @@ class MigrationReport:
     copied_checkpoint_rows: int = 0
     checksums: dict[str, str] = field(default_factory=dict)
     verified: bool = False
-
-
-def _canonical(message: Message, position: dict[int, int], summary: Any) -> list[Any]:
-    parent = message.parent_id
-    return [
-        message.role,
-        message.content,
-        message.name,
-        message.tool_calls,
-        message.tool_call_id,
-        message.metadata,
-        message.created_at.isoformat(),
-        message.token_count,
-        None if parent is None else position.get(parent, f"external:{parent}"),
-        summary,
-    ]
-
-
-def session_checksum(store: MessageStore, session: Session) -> tuple[int, str]:
-    """(message count, SHA-256) of a session, independent of the ids the backend assigned."""
-    messages = store.get_messages(session.id)
-    position = {int(m.id or 0): n for n, m in enumerate(messages)}
-    summaries = store.get_message_summaries([int(m.id or 0) for m in messages])
-    digest = hashlib.sha256()
-    head = [
-        session.id,
-        session.user_id,
-        session.system_prompt,
-        store.system_prompt_tokens(session.id),
-        session.metadata,
-        session.created_at.isoformat(),
-        session.summary,
-        session.summary_data,
-        None if session.summary_until_id is None else position.get(session.summary_until_id),
-    ]
-    digest.update(json.dumps(head, sort_keys=True, ensure_ascii=False).encode())
-    for message in messages:
-        row = _canonical(message, position, summaries.get(int(message.id or 0)))
-        digest.update(json.dumps(row, sort_keys=True, ensure_ascii=False).encode())
-    return len(messages), digest.hexdigest()
-
-
-def _all_sessions(store: MessageStore) -> list[Session]:
-    sessions = store.list_sessions(limit=None)
-    return sorted(sessions, key=lambda s: (s.created_at, s.id))
-
-
-def _same(a: Message, b: Message) -> bool:
-    return (a.role, a.content, a.name, a.tool_calls, a.tool_call_id, a.metadata, a.created_at) == (
-        b.role, b.content, b.name, b.tool_calls, b.tool_call_id, b.metadata, b.created_at
-    )
-
-
-def _copy_session(
-    src: MessageStore,
-    dst: MessageStore,
-    session: Session,
-    batch_size: int,
-    on_batch: Callable[[int], None],
-) -> int:
-    sid = session.id
-    existing = dst.get_session(sid)
-    if existing is None:
-        dst.create_session(
-            sid,
-            user_id=session.user_id,
-            system_prompt=session.system_prompt,
-            system_prompt_tokens=src.system_prompt_tokens(sid),
-            metadata=session.metadata,
-            created_at=session.created_at,
-        )
-    elif existing.user_id != session.user_id or existing.created_at != session.created_at:
-        raise MigrationError(
-            f"the destination already has a different session {sid!r}; migrate into an empty "
-            "database or delete that session first."
-        )
-    source = src.get_messages(sid)
-    done = dst.get_messages(sid)
-    if len(done) > len(source) or not all(
-        _same(a, b) for a, b in zip(source, done, strict=False)
-    ):
-        raise MigrationError(
-            f"session {sid!r} in the destination does not continue the source's messages; "
-            "migrate into an empty database or delete that session first."
-        )
-    id_map = {int(a.id or 0): int(b.id or 0) for a, b in zip(source, done, strict=False)}
-    copied = 0
-    for start in range(len(done), len(source), batch_size):
-        batch = source[start : start + batch_size]
-        rows = []
-        for message in batch:
-            parent = message.parent_id
-            mapped = id_map.get(parent) if parent is not None else None
-            rows.append(message.with_ids(id=None, session_id=None, parent_id=mapped))
-        new_ids = dst.add_messages(sid, rows, user_id=session.user_id)
-        id_map.update({int(m.id or 0): n for m, n in zip(batch, new_ids, strict=True)})
-        copied += len(batch)
-        on_batch(len(batch))
-    return copied
-
-
-def _finish_session(src: MessageStore, dst: MessageStore, session: Session) -> bool:
-    """Threads, summaries and activity time: idempotent, so safe to redo after a crash.
-
-    Returns False when a parent lives in a session not copied yet (fixed by a second pass).
-    """
-    complete = True
-    sid = session.id
-    source = src.get_messages(sid)
-    target = dst.get_messages(sid)
-    id_map = {int(a.id or 0): int(b.id or 0) for a, b in zip(source, target, strict=True)}
-    for a, b in zip(source, target, strict=True):
-        wanted = None if a.parent_id is None else id_map.get(a.parent_id)
-        if a.parent_id is not None and wanted is None:
-            wanted = _foreign_parent(src, dst, a.parent_id)
-            complete = complete and wanted is not None
-        if b.parent_id != wanted:
-            dst.set_parent(int(b.id or 0), wanted)
-    summaries = src.get_message_summaries(list(id_map))
-    have = dst.get_message_summaries(list(id_map.values()))
-    for old_id, summary in summaries.items():
-        if have.get(id_map[old_id]) != summary:
-            dst.set_message_summary(id_map[old_id], summary)
-    until = session.summary_until_id
-    dst.update_session(
-        sid,
-        summary=session.summary,
-        summary_data=session.summary_data,
-        summary_until_id=None if until is None else id_map.get(until),
-    )
-    _set_updated_at(dst, sid, session)
-    return complete
-
-
-def _foreign_parent(src: MessageStore, dst: MessageStore, parent_id: int) -> int | None:
-    """A parent in another session: find its copy by that session's position."""
-    found = src.get_messages_by_ids([parent_id])
-    if not found or found[0].session_id is None:
-        return None
-    other = found[0].session_id
-    source = src.get_messages(other)
-    target = dst.get_messages(other)
-    for a, b in zip(source, target, strict=False):
-        if a.id == parent_id:
-            return b.id
-    return None
-
-
-def _set_updated_at(dst: MessageStore, sid: str, session: Session) -> None:
-    """Keep the source's activity time, so ordering and pruning behave as before the move."""
-    from harombe_core.store.sql_body import Body, sql_runner
-    from harombe_core.store.sqlite import to_micros
-
-    try:
-        runner = sql_runner(dst)
-    except InvalidInputError:
-        return
-    micros = to_micros(session.updated_at)
-
-    def body() -> Body[None]:
-        yield runner.step("UPDATE sessions SET updated_at = ? WHERE id = ?", (micros, sid))
-
-    runner.run(body)
 
 
 def migrate(
@@ -263,7 +95,7 @@ def migrate(
     report = MigrationReport()
     forward: list[Session] = []
     try:
-        sessions = _all_sessions(src)
+        sessions = all_sessions(src)
         total = src.count_messages()
         report.sessions, report.messages = len(sessions), total
         with tqdm(total=total, unit="msg", desc="migrating", disable=not progress) as bar:
@@ -281,13 +113,13 @@ def migrate(
 
                 already = dst.count_messages(session.id)
                 bar.update(already)
-                report.copied_messages += _copy_session(src, dst, session, batch_size, step)
-                if not _finish_session(src, dst, session):
+                report.copied_messages += copy_session(src, dst, session, batch_size, step)
+                if not finish_session(src, dst, session):
                     forward.append(session)
                 dst.set_meta(marker, "1")
         # Threads across sessions may point forward: redo those once everything is copied.
         for session in forward:
-            _finish_session(src, dst, session)
+            finish_session(src, dst, session)
         report.store_items, report.copied_store_items = copy_store_items(
             src, dst, batch_size=batch_size
         )

@@ -1,0 +1,48 @@
+"""The ``text`` format: a readable transcript (write-only)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from harombe_core.export.records import SessionRecord
+
+__all__ = ["describe_tool_call", "transcript"]
+
+
+def describe_tool_call(call: Mapping[str, Any]) -> str:
+    """``name(arguments) [id ...]`` for a tool call in OpenAI or LangChain shape."""
+    function = call.get("function")
+    if isinstance(function, Mapping):
+        name, args = function.get("name"), function.get("arguments", "")
+    else:
+        name, args = call.get("name"), call.get("args", call.get("arguments", ""))
+    if not isinstance(args, str):
+        args = json.dumps(args, ensure_ascii=False)
+    ident = f" [id {call['id']}]" if call.get("id") is not None else ""
+    return f"{name}({args}){ident}"
+
+
+def transcript(record: SessionRecord) -> str:
+    """A readable transcript of one session: a header, the system prompt, then each message."""
+    header = f"Session {record.session_id or '(unsaved)'}"
+    details = []
+    if record.user_id is not None:
+        details.append(f"user {record.user_id}")
+    details.append(f"{len(record.messages)} messages")
+    if record.created_at is not None:
+        details.append(f"started {record.created_at:%Y-%m-%d %H:%M} UTC")
+    lines = [f"{header} ({', '.join(details)})"]
+    if record.system_prompt is not None:
+        lines.append(f"System prompt: {record.system_prompt}")
+    lines.append("")
+    for m in record.messages:
+        who = m.role + (f" ({m.name})" if m.name else "")
+        if m.tool_call_id is not None:
+            who += f" [call {m.tool_call_id}]"
+        body = m.content.replace("\n", "\n    ")
+        lines.append(f"[{m.created_at:%Y-%m-%d %H:%M:%S}] {who}:{' ' if body else ''}{body}")
+        for call in m.tool_calls or []:
+            lines.append(f"    -> tool call {describe_tool_call(call)}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,276 @@
+"""Between the store and records: exporting sessions, and importing records all or nothing
+(validated completely first, then written in one transaction, so a failure or a killed
+process part-way leaves the store as it was).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from harombe_core.errors import (
+    ImportFormatError,
+    InvalidInputError,
+    SessionNotFoundError,
+)
+from harombe_core.export.files import iter_records, resolve_output_path, safe_filename, write_text
+from harombe_core.export.io import check_format, dumps
+from harombe_core.export.records import EXTENSIONS, ImportResult, SessionRecord
+from harombe_core.models import Message
+
+if TYPE_CHECKING:
+    from harombe_core.manager import MemoryManager
+
+__all__ = [
+    "OnConflict",
+    "aexport_store",
+    "aimport_file",
+    "export_store",
+    "export_to_directory",
+    "import_file",
+    "import_records",
+    "read_session",
+]
+
+
+def read_session(manager: MemoryManager, session_id: str) -> SessionRecord:
+    """A stored session with all its messages and per-message summaries.
+
+    Raises SessionNotFoundError if there is no such session.
+    """
+    session = manager.get_session(session_id)
+    if session is None:
+        raise SessionNotFoundError.of(session_id, manager.store.location)
+    messages = manager.get_messages(session_id)
+    ids = [m.id for m in messages if m.id is not None]
+    summaries = manager.store.get_message_summaries(ids) if ids else {}
+    return SessionRecord.from_session(session, messages, summaries)
+
+
+def _session_ids(manager: MemoryManager, user_id: str | None) -> list[str]:
+    # Oldest activity first, so an export reads (and re-imports) in the order it happened.
+    return [s.id for s in reversed(manager.list_sessions(limit=None, user_id=user_id))]
+
+
+def export_store(
+    manager: MemoryManager,
+    fmt: str = "json",
+    *,
+    session_id: str | None = None,
+    user_id: str | None = None,
+) -> str:
+    """The text of an export: one session (``session_id``) or every session (of ``user_id``).
+
+    A single session in JSON is one session document; a store export is a bundle.
+    """
+    check_format(fmt)
+    if session_id is not None:
+        return dumps([read_session(manager, session_id)], fmt, bundle=False)
+    records = [read_session(manager, sid) for sid in _session_ids(manager, user_id)]
+    return dumps(records, fmt, bundle=True)
+
+
+def export_to_directory(
+    manager: MemoryManager,
+    directory: str | os.PathLike[str],
+    fmt: str = "json",
+    *,
+    user_id: str | None = None,
+    session_ids: Sequence[str] | None = None,
+) -> list[Path]:
+    """One file per session in ``directory``, named from the session id by :func:`safe_filename`."""
+    check_format(fmt)
+    ids = list(session_ids) if session_ids is not None else _session_ids(manager, user_id)
+    written = []
+    for sid in ids:
+        path = resolve_output_path(safe_filename(sid, EXTENSIONS[fmt]), directory)
+        written.append(write_text(path, dumps([read_session(manager, sid)], fmt, bundle=False)))
+    return written
+
+
+async def aexport_store(
+    manager: MemoryManager,
+    fmt: str = "json",
+    *,
+    session_id: str | None = None,
+    user_id: str | None = None,
+) -> str:
+    """Async twin of :func:`export_store` (runs on a worker thread)."""
+    return await asyncio.to_thread(
+        export_store, manager, fmt, session_id=session_id, user_id=user_id
+    )
+
+
+OnConflict = Literal["error", "new_id", "skip"]
+
+
+def import_records(
+    manager: MemoryManager,
+    records: Iterable[SessionRecord],
+    *,
+    on_conflict: OnConflict = "error",
+    user_id: str | None = None,
+) -> ImportResult:
+    """Write validated records into the store in one transaction: all of them, or none.
+
+    A session id already in the store is an error (``on_conflict="error"``), is imported under
+    a new id (``"new_id"``) or is left alone (``"skip"``). Records without an id get a new one.
+    ``user_id`` overrides the owner recorded in the file. Message ids are assigned by the store;
+    ``parent_id`` links and summaries are rewired to the new ids. If anything fails, or the
+    process is killed part-way, the store is left as it was, so the same import can simply be
+    run again. With semantic memory, the imported messages are embedded in the background like
+    any saved message (see :func:`import_file`).
+    """
+    held = records if isinstance(records, Sequence) else list(records)
+    return _import(manager, lambda: iter(held), on_conflict, user_id)
+
+
+def _import(
+    manager: MemoryManager,
+    produce: Callable[[], Iterator[SessionRecord]],
+    on_conflict: str,
+    user_id: str | None,
+) -> ImportResult:
+    """Check every record (``produce()`` yields them afresh each time), then write them all in
+    one transaction."""
+    if on_conflict not in ("error", "new_id", "skip"):
+        raise InvalidInputError(
+            f"on_conflict must be 'error', 'new_id' or 'skip', got {on_conflict!r}."
+        )
+    # First pass, outside any transaction: a bad file never holds the write lock, and ids
+    # already stored are reported all at once.
+    seen: set[str] = set()
+    for record in produce():
+        _check_unique(record, seen)
+    existing = [sid for sid in seen if manager.session_exists(sid)]
+    if existing and on_conflict == "error":
+        raise _conflict(existing[0], len(existing))
+
+    def write() -> dict[str, Any]:
+        # Runs inside the transaction (again, if a PostgreSQL transaction is retried): the
+        # ids are checked once more, as another writer may have added one since.
+        result = ImportResult()
+        written: set[str] = set()
+        for record in produce():
+            _check_unique(record, written)
+            sid = record.session_id
+            if sid is not None and manager.session_exists(sid):
+                if on_conflict == "error":
+                    raise _conflict(sid, 1)
+                if on_conflict == "skip":
+                    result.skipped.append(sid)
+                    continue
+                sid = None
+            sid = sid or uuid.uuid4().hex
+            _write_record(manager, sid, record, user_id if user_id is not None else record.user_id)
+            result.session_ids.append(sid)
+            result.messages += len(record.messages)
+        return asdict(result)
+
+    return ImportResult(**manager.atomic(write))
+
+
+def _check_unique(record: SessionRecord, seen: set[str]) -> None:
+    if record.session_id is None:
+        return
+    if record.session_id in seen:
+        raise ImportFormatError(f"session {record.session_id!r} appears twice in the file.")
+    seen.add(record.session_id)
+
+
+def _conflict(session_id: str, count: int) -> InvalidInputError:
+    return InvalidInputError(
+        f"session {session_id!r} is already in the store ({count} of the file's sessions are); "
+        "nothing was imported. Import under new ids (on_conflict='new_id', CLI --on-conflict "
+        "new-id) or skip them (on_conflict='skip')."
+    )
+
+
+def _write_record(
+    manager: MemoryManager, sid: str, record: SessionRecord, user_id: str | None
+) -> None:
+    store = manager.store
+    prompt_tokens = (
+        0
+        if record.system_prompt is None
+        else manager.token_counter.count_message(
+            Message(role="system", content=record.system_prompt)
+        )
+    )
+    store.create_session(
+        sid,
+        user_id=user_id,
+        system_prompt=record.system_prompt,
+        system_prompt_tokens=prompt_tokens,
+        metadata=record.metadata,
+        created_at=record.created_at,
+    )
+    unlinked = [
+        m.with_ids(id=None, session_id=None, parent_id=None, token_count=None)
+        for m in record.messages
+    ]
+    new_ids = manager.save_messages(sid, unlinked)
+    mapping = {
+        m.id: new for m, new in zip(record.messages, new_ids, strict=True) if m.id is not None
+    }
+    for message, new_id in zip(record.messages, new_ids, strict=True):
+        if message.parent_id is not None:
+            store.set_parent(new_id, mapping[message.parent_id])
+        if message.id is not None and message.id in record.message_summaries:
+            store.set_message_summary(new_id, record.message_summaries[message.id])
+    if record.summary is not None or record.summary_data is not None:
+        store.update_session(
+            sid,
+            summary=record.summary,
+            summary_data=record.summary_data,
+            summary_until_id=mapping.get(record.summary_until_id)
+            if record.summary_until_id is not None
+            else None,
+        )
+
+
+def import_file(
+    manager: MemoryManager,
+    path: str | os.PathLike[str],
+    *,
+    fmt: str | None = None,
+    on_conflict: OnConflict = "error",
+    user_id: str | None = None,
+) -> ImportResult:
+    """Import a JSON or JSONL export into the store (format from the content unless ``fmt``).
+
+    All or nothing: the whole file is validated first, a bad file raises
+    :class:`ImportFormatError` naming the line or node at fault and writes nothing, and the
+    sessions are then written in one transaction, so a failure or a killed process leaves the
+    store as it was and the import can be run again. The file is streamed (read twice, a
+    session at a time), so memory follows its largest session. Imported sessions keep their
+    dates: their last activity is their newest message, so they sort among live sessions by
+    when they happened (and ``prune_old_sessions`` or ``auto_prune_days`` treats old history
+    as old).
+
+    When ``manager`` has semantic memory, the imported messages are embedded in the background
+    as soon as the import commits, as saved messages are: it returns without waiting (a large
+    import takes minutes to embed on a CPU), search finds the messages by their keywords until
+    each is embedded, and ``manager.flush()`` waits for all of them (with a progress bar on a
+    terminal; ``flush(progress=callback)`` reports to a function).
+    """
+    return _import(manager, lambda: iter_records(path, fmt), on_conflict, user_id)
+
+
+async def aimport_file(
+    manager: MemoryManager,
+    path: str | os.PathLike[str],
+    *,
+    fmt: str | None = None,
+    on_conflict: OnConflict = "error",
+    user_id: str | None = None,
+) -> ImportResult:
+    """Async twin of :func:`import_file` (runs on a worker thread)."""
+    return await asyncio.to_thread(
+        import_file, manager, path, fmt=fmt, on_conflict=on_conflict, user_id=user_id
+    )
