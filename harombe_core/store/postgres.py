@@ -663,9 +663,7 @@ class PostgresStore(StoreMethods, ContextReads):
         }
 
     # context reads (O(window)): important_before, is_threaded, thread_path ----------------
-    _context_dialect = "postgres"
-    _context_mark = "%s"
-
+    _context_dialect, _context_mark = "postgres", "%s"
     @staticmethod
     def _context_row(row: Sequence[Any]) -> Message:
         return row_to_message(row)

@@ -541,9 +541,7 @@ class SQLiteStore(StoreMethods, ContextReads):
         }
 
     # context reads (O(window)): important_before, is_threaded, thread_path ----------------
-    _context_dialect = "sqlite"
-    _context_mark = "?"
-
+    _context_dialect, _context_mark = "sqlite", "?"
     @staticmethod
     def _context_row(row: Sequence[Any]) -> Message:
         return row_to_message(row)

@@ -60,10 +60,21 @@ LAYERS: dict[str, int] = {
     "vectors.": 2,
     "vectors": 2,
     **dict.fromkeys(
-        ["flows", "llm", "strategies", "summarize", "thread_graph", "selectors", "ranking"], 3
+        [
+            "flows",
+            "llm",
+            "strategies",
+            "context_reads",
+            "summarize",
+            "thread_graph",
+            "selectors",
+            "ranking",
+        ],
+        3,
     ),
-    **dict.fromkeys(["retrieval", "threads", "context"], 4),
-    **dict.fromkeys(["manager", "manager_context", "manager_search"], 5),
+    # manager_search: the manager's search methods, a mixin over the Retriever.
+    **dict.fromkeys(["retrieval", "threads", "threader", "manager_search", "context"], 4),
+    "manager": 5,
     **dict.fromkeys(
         [
             "chat_memory",
@@ -87,27 +98,11 @@ ADAPTER_LAYER = 8
 
 # Today's violations. These lists only shrink: remove an entry once it is fixed.
 ALLOWED_UPWARD: set[tuple[str, str]] = set()
-ALLOWED_CYCLES: set[frozenset[str]] = {
-    frozenset({"harombe_core.store.sql_body", "harombe_core.store.sqlite"}),
-}
-ALLOWED_PRIVATE: set[tuple[str, str]] = {
-    ("harombe_core.store.postgres", "harombe_core.store.sqlite._check_id"),
-    ("harombe_core.store.postgres", "harombe_core.store.sqlite._dumps"),
-    ("harombe_core.store.postgres", "harombe_core.store.sqlite._row_to_message"),
-    ("harombe_core.store.postgres", "harombe_core.store.sqlite._row_to_session"),
-    ("harombe_core.vectors.pgvector", "_arun"),
-    ("harombe_core.vectors.pgvector", "_read"),
-    ("harombe_core.vectors.pgvector", "_run"),
-    ("harombe_core.vectors.pgvector", "harombe_core.store.postgres._Step"),
-    ("harombe_core.vectors.stored", "_read"),
-    ("harombe_core.vectors.stored", "_write"),
-    ("harombe_core.vectors.stored", "harombe_core.store.sqlite._scope_sql"),
-}
+ALLOWED_CYCLES: set[frozenset[str]] = set()
+ALLOWED_PRIVATE: set[tuple[str, str]] = set()
 ALLOWED_LONG: set[str] = {
     "harombe_core.manager",
     "harombe_core.retrieval",
-    "harombe_core.store.postgres",
-    "harombe_core.store.sqlite",
 }
 
 
