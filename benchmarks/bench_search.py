@@ -11,7 +11,9 @@ Three measurements, each with a peer or a floor in the same run:
    (FTS5) side alone. The corpus is embedded with ``--corpus-embedding`` (``fake``: the
    deterministic hashing embedder, so 100,000 messages build in minutes); the query side is
    timed with that embedder, and the default model's query-embedding p50 is printed
-   separately, so the total for the real model is the sum of the two.
+   separately, so the total for the real model is the sum of the two. Each search row also
+   gives the CPU milliseconds per search (all threads), which a busy machine does not inflate
+   as it does the wall-clock percentiles.
 3. Resident memory (max RSS) of the process at the end.
 
     python benchmarks/bench_search.py                          # 100,000 messages, 1,000 sessions
@@ -28,7 +30,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -63,13 +65,45 @@ def pct(values: list[float], q: float) -> float:
     return 1000 * ordered[min(int(len(ordered) * q), len(ordered) - 1)]
 
 
-def timed(fn: Callable[[], Any], n: int) -> list[float]:
+def timed(fn: Callable[[], Any], n: int, cpu: list[float] | None = None) -> list[float]:
+    """Wall seconds of ``n`` calls; with ``cpu``, also appends the mean CPU seconds per call
+    (every thread of the process: a busy machine does not inflate it)."""
     out = []
+    cpu_start = time.process_time()
     for _ in range(n):
         t0 = time.perf_counter()
         fn()
         out.append(time.perf_counter() - t0)
+    if cpu is not None:
+        cpu.append((time.process_time() - cpu_start) / n)
     return out
+
+
+def scoped_searches(
+    search: Callable[..., Any], texts: Iterator[str], args: argparse.Namespace, rng: random.Random
+) -> tuple[dict[str, list[float]], dict[str, float]]:
+    """Unscoped, user-scoped and session-scoped searches, ``args.queries`` of each: the wall
+    seconds of every call and the CPU seconds per call, by scope."""
+    calls: dict[str, Callable[[], Any]] = {
+        "unscoped": lambda: search(next(texts), top_k=10),
+        "user-scoped": lambda: search(
+            next(texts), top_k=10, user_id=f"u{rng.randrange(args.users)}"),
+        "session-scoped": lambda: search(
+            next(texts), top_k=10, session_id=f"s{rng.randrange(args.sessions)}"),
+    }
+    rows: dict[str, list[float]] = {}
+    cpu: dict[str, float] = {}
+    for label, call in calls.items():
+        spent: list[float] = []
+        rows[label] = timed(call, args.queries, spent)
+        cpu[label] = spent[0]
+    return rows, cpu
+
+
+def print_rows(rows: dict[str, list[float]], cpu: dict[str, float]) -> None:
+    for label, values in rows.items():
+        per_call = f"  {1000 * cpu[label]:7.2f}" if label in cpu else ""
+        print(f"  {label:36s} {pct(values, 0.5):7.2f} / {pct(values, 0.95):7.2f}{per_call}")
 
 
 def bench_save(n: int, folder: Path) -> None:
@@ -137,17 +171,10 @@ def bench_search(args: argparse.Namespace, folder: Path) -> None:
         mm.flush()
         semantic = mm._semantic
         index = semantic.index
-        rows: dict[str, list[float]] = {}
         q = iter(queries * 10)
-        rows["search_similar, unscoped"] = timed(
-            lambda: mm.search_similar(next(q), top_k=10), args.queries)
-        rows["search_similar, user-scoped"] = timed(
-            lambda: mm.search_similar(next(q), top_k=10,
-                                      user_id=f"u{rng.randrange(args.users)}"), args.queries)
-        rows["search_similar, session-scoped"] = timed(
-            lambda: mm.search_similar(next(q), top_k=10,
-                                      session_id=f"s{rng.randrange(args.sessions)}"),
-            args.queries)
+        scoped, cpu = scoped_searches(mm.search_similar, q, args, rng)
+        rows = {f"search_similar, {label}": values for label, values in scoped.items()}
+        cpu = {f"search_similar, {label}": value for label, value in cpu.items()}
         vectors = [semantic.embed_query(t) for t in queries]
         v = iter(vectors * 10)
         rows["peer: Chroma query, unfiltered"] = timed(
@@ -161,9 +188,8 @@ def bench_search(args: argparse.Namespace, folder: Path) -> None:
                 next(q), limit=10, scope=SearchScope(session_id=f"s{rng.randrange(args.sessions)}")
             ), args.queries)
     print(f"search at {args.messages:,} messages, top 10, {args.queries} queries each "
-          "(p50 / p95 ms):")
-    for label, values in rows.items():
-        print(f"  {label:36s} {pct(values, 0.5):7.2f} / {pct(values, 0.95):7.2f}")
+          "(p50 / p95 ms, and CPU ms per search where measured):")
+    print_rows(rows, cpu)
 
     if args.corpus_embedding == "fake":
         # End to end with the real model on the query side: the corpus vectors stay the
@@ -180,24 +206,14 @@ def bench_search(args: argparse.Namespace, folder: Path) -> None:
             retriever = Retriever(plain.store, real)
             retriever.search_similar("warm up", top_k=10)
             texts = iter(f"{t} ({i})" for i, t in enumerate(queries * 10))
-            real_rows = {
-                "unscoped": timed(lambda: retriever.search_similar(next(texts), top_k=10),
-                                  args.queries),
-                "user-scoped": timed(lambda: retriever.search_similar(
-                    next(texts), top_k=10, user_id=f"u{rng.randrange(args.users)}"),
-                    args.queries),
-                "session-scoped": timed(lambda: retriever.search_similar(
-                    next(texts), top_k=10, session_id=f"s{rng.randrange(args.sessions)}"),
-                    args.queries),
-            }
+            real_rows, real_cpu = scoped_searches(retriever.search_similar, texts, args, rng)
             real.close()
         print("search_similar with the default model embedding each (distinct) query:")
-        for label, values in real_rows.items():
-            print(f"  {label:36s} {pct(values, 0.5):7.2f} / {pct(values, 0.95):7.2f}")
+        print_rows(real_rows, real_cpu)
 
     from harombe_core.embeddings import resolve_embedder
 
-    model = resolve_embedder("default")
+    model = resolve_embedder("default", cache=False)  # the model itself, not the shared cache
     model.embed_query("warm up")
     texts = iter(f"{t} ({i})" for i, t in enumerate(queries * 10))  # distinct: no cache hits
     embed = timed(lambda: model.embed_query(next(texts)), min(args.queries, 200))

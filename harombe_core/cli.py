@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from datetime import UTC, datetime, timedelta
 from itertools import islice
 from pathlib import Path
@@ -102,8 +102,11 @@ def clean_errors() -> Iterator[None]:
 
 
 @contextmanager
-def open_memory(db: str, *, create: bool = False) -> Iterator[MemoryManager]:
-    """A manager over ``db`` without semantic memory (no model load for inspecting a store).
+def open_memory(
+    db: str, *, create: bool = False, embedding: str | None = None
+) -> Iterator[MemoryManager]:
+    """A manager over ``db``, without semantic memory unless ``embedding`` names a model (no
+    model load for inspecting a store).
 
     Unless ``create``, a path with no file is an error rather than a new empty database, so a
     typo in ``--db`` is reported instead of silently showing nothing.
@@ -117,7 +120,7 @@ def open_memory(db: str, *, create: bool = False) -> Iterator[MemoryManager]:
             f"no database at {path}. Pass --db PATH (or set HAROMBE_DB), or create one with "
             f"`harombe demo --db {path}` or `harombe import FILE --db {path}`."
         )
-    with MemoryManager(path, embedding=None) as manager:
+    with MemoryManager(path, embedding=embedding) as manager:
         yield manager
 
 
@@ -317,8 +320,29 @@ def import_command(
         str | None,
         typer.Option("--user", metavar="USER", help="Owner for the imported sessions."),
     ] = None,
+    embedding: Annotated[
+        str,
+        typer.Option(
+            "--embedding",
+            metavar="MODEL",
+            help="Embedding model for search by meaning (the one the database was indexed "
+            "with).",
+        ),
+    ] = "default",
+    embed: Annotated[
+        bool,
+        typer.Option(
+            "--embed/--no-embed",
+            metavar="",
+            help="Embed the imported messages for search by meaning, with a progress bar "
+            "(the default, unless the database searches by keyword only).",
+        ),
+    ] = True,
 ) -> None:
-    """Import a json or jsonl export (all of it or, if anything is wrong, none of it)."""
+    """Import a json or jsonl export (all of it or, if anything is wrong, none of it).
+
+    Then the imported messages are embedded, so search by meaning finds them at once.
+    """
     from harombe_core import export as ex
 
     policy = on_conflict.replace("-", "_")
@@ -328,11 +352,13 @@ def import_command(
                 f"--on-conflict must be error, new-id or skip, got {on_conflict!r}."
             )
         path = os.path.expanduser(db)
-        if db != ":memory:" and "://" not in db and not os.path.exists(path):
+        new = db != ":memory:" and "://" not in db and not os.path.exists(path)
+        if new:
             # Check the file before creating the database, so a bad file leaves nothing behind.
             for _ in ex.iter_records(file):
                 pass
-        with open_memory(db, create=True) as manager:
+        model = embedding if embed and (new or _searches_by_meaning(db)) else None
+        with _import_memory(db, model) as manager:
             result = ex.import_file(manager, file, on_conflict=policy, user_id=user)  # type: ignore[arg-type]
             console.print(
                 f"Imported {plural(len(result.session_ids), 'session')} "
@@ -342,6 +368,44 @@ def import_command(
             )
             if result.skipped:
                 console.print(f"Skipped (already stored): {escape(', '.join(result.skipped))}")
+            if manager.semantic_enabled and result.messages:
+                manager.flush(progress=True)  # the import committed; the bar is the embedding
+                console.print("Embedded them: search finds them by meaning and by keyword.")
+            elif embed and result.messages:
+                console.print(
+                    "This database searches by keyword only; `harombe reindex --db "
+                    f"{escape(manager.store.location)}` embeds every message for search by "
+                    "meaning.",
+                    soft_wrap=True,
+                )
+
+
+def _searches_by_meaning(db: str) -> bool:
+    """Whether an existing database was indexed by meaning (or is still empty)."""
+    with open_memory(db) as plain:
+        return (
+            plain.store.get_meta("embedding_model") is not None
+            or plain.store.count_messages() == 0
+        )
+
+
+@contextmanager
+def _import_memory(db: str, embedding: str | None) -> Iterator[MemoryManager]:
+    """The manager an import writes through: with ``embedding`` if its backend is installed
+    (checked before the database is created), else keyword search only, said once."""
+    from harombe_core.errors import MissingExtraError
+
+    with ExitStack() as stack:
+        try:
+            manager = stack.enter_context(open_memory(db, create=True, embedding=embedding))
+        except MissingExtraError as exc:
+            err_console.print(
+                f"{escape(exc.cli_message())}\nImporting for keyword search; `harombe reindex` "
+                "embeds the messages once it is installed.",
+                soft_wrap=True,
+            )
+            manager = stack.enter_context(open_memory(db, create=True))
+        yield manager
 
 
 @command("prune")

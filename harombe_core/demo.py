@@ -247,7 +247,10 @@ def run_demo(
         soft_wrap=True,  # a path broken over two lines cannot be copied
     )
     if semantic:
-        console.print("Loading the bundled embedding model (all-MiniLM-L6-v2, offline)…")
+        console.print(
+            "Loading the bundled embedding model (all-MiniLM-L6-v2, offline; the first run on "
+            "a machine also converts it for ONNX Runtime, once, which can take half a minute)…"
+        )
     manager, note = _open(path, semantic)
     with manager:
         written = write_sample(manager)

@@ -986,7 +986,8 @@ def import_records(
     ``user_id`` overrides the owner recorded in the file. Message ids are assigned by the store;
     ``parent_id`` links and summaries are rewired to the new ids. If anything fails, or the
     process is killed part-way, the store is left as it was, so the same import can simply be
-    run again. Imported messages wait for the background indexer like any saved message.
+    run again. With semantic memory, the imported messages are embedded in the background like
+    any saved message (see :func:`import_file`).
     """
     held = records if isinstance(records, Sequence) else list(records)
     return _import(manager, lambda: iter(held), on_conflict, user_id)
@@ -1114,6 +1115,12 @@ def import_file(
     dates: their last activity is their newest message, so they sort among live sessions by
     when they happened (and ``prune_old_sessions`` or ``auto_prune_days`` treats old history
     as old).
+
+    When ``manager`` has semantic memory, the imported messages are embedded in the background
+    as soon as the import commits, as saved messages are: it returns without waiting (a large
+    import takes minutes to embed on a CPU), search finds the messages by their keywords until
+    each is embedded, and ``manager.flush()`` waits for all of them (with a progress bar on a
+    terminal; ``flush(progress=callback)`` reports to a function).
     """
     return _import(manager, lambda: iter_records(path, fmt), on_conflict, user_id)
 

@@ -21,8 +21,9 @@ from harombe_core.limits import current_limits
 from harombe_core.manager_context import ContextMethods
 from harombe_core.models import Message, Session
 from harombe_core.owners import check_owner, legacy_session_key, session_key
+from harombe_core.progress import Progress, check_progress
 from harombe_core.store.base import UNSET, MessageStore
-from harombe_core.strategies import Window, window_newest
+from harombe_core.strategies import Window, reserve_system, window_newest
 from harombe_core.tokens import TokenCounter, resolve_token_counter
 from harombe_core.validate import (
     check_budget,
@@ -159,12 +160,18 @@ class MemoryManager(ContextMethods):
             raise InvalidInputError(
                 f"encryption_key must be a str, got {type(encryption_key).__name__}."
             )
+        semantic = embedding is not None and vector_store is not None
+        if semantic:
+            # A missing extra is reported before the database is created, not after.
+            from harombe_core.vectors.indexer import check_semantic_parts
+
+            check_semantic_parts(embedding, vector_store, storage_path, config)
         self._store = open_store(storage_path, encryption_key=encryption_key)
         self._config = config
         self._semantic: Any = None
         self._closed = False
         try:
-            if embedding is not None and vector_store is not None:
+            if semantic:
                 self._semantic = self._open_semantic(embedding, vector_store)
         except BaseException:
             self._store.close()
@@ -550,7 +557,7 @@ class MemoryManager(ContextMethods):
         if session is None:
             return Window(messages=[], tokens=0)
         system = self._system_prompt_message(session) if include_system else []
-        reserved = sum(m.token_count or 0 for m in system)
+        reserved = reserve_system(system, budget)  # as get_context: never over the budget
         window = window_newest(
             self._store.iter_newest(session_id),
             budget,
@@ -590,18 +597,32 @@ class MemoryManager(ContextMethods):
         LangGraph checkpointer records a thread's messages with its checkpoint): wakes the
         background embedder and drops the vectors of ``deleted_sessions``. Returns at once.
         """
+        named = [
+            check_id(sid, "deleted_sessions item")
+            for sid in check_list(deleted_sessions, "deleted_sessions", of="session ids")
+        ]
         if self._semantic is None:
             return
-        deleted = list(deleted_sessions)
+        # Only sessions that are really gone: a live session's vectors are never dropped here.
+        deleted = [sid for sid in named if self._store.get_session(sid) is None]
         if deleted:
             self._semantic.forget_sessions(deleted)
         self._semantic.notify()
 
-    def flush(self, timeout: float | None = None) -> None:
-        """Block until every saved message is embedded and searchable (no-op without semantic)."""
+    def flush(self, timeout: float | None = None, *, progress: Progress = None) -> None:
+        """Block until every saved message is embedded and searchable (no-op without semantic).
+
+        Messages are embedded in the background as they are saved (or imported, or found
+        unembedded when the store opens); until then search finds them by their keywords.
+        ``progress``: ``None`` shows a bar on stderr when it is a terminal and the backlog is
+        large, ``True`` always, ``False`` never; a callable ``progress(done, total)`` is called
+        as batches complete. Raises EmbeddingError if the model fails or ``timeout`` (seconds)
+        passes first.
+        """
+        check_progress(progress)
         timeout = optional_number(timeout, "timeout", low=0, high=MAX_WAIT_SECONDS)
         if self._semantic is not None:
-            self._semantic.flush(timeout)
+            self._semantic.flush(timeout, progress=progress)
 
     def stats(self) -> dict[str, Any]:
         """Counts of sessions, users, messages, tokens and pending embeddings, and file size."""
@@ -775,8 +796,8 @@ class MemoryManager(ContextMethods):
     ) -> None:
         await self.aclose()
 
-    async def aflush(self, timeout: float | None = None) -> None:
-        await asyncio.to_thread(self.flush, timeout)
+    async def aflush(self, timeout: float | None = None, *, progress: Progress = None) -> None:
+        await asyncio.to_thread(self.flush, timeout, progress=progress)
 
     async def aclose(self) -> None:
         await asyncio.to_thread(self.close)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from harombe_core.errors import InvalidInputError
 from harombe_core.models import Message, SearchHit, Session
+from harombe_core.progress import Progress, check_progress
 from harombe_core.store.base import MessageStore
 from harombe_core.validate import check_count, check_flag, check_list
 
@@ -134,13 +135,14 @@ class SearchMethods:
             raise InvalidInputError("format_context takes harombe Message objects only.")
         return format_context(messages)
 
-    def backfill_embeddings(self, batch_size: int = 100, *, progress: bool = True) -> int:
+    def backfill_embeddings(self, batch_size: int = 100, *, progress: Progress = True) -> int:
         """Embed every message not yet embedded (with a progress bar); returns how many.
 
-        Raises InvalidInputError when semantic memory is off (nothing to embed with).
+        ``progress`` as for :meth:`flush`. Raises InvalidInputError when semantic memory is off
+        (nothing to embed with).
         """
         check_count(batch_size, "batch_size", low=1, high=MAX_BATCH_SIZE)
-        check_flag(progress, "progress")
+        check_progress(progress)
         return self._require_semantic("backfill_embeddings").backfill(batch_size, progress=progress)
 
     def reindex(
@@ -149,16 +151,17 @@ class SearchMethods:
         *,
         embedding: Any = None,
         vector_store: Any = "chroma",
-        progress: bool = True,
+        progress: Progress = True,
         reembed: bool = False,
     ) -> dict[str, int]:
         """Rebuild the keyword and vector indexes from the store; safe to repeat.
 
         Pass ``embedding`` to switch to another model (every message is embedded again);
         otherwise vectors kept in SQLite are re-inserted without running the model.
+        ``progress`` as for :meth:`flush` (a bar by default).
         """
         check_count(batch_size, "batch_size", low=1, high=MAX_BATCH_SIZE)
-        check_flag(progress, "progress")
+        check_progress(progress)
         check_flag(reembed, "reembed")
         keyword = self._store.rebuild_keyword_index()
         from harombe_core.vectors.indexer import resolve_embedder_spec
@@ -201,7 +204,9 @@ class SearchMethods:
     async def aget_relevant_context(self, query: str, *args: Any, **kwargs: Any) -> list[Message]:
         return await asyncio.to_thread(self.get_relevant_context, query, *args, **kwargs)
 
-    async def abackfill_embeddings(self, batch_size: int = 100, *, progress: bool = True) -> int:
+    async def abackfill_embeddings(
+        self, batch_size: int = 100, *, progress: Progress = True
+    ) -> int:
         return await asyncio.to_thread(self.backfill_embeddings, batch_size, progress=progress)
 
     async def areindex(self, batch_size: int = 100, **kwargs: Any) -> dict[str, int]:

@@ -270,7 +270,20 @@ class Session:
 
 @dataclass(slots=True)
 class SearchHit:
-    """One retrieved message and why it ranked where it did."""
+    """One retrieved message and why it ranked where it did.
+
+    Every score reads the same on SQLite and PostgreSQL:
+
+    * ``score``, 0..1: the weighted mean of the hit's evidence (its own match, its
+      neighbours', its session's, and the speaker and time the query names, where it names
+      them; see :class:`~harombe_core.retrieval.RetrievalSettings`), decayed by age when
+      asked. 1.0 is the best possible on every count; hits are ranked by it.
+    * ``vector_score``, -1..1: the cosine similarity of the message's vector to the query's
+      (``None`` without semantic memory, or while the message waits to be embedded).
+    * ``keyword_score``, 0..1: its keyword relevance (BM25 on SQLite, ``ts_rank`` on
+      PostgreSQL) relative to the best keyword match of the same search, which scores 1.0
+      (``None`` when none of the query's words is in it).
+    """
 
     message: Message
     score: float

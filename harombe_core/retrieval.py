@@ -13,7 +13,9 @@ How a query is answered:
    outside the user or session asked for can come back, whatever the index returned.
 3. The two lists are fused: by default the cosine (min-max scaled over the candidates) and
    BM25 (scaled by the best match) are averaged with the configured weights; weighted
-   reciprocal-rank fusion is the alternative.
+   reciprocal-rank fusion is the alternative. A message the background embedder has not
+   reached yet (a store opened with a backlog, an import being embedded) has no cosine: it is
+   scored by its keyword side alone, so search stays complete while embedding catches up.
 4. Each candidate's fused score is weighed with its context (:func:`evidence`): the turns
    just before and after it (which join the candidates), its session, whether the query names
    its speaker, whether it was written in a time the query names. Each kind has a weight in
@@ -215,13 +217,16 @@ def _check_k(value: Any, what: str = "top_k") -> int:
 
 
 def _add_cosines(found: Candidates, semantic: SemanticMemory | None) -> None:
-    """The cosine of every candidate (and neighbour) that the vector side did not propose."""
+    """The cosine of every candidate (and neighbour) that the vector side did not propose,
+    and which of them are not embedded yet (they have none)."""
     if semantic is None or found.query_vector is None:
         return
     missing = [i for i in (*found.messages, *found.outside) if i not in found.cosine]
     if missing:
-        for mid, vec in semantic.vectors_for(missing).items():
+        vectors, pending = semantic.vectors_or_pending(missing)
+        for mid, vec in vectors.items():
             found.cosine[mid] = float(np.dot(vec, found.query_vector))
+        found.unembedded |= pending
 
 
 class Retriever:
@@ -267,11 +272,13 @@ class Retriever:
     ) -> list[SearchHit]:
         """The best ``top_k`` messages for ``query`` inside the scope, best first, with scores.
 
-        ``score`` is the fused score (plus the context evidence of :class:`RetrievalSettings`,
-        decayed by age when asked); ``vector_score`` the cosine similarity (``None`` where
-        unknown) and ``keyword_score`` the BM25 score (``None`` if the words did not match).
-        ``min_similarity`` drops hits whose cosine is below it. Every weight left ``None``
-        comes from the settings (the ``rag:`` config).
+        ``score`` (0..1) is the fused score with the context evidence of
+        :class:`RetrievalSettings`, decayed by age when asked; ``vector_score`` the cosine
+        similarity (``None`` where unknown) and ``keyword_score`` (0..1) the BM25 score relative
+        to the best keyword match (``None`` if the words did not match); see
+        :class:`~harombe_core.models.SearchHit`. ``min_similarity`` drops hits whose cosine is
+        below it (a message not embedded yet has none and is kept on its keywords). Every
+        weight left ``None`` comes from the settings (the ``rag:`` config).
         """
         s = self.settings
         query = check_query(query)
@@ -546,7 +553,8 @@ class Candidates:
 
     ``messages`` are in scope (the store checked them); ``pooled`` are the ids the vector and
     keyword sides proposed (the rest are neighbours); ``outside`` are neighbours outside the
-    scope, known only by their cosine, which lend evidence but are never returned.
+    scope, known only by their cosine, which lend evidence but are never returned;
+    ``unembedded`` are candidates the embedder has not reached yet (no vector, so no cosine).
     """
 
     messages: dict[int, Message] = field(default_factory=dict)
@@ -561,6 +569,7 @@ class Candidates:
     times: list[TimeRange] = field(default_factory=list)
     query_vector: Any = None
     exclude_session_id: str | None = None
+    unembedded: frozenset[int] = frozenset()
 
 
 def named_speakers(query: str, messages: Iterable[Message]) -> frozenset[str]:
@@ -628,7 +637,11 @@ def evidence(
         message = found.messages[mid]
         if found.exclude_session_id is not None and message.session_id == found.exclude_session_id:
             continue
-        if min_similarity is not None and found.cosine.get(mid, -math.inf) < min_similarity:
+        if (
+            min_similarity is not None
+            and mid not in found.unembedded  # no cosine to judge yet: kept on its keywords
+            and found.cosine.get(mid, -math.inf) < min_similarity
+        ):
             continue
         around = [base[n] for n in found.adjacent.get(mid, ()) if n in base]
         speaker = bool(found.speakers) and _speaks(message, found.speakers)
@@ -663,23 +676,32 @@ def rank(
     now: datetime | None = None,
 ) -> list[SearchHit]:
     """Every candidate of ``found`` as a hit, best first: its :func:`evidence` weighted by
-    ``settings`` and summed, then decayed by age (``temporal_decay``)."""
+    ``settings`` and summed, then decayed by age (``temporal_decay``).
+
+    Scores are put on a 0..1 scale a person can read (see :class:`~harombe_core.models.
+    SearchHit`): the weighted sum is divided by the weights of the evidence this query can
+    have (speaker and time only when it names a speaker or a time), and each BM25 by the
+    best of the search. Both divisors are the same for every hit, so the order is the order of
+    the raw sums.
+    """
     messages, table = evidence(found, settings, min_similarity=min_similarity)
-    scores = table @ evidence_weights(settings)
+    weights = evidence_weights(settings)
+    applicable = weights.copy()
+    applicable[EVIDENCE.index("speaker")] *= bool(found.speakers)
+    applicable[EVIDENCE.index("time")] *= bool(found.times)
+    scores = table @ weights / (applicable.sum() or 1.0)
+    best_keyword = max(found.keyword_score.values(), default=0.0) or 1.0
     if settings.temporal_decay > 0:
         reference = now or datetime.now(UTC)
         for i, message in enumerate(messages):
             age_days = max((reference - message.created_at).total_seconds() / 86_400, 0.0)
             scores[i] *= math.exp(-settings.temporal_decay * age_days)
-    hits = [
-        SearchHit(
-            message,
-            float(score),
-            found.cosine.get(int(message.id or 0)),
-            found.keyword_score.get(int(message.id or 0)),
-        )
-        for message, score in zip(messages, scores, strict=True)
-    ]
+    hits = []
+    for message, score in zip(messages, scores, strict=True):
+        mid = int(message.id or 0)
+        keyword = found.keyword_score.get(mid)
+        relative = None if keyword is None else keyword / best_keyword
+        hits.append(SearchHit(message, float(score), found.cosine.get(mid), relative))
     hits.sort(key=lambda h: (-h.score, -(h.message.id or 0)))
     return hits
 
@@ -694,8 +716,13 @@ def _fusion(
     match). Scaling per query makes the two comparable, and unlike rank fusion a clear win on
     one side is not flattened into a rank. ``"rrf"``: weighted reciprocal-rank fusion,
     ``w / (rrf_k + rank)``. Keyword-only search (no semantic memory) is BM25 scaled by the best.
+
+    A candidate not embedded yet (``found.unembedded``: a backlog being embedded in the
+    background) has no cosine, which is not a bad one: its keyword side alone is its score,
+    on the full scale, as keyword search would rank it, so a store part-way through embedding
+    does not bury what the embedder has not reached.
     """
-    cosine, keyword_score = found.cosine, found.keyword_score
+    cosine, keyword_score, unembedded = found.cosine, found.keyword_score, found.unembedded
     best = max(keyword_score.values(), default=0.0) or 1.0
     if not hybrid:
         return lambda mid: keyword_score.get(mid, 0.0) / best
@@ -705,6 +732,9 @@ def _fusion(
         vector_rank, keyword_rank = found.vector_rank, found.keyword_rank
 
         def rrf(mid: int) -> float:
+            if mid in unembedded:
+                rank_ = keyword_rank.get(mid)
+                return 0.0 if rank_ is None or wk == 0 else (wv + wk) / (rrf_k + 1 + rank_)
             score = 0.0
             if mid in vector_rank:
                 score += wv / (rrf_k + 1 + vector_rank[mid])
@@ -721,8 +751,10 @@ def _fusion(
     total = wv + wk
 
     def scaled(mid: int) -> float:
-        vector = (cosine[mid] - low) / span if mid in cosine else 0.0
         keyword = keyword_score.get(mid, 0.0) / best
+        if mid in unembedded:
+            return keyword if wk > 0 else 0.0
+        vector = (cosine[mid] - low) / span if mid in cosine else 0.0
         return (wv * vector + wk * keyword) / total
 
     return scaled

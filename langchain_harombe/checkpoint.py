@@ -136,8 +136,11 @@ class HarombeSaver(BaseCheckpointSaver[str]):
         super().__init__(serde=serde)
         if not isinstance(messages_key, str) or not messages_key:
             raise InvalidInputError("messages_key must be a non-empty str (a channel name).")
+        # A checkpointer's own manager stays keyword-only unless asked: a graph step must not
+        # wait for a model to load (the application's manager, passed as ``manager``, decides).
         self.manager, self._owns_manager = resolve_manager(
-            manager, storage_path, manager_options, owner="HarombeSaver"
+            manager, storage_path, {"embedding": None, **(manager_options or {})},
+            owner="HarombeSaver",
         )
         try:
             self._runner: SqlRunner = sql_runner(self.manager.store)

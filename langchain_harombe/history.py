@@ -73,8 +73,10 @@ def resolve_manager(
 ) -> tuple[MemoryManager, bool]:
     """The manager to use and whether we opened it (and so must close it).
 
-    A ``storage_path`` opens a manager without semantic memory unless ``manager_options`` says
-    otherwise: a chat history needs none, and loading an embedding model per history would be slow.
+    A ``storage_path`` opens a manager with ``manager_options`` over the core's defaults:
+    semantic memory with the bundled model, as everywhere in harombe (the model is loaded once
+    per process and the semantic memory is shared per database, so a history per request costs
+    neither again). ``manager_options={"embedding": None}`` keeps keyword search only.
     """
     if manager is not None and storage_path is not None:
         raise InvalidInputError(f"{owner}: pass manager= or storage_path=, not both.")
@@ -90,8 +92,7 @@ def resolve_manager(
             f"{owner}: pass manager=MemoryManager(...) or storage_path='path/to/memory.db'."
         )
     check_options(manager_options, _MANAGER_OPTIONS, "manager_options")
-    options = {"embedding": None, **(manager_options or {})}
-    return MemoryManager(storage_path, **options), True
+    return MemoryManager(storage_path, **(manager_options or {})), True
 
 
 class HarombeChatMessageHistory(BaseChatMessageHistory):
@@ -110,7 +111,8 @@ class HarombeChatMessageHistory(BaseChatMessageHistory):
         max_tokens: Budget of the view (default: the manager's ``max_history_tokens``).
         start_on_user: Never let the view begin with an assistant turn.
         system_prompt: Set as the session's system prompt when the session is created.
-        manager_options: Keyword arguments for the manager opened from ``storage_path``.
+        manager_options: Keyword arguments for the manager opened from ``storage_path``
+            (semantic memory is on by default; ``{"embedding": None}`` for keywords only).
         context_options: Extra keyword arguments for ``MemoryManager.get_context``.
         node_selector: With ``strategy="threaded"``, where each new user message hangs in the
             conversation graph: ``"embedding"`` (default when the manager has semantic memory),

@@ -107,7 +107,7 @@ class HarombeRetriever(BaseRetriever):
             self._manager, _ = resolve_manager(
                 self.manager,
                 self.storage_path,
-                {"embedding": "default", **self.manager_options},
+                self.manager_options,
                 owner="HarombeRetriever",
             )
         return self._manager

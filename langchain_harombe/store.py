@@ -154,8 +154,11 @@ class HarombeStore(BaseStore):
         manager_options: dict[str, Any] | None = None,
     ) -> None:
         _check_ttl_config(ttl)
+        # Items are searched by meaning through ``index`` (as LangGraph's stores): the manager
+        # a path opens needs no semantic memory of its own unless asked for.
         self.manager, self._owns_manager = resolve_manager(
-            manager, storage_path, manager_options, owner="HarombeStore"
+            manager, storage_path, {"embedding": None, **(manager_options or {})},
+            owner="HarombeStore",
         )
         try:
             self._backend = sql_runner(self.manager.store)

@@ -17,7 +17,6 @@ to be the same user's), found by meaning and by keyword with the bundled offline
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import os
 import uuid
@@ -31,7 +30,6 @@ from llama_index.core.llms.llm import LLM
 from llama_index.core.memory.types import BaseMemory
 from llama_index.core.storage.chat_store.base_db import MessageStatus
 
-from harombe_core.embeddings.base import Embedder
 from harombe_core.errors import InvalidBudgetError, InvalidInputError
 from harombe_core.manager import MemoryManager
 from harombe_core.models import Message, Session
@@ -95,14 +93,6 @@ Strategy = Literal["simple", "summarization", "hybrid", "threaded"]
 LLAMAINDEX_EMBEDDING = "llamaindex"
 
 
-@functools.cache
-def _bundled_embedder() -> Embedder:
-    """The bundled model, loaded once per process however many memories and stores use it."""
-    from harombe_core.embeddings import resolve_embedder
-
-    return resolve_embedder(DEFAULT_EMBEDDING)
-
-
 def open_manager(
     storage_path: str | os.PathLike[str],
     embedding: Any,
@@ -111,7 +101,8 @@ def open_manager(
 ) -> MemoryManager:
     """A MemoryManager for a location; semantic memory only when both parts are named.
 
-    ``embedding="default"`` is the bundled model, shared by every component of the process.
+    ``embedding="default"`` is the bundled model, loaded once per process and shared by every
+    component (see :mod:`harombe_core.embeddings`).
     ``embedding="llamaindex"`` (implied by ``embed_model``) embeds with ``embed_model`` or, when
     reopening from a dict, LlamaIndex's ``Settings.embed_model``; the vector index refuses a
     different model than the one it was built with.
@@ -136,8 +127,6 @@ def open_manager(
                     "embed_model=..., or use embedding='default' (the bundled model)."
                 ) from None
         embedding = LlamaIndexEmbedder(embed_model)
-    elif embedding == DEFAULT_EMBEDDING:
-        embedding = _bundled_embedder()
     return MemoryManager(storage_path, embedding=embedding, vector_store=vector_store)
 
 

@@ -8,13 +8,22 @@ otherwise. Both report the same ``name``, so an index built by one is served by 
 ``resolve_embedder(spec)`` turns what a user writes (``"default"``, a model name, ``"onnx"``,
 ``"ollama:nomic-embed-text"``, an object) into an :class:`Embedder`. Backends are imported
 lazily, so ``import harombe_core.embeddings`` pulls in neither torch nor onnxruntime.
+
+A local model is loaded once per process: every manager, history, retriever and memory block
+that names the same model (``"default"``, ``"onnx"``, ``"st:<path>"``, a model directory...)
+gets the same embedder object, so a program that opens ten of them holds one copy of the
+weights and one cache of recent vectors. Remote clients (Ollama, OpenAI) are cheap and made
+per call.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import logging
 import os
+import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from harombe_core.embeddings.base import BaseEmbedder, Embedder, FloatArray, normalize_rows
@@ -76,10 +85,25 @@ def __getattr__(name: str) -> Any:
 
 
 def _default_embedder() -> Embedder:
-    """ONNX on CPU when installed, sentence-transformers on a GPU or as the fallback; cached."""
-    from harombe_core.embeddings.onnx import OnnxEmbedder, onnx_available
-    from harombe_core.embeddings.sentence_transformers import SentenceTransformerEmbedder
+    """ONNX on CPU when installed, sentence-transformers on a GPU or as the fallback; cached.
 
+    Raises MissingExtraError when neither backend is installed, here rather than at the first
+    embedding, so nothing is created for a memory that could never embed.
+    """
+    from harombe_core.embeddings.onnx import OnnxEmbedder, onnx_available
+    from harombe_core.embeddings.sentence_transformers import (
+        SentenceTransformerEmbedder,
+        bundled_model_path,
+    )
+
+    bundled_model_path()  # the weights come with either extra
+    if not onnx_available() and importlib.util.find_spec("sentence_transformers") is None:
+        raise MissingExtraError(
+            "the default embedding model (semantic search; pass embedding=None for keyword "
+            "search only)",
+            extra="onnx",
+            module="onnxruntime",
+        )
     if onnx_available() and not _gpu_present():
         fast = OnnxEmbedder()
         try:
@@ -132,7 +156,7 @@ def resolve_embedder(spec: Any = "default", *, cache: bool | None = None) -> Emb
     text = os.fspath(spec).strip()
     embedder: Embedder
     if text == "default":
-        embedder = _default_embedder()
+        embedder = _shared(("default",), _default_embedder)
         return embedder if cache is not False else _unwrap(embedder)
     prefix, sep, rest = text.partition(":")
     prefix = prefix.lower()
@@ -151,18 +175,64 @@ def resolve_embedder(spec: Any = "default", *, cache: bool | None = None) -> Emb
     if prefix == "onnx" and (not sep or rest):
         from harombe_core.embeddings.onnx import OnnxEmbedder
 
-        embedder = OnnxEmbedder(rest or None)
+        embedder = _shared(
+            ("onnx", _model_key(rest)), lambda: CachedEmbedder(OnnxEmbedder(rest or None))
+        )
     elif prefix == "st" and (not sep or rest):
-        embedder = _sentence_transformer(rest or None)
+        embedder = _shared(
+            ("st", _model_key(rest)), lambda: CachedEmbedder(_sentence_transformer(rest or None))
+        )
     elif (
         text in _BUNDLED_ALIASES
         or os.path.isdir(os.path.expanduser(text))
         or _looks_like_hub_id(text)
     ):
-        embedder = _sentence_transformer(text)
+        embedder = _shared(
+            ("st", _model_key(text)), lambda: CachedEmbedder(_sentence_transformer(text))
+        )
     else:
         raise InvalidInputError(f"unknown embedder {text!r}; accepted: {ACCEPTED_SPECS}")
-    return embedder if cache is False else CachedEmbedder(embedder)
+    return embedder if cache is not False else _unwrap(embedder)
+
+
+_SHARED: dict[tuple[str, ...], Embedder] = {}
+_SHARED_LOCK = threading.Lock()
+_SHARED_PID = os.getpid()
+
+
+def _shared(key: tuple[str, ...], build: Callable[[], Embedder]) -> Embedder:
+    """The process's embedder for ``key``, built on first use (see the module docstring).
+
+    A forked child builds its own: a model runtime's threads do not survive a fork.
+    """
+    global _SHARED_PID
+    with _SHARED_LOCK:
+        if os.getpid() != _SHARED_PID:
+            _SHARED.clear()
+            _SHARED_PID = os.getpid()
+        embedder = _SHARED.get(key)
+        if embedder is None:
+            embedder = _SHARED[key] = build()
+        return embedder
+
+
+def _model_key(name: str) -> str:
+    """One key per model whatever it is called: the bundled model's aliases and directory are
+    ``""``, another directory its resolved path, a hub id itself."""
+    if not name or name in _BUNDLED_ALIASES:
+        return ""
+    local = os.path.expanduser(name)
+    if os.path.exists(local):
+        resolved = os.path.realpath(local)
+        try:
+            from harombe_core.embeddings.sentence_transformers import bundled_model_path
+
+            if resolved == os.path.realpath(bundled_model_path()):
+                return ""
+        except MissingExtraError:
+            pass
+        return resolved
+    return name
 
 
 def _sentence_transformer(name: str | None) -> Embedder:

@@ -170,10 +170,19 @@ def export_onnx(model_dir: Path, target: Path, pooling: str = "mean") -> Path:
     except ImportError as exc:
         raise MissingExtraError("exporting a model to ONNX", extra="onnx", module="onnx") from exc
 
-    # Eager attention traces to plain ops that every onnxruntime runs; sdpa does not.
-    model = AutoModel.from_pretrained(
-        str(model_dir), local_files_only=True, attn_implementation="eager"
-    ).eval()
+    from transformers.utils import logging as hf_logging
+
+    # Eager attention traces to plain ops that every onnxruntime runs; sdpa does not. The
+    # one-time export should not print a weights-loading bar into the caller's output.
+    bar = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        model = AutoModel.from_pretrained(
+            str(model_dir), local_files_only=True, attn_implementation="eager"
+        ).eval()
+    finally:
+        if bar:
+            hf_logging.enable_progress_bar()
 
     class _Pooled(torch.nn.Module):
         def __init__(self, encoder: Any) -> None:

@@ -1324,6 +1324,10 @@ class PostgresStore:
 
         return int(self._run(body, keyed=False))
 
+    def pending_count(self) -> int:
+        """Messages not embedded yet (read through the partial index of such rows)."""
+        return int(self._read("SELECT COUNT(*) FROM messages WHERE NOT embedded")[0][0])
+
     def stats(self) -> dict[str, Any]:
         sessions, users = self._read("SELECT COUNT(*), COUNT(DISTINCT user_id) FROM sessions")[0]
         messages, tokens, pending = self._read(

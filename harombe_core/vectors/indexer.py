@@ -49,12 +49,14 @@ from harombe_core.errors import (
     EmbeddingModelMismatchError,
     Fix,
     InvalidInputError,
+    MissingExtraError,
     StoreError,
     StoreReadOnlyError,
     VectorIndexBusyError,
     VectorIndexError,
 )
 from harombe_core.models import Message
+from harombe_core.progress import Progress, progress_reporter, silent
 from harombe_core.store.base import MessageStore, SearchScope
 from harombe_core.store.sqlite import to_micros
 from harombe_core.vectors.base import FloatArray, VectorIndex, VectorMatch, scope_metadata_filter
@@ -89,6 +91,14 @@ POLL_SECONDS = 1.0
 MAX_BACKOFF = 60.0
 #: Vectors copied from SQLite into the index per batch (no model run, so larger than embedding).
 TAIL_BATCH = 500
+#: Pending messages taken at a time. They are sorted by length and embedded ``batch_size`` at
+#: a time, so each batch holds texts of about one length: a model pads every text of a batch
+#: to its longest, and chat mixes "ok" with paragraphs, so batches in arrival order cost the
+#: model 2-3 times the work (``benchmarks/bench_embeddings.py --ingest``).
+EMBED_WINDOW = 512
+#: A backlog at least this large is announced once (logged) when semantic memory opens, and
+#: ``flush()`` shows a progress bar for it when stderr is a terminal.
+BACKLOG_NOTICE = 200
 
 #: Opens an index only one process may hold; raises VectorIndexBusyError when another has it.
 IndexOpener = Callable[[], VectorIndex]
@@ -154,6 +164,29 @@ def resolve_index(
         return ChromaVectorIndex(mode="memory", collection=collection)
     path = section.path if section is not None and section.path else f"{store.location}.chroma"
     return lambda: ChromaVectorIndex(mode="persistent", path=path, collection=collection)
+
+
+def check_semantic_parts(
+    embedding: Any, vector_store: Any, location: Any, config: MemoryConfig | None
+) -> None:
+    """Raise now (MissingExtraError, InvalidInputError) what opening semantic memory for
+    ``location`` would raise for want of a package or for a bad spec, before a store exists.
+
+    The embedder is resolved (and kept: local models are shared per process, see
+    :mod:`harombe_core.embeddings`), and ChromaDB must be importable wherever it would be used.
+    """
+    resolve_embedder_spec(embedding)
+    if vector_store != "chroma":
+        return
+    section = config.vector_store if config is not None else None
+    place = getattr(location, "location", location)  # a store object, or where one will be
+    on_postgres = isinstance(place, str) and place.startswith(("postgresql://", "postgres://"))
+    if on_postgres and (section is None or section.mode == "persistent"):
+        return  # pgvector in the same database
+    import importlib.util
+
+    if importlib.util.find_spec("chromadb") is None:
+        raise MissingExtraError("the ChromaDB vector index", "chroma", "chromadb")
 
 
 def resolve_embedder_spec(embedding: Any) -> Embedder:
@@ -240,10 +273,16 @@ def open_semantic_memory(
                          store.location)
         if start and not changed:
             semantic.start()
+            semantic.announce_backlog()
     except BaseException:
         semantic.close()
         raise
     return semantic
+
+
+def _check_batch_size(batch_size: Any) -> None:
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise InvalidInputError(f"batch_size must be a positive int, got {batch_size!r}.")
 
 
 def _batch_lock(store: MessageStore) -> Any:
@@ -278,14 +317,15 @@ class SemanticMemory:
         linger: float = 0.05,
         poll: float | None = POLL_SECONDS,
         embed_context: bool = True,
+        window: int = EMBED_WINDOW,
     ) -> None:
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise InvalidInputError(f"batch_size must be a positive int, got {batch_size!r}.")
+        _check_batch_size(batch_size)
         self.store = store
         self.embedder = embedder
         self.index = index
         self.open_index = open_index
         self.batch_size = batch_size
+        self.window = max(window, batch_size)
         self.exact_search_limit = exact_search_limit
         self.linger = linger
         # A private in-memory store gets work only from this process: no need to look.
@@ -306,6 +346,9 @@ class SemanticMemory:
         self._batch_lock = _batch_lock(store)
         self._next_open_attempt = 0.0
         self._logged: set[str] = set()
+        # Called with the size of every batch embedded, by whichever thread embeds it (the
+        # worker or a caller of flush), so a caller's progress bar counts both.
+        self._listeners: list[Callable[[int], None]] = []
         self.last_error: BaseException | None = None
 
     # lifecycle ------------------------------------------------------------------------------
@@ -325,12 +368,14 @@ class SemanticMemory:
         """New messages were committed: wake the worker (returns at once)."""
         self._wake.set()
 
-    def flush(self, timeout: float | None = None) -> None:
+    def flush(self, timeout: float | None = None, *, progress: Progress = None) -> None:
         """Return once every committed message is embedded and searchable.
 
         Embeds what is pending now (helping the worker). Where this process holds the index it
         is also checked and given the tail, so it holds every stored vector; elsewhere the
         vectors are searched exactly from the database, so they are found all the same.
+        ``progress`` (see :mod:`harombe_core.progress`): by default a bar on stderr when it is
+        a terminal and at least ``BACKLOG_NOTICE`` messages are waiting.
         Raises EmbeddingError when the model fails or ``timeout`` seconds pass first.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -346,8 +391,12 @@ class SemanticMemory:
                 )
             return left
 
-        while self.embed_pending(self.batch_size, timeout=remaining()) > 0:
-            pass
+        total = 0 if silent(progress) else self.pending_count()
+        with progress_reporter(
+            progress, total, desc="embedding", auto_from=BACKLOG_NOTICE
+        ) as advance, self._listening(advance):
+            while self.embed_pending(self.window, timeout=remaining(), deadline=deadline) > 0:
+                pass
         while True:
             left = remaining()  # raises once the deadline passed
             if self._work_lock.acquire(timeout=-1 if left is None else min(left, 1.0)):
@@ -357,6 +406,31 @@ class SemanticMemory:
             self.sync_tail()
         finally:
             self._work_lock.release()
+
+    @contextlib.contextmanager
+    def _listening(self, listener: Callable[[int], None]) -> Iterator[None]:
+        """Have ``listener`` told of every batch embedded in this process meanwhile."""
+        self._listeners.append(listener)
+        try:
+            yield
+        finally:
+            self._listeners.remove(listener)
+
+    def announce_backlog(self) -> int:
+        """Say once (a log warning) that a large backlog is being embedded in the background;
+        returns the backlog. Until it is done, searches find those messages by keyword (see
+        :mod:`harombe_core.retrieval`)."""
+        if getattr(self.store, "read_only", False):
+            return 0
+        count = self.pending_count()
+        if count >= BACKLOG_NOTICE:
+            self._log_once(
+                "backlog",
+                f"{self.store.location}: embedding {count:,} messages in the background; "
+                "until each is done, search finds it by its keywords. MemoryManager.flush() "
+                "waits for them (with a progress bar on a terminal).",
+            )
+        return count
 
     def stop(self) -> None:
         """Stop the worker after its current batch (``start()`` runs it again)."""
@@ -533,21 +607,33 @@ class SemanticMemory:
             self.try_open_index()
         with self._work_lock:
             self._check_index()
-        while not self._stop.is_set() and self.embed_pending(self.batch_size) > 0:
+        while not self._stop.is_set() and self.embed_pending(self.window) > 0:
             pass
         if not self._stop.is_set():
             with self._work_lock:
                 self.sync_tail()
 
-    def embed_pending(self, limit: int, *, timeout: float | None = None) -> int:
-        """Embed up to ``limit`` pending messages; returns how many were embedded."""
+    def embed_pending(
+        self,
+        limit: int,
+        *,
+        timeout: float | None = None,
+        deadline: float | None = None,
+        batch_size: int | None = None,
+    ) -> int:
+        """Embed up to ``limit`` pending messages; returns how many were embedded.
+
+        They are embedded ``batch_size`` (default: this memory's) at a time, shortest texts
+        first, each batch stored before the next; a stop, or the ``deadline`` (a
+        ``time.monotonic()`` value) passing, ends the call after the batch in hand.
+        """
         if not self._work_lock.acquire(timeout=-1 if timeout is None else max(timeout, 0.0)):
             return 1  # the worker holds the lock and is making progress: the caller loops
         try:
             with self._embedding_turn(timeout) as turn:
                 if not turn:
                     return 1  # another process is embedding a batch: the caller loops
-                return self._embed_batch(limit)
+                return self._embed_window(limit, batch_size or self.batch_size, deadline)
         finally:
             self._work_lock.release()
 
@@ -575,8 +661,8 @@ class SemanticMemory:
         finally:
             lock.release()
 
-    def _embed_batch(self, limit: int) -> int:
-        """Embed and store one batch of pending messages; returns its size."""
+    def _embed_window(self, limit: int, batch_size: int, deadline: float | None) -> int:
+        """Embed and store up to ``limit`` pending messages, in batches of similar length."""
         pending = self.store.pending_embeddings(limit)
         if not pending:
             return 0
@@ -584,22 +670,45 @@ class SemanticMemory:
             embedding_text(message, context, with_context=self.embed_context)
             for message, context in pending
         ]
+        # Characters stand in for tokens: close enough to keep each batch's padding small,
+        # and known without the model's tokenizer (any embedder works this way).
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        owners: dict[str, str | None] = {}
+        done = 0
+        for start in range(0, len(order), batch_size):
+            if start and (
+                self._stop.is_set() or (deadline is not None and time.monotonic() >= deadline)
+            ):
+                break  # what is stored stays stored; the rest is still pending
+            chunk = order[start : start + batch_size]
+            self._embed_batch([pending[i][0] for i in chunk], [texts[i] for i in chunk], owners)
+            done += len(chunk)
+            for listener in list(self._listeners):
+                listener(len(chunk))
+        return done
+
+    def _embed_batch(
+        self, messages: list[Message], texts: list[str], owners: dict[str, str | None]
+    ) -> None:
+        """Embed one batch and store it: index first, flag second (see the module docstring).
+
+        ``owners`` caches each session's owner for the window (read once per session).
+        """
         vectors = np.asarray(self.embedder.embed(texts), dtype=np.float32)
-        if vectors.shape != (len(pending), self.embedder.dimension):
+        if vectors.shape != (len(messages), self.embedder.dimension):
             raise EmbeddingError(
-                f"{self.embedder.name} returned shape {vectors.shape} for {len(pending)} "
-                f"texts; expected ({len(pending)}, {self.embedder.dimension})."
+                f"{self.embedder.name} returned shape {vectors.shape} for {len(messages)} "
+                f"texts; expected ({len(messages)}, {self.embedder.dimension})."
             )
-        ids = [int(message.id or 0) for message, _ in pending]
-        users: dict[str, str | None] = {}
+        ids = [int(message.id or 0) for message in messages]
         metas = []
-        for mid, (message, _) in zip(ids, pending, strict=True):
+        for mid, message in zip(ids, messages, strict=True):
             sid = message.session_id or ""
-            if sid not in users:
+            if sid not in owners:
                 session = self.store.get_session(sid)
-                users[sid] = session.user_id if session is not None else None
+                owners[sid] = session.user_id if session is not None else None
             created = to_micros(message.created_at)
-            metas.append(index_metadata(mid, sid, users[sid], message.role, created))
+            metas.append(index_metadata(mid, sid, owners[sid], message.role, created))
         if self.stored is None:
             # Postgres: pgvector writes the vectors and the flag in one transaction; any
             # other index is written first and flagged second (a crash re-embeds).
@@ -608,14 +717,12 @@ class SemanticMemory:
                 raise VectorIndexError(f"{self.store.location}: the vector index is closed.")
             index.upsert(ids, vectors, metas)
             self.store.mark_embedded(ids)
-            return len(pending)
-        # Index first, flag second (see the module docstring).
+            return
         indexed = self._upsert(ids, vectors, metas)
-        owners = [meta.get("user_id") for meta in metas] if indexed else None
-        self.stored.write(ids, vectors, owners)
-        return len(pending)
+        users = [meta.get("user_id") for meta in metas] if indexed else None
+        self.stored.write(ids, vectors, users)
 
-    def sync_tail(self, *, progress: Any = None) -> int:
+    def sync_tail(self, *, advance: Callable[[int], None] | None = None) -> int:
         """File every stored vector the index lacks (this process must hold the index)."""
         stored = self.stored
         if stored is None or self.index is None:
@@ -631,28 +738,30 @@ class SemanticMemory:
                 stored.mark_indexed(ids, [meta.get("user_id") for meta in metas])
                 copied += len(ids)
                 after = ids[-1]
-                if progress is not None:
-                    progress.update(len(ids))
+                if advance is not None:
+                    advance(len(ids))
             return copied
 
     def pending_count(self) -> int:
-        return int(self.store.stats().get("pending_embeddings", 0))
+        """Messages committed but not embedded yet (a stored vector counts as embedded)."""
+        return int(self.store.pending_count())
 
-    def backfill(self, batch_size: int = 100, *, progress: bool = True) -> int:
-        """Embed every pending message in batches, with a progress bar; returns the count."""
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise InvalidInputError(f"batch_size must be a positive int, got {batch_size!r}.")
-        from tqdm.auto import tqdm
+    def backfill(self, batch_size: int = 100, *, progress: Progress = True) -> int:
+        """Embed every pending message in batches of ``batch_size``; returns the count.
 
+        ``progress``: a bar by default (see :mod:`harombe_core.progress`).
+        """
+        _check_batch_size(batch_size)
         total = self.pending_count()
         done = 0
-        with tqdm(total=total, unit="msg", desc="embedding", disable=not progress) as bar:
+        with progress_reporter(progress, total, desc="embedding") as advance, self._listening(
+            advance
+        ):
             while True:
-                count = self.embed_pending(batch_size)
+                count = self.embed_pending(max(self.window, batch_size), batch_size=batch_size)
                 if count == 0:
                     break
                 done += count
-                bar.update(count)
         with self._work_lock:
             self._check_index()
             self.sync_tail()
@@ -662,7 +771,7 @@ class SemanticMemory:
         self,
         batch_size: int = 100,
         *,
-        progress: bool = True,
+        progress: Progress = True,
         reembed: bool = False,
         embedder: Embedder | None = None,
     ) -> int:
@@ -673,8 +782,7 @@ class SemanticMemory:
         index is cleared, so a rebuild killed at any point is finished by the next open.
         Raises VectorIndexBusyError when another process holds the embedded index.
         """
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise InvalidInputError(f"batch_size must be a positive int, got {batch_size!r}.")
+        _check_batch_size(batch_size)
         self.stop()  # no batch of the old model may land after the switch
         try:
             with self._work_lock:
@@ -713,13 +821,12 @@ class SemanticMemory:
         assert self.index is not None
         return self.index
 
-    def _file_tail_with_progress(self, progress: bool) -> None:
+    def _file_tail_with_progress(self, progress: Progress) -> None:
         if self.stored is None:
             return
-        from tqdm.auto import tqdm
-
-        with tqdm(unit="vec", desc="indexing", disable=not progress) as bar:
-            self.sync_tail(progress=bar)
+        total = 0 if silent(progress) else self.stored.tail_count()
+        with progress_reporter(progress, total, desc="indexing", unit="vec") as advance:
+            self.sync_tail(advance=advance)
 
     # search -----------------------------------------------------------------------------------
     def embed_query(self, text: str) -> FloatArray:
@@ -742,7 +849,7 @@ class SemanticMemory:
                 self._log_once("search", f"{exc} Searching by keyword only meanwhile.")
                 return []
         if scope is not None:
-            size = stored.scope_size(scope)
+            size = stored.store.scope_size(scope)
             if size is not None and size <= self.exact_search_limit:
                 return stored.exact_search(query, k, scope)
         if index is not None and not self._checked and self._work_lock.acquire(blocking=False):
@@ -766,14 +873,28 @@ class SemanticMemory:
 
     def vectors_for(self, ids: Sequence[int]) -> dict[int, FloatArray]:
         """Stored vectors of these messages (SQLite copy first, else the index)."""
+        return self.vectors_or_pending(ids)[0]
+
+    def vectors_or_pending(
+        self, ids: Sequence[int]
+    ) -> tuple[dict[int, FloatArray], frozenset[int]]:
+        """Stored vectors of these messages, and which of them are not embedded yet.
+
+        Every embedded message has a vector where this looks (SQLite's copy; on PostgreSQL the
+        pgvector table), so an id without one is waiting for the embedder. An index that cannot
+        return vectors tells nothing: then no id is called pending.
+        """
         if self.stored is not None:
-            return self.stored.get(ids)
+            found = self.stored.get(ids)
+            return found, frozenset(int(i) for i in ids) - found.keys()
         index = self.index
         if index is None:
-            return {}
+            return {}, frozenset()
         with contextlib.suppress(NotImplementedError):
             try:
-                return index.get_vectors(ids)
+                found = index.get_vectors(ids)
             except INDEX_FAILURES as exc:
                 self._log_once("vectors", str(exc))
-        return {}
+            else:
+                return found, frozenset(int(i) for i in ids) - found.keys()
+        return {}, frozenset()

@@ -142,20 +142,13 @@ class StoredVectors:
         metas = [index_metadata(int(r[0]), r[2], r[3], r[4], int(r[5])) for r in rows]
         return ids, _decode([r[1] for r in rows], self.dimension), metas
 
-    def scope_size(self, scope: SearchScope) -> int | None:
-        """Messages a session or user scope can hold (an upper bound); None if unscoped."""
-        if scope.session_id is not None:
-            rows = self.store._read(
-                "SELECT message_count FROM sessions WHERE id = ?", (scope.session_id,)
-            )
-            return int(rows[0][0]) if rows else 0
-        if scope.user_id is not None:
-            rows = self.store._read(
-                "SELECT COALESCE(SUM(message_count), 0) FROM sessions WHERE user_id = ?",
-                (scope.user_id,),
-            )
-            return int(rows[0][0])
-        return None
+    def tail_count(self) -> int:
+        """Stored vectors the index does not hold yet (the rows :meth:`tail` pages through)."""
+        rows = self.store._read(
+            "SELECT COUNT(*) FROM messages m JOIN message_vectors v ON v.message_id = m.id "
+            "WHERE m.embedded = 0"
+        )
+        return int(rows[0][0])
 
     def exact_search(
         self, query: FloatArray, k: int, scope: SearchScope | None, *, tail_only: bool = False

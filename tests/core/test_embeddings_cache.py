@@ -190,3 +190,16 @@ async def test_async_input_is_checked_before_the_thread_hop() -> None:
         await FakeEmbedder().aembed("bare string")
     with pytest.raises(InvalidInputError):
         await CachedEmbedder(FakeEmbedder()).aembed_query(["not", "one"])  # type: ignore[arg-type]
+
+
+def test_a_local_model_is_loaded_once_per_process_whatever_it_is_called() -> None:
+    """``"default"`` and the bundled model's aliases each resolve to one shared embedder, so
+    managers, histories and memory blocks naming the model hold one copy of its weights."""
+    from harombe_core.embeddings.sentence_transformers import bundled_model_path
+
+    onnx = resolve_embedder("onnx")
+    assert resolve_embedder("onnx") is onnx
+    assert resolve_embedder(f"onnx:{bundled_model_path()}") is onnx
+    assert resolve_embedder("default") is resolve_embedder("default")
+    assert isinstance(onnx, CachedEmbedder)
+    assert resolve_embedder("onnx", cache=False) is onnx.inner

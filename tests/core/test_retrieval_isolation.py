@@ -111,3 +111,33 @@ def test_leaky_index_really_leaks() -> None:
     found: Sequence[VectorMatch] = index.query(vectors[0], 5, {"session_id": "b"})
     assert {m.message_id for m in found} == {1, 2}
     index.close()
+
+
+@pytest.mark.parametrize("scope_kind", ["user", "session"])
+def test_a_small_scope_keyword_search_matches_the_general_plan(
+    populated: tuple[MemoryManager, dict[str, str]],
+    monkeypatch: pytest.MonkeyPatch,
+    scope_kind: str,
+) -> None:
+    """A user's or session's keyword search lists the scope's ids first (fast at 100,000
+    messages); it returns exactly what the plan for large scopes returns, in the same order."""
+    from harombe_core.store import sqlite as sqlite_store
+    from harombe_core.store.base import SearchScope
+
+    mm, owner = populated
+    sessions = sorted(owner)
+    checked = 0
+    for sid in sessions[:10]:
+        scope = (
+            SearchScope(user_id=owner[sid]) if scope_kind == "user" else SearchScope(session_id=sid)
+        )
+        for word in WORDS[:4]:
+            small = mm.store.keyword_search(word, limit=10, scope=scope)
+            monkeypatch.setattr(sqlite_store, "_SMALL_SCOPE", -1)
+            general = mm.store.keyword_search(word, limit=10, scope=scope)
+            monkeypatch.undo()
+            assert [(h.message.id, h.score) for h in small] == [
+                (h.message.id, h.score) for h in general
+            ]
+            checked += len(small)
+    assert checked > 0

@@ -192,12 +192,37 @@ def test_unknown_strategy_and_ambiguous_source_are_refused(manager: MemoryManage
 
 
 def test_storage_path_opens_and_closes_its_own_manager(db_path: str) -> None:
-    history = HarombeChatMessageHistory("s", storage_path=db_path)
+    options = {"embedding": None}
+    history = HarombeChatMessageHistory("s", storage_path=db_path, manager_options=options)
     history.add_user_message("persisted")
     history.close()
-    again = HarombeChatMessageHistory("s", storage_path=db_path)
+    again = HarombeChatMessageHistory("s", storage_path=db_path, manager_options=options)
     assert again.messages == [HumanMessage("persisted")]
+    assert not again.manager.semantic_enabled
     again.close()
+
+
+def test_a_history_from_a_path_searches_by_meaning_with_the_process_model(
+    tmp_path: Path,
+) -> None:
+    """One default everywhere: the core's semantic memory, with the one model of the process."""
+    from langchain_harombe import HarombeRetriever
+
+    core = MemoryManager(str(tmp_path / "core.db"))
+    history = HarombeChatMessageHistory("s", storage_path=str(tmp_path / "chat.db"))
+    retriever = HarombeRetriever(storage_path=str(tmp_path / "chat.db"), all_users=True, k=1)
+    try:
+        assert history.manager.semantic_enabled
+        assert history.manager.embedder is core.embedder
+        history.add_user_message("My golden retriever is called Biscuit.")
+        history.add_user_message("Tax forms are due in April.")
+        history.manager.flush()
+        (found,) = retriever.invoke("puppy")
+        assert "Biscuit" in found.page_content
+    finally:
+        retriever.close()
+        history.close()
+        core.close()
 
 
 def _turn(db: str, session: str, question: str, reply: str, max_tokens: int | None = None) -> dict:

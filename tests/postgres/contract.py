@@ -266,8 +266,10 @@ def embedding_bookkeeping(mm: MemoryManager) -> None:
     pending = mm.store.pending_embeddings(10)
     assert [m.id for m, _ in pending] == ids
     assert pending[1][1] == "q"  # each message comes with the turn it answers
+    assert mm.store.pending_count() == 2
     mm.store.mark_embedded(ids[:1])
     assert [m.id for m, _ in mm.store.pending_embeddings(10)] == ids[1:]
+    assert mm.store.pending_count() == 1
     assert mm.store.reset_embedded() == 1
     assert len(mm.store.pending_embeddings(10)) == 2
     assert mm.store.rebuild_keyword_index() == 2
@@ -280,6 +282,30 @@ def embedding_bookkeeping(mm: MemoryManager) -> None:
     assert stats["messages"] == 2
     assert stats["sessions"] == 1
     assert stats["pending_embeddings"] == 2
+
+
+@behaviour
+def search_scores_read_from_0_to_1(mm: MemoryManager) -> None:
+    """On a small store BM25 (SQLite) and ts_rank (PostgreSQL) are tiny and unlike each other;
+    a hit's keyword_score is relative to the best keyword match, its score a weighted mean."""
+    mm.save_messages("trip", [
+        Message(role="user", content="We fly to Lisbon on May 3rd"),
+        Message(role="assistant", content="Noted!"),
+        Message(role="user", content="Is the Lisbon trip budget tight? Lisbon is pricey."),
+    ], user_id="ann")
+    mm.save_messages("work", [Message(role="user", content="Budget review on Friday")],
+                     user_id="bo")
+    hits = mm.search("Lisbon trip budget", top_k=10)
+    raw = {h.message.id: h.score for h in mm.store.keyword_search("Lisbon trip budget", limit=40)}
+    scored = [h for h in hits if h.keyword_score is not None]
+    assert scored
+    assert max(h.keyword_score or 0.0 for h in scored) == 1.0
+    best = max(raw.values())
+    for hit in scored:
+        assert 0.0 < (hit.keyword_score or 0.0) <= 1.0
+        assert hit.keyword_score == pytest.approx(raw[hit.message.id] / best)
+    assert all(0.0 <= h.score <= 1.0 for h in hits)
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
 
 
 @behaviour

@@ -150,7 +150,9 @@ class Openers:
 
         from langchain_harombe import HarombeChatMessageHistory, HarombeRetriever
 
-        history = HarombeChatMessageHistory(f"{self.tag}-history", storage_path=path)
+        history = HarombeChatMessageHistory(
+            f"{self.tag}-history", storage_path=path, manager_options={"embedding": None}
+        )
         retriever = HarombeRetriever(
             storage_path=path, all_users=True, manager_options={"embedding": None}
         )

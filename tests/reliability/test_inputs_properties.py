@@ -511,6 +511,7 @@ def common_kinds(world: World) -> dict[str, st.SearchStrategy[Any]]:
         "message": messages_one,
         "messages": messages_many,
         "delete_ids": id_lists,
+        "deleted_sessions": kind(st.lists(session_ids, max_size=3)),
         "strategy": strategies_,
         "format": formats,
         "budget": context_budgets,

@@ -46,7 +46,9 @@ class InProcess:
         # An event loop for each thread that drives the async adapters.
         self.loop, self.read_loop = asyncio.new_event_loop(), asyncio.new_event_loop()
         self.managers = [MemoryManager(db, embedding=None), MemoryManager(db, embedding=None)]
-        self.history = HarombeChatMessageHistory("history", storage_path=db)
+        self.history = HarombeChatMessageHistory(
+            "history", storage_path=db, manager_options={"embedding": None}
+        )
         self.retriever = HarombeRetriever(
             storage_path=db, all_users=True, manager_options={"embedding": None}
         )
@@ -236,3 +238,20 @@ def test_every_acknowledged_write_survives_openers_processes_and_kills(tmp_path:
     items = _items(db)
     assert sorted(items) == sorted(here.items_acked), f"seed {seed}"
     assert integrity(db) == "ok", f"seed {seed}"
+
+    # After flush(), search finds every acknowledged message: by keyword on the file as the
+    # writers left it, and by meaning once a semantic manager has embedded the backlog.
+    from harombe_core.testing import FakeEmbedder
+
+    sample = rng.sample(everything, min(25, len(everything)))
+    with MemoryManager(db, embedding=None) as plain, MemoryManager(
+        db, embedding=FakeEmbedder()
+    ) as semantic:
+        semantic.flush()
+        assert semantic.stats()["pending_embeddings"] == 0, f"seed {seed}: flush left some"
+        for text in sample:
+            for mm in (plain, semantic):
+                hits = mm.search(text, top_k=3)
+                found = [hit.message.content for hit in hits]
+                assert text in found, f"seed {seed}: {text!r} not found, got {found}"
+            assert hits[found.index(text)].vector_score is not None, "found by its vector too"

@@ -85,7 +85,9 @@ def test_framework_adapters_opened_from_a_path_share_the_file(tmp_path: Path) ->
     )
 
     db = str(tmp_path / "memory.db")
-    history = HarombeChatMessageHistory("s", storage_path=db)
+    history = HarombeChatMessageHistory(
+        "s", storage_path=db, manager_options={"embedding": None}
+    )
     retriever = HarombeRetriever(
             storage_path=db, all_users=True, manager_options={"embedding": None}
         )
@@ -283,7 +285,7 @@ def test_the_library_never_opens_the_database_file_itself(
     from langchain_harombe import HarombeChatMessageHistory
 
     first, second = _manager(db), _manager(str(db))
-    history = HarombeChatMessageHistory("s", storage_path=db)
+    history = HarombeChatMessageHistory("s", storage_path=db, manager_options={"embedding": None})
     history.add_user_message("through the history")
     first.save_message("s", _say("through the first"))
     assert "existing" in [h.message.content for h in second.search("existing")]

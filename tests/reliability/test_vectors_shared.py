@@ -168,7 +168,8 @@ def test_adapters_on_one_database_share_it_and_find_each_others_messages(
     path = str(tmp_path / "memory.db")
     before = w.embedder_threads()
     options = {"embedding": FakeEmbedder(), "token_counter": "approximate"}
-    history = HarombeChatMessageHistory("chat", storage_path=path, user_id="ann")  # no vectors
+    history = HarombeChatMessageHistory("chat", storage_path=path, user_id="ann",
+                                        manager_options={"embedding": None})  # no vectors
     similar = HarombeRetriever(storage_path=path, user_id="ann", search_type="similarity", k=5,
                                manager_options=options)
     hybrid = HarombeRetriever(storage_path=path, user_id="ann", k=5,
