@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 from collections.abc import Awaitable, Callable, Coroutine, Generator
 from typing import Any, Concatenate, Generic, ParamSpec, TypeVar
 
@@ -71,6 +72,15 @@ class Call(Request, Generic[T]):
         self.args = args
         self.kwargs = kwargs
         self.native = native
+
+    @classmethod
+    def method(cls, obj: Any, name: str, *args: Any, **kwargs: Any) -> Call[Any]:
+        """``obj.<name>(...)``, with ``obj.a<name>`` as the native form if it is a coroutine
+        function (the Postgres store's ``aget_session``; SQLite has none and hops a thread)."""
+        native = getattr(obj, "a" + name, None)
+        if not inspect.iscoroutinefunction(native):
+            native = None
+        return Call(getattr(obj, name), *args, native=native, **kwargs)
 
     def run(self) -> T:
         return self.fn(*self.args, **self.kwargs)
@@ -160,6 +170,15 @@ def _public_name(flow_name: str) -> str:
     return flow_name.removeprefix("_").removesuffix("_flow")
 
 
+def _result_signature(flow: Callable[..., Any]) -> inspect.Signature:
+    """The flow's signature returning what the flow returns (``Flow[X]`` shown as ``X``)."""
+    signature = inspect.signature(flow)
+    result = signature.return_annotation
+    if isinstance(result, str) and result.startswith("Flow[") and result.endswith("]"):
+        signature = signature.replace(return_annotation=result[len("Flow[") : -1])
+    return signature
+
+
 def twins(
     flow: Callable[Concatenate[S, P], Flow[T]],
 ) -> tuple[
@@ -181,7 +200,9 @@ def twins(
     async def asynchronous(self: S, /, *args: P.args, **kwargs: P.kwargs) -> T:
         return await adrive(flow(self, *args, **kwargs))
 
+    signature = _result_signature(flow)
     for method, method_name in ((sync, name), (asynchronous, "a" + name)):
+        setattr(method, "__signature__", signature)  # noqa: B010 - not a declared attribute
         method.__name__ = method_name
         method.__qualname__ = f"{owner}.{method_name}" if owner else method_name
     return sync, asynchronous

@@ -122,6 +122,7 @@ async def test_twins_make_a_sync_and_an_async_method_from_one_flow() -> None:
     assert _Counter.aadd.__doc__ == _Counter._add_flow.__doc__
     assert inspect.iscoroutinefunction(_Counter.aadd)
     assert list(inspect.signature(counter.aadd).parameters) == ["amount", "times"]
+    assert inspect.signature(_Counter.add).return_annotation == "int"  # not Flow[int]
 
 
 # ---- prompt flows -------------------------------------------------------------------------
