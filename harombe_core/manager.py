@@ -386,14 +386,18 @@ class MemoryManager(ContextMethods):
         if session_ids and self._semantic is not None:
             yield Work(self._semantic.forget_sessions, session_ids)
 
+    def _drop(self, store_method: str, session_id: str, user_id: str | None) -> Flow[Any]:
+        """Delete a session's rows with ``store_method``, then the vectors of what went."""
+        yield from self._owner_named(session_id, user_id)
+        gone = yield self._call(store_method, check_id(session_id, "session_id"))
+        yield from self._forget([session_id] if gone else [])
+        return gone
+
     def _delete_session(self, session_id: str, *, user_id: str | None = None) -> Flow[bool]:
         """Delete a session and all its messages (and their vectors). True if it existed.
 
         With ``user_id``, only that user's session (else SessionOwnershipError)."""
-        yield from self._owner_named(session_id, user_id)
-        deleted: bool = yield self._call("delete_session", check_id(session_id, "session_id"))
-        yield from self._forget([session_id] if deleted else [])
-        return deleted
+        return bool((yield from self._drop("delete_session", session_id, user_id)))
 
     delete_session, adelete_session = twins(_delete_session)
 
@@ -401,10 +405,7 @@ class MemoryManager(ContextMethods):
         """Delete a session's messages but keep the session; returns how many were removed.
 
         With ``user_id``, only that user's session (else SessionOwnershipError)."""
-        yield from self._owner_named(session_id, user_id)
-        removed: int = yield self._call("clear_session", check_id(session_id, "session_id"))
-        yield from self._forget([session_id] if removed else [])
-        return removed
+        return int((yield from self._drop("clear_session", session_id, user_id)))
 
     clear_session, aclear_session = twins(_clear_session)
 
