@@ -9,6 +9,7 @@ work (SQLite, models) in a worker thread, so the event loop is never blocked.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import uuid
@@ -21,6 +22,7 @@ from harombe_core.errors import InvalidInputError
 from harombe_core.flows import Call, Flow, Work, twins
 from harombe_core.manager_context import ContextMethods
 from harombe_core.models import Message, Session
+from harombe_core.newest import anewest_until, newest_until
 from harombe_core.owners import check_owner, legacy_session_key, session_key
 from harombe_core.progress import Progress, check_progress
 from harombe_core.store.base import UNSET, MessageStore
@@ -557,14 +559,18 @@ class MemoryManager(ContextMethods):
             return Window(messages=[], tokens=0)
         system = (yield from self._system_prompt(session)) if include_system else []
         reserved = reserve_system(system, budget)  # as get_context: never over the budget
-        # The newest rows are read lazily, page by page, until the budget is full.
-        window: Window = yield Work(
-            lambda: window_newest(
-                self._store.iter_newest(session_id),
-                budget,
-                reserved_tokens=reserved,
-                start_on_user=start_on_user,
-            )
+        # The newest rows are read page by page until the budget is spent (the store's async
+        # pages on PostgreSQL), then the window is cut from them.
+        spend = budget - reserved
+        pages = getattr(self._store, "aiter_newest", None)
+        newest: list[Message] = yield Call(
+            lambda: newest_until(self._store.iter_newest(session_id), spend),
+            native=(lambda: anewest_until(pages(session_id), spend))
+            if inspect.isasyncgenfunction(pages)
+            else None,
+        )
+        window = window_newest(
+            newest, budget, reserved_tokens=reserved, start_on_user=start_on_user
         )
         return Window(messages=system + window.messages, tokens=window.tokens)
 

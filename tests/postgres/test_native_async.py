@@ -39,6 +39,12 @@ async def _exercise(mm: MemoryManager) -> None:
     owned = await mm.acheck_owner(sid, "ann", exact=True)
     assert owned is not None
     assert [s.id for s in await mm.alist_sessions(user_id="ann")] == [sid]
+    window = await mm.aget_window(sid, 10_000, user_id="ann")
+    assert [m.content for m in window.messages] == contents
+    for budget in (1, 8, 12, 20, 10_000):  # the async pages stop where the sync window does
+        assert await mm.aget_window(sid, budget) == mm.get_window(sid, budget)
+        recent = await mm.aget_recent_messages(sid, budget, start_on_user=True)
+        assert recent == mm.get_recent_messages(sid, budget, start_on_user=True)
     assert await mm.aget_session("unknown-session") is None
     assert await mm.aload_session("unknown-session") == []
 
