@@ -141,6 +141,12 @@ def _one_line(text: str, width: int = 60) -> str:
     return escape(flat if len(flat) <= width else flat[: width - 1] + "…")
 
 
+def _some(ids: list[str], shown: int = 10) -> str:
+    """A few ids and how many more: an import of thousands of sessions is not a wall of ids."""
+    more = len(ids) - shown
+    return ", ".join(ids[:shown]) + (f" and {more:,} more" if more > 0 else "")
+
+
 # sessions, history, export, import, prune, stats, demo -------------------------------------
 @command("sessions")
 def sessions_command(
@@ -363,11 +369,11 @@ def import_command(
             console.print(
                 f"Imported {plural(len(result.session_ids), 'session')} "
                 f"({plural(result.messages, 'message')}) into {escape(manager.store.location)}"
-                + (f": {escape(', '.join(result.session_ids))}" if result.session_ids else "."),
+                + (f": {escape(_some(result.session_ids))}" if result.session_ids else "."),
                 soft_wrap=True,
             )
             if result.skipped:
-                console.print(f"Skipped (already stored): {escape(', '.join(result.skipped))}")
+                console.print(f"Skipped (already stored): {escape(_some(result.skipped))}")
             if manager.semantic_enabled and result.messages:
                 manager.flush(progress=True)  # the import committed; the bar is the embedding
                 console.print("Embedded them: search finds them by meaning and by keyword.")

@@ -139,8 +139,8 @@ class HarombeSaver(BaseCheckpointSaver[str]):
         # A checkpointer's own manager stays keyword-only unless asked: a graph step must not
         # wait for a model to load (the application's manager, passed as ``manager``, decides).
         self.manager, self._owns_manager = resolve_manager(
-            manager, storage_path, {"embedding": None, **(manager_options or {})},
-            owner="HarombeSaver",
+            manager, storage_path, manager_options, owner="HarombeSaver",
+            defaults={"embedding": None},
         )
         try:
             self._runner: SqlRunner = sql_runner(self.manager.store)

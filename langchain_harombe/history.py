@@ -70,6 +70,7 @@ def resolve_manager(
     manager_options: dict[str, Any] | None,
     *,
     owner: str,
+    defaults: dict[str, Any] | None = None,
 ) -> tuple[MemoryManager, bool]:
     """The manager to use and whether we opened it (and so must close it).
 
@@ -77,6 +78,7 @@ def resolve_manager(
     semantic memory with the bundled model, as everywhere in harombe (the model is loaded once
     per process and the semantic memory is shared per database, so a history per request costs
     neither again). ``manager_options={"embedding": None}`` keeps keyword search only.
+    ``defaults`` are the caller's own defaults, under ``manager_options``.
     """
     if manager is not None and storage_path is not None:
         raise InvalidInputError(f"{owner}: pass manager= or storage_path=, not both.")
@@ -91,8 +93,8 @@ def resolve_manager(
         raise InvalidInputError(
             f"{owner}: pass manager=MemoryManager(...) or storage_path='path/to/memory.db'."
         )
-    check_options(manager_options, _MANAGER_OPTIONS, "manager_options")
-    return MemoryManager(storage_path, **(manager_options or {})), True
+    options = check_options(manager_options, _MANAGER_OPTIONS, "manager_options")
+    return MemoryManager(storage_path, **{**(defaults or {}), **options}), True
 
 
 class HarombeChatMessageHistory(BaseChatMessageHistory):

@@ -157,8 +157,8 @@ class HarombeStore(BaseStore):
         # Items are searched by meaning through ``index`` (as LangGraph's stores): the manager
         # a path opens needs no semantic memory of its own unless asked for.
         self.manager, self._owns_manager = resolve_manager(
-            manager, storage_path, {"embedding": None, **(manager_options or {})},
-            owner="HarombeStore",
+            manager, storage_path, manager_options, owner="HarombeStore",
+            defaults={"embedding": None},
         )
         try:
             self._backend = sql_runner(self.manager.store)

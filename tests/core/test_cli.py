@@ -164,6 +164,23 @@ def test_export_refuses_to_escape_the_folder(db: str, tmp_path: Path) -> None:
     assert not (tmp_path / "x.json").exists()
 
 
+def test_an_import_of_many_sessions_names_a_few(tmp_path: Path) -> None:
+    source = str(tmp_path / "many.db")
+    with MemoryManager(source, embedding=None) as mm:
+        for i in range(14):
+            mm.save_message(f"s{i:02}", Message(role="user", content=f"note {i}"))
+    export_file = tmp_path / "many.jsonl"
+    runner.invoke(app, ["export", "-f", "jsonl", "-o", str(export_file), "--db", source])
+    result = runner.invoke(
+        app, ["import", str(export_file), "--db", str(tmp_path / "to.db"), "--no-embed"]
+    )
+    assert result.exit_code == 0, result.output
+    said = " ".join(result.output.split())
+    assert "Imported 14 sessions (14 messages)" in said
+    assert "and 4 more" in said
+    assert said.count(", s") == 9  # ten ids shown
+
+
 def test_import_round_trip_and_conflicts(db: str, tmp_path: Path) -> None:
     export_file = tmp_path / "backup.jsonl"
     runner.invoke(app, ["export", "-f", "jsonl", "-o", str(export_file), "--db", db])

@@ -80,7 +80,7 @@ def _command(kind: str, location: str, path: Path) -> list[str]:
     if kind == "cli":
         return [
             sys.executable, "-c", "from harombe_core.cli import main; main()",
-            "import", str(path), "--db", location,
+            "import", str(path), "--db", location, "--no-embed",  # the transaction is the point
         ]
     return [sys.executable, "-c", _API, location, str(path)]
 
