@@ -26,7 +26,7 @@ from harombe_core.newest import anewest_until, newest_until
 from harombe_core.owners import check_owner, legacy_session_key, session_key
 from harombe_core.progress import Progress, check_progress
 from harombe_core.store.base import UNSET, MessageStore
-from harombe_core.strategies import Window, reserve_system, window_newest
+from harombe_core.strategies import Window, window_newest
 from harombe_core.tokens import TokenCounter, resolve_token_counter
 from harombe_core.validate import (
     check_budget,
@@ -558,7 +558,9 @@ class MemoryManager(ContextMethods):
         if session is None:
             return Window(messages=[], tokens=0)
         system = (yield from self._system_prompt(session)) if include_system else []
-        reserved = reserve_system(system, budget)  # as get_context: never over the budget
+        # The prompt is kept even when it alone exceeds the budget (``tokens`` then says so):
+        # a window without its instructions would mislead the model more than an overrun.
+        reserved = sum(m.token_count or 0 for m in system)
         # The newest rows are read page by page until the budget is spent (the store's async
         # pages on PostgreSQL), then the window is cut from them.
         spend = budget - reserved

@@ -60,7 +60,6 @@ import asyncio
 import os
 import random
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import partial
@@ -106,7 +105,8 @@ def _now() -> int:
 
 
 def _epoch() -> str:
-    return uuid.uuid4().hex
+    """A new blob epoch: 128 random bits (as a uuid4, without building one on every put)."""
+    return os.urandom(16).hex()
 
 
 class HarombeSaver(BaseCheckpointSaver[str]):
@@ -225,6 +225,12 @@ class HarombeSaver(BaseCheckpointSaver[str]):
             plan.written,
             epoch=result["epoch"],
             keep=plan.head_hashes(self.messages_key),
+        )
+        stored = {(channel, version) for channel, version in result.get("channels", ())}
+        self._cache.remember_channels(
+            plan.thread_id,
+            result["epoch"],
+            [(plan.namespace, *blob) for blob in plan.blobs if blob[:2] in stored],
         )
         mirror = mirror_from_json(result["mirror"])
         if mirror is not None:

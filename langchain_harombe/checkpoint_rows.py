@@ -71,6 +71,8 @@ REFS_TYPE = "harombe.message_refs"
 HASH_SIZE = 16
 
 _PRIMITIVES = (str, int, float, bool)
+#: Channel blobs kept per thread (see BlobCache.remember_channels).
+_CHANNELS_KEPT = 256
 
 
 def message_hash(type_: str, blob: bytes) -> bytes:
@@ -291,15 +293,13 @@ class BlobCache:
                     entry.written.add(digest)
             if keep and len(known) > 2 * len(keep) + 256:
                 self._trim(entry, set(keep))
-            while self._bytes > self.max_bytes and len(self._threads) > 1:
-                _, oldest = self._threads.popitem(last=False)
-                self._bytes -= oldest.size
+            self._evict()
 
     def _trim(self, entry: _ThreadBlobs, keep: set[bytes]) -> None:
         kept = {h: p for h, p in entry.blobs.items() if h in keep}
-        size = sum(len(p[1]) for p in kept.values())
-        self._bytes += size - entry.size
-        entry.blobs, entry.size = kept, size
+        freed = sum(len(p[1]) for h, p in entry.blobs.items() if h not in keep)
+        self._bytes -= freed
+        entry.blobs, entry.size = kept, entry.size - freed
         entry.written &= keep
 
     def serialised(self, thread_id: str, key: tuple[str, str], refs: bytes) -> Serialised | None:
@@ -309,6 +309,60 @@ class BlobCache:
             entry = self._threads.get(thread_id)
             found = None if entry is None else entry.lists.get(key)
         return found if found is not None and found.refs == refs else None
+
+    def remember_channels(
+        self,
+        thread_id: str,
+        epoch: str,
+        blobs: Sequence[tuple[str, str, str, str, bytes | None]],
+    ) -> None:
+        """Keep channel blobs ``(namespace, channel, version, type, blob)`` known to be stored
+        under the thread's blob ``epoch``. Under one epoch a blob's key names one value (it is
+        written once, never updated, and deleting blobs starts a new epoch), so a read that
+        finds the thread at that epoch may use them instead of reading them again."""
+        with self._lock:
+            entry = self._thread(thread_id)
+            if entry.channels_epoch != epoch:
+                self._drop_channels(entry)
+                entry.channels_epoch = epoch
+            channels = entry.channels
+            for namespace, channel, version, type_, blob in blobs:
+                key = (namespace, channel, version)
+                if key not in channels:
+                    channels[key] = (type_, blob)
+                    size = len(blob or b"")
+                    entry.size += size
+                    self._bytes += size
+            if len(channels) > _CHANNELS_KEPT:
+                # The oldest first: reads mostly want the newest checkpoints' values.
+                for key in list(channels)[: len(channels) - _CHANNELS_KEPT // 2]:
+                    size = len(channels.pop(key)[1] or b"")
+                    entry.size -= size
+                    self._bytes -= size
+            self._evict()
+
+    def channel_blobs(
+        self, thread_id: str, epoch: str | None, keys: Sequence[tuple[str, str, str]]
+    ) -> dict[tuple[str, str, str], tuple[str, bytes | None]]:
+        """Those of the thread's channel blobs ``keys`` (namespace, channel, version) kept by
+        :meth:`remember_channels` under ``epoch``."""
+        with self._lock:
+            entry = self._threads.get(thread_id)
+            if entry is None or epoch is None or entry.channels_epoch != epoch:
+                return {}
+            channels = entry.channels
+            return {key: channels[key] for key in keys if key in channels}
+
+    def _drop_channels(self, entry: _ThreadBlobs) -> None:
+        size = sum(len(blob or b"") for _, blob in entry.channels.values())
+        entry.size -= size
+        self._bytes -= size
+        entry.channels = {}
+
+    def _evict(self) -> None:
+        while self._bytes > self.max_bytes and len(self._threads) > 1:
+            _, oldest = self._threads.popitem(last=False)
+            self._bytes -= oldest.size
 
     def blobs_of(self, thread_id: str) -> Mapping[bytes, tuple[str, bytes]]:
         """The thread's blobs held in memory, by hash (a mapping only ever added to; read it
@@ -364,6 +418,8 @@ class _ThreadBlobs:
     lists: dict[tuple[str, str], Serialised] = field(default_factory=dict)
     mirror: Any = None
     size: int = 0
+    channels_epoch: str | None = None
+    channels: dict[tuple[str, str, str], tuple[str, bytes | None]] = field(default_factory=dict)
 
 
 def plan_put(

@@ -47,9 +47,12 @@ _CHUNK = 200
 _SCAN_FROM = 256
 _ROW = (
     "c.thread_id, c.checkpoint_ns, c.checkpoint_id, c.parent_checkpoint_id, c.metadata, "
-    "c.type, c.checkpoint, s.user_id"
+    "c.type, c.checkpoint, s.user_id, t.blob_epoch"
 )
-_FROM = "FROM checkpoints c JOIN sessions s ON s.id = c.thread_id"
+_FROM = (
+    "FROM checkpoints c JOIN sessions s ON s.id = c.thread_id "
+    "LEFT JOIN checkpoint_threads t ON t.thread_id = c.thread_id"
+)
 _NEW_SESSION = (
     "INSERT INTO sessions (id, user_id, created_at, updated_at) VALUES (?, ?, ?, ?) "
     "ON CONFLICT (id) DO NOTHING"
@@ -128,11 +131,20 @@ class CheckpointTables:
         state = yield from self._state(thread_id, create=(plan.user_id, now))
         _check_owner(state.owner, plan.user_id, thread_id)
         if state.epoch is None:
-            yield step(
-                "INSERT INTO checkpoint_threads (thread_id, blob_epoch) VALUES (?, ?)",
-                (thread_id, epoch),
-            )
-            state = replace(state, epoch=epoch)
+            # On PostgreSQL a put of the same new thread that committed while this one waited
+            # for the session's lock is not in this statement's snapshot: keep its epoch.
+            created = (
+                yield step(
+                    "INSERT INTO checkpoint_threads (thread_id, blob_epoch) VALUES (?, ?) "
+                    "ON CONFLICT (thread_id) DO NOTHING RETURNING blob_epoch",
+                    (thread_id, epoch),
+                )
+            ).rows or (
+                yield step(
+                    "SELECT blob_epoch FROM checkpoint_threads WHERE thread_id = ?", (thread_id,)
+                )
+            ).rows
+            state = replace(state, epoch=created[0][0])
         assert state.epoch is not None
         plan.written = self.cache.unwritten(thread_id, state.epoch, plan)
         yield from self._insert(
@@ -140,10 +152,11 @@ class CheckpointTables:
             [(thread_id, *blob) for blob in plan.written],
             "(thread_id, hash) DO NOTHING",
         )
-        yield from self._insert(
+        inserted = yield from self._insert(
             "checkpoint_blobs (thread_id, checkpoint_ns, channel, version, type, blob)",
             [(thread_id, plan.namespace, *b) for b in plan.blobs],
             "(thread_id, checkpoint_ns, channel, version) DO NOTHING",
+            returning="channel, version",
         )
         yield step(
             "INSERT INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, "
@@ -158,7 +171,13 @@ class CheckpointTables:
         mirror: Mirror | None = None
         if plan.namespace == "" and (state.head_id is None or plan.checkpoint_id >= state.head_id):
             mirror = yield from self._reconcile(plan.thread_id, state, self._plan_head(plan))
-        return {"epoch": state.epoch, "mirror": _mirror_json(mirror)}
+        return {
+            "epoch": state.epoch,
+            "mirror": _mirror_json(mirror),
+            # The blobs this put stored (not those a same-keyed earlier put had): the values
+            # this process may keep as the stored ones.
+            "channels": [list(r) for r in inserted],
+        }
 
     def put_writes(
         self,
@@ -371,17 +390,29 @@ class CheckpointTables:
             "SELECT 1 FROM sessions s WHERE s.id = ?" + self.runner.for_update("s"), (thread_id,)
         )
 
-    def _insert(self, into: str, rows: Sequence[tuple[Any, ...]], conflict: str) -> Body[None]:
+    def _insert(
+        self,
+        into: str,
+        rows: Sequence[tuple[Any, ...]],
+        conflict: str,
+        returning: str | None = None,
+    ) -> Body[list[Any]]:
+        """Insert ``rows``; with ``returning``, those columns of the rows really inserted."""
         if not rows:
-            return
+            return []
         width = len(rows[0])
         marks = "(" + ", ".join("?" * width) + ")"
+        tail = f" RETURNING {returning}" if returning else ""
+        out: list[Any] = []
         for chunk in _chunks(rows):
-            yield self.runner.step(
-                f"INSERT INTO {into} VALUES {', '.join([marks] * len(chunk))} "
-                f"ON CONFLICT {conflict}",
-                [value for row in chunk for value in row],
-            )
+            out += (
+                yield self.runner.step(
+                    f"INSERT INTO {into} VALUES {', '.join([marks] * len(chunk))} "
+                    f"ON CONFLICT {conflict}{tail}",
+                    [value for row in chunk for value in row],
+                )
+            ).rows
+        return out
 
     def _reconcile(self, thread_id: str, state: ThreadState, head: Head) -> Body[Mirror]:
         mirror: Mirror = yield from reconcile(
@@ -492,7 +523,16 @@ class CheckpointTables:
             )
         )
         blobs: dict[tuple[str, str, str, str], tuple[str, bytes | None]] = {}
-        for chunk in _chunks(wanted):
+        epochs = {item.row[0]: item.row[8] for item in loaded}
+        for thread_id, epoch in epochs.items():
+            own = [(w[1], w[2], w[3]) for w in wanted if w[0] == thread_id]
+            for (namespace, channel, version), kept in self.cache.channel_blobs(
+                thread_id, epoch, own
+            ).items():
+                blobs[(thread_id, namespace, channel, version)] = kept
+        missing = [w for w in wanted if w not in blobs]
+        read: dict[str, list[tuple[str, str, str, str, bytes | None]]] = {}
+        for chunk in _chunks(missing):
             found = (
                 yield step(
                     "SELECT b.thread_id, b.checkpoint_ns, b.channel, b.version, b.type, b.blob "
@@ -503,7 +543,12 @@ class CheckpointTables:
                 )
             ).rows
             for r in found:
-                blobs[(r[0], r[1], r[2], r[3])] = (r[4], None if r[5] is None else bytes(r[5]))
+                value = None if r[5] is None else bytes(r[5])
+                blobs[(r[0], r[1], r[2], r[3])] = (r[4], value)
+                read.setdefault(r[0], []).append((r[1], r[2], r[3], r[4], value))
+        for thread_id, rows_read in read.items():
+            if epochs[thread_id] is not None:
+                self.cache.remember_channels(thread_id, epochs[thread_id], rows_read)
         refs: dict[tuple[str, str, str, str], list[bytes] | Serialised] = {}
         threads: dict[str, list[bytes]] = {}
         for key, (type_, blob) in blobs.items():
@@ -551,7 +596,8 @@ class CheckpointTables:
 
     def _drop_orphans(self, thread_id: str, epoch: str) -> Body[None]:
         """Delete the thread's pending writes, channel blobs and message blobs that no stored
-        checkpoint references; a new blob epoch tells every process its memory is stale."""
+        checkpoint references; a new blob epoch tells every process its memory of the thread's
+        blobs (message and channel blobs alike) is stale."""
         step = self.runner.step
         yield step(
             "DELETE FROM checkpoint_writes WHERE thread_id = ? AND NOT EXISTS (SELECT 1 FROM "
@@ -601,7 +647,7 @@ class CheckpointTables:
                 f"({', '.join('?' * len(chunk))})",
                 (thread_id, *chunk),
             )
-        if dead:
+        if dead or doomed:
             yield step(
                 "UPDATE checkpoint_threads SET blob_epoch = ? WHERE thread_id = ?",
                 (epoch, thread_id),

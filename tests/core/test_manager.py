@@ -210,20 +210,6 @@ def test_get_recent_messages_and_window(manager: MemoryManager) -> None:
     assert manager.get_recent_messages("missing", max_tokens=100) == []
 
 
-def test_a_budget_too_small_for_the_system_prompt_is_refused_by_every_window(
-    manager: MemoryManager,
-) -> None:
-    """get_window and get_recent_messages answer as get_context does: never over the budget."""
-    from harombe_core.errors import InvalidBudgetError
-
-    sid = manager.create_session(system_prompt="Answer in the voice of a patient librarian.")
-    manager.save_messages(sid, [_user("hello there")])
-    for read in (manager.get_window, manager.get_recent_messages, manager.get_context):
-        with pytest.raises(InvalidBudgetError, match="cannot hold the system prompt"):
-            read(sid, max_tokens=3)
-    assert manager.get_window(sid, 3, include_system=False).tokens <= 3  # no system, no refusal
-
-
 def test_get_recent_messages_defaults_to_max_history_tokens(tmp_path: Path) -> None:
     with MemoryManager(":memory:", embedding=None, max_history_tokens=30) as mm:
         mm.save_messages("s", [_user("one two three four") for _ in range(20)])
