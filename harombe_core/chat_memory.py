@@ -26,11 +26,10 @@ from typing import TYPE_CHECKING, Any
 import networkx as nx
 
 from harombe_core.errors import InvalidInputError, InvalidMessageError, SummarizationError
-from harombe_core.models import ConversationNode, Message, MessageSummary, Session
+from harombe_core.models import Message, MessageSummary, Session
+from harombe_core.threader import Threader, selector_mode
 from harombe_core.threads import (
     LinearNodeSelector,
-    ThreadRuleError,
-    add_node,
     ancestors_path,
     node_of,
     resolve_selector,
@@ -132,8 +131,8 @@ class ChatMemory:
             raise InvalidInputError(
                 f"memory must be a harombe_core.MemoryManager, got {type(memory).__name__}."
             )
-        self.node_selector = (
-            resolve_selector(node_selector) if node_selector is not None else (LinearNodeSelector())
+        selector = (
+            resolve_selector(node_selector) if node_selector is not None else LinearNodeSelector()
         )
         self.summarizer = summarizer
         self.context_depth = context_depth
@@ -147,10 +146,11 @@ class ChatMemory:
         self.memory = memory
         self.session_id = session_id if session_id is not None else uuid.uuid4().hex
         self.user_id = user_id
-        self.graph: nx.DiGraph = nx.DiGraph()
-        self._unstored_links: list[tuple[int, int]] = []
+        self._threader = Threader(
+            memory, self.session_id, selector, user_id=user_id, with_summaries=True
+        )
         if memory.check_owner(self.session_id, user_id) is not None:
-            self._load_graph()
+            self._threader.refresh()  # an existing session: its threads are restored now
         else:
             memory.create_session(
                 session_id=self.session_id, metadata={"chat_memory": self.mode}, user_id=user_id
@@ -188,151 +188,59 @@ class ChatMemory:
 
     @property
     def mode(self) -> str:
-        """``"linear"`` or ``"graph"``, as the JSON format records it."""
-        return "linear" if isinstance(self.node_selector, LinearNodeSelector) else "graph"
+        """``"linear"`` or ``"graph"``, as the JSON format records it (from the selector)."""
+        return selector_mode(self.node_selector)
 
-    def _load_graph(self) -> None:
-        store = self.memory.store
-        messages = store.get_messages(self.session_id)
-        summaries = store.get_message_summaries([m.id for m in messages if m.id is not None])
-        self.graph = nx.DiGraph()
-        # A session written without threading (save_message, an adapter's plain history) has
-        # no parent links at all: it is one thread, each message following the one before.
-        # The links are stored with the first exchange this memory appends (reading writes
-        # nothing), so the session keeps its shape once it holds threaded messages too.
-        linear = all(m.parent_id is None for m in messages)
-        self._unstored_links = []
-        previous: Message | None = None
-        for message in messages:
-            assert message.id is not None
-            parent = message.parent_id
-            if linear and previous is not None and previous.id is not None:
-                parent = previous.id
-                self._unstored_links.append((message.id, parent))
-            elif (
-                parent is None
-                and message.role == "assistant"
-                and previous is not None
-                and previous.role == "user"
-            ):
-                # An exchange whose second write did not happen (a crash between the two):
-                # the assistant message answers the human message stored just before it.
-                parent = previous.id
-                store.set_parent(message.id, parent)
-            if parent is not None and parent not in self.graph:
-                parent = None  # its parent was deleted: the message starts a thread
-            raw = summaries.get(message.id)
-            summary = MessageSummary(**raw) if raw and {"title", "summary"} <= set(raw) else None
-            add_node(
-                self.graph,
-                ConversationNode(
-                    id=message.id,
-                    message=message.with_ids(parent_id=parent),
-                    summary=summary,
-                    parent_id=parent,
-                    timestamp=message.created_at,
-                ),
-            )
-            previous = message
+    @property
+    def node_selector(self) -> Any:
+        """Where each human message hangs (see :mod:`harombe_core.threads`)."""
+        return self._threader.selector
+
+    @node_selector.setter
+    def node_selector(self, selector: Any) -> None:
+        self._threader.selector = resolve_selector(selector)
+
+    @property
+    def graph(self) -> nx.DiGraph:
+        """The threads: a networkx ``DiGraph`` of ConversationNodes, kept by the Threader."""
+        return self._threader.graph
 
     # writing ------------------------------------------------------------------------------
-    def _check_parent(self, parent: Any) -> int | None:
-        if parent is None:
-            return None
-        if isinstance(parent, bool) or not isinstance(parent, int) or parent not in self.graph:
-            raise ThreadRuleError(f"the node selector chose {parent!r}, which is not a node.")
-        if node_of(self.graph, parent).message.role != "assistant":
-            raise ThreadRuleError(
-                f"the node selector chose {parent}, a {node_of(self.graph, parent).message.role} "
-                "message; a human message must attach to an assistant message."
-            )
-        return parent
-
-    def _store_exchange(
-        self, human: Message, assistant: Message, parent: int | None
-    ) -> tuple[int, int]:
+    @staticmethod
+    def _exchange(human_message: Any, assistant_message: Any) -> list[Message]:
+        human = _as_message(human_message, "user")
+        assistant = _as_message(assistant_message, "assistant")
         if human.role != "user" or assistant.role != "assistant":
             raise InvalidMessageError(
                 f"append takes a user message and an assistant message, got {human.role!r} and "
                 f"{assistant.role!r}."
             )
-        links, self._unstored_links = self._unstored_links, []
-        if links:
-            store = self.memory.store
-
-            def link() -> None:
-                for message_id, parent_id in links:
-                    store.set_parent(message_id, parent_id)
-
-            self.memory.atomic(link)
-        human_id, assistant_id = self.memory.save_messages(
-            self.session_id, [human.with_ids(parent_id=parent), assistant], user_id=self.user_id
-        )
-        self.memory.store.set_parent(assistant_id, human_id)
-        stored_human = human.with_ids(id=human_id, session_id=self.session_id, parent_id=parent)
-        stored_assistant = assistant.with_ids(
-            id=assistant_id, session_id=self.session_id, parent_id=human_id
-        )
-        for message in (stored_human, stored_assistant):
-            assert message.id is not None
-            add_node(
-                self.graph,
-                ConversationNode(
-                    id=message.id,
-                    message=message,
-                    parent_id=message.parent_id,
-                    timestamp=message.created_at,
-                ),
-            )
-        return human_id, assistant_id
-
-    def _reply(self, assistant: Message) -> dict[str, Any]:
-        return {"reply": assistant} if getattr(self.node_selector, "uses_reply", False) else {}
-
-    def _first_parent(self) -> bool:
-        return self.graph.number_of_nodes() == 0
+        return [human, assistant]
 
     def append(self, human_message: Any, assistant_message: Any) -> tuple[int, int]:
         """Store one exchange and thread it; returns the two node ids (human, assistant).
 
-        Both messages are committed before any summary is attempted, so a failing summariser
-        never loses them (it is logged and the node keeps no summary).
+        The two messages and their parent links are one transaction, committed before any
+        summary is attempted, so a failing summariser never loses them (it is logged and the
+        node keeps no summary).
         """
-        human = _as_message(human_message, "user")
-        assistant = _as_message(assistant_message, "assistant")
-        parent = (
-            None
-            if self._first_parent()
-            else self.node_selector.select_parent(self.graph, human, **self._reply(assistant))
+        human_id, assistant_id = self._threader.append(
+            self._exchange(human_message, assistant_message)
         )
-        ids = self._store_exchange(human, assistant, self._check_parent(parent))
         if self.summarizer is not None:
-            for node_id in ids:
+            for node_id in (human_id, assistant_id):
                 self._summarize_node(node_id)
-        return ids
+        return human_id, assistant_id
 
     async def aappend(self, human_message: Any, assistant_message: Any) -> tuple[int, int]:
         """Async twin of :meth:`append` (the selector and the store run off the event loop)."""
-        human = _as_message(human_message, "user")
-        assistant = _as_message(assistant_message, "assistant")
-        parent: int | None = None
-        if not self._first_parent():
-            aselect = getattr(self.node_selector, "aselect_parent", None)
-            extra = self._reply(assistant)
-            selector: Any = self.node_selector
-            if aselect is not None:
-                parent = await aselect(self.graph, human, **extra)
-            else:
-                parent = await asyncio.to_thread(
-                    selector.select_parent, self.graph, human, **extra
-                )
-        ids = await asyncio.to_thread(
-            self._store_exchange, human, assistant, self._check_parent(parent)
+        human_id, assistant_id = await self._threader.aappend(
+            self._exchange(human_message, assistant_message)
         )
         if self.summarizer is not None:
-            for node_id in ids:
+            for node_id in (human_id, assistant_id):
                 await self._asummarize_node(node_id)
-        return ids
+        return human_id, assistant_id
 
     def _set_summary(self, node_id: int, summary: MessageSummary) -> None:
         self.memory.store.set_message_summary(
@@ -411,7 +319,7 @@ class ChatMemory:
         query = check_query(query)
         n_results = check_count(n_results, "n_results", high=MAX_TOP_K)
         context_depth = optional_count(context_depth, "context_depth")
-        if isinstance(self.node_selector, LinearNodeSelector):
+        if self.mode == "linear":
             return self.get_recent_messages(n_results)
         depth = self.context_depth if context_depth is None else context_depth
         chosen: set[int] = set()
@@ -430,10 +338,7 @@ class ChatMemory:
     def reset(self) -> None:
         """Forget every message of this memory (in the store too); the session stays."""
         self.memory.clear_session(self.session_id, user_id=self.user_id)
-        self.graph.clear()
-        forget = getattr(self.node_selector, "forget", None)
-        if forget is not None:
-            forget()
+        self._threader.forget()
 
     def close(self) -> None:
         """Close the store if this memory opened it."""

@@ -47,6 +47,8 @@ class MemorySection(_Section):
     auto_prune_days: int | None = Field(default=None, ge=1)
     strategy: Literal["simple", "summarization", "hybrid", "threaded"] = "simple"
     token_counter: Literal["exact", "approximate"] = "exact"
+    #: Messages folded into a session's summary per step (a get_context call does one step).
+    summary_chunk: int = Field(default=500, ge=1)
     #: SQLCipher key for a SQLite file (extra ``encryption``); else ``HAROMBE_DB_KEY`` is used.
     encryption_key: str | None = Field(default=None, repr=False)
 

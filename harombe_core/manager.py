@@ -18,9 +18,9 @@ from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from harombe_core.context import ContextMethods
 from harombe_core.errors import InvalidInputError
 from harombe_core.flows import Call, Flow, Work, twins
-from harombe_core.manager_context import ContextMethods
 from harombe_core.models import Message, Session
 from harombe_core.newest import anewest_until, newest_until
 from harombe_core.owners import check_owner, legacy_session_key, session_key
@@ -84,7 +84,7 @@ class MemoryManager(ContextMethods):
     ``None`` for either to keep only the store and its keyword index.
 
     Search and RAG context come from :class:`~harombe_core.manager_search.SearchMethods`,
-    summaries and context strategies from :class:`~harombe_core.manager_context.ContextMethods`
+    summaries and context strategies from :class:`~harombe_core.context.ContextMethods`
     (which builds on it).
     """
 

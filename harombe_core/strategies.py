@@ -24,6 +24,7 @@ __all__ = [
     "Window",
     "check_budget",
     "fit_block",
+    "hybrid_recent",
     "hybrid_window",
     "is_important",
     "reserve_system",
@@ -184,15 +185,7 @@ def hybrid_window(
     used = reserve_system(system, max_tokens)
     budget = max_tokens - used
     ordered = list(newest_first)
-    recent: list[Message] = []
-    spent = 0
-    for message in ordered[:keep_last]:
-        if spent + _cost(message) > budget:
-            break
-        recent.append(message)
-        spent += _cost(message)
-    recent = _trim_front(recent[::-1], start_on_user)
-    spent = sum(_cost(m) for m in recent)
+    recent, spent = hybrid_recent(ordered[:keep_last], budget, start_on_user)
     kept_ids = {id(m) for m in recent}
     important: list[Message] = []
     for message in ordered[keep_last:]:
@@ -207,6 +200,23 @@ def hybrid_window(
         head = [summary]
     messages = system + head + _trim_front(important, False) + recent
     return Window(messages=messages, tokens=sum(_cost(m) for m in messages))
+
+
+def hybrid_recent(
+    newest_first: Iterable[Message], budget: int, start_on_user: bool = False
+) -> tuple[list[Message], int]:
+    """The newest messages :func:`hybrid_window` keeps verbatim (oldest first) out of
+    ``newest_first`` (its newest ``keep_last``), and the tokens they take from ``budget``
+    (what is left after the system prompt); the important older ones share the rest."""
+    recent: list[Message] = []
+    spent = 0
+    for message in newest_first:
+        if spent + _cost(message) > budget:
+            break
+        recent.append(message)
+        spent += _cost(message)
+    recent = _trim_front(recent[::-1], start_on_user)
+    return recent, sum(_cost(m) for m in recent)
 
 
 def thread_path_newest_first(

@@ -170,6 +170,8 @@ class LinearNodeSelector:
     """The newest assistant node: plain chronological memory, no model involved."""
 
     name = "linear"
+    #: What ChatMemory records as its mode; any other selector makes a ``"graph"``.
+    mode = "linear"
 
     def select_parent(self, graph: nx.DiGraph, message: Message) -> int | None:
         candidates = candidate_nodes(graph)

@@ -21,6 +21,7 @@ from langchain_core.runnables.utils import ConfigurableFieldSpec
 from harombe_core.errors import InvalidInputError, InvalidMessageError
 from harombe_core.manager import MemoryManager
 from harombe_core.models import Message, Session
+from harombe_core.threader import Threader
 from harombe_core.validate import (
     check_budget,
     check_flag,
@@ -235,55 +236,32 @@ class HarombeChatMessageHistory(BaseChatMessageHistory):
             return
         await self._acheck()
         if self.strategy == "threaded":
-            # The selector may call a model or an embedder: off the event loop, like the store.
-            await asyncio.to_thread(self._add_threaded, batch)
+            await self._threader().aappend(batch)
         else:
             await self.manager.asave_messages(self.session_id, batch, user_id=self.user_id)
 
-    def _selector(self) -> Any:
+    def _threader(self) -> Threader:
+        """The session's Threader, shared by every history of this manager with the same
+        selector (a history made per request reuses the view instead of re-reading it)."""
+        from harombe_core.threader import shared_threader
         from harombe_core.threads import resolve_selector
 
-        if self.node_selector is not None:
-            return resolve_selector(self.node_selector)
-        embedder = self.manager.embedder
-        if embedder is not None:
-            return resolve_selector("embedding", embedder=embedder)
-        return resolve_selector("linear")
+        spec = self.node_selector
+        if spec is None:
+            spec = "embedding" if self.manager.embedder is not None else "linear"
+        key = spec if isinstance(spec, str) else id(spec)
+
+        def make() -> Any:
+            if spec == "embedding" and self.node_selector is None:
+                return resolve_selector("embedding", embedder=self.manager.embedder)
+            return resolve_selector(spec)
+
+        return shared_threader(self.manager, self.session_id, key, make, user_id=self.user_id)
 
     def _add_threaded(self, batch: list[Message]) -> None:
-        """Thread a batch: each user message hangs where the selector says, the rest follow.
-
-        A user + assistant pair (what ``RunnableWithMessageHistory`` writes) goes through the
-        core's ``ChatMemory.append``. Other batches (tool exchanges) are stored in one
-        transaction; each non-user message then hangs under the message before it.
-        """
-        from harombe_core.chat_memory import ChatMemory
-
-        memory = ChatMemory(
-            node_selector=self._selector(),
-            memory=self.manager,
-            session_id=self.session_id,
-            user_id=self.user_id,
-        )
-        graph = memory.graph
-        if [m.role for m in batch] == ["user", "assistant"]:
-            memory.append(batch[0], batch[1])
-            return
-        newest = max(graph.nodes) if graph.number_of_nodes() else None
-        prepared: list[Message] = []
-        for i, message in enumerate(batch):
-            parent: int | None = None
-            if message.role == "user" and newest is not None:
-                chosen = memory.node_selector.select_parent(graph, message)
-                ok = chosen in graph and graph.nodes[chosen]["node"].message.role == "assistant"
-                parent = chosen if ok else None
-            elif i == 0:
-                parent = newest
-            prepared.append(message.with_ids(parent_id=parent))
-        ids = self.manager.save_messages(self.session_id, prepared, user_id=self.user_id)
-        for i in range(1, len(ids)):
-            if batch[i].role != "user":
-                self.manager.store.set_parent(ids[i], ids[i - 1])
+        """Thread a batch and store it with its links in one transaction: each user message
+        hangs where the selector says, the rest follow the message before them."""
+        self._threader().append(batch)
 
     def clear(self) -> None:
         """Delete the session's messages (the session itself, its owner and prompt stay)."""

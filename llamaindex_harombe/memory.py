@@ -34,6 +34,7 @@ from harombe_core.errors import InvalidBudgetError, InvalidInputError
 from harombe_core.manager import MemoryManager
 from harombe_core.models import Message, Session
 from harombe_core.strategies import Window
+from harombe_core.threader import Threader
 from harombe_core.threads import resolve_selector
 from harombe_core.validate import (
     MAX_TOP_K,
@@ -45,7 +46,6 @@ from harombe_core.validate import (
     pydantic_errors,
 )
 from llamaindex_harombe._recall import fit_context
-from llamaindex_harombe._threads import Threader
 from llamaindex_harombe._window import LlamaIndexCosts, conversation_window
 from llamaindex_harombe.convert import from_llamaindex_list, to_llamaindex
 from llamaindex_harombe.llm import LlamaIndexLLM
@@ -260,7 +260,9 @@ class HarombeMemory(BaseMemory):
                 self.system_prompt, user_id=self.user_id, session_id=self.session_id
             )
         if self.strategy == "threaded":
-            self._threader = Threader(manager, self.session_id, self._selector(llm))
+            self._threader = Threader(
+                manager, self.session_id, self._selector(llm), user_id=self.user_id
+            )
 
     def _selector(self, llm: LLM | None) -> Any:
         if self.thread_selector == "linear":
@@ -520,7 +522,7 @@ class HarombeMemory(BaseMemory):
         converted = from_llamaindex_list(messages, "put_messages")
         self._check()
         if self._threader is not None:
-            self._threader.save(converted, self.user_id)
+            self._threader.append(converted)
         else:
             self._manager.save_messages(self.session_id, converted, user_id=self.user_id)
 
@@ -532,13 +534,15 @@ class HarombeMemory(BaseMemory):
         await self.aput_messages([message])
 
     def put_messages(self, messages: Sequence[ChatMessage]) -> None:
-        """Store several messages in one transaction (a tool call and its results together);
-        with ``strategy="threaded"`` one per message, as each needs its parent's id."""
+        """Store several messages in one transaction (a tool call and its results together,
+        with their thread links when ``strategy="threaded"``)."""
         self._save(messages)
 
     async def aput_messages(self, messages: Sequence[ChatMessage]) -> None:
         if self._threader is not None:
-            await asyncio.to_thread(self._save, messages)
+            converted = from_llamaindex_list(messages, "aput_messages")
+            await self._acheck()
+            await self._threader.aappend(converted)
             return
         await self._acheck()
         await self._manager.asave_messages(

@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from harombe_core.models import Message, Session
+from harombe_core.store.context_sql import ContextReads
 
 __all__ = ["UNSET", "AtomicBlock", "KeywordHit", "MessageStore", "SearchScope",
            "adjacent_ids_sql"]
@@ -115,8 +116,10 @@ def adjacent_ids_sql(id_condition: str) -> str:
 
 
 @runtime_checkable
-class MessageStore(Protocol):
-    """What every backend (SQLite, Postgres) implements, with identical meaning."""
+class MessageStore(ContextReads, Protocol):
+    """What every backend (SQLite, Postgres) implements, with identical meaning; the context
+    strategies' O(window) reads (:class:`~harombe_core.store.context_sql.ContextReads`)
+    included."""
 
     location: str
 

@@ -62,6 +62,7 @@ from harombe_core.store.base import (
     SearchScope,
     adjacent_ids_sql,
 )
+from harombe_core.store.context_sql import ContextReads, context_indexes
 from harombe_core.store.sqlite import (
     _check_id,
     _dumps,
@@ -265,6 +266,9 @@ PG_MIGRATIONS: list[list[str]] = [
             blob_epoch TEXT NOT NULL
         )""",
     ],
+    # 6: partial indexes for the context strategies' O(window) reads (store/context_sql.py),
+    # as SQLite migration 5.
+    context_indexes("postgres"),
 ]
 PG_SCHEMA_VERSION = len(PG_MIGRATIONS)
 
@@ -387,7 +391,7 @@ def _ids(values: Sequence[Any]) -> list[int]:
         raise InvalidInputError(f"message ids must be integers: {exc}") from exc
 
 
-class PostgresStore:
+class PostgresStore(ContextReads):
     """A :class:`~harombe_core.store.base.MessageStore` on PostgreSQL (extra ``postgres``).
 
     ``url`` is a libpq URL (``postgresql://user:pass@host:5432/db``). ``retry_seconds`` is how long
@@ -1352,4 +1356,12 @@ class PostgresStore:
             "pending_embeddings": int(pending),
             "bytes": int(size),
         }
+
+    # context reads (O(window)): important_before, is_threaded, thread_path ----------------
+    _context_dialect = "postgres"
+    _context_mark = "%s"
+
+    @staticmethod
+    def _context_row(row: Sequence[Any]) -> Message:
+        return _row_to_message(row)
 

@@ -41,6 +41,7 @@ from harombe_core.limits import current_limits
 from harombe_core.models import Message, Session
 from harombe_core.owners import check_owner
 from harombe_core.store.base import UNSET, KeywordHit, SearchScope, adjacent_ids_sql
+from harombe_core.store.context_sql import ContextReads, context_indexes
 from harombe_core.store.shared import Lease
 from harombe_core.store.sql_body import Body, Step, drive
 from harombe_core.store.sqlite_checks import APPLICATION_ID
@@ -206,6 +207,9 @@ MIGRATIONS: list[list[str]] = [
             blob_epoch TEXT NOT NULL
         ) WITHOUT ROWID""",
     ],
+    # 5: partial indexes for the context strategies' O(window) reads (store/context_sql.py):
+    # a session's important messages and whether it has any parent link.
+    context_indexes("sqlite"),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 _KNOWN_TABLES = {
@@ -431,7 +435,7 @@ def _setup_file(file: SQLiteFile, *, retries: int) -> None:
         file.at_close(functools.partial(_index_keywords, retries=retries))
 
 
-class SQLiteStore:
+class SQLiteStore(ContextReads):
     """The default :class:`~harombe_core.store.base.MessageStore`.
 
     ``path`` is a file path (``~`` expanded, parent directories created, file mode 0600) or
@@ -1145,6 +1149,14 @@ class SQLiteStore:
             "pending_embeddings": pending,
             "bytes": size,
         }
+
+    # context reads (O(window)): important_before, is_threaded, thread_path ----------------
+    _context_dialect = "sqlite"
+    _context_mark = "?"
+
+    @staticmethod
+    def _context_row(row: Sequence[Any]) -> Message:
+        return _row_to_message(row)
 
 
 _KEYWORD_MARK = "keyword_index_upto"

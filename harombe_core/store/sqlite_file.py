@@ -305,7 +305,9 @@ class SQLiteFile:
                     except BaseException as exc:
                         with contextlib.suppress(sqlite3.Error):
                             conn.execute("ROLLBACK")
-                        busy = isinstance(exc, sqlite3.OperationalError) and is_busy(exc)
+                        # An atomic block's call fails typed; its cause tells if it was busy.
+                        cause = exc.__cause__ if isinstance(exc, StoreBusyError) else exc
+                        busy = isinstance(cause, sqlite3.OperationalError) and is_busy(cause)
                         if not (busy and attempt < retries):
                             if isinstance(exc, sqlite3.Error):
                                 raise self._typed(exc) from exc

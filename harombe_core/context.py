@@ -1,7 +1,9 @@
 """MemoryManager's context side: session summaries and the context-assembly strategies.
 
 What goes into a model's prompt (a token window, a summary plus the newest turns, important
-messages, a thread, or the seed's full budget) is decided here; the strategies themselves live
+messages, a thread, or the seed's full budget) is decided here. ``get_context`` reads the
+session once and hands it to the strategy named in :data:`STRATEGIES`; each strategy reads
+only the rows its window can use (:mod:`harombe_core.context_reads`), the window arithmetic is
 in :mod:`harombe_core.strategies` and the summarisers in :mod:`harombe_core.summarize`.
 :class:`~harombe_core.manager.MemoryManager` inherits these methods.
 """
@@ -10,14 +12,25 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from harombe_core.context_reads import (
+    hybrid_from_store,
+    newest_messages,
+    thread_window_from_store,
+)
 from harombe_core.errors import InvalidInputError
 from harombe_core.limits import current_limits
 from harombe_core.manager_search import SearchMethods
 from harombe_core.models import Message, Session
 from harombe_core.store.base import MessageStore
-from harombe_core.strategies import ContextBudget, window_newest
+from harombe_core.strategies import (
+    ContextBudget,
+    summarization_window,
+    window_newest,
+)
 from harombe_core.tokens import TokenCounter
 from harombe_core.validate import (
     MAX_TOP_K,
@@ -34,11 +47,12 @@ from harombe_core.validate import (
 if TYPE_CHECKING:
     from harombe_core.strategies import Window
 
-__all__ = ["ContextMethods"]
+__all__ = ["STRATEGIES", "ContextMethods", "ContextRequest", "Strategy"]
 
 log = logging.getLogger("harombe_core.manager")
 
-_STRATEGIES = ("simple", "summarization", "hybrid", "threaded")
+#: Messages summarised per step when no ``memory.summary_chunk`` is configured.
+DEFAULT_SUMMARY_CHUNK = 500
 
 
 class ContextMethods(SearchMethods):
@@ -106,34 +120,78 @@ class ContextMethods(SearchMethods):
         message = Message(role="system", content=text, metadata={"harombe": kind})
         return message.with_ids(token_count=self.token_counter.count_message(message))
 
+    @property
+    def summary_chunk(self) -> int:
+        """At most this many messages are summarised per step (``memory.summary_chunk``).
+
+        ``get_context`` folds one step per call into the stored summary, so a long unsummarised
+        backlog costs O(chunk) per call and catches up over calls; ``summarize_session()`` and
+        ``end_session()`` go through the whole backlog, step by step, each step committed.
+        """
+        value = getattr(self, "_summary_chunk", None)
+        if value is None:
+            config = getattr(self, "_config", None)
+            value = config.memory.summary_chunk if config is not None else DEFAULT_SUMMARY_CHUNK
+        return int(value)
+
+    @summary_chunk.setter
+    def summary_chunk(self, value: int) -> None:
+        self._summary_chunk = check_count(value, "summary_chunk", low=1)
+
     def summarize_session(
-        self, session_id: str, *, until_id: int | None = None, user_id: str | None = None
+        self,
+        session_id: str,
+        *,
+        until_id: int | None = None,
+        user_id: str | None = None,
     ) -> Any:
         """Bring the session's stored summary up to date, incrementally; returns it.
 
         Only messages after ``summary_until_id`` (and up to ``until_id`` if given) are read and
         summarised, merged into the previous summary, and stored with the new
-        ``summary_until_id``: nothing is summarised twice. A failing summariser is logged and the
-        extractive one is used instead; messages are never touched. Returns a
+        ``summary_until_id``: nothing is summarised twice. The backlog is read and folded in
+        steps of :attr:`summary_chunk` messages, each stored as it is done (an interrupted
+        call keeps what it finished). A failing summariser is logged and the extractive one is used
+        instead; messages are never touched. Returns a
         :class:`~harombe_core.summarize.SessionSummary`, or None if there is nothing to summarise.
         With ``user_id``, only that user's session (else SessionOwnershipError).
         """
-        from harombe_core.errors import SummarizationError
-        from harombe_core.summarize import ExtractiveSummarizer, SessionSummary
 
         until_id = optional_count(until_id, "until_id")
         session = self.check_owner(session_id, user_id)
         if session is None:  # an unknown session has nothing to summarise
             return None
+        return self._summarize(session, until_id, None)
+
+    def _summarize(self, session: Session, until_id: int | None, max_messages: int | None) -> Any:
+        """:meth:`summarize_session` of a session already read (and its owner checked)."""
+        from harombe_core.summarize import SessionSummary
+
+        session_id = session.id
         previous = None
         if session.summary_data:
             data = {k: v for k, v in session.summary_data.items() if k != "embedding"}
             previous = SessionSummary.from_dict(data)
-        fresh = self._store.get_messages(session_id, after_id=session.summary_until_id)
-        if until_id is not None:
-            fresh = [m for m in fresh if m.id is not None and m.id <= until_id]
-        if not fresh:
-            return previous
+        after = session.summary_until_id
+        step = max_messages or self.summary_chunk
+        while True:
+            fresh = self._store.get_messages(session_id, after_id=after, limit=step)
+            complete = len(fresh) < step
+            if until_id is not None:
+                complete = complete or any(m.id is not None and m.id >= until_id for m in fresh)
+                fresh = [m for m in fresh if m.id is not None and m.id <= until_id]
+            if not fresh:
+                return previous
+            previous = self._fold(session_id, fresh, previous)
+            after = fresh[-1].id
+            if complete or max_messages is not None:
+                return previous
+
+    def _fold(self, session_id: str, fresh: list[Message], previous: Any) -> Any:
+        """Summarise ``fresh`` into ``previous`` and store the result as the session's."""
+        from harombe_core.errors import SummarizationError
+        from harombe_core.summarize import ExtractiveSummarizer
+
         try:
             summary = self.summarizer.summarize_session(fresh, previous)
         except SummarizationError as exc:
@@ -215,19 +273,13 @@ class ContextMethods(SearchMethods):
         outside it is known to be the same user's). With ``user_id``, only that user's session
         (else SessionOwnershipError).
         """
-        from harombe_core.strategies import (
-            fit_block,
-            hybrid_window,
-            reserve_system,
-            summarization_window,
-            thread_path_newest_first,
-        )
+        from harombe_core.strategies import fit_block, reserve_system
 
         total = self.max_history_tokens if max_tokens is None else check_budget(max_tokens)
-        if not isinstance(strategy, str) or strategy not in _STRATEGIES:
+        if not isinstance(strategy, str) or strategy not in STRATEGIES:
+            names = [repr(name) for name in STRATEGIES]
             raise InvalidInputError(
-                f"unknown strategy {show(strategy)}; use 'simple', 'summarization', 'hybrid' or "
-                "'threaded'."
+                f"unknown strategy {show(strategy)}; use {', '.join(names[:-1])} or {names[-1]}."
             )
         keep_last = check_count(keep_last, "keep_last", high=MAX_TOP_K)
         check_flag(start_on_user, "start_on_user")
@@ -243,7 +295,7 @@ class ContextMethods(SearchMethods):
                 f"budget must be a ContextBudget, got {type(budget).__name__}; build one with "
                 "harombe_core.ContextBudget(relevant_past=0.3, ...)."
             )
-        session = self.check_owner(session_id, user_id)
+        session = self.check_owner(session_id, user_id)  # the one read of the session
         if session is None:
             return []
         system = self._system_prompt_message(session)
@@ -253,54 +305,8 @@ class ContextMethods(SearchMethods):
             extra = self._budget_blocks(session, total, system, budget, query, user_profile)
             total -= sum(m.token_count or 0 for m in extra)
             total -= int(budget.buffer * total)
-        every = self._store.get_messages(session_id) if strategy == "threaded" else []
-        if strategy == "threaded" and not any(m.parent_id is not None for m in every):
-            strategy = "simple"  # a session that was never threaded is one linear thread
-        if strategy == "simple":
-            window = self.get_window(
-                session_id, total, start_on_user=start_on_user, user_id=user_id
-            )
-            messages = window.messages
-        elif strategy == "threaded":
-            path = thread_path_newest_first(every)
-            window = window_newest(
-                path,
-                total,
-                reserved_tokens=sum(m.token_count or 0 for m in system),
-                start_on_user=start_on_user,
-            )
-            messages = system + window.messages
-        else:
-            import itertools
-
-            stream = self._store.iter_newest(session_id)
-            if strategy == "summarization":  # only the newest keep_last (+1 for the boundary)
-                newest = list(itertools.islice(stream, keep_last + 1))
-            else:  # hybrid looks at every older message for important ones
-                newest = list(stream)
-            older_than_recent = newest[keep_last:]
-            summary = None
-            if older_than_recent:
-                boundary = older_than_recent[0].id
-                known = self._store.get_session(session_id)
-                if known is None or known.summary_until_id is None or (
-                    boundary is not None and known.summary_until_id < boundary
-                ):
-                    self.summarize_session(session_id, until_id=boundary, user_id=user_id)
-                stored = self._store.get_session(session_id)
-                if stored is not None and stored.summary:
-                    summary = self._context_message(
-                        "Summary of the earlier conversation:\n" + stored.summary, "summary"
-                    )
-            fn = summarization_window if strategy == "summarization" else hybrid_window
-            messages = fn(
-                newest,
-                total,
-                system=system,
-                summary=summary,
-                keep_last=keep_last,
-                start_on_user=start_on_user,
-            ).messages
+        request = ContextRequest(session, system, total, start_on_user, keep_last)
+        messages = STRATEGIES[strategy](self, request)
         if extra:
             messages = messages[: len(system)] + fit_block(extra, 10**9) + messages[len(system) :]
         return messages
@@ -374,7 +380,11 @@ class ContextMethods(SearchMethods):
         )
 
     async def asummarize_session(
-        self, session_id: str, *, until_id: int | None = None, user_id: str | None = None
+        self,
+        session_id: str,
+        *,
+        until_id: int | None = None,
+        user_id: str | None = None,
     ) -> Any:
         """Async twin of :meth:`summarize_session`."""
         return await asyncio.to_thread(
@@ -390,3 +400,104 @@ class ContextMethods(SearchMethods):
     ) -> list[tuple[Session, float]]:
         """Async twin of :meth:`search_summaries`."""
         return await asyncio.to_thread(self.search_summaries, query, top_k, user_id)
+
+
+# --------------------------------------------------------------------------------------------
+# the strategies: each gets the session read once by get_context and returns the messages
+
+
+@dataclass(frozen=True, slots=True)
+class ContextRequest:
+    """What get_context hands a strategy: the session (read once, owner checked), its system
+    prompt message(s), the tokens the session's messages may take (system included) and the
+    caller's options."""
+
+    session: Session
+    system: list[Message]
+    total: int
+    start_on_user: bool
+    keep_last: int
+
+
+Strategy = Callable[[ContextMethods, ContextRequest], list[Message]]
+
+
+def _simple(ctx: ContextMethods, request: ContextRequest) -> list[Message]:
+    """The token window: the newest messages that fit, read newest first until it is full."""
+    window = window_newest(
+        ctx._store.iter_newest(request.session.id),
+        request.total,
+        reserved_tokens=sum(m.token_count or 0 for m in request.system),
+        start_on_user=request.start_on_user,
+    )
+    return request.system + window.messages
+
+
+def _threaded(ctx: ContextMethods, request: ContextRequest) -> list[Message]:
+    """The newest message's thread (a session never threaded is one thread: the window)."""
+    window = thread_window_from_store(
+        ctx._store,
+        request.session.id,
+        request.total,
+        system=request.system,
+        start_on_user=request.start_on_user,
+    )
+    return _simple(ctx, request) if window is None else request.system + window.messages
+
+
+def _summary_of_older(
+    ctx: ContextMethods, request: ContextRequest, newest: list[Message]
+) -> Message | None:
+    """The stored summary of what is older than the newest ``keep_last`` messages, first
+    advanced by one bounded step if it does not reach them yet."""
+    older = newest[request.keep_last :]
+    if not older:
+        return None
+    session, boundary = request.session, older[0].id
+    text = session.summary
+    if session.summary_until_id is None or (
+        boundary is not None and session.summary_until_id < boundary
+    ):
+        folded = ctx._summarize(session, boundary, ctx.summary_chunk)
+        if folded is not None and folded.summary:
+            text = folded.summary
+    if not text:
+        return None
+    return ctx._context_message("Summary of the earlier conversation:\n" + text, "summary")
+
+
+def _summarization(ctx: ContextMethods, request: ContextRequest) -> list[Message]:
+    """The summary of older messages, then the newest ``keep_last``."""
+    newest = newest_messages(ctx._store, request.session.id, request.keep_last + 1)
+    return summarization_window(
+        newest,
+        request.total,
+        system=request.system,
+        summary=_summary_of_older(ctx, request, newest),
+        keep_last=request.keep_last,
+        start_on_user=request.start_on_user,
+    ).messages
+
+
+def _hybrid(ctx: ContextMethods, request: ContextRequest) -> list[Message]:
+    """As summarization, plus the important older messages that fit (read through an index)."""
+    newest = newest_messages(ctx._store, request.session.id, request.keep_last + 1)
+    return hybrid_from_store(
+        ctx._store,
+        request.session.id,
+        newest,
+        request.total,
+        system=request.system,
+        summary=_summary_of_older(ctx, request, newest),
+        keep_last=request.keep_last,
+        start_on_user=request.start_on_user,
+    ).messages
+
+
+#: get_context's strategies by name (the order is the one its error message lists).
+STRATEGIES: Mapping[str, Strategy] = {
+    "simple": _simple,
+    "summarization": _summarization,
+    "hybrid": _hybrid,
+    "threaded": _threaded,
+}

@@ -1,0 +1,179 @@
+"""The SQL of the context strategies' O(window) reads, for both dialects.
+
+The hybrid strategy needs a session's important messages and the threaded one the path from
+the newest message up its ``parent_id`` links. Read from the whole session, both cost
+O(history); these statements read only what the window can use, through partial indexes
+(``messages_important``, ``messages_threaded``) that hold just the rows they look for.
+
+"Important" is decided exactly as :func:`harombe_core.strategies.is_important` decides it:
+``metadata["important"]`` is JSON ``true`` (importance 1.0), else a numeric, non-boolean
+``metadata["importance"]``. The expression is evaluated from the stored metadata, so it needs
+no extra column, no change to how messages are written and no backfill.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from harombe_core.models import Message
+from harombe_core.validate import check_id
+
+__all__ = [
+    "IMPORTANCE",
+    "IMPORTANT_WHERE",
+    "MESSAGE_COLUMNS",
+    "ContextReads",
+    "context_indexes",
+    "important_before_sql",
+    "is_threaded_sql",
+    "thread_path_sql",
+]
+
+#: The message columns both stores read (alias ``m``), in their row converter's order.
+MESSAGE_COLUMNS = (
+    "m.id, m.session_id, m.role, m.content, m.name, m.tool_calls, m.tool_call_id, m.metadata, "
+    "m.created_at, m.token_count, m.parent_id"
+)
+#: Per dialect: the importance of message ``m`` (NULL when it has none).
+IMPORTANCE = {
+    "sqlite": (
+        "(CASE WHEN json_type(metadata, '$.important') = 'true' THEN 1.0 "
+        "WHEN json_type(metadata, '$.importance') IN ('integer', 'real') "
+        "THEN json_extract(metadata, '$.importance') END)"
+    ),
+    "postgres": (
+        "(CASE WHEN (metadata::jsonb -> 'important') = 'true'::jsonb THEN 1.0 "
+        "WHEN jsonb_typeof(metadata::jsonb -> 'importance') = 'number' "
+        "THEN (metadata::jsonb ->> 'importance')::float8 END)"
+    ),
+}
+#: Per dialect: the predicate of the ``messages_important`` partial index. A query repeats it
+#: word for word, which is what lets SQLite's planner use the index.
+IMPORTANT_WHERE = {dialect: f"{expr} IS NOT NULL" for dialect, expr in IMPORTANCE.items()}
+
+
+def context_indexes(dialect: str) -> list[str]:
+    """The migration that adds the two partial indexes (schema step of ``dialect``); it may
+    meet them already there (a schema history rewound by hand), so it does not insist."""
+    return [
+        f"CREATE INDEX IF NOT EXISTS messages_important ON messages (session_id, id) "
+        f"WHERE {IMPORTANT_WHERE[dialect]}",
+        "CREATE INDEX IF NOT EXISTS messages_threaded ON messages (session_id, id) "
+        "WHERE parent_id IS NOT NULL",
+    ]
+
+
+def important_before_sql(dialect: str, columns: str, mark: str, *, bounded: bool) -> str:
+    """Newest first, a page of important messages of a session that still fit a budget.
+
+    Parameters in order: session id, (``bounded``: the id to stay below), threshold, tokens
+    left, page size. A message too big for the tokens left is never read.
+    """
+    where = f"m.session_id = {mark}"
+    if bounded:
+        where += f" AND m.id < {mark}"
+    importance = IMPORTANCE[dialect].replace("metadata", "m.metadata")
+    return (
+        f"SELECT {columns} FROM messages m WHERE {where} "
+        f"AND {IMPORTANT_WHERE[dialect].replace('metadata', 'm.metadata')} "
+        f"AND {importance} >= {mark} AND COALESCE(m.token_count, 0) <= {mark} "
+        f"ORDER BY m.id DESC LIMIT {mark}"
+    )
+
+
+def is_threaded_sql(mark: str) -> str:
+    """Whether any message of a session has a parent (one seek on ``messages_threaded``)."""
+    return (
+        "SELECT EXISTS (SELECT 1 FROM messages WHERE session_id = "
+        f"{mark} AND parent_id IS NOT NULL)"
+    )
+
+
+def thread_path_sql(columns: str, mark: str) -> str:
+    """The thread of a session's newest message, newest first, up to one row past a budget.
+
+    Parameters in order: session id (for the newest message), session id (the path stays in
+    the session), the token budget, the longest path walked. Each step is one primary-key seek,
+    and the walk stops at the first message that no longer fits (the window's look-ahead), so
+    the cost follows the window, not the thread's length.
+    """
+    return (
+        "WITH RECURSIVE path (id, parent_id, spent, depth) AS ("
+        "SELECT id, parent_id, COALESCE(token_count, 0), 1 FROM messages "
+        f"WHERE id = (SELECT MAX(id) FROM messages WHERE session_id = {mark}) "
+        "UNION ALL "
+        "SELECT n.id, n.parent_id, p.spent + COALESCE(n.token_count, 0), p.depth + 1 "
+        "FROM path p JOIN messages n ON n.id = p.parent_id "
+        f"WHERE n.session_id = {mark} AND p.spent <= {mark} AND p.depth < {mark}) "
+        f"SELECT {columns} FROM path JOIN messages m ON m.id = path.id ORDER BY path.depth"
+    )
+
+
+class ContextReads(Protocol):
+    """The O(window) reads: part of the MessageStore protocol, and written once for both
+    stores, which subclass this and differ only in the SQL dialect.
+
+    A store sets ``_context_dialect`` (``"sqlite"``/``"postgres"``), ``_context_mark`` (its
+    placeholder) and ``_context_row`` (row -> Message), and has ``_read(sql, params)``.
+    """
+
+    _context_dialect: str
+    _context_mark: str
+
+    @staticmethod
+    def _context_row(row: Sequence[Any]) -> Message:
+        """A message from a row of :data:`MESSAGE_COLUMNS` (the store's converter)."""
+        raise NotImplementedError
+
+    def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        """The rows of one read-only statement (the store's own)."""
+        raise NotImplementedError
+
+    def important_before(
+        self,
+        session_id: str,
+        before_id: int | None,
+        threshold: float,
+        max_tokens: int,
+        limit: int = 64,
+    ) -> list[Message]:
+        """Newest first, up to ``limit`` important messages of the session older than
+        ``before_id`` (None: any), with importance >= ``threshold`` and at most ``max_tokens``
+        tokens each."""
+        check_id(session_id, "session_id")
+        params: list[Any] = [session_id]
+        if before_id is not None:
+            params.append(int(before_id))
+        params += [float(threshold), int(max_tokens), int(limit)]
+        sql = important_before_sql(
+            self._context_dialect, MESSAGE_COLUMNS, self._context_mark,
+            bounded=before_id is not None,
+        )
+        return [self._context_row(row) for row in self._read(sql, params)]
+
+    def is_threaded(self, session_id: str) -> bool:
+        """Whether any message of the session has a parent (else it is one linear thread)."""
+        check_id(session_id, "session_id")
+        return bool(self._read(is_threaded_sql(self._context_mark), [session_id])[0][0])
+
+    def thread_path(
+        self, session_id: str, max_tokens: int, *, max_depth: int = 100_000
+    ) -> list[Message]:
+        """The thread of the session's newest message, newest first, stopping at the first
+        message past ``max_tokens`` (included) or at ``max_depth`` messages. A link to a
+        message of another session ends the path, as a link to a deleted one does."""
+        check_id(session_id, "session_id")
+        rows = self._read(
+            thread_path_sql(MESSAGE_COLUMNS, self._context_mark),
+            [session_id, session_id, int(max_tokens), int(max_depth)],
+        )
+        path: list[Message] = []
+        seen: set[int] = set()
+        for row in rows:  # a cycle of links (set_parent allows one) ends where it closes
+            message = self._context_row(row)
+            if message.id in seen:
+                break
+            seen.add(message.id)  # type: ignore[arg-type]
+            path.append(message)
+        return path
