@@ -1,13 +1,15 @@
 """MemoryManager: the façade an application (or an adapter) talks to.
 
 It owns one store and, when semantic memory is on, the embedder, vector index and background
-indexer derived from it. Every I/O method has an ``a``-prefixed async twin that runs the sync
-method on a worker thread, so SQLite and model calls never block the event loop.
+indexer derived from it. Every I/O method has an ``a``-prefixed async twin; both are made from
+one flow (:mod:`harombe_core.flows`), so they check and do the same things. The async twin runs
+the store's own async methods where it has them (PostgreSQL) and otherwise does the blocking
+work (SQLite, models) in a worker thread, so the event loop is never blocked.
 """
 
 from __future__ import annotations
 
-import asyncio
+import inspect
 import logging
 import os
 import uuid
@@ -17,9 +19,10 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from harombe_core.context import ContextMethods
-from harombe_core.errors import InvalidInputError, InvalidMessageError
-from harombe_core.limits import current_limits
+from harombe_core.errors import InvalidInputError
+from harombe_core.flows import Call, Flow, Work, twins
 from harombe_core.models import Message, Session
+from harombe_core.newest import anewest_until, newest_until
 from harombe_core.owners import check_owner, legacy_session_key, session_key
 from harombe_core.progress import Progress, check_progress
 from harombe_core.store.base import UNSET, MessageStore
@@ -27,18 +30,16 @@ from harombe_core.strategies import Window, window_newest
 from harombe_core.tokens import TokenCounter, resolve_token_counter
 from harombe_core.validate import (
     check_budget,
-    check_count,
     check_flag,
     check_id,
     check_list,
     check_location,
-    check_mapping,
     check_number,
     optional_count,
     optional_id,
     optional_number,
-    optional_text,
 )
+from harombe_core.write_inputs import as_message, costed, id_list, message_list, session_fields
 
 if TYPE_CHECKING:
     from harombe_core.config import MemoryConfig
@@ -72,54 +73,6 @@ def open_store(
     from harombe_core.store.sqlite import SQLiteStore
 
     return SQLiteStore(location, encryption_key=encryption_key)
-
-
-def _message_list(messages: Any, what: str) -> list[Any]:
-    """The messages of a bulk call as a list, refusing a lone message or a non-iterable."""
-    if type(messages) is list:  # the common case, checked first: save_message goes this way
-        return messages
-    return check_list(
-        messages,
-        what,
-        of="messages",
-        single=(Message,),
-        error=InvalidMessageError,
-        hint="wrap a single message in a list or call save_message()",
-    )
-
-
-def _id_list(values: Any, what: str) -> list[int]:
-    """Message ids as ints, refusing a lone value, a non-iterable or a non-integer id."""
-    ids = check_list(values, what, of="message ids")
-    return [check_count(i, f"every id in {what}") for i in ids]
-
-
-def _session_fields(system_prompt: Any, metadata: Any) -> dict[str, Any]:
-    """A session's system prompt and metadata, checked (kind and size) before any work."""
-    limits = current_limits()
-    optional_text(
-        system_prompt,
-        "system_prompt",
-        limit=limits.system_prompt_chars,
-        field="system_prompt_chars",
-    )
-    return check_mapping(
-        metadata,
-        "session metadata",
-        limit=limits.session_metadata_chars,
-        field="session_metadata_chars",
-    )
-
-
-def _as_message(value: Any) -> Message:
-    if isinstance(value, Message):
-        return value
-    if isinstance(value, Mapping):
-        return Message.from_dict(value)
-    raise InvalidMessageError(
-        f"expected a harombe Message (or a dict with role and content), got "
-        f"{type(value).__name__}. Adapters convert framework messages for you."
-    )
 
 
 class MemoryManager(ContextMethods):
@@ -256,23 +209,31 @@ class MemoryManager(ContextMethods):
         return f"MemoryManager({', '.join(parts)})"
 
     # sessions -----------------------------------------------------------------------------
-    def create_session(
+    # Each operation is one flow (harombe_core.flows): its store calls are requests, so the
+    # sync method runs them in place and the async one uses the store's own async methods
+    # where it has them (Postgres) and a worker thread otherwise. Written once, they agree.
+    def _call(self, name: str, *args: Any, **kwargs: Any) -> Call[Any]:
+        """The store's method ``name`` as a request (its native ``a``-method when async)."""
+        return Call.method(self._store, name, *args, **kwargs)
+
+    def _create_session(
         self,
         system_prompt: str | None = None,
         metadata: Mapping[str, Any] | None = None,
         user_id: str | None = None,
         *,
         session_id: str | None = None,
-    ) -> str:
+    ) -> Flow[str]:
         """Create a session and return its id (a new UUID unless ``session_id`` is given).
 
         Raises InvalidInputError for a malformed id, metadata or an id already in use.
         """
         sid = optional_id(session_id, "session_id") or uuid.uuid4().hex
         optional_id(user_id, "user_id")
-        _session_fields(system_prompt, metadata)
+        session_fields(system_prompt, metadata)
         tokens = self._system_prompt_tokens(system_prompt)
-        self._store.create_session(
+        yield self._call(
+            "create_session",
             sid,
             user_id=user_id,
             system_prompt=system_prompt,
@@ -281,36 +242,51 @@ class MemoryManager(ContextMethods):
         )
         return sid
 
+    create_session, acreate_session = twins(_create_session)
+
     def _system_prompt_tokens(self, system_prompt: str | None) -> int:
         if system_prompt is None:
             return 0
         return self.token_counter.count_message(Message(role="system", content=system_prompt))
 
-    def get_session(self, session_id: str, *, user_id: str | None = None) -> Session | None:
+    def _system_prompt(self, session: Session) -> Flow[list[Message]]:
+        """The message that leads the session's history (none without a system prompt)."""
+        if session.system_prompt is None:
+            return []
+        system: list[Message] = yield Work(self._system_prompt_message, session)
+        return system
+
+    def _get_session(self, session_id: str, *, user_id: str | None = None) -> Flow[Session | None]:
         """The session's record (owner, system prompt, metadata, counts, summary), or None for
         an unknown session. Raises SessionOwnershipError if ``user_id`` is given and does not
         own it."""
-        return self.check_owner(session_id, user_id)
+        return (yield from self._check_owner(session_id, user_id))
 
-    def load_session(self, session_id: str, *, user_id: str | None = None) -> list[Message]:
+    get_session, aget_session = twins(_get_session)
+
+    def _load_session(self, session_id: str, *, user_id: str | None = None) -> Flow[list[Message]]:
         """The session's conversation history: its system prompt first (when it has one), then
         every message in order. An unknown session has no history: ``[]``.
 
         For the newest messages that fit a token budget, use :meth:`get_recent_messages`.
         Raises SessionOwnershipError if ``user_id`` is given and does not own the session.
         """
-        session = self.check_owner(session_id, user_id)
+        session = yield from self._check_owner(session_id, user_id)
         if session is None:
             return []
-        return self._system_prompt_message(session) + self._store.get_messages(session_id)
+        system = yield from self._system_prompt(session)
+        messages: list[Message] = yield self._call("get_messages", session_id)
+        return system + messages
+
+    load_session, aload_session = twins(_load_session)
 
     def session_exists(self, session_id: str) -> bool:
         """True if a session with this id is stored."""
         return self._store.get_session(check_id(session_id, "session_id")) is not None
 
-    def check_owner(
+    def _check_owner(
         self, session_id: str, user_id: str | None, *, exact: bool = False
-    ) -> Session | None:
+    ) -> Flow[Session | None]:
         """The session (None if it does not exist yet), if ``user_id`` may use it.
 
         A session belongs to the user it was created for. ``user_id=None`` (the application
@@ -323,10 +299,19 @@ class MemoryManager(ContextMethods):
         """
         optional_id(user_id, "user_id")
         check_flag(exact, "exact")
-        session = self._store.get_session(check_id(session_id, "session_id"))
+        session: Session | None = yield self._call(
+            "get_session", check_id(session_id, "session_id")
+        )
         if session is not None:
             check_owner(session_id, session.user_id, user_id, exact=exact)
         return session
+
+    check_owner, acheck_owner = twins(_check_owner)
+
+    def _owner_named(self, session_id: str, user_id: str | None) -> Flow[None]:
+        """Check the owner only when a user is named (the application may use any session)."""
+        if user_id is not None:
+            yield from self._check_owner(session_id, user_id)
 
     def conversation_session_id(self, user_id: str, conversation_id: str) -> str:
         """The session id of ``user_id``'s conversation ``conversation_id``.
@@ -344,21 +329,21 @@ class MemoryManager(ContextMethods):
                 return legacy
         return key
 
-    def update_session(
+    def _update_session(
         self,
         session_id: str,
         *,
         system_prompt: Any = UNSET,
         metadata: Any = UNSET,
         user_id: Any = UNSET,
-    ) -> None:
+    ) -> Flow[None]:
         """Change a session's system prompt, metadata or owner (unset arguments are kept).
 
         Like every write, it creates an unknown session (with these values), in one
         transaction with the check.
         """
         check_id(session_id, "session_id")
-        _session_fields(
+        session_fields(
             None if system_prompt is UNSET else system_prompt,
             None if metadata is UNSET else metadata,
         )
@@ -380,57 +365,92 @@ class MemoryManager(ContextMethods):
                 user_id=user_id,
             )
 
-        self._store.atomic(apply)
+        yield Work(self._store.atomic, apply)
         if user_id is not UNSET and self._semantic is not None:
-            self._semantic.session_moved(session_id, user_id)  # file its vectors under the owner
+            # file its vectors under the new owner
+            yield Work(self._semantic.session_moved, session_id, user_id)
 
-    def list_sessions(self, limit: int | None = 10, user_id: str | None = None) -> list[Session]:
+    update_session, aupdate_session = twins(_update_session)
+
+    def _list_sessions(
+        self, limit: int | None = 10, user_id: str | None = None
+    ) -> Flow[list[Session]]:
         """Sessions with the most recent activity first."""
         limit = optional_count(limit, "limit")
-        return self._store.list_sessions(limit=limit, user_id=optional_id(user_id, "user_id"))
+        user_id = optional_id(user_id, "user_id")
+        sessions: list[Session] = yield self._call("list_sessions", limit=limit, user_id=user_id)
+        return sessions
 
-    def delete_session(self, session_id: str, *, user_id: str | None = None) -> bool:
+    list_sessions, alist_sessions = twins(_list_sessions)
+
+    def _forget(self, session_ids: list[str]) -> Flow[None]:
+        """Drop the vectors of deleted sessions (nothing to do without semantic memory)."""
+        if session_ids and self._semantic is not None:
+            yield Work(self._semantic.forget_sessions, session_ids)
+
+    def _drop(self, store_method: str, session_id: str, user_id: str | None) -> Flow[Any]:
+        """Delete a session's rows with ``store_method``, then the vectors of what went."""
+        yield from self._owner_named(session_id, user_id)
+        gone = yield self._call(store_method, check_id(session_id, "session_id"))
+        yield from self._forget([session_id] if gone else [])
+        return gone
+
+    def _delete_session(self, session_id: str, *, user_id: str | None = None) -> Flow[bool]:
         """Delete a session and all its messages (and their vectors). True if it existed.
 
         With ``user_id``, only that user's session (else SessionOwnershipError)."""
-        if user_id is not None:
-            self.check_owner(session_id, user_id)
-        deleted = self._store.delete_session(check_id(session_id, "session_id"))
-        if deleted and self._semantic is not None:
-            self._semantic.forget_sessions([session_id])
-        return deleted
+        return bool((yield from self._drop("delete_session", session_id, user_id)))
 
-    def clear_session(self, session_id: str, *, user_id: str | None = None) -> int:
+    delete_session, adelete_session = twins(_delete_session)
+
+    def _clear_session(self, session_id: str, *, user_id: str | None = None) -> Flow[int]:
         """Delete a session's messages but keep the session; returns how many were removed.
 
         With ``user_id``, only that user's session (else SessionOwnershipError)."""
-        if user_id is not None:
-            self.check_owner(session_id, user_id)
-        removed = self._store.clear_session(check_id(session_id, "session_id"))
-        if removed and self._semantic is not None:
-            self._semantic.forget_sessions([session_id])
-        return removed
+        return int((yield from self._drop("clear_session", session_id, user_id)))
 
-    def prune_old_sessions(self, days: float) -> int:
+    clear_session, aclear_session = twins(_clear_session)
+
+    def _prune_old_sessions(self, days: float) -> Flow[int]:
         """Delete sessions with no activity in the last ``days`` days; returns how many."""
         # Beyond ~8,000 years nothing can be older; the cutoff stops at the first storable time.
         span = check_number(days, "days", low=0, high=3_000_000)
         now = datetime.now(UTC)
         oldest = datetime.min.replace(tzinfo=UTC)
         cutoff = oldest if span >= (now - oldest).days else now - timedelta(days=span)
-        removed = self._store.delete_sessions_before(cutoff)
-        if removed and self._semantic is not None:
-            self._semantic.forget_sessions(removed)
+        removed: list[str] = yield self._call("delete_sessions_before", cutoff)
+        yield from self._forget(removed)
         return len(removed)
 
-    # messages -----------------------------------------------------------------------------
-    def _prepare(self, message: Any) -> Message:
-        msg = _as_message(message)
-        return msg.with_ids(token_count=self.token_counter.count_message(msg))
+    prune_old_sessions, aprune_old_sessions = twins(_prune_old_sessions)
 
-    def save_message(
+    # messages -----------------------------------------------------------------------------
+    def _write(
+        self,
+        session_id: str,
+        delete_ids: Sequence[int],
+        messages: Iterable[Message | Mapping[str, Any]],
+        user_id: str | None,
+        what: str,
+    ) -> Flow[list[int]]:
+        """Delete ``delete_ids`` and append ``messages`` in one transaction of the store."""
+        check_id(session_id, "session_id")
+        optional_id(user_id, "user_id")
+        doomed = id_list(delete_ids, "delete_ids")
+        prepared = yield from costed(messages, what, self.token_counter)
+        if not prepared and not doomed:
+            return []
+        extra = {"replace_ids": doomed} if doomed else {}
+        ids: list[int] = yield self._call(
+            "add_messages", session_id, prepared, user_id=user_id, **extra
+        )
+        if self._semantic is not None and prepared:
+            self._semantic.notify()  # wakes the background embedder: never blocks
+        return ids
+
+    def _save_message(
         self, session_id: str, message: Message | Mapping[str, Any], *, user_id: str | None = None
-    ) -> int:
+    ) -> Flow[int]:
         """Store one message and return its id; an unknown session id is created.
 
         Returns as soon as the row is committed; embedding happens in the background (see
@@ -438,86 +458,64 @@ class MemoryManager(ContextMethods):
         SessionOwnershipError if ``user_id`` is given and the session is not that user's (a
         new session is created for ``user_id``).
         """
-        return self.save_messages(session_id, [message], user_id=user_id)[0]
+        ids = yield from self._save_messages(session_id, [message], user_id=user_id)
+        return ids[0]
 
-    def save_messages(
+    save_message, asave_message = twins(_save_message)
+
+    def _save_messages(
         self,
         session_id: str,
         messages: Iterable[Message | Mapping[str, Any]],
         *,
         user_id: str | None = None,
-    ) -> list[int]:
+    ) -> Flow[list[int]]:
         """Store many messages in one transaction (all or none); returns their ids in order."""
-        check_id(session_id, "session_id")
-        optional_id(user_id, "user_id")
-        prepared = [self._prepare(m) for m in _message_list(messages, "save_messages")]
-        if not prepared:
-            return []
-        ids = self._store.add_messages(session_id, prepared, user_id=user_id)
-        if self._semantic is not None:
-            self._semantic.notify()
-        return ids
+        return (yield from self._write(session_id, (), messages, user_id, "save_messages"))
 
-    def replace_messages(
+    save_messages, asave_messages = twins(_save_messages)
+
+    def _replace_messages(
         self,
         session_id: str,
         delete_ids: Sequence[int],
         messages: Iterable[Message | Mapping[str, Any]] = (),
         *,
         user_id: str | None = None,
-    ) -> list[int]:
+    ) -> Flow[list[int]]:
         """Delete ``delete_ids`` of a session and append ``messages``, in one transaction.
 
         What a framework's "set the history" or "delete message i" needs without ever leaving
         half a history; returns the new messages' ids. Ids of other sessions are ignored.
         """
-        check_id(session_id, "session_id")
-        optional_id(user_id, "user_id")
-        doomed = _id_list(delete_ids, "delete_ids")
-        prepared = [self._prepare(m) for m in _message_list(messages, "replace_messages")]
-        if not prepared and not doomed:
-            return []
-        ids = self._store.add_messages(
-            session_id, prepared, user_id=user_id, replace_ids=doomed
-        )
-        if self._semantic is not None and prepared:
-            self._semantic.notify()
-        return ids
-
-    async def areplace_messages(
-        self,
-        session_id: str,
-        delete_ids: Sequence[int],
-        messages: Iterable[Message | Mapping[str, Any]] = (),
-        *,
-        user_id: str | None = None,
-    ) -> list[int]:
-        doomed = _id_list(delete_ids, "delete_ids")
-        batch = _message_list(messages, "areplace_messages")
-        return await asyncio.to_thread(
-            self.replace_messages, session_id, doomed, batch, user_id=user_id
+        return (
+            yield from self._write(session_id, delete_ids, messages, user_id, "replace_messages")
         )
 
-    def get_messages(
+    replace_messages, areplace_messages = twins(_replace_messages)
+
+    def _get_messages(
         self,
         session_id: str,
         *,
         limit: int | None = None,
         after_id: int | None = None,
         user_id: str | None = None,
-    ) -> list[Message]:
+    ) -> Flow[list[Message]]:
         """Every message of a session in order (or ``limit`` of them after ``after_id``).
 
         With ``user_id``, only that user's session (else SessionOwnershipError)."""
         limit = optional_count(limit, "limit")
         after_id = optional_count(after_id, "after_id")
-        if user_id is not None:
-            self.check_owner(session_id, user_id)
-        return self._store.get_messages(
-            check_id(session_id, "session_id"), after_id=after_id, limit=limit
+        yield from self._owner_named(session_id, user_id)
+        messages: list[Message] = yield self._call(
+            "get_messages", check_id(session_id, "session_id"), after_id=after_id, limit=limit
         )
+        return messages
 
-    def get_recent_messages(
+    get_messages, aget_messages = twins(_get_messages)
+
+    def _get_recent_messages(
         self,
         session_id: str,
         max_tokens: int | None = None,
@@ -525,22 +523,25 @@ class MemoryManager(ContextMethods):
         include_system: bool = True,
         start_on_user: bool = False,
         user_id: str | None = None,
-    ) -> list[Message]:
+    ) -> Flow[list[Message]]:
         """The newest messages that fit ``max_tokens`` (default ``max_history_tokens``).
 
         Oldest first; the session's system prompt leads and is counted. Reads only the rows it
         returns (plus one), whatever the session's length. With ``user_id``, only that user's
         session (else SessionOwnershipError).
         """
-        return self.get_window(
+        window = yield from self._get_window(
             session_id,
             max_tokens,
             include_system=include_system,
             start_on_user=start_on_user,
             user_id=user_id,
-        ).messages
+        )
+        return window.messages
 
-    def get_window(
+    get_recent_messages, aget_recent_messages = twins(_get_recent_messages)
+
+    def _get_window(
         self,
         session_id: str,
         max_tokens: int | None = None,
@@ -548,30 +549,39 @@ class MemoryManager(ContextMethods):
         include_system: bool = True,
         start_on_user: bool = False,
         user_id: str | None = None,
-    ) -> Window:
+    ) -> Flow[Window]:
         """Like :meth:`get_recent_messages`, with the token total the window costs."""
         budget = self.max_history_tokens if max_tokens is None else check_budget(max_tokens)
         check_flag(include_system, "include_system")
         check_flag(start_on_user, "start_on_user")
-        session = self.check_owner(session_id, user_id)
+        session = yield from self._check_owner(session_id, user_id)
         if session is None:
             return Window(messages=[], tokens=0)
-        system = self._system_prompt_message(session) if include_system else []
+        system = (yield from self._system_prompt(session)) if include_system else []
         # The prompt is kept even when it alone exceeds the budget (``tokens`` then says so):
         # a window without its instructions would mislead the model more than an overrun.
         reserved = sum(m.token_count or 0 for m in system)
+        # The newest rows are read page by page until the budget is spent (the store's async
+        # pages on PostgreSQL), then the window is cut from them.
+        spend = budget - reserved
+        pages = getattr(self._store, "aiter_newest", None)
+        newest: list[Message] = yield Call(
+            lambda: newest_until(self._store.iter_newest(session_id), spend),
+            native=(lambda: anewest_until(pages(session_id), spend))
+            if inspect.isasyncgenfunction(pages)
+            else None,
+        )
         window = window_newest(
-            self._store.iter_newest(session_id),
-            budget,
-            reserved_tokens=reserved,
-            start_on_user=start_on_user,
+            newest, budget, reserved_tokens=reserved, start_on_user=start_on_user
         )
         return Window(messages=system + window.messages, tokens=window.tokens)
 
+    get_window, aget_window = twins(_get_window)
+
     def count_tokens(self, messages: Sequence[Message]) -> int:
         """Tokens these messages cost under this manager's counter (overhead included)."""
-        batch = _message_list(messages, "count_tokens")
-        return self.token_counter.count_messages([_as_message(m) for m in batch])
+        batch = message_list(messages, "count_tokens")
+        return self.token_counter.count_messages([as_message(m) for m in batch])
 
     def atomic(self, fn: Callable[[], T]) -> T:
         """Run ``fn()`` so that every write it makes through this manager commits together, or
@@ -611,7 +621,7 @@ class MemoryManager(ContextMethods):
             self._semantic.forget_sessions(deleted)
         self._semantic.notify()
 
-    def flush(self, timeout: float | None = None, *, progress: Progress = None) -> None:
+    def _flush(self, timeout: float | None = None, *, progress: Progress = None) -> Flow[None]:
         """Block until every saved message is embedded and searchable (no-op without semantic).
 
         Messages are embedded in the background as they are saved (or imported, or found
@@ -624,13 +634,18 @@ class MemoryManager(ContextMethods):
         check_progress(progress)
         timeout = optional_number(timeout, "timeout", low=0, high=MAX_WAIT_SECONDS)
         if self._semantic is not None:
-            self._semantic.flush(timeout, progress=progress)
+            yield Work(self._semantic.flush, timeout, progress=progress)
 
-    def stats(self) -> dict[str, Any]:
+    flush, aflush = twins(_flush)
+
+    def _stats(self) -> Flow[dict[str, Any]]:
         """Counts of sessions, users, messages, tokens and pending embeddings, and file size."""
-        return self._store.stats()
+        stats: dict[str, Any] = yield self._call("stats")
+        return stats
 
-    def close(self) -> None:
+    stats, astats = twins(_stats)
+
+    def _close(self) -> Flow[None]:
         """Give back this manager's share of semantic memory, then close the store.
 
         The last manager (or adapter) on a database in this process stops the background
@@ -638,6 +653,12 @@ class MemoryManager(ContextMethods):
         not embedded now (they are committed: the next open embeds them; call :meth:`flush`
         first to have them searchable before closing). Safe to call twice.
         """
+        if not self._closed:
+            yield Work(self._release)
+
+    close, aclose = twins(_close)
+
+    def _release(self) -> None:
         if self._closed:
             return
         self._closed = True
@@ -663,130 +684,6 @@ class MemoryManager(ContextMethods):
     ) -> None:
         self.close()
 
-    # async twins ----------------------------------------------------------------------------
-    async def acreate_session(
-        self,
-        system_prompt: str | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        user_id: str | None = None,
-        *,
-        session_id: str | None = None,
-    ) -> str:
-        return await asyncio.to_thread(
-            self.create_session, system_prompt, metadata, user_id, session_id=session_id
-        )
-
-    async def aget_session(
-        self, session_id: str, *, user_id: str | None = None
-    ) -> Session | None:
-        return await asyncio.to_thread(self.get_session, session_id, user_id=user_id)
-
-    async def aload_session(
-        self, session_id: str, *, user_id: str | None = None
-    ) -> list[Message]:
-        return await asyncio.to_thread(self.load_session, session_id, user_id=user_id)
-
-    async def acheck_owner(
-        self, session_id: str, user_id: str | None, *, exact: bool = False
-    ) -> Session | None:
-        return await asyncio.to_thread(self.check_owner, session_id, user_id, exact=exact)
-
-    async def alist_sessions(
-        self, limit: int | None = 10, user_id: str | None = None
-    ) -> list[Session]:
-        return await asyncio.to_thread(self.list_sessions, limit, user_id)
-
-    async def adelete_session(self, session_id: str, *, user_id: str | None = None) -> bool:
-        return await asyncio.to_thread(self.delete_session, session_id, user_id=user_id)
-
-    async def aclear_session(self, session_id: str, *, user_id: str | None = None) -> int:
-        return await asyncio.to_thread(self.clear_session, session_id, user_id=user_id)
-
-    async def aprune_old_sessions(self, days: int) -> int:
-        return await asyncio.to_thread(self.prune_old_sessions, days)
-
-    async def asave_message(
-        self, session_id: str, message: Message | Mapping[str, Any], *, user_id: str | None = None
-    ) -> int:
-        return await asyncio.to_thread(self.save_message, session_id, message, user_id=user_id)
-
-    async def asave_messages(
-        self,
-        session_id: str,
-        messages: Iterable[Message | Mapping[str, Any]],
-        *,
-        user_id: str | None = None,
-    ) -> list[int]:
-        batch = _message_list(messages, "asave_messages")
-        return await asyncio.to_thread(self.save_messages, session_id, batch, user_id=user_id)
-
-    async def aget_messages(
-        self,
-        session_id: str,
-        *,
-        limit: int | None = None,
-        after_id: int | None = None,
-        user_id: str | None = None,
-    ) -> list[Message]:
-        return await asyncio.to_thread(
-            self.get_messages, session_id, limit=limit, after_id=after_id, user_id=user_id
-        )
-
-    async def aget_recent_messages(
-        self,
-        session_id: str,
-        max_tokens: int | None = None,
-        *,
-        include_system: bool = True,
-        start_on_user: bool = False,
-        user_id: str | None = None,
-    ) -> list[Message]:
-        return await asyncio.to_thread(
-            self.get_recent_messages,
-            session_id,
-            max_tokens,
-            include_system=include_system,
-            start_on_user=start_on_user,
-            user_id=user_id,
-        )
-
-    async def aupdate_session(
-        self,
-        session_id: str,
-        *,
-        system_prompt: Any = UNSET,
-        metadata: Any = UNSET,
-        user_id: Any = UNSET,
-    ) -> None:
-        await asyncio.to_thread(
-            self.update_session,
-            session_id,
-            system_prompt=system_prompt,
-            metadata=metadata,
-            user_id=user_id,
-        )
-
-    async def aget_window(
-        self,
-        session_id: str,
-        max_tokens: int | None = None,
-        *,
-        include_system: bool = True,
-        start_on_user: bool = False,
-        user_id: str | None = None,
-    ) -> Window:
-        return await asyncio.to_thread(
-            self.get_window,
-            session_id,
-            max_tokens,
-            include_system=include_system,
-            start_on_user=start_on_user,
-            user_id=user_id,
-        )
-
-    async def astats(self) -> dict[str, Any]:
-        return await asyncio.to_thread(self.stats)
-
     async def __aenter__(self) -> MemoryManager:
         return self
 
@@ -797,9 +694,3 @@ class MemoryManager(ContextMethods):
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
-
-    async def aflush(self, timeout: float | None = None, *, progress: Progress = None) -> None:
-        await asyncio.to_thread(self.flush, timeout, progress=progress)
-
-    async def aclose(self) -> None:
-        await asyncio.to_thread(self.close)

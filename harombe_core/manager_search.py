@@ -7,11 +7,11 @@ delegate to :class:`~harombe_core.retrieval.Retriever` and the semantic indexer,
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from harombe_core.errors import InvalidInputError
+from harombe_core.flows import Flow, Work, twins
 from harombe_core.models import Message, SearchHit, Session
 from harombe_core.progress import Progress, check_progress
 from harombe_core.store.base import MessageStore
@@ -40,9 +40,7 @@ class SearchMethods:
         @property
         def config(self) -> MemoryConfig: ...
 
-        def check_owner(
-            self, session_id: str, user_id: str | None, *, exact: bool = False
-        ) -> Session | None: ...
+        def _owner_named(self, session_id: str, user_id: str | None) -> Flow[None]: ...
 
     @property
     def retriever(self) -> Retriever:
@@ -56,7 +54,7 @@ class SearchMethods:
             self._retriever_cache = cached
         return cached
 
-    def search(
+    def _search(
         self,
         query: str,
         top_k: int | None = None,
@@ -64,7 +62,7 @@ class SearchMethods:
         user_id: str | None = None,
         min_similarity: float | None = None,
         **options: Any,
-    ) -> list[SearchHit]:
+    ) -> Flow[list[SearchHit]]:
         """Hybrid (vector + keyword) search, best first, with scores; see ``Retriever.search``.
 
         ``top_k``, ``min_similarity``, ``temporal_decay`` and the weights default to the
@@ -80,10 +78,15 @@ class SearchMethods:
         from harombe_core.retrieval import check_search_options
 
         check_search_options(options)
-        self._check_scope(session_id, user_id)
-        return self.retriever.search(query, top_k, session_id, user_id, min_similarity, **options)
+        yield from self._check_scope(session_id, user_id)
+        hits: list[SearchHit] = yield Work(
+            self.retriever.search, query, top_k, session_id, user_id, min_similarity, **options
+        )
+        return hits
 
-    def search_similar(
+    search, asearch = twins(_search)
+
+    def _search_similar(
         self,
         query: str,
         top_k: int | None = None,
@@ -91,20 +94,25 @@ class SearchMethods:
         user_id: str | None = None,
         min_similarity: float | None = None,
         **options: Any,
-    ) -> list[Message]:
+    ) -> Flow[list[Message]]:
         """The messages most relevant to ``query``, best first, each as it was saved."""
-        self._check_scope(session_id, user_id)
-        return self.retriever.search_similar(
-            query, top_k, session_id, user_id, min_similarity, **options
-        )
+        hits = yield from self._search(query, top_k, session_id, user_id, min_similarity, **options)
+        return [hit.message for hit in hits]
 
-    def search_by_topic(
+    search_similar, asearch_similar = twins(_search_similar)
+
+    def _search_by_topic(
         self, topic: str, top_k: int | None = None, user_id: str | None = None, **options: Any
-    ) -> list[Session]:
+    ) -> Flow[list[Session]]:
         """Sessions that talk most about ``topic``, best first."""
-        return self.retriever.search_by_topic(topic, top_k, user_id, **options)
+        sessions: list[Session] = yield Work(
+            self.retriever.search_by_topic, topic, top_k, user_id, **options
+        )
+        return sessions
 
-    def get_relevant_context(
+    search_by_topic, asearch_by_topic = twins(_search_by_topic)
+
+    def _get_relevant_context(
         self,
         query: str,
         max_tokens: int | None = None,
@@ -112,18 +120,27 @@ class SearchMethods:
         user_id: str | None = None,
         exclude_session_id: str | None = None,
         **options: Any,
-    ) -> list[Message]:
+    ) -> Flow[list[Message]]:
         """Relevant past messages that fit ``max_tokens`` (default ``rag.max_context_tokens``)."""
-        self._check_scope(session_id, user_id)
-        return self.retriever.get_relevant_context(
-            query, max_tokens, session_id, user_id, exclude_session_id, **options
+        yield from self._check_scope(session_id, user_id)
+        messages: list[Message] = yield Work(
+            self.retriever.get_relevant_context,
+            query,
+            max_tokens,
+            session_id,
+            user_id,
+            exclude_session_id,
+            **options,
         )
+        return messages
 
-    def _check_scope(self, session_id: str | None, user_id: str | None) -> None:
+    get_relevant_context, aget_relevant_context = twins(_get_relevant_context)
+
+    def _check_scope(self, session_id: str | None, user_id: str | None) -> Flow[None]:
         """A search naming a user and a session: the session must be the user's. (The store
         scopes the hits either way; this makes the mistake an error instead of no hits.)"""
-        if session_id is not None and user_id is not None:
-            self.check_owner(session_id, user_id)
+        if session_id is not None:
+            yield from self._owner_named(session_id, user_id)
 
     @staticmethod
     def format_context(messages: Sequence[Message]) -> str:
@@ -135,7 +152,9 @@ class SearchMethods:
             raise InvalidInputError("format_context takes harombe Message objects only.")
         return format_context(messages)
 
-    def backfill_embeddings(self, batch_size: int = 100, *, progress: Progress = True) -> int:
+    def _backfill_embeddings(
+        self, batch_size: int = 100, *, progress: Progress = True
+    ) -> Flow[int]:
         """Embed every message not yet embedded (with a progress bar); returns how many.
 
         ``progress`` as for :meth:`flush`. Raises InvalidInputError when semantic memory is off
@@ -143,9 +162,13 @@ class SearchMethods:
         """
         check_count(batch_size, "batch_size", low=1, high=MAX_BATCH_SIZE)
         check_progress(progress)
-        return self._require_semantic("backfill_embeddings").backfill(batch_size, progress=progress)
+        semantic = self._require_semantic("backfill_embeddings")
+        embedded: int = yield Work(semantic.backfill, batch_size, progress=progress)
+        return embedded
 
-    def reindex(
+    backfill_embeddings, abackfill_embeddings = twins(_backfill_embeddings)
+
+    def _reindex(
         self,
         batch_size: int = 100,
         *,
@@ -153,7 +176,7 @@ class SearchMethods:
         vector_store: Any = "chroma",
         progress: Progress = True,
         reembed: bool = False,
-    ) -> dict[str, int]:
+    ) -> Flow[dict[str, int]]:
         """Rebuild the keyword and vector indexes from the store; safe to repeat.
 
         Pass ``embedding`` to switch to another model (every message is embedded again);
@@ -163,6 +186,16 @@ class SearchMethods:
         check_count(batch_size, "batch_size", low=1, high=MAX_BATCH_SIZE)
         check_progress(progress)
         check_flag(reembed, "reembed")
+        counts: dict[str, int] = yield Work(
+            self._rebuild_indexes, batch_size, embedding, vector_store, progress, reembed
+        )
+        return counts
+
+    reindex, areindex = twins(_reindex)
+
+    def _rebuild_indexes(
+        self, batch_size: int, embedding: Any, vector_store: Any, progress: Progress, reembed: bool
+    ) -> dict[str, int]:
         keyword = self._store.rebuild_keyword_index()
         from harombe_core.vectors.indexer import resolve_embedder_spec
 
@@ -191,23 +224,3 @@ class SearchMethods:
                 "embedding='default' (and vector_store='chroma')."
             )
         return self._semantic
-
-    async def asearch(self, query: str, *args: Any, **kwargs: Any) -> list[SearchHit]:
-        return await asyncio.to_thread(self.search, query, *args, **kwargs)
-
-    async def asearch_similar(self, query: str, *args: Any, **kwargs: Any) -> list[Message]:
-        return await asyncio.to_thread(self.search_similar, query, *args, **kwargs)
-
-    async def asearch_by_topic(self, topic: str, *args: Any, **kwargs: Any) -> list[Session]:
-        return await asyncio.to_thread(self.search_by_topic, topic, *args, **kwargs)
-
-    async def aget_relevant_context(self, query: str, *args: Any, **kwargs: Any) -> list[Message]:
-        return await asyncio.to_thread(self.get_relevant_context, query, *args, **kwargs)
-
-    async def abackfill_embeddings(
-        self, batch_size: int = 100, *, progress: Progress = True
-    ) -> int:
-        return await asyncio.to_thread(self.backfill_embeddings, batch_size, progress=progress)
-
-    async def areindex(self, batch_size: int = 100, **kwargs: Any) -> dict[str, int]:
-        return await asyncio.to_thread(self.reindex, batch_size, **kwargs)

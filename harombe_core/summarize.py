@@ -18,16 +18,15 @@ messages first, so a failure never loses one.
 
 from __future__ import annotations
 
-import asyncio
-import inspect
 import json
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from harombe_core.errors import InvalidInputError, SummarizationError
+from harombe_core.llm import PromptFlow, acall_llm, arun_prompts, call_llm, run_prompts
 from harombe_core.models import Message, MessageSummary
 
 __all__ = [
@@ -40,63 +39,10 @@ __all__ = [
     "resolve_summarizer",
 ]
 
+T = TypeVar("T")
+
 _LIST_FIELDS = ("facts", "decisions", "action_items", "preferences", "topics")
 _MAX_ITEMS = 20
-
-
-# --------------------------------------------------------------------------------------------
-# calling the user's model
-
-
-def _as_text(result: Any) -> str:
-    """A model's answer as text: str, LangChain message (``.content``), LlamaIndex (``.text``)."""
-    if isinstance(result, str):
-        return result
-    for attribute in ("content", "text", "message"):
-        value = getattr(result, attribute, None)
-        if isinstance(value, str):
-            return value
-        if value is not None and attribute == "message":
-            return _as_text(value)
-    if isinstance(result, list):  # multi-part content
-        return "".join(p.get("text", "") if isinstance(p, dict) else str(p) for p in result)
-    return str(result)
-
-
-def call_llm(llm: Any, prompt: str) -> str:
-    """Call a sync model hook ``llm(prompt) -> str``.
-
-    Raises InvalidInputError for an async-only model (use the ``a``-prefixed method instead).
-    """
-    if not callable(llm):
-        raise InvalidInputError(
-            "this model is async-only (it has acall but is not callable); use the async method "
-            "(for example aappend or aselect_parent)."
-        )
-    result = llm(prompt)
-    if inspect.isawaitable(result):
-        if inspect.iscoroutine(result):
-            result.close()
-        raise InvalidInputError(
-            "the model returned an awaitable; call the async method (aappend, asummarize_session) "
-            "or pass a sync callable."
-        )
-    return _as_text(result)
-
-
-async def acall_llm(llm: Any, prompt: str) -> str:
-    """Call a model without blocking the event loop: ``acall``, an async callable, or a thread."""
-    acall = getattr(llm, "acall", None)
-    if acall is not None and inspect.iscoroutinefunction(acall):
-        return _as_text(await acall(prompt))
-    if inspect.iscoroutinefunction(llm) or inspect.iscoroutinefunction(
-        getattr(llm, "__call__", None)  # noqa: B004 - a class with async __call__
-    ):
-        return _as_text(await llm(prompt))
-    result = await asyncio.to_thread(llm, prompt)
-    if inspect.isawaitable(result):
-        result = await result
-    return _as_text(result)
 
 
 # --------------------------------------------------------------------------------------------
@@ -326,6 +272,10 @@ def _json_object(answer: str) -> Any:
         ) from exc
 
 
+def _parse_session(answer: str) -> SessionSummary:
+    return SessionSummary.from_dict(_json_object(answer))
+
+
 def _transcript(messages: Sequence[Message], limit: int) -> str:
     lines = [f"{m.name or m.role}: {m.content}" for m in messages if m.content.strip()]
     return _clip("\n".join(lines), limit, keep="end")
@@ -374,65 +324,49 @@ class LLMSummarizer:
             raise SummarizationError('"summary" must be a string.')
         return MessageSummary(title=data["title"].strip(), summary=summary.strip())
 
-    def _run(self, prompt: str, parse: Any) -> Any:
+    def _flow(self, prompt: str, parse: Callable[[str], T]) -> PromptFlow[T]:
+        """Ask, validate, retry once with the error; the same on the sync and async paths.
+
+        A model that raises InvalidInputError (an async-only model called from sync code, or a
+        model refusing its input) is the caller's mistake and is re-raised as is; any other
+        failure of the user's model is reported as SummarizationError.
+        """
         problem = ""
         for _ in range(self.max_attempts):
-            try:
-                answer = call_llm(self.llm, prompt + problem)
-            except InvalidInputError:
-                raise
-            except Exception as exc:  # the user's model failed: report it typed
-                raise SummarizationError(f"the summarising model failed: {exc!r}") from exc
+            answer = yield prompt + problem
+            if isinstance(answer, InvalidInputError):
+                raise answer
+            if isinstance(answer, BaseException):
+                raise SummarizationError(f"the summarising model failed: {answer!r}") from answer
             try:
                 return parse(answer)
             except SummarizationError as exc:
                 problem = f"\n\nYour previous answer was invalid ({exc}). Answer with valid JSON."
         raise SummarizationError(f"no valid summary after {self.max_attempts} attempts{problem}")
 
-    async def _arun(self, prompt: str, parse: Any) -> Any:
-        problem = ""
-        for _ in range(self.max_attempts):
-            try:
-                answer = await acall_llm(self.llm, prompt + problem)
-            except Exception as exc:  # the user's model failed: report it typed
-                raise SummarizationError(f"the summarising model failed: {exc!r}") from exc
-            try:
-                return parse(answer)
-            except SummarizationError as exc:
-                problem = f"\n\nYour previous answer was invalid ({exc}). Answer with valid JSON."
-        raise SummarizationError(f"no valid summary after {self.max_attempts} attempts{problem}")
+    def _message_flow(self, message: Message) -> PromptFlow[MessageSummary]:
+        return self._flow(self._message_prompt(message), self._parse_message)
+
+    def _session_flow(
+        self, messages: Sequence[Message], previous: SessionSummary | None
+    ) -> PromptFlow[SessionSummary]:
+        return self._flow(self._session_prompt(messages, previous), _parse_session)
 
     def summarize_message(self, message: Message) -> MessageSummary:
-        result: MessageSummary = self._run(self._message_prompt(message), self._parse_message)
-        return result
+        return run_prompts(self._message_flow(message), self.llm)
 
     async def asummarize_message(self, message: Message) -> MessageSummary:
-        result: MessageSummary = await self._arun(
-            self._message_prompt(message), self._parse_message
-        )
-        return result
-
-    def _parse_session(self, previous: SessionSummary | None) -> Any:
-        def parse(answer: str) -> SessionSummary:
-            return SessionSummary.from_dict(_json_object(answer))
-
-        return parse
+        return await arun_prompts(self._message_flow(message), self.llm)
 
     def summarize_session(
         self, messages: Sequence[Message], previous: SessionSummary | None = None
     ) -> SessionSummary:
-        result: SessionSummary = self._run(
-            self._session_prompt(messages, previous), self._parse_session(previous)
-        )
-        return result
+        return run_prompts(self._session_flow(messages, previous), self.llm)
 
     async def asummarize_session(
         self, messages: Sequence[Message], previous: SessionSummary | None = None
     ) -> SessionSummary:
-        result: SessionSummary = await self._arun(
-            self._session_prompt(messages, previous), self._parse_session(previous)
-        )
-        return result
+        return await arun_prompts(self._session_flow(messages, previous), self.llm)
 
 
 def resolve_summarizer(spec: Any = None) -> Summarizer:

@@ -33,13 +33,14 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Generator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import networkx as nx
 
 from harombe_core.errors import InvalidInputError, ThreadRuleError
+from harombe_core.llm import PromptFlow, arun_prompts, run_prompts
 from harombe_core.models import ConversationNode, Message
 from harombe_core.validate import show
 
@@ -443,9 +444,7 @@ class LLMNodeSelector:
             ids=", ".join(map(str, candidates)),
         )
 
-    def _flow(
-        self, graph: nx.DiGraph, message: Message
-    ) -> Generator[str, str | BaseException, int | None]:
+    def _flow(self, graph: nx.DiGraph, message: Message) -> PromptFlow[int | None]:
         """The selection algorithm: yields prompts, receives answers (or the model's error)."""
         self.last_fallback_reason = None
         every = candidate_nodes(graph)
@@ -476,38 +475,10 @@ class LLMNodeSelector:
         return every[-1]
 
     def select_parent(self, graph: nx.DiGraph, message: Message) -> int | None:
-        from harombe_core.summarize import call_llm
-
-        flow = self._flow(graph, message)
-        try:
-            prompt = next(flow)
-            while True:
-                answer: str | BaseException
-                try:
-                    answer = call_llm(self.llm, prompt)
-                except Exception as exc:  # the user's model: any failure means "fall back"
-                    answer = exc
-                prompt = flow.send(answer)
-        except StopIteration as done:
-            result: int | None = done.value
-            return result
+        return run_prompts(self._flow(graph, message), self.llm)
 
     async def aselect_parent(self, graph: nx.DiGraph, message: Message) -> int | None:
-        from harombe_core.summarize import acall_llm
-
-        flow = self._flow(graph, message)
-        try:
-            prompt = next(flow)
-            while True:
-                answer: str | BaseException
-                try:
-                    answer = await acall_llm(self.llm, prompt)
-                except Exception as exc:  # the user's model: any failure means "fall back"
-                    answer = exc
-                prompt = flow.send(answer)
-        except StopIteration as done:
-            result: int | None = done.value
-            return result
+        return await arun_prompts(self._flow(graph, message), self.llm)
 
 
 def resolve_selector(selector: Any = "embedding", **options: Any) -> Any:

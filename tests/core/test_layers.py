@@ -65,6 +65,8 @@ LAYERS: dict[str, int] = {
             "llm",
             "strategies",
             "context_reads",
+            "newest",
+            "write_inputs",
             "summarize",
             "thread_graph",
             "selectors",
@@ -100,10 +102,7 @@ ADAPTER_LAYER = 8
 ALLOWED_UPWARD: set[tuple[str, str]] = set()
 ALLOWED_CYCLES: set[frozenset[str]] = set()
 ALLOWED_PRIVATE: set[tuple[str, str]] = set()
-ALLOWED_LONG: set[str] = {
-    "harombe_core.manager",
-    "harombe_core.retrieval",
-}
+ALLOWED_LONG: set[str] = set()
 
 
 @dataclass

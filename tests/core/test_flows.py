@@ -1,0 +1,196 @@
+"""One flow, two drivers: the sync and async twins of an operation run the same logic.
+
+Covers harombe_core.flows (requests, drive/adrive, twins) and harombe_core.llm's prompt flows,
+including the summariser and the LLM node selector, whose sync and async paths must agree.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import threading
+from typing import Any
+
+import pytest
+
+from harombe_core.errors import InvalidInputError, SummarizationError
+from harombe_core.flows import Call, Flow, Parallel, Work, adrive, drive, twins
+from harombe_core.llm import PromptFlow, arun_prompts, run_prompts
+from harombe_core.models import Message
+from harombe_core.summarize import LLMSummarizer
+
+MESSAGE = Message(role="user", content="We chose Postgres for billing.")
+
+
+def _double(x: int) -> int:
+    return 2 * x
+
+
+def _fails(x: int) -> int:
+    raise KeyError(x)
+
+
+def _sums(a: int, b: int) -> Flow[int]:
+    """Add two doubled numbers, recovering from a failed request."""
+    first, second = yield Parallel(Call(_double, a), Work(_double, b))
+    try:
+        yield Call(_fails, first)
+    except KeyError:
+        second += 1
+    return int(first + second)
+
+
+def test_drive_and_adrive_give_the_same_result() -> None:
+    assert drive(_sums(1, 2)) == 7
+    assert asyncio.run(adrive(_sums(1, 2))) == 7
+
+
+def test_a_request_error_is_thrown_into_the_flow_and_propagates_if_unhandled() -> None:
+    def flow() -> Flow[int]:
+        value: int = yield Call(_fails, 3)
+        return value
+
+    with pytest.raises(KeyError):
+        drive(flow())
+    with pytest.raises(KeyError):
+        asyncio.run(adrive(flow()))
+
+
+async def test_async_uses_the_native_form_on_the_loop_and_threads_otherwise() -> None:
+    loop_thread = threading.get_ident()
+    seen: list[int] = []
+
+    def blocking() -> str:
+        seen.append(threading.get_ident())
+        return "sync"
+
+    async def native() -> str:
+        seen.append(threading.get_ident())
+        return "native"
+
+    def flow() -> Flow[list[str]]:
+        with_native = yield Call(blocking, native=native)
+        without = yield Call(blocking)
+        return [with_native, without]
+
+    assert await adrive(flow()) == ["native", "sync"]
+    assert seen[0] == loop_thread  # no thread hop where a native async form exists
+    assert seen[1] != loop_thread  # blocking work never runs on the event loop
+    assert drive(flow()) == ["sync", "sync"]
+
+
+async def test_parallel_runs_concurrently_when_async() -> None:
+    both_started = asyncio.Event()
+    started = 0
+
+    async def wait_for_the_other() -> int:
+        nonlocal started
+        started += 1
+        if started == 2:
+            both_started.set()
+        await asyncio.wait_for(both_started.wait(), timeout=5)
+        return started
+
+    def flow() -> Flow[list[int]]:
+        results: list[int] = yield Parallel(
+            Call(lambda: 0, native=wait_for_the_other), Call(lambda: 0, native=wait_for_the_other)
+        )
+        return results
+
+    assert await adrive(flow()) == [2, 2]
+
+
+class _Counter:
+    def __init__(self) -> None:
+        self.total = 0
+
+    def _add_flow(self, amount: int, *, times: int = 1) -> Flow[int]:
+        """Add ``amount`` ``times`` times and return the total."""
+        for _ in range(times):
+            self.total = yield Call(lambda: self.total + amount)
+        return self.total
+
+    add, aadd = twins(_add_flow)
+
+
+async def test_twins_make_a_sync_and_an_async_method_from_one_flow() -> None:
+    counter = _Counter()
+    assert counter.add(2, times=2) == 4
+    assert await counter.aadd(1) == 5
+    assert (_Counter.add.__name__, _Counter.aadd.__name__) == ("add", "aadd")
+    assert _Counter.add.__qualname__ == "_Counter.add"
+    assert _Counter.aadd.__doc__ == _Counter._add_flow.__doc__
+    assert inspect.iscoroutinefunction(_Counter.aadd)
+    assert list(inspect.signature(counter.aadd).parameters) == ["amount", "times"]
+    assert inspect.signature(_Counter.add).return_annotation == "int"  # not Flow[int]
+
+
+# ---- prompt flows -------------------------------------------------------------------------
+
+
+def _echo_flow() -> PromptFlow[list[str]]:
+    answers: list[str] = []
+    for prompt in ("a", "b"):
+        answer = yield prompt
+        answers.append(repr(answer) if isinstance(answer, BaseException) else answer)
+    return answers
+
+
+def test_prompt_flows_receive_answers_and_errors_alike_on_both_paths() -> None:
+    def model(prompt: str) -> str:
+        if prompt == "b":
+            raise RuntimeError("down")
+        return prompt.upper()
+
+    expected = ["A", "RuntimeError('down')"]
+    assert run_prompts(_echo_flow(), model) == expected
+    assert asyncio.run(arun_prompts(_echo_flow(), model)) == expected
+
+
+class _AsyncOnly:
+    async def acall(self, prompt: str) -> str:
+        return '{"title": "t", "summary": "s"}'
+
+
+def _refuses(prompt: str) -> str:
+    raise InvalidInputError("the model refuses this input")
+
+
+async def _arefuses(prompt: str) -> str:
+    raise InvalidInputError("the model refuses this input")
+
+
+def _broken(prompt: str) -> str:
+    raise ConnectionError("model server down")
+
+
+def _summarize_on(path: str, summarizer: LLMSummarizer) -> Any:
+    if path == "sync":
+        return summarizer.summarize_session([MESSAGE])
+    return asyncio.run(summarizer.asummarize_session([MESSAGE]))
+
+
+@pytest.mark.parametrize(
+    ("path", "llm"),
+    [("sync", _refuses), ("async", _refuses), ("async", _arefuses)],
+    ids=["sync", "async-with-sync-model", "async-with-async-model"],
+)
+def test_summarizer_reraises_invalid_input_on_both_paths(path: str, llm: Any) -> None:
+    summarizer = LLMSummarizer(llm)
+    with pytest.raises(InvalidInputError, match="refuses"):
+        _summarize_on(path, summarizer)
+
+
+@pytest.mark.parametrize("path", ["sync", "async"])
+def test_summarizer_reports_a_failing_model_typed_on_both_paths(path: str) -> None:
+    summarizer = LLMSummarizer(_broken)
+    with pytest.raises(SummarizationError, match="model server down") as caught:
+        _summarize_on(path, summarizer)
+    assert isinstance(caught.value.__cause__, ConnectionError)
+
+
+def test_async_only_model_in_sync_code_is_an_invalid_input() -> None:
+    summarizer = LLMSummarizer(_AsyncOnly())
+    with pytest.raises(InvalidInputError, match="async-only"):
+        summarizer.summarize_message(MESSAGE)
+    assert asyncio.run(summarizer.asummarize_message(MESSAGE)).title == "t"
