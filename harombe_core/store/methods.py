@@ -19,7 +19,7 @@ from harombe_core.store.base import SearchScope
 from harombe_core.store.rows import check_id, session_changes
 from harombe_core.store.runner import Body, Dialect, Op
 
-__all__ = ["StoreMethods"]
+__all__ = ["NativeAsyncMethods", "StoreMethods"]
 
 T = TypeVar("T")
 
@@ -47,16 +47,7 @@ class StoreMethods:
         """A new session with the given ``user_id``, ``system_prompt``,
         ``system_prompt_tokens`` and ``metadata`` (each checked as :meth:`update_session`
         checks it); InvalidInputError if the id is taken (the stored session is kept)."""
-        unknown = set(fields) - _CREATE_FIELDS
-        if unknown:
-            raise TypeError(f"create_session() got unexpected keyword arguments {sorted(unknown)}")
-        changes = session_changes(**fields)
-        when = created_at or datetime.now(UTC)
-        if not self.run(ops.create_session(session_id, changes, when)):
-            raise InvalidInputError(
-                f"session {session_id!r} already exists; load it with load_session() or "
-                "choose another id."
-            )
+        _created(self.run(_create_op(session_id, created_at, fields)), session_id)
         session = self.get_session(session_id)
         assert session is not None
         return session
@@ -158,3 +149,51 @@ class StoreMethods:
 
     def set_meta(self, key: str, value: str) -> None:
         self.run(ops.set_meta(key, value))
+
+
+class NativeAsyncMethods(StoreMethods):
+    """Async forms of the methods the manager's flows call, for a store whose ``arun`` is
+    native (PostgreSQL): an async manager call then needs no thread. A store without them
+    (SQLite) runs the whole sync method on one worker thread instead."""
+
+    async def acreate_session(
+        self, session_id: str, *, created_at: datetime | None = None, **fields: Any
+    ) -> Session:
+        _created(await self.arun(_create_op(session_id, created_at, fields)), session_id)
+        session = await self.aget_session(session_id)
+        assert session is not None
+        return session
+
+    async def aget_session(self, session_id: str) -> Session | None:
+        return await self.arun(ops.get_session(session_id))
+
+    async def alist_sessions(
+        self, *, limit: int | None = 10, user_id: str | None = None, offset: int = 0
+    ) -> list[Session]:
+        return await self.arun(ops.list_sessions(limit, user_id, offset))
+
+    async def aadd_messages(
+        self, session_id: str, messages: Sequence[Message], **options: Any
+    ) -> list[int]:
+        return await self.arun(ops.add_messages(session_id, messages, **options))
+
+    async def aget_messages(
+        self, session_id: str, *, after_id: int | None = None, limit: int | None = None
+    ) -> list[Message]:
+        return await self.arun(ops.get_messages(session_id, after_id, limit))
+
+
+def _create_op(session_id: str, created_at: datetime | None, fields: dict[str, Any]) -> Op[bool]:
+    unknown = set(fields) - _CREATE_FIELDS
+    if unknown:
+        raise TypeError(f"create_session() got unexpected keyword arguments {sorted(unknown)}")
+    when = created_at or datetime.now(UTC)
+    return ops.create_session(session_id, session_changes(**fields), when)
+
+
+def _created(done: bool, session_id: str) -> None:
+    if not done:
+        raise InvalidInputError(
+            f"session {session_id!r} already exists; load it with load_session() or "
+            "choose another id."
+        )
