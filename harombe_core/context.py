@@ -450,23 +450,22 @@ def _summary_of_older(
 
 def _summarization(ctx: ContextMethods, request: ContextRequest) -> list[Message]:
     """The summary of older messages, then the newest ``keep_last``."""
-    newest = newest_messages(ctx._store, request.session.id, request.keep_last + 1)
-    return summarization_window(
-        newest,
-        request.total,
-        system=request.system,
-        summary=_summary_of_older(ctx, request, newest),
-        keep_last=request.keep_last,
-        start_on_user=request.start_on_user,
-    ).messages
+    return _with_summary(ctx, request, summarization_window)
 
 
 def _hybrid(ctx: ContextMethods, request: ContextRequest) -> list[Message]:
     """As summarization, plus the important older messages that fit (read through an index)."""
+    read = functools.partial(hybrid_from_store, ctx._store, request.session.id)
+    return _with_summary(ctx, request, read)
+
+
+def _with_summary(
+    ctx: ContextMethods, request: ContextRequest, window: Callable[..., Window]
+) -> list[Message]:
+    """``window`` given the session's newest ``keep_last + 1`` messages and the summary of
+    the older ones (the one extra message tells whether anything older exists)."""
     newest = newest_messages(ctx._store, request.session.id, request.keep_last + 1)
-    return hybrid_from_store(
-        ctx._store,
-        request.session.id,
+    return window(
         newest,
         request.total,
         system=request.system,
