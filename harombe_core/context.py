@@ -11,10 +11,11 @@ in :mod:`harombe_core.strategies` and the summarisers in :mod:`harombe_core.summ
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from harombe_core.context_reads import (
     hybrid_from_store,
@@ -51,8 +52,34 @@ __all__ = ["STRATEGIES", "ContextMethods", "ContextRequest", "Strategy"]
 
 log = logging.getLogger("harombe_core.manager")
 
+S = TypeVar("S")
+P = ParamSpec("P")
+T = TypeVar("T")
+
 #: Messages summarised per step when no ``memory.summary_chunk`` is configured.
 DEFAULT_SUMMARY_CHUNK = 500
+
+
+def _in_thread(
+    method: Callable[Concatenate[S, P], T],
+) -> Callable[Concatenate[S, P], Coroutine[Any, Any, T]]:
+    """The async twin of a sync ``method``: it runs in a worker thread, so the event loop
+    never waits on SQLite or a summarising model, and takes exactly ``method``'s arguments.
+
+    The call goes through ``self`` by name, so a subclass that overrides the sync method
+    gets an async twin that runs its override.
+    """
+    name = method.__name__
+
+    @functools.wraps(method)
+    async def asynchronous(self: S, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        sync: Callable[P, T] = getattr(self, name)
+        return await asyncio.to_thread(sync, *args, **kwargs)
+
+    asynchronous.__name__ = "a" + name
+    asynchronous.__qualname__ = method.__qualname__.rpartition(".")[0] + ".a" + name
+    asynchronous.__doc__ = f"Async twin of :meth:`{name}`."
+    return asynchronous
 
 
 class ContextMethods(SearchMethods):
@@ -351,55 +378,10 @@ class ContextMethods(SearchMethods):
                 blocks += fit_block([note], int(budget.relevant_past * rest))
         return blocks
 
-    async def aget_context(
-        self,
-        session_id: str,
-        strategy: str = "simple",
-        max_tokens: int | None = None,
-        *,
-        start_on_user: bool = False,
-        keep_last: int = 6,
-        query: str | None = None,
-        budget: Any = None,
-        user_profile: str | None = None,
-        user_id: str | None = None,
-    ) -> list[Message]:
-        """Async twin of :meth:`get_context`."""
-        return await asyncio.to_thread(
-            lambda: self.get_context(
-                session_id,
-                strategy,
-                max_tokens,
-                start_on_user=start_on_user,
-                keep_last=keep_last,
-                query=query,
-                budget=budget,
-                user_profile=user_profile,
-                user_id=user_id,
-            )
-        )
-
-    async def asummarize_session(
-        self,
-        session_id: str,
-        *,
-        until_id: int | None = None,
-        user_id: str | None = None,
-    ) -> Any:
-        """Async twin of :meth:`summarize_session`."""
-        return await asyncio.to_thread(
-            lambda: self.summarize_session(session_id, until_id=until_id, user_id=user_id)
-        )
-
-    async def aend_session(self, session_id: str, *, user_id: str | None = None) -> Any:
-        """Async twin of :meth:`end_session`."""
-        return await asyncio.to_thread(lambda: self.end_session(session_id, user_id=user_id))
-
-    async def asearch_summaries(
-        self, query: str, top_k: int = 5, user_id: str | None = None
-    ) -> list[tuple[Session, float]]:
-        """Async twin of :meth:`search_summaries`."""
-        return await asyncio.to_thread(self.search_summaries, query, top_k, user_id)
+    aget_context = _in_thread(get_context)
+    asummarize_session = _in_thread(summarize_session)
+    aend_session = _in_thread(end_session)
+    asearch_summaries = _in_thread(search_summaries)
 
 
 # --------------------------------------------------------------------------------------------
@@ -468,23 +450,22 @@ def _summary_of_older(
 
 def _summarization(ctx: ContextMethods, request: ContextRequest) -> list[Message]:
     """The summary of older messages, then the newest ``keep_last``."""
-    newest = newest_messages(ctx._store, request.session.id, request.keep_last + 1)
-    return summarization_window(
-        newest,
-        request.total,
-        system=request.system,
-        summary=_summary_of_older(ctx, request, newest),
-        keep_last=request.keep_last,
-        start_on_user=request.start_on_user,
-    ).messages
+    return _with_summary(ctx, request, summarization_window)
 
 
 def _hybrid(ctx: ContextMethods, request: ContextRequest) -> list[Message]:
     """As summarization, plus the important older messages that fit (read through an index)."""
+    read = functools.partial(hybrid_from_store, ctx._store, request.session.id)
+    return _with_summary(ctx, request, read)
+
+
+def _with_summary(
+    ctx: ContextMethods, request: ContextRequest, window: Callable[..., Window]
+) -> list[Message]:
+    """``window`` given the session's newest ``keep_last + 1`` messages and the summary of
+    the older ones (the one extra message tells whether anything older exists)."""
     newest = newest_messages(ctx._store, request.session.id, request.keep_last + 1)
-    return hybrid_from_store(
-        ctx._store,
-        request.session.id,
+    return window(
         newest,
         request.total,
         system=request.system,

@@ -7,8 +7,10 @@ delegate to :class:`~harombe_core.retrieval.Retriever` and the semantic indexer,
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+import functools
+import inspect
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from harombe_core.errors import InvalidInputError
 from harombe_core.flows import Flow, Work, twins
@@ -25,6 +27,28 @@ if TYPE_CHECKING:
     from harombe_core.retrieval import Retriever
 
 __all__ = ["SearchMethods"]
+
+S = TypeVar("S")
+P = ParamSpec("P")
+
+
+def _messages_only(
+    search: Callable[Concatenate[S, P], Flow[list[SearchHit]]],
+) -> Callable[Concatenate[S, P], Flow[list[Message]]]:
+    """``search`` returning only the messages (each as it was saved), with its arguments:
+    ``search_similar`` is ``search`` without the scores, so it cannot drift from it."""
+
+    @functools.wraps(search)
+    def _search_similar(self: S, /, *args: P.args, **kwargs: P.kwargs) -> Flow[list[Message]]:
+        hits = yield from search(self, *args, **kwargs)
+        return [hit.message for hit in hits]
+
+    signature = inspect.signature(search).replace(return_annotation="Flow[list[Message]]")
+    setattr(_search_similar, "__signature__", signature)  # noqa: B010 - not a declared attribute
+    _search_similar.__doc__ = "The messages most relevant to ``query``, best first, as saved."
+    _search_similar.__name__ = "_search_similar"
+    _search_similar.__qualname__ = search.__qualname__.rpartition(".")[0] + "._search_similar"
+    return _search_similar
 
 
 class SearchMethods:
@@ -86,20 +110,7 @@ class SearchMethods:
 
     search, asearch = twins(_search)
 
-    def _search_similar(
-        self,
-        query: str,
-        top_k: int | None = None,
-        session_id: str | None = None,
-        user_id: str | None = None,
-        min_similarity: float | None = None,
-        **options: Any,
-    ) -> Flow[list[Message]]:
-        """The messages most relevant to ``query``, best first, each as it was saved."""
-        hits = yield from self._search(query, top_k, session_id, user_id, min_similarity, **options)
-        return [hit.message for hit in hits]
-
-    search_similar, asearch_similar = twins(_search_similar)
+    search_similar, asearch_similar = twins(_messages_only(_search))
 
     def _search_by_topic(
         self, topic: str, top_k: int | None = None, user_id: str | None = None, **options: Any

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -103,21 +103,9 @@ class RetrievalSettings:
 
     @classmethod
     def from_config(cls, rag: RagSection) -> RetrievalSettings:
-        return cls(
-            top_k=rag.top_k,
-            min_similarity=rag.min_similarity,
-            temporal_decay=rag.temporal_decay,
-            vector_weight=rag.vector_weight,
-            keyword_weight=rag.keyword_weight,
-            mmr_lambda=rag.mmr_lambda,
-            max_context_tokens=rag.max_context_tokens,
-            neighbor_weight=rag.neighbor_weight,
-            session_weight=rag.session_weight,
-            speaker_weight=rag.speaker_weight,
-            time_weight=rag.time_weight,
-            time_slack_days=rag.time_slack_days,
-            names_as_keywords=rag.names_as_keywords,
-        )
+        """The settings ``rag`` names (every field both share); the rest keep their defaults."""
+        given = rag.model_dump()
+        return cls(**{f.name: given[f.name] for f in fields(cls) if f.name in given})
 
 
 @dataclass(slots=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from itertools import islice
 
 from harombe_core.errors import Fix, InvalidBudgetError
 from harombe_core.models import Message
@@ -147,21 +148,20 @@ def summarization_window(
     does only when both cannot fit (recent turns matter more than a digest of old ones).
     """
     system = list(system or [])
-    used = reserve_system(system, max_tokens)
-    budget = max_tokens - used
-    recent: list[Message] = []
-    spent = 0
-    for message in newest_first:
-        if len(recent) >= keep_last or spent + _cost(message) > budget:
-            break
-        recent.append(message)
-        spent += _cost(message)
-    recent = _trim_front(recent[::-1], start_on_user)
-    spent = sum(_cost(m) for m in recent)
+    budget = max_tokens - reserve_system(system, max_tokens)
+    recent, spent = hybrid_recent(islice(newest_first, keep_last), budget, start_on_user)
+    return _after_summary(system, summary, spent, budget, recent)
+
+
+def _after_summary(
+    system: list[Message], summary: Message | None, spent: int, budget: int, body: list[Message]
+) -> Window:
+    """The system prompt, the summary if it still fits in ``budget`` beside the ``spent``
+    tokens of ``body``, then ``body``: the summary is the first thing a tight budget drops."""
     head: list[Message] = []
     if summary is not None and summary.content and spent + _cost(summary) <= budget:
         head = [summary]
-    messages = system + head + recent
+    messages = system + head + body
     return Window(messages=messages, tokens=sum(_cost(m) for m in messages))
 
 
@@ -195,11 +195,7 @@ def hybrid_window(
             important.append(message)
             spent += _cost(message)
     important.reverse()
-    head: list[Message] = []
-    if summary is not None and summary.content and spent + _cost(summary) <= budget:
-        head = [summary]
-    messages = system + head + _trim_front(important, False) + recent
-    return Window(messages=messages, tokens=sum(_cost(m) for m in messages))
+    return _after_summary(system, summary, spent, budget, _trim_front(important, False) + recent)
 
 
 def hybrid_recent(
