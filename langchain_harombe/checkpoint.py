@@ -238,13 +238,14 @@ class HarombeSaver(BaseCheckpointSaver[str]):
             self.manager.notify_written()
 
     # put_writes ---------------------------------------------------------------------------
-    def _writes_args(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
+    def _writes_op(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
         task_path: str,
-    ) -> tuple[Any, ...]:
+    ) -> Callable[[], Body[Any]] | None:
+        """The tables' call that stores ``writes`` (``None`` when there are none), built once
+        so :meth:`put_writes` runs it and :meth:`aput_writes` awaits the same."""
+        if not writes:
+            return None
         thread_id, namespace = thread_key(config)
         checkpoint_id = get_checkpoint_id(config)
         if not checkpoint_id:
@@ -257,33 +258,24 @@ class HarombeSaver(BaseCheckpointSaver[str]):
             for idx, (channel, value) in enumerate(writes)
         ]
         replace_ = all(channel in WRITES_IDX_MAP for channel, _ in writes)
-        return (thread_id, namespace, str(checkpoint_id), config_user(config), rows, replace_,
+        args = (thread_id, namespace, str(checkpoint_id), config_user(config), rows, replace_,
                 _now())
+        return lambda: self._tables.put_writes(*args)
 
     def put_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
         task_path: str = "",
     ) -> None:
         """Store a task's intermediate writes for the checkpoint ``config`` names."""
-        if not writes:
-            return
-        args = self._writes_args(config, writes, task_id, task_path)
-        self._runner.run(lambda: self._tables.put_writes(*args), exactly_once=True)
+        if (write := self._writes_op(config, writes, task_id, task_path)) is not None:
+            self._runner.run(write, exactly_once=True)
 
     async def aput_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
         task_path: str = "",
     ) -> None:
-        if not writes:
-            return
-        args = self._writes_args(config, writes, task_id, task_path)
-        await self._runner.arun(lambda: self._tables.put_writes(*args), exactly_once=True)
+        if (write := self._writes_op(config, writes, task_id, task_path)) is not None:
+            await self._runner.arun(write, exactly_once=True)
 
     # reads --------------------------------------------------------------------------------
     def _get_args(self, config: RunnableConfig) -> tuple[str, str, str | None, str | None]:
