@@ -190,10 +190,7 @@ class HarombeSaver(BaseCheckpointSaver[str]):
 
     # put ----------------------------------------------------------------------------------
     def put(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
+        self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         """Store a checkpoint (and, if it is the thread's newest, its messages in the thread's
@@ -202,24 +199,21 @@ class HarombeSaver(BaseCheckpointSaver[str]):
         result = self._runner.run(
             lambda: self._tables.put(plan, _now(), _epoch()), exactly_once=True
         )
-        self._after_put(plan, result)
-        return _next_config(plan)
+        return self._after_put(plan, result)
 
     async def aput(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
+        self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         plan = plan_put(self.serde, self._cache, config, checkpoint, metadata, new_versions)
         result = await self._runner.arun(
             lambda: self._tables.put(plan, _now(), _epoch()), exactly_once=True
         )
-        self._after_put(plan, result)
-        return _next_config(plan)
+        return self._after_put(plan, result)
 
-    def _after_put(self, plan: PutPlan, result: dict[str, Any]) -> None:
+    def _after_put(self, plan: PutPlan, result: dict[str, Any]) -> RunnableConfig:
+        """What :meth:`put` and :meth:`aput` do once the transaction has committed: cache what
+        it wrote, refresh the thread's messages, and answer the stored checkpoint's config."""
         self._cache.remember(
             plan.thread_id,
             plan.written,
@@ -236,6 +230,7 @@ class HarombeSaver(BaseCheckpointSaver[str]):
         if mirror is not None:
             self._cache.set_mirror(plan.thread_id, mirror)
             self.manager.notify_written()
+        return _next_config(plan)
 
     # put_writes ---------------------------------------------------------------------------
     def _writes_op(
@@ -300,13 +295,11 @@ class HarombeSaver(BaseCheckpointSaver[str]):
         return assemble(self.serde, item.row, item.checkpoint, item.blobs, item.refs,
                         item.messages, item.writes)
 
-    def _list_args(
-        self,
-        config: RunnableConfig | None,
-        filter: dict[str, Any] | None,
-        before: RunnableConfig | None,
-        limit: int | None,
-    ) -> tuple[dict[str, str], Any, int | None, str | None]:
+    def _listing(
+        self, config: RunnableConfig | None, filter: dict[str, Any] | None,
+        before: RunnableConfig | None, limit: int | None,
+    ) -> _Listing:
+        """The pages :meth:`list` reads and :meth:`alist` awaits, built once for both."""
         filters: dict[str, str] = {}
         if config is not None:
             configurable = config.get("configurable") or {}
@@ -327,32 +320,24 @@ class HarombeSaver(BaseCheckpointSaver[str]):
             def matches(metadata: dict[str, Any]) -> bool:
                 return all(metadata.get(k) == v for k, v in wanted.items())
 
-        return filters, matches, limit, config_user(config)
+        return _Listing(self._tables, filters, matches, limit, config_user(config))
 
     def list(
-        self,
-        config: RunnableConfig | None,
-        *,
-        filter: dict[str, Any] | None = None,
-        before: RunnableConfig | None = None,
-        limit: int | None = None,
+        self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None, limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
         """Checkpoints newest first: of a thread (and namespace) if ``config`` names one,
         whose metadata has every ``filter`` item, older than ``before``, at most ``limit``."""
-        listing = _Listing(self._tables, *self._list_args(config, filter, before, limit))
+        listing = self._listing(config, filter, before, limit)
         while (page := listing.next_page()) is not None:
             for item in listing.take(*self._runner.read(page)):
                 yield self._assemble(item)
 
     async def alist(
-        self,
-        config: RunnableConfig | None,
-        *,
-        filter: dict[str, Any] | None = None,
-        before: RunnableConfig | None = None,
-        limit: int | None = None,
+        self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None, limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
-        listing = _Listing(self._tables, *self._list_args(config, filter, before, limit))
+        listing = self._listing(config, filter, before, limit)
         while (page := listing.next_page()) is not None:
             for item in listing.take(*await self._runner.aread(page)):
                 yield self._assemble(item)
