@@ -190,10 +190,7 @@ class HarombeSaver(BaseCheckpointSaver[str]):
 
     # put ----------------------------------------------------------------------------------
     def put(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
+        self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         """Store a checkpoint (and, if it is the thread's newest, its messages in the thread's
@@ -202,24 +199,21 @@ class HarombeSaver(BaseCheckpointSaver[str]):
         result = self._runner.run(
             lambda: self._tables.put(plan, _now(), _epoch()), exactly_once=True
         )
-        self._after_put(plan, result)
-        return _next_config(plan)
+        return self._after_put(plan, result)
 
     async def aput(
-        self,
-        config: RunnableConfig,
-        checkpoint: Checkpoint,
-        metadata: CheckpointMetadata,
+        self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         plan = plan_put(self.serde, self._cache, config, checkpoint, metadata, new_versions)
         result = await self._runner.arun(
             lambda: self._tables.put(plan, _now(), _epoch()), exactly_once=True
         )
-        self._after_put(plan, result)
-        return _next_config(plan)
+        return self._after_put(plan, result)
 
-    def _after_put(self, plan: PutPlan, result: dict[str, Any]) -> None:
+    def _after_put(self, plan: PutPlan, result: dict[str, Any]) -> RunnableConfig:
+        """What :meth:`put` and :meth:`aput` do once the transaction has committed: cache what
+        it wrote, refresh the thread's messages, and answer the stored checkpoint's config."""
         self._cache.remember(
             plan.thread_id,
             plan.written,
@@ -236,15 +230,17 @@ class HarombeSaver(BaseCheckpointSaver[str]):
         if mirror is not None:
             self._cache.set_mirror(plan.thread_id, mirror)
             self.manager.notify_written()
+        return _next_config(plan)
 
     # put_writes ---------------------------------------------------------------------------
-    def _writes_args(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
+    def _writes_op(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
         task_path: str,
-    ) -> tuple[Any, ...]:
+    ) -> Callable[[], Body[Any]] | None:
+        """The tables' call that stores ``writes`` (``None`` when there are none), built once
+        so :meth:`put_writes` runs it and :meth:`aput_writes` awaits the same."""
+        if not writes:
+            return None
         thread_id, namespace = thread_key(config)
         checkpoint_id = get_checkpoint_id(config)
         if not checkpoint_id:
@@ -257,33 +253,24 @@ class HarombeSaver(BaseCheckpointSaver[str]):
             for idx, (channel, value) in enumerate(writes)
         ]
         replace_ = all(channel in WRITES_IDX_MAP for channel, _ in writes)
-        return (thread_id, namespace, str(checkpoint_id), config_user(config), rows, replace_,
+        args = (thread_id, namespace, str(checkpoint_id), config_user(config), rows, replace_,
                 _now())
+        return lambda: self._tables.put_writes(*args)
 
     def put_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
         task_path: str = "",
     ) -> None:
         """Store a task's intermediate writes for the checkpoint ``config`` names."""
-        if not writes:
-            return
-        args = self._writes_args(config, writes, task_id, task_path)
-        self._runner.run(lambda: self._tables.put_writes(*args), exactly_once=True)
+        if (write := self._writes_op(config, writes, task_id, task_path)) is not None:
+            self._runner.run(write, exactly_once=True)
 
     async def aput_writes(
-        self,
-        config: RunnableConfig,
-        writes: Sequence[tuple[str, Any]],
-        task_id: str,
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
         task_path: str = "",
     ) -> None:
-        if not writes:
-            return
-        args = self._writes_args(config, writes, task_id, task_path)
-        await self._runner.arun(lambda: self._tables.put_writes(*args), exactly_once=True)
+        if (write := self._writes_op(config, writes, task_id, task_path)) is not None:
+            await self._runner.arun(write, exactly_once=True)
 
     # reads --------------------------------------------------------------------------------
     def _get_args(self, config: RunnableConfig) -> tuple[str, str, str | None, str | None]:
@@ -308,13 +295,11 @@ class HarombeSaver(BaseCheckpointSaver[str]):
         return assemble(self.serde, item.row, item.checkpoint, item.blobs, item.refs,
                         item.messages, item.writes)
 
-    def _list_args(
-        self,
-        config: RunnableConfig | None,
-        filter: dict[str, Any] | None,
-        before: RunnableConfig | None,
-        limit: int | None,
-    ) -> tuple[dict[str, str], Any, int | None, str | None]:
+    def _listing(
+        self, config: RunnableConfig | None, filter: dict[str, Any] | None,
+        before: RunnableConfig | None, limit: int | None,
+    ) -> _Listing:
+        """The pages :meth:`list` reads and :meth:`alist` awaits, built once for both."""
         filters: dict[str, str] = {}
         if config is not None:
             configurable = config.get("configurable") or {}
@@ -335,32 +320,24 @@ class HarombeSaver(BaseCheckpointSaver[str]):
             def matches(metadata: dict[str, Any]) -> bool:
                 return all(metadata.get(k) == v for k, v in wanted.items())
 
-        return filters, matches, limit, config_user(config)
+        return _Listing(self._tables, filters, matches, limit, config_user(config))
 
     def list(
-        self,
-        config: RunnableConfig | None,
-        *,
-        filter: dict[str, Any] | None = None,
-        before: RunnableConfig | None = None,
-        limit: int | None = None,
+        self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None, limit: int | None = None,
     ) -> Iterator[CheckpointTuple]:
         """Checkpoints newest first: of a thread (and namespace) if ``config`` names one,
         whose metadata has every ``filter`` item, older than ``before``, at most ``limit``."""
-        listing = _Listing(self._tables, *self._list_args(config, filter, before, limit))
+        listing = self._listing(config, filter, before, limit)
         while (page := listing.next_page()) is not None:
             for item in listing.take(*self._runner.read(page)):
                 yield self._assemble(item)
 
     async def alist(
-        self,
-        config: RunnableConfig | None,
-        *,
-        filter: dict[str, Any] | None = None,
-        before: RunnableConfig | None = None,
-        limit: int | None = None,
+        self, config: RunnableConfig | None, *, filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None, limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
-        listing = _Listing(self._tables, *self._list_args(config, filter, before, limit))
+        listing = self._listing(config, filter, before, limit)
         while (page := listing.next_page()) is not None:
             for item in listing.take(*await self._runner.aread(page)):
                 yield self._assemble(item)

@@ -329,19 +329,8 @@ def conversation_history_fields() -> list[ConfigurableFieldSpec]:
     """``history_factory_config`` matching :func:`conversation_history_factory`."""
     return [
         ConfigurableFieldSpec(
-            id="user_id",
-            annotation=str,
-            name="User ID",
-            description="Unique identifier for the user.",
-            default="",
-            is_shared=True,
-        ),
-        ConfigurableFieldSpec(
-            id="conversation_id",
-            annotation=str,
-            name="Conversation ID",
-            description="Unique identifier for the conversation.",
-            default="",
-            is_shared=True,
-        ),
+            id=f"{what}_id", annotation=str, name=name,
+            description=f"Unique identifier for the {what}.", default="", is_shared=True,
+        )
+        for what, name in (("user", "User ID"), ("conversation", "Conversation ID"))
     ]

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Annotated, Any, NotRequired
+from typing import Annotated, Any, NamedTuple, NotRequired
 
 from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest, ModelResponse
 from langchain.agents.middleware.types import PrivateStateAttr
@@ -54,6 +54,22 @@ class HarombeMemoryState(AgentState[Any]):
     """Agent state plus how many of its messages are already stored (private to the middleware)."""
 
     harombe_saved: NotRequired[Annotated[int, PrivateStateAttr]]
+
+
+class _Pending(NamedTuple):
+    """Messages a save hook writes into ``history``, and the state's count once they are."""
+
+    history: HarombeChatMessageHistory
+    messages: list[BaseMessage]
+    total: int
+
+    def save(self) -> dict[str, Any]:
+        self.history.add_messages(self.messages)
+        return {"harombe_saved": self.total}
+
+    async def asave(self) -> dict[str, Any]:
+        await self.history.aadd_messages(self.messages)
+        return {"harombe_saved": self.total}
 
 
 class HarombeMemoryMiddleware(AgentMiddleware[HarombeMemoryState, Any, Any]):
@@ -154,47 +170,33 @@ class HarombeMemoryMiddleware(AgentMiddleware[HarombeMemoryState, Any, Any]):
             records(self.manager, configurable.get("thread_id"), session_id)
         )
 
-    def _save(self, state: HarombeMemoryState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+    def _pending(self, state: HarombeMemoryState, runtime: Runtime[Any]) -> _Pending | None:
+        """What a save hook writes: ``None`` when the state holds nothing new, or when the
+        graph's checkpointer already records this thread into this very session."""
         new, total = self._unsaved(state)
         if not new:
             return None
         session_id, user_id = self._keys(runtime)
         if self._recorded(session_id):
             return None
-        self._history(session_id, user_id).add_messages(new)
-        return {"harombe_saved": total}
-
-    async def _asave(
-        self, state: HarombeMemoryState, runtime: Runtime[Any]
-    ) -> dict[str, Any] | None:
-        new, total = self._unsaved(state)
-        if not new:
-            return None
-        session_id, user_id = self._keys(runtime)
-        if self._recorded(session_id):
-            return None
-        await self._history(session_id, user_id).aadd_messages(new)
-        return {"harombe_saved": total}
+        return _Pending(self._history(session_id, user_id), new, total)
 
     def before_model(
         self, state: HarombeMemoryState, runtime: Runtime[Any]
     ) -> dict[str, Any] | None:
-        return self._save(state, runtime)
+        """Save the messages the session lacks: before the model, the new input; after it
+        (the same hook), the model's reply."""
+        pending = self._pending(state, runtime)
+        return None if pending is None else pending.save()
 
     async def abefore_model(
         self, state: HarombeMemoryState, runtime: Runtime[Any]
     ) -> dict[str, Any] | None:
-        return await self._asave(state, runtime)
+        pending = self._pending(state, runtime)
+        return None if pending is None else await pending.asave()
 
-    def after_model(
-        self, state: HarombeMemoryState, runtime: Runtime[Any]
-    ) -> dict[str, Any] | None:
-        return self._save(state, runtime)
-
-    async def aafter_model(
-        self, state: HarombeMemoryState, runtime: Runtime[Any]
-    ) -> dict[str, Any] | None:
-        return await self._asave(state, runtime)
+    after_model = before_model
+    aafter_model = abefore_model
 
     # the model call -----------------------------------------------------------------------
     def _build(self, request: ModelRequest[Any]) -> ModelRequest[Any]:

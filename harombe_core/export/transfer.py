@@ -6,12 +6,13 @@ process part-way leaves the store as it was).
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
 
 from harombe_core.errors import (
     ImportFormatError,
@@ -25,6 +26,9 @@ from harombe_core.models import Message
 
 if TYPE_CHECKING:
     from harombe_core.manager import MemoryManager
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 __all__ = [
     "OnConflict",
@@ -93,17 +97,20 @@ def export_to_directory(
     return written
 
 
-async def aexport_store(
-    manager: MemoryManager,
-    fmt: str = "json",
-    *,
-    session_id: str | None = None,
-    user_id: str | None = None,
-) -> str:
-    """Async twin of :func:`export_store` (runs on a worker thread)."""
-    return await asyncio.to_thread(
-        export_store, manager, fmt, session_id=session_id, user_id=user_id
-    )
+def _on_a_thread(fn: Callable[P, T]) -> Callable[P, Coroutine[Any, Any, T]]:
+    """The async twin of ``fn``: the same arguments and result, run on a worker thread so the
+    event loop never waits on the file or the store. Written once for every twin here."""
+
+    @functools.wraps(fn)
+    async def twin(*args: P.args, **kwargs: P.kwargs) -> T:
+        return await asyncio.to_thread(fn, *args, **kwargs)
+
+    twin.__name__ = twin.__qualname__ = "a" + fn.__name__
+    twin.__doc__ = f"Async twin of :func:`{fn.__name__}` (runs on a worker thread)."
+    return twin
+
+
+aexport_store = _on_a_thread(export_store)
 
 
 OnConflict = Literal["error", "new_id", "skip"]
@@ -262,15 +269,4 @@ def import_file(
     return _import(manager, lambda: iter_records(path, fmt), on_conflict, user_id)
 
 
-async def aimport_file(
-    manager: MemoryManager,
-    path: str | os.PathLike[str],
-    *,
-    fmt: str | None = None,
-    on_conflict: OnConflict = "error",
-    user_id: str | None = None,
-) -> ImportResult:
-    """Async twin of :func:`import_file` (runs on a worker thread)."""
-    return await asyncio.to_thread(
-        import_file, manager, path, fmt=fmt, on_conflict=on_conflict, user_id=user_id
-    )
+aimport_file = _on_a_thread(import_file)

@@ -232,29 +232,31 @@ class PgVectorIndex(VectorIndexBase):
         ).rows
         return [VectorMatch(int(mid), 1.0 - float(d)) for mid, d in rows]
 
+    def _query_op(
+        self, vector: FloatArray, k: int, where: Mapping[str, Any] | None
+    ) -> Op[list[VectorMatch]] | None:
+        """The nearest-``k`` search as one store operation (``None`` when ``k`` asks for
+        nothing), built once so :meth:`query` runs it and :meth:`aquery` awaits the same."""
+        if k <= 0:
+            return None
+        array = np.asarray(vector, dtype=np.float32).ravel()
+        dim = int(array.shape[0])
+        literal = _literal(array)
+        return _op(lambda: self._query_body(literal, dim, int(k), where))
+
     def query(
         self, vector: FloatArray, k: int, where: Mapping[str, Any] | None = None
     ) -> list[VectorMatch]:
         """The ``k`` nearest messages inside ``where``, by cosine, in one SQL statement."""
-        if k <= 0:
-            return []
-        array = np.asarray(vector, dtype=np.float32).ravel()
-        dim = int(array.shape[0])
-        literal = _literal(array)
-        return self.store.run(_op(lambda: self._query_body(literal, dim, int(k), where)))
+        op = self._query_op(vector, k, where)
+        return [] if op is None else self.store.run(op)
 
     async def aquery(
         self, vector: FloatArray, k: int, where: Mapping[str, Any] | None = None
     ) -> list[VectorMatch]:
         """Native async twin of :meth:`query` (the store's async pool; no thread hop)."""
-        if k <= 0:
-            return []
-        array = np.asarray(vector, dtype=np.float32).ravel()
-        dim = int(array.shape[0])
-        literal = _literal(array)
-        return await self.store.arun(
-            _op(lambda: self._query_body(literal, dim, int(k), where))
-        )
+        op = self._query_op(vector, k, where)
+        return [] if op is None else await self.store.arun(op)
 
     def get_vectors(self, ids: Sequence[int]) -> dict[int, FloatArray]:
         wanted = [int(i) for i in ids]
