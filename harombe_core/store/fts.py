@@ -372,6 +372,9 @@ def score_tail(split: Sequence[Split], words: Sequence[str], counts: TermCounts)
     idf: list[float] = []
     for phrase in phrases:
         hits = min(counts.rows_of.get(t, 0) for t in phrase) + tail_rows(split, phrase)
+        # Counts are cached between searches, so a term can seem to be in more rows than the
+        # store now holds (rows deleted, or indexed since); no term is in more than all of them.
+        hits = min(hits, rows)
         idf.append(max(math.log((rows - hits + 0.5) / (hits + 0.5)), 1e-6))
     scores = []
     for content, context in split:

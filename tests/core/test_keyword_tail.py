@@ -210,3 +210,15 @@ def test_a_forked_child_indexes_with_its_own_thread(tmp_path: Path) -> None:
         }
     finally:
         store.close()
+
+
+def test_cached_term_counts_above_the_row_count_still_score() -> None:
+    """Counts cached before rows were deleted (or indexed) can exceed the rows left: the tail is
+    still scored, as FTS5 scores a term found in every row, instead of failing the search."""
+    from harombe_core.store.fts import TermCounts, score_tail, split_tail
+
+    split = split_tail([("boats and harbours", ""), ("nothing here", "")])
+    stale = TermCounts(rows=3, upto=10, tokens=9, rows_of={"boats": 50})
+    scores = score_tail(split, ["boats"], stale)
+    assert scores[0] > 0.0
+    assert scores[1] == 0.0
