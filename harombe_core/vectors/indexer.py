@@ -517,13 +517,17 @@ class SemanticMemory(EmbeddingWorker):
                 self._work_lock.release()
         if index is None or not self._checked:
             return stored.exact_search(query, k, scope)
+        # The tail is read before the index is asked. The worker files a row into the index
+        # first and flags it second, so a row that leaves the tail between the two reads is
+        # already in the index when it is asked; the other order could miss it in both.
+        tail = stored.exact_search(query, k, scope, tail_only=True)
         try:
             found = index.query(query, k, scope_metadata_filter(scope))
         except INDEX_FAILURES as exc:
             self._log_once("search", f"{exc} Searching the stored vectors exactly instead.")
             return stored.exact_search(query, k, scope)
         best = {m.message_id: m for m in found}
-        for match in stored.exact_search(query, k, scope, tail_only=True):
+        for match in tail:
             held = best.get(match.message_id)
             if held is None or held.similarity < match.similarity:
                 best[match.message_id] = match

@@ -115,3 +115,30 @@ def test_moved_session_on_postgres_is_found_by_its_new_owner(pg_url: str) -> Non
         vector = np.asarray(mm._semantic.embed_query(texts[min(texts)]), dtype=np.float32)
         nearest = mm._semantic.index.query(vector, 5, {"user_id": "bob"})
         assert min(texts) in {m.message_id for m in nearest}
+
+
+def test_a_row_filed_while_a_search_runs_is_found_all_the_same(tmp_path: Path) -> None:
+    """The worker files a re-owned row into the index and takes it off the tail while a search
+    is between its two reads (the index and the tail): the search still finds it."""
+    with w.manager(str(tmp_path / "memory.db")) as mm:
+        sid, texts = _conversations(mm)
+        mm.flush()
+        semantic = mm._semantic
+        semantic.exact_search_limit = 0
+        semantic.stop()  # the re-filing below happens exactly where the test puts it
+        mm.update_session(sid, user_id="bob")  # every row of the session is back on the tail
+        index = semantic.index
+        assert index is not None
+        asked = index.query
+
+        def query_then_file(*args: object, **kwargs: object) -> object:
+            answer = asked(*args, **kwargs)  # the index still files the rows under alice
+            assert semantic.sync_tail() == MOVED  # now under bob, and off the tail
+            index.query = asked  # type: ignore[method-assign]
+            return answer
+
+        index.query = query_then_file  # type: ignore[method-assign]
+        first = min(texts)
+        hits = mm.search_similar(texts[first], top_k=5, user_id="bob", keyword_weight=0.0)
+        assert first in {int(m.id or 0) for m in hits}
+        assert index.query is asked  # the race was really run
