@@ -9,10 +9,20 @@ by the approximate counter.
 
 For each size and each strategy (simple, summarization, hybrid, threaded, and the full budget
 with a query), ``get_context(sid, strategy, 2000)`` runs on a fresh copy of the file, so the
-first summarization call sees the whole unsummarised backlog. Reported: the first (cold) call,
-the median of ``--repeat`` warm calls, the median of as many ``aget_context`` calls, the
-tracemalloc peak of one more call, and each figure's ratio to the smallest size; a ratio over 3
-is marked ``> 3x``.
+first summarization call sees the whole unsummarised backlog. Reported, each with its ratio to
+the smallest size (a ratio over 3 is marked ``> 3x``):
+
+* ``cold``: the first call. With a summary it folds one bounded step of the backlog
+  (``memory.summary_chunk`` messages) into the stored summary.
+* ``second``: the next call, which folds the next step (at 1,000 messages, the rest).
+* ``calls``: how many calls it took until the summary stopped moving; at 50,000 messages a
+  backlog is folded over about 100 calls, each as costly as ``second``.
+* ``warm``: the median of ``--repeat`` calls once the summary has caught up (the steady state
+  of a session in use, where each call folds only what was added since the last), and
+  ``async``: as many ``aget_context`` calls, then the tracemalloc peak of one more call.
+
+So like is compared with like: a call that folds a step at 1,000 messages with one that folds a
+step at 200,000, and a caught-up call with a caught-up call.
 
 Then ``HarombeChatMessageHistory(strategy="threaded")`` with the linear selector: the median of
 20 appends (a user + assistant pair each) into a session that already holds 100 and 3,000
@@ -186,6 +196,8 @@ def measure(path: Path, strategy: str, repeat: int, work: Path) -> dict[str, flo
     try:
         call = _call(mm, strategy)
         cold = _ms(call)
+        step = _ms(call)
+        catch_up = 2 + _catch_up(mm, call)
         warm = statistics.median(_ms(call) for _ in range(repeat))
         acall = _acall(mm, strategy)
 
@@ -203,7 +215,26 @@ def measure(path: Path, strategy: str, repeat: int, work: Path) -> dict[str, flo
         mm.close()
         for leftover in work.glob(copy.name + "*"):
             leftover.unlink()
-    return {"cold": cold, "warm": warm, "async": async_ms, "peak": peak}
+    return {
+        "cold": cold,
+        "step": step,
+        "calls": catch_up,
+        "warm": warm,
+        "async": async_ms,
+        "peak": peak,
+    }
+
+
+def _catch_up(mm: MemoryManager, call: Callable[[], Any]) -> int:
+    """Call until the stored summary stops moving (each call folds one bounded step of the
+    backlog); returns how many more calls that took. Strategies without a summary take none."""
+    calls, reached = 0, mm.get_session(SESSION).summary_until_id
+    while True:
+        call()
+        now = mm.get_session(SESSION).summary_until_id
+        if now == reached:
+            return calls
+        calls, reached = calls + 1, now
 
 
 def _ratio(value: float, base: float) -> str:
@@ -220,23 +251,25 @@ def context_table(sizes: list[int], repeat: int, cache_dir: Path) -> None:
                 results[strategy, size] = measure(paths[size], strategy, repeat, Path(tmp))
                 r = results[strategy, size]
                 print(
-                    f"  {strategy:<13} {size:>8,}: cold {r['cold']:9.1f} ms  warm "
-                    f"{r['warm']:9.1f} ms  async {r['async']:9.1f} ms  peak {r['peak']:7.1f} MB",
+                    f"  {strategy:<13} {size:>8,}: cold {r['cold']:9.1f} ms  second "
+                    f"{r['step']:9.1f} ms  calls {r['calls']:4.0f}  warm {r['warm']:9.1f} ms  "
+                    f"async {r['async']:9.1f} ms  peak {r['peak']:7.1f} MB",
                     flush=True,
                 )
     print(f"\nget_context(sid, strategy, {BUDGET_TOKENS}), ratio to {sizes[0]:,} messages")
-    header = f"{'strategy':<13} {'messages':>9} {'cold ms':>9} {'ratio':>10} {'warm ms':>9} "
-    header += f"{'ratio':>10} {'async ms':>9} {'ratio':>10} {'peak MB':>8}"
-    print(header)
+    columns = ("cold", "step", "warm", "async")
+    header = f"{'strategy':<13} {'messages':>9} {'calls':>6}"
+    for name in ("cold ms", "second ms", "warm ms", "async ms"):
+        header += f" {name:>9} {'ratio':>10}"
+    print(header + f" {'peak MB':>8}")
     for strategy in STRATEGIES:
         base = results[strategy, sizes[0]]
         for size in sizes:
             r = results[strategy, size]
-            print(
-                f"{strategy:<13} {size:>9,} {r['cold']:9.1f} {_ratio(r['cold'], base['cold']):>10} "
-                f"{r['warm']:9.1f} {_ratio(r['warm'], base['warm']):>10} "
-                f"{r['async']:9.1f} {_ratio(r['async'], base['async']):>10} {r['peak']:8.1f}"
-            )
+            line = f"{strategy:<13} {size:>9,} {r['calls']:6.0f}"
+            for column in columns:
+                line += f" {r[column]:9.1f} {_ratio(r[column], base[column]):>10}"
+            print(line + f" {r['peak']:8.1f}")
 
 
 def _prefill(mm: MemoryManager, session_id: str, count: int) -> None:
