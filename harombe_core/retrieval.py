@@ -247,8 +247,9 @@ class Retriever:
             roles=check_roles(roles),
             since=optional_time(since, "since"),
             until=optional_time(until, "until"),
+            exclude_session_id=optional_id(exclude_session_id, "exclude_session_id"),
         )
-        exclude_session_id = optional_id(exclude_session_id, "exclude_session_id")
+        exclude_session_id = scope.exclude_session_id
         now = optional_time(now, "now")
         if k == 0 or not query.strip():
             return []
@@ -293,8 +294,10 @@ class Retriever:
         s = settings
         wv, wk = s.vector_weight, s.keyword_weight
         pool = max(k * s.candidates, s.min_candidates)
-        if exclude_session_id is not None:
-            pool *= 2
+        if exclude_session_id is not None and scope.exclude_session_id is None:
+            # Left out by the store, not after it: the session's own matches must not take
+            # the places of the other sessions' in the pool.
+            scope = replace(scope, exclude_session_id=exclude_session_id)
         want_keyword = wk > 0 or self.semantic is None
         keyword_text = keyword_query(query)
         pending: Future[list[KeywordHit]] | None = None

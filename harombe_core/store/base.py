@@ -53,6 +53,9 @@ class SearchScope:
     roles: tuple[str, ...] | None = None
     since: datetime | None = None
     until: datetime | None = None
+    #: A session left out (the one being answered, when asking for the relevant past): in
+    #: the scope itself, so its own matches never fill the candidates the others need.
+    exclude_session_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

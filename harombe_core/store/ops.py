@@ -325,13 +325,20 @@ def scope_size(scope: SearchScope) -> Op[int | None]:
     None if it names neither."""
 
     def body(d: Dialect) -> Body[int | None]:
+        left_out = scope.exclude_session_id
         if scope.session_id is not None:
+            if scope.session_id == left_out:
+                return 0
             sql = "SELECT message_count FROM sessions WHERE id = ?"
             rows = (yield d.step(sql, (scope.session_id,))).rows
             return int(rows[0][0]) if rows else 0
         if scope.user_id is not None:
             sql = "SELECT COALESCE(SUM(message_count), 0) FROM sessions WHERE user_id = ?"
-            return int((yield d.step(sql, (scope.user_id,))).rows[0][0])
+            params: tuple[str, ...] = (scope.user_id,)
+            if left_out is not None:
+                sql += " AND id <> ?"
+                params += (left_out,)
+            return int((yield d.step(sql, params)).rows[0][0])
         return None
 
     return Op(body)

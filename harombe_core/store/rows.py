@@ -207,6 +207,9 @@ def scope_sql(scope: SearchScope | None, mark: str = "?") -> tuple[str, list[Any
     if scope.session_id is not None:
         parts.append(f"m.session_id = {mark}")
         params.append(scope.session_id)
+    if scope.exclude_session_id is not None:
+        parts.append(f"m.session_id <> {mark}")
+        params.append(scope.exclude_session_id)
     if scope.roles:
         parts.append(f"m.role IN ({', '.join([mark] * len(scope.roles))})")
         params.extend(scope.roles)

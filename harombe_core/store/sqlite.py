@@ -315,6 +315,8 @@ class SQLiteStore(StoreMethods, ContextReads):
         where, params = scope_sql(scope)
         id_range, range_params = _fts_id_range(scope)
         size = None if scope is None else self.scope_size(scope)
+        if size == 0:  # nothing is in scope (an unknown user, or only the excluded session)
+            return []
 
         def search(c: sqlite3.Connection) -> tuple[list[Any], list[Any], list[Split], list[str]]:
             tail = c.execute(

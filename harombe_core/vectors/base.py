@@ -129,6 +129,8 @@ def scope_metadata_filter(scope: SearchScope | None) -> dict[str, Any] | None:
         where["user_id"] = scope.user_id
     if scope.session_id is not None:
         where["session_id"] = scope.session_id
+    elif scope.exclude_session_id is not None:
+        where["session_id"] = {"$ne": scope.exclude_session_id}
     if scope.roles:
         where["role"] = {"$in": list(scope.roles)}
     time_range: dict[str, int] = {}
@@ -150,6 +152,8 @@ def matches_where(metadata: Mapping[str, Any], where: Mapping[str, Any] | None) 
         if isinstance(condition, Mapping):
             for op, operand in condition.items():
                 if op == "$in" and value not in operand:
+                    return False
+                if op == "$ne" and value == operand:
                     return False
                 if op == "$gte" and (value is None or value < operand):
                     return False
