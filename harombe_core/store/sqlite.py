@@ -319,6 +319,7 @@ class SQLiteStore(StoreMethods, ContextReads):
             return []
 
         def search(c: sqlite3.Connection) -> tuple[list[Any], list[Any], list[Split], list[str]]:
+            indexed: list[Any] = []
             tail = c.execute(
                 f"SELECT {MESSAGE_COLUMNS}, {CONTEXT_SQL} FROM messages m "
                 f"JOIN sessions s ON s.id = m.session_id WHERE m.id > ?{where} "
@@ -337,6 +338,25 @@ class SQLiteStore(StoreMethods, ContextReads):
                     "ORDER BY rank LIMIT ?) f JOIN messages m ON m.id = f.rowid ORDER BY f.rank"
                 )
                 indexed = c.execute(sql, [match, limit]).fetchall()
+            elif size is not None and size <= _SMALL_SCOPE and (
+                spans := _session_spans(c, scope)
+            ) is not None:
+                # A small scope in a few sessions: FTS5 reads only each session's rowid
+                # span, so a long session outside the scope (the one excluded, or another
+                # user's between them) is never scored.
+                inner = " UNION ALL ".join(
+                    f"SELECT rowid, bm25(messages_fts, {_BM25}) AS rank FROM messages_fts "
+                    "WHERE messages_fts MATCH ? AND rowid BETWEEN ? AND ?"
+                    for _ in spans
+                )
+                sql = (
+                    f"SELECT {MESSAGE_COLUMNS}, f.rank FROM ({inner}) f "
+                    "JOIN messages m ON m.id = f.rowid JOIN sessions s ON s.id = m.session_id "
+                    f"WHERE 1 = 1{where} ORDER BY f.rank LIMIT ?"
+                )
+                args = [value for low, high in spans for value in (match, low, high)]
+                if spans:
+                    indexed = c.execute(sql, [*args, *params, limit]).fetchall()
             elif size is not None and size <= _SMALL_SCOPE:
                 # A small scope's ids, listed once, filter the index's matches without a row
                 # lookup each (the unary + keeps SQLite from asking FTS5 for each listed id).
@@ -557,6 +577,34 @@ _SMALL_SCOPE = 5_000
 _KEEP_WHEN_ALL_COMMON = 2
 _BM25 = ", ".join(str(w) for w in BM25_WEIGHTS)
 _WARNED_LONG_TAIL: set[str] = set()
+
+
+#: At most this many sessions' rowid spans are searched one by one (see keyword_search).
+_MAX_SPANS = 32
+
+
+def _session_spans(c: sqlite3.Connection, scope: SearchScope) -> list[tuple[int, int]] | None:
+    """The first and last message id of each session in a user or session scope, or None
+    when they are too many to search one by one. Two index seeks per session: the sessions'
+    sizes do not matter."""
+    if scope.session_id is not None:
+        sql, params = "SELECT s.id FROM sessions s WHERE s.id = ?", [scope.session_id]
+    elif scope.user_id is not None:
+        sql, params = "SELECT s.id FROM sessions s WHERE s.user_id = ?", [scope.user_id]
+    else:
+        return None
+    if scope.exclude_session_id is not None:
+        sql += " AND s.id <> ?"
+        params.append(scope.exclude_session_id)
+    spans = c.execute(
+        "SELECT (SELECT MIN(id) FROM messages WHERE session_id = x.id), "
+        "(SELECT MAX(id) FROM messages WHERE session_id = x.id) "
+        f"FROM ({sql} AND s.message_count > 0 LIMIT {_MAX_SPANS + 1}) x",
+        params,
+    ).fetchall()
+    if len(spans) > _MAX_SPANS:
+        return None
+    return [(int(a), int(b)) for a, b in spans if a is not None]
 
 
 def _fts_id_range(scope: SearchScope | None) -> tuple[str, list[Any]]:
