@@ -20,6 +20,9 @@ the smallest size (a ratio over 3 is marked ``> 3x``):
 * ``warm``: the median of ``--repeat`` calls once the summary has caught up (the steady state
   of a session in use, where each call folds only what was added since the last), and
   ``async``: as many ``aget_context`` calls, then the tracemalloc peak of one more call.
+* ``window``: how many messages the call returns. Hybrid's grows with the session here
+  (every 1,000th message is important, and all that fit are kept): its time follows the
+  window it returns, not the history behind it.
 
 So like is compared with like: a call that folds a step at 1,000 messages with one that folds a
 step at 200,000, and a caught-up call with a caught-up call.
@@ -199,6 +202,7 @@ def measure(path: Path, strategy: str, repeat: int, work: Path) -> dict[str, flo
         step = _ms(call)
         catch_up = 2 + _catch_up(mm, call)
         warm = statistics.median(_ms(call) for _ in range(repeat))
+        window = len(call())
         acall = _acall(mm, strategy)
 
         async def timed() -> float:
@@ -220,6 +224,7 @@ def measure(path: Path, strategy: str, repeat: int, work: Path) -> dict[str, flo
         "step": step,
         "calls": catch_up,
         "warm": warm,
+        "window": window,
         "async": async_ms,
         "peak": peak,
     }
@@ -258,7 +263,7 @@ def context_table(sizes: list[int], repeat: int, cache_dir: Path) -> None:
                 )
     print(f"\nget_context(sid, strategy, {BUDGET_TOKENS}), ratio to {sizes[0]:,} messages")
     columns = ("cold", "step", "warm", "async")
-    header = f"{'strategy':<13} {'messages':>9} {'calls':>6}"
+    header = f"{'strategy':<13} {'messages':>9} {'calls':>6} {'window':>6}"
     for name in ("cold ms", "second ms", "warm ms", "async ms"):
         header += f" {name:>9} {'ratio':>10}"
     print(header + f" {'peak MB':>8}")
@@ -266,7 +271,7 @@ def context_table(sizes: list[int], repeat: int, cache_dir: Path) -> None:
         base = results[strategy, sizes[0]]
         for size in sizes:
             r = results[strategy, size]
-            line = f"{strategy:<13} {size:>9,} {r['calls']:6.0f}"
+            line = f"{strategy:<13} {size:>9,} {r['calls']:6.0f} {r['window']:6.0f}"
             for column in columns:
                 line += f" {r[column]:9.1f} {_ratio(r[column], base[column]):>10}"
             print(line + f" {r['peak']:8.1f}")
