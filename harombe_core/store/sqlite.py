@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import itertools
 import logging
 import os
 import sqlite3
@@ -579,13 +580,16 @@ _BM25 = ", ".join(str(w) for w in BM25_WEIGHTS)
 _WARNED_LONG_TAIL: set[str] = set()
 
 
-#: At most this many sessions' rowid spans are searched one by one (see keyword_search).
-_MAX_SPANS = 32
+#: At most this many sessions' rowid spans are searched one by one (see keyword_search):
+#: each costs FTS5 one pass over every query word's row list, to weigh it for bm25.
+_MAX_SPANS = 8
 
 
 def _session_spans(c: sqlite3.Connection, scope: SearchScope) -> list[tuple[int, int]] | None:
     """The first and last message id of each session in a user or session scope, or None
-    when they are too many to search one by one. Two index seeks per session: the sessions'
+    when searching them one by one does not pay: they are too many, or they overlap
+    (sessions written at the same time interleave, and each span would be read again; the
+    listed ids are then the cheaper filter). Two index seeks per session: the sessions'
     sizes do not matter."""
     if scope.session_id is not None:
         sql, params = "SELECT s.id FROM sessions s WHERE s.id = ?", [scope.session_id]
@@ -602,9 +606,13 @@ def _session_spans(c: sqlite3.Connection, scope: SearchScope) -> list[tuple[int,
         f"FROM ({sql} AND s.message_count > 0 LIMIT {_MAX_SPANS + 1}) x",
         params,
     ).fetchall()
+    found = [(int(a), int(b)) for a, b in spans if a is not None]
     if len(spans) > _MAX_SPANS:
         return None
-    return [(int(a), int(b)) for a, b in spans if a is not None]
+    found.sort()
+    if any(later[0] < earlier[1] for earlier, later in itertools.pairwise(found)):
+        return None
+    return found
 
 
 def _fts_id_range(scope: SearchScope | None) -> tuple[str, list[Any]]:
