@@ -27,8 +27,8 @@ from harombe_core.strategies import (
 
 __all__ = ["hybrid_from_store", "newest_messages", "thread_window_from_store"]
 
-#: Important messages read per statement by :func:`hybrid_from_store`.
-IMPORTANT_PAGE = 64
+#: Most important messages read per statement by :func:`hybrid_from_store`.
+IMPORTANT_PAGE = 256
 
 
 def newest_messages(store: MessageStore, session_id: str, count: int) -> list[Message]:
@@ -60,14 +60,18 @@ def hybrid_from_store(
     if len(newest) > keep_last:
         left = budget - hybrid_recent(head, budget, start_on_user)[1]
         before = head[-1].id if head else None
+        typical = max(1, sum(m.token_count or 0 for m in newest) // max(len(newest), 1))
         while True:
-            page = store.important_before(session_id, before, threshold, left, IMPORTANT_PAGE)
+            # About as many rows as the tokens left can take (judged by the newest
+            # messages' size), so a full budget is read in one statement, without spare rows.
+            size = min(max(left // typical + 4, 8), IMPORTANT_PAGE)
+            page = store.important_before(session_id, before, threshold, left, size)
             for message in page:
                 cost = message.token_count or 0
                 if cost <= left and is_important(message, threshold):
                     important.append(message)
                     left -= cost
-            if len(page) < IMPORTANT_PAGE:
+            if len(page) < size:
                 break
             before = page[-1].id
     return hybrid_window(
