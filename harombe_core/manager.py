@@ -26,7 +26,7 @@ from harombe_core.models import Message, Session
 from harombe_core.newest import anewest_until, newest_until
 from harombe_core.owners import check_owner, legacy_session_key, session_key
 from harombe_core.progress import Progress, check_progress
-from harombe_core.store.base import UNSET, MessageStore
+from harombe_core.store.base import UNSET, ClosesOnExit, MessageStore
 from harombe_core.strategies import Window, window_newest
 from harombe_core.tokens import TokenCounter, resolve_token_counter
 from harombe_core.validate import (
@@ -76,7 +76,7 @@ def open_store(
     return SQLiteStore(location, encryption_key=encryption_key)
 
 
-class MemoryManager(ContextMethods):
+class MemoryManager(ContextMethods, ClosesOnExit):
     """Sessions, messages, token windows and (with semantic memory) search, over one store.
 
     ``storage_path`` is a SQLite file (``~`` expanded; ``":memory:"`` for a throwaway store) or a
@@ -662,17 +662,6 @@ class MemoryManager(ContextMethods):
         finally:
             if close_store:
                 self._store.close()
-
-    def __enter__(self) -> MemoryManager:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     async def __aenter__(self) -> MemoryManager:
         return self
