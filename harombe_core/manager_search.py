@@ -69,7 +69,10 @@ def _on_retriever(
     method = call or template.__name__
 
     def flow(self: SearchMethods, /, *args: P.args, **kwargs: P.kwargs) -> Flow[T]:
-        given = signature.bind(self, *args, **kwargs).arguments
+        try:
+            given = signature.bind(self, *args, **kwargs).arguments
+        except TypeError as exc:  # what Python says of a bad call, naming the method
+            raise TypeError(f"{method}() {exc}") from None
         if options_first:
             check_search_options(given.get("options", {}))
         if given.get("session_id") is not None:
