@@ -101,16 +101,6 @@ class ContextMethods(SearchMethods):
             self, session_id: str, user_id: str | None, *, exact: bool = False
         ) -> Session | None: ...
 
-        def get_window(
-            self,
-            session_id: str,
-            max_tokens: int | None = None,
-            *,
-            include_system: bool = True,
-            start_on_user: bool = False,
-            user_id: str | None = None,
-        ) -> Window: ...
-
     @property
     def summarizer(self) -> Any:
         """What summarises sessions: extractive (no model) unless set to a Summarizer or an LLM."""

@@ -19,13 +19,14 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from harombe_core.context import ContextMethods
+from harombe_core.derive import converted
 from harombe_core.errors import InvalidInputError
 from harombe_core.flows import Call, Flow, Work, twins
 from harombe_core.models import Message, Session
 from harombe_core.newest import anewest_until, newest_until
 from harombe_core.owners import check_owner, legacy_session_key, session_key
 from harombe_core.progress import Progress, check_progress
-from harombe_core.store.base import UNSET, MessageStore
+from harombe_core.store.base import UNSET, ClosesOnExit, MessageStore
 from harombe_core.strategies import Window, window_newest
 from harombe_core.tokens import TokenCounter, resolve_token_counter
 from harombe_core.validate import (
@@ -75,7 +76,7 @@ def open_store(
     return SQLiteStore(location, encryption_key=encryption_key)
 
 
-class MemoryManager(ContextMethods):
+class MemoryManager(ContextMethods, ClosesOnExit):
     """Sessions, messages, token windows and (with semantic memory) search, over one store.
 
     ``storage_path`` is a SQLite file (``~`` expanded; ``":memory:"`` for a throwaway store) or a
@@ -515,32 +516,6 @@ class MemoryManager(ContextMethods):
 
     get_messages, aget_messages = twins(_get_messages)
 
-    def _get_recent_messages(
-        self,
-        session_id: str,
-        max_tokens: int | None = None,
-        *,
-        include_system: bool = True,
-        start_on_user: bool = False,
-        user_id: str | None = None,
-    ) -> Flow[list[Message]]:
-        """The newest messages that fit ``max_tokens`` (default ``max_history_tokens``).
-
-        Oldest first; the session's system prompt leads and is counted. Reads only the rows it
-        returns (plus one), whatever the session's length. With ``user_id``, only that user's
-        session (else SessionOwnershipError).
-        """
-        window = yield from self._get_window(
-            session_id,
-            max_tokens,
-            include_system=include_system,
-            start_on_user=start_on_user,
-            user_id=user_id,
-        )
-        return window.messages
-
-    get_recent_messages, aget_recent_messages = twins(_get_recent_messages)
-
     def _get_window(
         self,
         session_id: str,
@@ -577,6 +552,21 @@ class MemoryManager(ContextMethods):
         return Window(messages=system + window.messages, tokens=window.tokens)
 
     get_window, aget_window = twins(_get_window)
+
+    get_recent_messages, aget_recent_messages = twins(
+        converted(
+            _get_window,
+            lambda window: window.messages,
+            list[Message],
+            name="_get_recent_messages",
+            doc="""The newest messages that fit ``max_tokens`` (default ``max_history_tokens``).
+
+            Oldest first; the session's system prompt leads and is counted. Reads only the rows it
+            returns (plus one), whatever the session's length. With ``user_id``, only that user's
+            session (else SessionOwnershipError).
+            """,
+        )
+    )
 
     def count_tokens(self, messages: Sequence[Message]) -> int:
         """Tokens these messages cost under this manager's counter (overhead included)."""
@@ -672,17 +662,6 @@ class MemoryManager(ContextMethods):
         finally:
             if close_store:
                 self._store.close()
-
-    def __enter__(self) -> MemoryManager:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     async def __aenter__(self) -> MemoryManager:
         return self

@@ -7,15 +7,16 @@ delegate to :class:`~harombe_core.retrieval.Retriever` and the semantic indexer,
 
 from __future__ import annotations
 
-import functools
 import inspect
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
+from harombe_core.derive import annotation_text, named_like
 from harombe_core.errors import InvalidInputError
 from harombe_core.flows import Flow, Work, twins
 from harombe_core.models import Message, SearchHit, Session
 from harombe_core.progress import Progress, check_progress
+from harombe_core.retrieval import Retriever, check_search_options
 from harombe_core.store.base import MessageStore
 from harombe_core.validate import check_count, check_flag, check_list
 
@@ -24,31 +25,64 @@ MAX_BATCH_SIZE = 100_000
 
 if TYPE_CHECKING:
     from harombe_core.config import MemoryConfig
-    from harombe_core.retrieval import Retriever
 
 __all__ = ["SearchMethods"]
 
-S = TypeVar("S")
 P = ParamSpec("P")
+T = TypeVar("T")
+
+_SEARCH_DOC = """\
+Hybrid (vector + keyword) search, best first, with scores; see ``Retriever.search``.
+
+``top_k``, ``min_similarity``, ``temporal_decay`` and the weights default to the
+``rag:`` config. Options: ``roles``, ``since``, ``until``, ``exclude_session_id``,
+``temporal_decay``, ``mmr_lambda``, ``vector_weight``, ``keyword_weight``, and the
+context evidence weights ``neighbor_weight``, ``session_weight``, ``speaker_weight``,
+``time_weight`` (see :class:`~harombe_core.retrieval.RetrievalSettings`); ``now``
+anchors relative times in the query ("last week"). Without semantic memory this is
+keyword (BM25) search and ``retriever.mode == "keyword"``.
+Given both ``session_id`` and ``user_id``, the session must be that user's (else
+SessionOwnershipError), as everywhere a user names a session.
+"""
 
 
-def _messages_only(
-    search: Callable[Concatenate[S, P], Flow[list[SearchHit]]],
-) -> Callable[Concatenate[S, P], Flow[list[Message]]]:
-    """``search`` returning only the messages (each as it was saved), with its arguments:
-    ``search_similar`` is ``search`` without the scores, so it cannot drift from it."""
+def _on_retriever(
+    template: Callable[Concatenate[Retriever, P], Any],
+    result: type[T],
+    *,
+    doc: str,
+    call: str | None = None,
+    options_first: bool = False,
+) -> Callable[Concatenate[SearchMethods, P], Flow[T]]:
+    """The manager's flow for the retriever's entry point ``template``, with its parameters
+    (the retriever defines them once), run on :attr:`SearchMethods.retriever` in a worker.
 
-    @functools.wraps(search)
-    def _search_similar(self: S, /, *args: P.args, **kwargs: P.kwargs) -> Flow[list[Message]]:
-        hits = yield from search(self, *args, **kwargs)
-        return [hit.message for hit in hits]
+    ``call`` names the retriever method to run when it is not ``template`` itself: the
+    manager's ``search`` takes ``search_similar``'s arguments (the options as keywords) and
+    runs ``search``, which keeps the scores. ``result`` is what the flow returns. A search
+    naming a session first checks that the session is the user's, as every manager method
+    does (the store scopes the hits either way; this makes the mistake an error instead of no
+    hits); ``options_first`` refuses an unknown option before that check. Everything else is
+    checked where it is used, by the retriever.
+    """
+    signature = inspect.signature(template)
+    method = call or template.__name__
 
-    signature = inspect.signature(search).replace(return_annotation="Flow[list[Message]]")
-    setattr(_search_similar, "__signature__", signature)  # noqa: B010 - not a declared attribute
-    _search_similar.__doc__ = "The messages most relevant to ``query``, best first, as saved."
-    _search_similar.__name__ = "_search_similar"
-    _search_similar.__qualname__ = search.__qualname__.rpartition(".")[0] + "._search_similar"
-    return _search_similar
+    def flow(self: SearchMethods, /, *args: P.args, **kwargs: P.kwargs) -> Flow[T]:
+        try:
+            given = signature.bind(self, *args, **kwargs).arguments
+        except TypeError as exc:  # what Python says of a bad call, naming the method
+            raise TypeError(f"{method}() {exc}") from None
+        if options_first:
+            check_search_options(given.get("options", {}))
+        if given.get("session_id") is not None:
+            yield from self._owner_named(given["session_id"], given.get("user_id"))
+        found: T = yield Work(getattr(self.retriever, method), *args, **kwargs)
+        return found
+
+    returns = f"Flow[{annotation_text(result)}]"
+    named_like(flow, template, name="_" + method, doc=doc, returns=returns, owner="SearchMethods")
+    return flow
 
 
 class SearchMethods:
@@ -69,7 +103,7 @@ class SearchMethods:
     @property
     def retriever(self) -> Retriever:
         """The hybrid retriever over this store; keyword-only when semantic memory is off."""
-        from harombe_core.retrieval import RetrievalSettings, Retriever
+        from harombe_core.retrieval import RetrievalSettings
 
         cached = getattr(self, "_retriever_cache", None)
         if cached is None or cached.semantic is not self._semantic:
@@ -78,80 +112,38 @@ class SearchMethods:
             self._retriever_cache = cached
         return cached
 
-    def _search(
-        self,
-        query: str,
-        top_k: int | None = None,
-        session_id: str | None = None,
-        user_id: str | None = None,
-        min_similarity: float | None = None,
-        **options: Any,
-    ) -> Flow[list[SearchHit]]:
-        """Hybrid (vector + keyword) search, best first, with scores; see ``Retriever.search``.
-
-        ``top_k``, ``min_similarity``, ``temporal_decay`` and the weights default to the
-        ``rag:`` config. Options: ``roles``, ``since``, ``until``, ``exclude_session_id``,
-        ``temporal_decay``, ``mmr_lambda``, ``vector_weight``, ``keyword_weight``, and the
-        context evidence weights ``neighbor_weight``, ``session_weight``, ``speaker_weight``,
-        ``time_weight`` (see :class:`~harombe_core.retrieval.RetrievalSettings`); ``now``
-        anchors relative times in the query ("last week"). Without semantic memory this is
-        keyword (BM25) search and ``retriever.mode == "keyword"``.
-        Given both ``session_id`` and ``user_id``, the session must be that user's (else
-        SessionOwnershipError), as everywhere a user names a session.
-        """
-        from harombe_core.retrieval import check_search_options
-
-        check_search_options(options)
-        yield from self._check_scope(session_id, user_id)
-        hits: list[SearchHit] = yield Work(
-            self.retriever.search, query, top_k, session_id, user_id, min_similarity, **options
+    search, asearch = twins(
+        _on_retriever(
+            Retriever.search_similar,
+            list[SearchHit],
+            call="search",
+            options_first=True,
+            doc=_SEARCH_DOC,
         )
-        return hits
-
-    search, asearch = twins(_search)
-
-    search_similar, asearch_similar = twins(_messages_only(_search))
-
-    def _search_by_topic(
-        self, topic: str, top_k: int | None = None, user_id: str | None = None, **options: Any
-    ) -> Flow[list[Session]]:
-        """Sessions that talk most about ``topic``, best first."""
-        sessions: list[Session] = yield Work(
-            self.retriever.search_by_topic, topic, top_k, user_id, **options
+    )
+    search_similar, asearch_similar = twins(
+        _on_retriever(
+            Retriever.search_similar,
+            list[Message],
+            options_first=True,
+            doc="The messages most relevant to ``query``, best first, as saved.",
         )
-        return sessions
-
-    search_by_topic, asearch_by_topic = twins(_search_by_topic)
-
-    def _get_relevant_context(
-        self,
-        query: str,
-        max_tokens: int | None = None,
-        session_id: str | None = None,
-        user_id: str | None = None,
-        exclude_session_id: str | None = None,
-        **options: Any,
-    ) -> Flow[list[Message]]:
-        """Relevant past messages that fit ``max_tokens`` (default ``rag.max_context_tokens``)."""
-        yield from self._check_scope(session_id, user_id)
-        messages: list[Message] = yield Work(
-            self.retriever.get_relevant_context,
-            query,
-            max_tokens,
-            session_id,
-            user_id,
-            exclude_session_id,
-            **options,
+    )
+    search_by_topic, asearch_by_topic = twins(
+        _on_retriever(
+            Retriever.search_by_topic,
+            list[Session],
+            doc="Sessions that talk most about ``topic``, best first.",
         )
-        return messages
-
-    get_relevant_context, aget_relevant_context = twins(_get_relevant_context)
-
-    def _check_scope(self, session_id: str | None, user_id: str | None) -> Flow[None]:
-        """A search naming a user and a session: the session must be the user's. (The store
-        scopes the hits either way; this makes the mistake an error instead of no hits.)"""
-        if session_id is not None:
-            yield from self._owner_named(session_id, user_id)
+    )
+    get_relevant_context, aget_relevant_context = twins(
+        _on_retriever(
+            Retriever.get_relevant_context,
+            list[Message],
+            doc="Relevant past messages that fit ``max_tokens`` "
+            "(default ``rag.max_context_tokens``).",
+        )
+    )
 
     @staticmethod
     def format_context(messages: Sequence[Message]) -> str:

@@ -41,23 +41,9 @@ from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from harombe_core.errors import EmbeddingError
 from harombe_core.models import Message, SearchHit, Session
 from harombe_core.query_time import query_time_ranges
-from harombe_core.ranking import (
-    EVIDENCE,
-    STOPWORDS,
-    WORDS,
-    Candidates,
-    RetrievalSettings,
-    evidence,
-    evidence_weights,
-    mmr_select,
-    named_speakers,
-    rank,
-)
 from harombe_core.store.base import KeywordHit, MessageStore, SearchScope
 from harombe_core.validate import (
     MAX_TOP_K,
@@ -73,6 +59,16 @@ from harombe_core.validate import (
 )
 
 if TYPE_CHECKING:
+    from harombe_core.ranking import (
+        EVIDENCE,
+        Candidates,
+        RetrievalSettings,
+        evidence,
+        evidence_weights,
+        mmr_select,
+        named_speakers,
+        rank,
+    )
     from harombe_core.vectors.indexer import SemanticMemory
 
 __all__ = [
@@ -92,6 +88,24 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+
+def __getattr__(name: str) -> Any:
+    """The public names this module offers from :mod:`harombe_core.ranking` (those in
+    ``__all__`` not defined here), imported on first use.
+
+    Ranking needs numpy, so it is imported when a search runs or one of its names is first
+    asked for, not with this module: the manager reads the retriever's method signatures
+    while ``import harombe_core`` stays light.
+    """
+    if name not in __all__:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from harombe_core import ranking
+
+    value = getattr(ranking, name)
+    globals()[name] = value
+    return value
+
 
 CONTEXT_HEADER = "Relevant context from past conversations:"
 
@@ -115,6 +129,8 @@ def _background() -> ThreadPoolExecutor:
 
 def keyword_query(query: str) -> str:
     """The query for the keyword side: its words minus stopwords (all of them if none is left)."""
+    from harombe_core.ranking import STOPWORDS, WORDS
+
     words = WORDS.findall(query)
     kept = [w for w in words if w.lower() not in STOPWORDS]
     return " ".join(kept or words)
@@ -156,6 +172,8 @@ def _add_cosines(found: Candidates, semantic: SemanticMemory | None) -> None:
     and which of them are not embedded yet (they have none)."""
     if semantic is None or found.query_vector is None:
         return
+    import numpy as np
+
     missing = [i for i in (*found.messages, *found.outside) if i not in found.cosine]
     if missing:
         vectors, pending = semantic.vectors_or_pending(missing)
@@ -173,6 +191,8 @@ class Retriever:
         semantic: SemanticMemory | None = None,
         settings: RetrievalSettings | None = None,
     ) -> None:
+        from harombe_core.ranking import RetrievalSettings
+
         self.store = store
         self.semantic = semantic
         self.settings = settings or RetrievalSettings()
@@ -215,6 +235,8 @@ class Retriever:
         below it (a message not embedded yet has none and is kept on its keywords). Every
         weight left ``None`` comes from the settings (the ``rag:`` config).
         """
+        from harombe_core.ranking import mmr_select, rank
+
         s = self.settings
         query = check_query(query)
         k = _check_k(s.top_k if top_k is None else top_k)
@@ -291,6 +313,8 @@ class Retriever:
         ``neighbors`` (default: whether ``settings.neighbor_weight > 0``) also reads the
         adjacent turns of the best candidates, which become candidates themselves.
         """
+        from harombe_core.ranking import WORDS, Candidates, named_speakers
+
         s = settings
         wv, wk = s.vector_weight, s.keyword_weight
         pool = max(k * s.candidates, s.min_candidates)

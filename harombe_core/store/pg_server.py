@@ -17,9 +17,10 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from types import TracebackType
+from typing import Self
 
 from harombe_core.errors import MissingExtraError, StoreError
+from harombe_core.store.base import ClosesOnExit
 
 __all__ = ["EmbeddedPostgres", "free_port"]
 
@@ -41,7 +42,7 @@ def _bin_dir() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / "pginstall" / "bin"
 
 
-class EmbeddedPostgres:
+class EmbeddedPostgres(ClosesOnExit):
     """One PostgreSQL cluster in ``data_dir`` (a new temporary directory when omitted)."""
 
     def __init__(self, data_dir: str | os.PathLike[str] | None = None, *, port: int | None = None):
@@ -159,14 +160,9 @@ class EmbeddedPostgres:
         if self._owns_dir:
             shutil.rmtree(self.base, ignore_errors=True)
 
-    def __enter__(self) -> EmbeddedPostgres:
-        self.start()
-        return self
+    #: What the end of a ``with`` block calls.
+    close = cleanup
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.cleanup()
+    def __enter__(self) -> Self:
+        self.start()
+        return super().__enter__()

@@ -62,6 +62,7 @@ LAYERS: dict[str, int] = {
     **dict.fromkeys(
         [
             "flows",
+            "derive",
             "llm",
             "strategies",
             "context_reads",
