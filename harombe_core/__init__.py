@@ -8,36 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from harombe_core.errors import (
-    ConfigError,
-    EmbeddingError,
-    EmbeddingModelMismatchError,
-    EncryptionKeyError,
-    ExportPathError,
-    HarombeError,
-    ImportFormatError,
-    InputTooLargeError,
-    InvalidBudgetError,
-    InvalidInputError,
-    InvalidMessageError,
-    MessageTooLargeError,
-    MigrationError,
-    MissingExtraError,
-    NotAHarombeDatabaseError,
-    SchemaTooNewError,
-    SessionNotFoundError,
-    SessionOwnershipError,
-    StorageFullError,
-    StoreBusyError,
-    StoreError,
-    StoreNotFoundError,
-    StoreReadOnlyError,
-    StoreUnavailableError,
-    SummarizationError,
-    ThreadRuleError,
-    VectorIndexBusyError,
-    VectorIndexError,
-)
+from harombe_core import errors as _errors
+from harombe_core.errors import *  # noqa: F403  (every error class, as errors.__all__ lists them)
 from harombe_core.lazy import lazy_attributes as _lazy_attributes
 from harombe_core.limits import Limits, current_limits, set_limits
 from harombe_core.models import ConversationNode, Message, MessageSummary, SearchHit, Session
@@ -69,21 +41,10 @@ _LAZY: dict[str, str] = {
 
 __all__ = [
     "ChatMemory",
-    "ConfigError",
     "ContextBudget",
     "ConversationNode",
-    "EmbeddingError",
-    "EmbeddingModelMismatchError",
     "EmbeddingNodeSelector",
-    "EncryptionKeyError",
-    "ExportPathError",
     "ExtractiveSummarizer",
-    "HarombeError",
-    "ImportFormatError",
-    "InputTooLargeError",
-    "InvalidBudgetError",
-    "InvalidInputError",
-    "InvalidMessageError",
     "LLMNodeSelector",
     "LLMSummarizer",
     "Limits",
@@ -92,31 +53,15 @@ __all__ = [
     "MemoryManager",
     "Message",
     "MessageSummary",
-    "MessageTooLargeError",
-    "MigrationError",
-    "MissingExtraError",
-    "NotAHarombeDatabaseError",
     "SQLiteStore",
-    "SchemaTooNewError",
     "SearchHit",
     "Session",
-    "SessionNotFoundError",
-    "SessionOwnershipError",
     "SessionSummary",
-    "StorageFullError",
-    "StoreBusyError",
-    "StoreError",
-    "StoreNotFoundError",
-    "StoreReadOnlyError",
-    "StoreUnavailableError",
-    "SummarizationError",
-    "ThreadRuleError",
-    "VectorIndexBusyError",
-    "VectorIndexError",
     "__version__",
     "current_limits",
     "set_limits",
 ]
+__all__ += _errors.__all__
 
 
 __getattr__, __dir__ = _lazy_attributes(__name__, _LAZY, __all__)

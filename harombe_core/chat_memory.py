@@ -27,6 +27,7 @@ import networkx as nx
 
 from harombe_core.errors import InvalidInputError, InvalidMessageError, SummarizationError
 from harombe_core.models import Message, MessageSummary, Session
+from harombe_core.store.closing import ClosesOnExit
 from harombe_core.threader import Threader, selector_mode
 from harombe_core.threads import (
     LinearNodeSelector,
@@ -97,7 +98,7 @@ def to_mermaid(graph: nx.DiGraph, *, max_chars: int = 60) -> str:
     return "\n".join(lines)
 
 
-class ChatMemory:
+class ChatMemory(ClosesOnExit):
     """Conversation memory with configurable threading, summaries and retrieval.
 
     ``node_selector`` chooses where each human message hangs (``None``: linear); ``summarizer``
@@ -344,12 +345,6 @@ class ChatMemory:
         """Close the store if this memory opened it."""
         if self._owns_manager:
             self.memory.close()
-
-    def __enter__(self) -> ChatMemory:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     # export / import ----------------------------------------------------------------------
     def to_mermaid(self, *, max_chars: int = 60) -> str:

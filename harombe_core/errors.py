@@ -45,6 +45,8 @@ with both, so the CLI shows :meth:`HarombeError.cli_message` and Python shows ``
 from __future__ import annotations
 
 import shlex
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 __all__ = [
@@ -232,6 +234,21 @@ class MissingExtraError(HarombeError, ImportError):
         )
         self.extra = extra
         self.module = module
+
+
+@contextmanager
+def requires_extra(feature: str, extra: str, module: str) -> Iterator[None]:
+    """Imports of an optional dependency: an :class:`ImportError` in the block becomes the
+    :class:`MissingExtraError` that tells the user which extra brings ``module``.
+
+    ``with requires_extra("ONNX embeddings", "onnx", "onnxruntime"): import onnxruntime``
+    """
+    try:
+        yield
+    except MissingExtraError:
+        raise  # already says which extra is missing
+    except ImportError as exc:
+        raise MissingExtraError(feature, extra, module) from exc
 
 
 class StoreError(HarombeError):

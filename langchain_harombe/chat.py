@@ -28,7 +28,7 @@ from typing import Any, TextIO
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
-from harombe_core.errors import HarombeError, InvalidInputError, MissingExtraError
+from harombe_core.errors import HarombeError, InvalidInputError, MissingExtraError, requires_extra
 from harombe_core.manager import MemoryManager
 from harombe_core.models import Message, Session
 from harombe_core.strategies import check_budget
@@ -92,10 +92,8 @@ def load_chat_model(name: str) -> BaseChatModel:
         return RecordingChatModel()
     if name == "fake:transcript":
         return RecordingChatModel(echo="transcript")
-    try:
+    with requires_extra("harombe chat", "langchain", "langchain"):
         from langchain.chat_models import init_chat_model
-    except ImportError as exc:  # pragma: no cover - langchain is in the same extra
-        raise MissingExtraError("harombe chat", "langchain", "langchain") from exc
     try:
         return init_chat_model(name)
     except ImportError as exc:

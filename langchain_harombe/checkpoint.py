@@ -79,6 +79,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from harombe_core.errors import InvalidInputError
 from harombe_core.manager import MemoryManager
+from harombe_core.store.closing import ClosesOnExit
 from harombe_core.store.sql_body import Body, SqlRunner, sql_runner
 from langchain_harombe.checkpoint_mirror import convert_with
 from langchain_harombe.checkpoint_rows import (
@@ -109,7 +110,7 @@ def _epoch() -> str:
     return os.urandom(16).hex()
 
 
-class HarombeSaver(BaseCheckpointSaver[str]):
+class HarombeSaver(ClosesOnExit, BaseCheckpointSaver[str]):
     """A LangGraph checkpointer on a harombe database (SQLite or PostgreSQL).
 
     Args:
@@ -459,12 +460,6 @@ class HarombeSaver(BaseCheckpointSaver[str]):
         """Close the manager if this saver opened it from ``storage_path``."""
         if self._owns_manager:
             self.manager.close()
-
-    def __enter__(self) -> HarombeSaver:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 class _Listing:

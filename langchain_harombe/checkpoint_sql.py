@@ -106,22 +106,19 @@ def _check_owner(owner: str | None, user_id: str | None, thread_id: str) -> None
     check_owner(thread_id, owner, user_id, exact=True)
 
 
+@dataclass(frozen=True, eq=False)
 class CheckpointTables:
-    """Bodies over the checkpoint tables of one database (see the module docstring)."""
+    """Bodies over the checkpoint tables of one database (see the module docstring).
 
-    def __init__(
-        self,
-        runner: SqlRunner,
-        serde: SerializerProtocol,
-        cache: BlobCache,
-        convert: Callable[[BaseMessage], Message],
-        messages_key: str,
-    ) -> None:
-        self.runner = runner
-        self.serde = serde
-        self.cache = cache
-        self.convert = convert
-        self.messages_key = messages_key
+    It holds only its collaborators, fixed for its life: the runner of the database, the
+    saver's serializer, blob cache and message converter, and the channel holding messages.
+    """
+
+    runner: SqlRunner
+    serde: SerializerProtocol
+    cache: BlobCache
+    convert: Callable[[BaseMessage], Message]
+    messages_key: str
 
     # writes -------------------------------------------------------------------------------
     def put(self, plan: PutPlan, now: int, epoch: str) -> Body[dict[str, Any]]:

@@ -16,13 +16,13 @@ from collections.abc import Sequence
 import numpy as np
 from langchain_core.embeddings import Embeddings
 
-from harombe_core.embeddings.base import BaseEmbedder, FloatArray, check_texts, validate_vectors
+from harombe_core.embeddings.base import FloatArray, NativeAsyncEmbedder
 from harombe_core.errors import EmbeddingError, InvalidInputError
 
 __all__ = ["LangChainEmbedder", "as_embedder"]
 
 
-class LangChainEmbedder(BaseEmbedder):
+class LangChainEmbedder(NativeAsyncEmbedder):
     """Wrap ``embeddings`` (e.g. ``OpenAIEmbeddings()``, ``OllamaEmbeddings(...)``).
 
     Args:
@@ -94,16 +94,13 @@ class LangChainEmbedder(BaseEmbedder):
         self._learn(rows)
         return np.asarray(rows, dtype=np.float32)
 
-    async def aembed(self, texts: Sequence[str]) -> FloatArray:
-        items = check_texts(texts)
-        if not items:
-            return np.zeros((0, self.dimension), dtype=np.float32)
+    async def _aembed_batch(self, texts: list[str]) -> list[list[float]]:
         try:
-            rows = await self.embeddings.aembed_documents(items)
+            rows = await self.embeddings.aembed_documents(texts)
         except Exception as exc:  # any backend failure becomes our typed error
-            raise EmbeddingError(f"{self._name} failed to embed {len(items)} texts: {exc}") from exc
+            raise EmbeddingError(f"{self._name} failed to embed {len(texts)} texts: {exc}") from exc
         self._learn(rows)
-        return validate_vectors(rows, len(items), self.dimension, self.name)
+        return rows
 
     async def aembed_query(self, text: str) -> FloatArray:
         if not isinstance(text, str):

@@ -20,6 +20,7 @@ from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict, Field, PrivateAttr, field_validator
 
 from harombe_core.errors import InvalidInputError
+from harombe_core.export.hits import hit_metadata
 from harombe_core.manager import MemoryManager
 from harombe_core.models import SearchHit
 from harombe_core.owners import check_search_scope
@@ -34,18 +35,9 @@ SearchType = Literal["hybrid", "similarity", "mmr"]
 def hit_to_document(hit: SearchHit) -> Document:
     """A Document for one hit; ``metadata`` carries provenance and scores."""
     message = hit.message
-    metadata: dict[str, Any] = {
-        "session_id": message.session_id,
-        "role": message.role,
-        "name": message.name,
-        "created_at": message.created_at.isoformat(),
-        "message_id": message.id,
-        "score": hit.score,
-    }
-    if hit.vector_score is not None:
-        metadata["vector_score"] = hit.vector_score
-    if hit.keyword_score is not None:
-        metadata["keyword_score"] = hit.keyword_score
+    metadata = hit_metadata(hit, vector_key="vector_score", keyword_key="keyword_score")
+    metadata["name"] = message.name
+    metadata["score"] = hit.score
     return Document(
         page_content=message.content,
         metadata=metadata,

@@ -12,23 +12,16 @@ embedder's are, so cosine similarity is a dot product.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding
 
-from harombe_core.embeddings.base import (
-    BaseEmbedder,
-    FloatArray,
-    check_texts,
-    validate_vectors,
-)
+from harombe_core.embeddings.base import FloatArray, NativeAsyncEmbedder, validate_vectors
 from harombe_core.errors import EmbeddingError, InvalidInputError
 
 __all__ = ["LlamaIndexEmbedder"]
 
 
-class LlamaIndexEmbedder(BaseEmbedder):
+class LlamaIndexEmbedder(NativeAsyncEmbedder):
     """Wraps ``embed_model``; ``dimension`` is measured once if not given.
 
     ``name`` is ``llamaindex:<class>:<model_name>`` so that a vector index built with one model
@@ -68,15 +61,11 @@ class LlamaIndexEmbedder(BaseEmbedder):
         result: FloatArray = validate_vectors(vector, 1, self.dimension, self.name)[0]
         return result
 
-    async def aembed(self, texts: Sequence[str]) -> FloatArray:
-        items = check_texts(texts)
-        if not items:
-            return np.zeros((0, self.dimension), dtype=np.float32)
+    async def _aembed_batch(self, texts: list[str]) -> list[list[float]]:
         try:
-            vectors = await self.embed_model.aget_text_embedding_batch(items)
+            return await self.embed_model.aget_text_embedding_batch(texts)
         except Exception as exc:
             raise EmbeddingError(f"{self._name} failed: {exc}") from exc
-        return validate_vectors(vectors, len(items), self.dimension, self.name)
 
     async def aembed_query(self, text: str) -> FloatArray:
         if not isinstance(text, str):

@@ -17,6 +17,7 @@ from llama_index.core.callbacks import CallbackManager
 from llama_index.core.schema import NodeWithScore, QueryBundle, QueryType, TextNode
 
 from harombe_core.errors import InvalidInputError
+from harombe_core.export.hits import hit_metadata
 from harombe_core.manager import MemoryManager
 from harombe_core.models import SearchHit
 from harombe_core.owners import check_search_scope
@@ -36,18 +37,9 @@ _HIDDEN_FROM_LLM = ["message_id", "session_id", "role", "name", "score_vector", 
 def hit_to_node(hit: SearchHit) -> NodeWithScore:
     """One search hit as a scored node (stable id: the message's id)."""
     m = hit.message
-    metadata: dict[str, Any] = {
-        "message_id": m.id,
-        "session_id": m.session_id,
-        "role": m.role,
-        "created_at": m.created_at.isoformat(),
-    }
+    metadata = hit_metadata(hit, vector_key="score_vector", keyword_key="score_keyword")
     if m.name:
         metadata["name"] = m.name
-    if hit.vector_score is not None:
-        metadata["score_vector"] = hit.vector_score
-    if hit.keyword_score is not None:
-        metadata["score_keyword"] = hit.keyword_score
     node = TextNode(
         id_=f"harombe-message-{m.id}",
         text=f"{m.role}: {m.content}",

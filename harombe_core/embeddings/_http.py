@@ -84,11 +84,40 @@ class HttpEmbedder(BaseEmbedder):
     service = "the endpoint"
     base_url: str
     batch_size: int
+    timeout: float
     _dimension_known: int | None
 
     def _request(self, texts: list[str]) -> list[Any]:
         """The server's vectors for ``texts``, in order."""
         raise NotImplementedError
+
+    def _post_list(
+        self,
+        path: str,
+        payload: dict[str, Any],
+        key: str,
+        count: int,
+        missing: str,
+        *,
+        headers: dict[str, str] | None = None,
+        service: str | None = None,
+    ) -> list[Any]:
+        """POST ``payload`` to ``path`` under ``base_url`` and return the answer's ``key`` list.
+
+        Every API answers a batch with one list of ``count`` items (one per text) under a
+        key; anything else is an :class:`EmbeddingError` saying ``missing``.
+        """
+        answer = post_json(
+            f"{self.base_url}{path}",
+            payload,
+            headers=headers,
+            timeout=self.timeout,
+            service=service or self.service,
+        )
+        items = answer.get(key) if isinstance(answer, dict) else None
+        if not isinstance(items, list) or len(items) != count:
+            raise EmbeddingError(missing)
+        return items
 
     def _repr_fields(self) -> dict[str, object]:
         return {"name": self.name, "dimension": self._dimension_known, "base_url": self.base_url}

@@ -24,6 +24,7 @@ __all__ = [
     "BaseEmbedder",
     "Embedder",
     "FloatArray",
+    "NativeAsyncEmbedder",
     "check_texts",
     "normalize_rows",
     "one_text",
@@ -183,3 +184,20 @@ class BaseEmbedder:
     def __repr__(self) -> str:
         shown = ", ".join(f"{k}={v!r}" for k, v in self._repr_fields().items() if v is not None)
         return f"{type(self).__name__}({shown})"
+
+
+class NativeAsyncEmbedder(BaseEmbedder):
+    """A backend with its own async batch call (a framework's embeddings object, which may be
+    a network client): :meth:`aembed` awaits :meth:`_aembed_batch` on the event loop instead of
+    running the sync path in a worker thread, with the same checks as :meth:`embed`.
+    """
+
+    async def _aembed_batch(self, texts: list[str]) -> npt.ArrayLike:  # pragma: no cover
+        raise NotImplementedError
+
+    async def aembed(self, texts: Sequence[str]) -> FloatArray:
+        items = check_texts(texts)
+        if not items:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        rows = await self._aembed_batch(items)
+        return validate_vectors(rows, len(items), self.dimension, self.name)

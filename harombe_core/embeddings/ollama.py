@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from harombe_core.embeddings._http import HttpEmbedder, post_json
-from harombe_core.errors import EmbeddingError, InvalidInputError
+from harombe_core.embeddings._http import HttpEmbedder
+from harombe_core.errors import InvalidInputError
 
 __all__ = ["OllamaEmbedder"]
 
@@ -49,16 +49,11 @@ class OllamaEmbedder(HttpEmbedder):
         self.truncate = truncate
 
     def _request(self, texts: list[str]) -> list[Any]:
-        answer = post_json(
-            f"{self.base_url}/api/embed",
+        return self._post_list(
+            "/api/embed",
             {"model": self.model, "input": texts, "truncate": self.truncate},
-            timeout=self.timeout,
-            service="Ollama",
+            "embeddings",
+            len(texts),
+            f"Ollama at {self.base_url} returned no 'embeddings' list of {len(texts)} vectors "
+            f"for model {self.model!r} (is it an embedding model?)",
         )
-        vectors = answer.get("embeddings") if isinstance(answer, dict) else None
-        if not isinstance(vectors, list) or len(vectors) != len(texts):
-            raise EmbeddingError(
-                f"Ollama at {self.base_url} returned no 'embeddings' list of {len(texts)} vectors "
-                f"for model {self.model!r} (is it an embedding model?)"
-            )
-        return vectors

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from harombe_core.embeddings.base import BaseEmbedder, FloatArray
-from harombe_core.errors import EmbeddingError, InvalidInputError, MissingExtraError
+from harombe_core.errors import EmbeddingError, InvalidInputError, MissingExtraError, requires_extra
 
 if TYPE_CHECKING:
     import onnxruntime
@@ -158,17 +158,13 @@ def export_onnx(model_dir: Path, target: Path, pooling: str = "mean") -> Path:
     Written to a temporary file and renamed, so a crash or a concurrent export never leaves a
     half-written model behind. Needs torch, transformers and onnx (only at export time).
     """
-    try:
+    with requires_extra(
+        "exporting a model to ONNX (done once, then cached)", extra="st", module="torch"
+    ):
         import torch
         from transformers import AutoModel
-    except ImportError as exc:
-        raise MissingExtraError(
-            "exporting a model to ONNX (done once, then cached)", extra="st", module="torch"
-        ) from exc
-    try:
+    with requires_extra("exporting a model to ONNX", extra="onnx", module="onnx"):
         import onnx  # noqa: F401  (torch.onnx.export needs it)
-    except ImportError as exc:
-        raise MissingExtraError("exporting a model to ONNX", extra="onnx", module="onnx") from exc
 
     from transformers.utils import logging as hf_logging
 
@@ -278,10 +274,8 @@ def optimize_onnx(source: Path, target: Path, model_dir: Path) -> Path:
 
 def quantize_onnx(source: Path, target: Path) -> Path:
     """int8 dynamic quantisation of the weights (activations stay float)."""
-    try:
+    with requires_extra("int8 quantisation", extra="onnx", module="onnx"):
         from onnxruntime.quantization import QuantType, quantize_dynamic
-    except ImportError as exc:
-        raise MissingExtraError("int8 quantisation", extra="onnx", module="onnx") from exc
     fd, tmp_name = tempfile.mkstemp(prefix=target.name, suffix=".tmp", dir=target.parent)
     os.close(fd)
     try:

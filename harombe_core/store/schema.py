@@ -21,46 +21,93 @@ __all__ = [
     "VECTORS_TABLE_DDL",
 ]
 
-# Each migration is a list of statements run in one transaction with the version bump.
-MIGRATIONS: list[list[str]] = [
-    [
-        """CREATE TABLE harombe_meta (
+# The first migration's tables, written once for both backends: the texts differ only in the
+# column types of ``_TYPES``, in the columns one backend alone has and in how PostgreSQL orders
+# sessions updated in the same second. The SQLite texts are exactly those that existing files
+# hold in sqlite_master (PostgreSQL keeps no statement text).
+_TYPES: dict[str, dict[str, str]] = {
+    "sqlite": {
+        "time": "INTEGER",
+        "message_key": "INTEGER PRIMARY KEY AUTOINCREMENT",
+        "message_ref": "INTEGER",
+        "flag": "INTEGER NOT NULL DEFAULT 0",
+        "unembedded": "embedded = 0",
+        "session_order": "",
+        "session_columns": "",
+        "message_columns": "",
+    },
+    "postgres": {
+        "time": "BIGINT",
+        "message_key": "BIGSERIAL PRIMARY KEY",
+        "message_ref": "BIGINT",
+        "flag": "BOOLEAN NOT NULL DEFAULT FALSE",
+        "unembedded": "NOT embedded",
+        "session_order": ", seq DESC",
+        # Orders sessions updated in the same second by when they were updated.
+        "session_columns": ",\n            seq BIGSERIAL",
+        # The turn a message answers, and the keyword vector of both (TSVECTOR_SQL).
+        "message_columns": ",\n            context TEXT NOT NULL DEFAULT '',"
+        "\n            fts TSVECTOR NOT NULL",
+    },
+}
+
+_META_TABLE = """CREATE TABLE harombe_meta (
             key TEXT PRIMARY KEY,
             value TEXT NOT NULL
-        )""",
-        """CREATE TABLE sessions (
+        )"""
+
+_SESSIONS_TABLE = """CREATE TABLE sessions (
             id TEXT PRIMARY KEY,
             user_id TEXT,
             system_prompt TEXT,
             system_prompt_tokens INTEGER NOT NULL DEFAULT 0,
-            metadata TEXT NOT NULL DEFAULT '{}',
-            created_at INTEGER NOT NULL,
-            updated_at INTEGER NOT NULL,
+            metadata TEXT NOT NULL DEFAULT '{{}}',
+            created_at {time} NOT NULL,
+            updated_at {time} NOT NULL,
             message_count INTEGER NOT NULL DEFAULT 0,
             summary TEXT,
             summary_json TEXT,
-            summary_until_id INTEGER
-        )""",
-        "CREATE INDEX sessions_updated ON sessions(updated_at DESC)",
-        "CREATE INDEX sessions_user_updated ON sessions(user_id, updated_at DESC)",
-        """CREATE TABLE messages (
-            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            summary_until_id {message_ref}{session_columns}
+        )"""
+
+_MESSAGES_TABLE = """CREATE TABLE messages (
+            id {message_key},
             session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
             role TEXT NOT NULL CHECK (role IN ('user', 'assistant', 'system', 'tool')),
             content TEXT NOT NULL,
             name TEXT,
             tool_calls TEXT,
             tool_call_id TEXT,
-            metadata TEXT NOT NULL DEFAULT '{}',
-            created_at INTEGER NOT NULL,
+            metadata TEXT NOT NULL DEFAULT '{{}}',
+            created_at {time} NOT NULL,
             token_count INTEGER NOT NULL,
-            parent_id INTEGER REFERENCES messages(id) ON DELETE SET NULL,
+            parent_id {message_ref} REFERENCES messages(id) ON DELETE SET NULL,
             summary_json TEXT,
-            embedded INTEGER NOT NULL DEFAULT 0
-        )""",
+            embedded {flag}{message_columns}
+        )"""
+
+
+
+def _core_tables(dialect: str) -> list[str]:
+    """The sessions and messages with their indexes: the start of migration 1 on ``dialect``."""
+    types = _TYPES[dialect]
+    order = types["session_order"]
+    return [
+        _META_TABLE,
+        _SESSIONS_TABLE.format(**types),
+        f"CREATE INDEX sessions_updated ON sessions(updated_at DESC{order})",
+        f"CREATE INDEX sessions_user_updated ON sessions(user_id, updated_at DESC{order})",
+        _MESSAGES_TABLE.format(**types),
         "CREATE INDEX messages_session ON messages(session_id, id)",
         "CREATE INDEX messages_parent ON messages(parent_id) WHERE parent_id IS NOT NULL",
-        "CREATE INDEX messages_unembedded ON messages(id) WHERE embedded = 0",
+        f"CREATE INDEX messages_unembedded ON messages(id) WHERE {types['unembedded']}",
+    ]
+
+
+# Each migration is a list of statements run in one transaction with the version bump.
+MIGRATIONS: list[list[str]] = [
+    [
+        *_core_tables("sqlite"),
         """CREATE VIRTUAL TABLE messages_fts USING fts5(
             content, context, tokenize = 'porter unicode61 remove_diacritics 2'
         )""",
@@ -178,46 +225,7 @@ VECTORS_TABLE_DDL = (
 # Each migration runs in one transaction together with its row in harombe_schema.
 PG_MIGRATIONS: list[list[str]] = [
     [
-        """CREATE TABLE harombe_meta (
-            key TEXT PRIMARY KEY,
-            value TEXT NOT NULL
-        )""",
-        """CREATE TABLE sessions (
-            id TEXT PRIMARY KEY,
-            user_id TEXT,
-            system_prompt TEXT,
-            system_prompt_tokens INTEGER NOT NULL DEFAULT 0,
-            metadata TEXT NOT NULL DEFAULT '{}',
-            created_at BIGINT NOT NULL,
-            updated_at BIGINT NOT NULL,
-            message_count INTEGER NOT NULL DEFAULT 0,
-            summary TEXT,
-            summary_json TEXT,
-            summary_until_id BIGINT,
-            seq BIGSERIAL
-        )""",
-        "CREATE INDEX sessions_updated ON sessions (updated_at DESC, seq DESC)",
-        "CREATE INDEX sessions_user_updated ON sessions (user_id, updated_at DESC, seq DESC)",
-        """CREATE TABLE messages (
-            id BIGSERIAL PRIMARY KEY,
-            session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
-            role TEXT NOT NULL CHECK (role IN ('user', 'assistant', 'system', 'tool')),
-            content TEXT NOT NULL,
-            name TEXT,
-            tool_calls TEXT,
-            tool_call_id TEXT,
-            metadata TEXT NOT NULL DEFAULT '{}',
-            created_at BIGINT NOT NULL,
-            token_count INTEGER NOT NULL,
-            parent_id BIGINT REFERENCES messages(id) ON DELETE SET NULL,
-            summary_json TEXT,
-            embedded BOOLEAN NOT NULL DEFAULT FALSE,
-            context TEXT NOT NULL DEFAULT '',
-            fts TSVECTOR NOT NULL
-        )""",
-        "CREATE INDEX messages_session ON messages (session_id, id)",
-        "CREATE INDEX messages_parent ON messages (parent_id) WHERE parent_id IS NOT NULL",
-        "CREATE INDEX messages_unembedded ON messages (id) WHERE NOT embedded",
+        *_core_tables("postgres"),
         "CREATE INDEX messages_fts ON messages USING GIN (fts)",
         """CREATE TABLE harombe_writes (
             key UUID PRIMARY KEY,
