@@ -26,7 +26,8 @@ from harombe_core.models import Message, Session
 from harombe_core.newest import anewest_until, newest_until
 from harombe_core.owners import check_owner, legacy_session_key, session_key
 from harombe_core.progress import Progress, check_progress
-from harombe_core.store.base import UNSET, ClosesOnExit, MessageStore
+from harombe_core.store.base import UNSET, MessageStore
+from harombe_core.store.closing import ClosesOnExit
 from harombe_core.strategies import Window, window_newest
 from harombe_core.tokens import TokenCounter, resolve_token_counter
 from harombe_core.validate import (

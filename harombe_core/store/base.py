@@ -13,8 +13,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from types import TracebackType
-from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from harombe_core.models import Message, Session
 from harombe_core.store.context_sql import ContextReads
@@ -22,7 +21,7 @@ from harombe_core.store.context_sql import ContextReads
 if TYPE_CHECKING:
     from harombe_core.store.runner import Dialect, Op
 
-__all__ = ["UNSET", "AtomicBlock", "ClosesOnExit", "KeywordHit", "MessageStore", "SearchScope",
+__all__ = ["UNSET", "AtomicBlock", "KeywordHit", "MessageStore", "SearchScope",
            "adjacent_ids_sql"]
 
 T = TypeVar("T")
@@ -65,26 +64,6 @@ class KeywordHit:
 
     message: Message
     score: float
-
-
-class ClosesOnExit:
-    """``with obj:`` for an object that holds resources (a manager's store and indexes, a local
-    server): the block gets ``obj`` and ``obj.close()`` runs however the block ends."""
-
-    def close(self) -> None:
-        """Release what this object holds; safe to call twice."""
-        raise NotImplementedError
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
 
 class AtomicBlock(threading.local):

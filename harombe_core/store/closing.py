@@ -1,8 +1,9 @@
 """The ``with`` block of everything that holds a database open.
 
-A manager, a chat memory or a checkpointer opened for one block of code should be closed when
-the block ends, an error or not. The protocol is the same for all of them (enter gives the
-object itself, leaving calls its ``close()``), so it is written once here.
+A manager, a chat memory, a checkpointer or a local Postgres server opened for one block of
+code should be closed when the block ends, an error or not. The protocol is the same for all
+of them (enter gives the object itself, leaving calls its ``close()``), so it is written once
+here.
 """
 
 from __future__ import annotations
