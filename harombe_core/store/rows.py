@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import fields
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -154,21 +155,30 @@ def session_span(message_times: Sequence[int], now: int) -> tuple[int, int]:
 
 
 def row_to_message(row: Sequence[Any]) -> Message:
-    # Rows were validated when they were written, so they skip Message's checks: a token window
-    # builds dozens of these per call.
-    return Message.trusted(
-        id=row[0],
-        session_id=row[1],
-        role=row[2],
-        content=row[3],
-        name=row[4],
-        tool_calls=json.loads(row[5]) if row[5] is not None else None,
-        tool_call_id=row[6],
-        metadata=json.loads(row[7]) if row[7] != "{}" else {},
-        created_at=from_micros(row[8]),
-        token_count=row[9],
-        parent_id=row[10],
-    )
+    # Rows were validated when they were written, so they skip Message's checks; and each
+    # field is set directly (a token window builds dozens of these per call, a context with
+    # important messages a hundred). _MESSAGE_FIELDS below keeps this list whole.
+    message = _new_message(Message)
+    message.id = row[0]
+    message.session_id = row[1]
+    message.role = row[2]
+    message.content = row[3]
+    message.name = row[4]
+    message.tool_calls = json.loads(row[5]) if row[5] is not None else None
+    message.tool_call_id = row[6]
+    message.metadata = json.loads(row[7]) if row[7] != "{}" else {}
+    message.created_at = from_micros(row[8])
+    message.token_count = row[9]
+    message.parent_id = row[10]
+    return message
+
+
+_new_message = Message.__new__
+#: The fields row_to_message sets: all of Message's (checked when this module loads).
+_MESSAGE_FIELDS = ("id", "session_id", "role", "content", "name", "tool_calls", "tool_call_id",
+                   "metadata", "created_at", "token_count", "parent_id")
+if set(_MESSAGE_FIELDS) != {f.name for f in fields(Message)}:  # pragma: no cover - a new field
+    raise ImportError("row_to_message does not set every Message field; update it.")
 
 
 def row_to_session(row: Sequence[Any]) -> Session:
