@@ -26,7 +26,7 @@ def _fill(mm: MemoryManager) -> None:
     mm.save_message("someone-else", Message(role="user", content="Lisbon is where bo lives."))
 
 
-@pytest.mark.parametrize("embedding", [None, "fake"])
+@pytest.mark.parametrize("embedding", [None, "exact", "chroma"])
 def test_other_sessions_are_found_past_a_long_current_one(
     tmp_path: Path, embedding: str | None
 ) -> None:
@@ -34,8 +34,21 @@ def test_other_sessions_are_found_past_a_long_current_one(
     with MemoryManager(tmp_path / "m.db", embedding=embedder, token_counter="approximate") as mm:
         _fill(mm)
         mm.flush()
+        if embedding == "chroma":  # every scoped search asks the Chroma index
+            mm._semantic.exact_search_limit = 0
         hits = mm.search("lisbon", top_k=5, user_id="ana", exclude_session_id="current")
         assert [h.message.session_id for h in hits] == ["older"]
+        if embedding:
+            # By meaning alone, with a query nearer to every current message than to the
+            # older one: only a scope that leaves the session out leaves room for it.
+            hits = mm.search(
+                "lisbon again, note",
+                top_k=5,
+                user_id="ana",
+                exclude_session_id="current",
+                keyword_weight=0.0,
+            )
+            assert [h.message.session_id for h in hits] == ["older"]
         past = mm.get_relevant_context("lisbon", user_id="ana", exclude_session_id="current")
         assert [m.session_id for m in past] == ["older"]
         context = mm.get_context("current", "simple", 4000, query="lisbon", budget=ContextBudget())
@@ -56,8 +69,9 @@ def test_other_sessions_are_found_past_a_long_current_one_on_postgres(pg_url: st
     with MemoryManager(pg_url, embedding=FakeEmbedder(), token_counter="approximate") as mm:
         _fill(mm)
         mm.flush()
-        for weights in ({"vector_weight": 0.0}, {"keyword_weight": 0.0}):
-            hits = mm.search(
-                "lisbon", top_k=5, user_id="ana", exclude_session_id="current", **weights
-            )
+        for query, weights in (
+            ("lisbon", {"vector_weight": 0.0}),
+            ("lisbon again, note", {"keyword_weight": 0.0}),  # nearer every current message
+        ):
+            hits = mm.search(query, top_k=5, user_id="ana", exclude_session_id="current", **weights)
             assert [h.message.session_id for h in hits] == ["older"]
