@@ -27,6 +27,7 @@ from harombe_core.limits import current_limits
 from harombe_core.manager_search import Searcher
 from harombe_core.models import Message, Session
 from harombe_core.owned import owned_session
+from harombe_core.retrieval import format_context
 from harombe_core.store.base import MessageStore
 from harombe_core.strategies import (
     ContextBudget,
@@ -324,7 +325,6 @@ class ContextBuilder:
         user_profile: str | None,
     ) -> list[Message]:
         """User profile, recent session summaries and relevant past messages, each in its share."""
-        from harombe_core.retrieval import format_context
         from harombe_core.strategies import fit_block
 
         rest = total - sum(m.token_count or 0 for m in system)
