@@ -1,21 +1,20 @@
-"""MemoryManager's context side: session summaries and the context-assembly strategies.
+"""ContextBuilder: session summaries and the context-assembly strategies.
 
 What goes into a model's prompt (a token window, a summary plus the newest turns, important
 messages, a thread, or the seed's full budget) is decided here. ``get_context`` reads the
 session once and hands it to the strategy named in :data:`STRATEGIES`; each strategy reads
 only the rows its window can use (:mod:`harombe_core.context_reads`), the window arithmetic is
 in :mod:`harombe_core.strategies` and the summarisers in :mod:`harombe_core.summarize`.
-:class:`~harombe_core.manager.MemoryManager` inherits these methods.
+:class:`~harombe_core.manager.MemoryManager` composes a builder and forwards to it.
 """
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from harombe_core.context_reads import (
     hybrid_from_store,
@@ -23,9 +22,12 @@ from harombe_core.context_reads import (
     thread_window_from_store,
 )
 from harombe_core.errors import InvalidInputError
+from harombe_core.flows import drive
 from harombe_core.limits import current_limits
-from harombe_core.manager_search import SearchMethods
+from harombe_core.manager_search import Searcher
 from harombe_core.models import Message, Session
+from harombe_core.owned import owned_session
+from harombe_core.retrieval import format_context
 from harombe_core.store.base import MessageStore
 from harombe_core.strategies import (
     ContextBudget,
@@ -48,68 +50,53 @@ from harombe_core.validate import (
 if TYPE_CHECKING:
     from harombe_core.strategies import Window
 
-__all__ = ["STRATEGIES", "ContextMethods", "ContextRequest", "Strategy"]
+__all__ = ["STRATEGIES", "ContextBuilder", "ContextRequest", "Strategy"]
 
 log = logging.getLogger("harombe_core.manager")
-
-S = TypeVar("S")
-P = ParamSpec("P")
-T = TypeVar("T")
 
 #: Messages summarised per step when no ``memory.summary_chunk`` is configured.
 DEFAULT_SUMMARY_CHUNK = 500
 
 
-def _in_thread(
-    method: Callable[Concatenate[S, P], T],
-) -> Callable[Concatenate[S, P], Coroutine[Any, Any, T]]:
-    """The async twin of a sync ``method``: it runs in a worker thread, so the event loop
-    never waits on SQLite or a summarising model, and takes exactly ``method``'s arguments.
-
-    The call goes through ``self`` by name, so a subclass that overrides the sync method
-    gets an async twin that runs its override.
-    """
-    name = method.__name__
-
-    @functools.wraps(method)
-    async def asynchronous(self: S, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        sync: Callable[P, T] = getattr(self, name)
-        return await asyncio.to_thread(sync, *args, **kwargs)
-
-    asynchronous.__name__ = "a" + name
-    asynchronous.__qualname__ = method.__qualname__.rpartition(".")[0] + ".a" + name
-    asynchronous.__doc__ = f"Async twin of :meth:`{name}`."
-    return asynchronous
-
-
-class ContextMethods(SearchMethods):
+class ContextBuilder:
     """Summaries of sessions and the messages to send a model, never over the token budget.
 
-    Built on :class:`SearchMethods`: the full context budget includes relevant past messages.
+    It holds what it needs: the ``store``, the ``search`` side (its retriever finds relevant
+    past messages, its embedder embeds summaries, its configuration sets the summary chunk),
+    the default budget ``max_history_tokens`` and the ``token_counter`` that costs the
+    messages it makes. The manager's attributes of those names are these, so setting either
+    takes effect here at once.
     """
 
-    _store: MessageStore
-    token_counter: TokenCounter
-    max_history_tokens: int
+    def __init__(
+        self,
+        store: MessageStore,
+        search: Searcher,
+        *,
+        max_history_tokens: int,
+        token_counter: TokenCounter,
+    ) -> None:
+        self.store = store
+        self.search = search
+        self.max_history_tokens = max_history_tokens
+        self.token_counter = token_counter
+        self._summarizer: Any = None
+        self._summary_chunk: int | None = None
 
-    if TYPE_CHECKING:
-
-        @property
-        def embedder(self) -> Any: ...
-
-        def check_owner(
-            self, session_id: str, user_id: str | None, *, exact: bool = False
-        ) -> Session | None: ...
+    def check_owner(self, session_id: str, user_id: str | None) -> Session | None:
+        """The session (None if unknown), if ``user_id`` may use it (else
+        SessionOwnershipError); see :func:`~harombe_core.owned.owned_session`."""
+        return drive(owned_session(self.store, session_id, user_id))
 
     @property
     def summarizer(self) -> Any:
         """What summarises sessions: extractive (no model) unless set to a Summarizer or an LLM."""
-        current = getattr(self, "_summarizer", None)
+        current = self._summarizer
         if current is None:
             from harombe_core.summarize import ExtractiveSummarizer
 
             current = ExtractiveSummarizer()
-            self._summarizer: Any = current
+            self._summarizer = current
         return current
 
     @summarizer.setter
@@ -118,7 +105,7 @@ class ContextMethods(SearchMethods):
 
         self._summarizer = resolve_summarizer(value)
 
-    def _system_prompt_message(self, session: Session) -> list[Message]:
+    def system_prompt_message(self, session: Session) -> list[Message]:
         """The session's system prompt as the message that leads its history (none without
         one), costed with the token count stored beside it."""
         if session.system_prompt is None:
@@ -129,11 +116,11 @@ class ContextMethods(SearchMethods):
                 content=session.system_prompt,
                 session_id=session.id,
                 created_at=session.created_at,
-                token_count=self._store.system_prompt_tokens(session.id),
+                token_count=self.store.system_prompt_tokens(session.id),
             )
         ]
 
-    def _context_message(self, text: str, kind: str) -> Message:
+    def context_message(self, text: str, kind: str) -> Message:
         message = Message(role="system", content=text, metadata={"harombe": kind})
         return message.with_ids(token_count=self.token_counter.count_message(message))
 
@@ -145,9 +132,9 @@ class ContextMethods(SearchMethods):
         backlog costs O(chunk) per call and catches up over calls; ``summarize_session()`` and
         ``end_session()`` go through the whole backlog, step by step, each step committed.
         """
-        value = getattr(self, "_summary_chunk", None)
+        value = self._summary_chunk
         if value is None:
-            config = getattr(self, "_config", None)
+            config = self.search.configured
             value = config.memory.summary_chunk if config is not None else DEFAULT_SUMMARY_CHUNK
         return int(value)
 
@@ -192,7 +179,7 @@ class ContextMethods(SearchMethods):
         after = session.summary_until_id
         step = max_messages or self.summary_chunk
         while True:
-            fresh = self._store.get_messages(session_id, after_id=after, limit=step)
+            fresh = self.store.get_messages(session_id, after_id=after, limit=step)
             complete = len(fresh) < step
             if until_id is not None:
                 complete = complete or any(m.id is not None and m.id >= until_id for m in fresh)
@@ -219,11 +206,11 @@ class ContextMethods(SearchMethods):
 
     def _store_summary(self, session_id: str, summary: Any, until_id: int | None) -> None:
         data = summary.to_dict()
-        embedder = self.embedder
+        embedder = self.search.embedder
         if embedder is not None and summary.summary:
             vector = embedder.embed_query(summary.as_text())
             data["embedding"] = {"model": embedder.name, "vector": [float(x) for x in vector]}
-        self._store.update_session(
+        self.store.update_session(
             session_id, summary=summary.summary, summary_data=data, summary_until_id=until_id
         )
 
@@ -243,8 +230,8 @@ class ContextMethods(SearchMethods):
         query = check_query(query)
         top_k = check_count(top_k, "top_k", high=MAX_TOP_K)
         user_id = optional_id(user_id, "user_id")
-        sessions = [s for s in self._store.list_sessions(limit=None, user_id=user_id) if s.summary]
-        embedder = self.embedder
+        sessions = [s for s in self.store.list_sessions(limit=None, user_id=user_id) if s.summary]
+        embedder = self.search.embedder
         scored: list[tuple[Session, float]] = []
         if embedder is not None:
             q = embedder.embed_query(query)
@@ -315,7 +302,7 @@ class ContextMethods(SearchMethods):
         session = self.check_owner(session_id, user_id)  # the one read of the session
         if session is None:
             return []
-        system = self._system_prompt_message(session)
+        system = self.system_prompt_message(session)
         reserve_system(system, total)
         extra: list[Message] = []
         if budget is not None:
@@ -343,35 +330,30 @@ class ContextMethods(SearchMethods):
         rest = total - sum(m.token_count or 0 for m in system)
         blocks: list[Message] = []
         if user_profile:
-            profile = self._context_message("User profile:\n" + user_profile, "profile")
+            profile = self.context_message("User profile:\n" + user_profile, "profile")
             blocks += fit_block([profile], int(budget.user_profile * rest))
         if session.user_id is None:  # whose other sessions? none is known to be this user's
             return blocks
         others = [
             s
-            for s in self._store.list_sessions(limit=6, user_id=session.user_id)
+            for s in self.store.list_sessions(limit=6, user_id=session.user_id)
             if s.id != session.id and s.summary
         ][:5]
         if others:
             lines = [f"- {s.updated_at:%Y-%m-%d}: {s.summary}" for s in others]
-            note = self._context_message("Recent sessions:\n" + "\n".join(lines), "summaries")
+            note = self.context_message("Recent sessions:\n" + "\n".join(lines), "summaries")
             blocks += fit_block([note], int(budget.session_summaries * rest))
         if query:
-            past = self.get_relevant_context(
+            past = self.search.retriever.get_relevant_context(
                 query,
                 max_tokens=max(int(budget.relevant_past * rest) - 20, 0),
                 user_id=session.user_id,
                 exclude_session_id=session.id,
             )
             if past:
-                note = self._context_message(self.format_context(past), "relevant")
+                note = self.context_message(format_context(past), "relevant")
                 blocks += fit_block([note], int(budget.relevant_past * rest))
         return blocks
-
-    aget_context = _in_thread(get_context)
-    asummarize_session = _in_thread(summarize_session)
-    aend_session = _in_thread(end_session)
-    asearch_summaries = _in_thread(search_summaries)
 
 
 # --------------------------------------------------------------------------------------------
@@ -391,13 +373,13 @@ class ContextRequest:
     keep_last: int
 
 
-Strategy = Callable[[ContextMethods, ContextRequest], list[Message]]
+Strategy = Callable[[ContextBuilder, ContextRequest], list[Message]]
 
 
-def _simple(ctx: ContextMethods, request: ContextRequest) -> list[Message]:
+def _simple(ctx: ContextBuilder, request: ContextRequest) -> list[Message]:
     """The token window: the newest messages that fit, read newest first until it is full."""
     window = window_newest(
-        ctx._store.iter_newest(request.session.id),
+        ctx.store.iter_newest(request.session.id),
         request.total,
         reserved_tokens=sum(m.token_count or 0 for m in request.system),
         start_on_user=request.start_on_user,
@@ -405,10 +387,10 @@ def _simple(ctx: ContextMethods, request: ContextRequest) -> list[Message]:
     return request.system + window.messages
 
 
-def _threaded(ctx: ContextMethods, request: ContextRequest) -> list[Message]:
+def _threaded(ctx: ContextBuilder, request: ContextRequest) -> list[Message]:
     """The newest message's thread (a session never threaded is one thread: the window)."""
     window = thread_window_from_store(
-        ctx._store,
+        ctx.store,
         request.session.id,
         request.total,
         system=request.system,
@@ -418,7 +400,7 @@ def _threaded(ctx: ContextMethods, request: ContextRequest) -> list[Message]:
 
 
 def _summary_of_older(
-    ctx: ContextMethods, request: ContextRequest, newest: list[Message]
+    ctx: ContextBuilder, request: ContextRequest, newest: list[Message]
 ) -> Message | None:
     """The stored summary of what is older than the newest ``keep_last`` messages, first
     advanced by one bounded step if it does not reach them yet."""
@@ -435,26 +417,26 @@ def _summary_of_older(
             text = folded.summary
     if not text:
         return None
-    return ctx._context_message("Summary of the earlier conversation:\n" + text, "summary")
+    return ctx.context_message("Summary of the earlier conversation:\n" + text, "summary")
 
 
-def _summarization(ctx: ContextMethods, request: ContextRequest) -> list[Message]:
+def _summarization(ctx: ContextBuilder, request: ContextRequest) -> list[Message]:
     """The summary of older messages, then the newest ``keep_last``."""
     return _with_summary(ctx, request, summarization_window)
 
 
-def _hybrid(ctx: ContextMethods, request: ContextRequest) -> list[Message]:
+def _hybrid(ctx: ContextBuilder, request: ContextRequest) -> list[Message]:
     """As summarization, plus the important older messages that fit (read through an index)."""
-    read = functools.partial(hybrid_from_store, ctx._store, request.session.id)
+    read = functools.partial(hybrid_from_store, ctx.store, request.session.id)
     return _with_summary(ctx, request, read)
 
 
 def _with_summary(
-    ctx: ContextMethods, request: ContextRequest, window: Callable[..., Window]
+    ctx: ContextBuilder, request: ContextRequest, window: Callable[..., Window]
 ) -> list[Message]:
     """``window`` given the session's newest ``keep_last + 1`` messages and the summary of
     the older ones (the one extra message tells whether anything older exists)."""
-    newest = newest_messages(ctx._store, request.session.id, request.keep_last + 1)
+    newest = newest_messages(ctx.store, request.session.id, request.keep_last + 1)
     return window(
         newest,
         request.total,

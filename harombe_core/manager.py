@@ -16,15 +16,17 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
-from harombe_core.context import ContextMethods
-from harombe_core.derive import converted
+from harombe_core.context import ContextBuilder
+from harombe_core.derive import converted, forwarded, in_thread, part_property
 from harombe_core.errors import InvalidInputError
 from harombe_core.flows import Call, Flow, Work, twins
+from harombe_core.manager_search import Searcher
 from harombe_core.models import Message, Session
 from harombe_core.newest import anewest_until, newest_until
-from harombe_core.owners import check_owner, legacy_session_key, session_key
+from harombe_core.owned import named_owner, owned_session
+from harombe_core.owners import legacy_session_key, session_key
 from harombe_core.progress import Progress, check_progress
 from harombe_core.store.base import UNSET, MessageStore
 from harombe_core.store.closing import ClosesOnExit
@@ -53,6 +55,8 @@ log = logging.getLogger(__name__)
 #: Longest wait flush() accepts, in seconds (a day; the clock cannot represent much more).
 MAX_WAIT_SECONDS = 86_400.0
 T = TypeVar("T")
+R = TypeVar("R")
+P = ParamSpec("P")
 
 
 def open_store(
@@ -77,7 +81,12 @@ def open_store(
     return SQLiteStore(location, encryption_key=encryption_key)
 
 
-class MemoryManager(ContextMethods, ClosesOnExit):
+def _on(part: str, template: Callable[Concatenate[Any, P], R]) -> Callable[Concatenate[Any, P], R]:
+    """The manager's method running ``template`` on its composed ``part`` (same signature)."""
+    return forwarded(template, part, owner="MemoryManager")
+
+
+class MemoryManager(ClosesOnExit):
     """Sessions, messages, token windows and (with semantic memory) search, over one store.
 
     ``storage_path`` is a SQLite file (``~`` expanded; ``":memory:"`` for a throwaway store) or a
@@ -85,9 +94,10 @@ class MemoryManager(ContextMethods, ClosesOnExit):
     is the bundled all-MiniLM-L6-v2 model with an embedded ChromaDB beside the database; pass
     ``None`` for either to keep only the store and its keyword index.
 
-    Search and RAG context come from :class:`~harombe_core.manager_search.SearchMethods`,
-    summaries and context strategies from :class:`~harombe_core.context.ContextMethods`
-    (which builds on it).
+    The manager composes its parts: the store; a :class:`~harombe_core.manager_search.Searcher`
+    (the semantic memory, the :class:`~harombe_core.retrieval.Retriever` over it, reindexing);
+    and a :class:`~harombe_core.context.ContextBuilder` (summaries and the context strategies,
+    a table). Their public methods are the manager's, forwarded with the same signatures.
     """
 
     def __init__(
@@ -101,8 +111,8 @@ class MemoryManager(ContextMethods, ClosesOnExit):
         config: MemoryConfig | None = None,
         encryption_key: str | None = None,
     ) -> None:
-        self.max_history_tokens = check_budget(max_history_tokens, "max_history_tokens")
-        self.token_counter: TokenCounter = resolve_token_counter(token_counter)
+        budget = check_budget(max_history_tokens, "max_history_tokens")
+        counter: TokenCounter = resolve_token_counter(token_counter)
         if config is not None:
             from harombe_core.config import MemoryConfig
 
@@ -122,25 +132,24 @@ class MemoryManager(ContextMethods, ClosesOnExit):
 
             check_semantic_parts(embedding, vector_store, storage_path, config)
         self._store = open_store(storage_path, encryption_key=encryption_key)
-        self._config = config
-        self._semantic: Any = None
         self._closed = False
-        try:
-            if semantic:
-                self._semantic = self._open_semantic(embedding, vector_store)
-        except BaseException:
-            self._store.close()
-            raise
+        memory: Any = None
+        if semantic:
+            try:  # shared with every other manager or adapter on this database in this process
+                from harombe_core.vectors.shared import acquire_semantic
 
-    # construction -------------------------------------------------------------------------
-    def _open_semantic(self, embedding: Any, vector_store: Any) -> Any:
-        # Shared with every other manager or adapter on this database in this process.
-        from harombe_core.vectors.shared import acquire_semantic
-
-        return acquire_semantic(
-            self._store, embedding=embedding, vector_store=vector_store, config=self._config
+                memory = acquire_semantic(
+                    self._store, embedding=embedding, vector_store=vector_store, config=config
+                )
+            except BaseException:
+                self._store.close()
+                raise
+        self._searcher = Searcher(self._store, memory, config)
+        self._context = ContextBuilder(
+            self._store, self._searcher, max_history_tokens=budget, token_counter=counter
         )
 
+    # construction -------------------------------------------------------------------------
     @classmethod
     def from_config(cls, source: Any) -> MemoryManager:
         """Build from a YAML path or mapping (see :mod:`harombe_core.config`).
@@ -173,18 +182,21 @@ class MemoryManager(ContextMethods, ClosesOnExit):
         return self._store
 
     @property
-    def config(self) -> MemoryConfig:
-        """The configuration in force (defaults if none was given)."""
-        if self._config is None:
-            from harombe_core.config import MemoryConfig
+    def _semantic(self) -> Any:
+        """The store's semantic memory (None when off), held by the search side."""
+        return self._searcher.semantic
 
-            self._config = MemoryConfig()
-        return self._config
-
-    @property
-    def embedder(self) -> Any:
-        """The embedder of semantic memory (an ``Embedder``), or None when it is off."""
-        return None if self._semantic is None else self._semantic.embedder
+    config = part_property("_searcher", Searcher.config)
+    embedder = part_property("_searcher", Searcher.embedder)
+    retriever = part_property("_searcher", Searcher.retriever)
+    summarizer = part_property("_context", ContextBuilder.summarizer)
+    summary_chunk = part_property("_context", ContextBuilder.summary_chunk)
+    max_history_tokens: int = part_property(
+        "_context", "max_history_tokens", doc="The default token budget.", settable=True
+    )
+    token_counter: TokenCounter = part_property(
+        "_context", "token_counter", doc="What counts tokens (a TokenCounter).", settable=True
+    )
 
     @property
     def semantic_enabled(self) -> bool:
@@ -255,7 +267,7 @@ class MemoryManager(ContextMethods, ClosesOnExit):
         """The message that leads the session's history (none without a system prompt)."""
         if session.system_prompt is None:
             return []
-        system: list[Message] = yield Work(self._system_prompt_message, session)
+        system: list[Message] = yield Work(self._context.system_prompt_message, session)
         return system
 
     def _get_session(self, session_id: str, *, user_id: str | None = None) -> Flow[Session | None]:
@@ -299,21 +311,9 @@ class MemoryManager(ContextMethods, ClosesOnExit):
         ``user_id`` itself, so ``None`` reaches only sessions without an owner: what an adapter
         acting for nobody may use.
         """
-        optional_id(user_id, "user_id")
-        check_flag(exact, "exact")
-        session: Session | None = yield self._call(
-            "get_session", check_id(session_id, "session_id")
-        )
-        if session is not None:
-            check_owner(session_id, session.user_id, user_id, exact=exact)
-        return session
+        return (yield from owned_session(self._store, session_id, user_id, exact=exact))
 
     check_owner, acheck_owner = twins(_check_owner)
-
-    def _owner_named(self, session_id: str, user_id: str | None) -> Flow[None]:
-        """Check the owner only when a user is named (the application may use any session)."""
-        if user_id is not None:
-            yield from self._check_owner(session_id, user_id)
 
     def conversation_session_id(self, user_id: str, conversation_id: str) -> str:
         """The session id of ``user_id``'s conversation ``conversation_id``.
@@ -392,7 +392,7 @@ class MemoryManager(ContextMethods, ClosesOnExit):
 
     def _drop(self, store_method: str, session_id: str, user_id: str | None) -> Flow[Any]:
         """Delete a session's rows with ``store_method``, then the vectors of what went."""
-        yield from self._owner_named(session_id, user_id)
+        yield from named_owner(self._store, session_id, user_id)
         gone = yield self._call(store_method, check_id(session_id, "session_id"))
         yield from self._forget([session_id] if gone else [])
         return gone
@@ -509,7 +509,7 @@ class MemoryManager(ContextMethods, ClosesOnExit):
         With ``user_id``, only that user's session (else SessionOwnershipError)."""
         limit = optional_count(limit, "limit")
         after_id = optional_count(after_id, "after_id")
-        yield from self._owner_named(session_id, user_id)
+        yield from named_owner(self._store, session_id, user_id)
         messages: list[Message] = yield self._call(
             "get_messages", check_id(session_id, "session_id"), after_id=after_id, limit=limit
         )
@@ -591,6 +591,28 @@ class MemoryManager(ContextMethods, ClosesOnExit):
             self._semantic.notify()
         return result
 
+    # the search side (Searcher) and the context side (ContextBuilder) ---------------------
+    search, asearch = twins(_on("_searcher", Searcher.search_flow))
+    search_similar, asearch_similar = twins(_on("_searcher", Searcher.search_similar_flow))
+    search_by_topic, asearch_by_topic = twins(_on("_searcher", Searcher.search_by_topic_flow))
+    get_relevant_context, aget_relevant_context = twins(
+        _on("_searcher", Searcher.get_relevant_context_flow)
+    )
+    format_context = staticmethod(Searcher.format_context)
+    backfill_embeddings, abackfill_embeddings = twins(
+        _on("_searcher", Searcher.backfill_embeddings_flow)
+    )
+    reindex, areindex = twins(_on("_searcher", Searcher.reindex_flow))
+
+    # Each async twin runs its sync method (a subclass's override too) in a worker thread.
+    get_context = _on("_context", ContextBuilder.get_context)
+    aget_context = in_thread(get_context)
+    summarize_session = _on("_context", ContextBuilder.summarize_session)
+    asummarize_session = in_thread(summarize_session)
+    end_session = _on("_context", ContextBuilder.end_session)
+    aend_session = in_thread(end_session)
+    search_summaries = _on("_context", ContextBuilder.search_summaries)
+    asearch_summaries = in_thread(search_summaries)
 
     # semantic memory lifecycle ------------------------------------------------------------
     def notify_written(self, *, deleted_sessions: Iterable[str] = ()) -> None:
@@ -653,7 +675,7 @@ class MemoryManager(ContextMethods, ClosesOnExit):
         if self._closed:
             return
         self._closed = True
-        semantic, self._semantic = self._semantic, None
+        semantic, self._searcher.semantic = self._searcher.semantic, None
         close_store = True
         try:
             if semantic is not None:

@@ -1,8 +1,9 @@
 """MemoryManager's search side: hybrid retrieval, RAG context, backfill and reindex.
 
-Kept apart from the session and message methods so each file reads as one job; the methods
-delegate to :class:`~harombe_core.retrieval.Retriever` and the semantic indexer, and
-:class:`~harombe_core.manager.MemoryManager` inherits them.
+:class:`Searcher` is a part the manager composes: it holds the semantic memory (which a reindex
+may switch on or to another model) and the :class:`~harombe_core.retrieval.Retriever` over
+the store and that memory, re-made when the memory changes. Its search flows take the
+retriever's own parameters (defined once, there); the manager's public methods forward to them.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from harombe_core.derive import annotation_text, named_like
 from harombe_core.errors import InvalidInputError
-from harombe_core.flows import Flow, Work, twins
+from harombe_core.flows import Flow, Work
 from harombe_core.models import Message, SearchHit, Session
+from harombe_core.owned import named_owner
 from harombe_core.progress import Progress, check_progress
 from harombe_core.retrieval import Retriever, check_search_options
 from harombe_core.store.base import MessageStore
@@ -26,7 +28,7 @@ MAX_BATCH_SIZE = 100_000
 if TYPE_CHECKING:
     from harombe_core.config import MemoryConfig
 
-__all__ = ["SearchMethods"]
+__all__ = ["Searcher"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -53,9 +55,9 @@ def _on_retriever(
     doc: str,
     call: str | None = None,
     options_first: bool = False,
-) -> Callable[Concatenate[SearchMethods, P], Flow[T]]:
-    """The manager's flow for the retriever's entry point ``template``, with its parameters
-    (the retriever defines them once), run on :attr:`SearchMethods.retriever` in a worker.
+) -> Callable[Concatenate[Searcher, P], Flow[T]]:
+    """The flow for the retriever's entry point ``template``, with its parameters (the
+    retriever defines them once), run on :attr:`Searcher.retriever` in a worker.
 
     ``call`` names the retriever method to run when it is not ``template`` itself: the
     manager's ``search`` takes ``search_similar``'s arguments (the options as keywords) and
@@ -68,7 +70,7 @@ def _on_retriever(
     signature = inspect.signature(template)
     method = call or template.__name__
 
-    def flow(self: SearchMethods, /, *args: P.args, **kwargs: P.kwargs) -> Flow[T]:
+    def flow(self: Searcher, /, *args: P.args, **kwargs: P.kwargs) -> Flow[T]:
         try:
             given = signature.bind(self, *args, **kwargs).arguments
         except TypeError as exc:  # what Python says of a bad call, naming the method
@@ -76,73 +78,78 @@ def _on_retriever(
         if options_first:
             check_search_options(given.get("options", {}))
         if given.get("session_id") is not None:
-            yield from self._owner_named(given["session_id"], given.get("user_id"))
+            yield from named_owner(self.store, given["session_id"], given.get("user_id"))
         found: T = yield Work(getattr(self.retriever, method), *args, **kwargs)
         return found
 
     returns = f"Flow[{annotation_text(result)}]"
-    named_like(flow, template, name="_" + method, doc=doc, returns=returns, owner="SearchMethods")
+    named_like(flow, template, name=method + "_flow", doc=doc, returns=returns, owner="Searcher")
     return flow
 
 
-class SearchMethods:
-    """Search, RAG context and index maintenance over the manager's store and semantic memory."""
+class Searcher:
+    """Search, RAG context and index maintenance over a store and its semantic memory.
 
-    _store: MessageStore
-    _semantic: Any
-    _config: MemoryConfig | None
-    _retriever_cache: Retriever | None
+    ``semantic`` is the store's semantic memory (shared by every manager on the database in
+    this process), or None for keyword search only; a reindex may switch it on. ``config``
+    is the configuration the manager was given (None: the defaults).
+    """
 
-    if TYPE_CHECKING:
+    def __init__(self, store: MessageStore, semantic: Any, config: MemoryConfig | None) -> None:
+        self.store = store
+        self.semantic = semantic
+        #: The configuration given, or the defaults once :attr:`config` was asked for.
+        self.configured = config
+        self._retriever: Retriever | None = None
 
-        @property
-        def config(self) -> MemoryConfig: ...
+    @property
+    def config(self) -> MemoryConfig:
+        """The configuration in force (defaults if none was given)."""
+        if self.configured is None:
+            from harombe_core.config import MemoryConfig
 
-        def _owner_named(self, session_id: str, user_id: str | None) -> Flow[None]: ...
+            self.configured = MemoryConfig()
+        return self.configured
+
+    @property
+    def embedder(self) -> Any:
+        """The embedder of semantic memory (an ``Embedder``), or None when it is off."""
+        return None if self.semantic is None else self.semantic.embedder
 
     @property
     def retriever(self) -> Retriever:
         """The hybrid retriever over this store; keyword-only when semantic memory is off."""
         from harombe_core.retrieval import RetrievalSettings
 
-        cached = getattr(self, "_retriever_cache", None)
-        if cached is None or cached.semantic is not self._semantic:
+        cached = self._retriever
+        if cached is None or cached.semantic is not self.semantic:
             settings = RetrievalSettings.from_config(self.config.rag)
-            cached = Retriever(self._store, self._semantic, settings)
-            self._retriever_cache = cached
+            cached = Retriever(self.store, self.semantic, settings)
+            self._retriever = cached
         return cached
 
-    search, asearch = twins(
-        _on_retriever(
-            Retriever.search_similar,
-            list[SearchHit],
-            call="search",
-            options_first=True,
-            doc=_SEARCH_DOC,
-        )
+    search_flow = _on_retriever(
+        Retriever.search_similar,
+        list[SearchHit],
+        call="search",
+        options_first=True,
+        doc=_SEARCH_DOC,
     )
-    search_similar, asearch_similar = twins(
-        _on_retriever(
-            Retriever.search_similar,
-            list[Message],
-            options_first=True,
-            doc="The messages most relevant to ``query``, best first, as saved.",
-        )
+    search_similar_flow = _on_retriever(
+        Retriever.search_similar,
+        list[Message],
+        options_first=True,
+        doc="The messages most relevant to ``query``, best first, as saved.",
     )
-    search_by_topic, asearch_by_topic = twins(
-        _on_retriever(
-            Retriever.search_by_topic,
-            list[Session],
-            doc="Sessions that talk most about ``topic``, best first.",
-        )
+    search_by_topic_flow = _on_retriever(
+        Retriever.search_by_topic,
+        list[Session],
+        doc="Sessions that talk most about ``topic``, best first.",
     )
-    get_relevant_context, aget_relevant_context = twins(
-        _on_retriever(
-            Retriever.get_relevant_context,
-            list[Message],
-            doc="Relevant past messages that fit ``max_tokens`` "
-            "(default ``rag.max_context_tokens``).",
-        )
+    get_relevant_context_flow = _on_retriever(
+        Retriever.get_relevant_context,
+        list[Message],
+        doc="Relevant past messages that fit ``max_tokens`` (default ``rag.max_context_tokens``).",
     )
 
     @staticmethod
@@ -155,7 +162,7 @@ class SearchMethods:
             raise InvalidInputError("format_context takes harombe Message objects only.")
         return format_context(messages)
 
-    def _backfill_embeddings(
+    def backfill_embeddings_flow(
         self, batch_size: int = 100, *, progress: Progress = True
     ) -> Flow[int]:
         """Embed every message not yet embedded (with a progress bar); returns how many.
@@ -169,9 +176,7 @@ class SearchMethods:
         embedded: int = yield Work(semantic.backfill, batch_size, progress=progress)
         return embedded
 
-    backfill_embeddings, abackfill_embeddings = twins(_backfill_embeddings)
-
-    def _reindex(
+    def reindex_flow(
         self,
         batch_size: int = 100,
         *,
@@ -194,36 +199,34 @@ class SearchMethods:
         )
         return counts
 
-    reindex, areindex = twins(_reindex)
-
     def _rebuild_indexes(
         self, batch_size: int, embedding: Any, vector_store: Any, progress: Progress, reembed: bool
     ) -> dict[str, int]:
-        keyword = self._store.rebuild_keyword_index()
+        keyword = self.store.rebuild_keyword_index()
         from harombe_core.vectors.indexer import resolve_embedder_spec
 
         embedder = None if embedding is None else resolve_embedder_spec(embedding)
-        if self._semantic is None:
+        if self.semantic is None:
             from harombe_core.vectors.shared import acquire_semantic
 
-            self._semantic = acquire_semantic(
-                self._store,
+            self.semantic = acquire_semantic(
+                self.store,
                 embedding="default" if embedder is None else embedder,
                 vector_store=vector_store,
-                config=self._config,
+                config=self.configured,
                 allow_model_change=True,
             )
         # The semantic memory is shared by every manager on this database in this process:
         # switching its model switches it for all of them.
-        vectors = self._semantic.reindex(
+        vectors = self.semantic.reindex(
             batch_size, progress=progress, reembed=reembed, embedder=embedder
         )
         return {"keyword_rows": keyword, "vectors": vectors}
 
     def _require_semantic(self, what: str) -> Any:
-        if self._semantic is None:
+        if self.semantic is None:
             raise InvalidInputError(
                 f"{what} needs semantic memory; open the MemoryManager with "
                 "embedding='default' (and vector_store='chroma')."
             )
-        return self._semantic
+        return self.semantic

@@ -67,6 +67,7 @@ LAYERS: dict[str, int] = {
             "strategies",
             "context_reads",
             "newest",
+            "owned",
             "write_inputs",
             "summarize",
             "thread_graph",
@@ -75,7 +76,7 @@ LAYERS: dict[str, int] = {
         ],
         3,
     ),
-    # manager_search: the manager's search methods, a mixin over the Retriever.
+    # manager_search: the manager's search side, composed over the Retriever.
     **dict.fromkeys(["retrieval", "threads", "threader", "manager_search", "context"], 4),
     "manager": 5,
     **dict.fromkeys(
