@@ -12,6 +12,7 @@ open, so no SQLite state crosses into them.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import multiprocessing
 import os
 import sqlite3
@@ -165,9 +166,10 @@ class Openers:
         self._writers[n % len(self._writers)](text)
 
     def write_acknowledged(self, numbers: range, prefix: str, log: Acks) -> None:
-        """Write ``f"{prefix} {i}"`` for each number, acknowledging each once it returned."""
+        """Write ``unique_text(prefix, i)`` for each number, acknowledging each once it
+        returned."""
         for i in numbers:
-            text = f"{prefix} {i}"
+            text = unique_text(prefix, i)
             self.write(i, text)
             log.record(text)
 
@@ -179,6 +181,13 @@ class Openers:
     def close(self) -> None:
         for close in self._closers:
             close()
+
+
+def unique_text(prefix: str, i: int) -> str:
+    """``f"{prefix} {i}"`` and a word no other text has (derived from both), so a search for
+    the text finds it first however many near-twins ("writer2-19 message 5") there are."""
+    word = "w" + hashlib.blake2b(f"{prefix} {i}".encode(), digest_size=5).hexdigest()
+    return f"{prefix} {i} {word}"
 
 
 def first_process(
