@@ -22,7 +22,9 @@ tests) runs unchanged:
   until it is swept unless ``omit_expired`` is set, and ``start_ttl_sweeper()`` deletes expired
   items every ``sweep_interval_minutes`` in a background thread.
 
-A batch is written once, as a body of SQL steps (:mod:`harombe_core.store.sql_body`), and runs
+The items and their operations are the core's (:mod:`harombe_core.store.items`, bodies of SQL
+steps written once for both backends); this class translates LangGraph's operations, results
+and index configuration into them, embeds texts and runs the TTL sweeper. A batch runs
 in one transaction on either backend: on SQLite through the store's write transaction, on
 PostgreSQL through the store's pooled, retrying transaction (natively async for ``abatch``, and
 applied exactly once when a retry follows a connection lost at COMMIT). Embedding happens before
@@ -43,7 +45,6 @@ from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 import numpy as np
-import orjson
 from langgraph.store.base import (
     BaseStore,
     GetOp,
@@ -60,36 +61,25 @@ from langgraph.store.base.embed import ensure_embeddings, get_text_at_path, toke
 
 from harombe_core.embeddings.base import Embedder
 from harombe_core.errors import HarombeError, InvalidInputError, MissingExtraError
-from harombe_core.limits import current_limits
 from harombe_core.manager import MemoryManager
+from harombe_core.store import items
 from harombe_core.store.sql_body import Body, sql_runner
-from harombe_core.store.sqlite import from_micros, to_micros
+from harombe_core.store.sqlite import to_micros
 from harombe_core.validate import (
     check_list,
     check_number,
-    check_text,
 )
 from langchain_harombe._packages import missing_package
 from langchain_harombe.embeddings import LangChainEmbedder
 from langchain_harombe.history import resolve_manager
-from langchain_harombe.store_checks import (
-    MAX_TTL_MINUTES,
-    check_filter,
-    check_op,
-    check_ttl_config,
-    matches_filter,
-    ns_matches,
-)
+from langchain_harombe.store_checks import MAX_TTL_MINUTES, check_op, check_ttl_config
 
 __all__ = ["HarombeStore"]
 
 logger = logging.getLogger(__name__)
 
-_COLUMNS = "namespace, key, value, created_at, updated_at, expires_at, ttl_minutes"
-_LIVE = " AND (expires_at IS NULL OR expires_at > ?)"
-
-_Key = tuple[str, str]
-_Vectors = dict[_Key, list[tuple[str, bytes]]]
+_Key = tuple[tuple[str, ...], str]
+_Vectors = dict[_Key, list[tuple[str, np.ndarray]]]
 _Fields = list[tuple[str, Any]]  # (path, "$" or its tokens), as LangGraph's __tokenized_fields
 
 
@@ -103,10 +93,6 @@ class _Plan(NamedTuple):
     queries: dict[str, np.ndarray]
 
 _OPS = (GetOp, PutOp, SearchOp, ListNamespacesOp)
-
-
-def _ns(namespace: tuple[str, ...]) -> str:
-    return ".".join(namespace)
 
 
 def _now() -> int:
@@ -220,15 +206,14 @@ class HarombeStore(BaseStore):
         for op in ops:
             check_op(op)
             if isinstance(op, SearchOp) and op.filter:
-                check_filter(op.filter)
+                items.check_filter(op.filter)
             elif isinstance(op, PutOp):
-                key = (_ns(op.namespace), op.key)
+                key = (op.namespace, op.key)
                 puts.pop(key, None)  # the last put of a key wins, in its place in the batch
                 puts[key] = op
-        values = {k: _dumps(op.value) for k, op in puts.items() if op.value is not None}
-        limit = current_limits().store_value_chars
-        for text in values.values():  # measured as stored, before anything is embedded
-            check_text(text, "a store value (as JSON)", limit=limit, field="store_value_chars")
+        values = items.encode_values(
+            {k: op.value for k, op in puts.items() if op.value is not None}
+        )
         return _Plan(puts, values, {}, {})
 
     def _embed_texts(self, plan: _Plan) -> list[tuple[_Key, str, str]]:
@@ -251,18 +236,33 @@ class HarombeStore(BaseStore):
         """The batch's statements; returns plain rows (JSON-serialisable), one entry per op."""
         out: list[Any] = []
         for op in ops:
-            if isinstance(op, GetOp):
-                out.append((yield from self._get(op)))
-            elif isinstance(op, SearchOp):
-                query = plan.queries.get(op.query) if op.query else None
-                out.append((yield from self._search(op, query)))
-            elif isinstance(op, ListNamespacesOp):
-                out.append((yield from self._list_namespaces(op)))
-            else:
-                out.append(None)
+            out.append(None if isinstance(op, PutOp) else (yield from self._read(op, plan)))
         for key, op in plan.puts.items():
-            yield from self._put(op, plan.values.get(key), plan.vectors.get(key))
+            yield from items.put(
+                self._backend, op.namespace, op.key, plan.values.get(key), now=_now(),
+                ttl=op.ttl, vectors=plan.vectors.get(key),
+            )
         return out
+
+    def _read(self, op: Op, plan: _Plan) -> Body[Any]:
+        """The core's item read for one of LangGraph's read operations."""
+        sql, omit = self._backend, self._omit_expired
+        refresh = bool(getattr(op, "refresh_ttl", False) and self._refresh_on_read)
+        if isinstance(op, GetOp):
+            return items.get(
+                sql, op.namespace, op.key, now=_now(), omit_expired=omit, refresh=refresh
+            )
+        if isinstance(op, SearchOp):
+            query = plan.queries.get(op.query) if op.query else None
+            return items.search(
+                sql, op.namespace_prefix, now=_now(), value_filter=op.filter, query=query,
+                offset=op.offset, limit=op.limit, omit_expired=omit, refresh=refresh,
+            )
+        assert isinstance(op, ListNamespacesOp)  # check_op refused any other kind
+        return items.list_namespaces(
+            sql, now=_now(), match=[(m.match_type, m.path) for m in op.match_conditions or ()],
+            max_depth=op.max_depth, offset=op.offset, limit=op.limit, omit_expired=omit,
+        )
 
     # TTL settings, read live (LangGraph's own tests change ttl_config on a running store) --
     @property
@@ -274,137 +274,13 @@ class HarombeStore(BaseStore):
     def _omit_expired(self) -> bool:
         return bool(self.ttl_config and self.ttl_config.get("omit_expired"))
 
-    def _live(self, now: int) -> tuple[str, list[Any]]:
-        """The clause (and its parameter) hiding expired rows when ``omit_expired`` is set."""
-        return (_LIVE, [now]) if self._omit_expired else ("", [])
-
-    # operations ---------------------------------------------------------------------------
-    def _get(self, op: GetOp) -> Body[Any]:
-        now = _now()
-        live, params = self._live(now)
-        rows = (
-            yield self._backend.step(
-                f"SELECT {_COLUMNS} FROM store_items WHERE namespace = ? AND key = ?{live}",
-                [_ns(op.namespace), op.key, *params],
-            )
-        ).rows
-        if not rows:
-            return None
-        if op.refresh_ttl and self._refresh_on_read:
-            yield from self._refresh(rows, now)
-        return rows[0]
-
-    def _put(
-        self, op: PutOp, value: str | None, vectors: list[tuple[str, bytes]] | None
-    ) -> Body[None]:
-        namespace = _ns(op.namespace)
-        if value is None:
-            yield self._backend.step(
-                "DELETE FROM store_items WHERE namespace = ? AND key = ?", (namespace, op.key)
-            )
-            return
-        now = _now()
-        ttl = op.ttl
-        expires = None if ttl is None else now + int(ttl * 60_000_000)
-        yield self._backend.step(
-            "INSERT INTO store_items (namespace, key, value, created_at, updated_at, expires_at, "
-            "ttl_minutes) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (namespace, key) DO UPDATE SET "
-            "value = excluded.value, updated_at = excluded.updated_at, "
-            "expires_at = excluded.expires_at, ttl_minutes = excluded.ttl_minutes",
-            (namespace, op.key, value, now, now, expires, ttl),
-        )
-        yield self._backend.step(
-            "DELETE FROM store_vectors WHERE namespace = ? AND key = ?", (namespace, op.key)
-        )
-        if vectors:
-            yield self._backend.step(
-                "INSERT INTO store_vectors (namespace, key, path, vector) VALUES "
-                + ", ".join(["(?, ?, ?, ?)"] * len(vectors)),
-                [v for path, blob in vectors for v in (namespace, op.key, path, blob)],
-            )
-
-    def _search(self, op: SearchOp, query: np.ndarray | None) -> Body[list[Any]]:
-        now = _now()
-        prefix = _ns(op.namespace_prefix)
-        live, params = self._live(now)
-        where = "TRUE" + live
-        if prefix:
-            where += " AND (namespace = ? OR substr(namespace, 1, CAST(? AS INTEGER)) = ?)"
-            params += [prefix, len(prefix) + 1, prefix + "."]
-        rows = (
-            yield self._backend.step(
-                f"SELECT {_COLUMNS} FROM store_items WHERE {where} ORDER BY updated_at DESC, key",
-                params,
-            )
-        ).rows
-        if op.filter:
-            rows = [r for r in rows if matches_filter(json.loads(r[2]), op.filter)]
-        scored: list[tuple[float | None, Any]] = [(None, r) for r in rows]
-        if query is not None and rows:
-            best = yield from self._best_scores(rows, query)
-            scored = [(best.get((r[0], r[1])), r) for r in rows]
-            scored.sort(key=lambda sr: (sr[0] is None, -(sr[0] or 0.0)))
-        page = scored[op.offset : op.offset + op.limit]
-        if op.refresh_ttl and self._refresh_on_read:
-            yield from self._refresh([r for _, r in page], now)
-        return [[row, score] for score, row in page]
-
-    def _list_namespaces(self, op: ListNamespacesOp) -> Body[list[Any]]:
-        live, params = self._live(_now())
-        rows = (
-            yield self._backend.step(
-                f"SELECT DISTINCT namespace FROM store_items WHERE TRUE{live}", params
-            )
-        ).rows
-        namespaces = [tuple(r[0].split(".")) for r in rows]
-        if op.match_conditions:
-            namespaces = [
-                ns for ns in namespaces if all(ns_matches(m, ns) for m in op.match_conditions)
-            ]
-        if op.max_depth is not None:
-            namespaces = [ns[: op.max_depth] for ns in namespaces]
-        return sorted(set(namespaces))[op.offset : op.offset + op.limit]
-
-    def _best_scores(
-        self, rows: Sequence[Any], query: np.ndarray
-    ) -> Body[dict[tuple[str, str], float]]:
-        keys = {(r[0], r[1]) for r in rows}
-        namespaces = sorted({k[0] for k in keys})
-        best: dict[tuple[str, str], float] = {}
-        for start in range(0, len(namespaces), 500):
-            chunk = namespaces[start : start + 500]
-            found = yield self._backend.step(
-                "SELECT namespace, key, vector FROM store_vectors WHERE namespace IN "
-                f"({', '.join('?' * len(chunk))})",
-                chunk,
-            )
-            for namespace, key, blob in found.rows:
-                vector = np.frombuffer(blob, dtype=np.float32)
-                if (namespace, key) not in keys or vector.shape != query.shape:
-                    continue  # another item, or embedded by another model: not comparable
-                score = float(np.dot(vector, query))
-                if score > best.get((namespace, key), -2.0):
-                    best[(namespace, key)] = score
-        return best
-
-    def _refresh(self, rows: Sequence[Any], now: int) -> Body[None]:
-        for row in rows:
-            if row[6] is not None:
-                yield self._backend.step(
-                    "UPDATE store_items SET expires_at = ? WHERE namespace = ? AND key = ?",
-                    (now + int(row[6] * 60_000_000), row[0], row[1]),
-                )
-
-    def _sweep(self) -> Body[int]:
-        deleted = yield self._backend.step(
-            "DELETE FROM store_items WHERE expires_at IS NOT NULL AND expires_at <= ?", (_now(),)
-        )
-        return deleted.rowcount
-
     # maintenance --------------------------------------------------------------------------
     def sweep_ttl(self) -> int:
         """Delete expired items (and their vectors); returns how many."""
         return int(self._backend.run(self._sweep, exactly_once=True))
+
+    def _sweep(self) -> Body[int]:
+        return items.sweep(self._backend, now=_now())
 
     async def asweep_ttl(self) -> int:
         return int(await self._backend.arun(self._sweep, exactly_once=True))
@@ -554,7 +430,7 @@ def _with_vectors(
     rows = np.asarray(matrix, dtype=np.float32)
     vectors: _Vectors = {}
     for (key, path, _), row in zip(docs, rows, strict=True):
-        vectors.setdefault(key, []).append((path, row.tobytes()))
+        vectors.setdefault(key, []).append((path, row))
     return plan._replace(vectors=vectors)
 
 
@@ -567,46 +443,11 @@ def _results(ops: Sequence[Op], raw: Sequence[Any]) -> list[Result]:
     out: list[Result] = []
     for op, value in zip(ops, raw, strict=True):
         if isinstance(op, GetOp):
-            out.append(None if value is None else _item(value))
+            out.append(None if value is None else Item(**items.to_item(value)))
         elif isinstance(op, SearchOp):
-            out.append([_search_item(row, score) for row, score in value])
+            out.append([SearchItem(**items.to_item(row), score=score) for row, score in value])
         elif isinstance(op, ListNamespacesOp):
             out.append([tuple(ns) for ns in value])
         else:
             out.append(None)
     return out
-
-
-def _dumps(value: Any) -> str:
-    """A value as LangGraph's ``SqliteStore`` writes it (orjson): NaN and infinities become
-    ``null``, datetimes, dates, times and UUIDs ISO 8601 / canonical strings, tuples lists."""
-    try:
-        return orjson.dumps(dict(value)).decode()
-    except (TypeError, ValueError) as exc:  # orjson.JSONEncodeError is a TypeError
-        raise InvalidInputError(
-            "store values must be JSON objects with str keys (str, numbers, bools, None, lists, "
-            f"dicts, datetimes; integers within 64 bits): {exc}. Convert the value first."
-        ) from exc
-
-
-def _item(row: Sequence[Any]) -> Item:
-    return Item(
-        value=json.loads(row[2]),
-        key=row[1],
-        namespace=tuple(row[0].split(".")),
-        created_at=from_micros(row[3]),
-        updated_at=from_micros(row[4]),
-    )
-
-
-def _search_item(row: Sequence[Any], score: float | None) -> SearchItem:
-    return SearchItem(
-        namespace=tuple(row[0].split(".")),
-        key=row[1],
-        value=json.loads(row[2]),
-        created_at=from_micros(row[3]),
-        updated_at=from_micros(row[4]),
-        score=score,
-    )
-
-

@@ -55,6 +55,7 @@ LAYERS: dict[str, int] = {
     ),
     "store.": 1,
     "store": 1,
+    "store.items": 1,  # key/value items with vectors (the LangGraph store's tables)
     "embeddings.": 1,
     "embeddings": 1,
     "vectors.": 2,

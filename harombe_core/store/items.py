@@ -1,0 +1,403 @@
+"""Key/value items with vectors: the long-term memory kept beside the conversations.
+
+An item is a JSON object filed under a namespace (a tuple of labels, stored dotted) and a key,
+with its creation and update times, an optional time to live, and any number of float32 vectors
+(one per embedded text) that rank it in a search. Items live in the ``store_items`` and
+``store_vectors`` tables of the same database as the messages, so one file (or one PostgreSQL
+database) and one backup hold both; the LangGraph store of the LangChain adapter is built on
+them, and ``harombe migrate`` copies them.
+
+Each operation is written once, as a body of SQL steps (:mod:`harombe_core.store.sql_body`)
+that runs unchanged on SQLite and PostgreSQL. Bodies compose: a caller can run several of them
+in one transaction (reads first, then writes, as a batch of the LangGraph store does) with
+:meth:`SqlRunner.run`. They take and return plain values (namespace tuples, JSON text, numbers,
+rows as lists) so a body's result can be recorded as JSON when a write must be applied exactly
+once; :func:`to_item` turns a row into the item's fields. Times are integer microseconds since
+the epoch, passed in as ``now`` so the caller owns the clock.
+
+Filters match on the decoded JSON as LangGraph's own stores match them: equality, nested dicts,
+dotted paths to nested keys and ``$eq $ne $gt $gte $lt $lte``, a missing or null field matching
+none but ``$eq: None``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar
+
+import numpy as np
+import orjson
+
+from harombe_core.errors import InvalidInputError
+from harombe_core.limits import current_limits
+from harombe_core.store.rows import from_micros
+from harombe_core.store.sql_body import Body, SqlRunner
+from harombe_core.validate import check_id, check_text
+
+__all__ = [
+    "COLUMNS",
+    "check_filter",
+    "check_key",
+    "check_namespace",
+    "delete",
+    "encode_values",
+    "get",
+    "list_namespaces",
+    "matches_filter",
+    "ns_matches",
+    "put",
+    "search",
+    "sweep",
+    "to_item",
+]
+
+#: An item's row, in this order: what :func:`get` and :func:`search` return.
+COLUMNS = "namespace, key, value, created_at, updated_at, expires_at, ttl_minutes"
+_LIVE = " AND (expires_at IS NULL OR expires_at > ?)"
+_MINUTE = 60_000_000  # microseconds
+
+Namespace = tuple[str, ...]
+K = TypeVar("K")
+
+
+def check_namespace(value: Any, what: str, *, empty: bool) -> None:
+    """A namespace: a tuple of labels, each a non-empty id without dots (they are stored
+    dotted, so a dot would make two namespaces one)."""
+    if not isinstance(value, tuple) or (not value and not empty):
+        raise InvalidInputError(
+            f"{what} must be a {'' if empty else 'non-empty '}tuple of str labels, got "
+            f"{type(value).__name__}{'' if value or empty else ' ()'}."
+        )
+    for label in value:
+        check_id(label, f"a {what} label")
+        if "." in label:
+            raise InvalidInputError(f"{what} labels cannot contain '.', got {label!r:.60}.")
+
+
+def check_key(namespace: Any, key: Any) -> None:
+    """An item's address; the key may be empty, as in LangGraph's stores."""
+    check_namespace(namespace, "namespace", empty=False)
+    if key != "":
+        check_id(key, "store key")
+
+
+def encode_values(values: Mapping[K, Any]) -> dict[K, str]:
+    """Each value as the JSON text :func:`put` stores, as LangGraph's ``SqliteStore`` writes it
+    (orjson: NaN and infinities become ``null``, datetimes, dates, times and UUIDs ISO 8601 /
+    canonical strings, tuples lists); all are serialised, then each is measured against
+    ``store_value_chars``, so nothing is written unless every value fits."""
+    out = {k: _dumps(v) for k, v in values.items()}
+    limit = current_limits().store_value_chars
+    for text in out.values():  # measured as stored, before anything is embedded
+        check_text(text, "a store value (as JSON)", limit=limit, field="store_value_chars")
+    return out
+
+
+def _dumps(value: Any) -> str:
+    try:
+        return orjson.dumps(dict(value)).decode()
+    except (TypeError, ValueError) as exc:  # orjson.JSONEncodeError is a TypeError
+        raise InvalidInputError(
+            "store values must be JSON objects with str keys (str, numbers, bools, None, lists, "
+            f"dicts, datetimes; integers within 64 bits): {exc}. Convert the value first."
+        ) from exc
+
+
+def to_item(row: Sequence[Any]) -> dict[str, Any]:
+    """An item's fields from its row: ``namespace`` (tuple), ``key``, ``value`` (the decoded
+    JSON), ``created_at`` and ``updated_at`` (UTC datetimes)."""
+    return {
+        "namespace": tuple(row[0].split(".")),
+        "key": row[1],
+        "value": json.loads(row[2]),
+        "created_at": from_micros(row[3]),
+        "updated_at": from_micros(row[4]),
+    }
+
+
+def _live(omit_expired: bool, now: int) -> tuple[str, list[Any]]:
+    """The clause (and its parameter) hiding expired rows when ``omit_expired`` is set."""
+    return (_LIVE, [now]) if omit_expired else ("", [])
+
+
+# operations -------------------------------------------------------------------------------
+def get(
+    sql: SqlRunner, namespace: Namespace, key: str, *, now: int, omit_expired: bool = False,
+    refresh: bool = False,
+) -> Body[Any]:
+    """The item's row, or None. An expired item is found until it is swept, unless
+    ``omit_expired``; ``refresh`` renews its expiry from ``now`` (if it has a TTL)."""
+    check_key(namespace, key)
+    live, params = _live(omit_expired, now)
+    rows = (
+        yield sql.step(
+            f"SELECT {COLUMNS} FROM store_items WHERE namespace = ? AND key = ?{live}",
+            [".".join(namespace), key, *params],
+        )
+    ).rows
+    if not rows:
+        return None
+    if refresh:
+        yield from _refresh(sql, rows, now)
+    return rows[0]
+
+
+def put(
+    sql: SqlRunner,
+    namespace: Namespace,
+    key: str,
+    value: str | None,
+    *,
+    now: int,
+    ttl: float | None = None,
+    vectors: Sequence[tuple[str, Any]] | None = None,
+) -> Body[None]:
+    """Write an item: ``value`` is its JSON text (:func:`encode_values`), or None to delete it
+    and its vectors. A write keeps the item's creation time, sets its update time to ``now``
+    and its expiry ``ttl`` minutes later (None: never), and replaces its vectors with
+    ``vectors``: ``(path, vector)`` pairs, each vector stored as float32."""
+    check_key(namespace, key)
+    if value is None:
+        yield from delete(sql, namespace, key)
+        return
+    name = ".".join(namespace)
+    expires = None if ttl is None else now + int(ttl * _MINUTE)
+    yield sql.step(
+        "INSERT INTO store_items (namespace, key, value, created_at, updated_at, expires_at, "
+        "ttl_minutes) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (namespace, key) DO UPDATE SET "
+        "value = excluded.value, updated_at = excluded.updated_at, "
+        "expires_at = excluded.expires_at, ttl_minutes = excluded.ttl_minutes",
+        (name, key, value, now, now, expires, ttl),
+    )
+    yield sql.step("DELETE FROM store_vectors WHERE namespace = ? AND key = ?", (name, key))
+    if vectors:
+        blobs = [(path, np.asarray(v, dtype=np.float32).tobytes()) for path, v in vectors]
+        yield sql.step(
+            "INSERT INTO store_vectors (namespace, key, path, vector) VALUES "
+            + ", ".join(["(?, ?, ?, ?)"] * len(blobs)),
+            [v for path, blob in blobs for v in (name, key, path, blob)],
+        )
+
+
+def delete(sql: SqlRunner, namespace: Namespace, key: str) -> Body[None]:
+    """Delete an item and its vectors (nothing if there is none)."""
+    check_key(namespace, key)
+    yield sql.step(
+        "DELETE FROM store_items WHERE namespace = ? AND key = ?", (".".join(namespace), key)
+    )
+
+
+def search(
+    sql: SqlRunner,
+    prefix: Namespace,
+    *,
+    now: int,
+    value_filter: Mapping[str, Any] | None = None,
+    query: np.ndarray | None = None,
+    offset: int = 0,
+    limit: int = 10,
+    omit_expired: bool = False,
+    refresh: bool = False,
+) -> Body[list[Any]]:
+    """``[row, score]`` pairs for the items under ``prefix`` that match ``value_filter`` (checked
+    first with :func:`check_filter`), the page ``offset:offset + limit``.
+
+    Without ``query`` they come newest update first (then by key), score None. With a
+    ``query`` vector (unit length) they are ranked by the best cosine of their vectors of the
+    same length; items without one follow, unscored, in the same newest-first order.
+    ``refresh`` renews the expiry of the items returned.
+    """
+    check_namespace(prefix, "namespace_prefix", empty=True)
+    name = ".".join(prefix)
+    live, params = _live(omit_expired, now)
+    where = "TRUE" + live
+    if name:
+        where += " AND (namespace = ? OR substr(namespace, 1, CAST(? AS INTEGER)) = ?)"
+        params += [name, len(name) + 1, name + "."]
+    rows = (
+        yield sql.step(
+            f"SELECT {COLUMNS} FROM store_items WHERE {where} ORDER BY updated_at DESC, key",
+            params,
+        )
+    ).rows
+    if value_filter:
+        rows = [r for r in rows if matches_filter(json.loads(r[2]), value_filter)]
+    scored: list[tuple[float | None, Any]] = [(None, r) for r in rows]
+    if query is not None and rows:
+        best = yield from _best_scores(sql, rows, query)
+        scored = [(best.get((r[0], r[1])), r) for r in rows]
+        scored.sort(key=lambda sr: (sr[0] is None, -(sr[0] or 0.0)))
+    page = scored[offset : offset + limit]
+    if refresh:
+        yield from _refresh(sql, [r for _, r in page], now)
+    return [[row, score] for score, row in page]
+
+
+def list_namespaces(
+    sql: SqlRunner,
+    *,
+    now: int,
+    match: Sequence[tuple[str, Sequence[str]]] = (),
+    max_depth: int | None = None,
+    offset: int = 0,
+    limit: int = 100,
+    omit_expired: bool = False,
+) -> Body[list[Namespace]]:
+    """The distinct namespaces holding items, sorted, the page ``offset:offset + limit``:
+    those matching every ``(match_type, path)`` of ``match`` (:func:`ns_matches`), each cut
+    to ``max_depth`` labels (then deduplicated)."""
+    live, params = _live(omit_expired, now)
+    rows = (
+        yield sql.step(f"SELECT DISTINCT namespace FROM store_items WHERE TRUE{live}", params)
+    ).rows
+    namespaces: list[Namespace] = [tuple(r[0].split(".")) for r in rows]
+    if match:
+        namespaces = [
+            ns for ns in namespaces if all(ns_matches(kind, path, ns) for kind, path in match)
+        ]
+    if max_depth is not None:
+        namespaces = [ns[:max_depth] for ns in namespaces]
+    return sorted(set(namespaces))[offset : offset + limit]
+
+
+def sweep(sql: SqlRunner, *, now: int) -> Body[int]:
+    """Delete the items expired at ``now`` (their vectors go with them); how many."""
+    deleted = yield sql.step(
+        "DELETE FROM store_items WHERE expires_at IS NOT NULL AND expires_at <= ?", (now,)
+    )
+    return deleted.rowcount
+
+
+def _best_scores(
+    sql: SqlRunner, rows: Sequence[Any], query: np.ndarray
+) -> Body[dict[tuple[str, str], float]]:
+    keys = {(r[0], r[1]) for r in rows}
+    namespaces = sorted({k[0] for k in keys})
+    best: dict[tuple[str, str], float] = {}
+    for start in range(0, len(namespaces), 500):
+        chunk = namespaces[start : start + 500]
+        found = yield sql.step(
+            "SELECT namespace, key, vector FROM store_vectors WHERE namespace IN "
+            f"({', '.join('?' * len(chunk))})",
+            chunk,
+        )
+        for namespace, key, blob in found.rows:
+            vector = np.frombuffer(blob, dtype=np.float32)
+            if (namespace, key) not in keys or vector.shape != query.shape:
+                continue  # another item, or embedded by another model: not comparable
+            score = float(np.dot(vector, query))
+            if score > best.get((namespace, key), -2.0):
+                best[(namespace, key)] = score
+    return best
+
+
+def _refresh(sql: SqlRunner, rows: Sequence[Any], now: int) -> Body[None]:
+    for row in rows:
+        if row[6] is not None:
+            yield sql.step(
+                "UPDATE store_items SET expires_at = ? WHERE namespace = ? AND key = ?",
+                (now + int(row[6] * _MINUTE), row[0], row[1]),
+            )
+
+
+# matching ---------------------------------------------------------------------------------
+def ns_matches(match_type: str, path: Sequence[str], namespace: Namespace) -> bool:
+    """``namespace`` starts (``"prefix"``) or ends (``"suffix"``) with ``path``, ``"*"``
+    matching any label."""
+    path = tuple(path)
+    if len(namespace) < len(path):
+        return False
+    if match_type == "prefix":
+        pairs = zip(namespace, path, strict=False)
+    elif match_type == "suffix":
+        pairs = zip(reversed(namespace), reversed(path), strict=False)
+    else:
+        raise InvalidInputError(f"unsupported match type {match_type!r}.")
+    return all(p == "*" or n == p for n, p in pairs)
+
+
+_OPERATORS = {
+    "$eq": lambda a, b: a == b,
+    "$ne": lambda a, b: a is not None and a != b,
+    "$gt": lambda a, b: a is not None and a > b,
+    "$gte": lambda a, b: a is not None and a >= b,
+    "$lt": lambda a, b: a is not None and a < b,
+    "$lte": lambda a, b: a is not None and a <= b,
+}
+"""LangGraph's filter operators. A missing or null field matches none but ``$eq: None``, as
+in ``SqliteStore`` and ``PostgresStore`` (SQL comparisons with NULL are never true)."""
+
+
+def check_filter(condition: Any, top: bool = True) -> None:
+    """Refuse an unknown operator (or a non-JSON operand) before the batch starts, whether or
+    not any item would have been compared."""
+    if not isinstance(condition, Mapping):
+        if top:
+            raise InvalidInputError(f"filter must be a dict, got {type(condition).__name__}.")
+        _operand(condition)
+        return
+    operators = [k for k in condition if isinstance(k, str) and k.startswith("$")]
+    if top and operators:
+        raise InvalidInputError(
+            f"filter keys name fields, not operators ({operators[0]!r}); logical operators "
+            "such as $or are not supported: give {field: value} or {field: {'$gt': value}}."
+        )
+    for name, operand in condition.items():
+        if not isinstance(name, str):
+            raise InvalidInputError(f"filter keys must be str, got {type(name).__name__}.")
+        if operators and name not in _OPERATORS:
+            raise InvalidInputError(
+                f"unsupported filter operator {name!r}; use one of {sorted(_OPERATORS)}."
+            )
+        check_filter(operand, top=False)
+
+
+def _field(value: Mapping[str, Any], key: str) -> Any:
+    """The value a filter key names: the key itself, else a dotted path through nested
+    objects (``"user.access-level"``), as ``SqliteStore`` reads it; None when missing."""
+    if key in value:
+        return value[key]
+    node: Any = value
+    for part in key.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def matches_filter(value: Mapping[str, Any], condition: Mapping[str, Any]) -> bool:
+    """``value`` satisfies a LangGraph filter: every key, a field or dotted path, compares."""
+    return all(_compare(_field(value, key), wanted) for key, wanted in condition.items())
+
+
+def _compare(value: Any, condition: Any) -> bool:
+    """Nested equality (a dict matches the keys it names) and comparison operators."""
+    if isinstance(condition, Mapping):
+        if any(k.startswith("$") for k in condition):
+            for name, operand in condition.items():
+                try:
+                    if not _OPERATORS[name](value, _operand(operand)):
+                        return False
+                except TypeError:  # "a" > 1: unordered types never match
+                    return False
+            return True
+        if not isinstance(value, Mapping):
+            return False
+        return all(_compare(value.get(k), v) for k, v in condition.items())
+    return bool(value == _operand(condition))
+
+
+def _operand(value: Any) -> Any:
+    """A filter operand in the form values are stored in (a datetime as its ISO string, a
+    tuple as a list), so it compares with what was stored; JSON scalars pass as they are."""
+    if value is None or isinstance(value, (str, int, float)):
+        return value
+    if isinstance(value, Mapping):
+        return {k: _operand(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_operand(v) for v in value]
+    try:
+        return orjson.loads(orjson.dumps(value))
+    except (TypeError, ValueError) as exc:
+        raise InvalidInputError(f"filter values must be JSON values: {exc}.") from exc
