@@ -123,7 +123,12 @@ def _live(omit_expired: bool, now: int) -> tuple[str, list[Any]]:
 
 # operations -------------------------------------------------------------------------------
 def get(
-    sql: SqlRunner, namespace: Namespace, key: str, *, now: int, omit_expired: bool = False,
+    sql: SqlRunner,
+    namespace: Namespace,
+    key: str,
+    *,
+    now: int,
+    omit_expired: bool = False,
     refresh: bool = False,
 ) -> Body[Any]:
     """The item's row, or None. An expired item is found until it is swept, unless
