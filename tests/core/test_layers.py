@@ -15,7 +15,7 @@ placed on purpose):
 2. vectors/*
 3. flows, llm, strategies, summarize, thread_graph, selectors, ranking
 4. retrieval, threads, context
-5. manager (with its parts manager_context, manager_search)
+5. manager (composing its parts: context.ContextBuilder, manager_search.Searcher)
 6. chat_memory, export, migrate, demo, graph_render, testing
 7. cli, the ``harombe_core`` package itself
 8. the adapters: langchain_harombe, llamaindex_harombe
