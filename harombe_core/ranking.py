@@ -129,7 +129,6 @@ class Candidates:
     speakers: frozenset[str] = frozenset()
     times: list[TimeRange] = field(default_factory=list)
     query_vector: Any = None
-    exclude_session_id: str | None = None
     unembedded: frozenset[int] = frozenset()
 
 
@@ -173,7 +172,8 @@ def evidence(
     written in a time the query names (or up to ``time_slack_days`` after).
 
     Neighbours are candidates only when ``neighbor_weight > 0`` (as ``search`` gathers them);
-    ``exclude_session_id`` and ``min_similarity`` drop rows here.
+    ``min_similarity`` drops rows here (an excluded session never reaches the candidates:
+    the store leaves it out of the scope).
     """
     s = settings
     hybrid = found.query_vector is not None
@@ -196,8 +196,6 @@ def evidence(
     rows: list[tuple[float, float, float, float, float]] = []
     for mid in found.messages if with_neighbors else found.pooled:
         message = found.messages[mid]
-        if found.exclude_session_id is not None and message.session_id == found.exclude_session_id:
-            continue
         if (
             min_similarity is not None
             and mid not in found.unembedded  # no cosine to judge yet: kept on its keywords

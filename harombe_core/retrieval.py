@@ -271,7 +271,6 @@ class Retriever:
             until=optional_time(until, "until"),
             exclude_session_id=optional_id(exclude_session_id, "exclude_session_id"),
         )
-        exclude_session_id = scope.exclude_session_id
         now = optional_time(now, "now")
         if k == 0 or not query.strip():
             return []
@@ -280,7 +279,6 @@ class Retriever:
             k,
             scope,
             settings,
-            exclude_session_id=exclude_session_id,
             min_similarity=min_sim,
             mmr_lambda=lam,
             now=now,
@@ -332,10 +330,7 @@ class Retriever:
                 self.store.keyword_search, keyword_text, limit=pool, scope=scope
             )
 
-        found = Candidates(
-            times=query_time_ranges(query, now) if s.time_weight > 0 else [],
-            exclude_session_id=exclude_session_id,
-        )
+        found = Candidates(times=query_time_ranges(query, now) if s.time_weight > 0 else [])
         vector_messages: list[Message] = []
         semantic = self.semantic
         if semantic is not None:
