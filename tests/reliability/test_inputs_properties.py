@@ -364,6 +364,9 @@ class World:
     def reseed(self) -> None:
         """Put back what the destructive calls of the last example removed."""
         for manager in self.managers():
+            base = manager.get_session("base")
+            if base is not None and base.user_id != "u1":  # an example moved it to another user
+                manager.update_session("base", user_id="u1")
             if not manager.get_messages("base", limit=1):
                 manager.save_messages(
                     "base",
