@@ -58,6 +58,15 @@ LAYERS: dict[str, int] = {
     "store.items": 1,  # key/value items with vectors (the LangGraph store's tables)
     "embeddings.": 1,
     "embeddings": 1,
+    # user memory: what is stored (models), store operations and the pure rules beside them
+    # (consolidation, the offline extractor), the LLM extractor, the part the manager composes.
+    "facts": 0,
+    "facts.models": 0,
+    "facts.ops": 1,
+    "facts.consolidate": 1,
+    "facts.extract": 1,
+    "facts.llm": 3,
+    "facts.memory": 4,
     "vectors.": 2,
     "vectors": 2,
     **dict.fromkeys(
