@@ -21,6 +21,7 @@ __all__ = [
     "MemorySection",
     "RagSection",
     "VectorStoreSection",
+    "check_config",
     "default_db_path",
     "load_config",
 ]
@@ -49,6 +50,9 @@ class MemorySection(_Section):
     token_counter: Literal["exact", "approximate"] = "exact"
     #: Messages folded into a session's summary per step (a get_context call does one step).
     summary_chunk: int = Field(default=500, ge=1)
+    #: Extract facts, preferences and tasks into each owner's user memory in the background
+    #: as messages arrive (end_session always extracts). See docs/user-memory.md.
+    user_memory: bool = False
     #: SQLCipher key for a SQLite file (extra ``encryption``); else ``HAROMBE_DB_KEY`` is used.
     encryption_key: str | None = Field(default=None, repr=False)
 
@@ -117,6 +121,18 @@ def _format(exc: ValidationError) -> str:
     return "\n".join(lines)
 
 
+def check_config(value: Any) -> MemoryConfig:
+    """A MemoryConfig given as ``config=`` (InvalidInputError for anything else)."""
+    if not isinstance(value, MemoryConfig):
+        from harombe_core.errors import InvalidInputError
+
+        raise InvalidInputError(
+            f"config must be a MemoryConfig, got {type(value).__name__}; build one "
+            "with harombe_core.config.load_config(path_or_dict)."
+        )
+    return value
+
+
 def load_config(source: str | os.PathLike[str] | Mapping[str, Any] | MemoryConfig) -> MemoryConfig:
     """Read and validate a YAML file path or an already-parsed mapping."""
     if isinstance(source, MemoryConfig):
@@ -142,9 +158,7 @@ def load_config(source: str | os.PathLike[str] | Mapping[str, Any] | MemoryConfi
         except RecursionError:
             raise ConfigError(f"{path} is nested too deeply to be a configuration.") from None
     else:
-        raise ConfigError(
-            f"config must be a YAML path or a mapping, got {type(source).__name__}."
-        )
+        raise ConfigError(f"config must be a YAML path or a mapping, got {type(source).__name__}.")
     if not isinstance(data, Mapping):
         raise ConfigError(
             f"{origin} must be a mapping with memory:, vector_store: and rag: blocks, got "

@@ -22,6 +22,7 @@ from harombe_core.context import ContextBuilder
 from harombe_core.derive import converted, forwarded, in_thread, part_property
 from harombe_core.errors import InvalidInputError
 from harombe_core.flows import Call, Flow, Work, twins
+from harombe_core.manager_facts import UserMemoryMethods
 from harombe_core.manager_search import Searcher
 from harombe_core.models import Message, Session
 from harombe_core.newest import anewest_until, newest_until
@@ -86,7 +87,7 @@ def _on(part: str, template: Callable[Concatenate[Any, P], R]) -> Callable[Conca
     return forwarded(template, part, owner="MemoryManager")
 
 
-class MemoryManager(ClosesOnExit):
+class MemoryManager(UserMemoryMethods, ClosesOnExit):
     """Sessions, messages, token windows and (with semantic memory) search, over one store.
 
     ``storage_path`` is a SQLite file (``~`` expanded; ``":memory:"`` for a throwaway store) or a
@@ -94,10 +95,9 @@ class MemoryManager(ClosesOnExit):
     is the bundled all-MiniLM-L6-v2 model with an embedded ChromaDB beside the database; pass
     ``None`` for either to keep only the store and its keyword index.
 
-    The manager composes its parts: the store; a :class:`~harombe_core.manager_search.Searcher`
-    (the semantic memory, the :class:`~harombe_core.retrieval.Retriever` over it, reindexing);
-    and a :class:`~harombe_core.context.ContextBuilder` (summaries and the context strategies,
-    a table). Their public methods are the manager's, forwarded with the same signatures.
+    It composes the store, a :class:`~harombe_core.manager_search.Searcher` (semantic memory,
+    retrieval, reindexing), a :class:`~harombe_core.context.ContextBuilder` (summaries, context
+    strategies) and a user memory (``user_memory``, ``fact_extractor``: docs/user-memory.md).
     """
 
     def __init__(
@@ -110,17 +110,15 @@ class MemoryManager(ClosesOnExit):
         token_counter: Any = "exact",
         config: MemoryConfig | None = None,
         encryption_key: str | None = None,
+        user_memory: bool | None = None,
+        fact_extractor: Any = None,
     ) -> None:
         budget = check_budget(max_history_tokens, "max_history_tokens")
         counter: TokenCounter = resolve_token_counter(token_counter)
         if config is not None:
-            from harombe_core.config import MemoryConfig
+            from harombe_core.config import check_config
 
-            if not isinstance(config, MemoryConfig):
-                raise InvalidInputError(
-                    f"config must be a MemoryConfig, got {type(config).__name__}; build one "
-                    "with harombe_core.config.load_config(path_or_dict)."
-                )
+            check_config(config)
         if encryption_key is not None and not isinstance(encryption_key, str):
             raise InvalidInputError(
                 f"encryption_key must be a str, got {type(encryption_key).__name__}."
@@ -148,6 +146,7 @@ class MemoryManager(ClosesOnExit):
         self._context = ContextBuilder(
             self._store, self._searcher, max_history_tokens=budget, token_counter=counter
         )
+        self._facts = self._user_memory(config, user_memory, fact_extractor)
 
     # construction -------------------------------------------------------------------------
     @classmethod
@@ -448,6 +447,7 @@ class MemoryManager(ClosesOnExit):
         )
         if self._semantic is not None and prepared:
             self._semantic.notify()  # wakes the background embedder: never blocks
+        self._facts.notify()  # wakes the background fact extractor (if on): never blocks
         return ids
 
     def _save_message(
@@ -648,6 +648,7 @@ class MemoryManager(ClosesOnExit):
         timeout = optional_number(timeout, "timeout", low=0, high=MAX_WAIT_SECONDS)
         if self._semantic is not None:
             yield Work(self._semantic.flush, timeout, progress=progress)
+        yield from self._flush_facts()
 
     flush, aflush = twins(_flush)
 
@@ -675,6 +676,7 @@ class MemoryManager(ClosesOnExit):
         if self._closed:
             return
         self._closed = True
+        self._facts.close()
         semantic, self._searcher.semantic = self._searcher.semantic, None
         close_store = True
         try:

@@ -168,7 +168,7 @@ def _polarity(text: str) -> int:
     words = _stems(text)
     sign = 1
     for w in words:
-        if w in _NEGATIONS or w in _DISLIKE:
+        if (w in _NEGATIONS and w != "t") or w in _DISLIKE:  # "don't" is "don" + "t"
             sign = -sign
     return sign
 

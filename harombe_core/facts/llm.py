@@ -92,7 +92,7 @@ class LLMExtractor:
     """
 
     def __init__(self, llm: Any, *, max_facts: int = 40) -> None:
-        if not (callable(llm) or hasattr(llm, "acall") or hasattr(llm, "invoke")):
+        if not (callable(llm) or any(hasattr(llm, n) for n in ("acall", "invoke", "complete"))):
             raise InvalidInputError(
                 f"llm must be a LangChain chat model, a LlamaIndex LLM or a callable "
                 f"llm(prompt) -> str, got {type(llm).__name__}."

@@ -87,7 +87,9 @@ LAYERS: dict[str, int] = {
         3,
     ),
     # manager_search: the manager's search side, composed over the Retriever.
-    **dict.fromkeys(["retrieval", "threads", "threader", "manager_search", "context"], 4),
+    **dict.fromkeys(
+        ["retrieval", "threads", "threader", "manager_search", "manager_facts", "context"], 4
+    ),
     "manager": 5,
     **dict.fromkeys(
         [
