@@ -21,6 +21,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+import harombe_core.cli_facts  # noqa: F401  (registers `harombe facts` and `harombe profile`)
 from harombe_core.cli_app import (
     DbOption,
     UserOption,

@@ -158,7 +158,9 @@ def load_config(source: str | os.PathLike[str] | Mapping[str, Any] | MemoryConfi
         except RecursionError:
             raise ConfigError(f"{path} is nested too deeply to be a configuration.") from None
     else:
-        raise ConfigError(f"config must be a YAML path or a mapping, got {type(source).__name__}.")
+        raise ConfigError(
+            f"config must be a YAML path or a mapping, got {type(source).__name__}."
+        )
     if not isinstance(data, Mapping):
         raise ConfigError(
             f"{origin} must be a mapping with memory:, vector_store: and rag: blocks, got "

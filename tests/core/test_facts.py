@@ -419,3 +419,60 @@ def test_killed_during_extraction_leaves_nothing_half_written(tmp_path: Path) ->
         assert mm.get_facts("ann", include_history=True) == []
         assert mm.extract_facts("s1") == 1  # the batch is still pending, whole
         assert len(mm.get_facts("ann")) == 3
+
+
+# carried along ------------------------------------------------------------------------------
+def test_migrate_carries_facts_with_their_sources_and_state(location: str, tmp_path: Path) -> None:
+    from harombe_core.migrate import migrate
+
+    source = str(tmp_path / "source.db")
+    with MemoryManager(source, embedding=None) as mm:
+        mm.save_message("pad", Message(role="user", content="shifts the message ids"))
+        _say(mm, "s1", "ann", "I live in Lisbon. Remind me to book the flights.", day=1)
+        _say(mm, "s2", "ann", "I moved to Berlin.", day=9)
+        mm.end_session("s1")
+        mm.end_session("s2")
+        mm.add_fact("ann", "Has a dog named Rex")
+        mm.set_session_state("s2", important=True)
+        want = [(f.text, f.valid_to, f.origin) for f in mm.get_facts("ann", include_history=True)]
+    report = migrate(source, location, progress=False)
+    assert report.verified
+    assert (report.facts, report.copied_facts) == (4, 4)
+    with MemoryManager(location, embedding=None) as mm:
+        got = mm.get_facts("ann", include_history=True)
+        assert [(f.text, f.valid_to, f.origin) for f in got] == want
+        berlin = next(f for f in got if f.text == "Moved to Berlin")
+        (message,) = [m for m in mm.get_messages("s2") if m.id in berlin.message_ids]
+        assert message.content == "I moved to Berlin."
+        assert berlin.supersedes == next(f.id for f in got if f.text == "Lives in Lisbon")
+        assert mm.get_session_state("s2").important is True
+        assert mm.extract_facts("s1") == 0  # already extracted there
+    assert migrate(source, location, progress=False).copied_facts == 0
+
+
+def test_cli_facts_and_profile(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from harombe_core.cli import app
+
+    db = str(tmp_path / "cli.db")
+    with MemoryManager(db, embedding=None) as mm:
+        _say(mm, "s1", "ann", "I live in Lisbon. Remind me to call Bob.")
+    runner = CliRunner()
+
+    def run(*args: str) -> str:
+        result = runner.invoke(app, [*args, "--user", "ann", "--db", db])
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    assert "Lives in Lisbon" in run("facts", "--extract")
+    assert "Call Bob" in run("facts", "--tasks")
+    assert "Fact 3: Is vegan" in run("facts", "--add", "Is vegan", "--subject", "diet")
+    assert "Is vegan" in run("facts", "--search", "vegan")
+    profile = run("profile", "--tokens", "50")
+    assert "Lives in Lisbon" in profile
+    assert "- Call Bob" in profile
+    assert "Forgot fact 3" in run("facts", "--forget", "3")
+    failed = runner.invoke(app, ["facts", "--forget", "3", "--user", "ann", "--db", db])
+    assert failed.exit_code == 1
+    assert "no fact 3" in failed.output

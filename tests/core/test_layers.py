@@ -108,6 +108,7 @@ LAYERS: dict[str, int] = {
     ),
     "cli": 7,
     "cli_app": 7,
+    "cli_facts": 7,
     "": 7,  # harombe_core/__init__.py
 }
 ADAPTER_LAYER = 8
