@@ -25,8 +25,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-
-import numpy as np
+from typing import Any
 
 from harombe_core.facts.models import FactProposal
 from harombe_core.store.fts import tokens
@@ -133,7 +132,7 @@ class Current:
     subject: str | None
     status: str | None
     valid_from: int
-    vector: np.ndarray | None = None
+    vector: Any = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,9 +190,11 @@ def _opposite(a: str, b: str) -> bool:
     return bool(wa) and wa == wb and _polarity(a) != _polarity(b)
 
 
-def _alike(vector: np.ndarray | None, other: np.ndarray | None) -> bool:
+def _alike(vector: Any, other: Any) -> bool:
     if vector is None or other is None or vector.shape != other.shape:
         return False
+    import numpy as np  # lazily: importing the manager stays light
+
     return float(np.dot(vector, other)) >= SAME_COSINE
 
 
@@ -218,7 +219,7 @@ def _task_match(current: Sequence[Current], text: str) -> Current | None:
 def decide(
     current: Sequence[Current],
     proposal: FactProposal,
-    vector: np.ndarray | None,
+    vector: Any,
     at: int,
 ) -> Decision:
     """What ``proposal`` (becoming true at ``at``, embedded as ``vector``) does to ``current``."""

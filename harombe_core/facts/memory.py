@@ -21,8 +21,6 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-import numpy as np
-
 from harombe_core.errors import FactNotFoundError, InvalidInputError, SessionNotFoundError
 from harombe_core.facts import ops
 from harombe_core.facts.extract import OfflineExtractor
@@ -147,6 +145,8 @@ class UserMemory:
         if embedder is None or not texts:
             return [None] * len(texts), None
         vectors = yield Work(embedder.embed, texts)
+        import numpy as np  # lazily: importing the manager stays light
+
         rows = np.asarray(vectors, dtype=np.float32)
         return [row.tobytes() for row in rows], str(embedder.name)
 
@@ -316,6 +316,8 @@ class UserMemory:
             rows: list[tuple[int, bytes]] = yield _run(
                 self.store, ops.fact_vectors(user_id, str(embedder.name), current=current)
             )
+            import numpy as np  # lazily: importing the manager stays light
+
             query_vector = np.asarray(q, dtype=np.float32)
             scored = [
                 (fid, float(np.dot(np.frombuffer(blob, dtype=np.float32), query_vector)))

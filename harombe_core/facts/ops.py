@@ -16,8 +16,6 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
-
 from harombe_core.facts.consolidate import Current, decide
 from harombe_core.facts.models import Fact, FactProposal, FactSource, SessionState
 from harombe_core.store.fts import fts_query, query_words
@@ -85,8 +83,12 @@ def _with_sources(d: Dialect, rows: Sequence[Any]) -> Body[list[Fact]]:
     return [_fact(r, sources[int(r[0])]) for r in rows]
 
 
-def _vector(blob: Any) -> np.ndarray | None:
-    return None if blob is None else np.frombuffer(bytes(blob), dtype=np.float32)
+def _vector(blob: Any) -> Any:
+    if blob is None:
+        return None
+    import numpy as np  # lazily: importing the manager stays light
+
+    return np.frombuffer(bytes(blob), dtype=np.float32)
 
 
 # writes -----------------------------------------------------------------------------------
