@@ -28,6 +28,8 @@ recover. The tree::
     │   ├── EncryptionKeyError                     wrong or missing key for an encrypted file
     │   ├── MigrationError                         a migration's destination differs from its
     │   │                                          source (or already holds other data)
+    │   ├── UnsafeCheckpointError                  a stored checkpoint row names a type that is
+    │   │                                          not allowed to be revived (or is a pickle)
     │   └── VectorIndexError                       the derived vector index failed; messages safe
     │       └── VectorIndexBusyError               another process holds the vector index folder
     ├── EmbeddingError                             the embedder failed or returned bad vectors
@@ -76,6 +78,7 @@ __all__ = [
     "StoreUnavailableError",
     "SummarizationError",
     "ThreadRuleError",
+    "UnsafeCheckpointError",
     "VectorIndexBusyError",
     "VectorIndexError",
 ]
@@ -290,6 +293,20 @@ class EncryptionKeyError(StoreError):
 
 class MigrationError(StoreError):
     """The destination does not match the source (or holds a different session of the same id)."""
+
+
+class UnsafeCheckpointError(StoreError):
+    """A stored checkpoint row would revive a type nobody allowed (or is a pickle).
+
+    Reviving a row calls the constructor it names, so a row someone crafted could run any code
+    on read. Only the types LangGraph itself writes and those the application allow-lists are
+    revived; the message names the type and how to allow it, and nothing was constructed.
+    ``type_name`` is ``"module.Name"`` (or the row's serialisation tag for a pickle).
+    """
+
+    def __init__(self, message: str, *, type_name: str = "", fix: Fix | None = None) -> None:
+        super().__init__(message, fix=fix)
+        self.type_name = type_name
 
 
 class VectorIndexError(StoreError):
