@@ -35,7 +35,7 @@ from langgraph.types import Command, interrupt
 from pydantic import BaseModel
 
 from harombe_core.checkpoint_safety import LANGGRAPH_SAFE_TYPES, TypePolicy, check_row
-from harombe_core.errors import UnsafeCheckpointError
+from harombe_core.errors import InvalidInputError, UnsafeCheckpointError
 from harombe_core.manager import MemoryManager
 from harombe_core.migrate import migrate
 from langchain_harombe import HarombeSaver, HarombeSerializer, RecordingChatModel
@@ -256,6 +256,33 @@ def test_a_pickle_row_is_refused_with_a_typed_error(thread_db: Path, markers: Ma
     with pytest.raises(UnsafeCheckpointError, match="pickle"):
         migrate(thread_db, thread_db.with_name("target.db"), progress=False)
     assert markers.made() == []
+
+
+@pytest.mark.parametrize(
+    "configurable",
+    [
+        {"checkpoint_id": "\ud800"},
+        {"checkpoint_ns": "\ud800"},
+        {"thread_id": "t\udc80"},
+        {"user_id": "\ud800"},
+    ],
+)
+def test_ids_that_are_not_text_get_a_typed_error(thread_db: Path, configurable: Any) -> None:
+    config = {"configurable": {**CONFIG["configurable"], **configurable}}
+    with MemoryManager(thread_db, embedding=None) as mm:
+        saver = HarombeSaver(mm)
+        calls = [
+            lambda: saver.get_tuple(config),
+            lambda: list(saver.list(config)),
+            lambda: saver.put_writes(config, [("messages", [])], "task"),
+        ]
+        if "checkpoint_id" in configurable:
+            calls.append(lambda: list(saver.list(None, before=config)))
+        if "checkpoint_ns" not in configurable:  # LangGraph reads a namespace as a subgraph's
+            calls.append(lambda: _agent(saver, []).get_state(config))
+        for call in calls:
+            with pytest.raises(InvalidInputError):
+                call()
 
 
 # migrate ------------------------------------------------------------------------------------
