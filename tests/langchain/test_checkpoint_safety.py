@@ -381,6 +381,13 @@ def test_an_allow_listed_type_of_the_application_is_revived(tmp_path: Path) -> N
     with pytest.raises(UnsafeCheckpointError, match=r"allowed_types=\[\("):
         migrate(path, target, progress=False)
     assert migrate(path, target, progress=False, allowed_types=[key]).verified
+    again = subprocess.run(
+        [sys.executable, "-m", "harombe_core.cli", "migrate", "--from", str(path),
+         "--to", str(tmp_path / "cli.db"), "--no-progress", "--allow", f"{key[0]}.{key[1]}"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    assert "checkpoint row" in again.stdout
 
 
 class PydanticState(BaseModel):
