@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterable
+from contextvars import ContextVar
 from typing import Any
 
 import ormsgpack
+from langgraph.checkpoint.serde.event_hooks import SerdeEvent, register_serde_event_listener
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer, _create_msgpack_ext_hook
 
 from harombe_core.checkpoint_safety import AllowList, TypePolicy, check_row, refused_tag
@@ -65,11 +67,15 @@ class HarombeSerializer(JsonPlusSerializer):
         """The stored value, or UnsafeCheckpointError if it names a type not allowed."""
         tag, payload = data
         if tag == "msgpack":
-            refused: list[UnsafeCheckpointError] = []
-            hook = _create_msgpack_ext_hook(_Gate(self.policy, refused))  # type: ignore[arg-type]
-            value = ormsgpack.unpackb(payload, ext_hook=hook, option=ormsgpack.OPT_NON_STR_KEYS)
-            if refused:
-                raise refused[0]
+            gate = _Gate(self.policy, [])
+            hook = _create_msgpack_ext_hook(gate)  # type: ignore[arg-type]
+            reading = _READING.set(gate)
+            try:
+                value = ormsgpack.unpackb(payload, ext_hook=hook, option=ormsgpack.OPT_NON_STR_KEYS)
+            finally:
+                _READING.reset(reading)
+            if gate.refused:
+                raise gate.refused[0]
             return value
         if tag == "json":
             check_row(tag, payload, self.policy)
@@ -84,7 +90,9 @@ class HarombeSerializer(JsonPlusSerializer):
 class _Gate:
     """The allow-list LangGraph's ext hook asks (``key in allowed``) before it imports a type:
     the policy's answer, with every refusal noted so the read raises once decoding is done
-    (the hook swallows exceptions, and returns a refused type's raw arguments instead)."""
+    (the hook swallows exceptions, and returns a refused type's raw arguments instead).
+    A method call the hook blocks by itself (it calls none but ``datetime.fromisoformat``)
+    reaches the gate of the read in progress through LangGraph's serde events."""
 
     __slots__ = ("policy", "refused")
 
@@ -97,3 +105,17 @@ class _Gate:
             return True
         self.refused.append(self.policy.refusal(module, name))
         return False
+
+
+#: The gate of the msgpack read in progress in this thread or task (None outside one).
+_READING: ContextVar[_Gate | None] = ContextVar("harombe_checkpoint_read", default=None)
+
+
+def _on_serde_event(event: SerdeEvent) -> None:
+    gate = _READING.get()
+    if gate is not None and event["kind"] == "msgpack_method_blocked":
+        method = f"{event['name']}.{event.get('method', '?')}"
+        gate.refused.append(gate.policy.refusal(event["module"], method))
+
+
+register_serde_event_listener(_on_serde_event)

@@ -13,6 +13,7 @@ application allow-lists is revived.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import pickle
 import sqlite3
@@ -93,6 +94,7 @@ def _payloads(marker: Callable[[str], Path]) -> dict[str, bytes]:
             2, "subprocess", "run", {"args": ["touch", str(marker("subprocess kwargs"))]}
         ),
         "inside a message": ormsgpack.packb(human),
+        "method": _ext(3, "os", "system", f"touch {marker('method')}", "__call__"),
     }
 
 
@@ -194,8 +196,29 @@ def test_a_crafted_row_is_refused_and_runs_nothing(
             saver = HarombeSaver(mm)
             with pytest.raises(UnsafeCheckpointError, match="allowed_msgpack_modules") as caught:
                 READS[read](saver, _agent(saver, []))
-        assert caught.value.type_name in ("builtins.exec", "os.system", "subprocess.run"), name
+        assert caught.value.type_name in (
+            "builtins.exec",
+            "os.system",
+            "subprocess.run",
+            "os.system.__call__",
+        ), name
         assert markers.made() == [], f"{name} in a {where} ran on {read}"
+
+
+def test_the_async_reads_refuse_it_too(thread_db: Path, markers: Markers) -> None:
+    async def reads(saver: HarombeSaver) -> None:
+        with pytest.raises(UnsafeCheckpointError):
+            await saver.aget_tuple(CONFIG)
+        with pytest.raises(UnsafeCheckpointError):
+            _ = [item async for item in saver.alist(CONFIG)]
+        with pytest.raises(UnsafeCheckpointError):
+            await _agent(saver, []).aget_state(CONFIG)
+
+    for where in ("message", "write", "channel"):
+        _plant(thread_db, where, _payloads(markers)["method"])
+        with MemoryManager(thread_db, embedding=None) as mm:
+            asyncio.run(reads(HarombeSaver(mm)))
+    assert markers.made() == []
 
 
 def test_langgraphs_own_saver_runs_the_same_row(tmp_path: Path, markers: Markers) -> None:
