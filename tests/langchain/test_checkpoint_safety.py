@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
 import pickle
 import sqlite3
 import subprocess
@@ -322,6 +323,18 @@ def test_migrate_refuses_a_crafted_row_before_copying(
     assert markers.made() == []
 
 
+def test_migrate_into_postgres_refuses_it_and_writes_nothing_there(
+    thread_db: Path, markers: Markers, pg_url: str
+) -> None:
+    _plant(thread_db, "channel", _payloads(markers)["subprocess kwargs"])
+    with pytest.raises(UnsafeCheckpointError, match=r"subprocess\.run"):
+        migrate(thread_db, pg_url, progress=False)
+    with MemoryManager(pg_url, embedding=None) as mm:
+        assert mm.list_sessions() == []
+        assert mm.store.count_messages() == 0
+    assert markers.made() == []
+
+
 def test_harombe_migrate_refuses_it_without_a_traceback(
     thread_db: Path, markers: Markers, tmp_path: Path
 ) -> None:
@@ -411,6 +424,35 @@ def test_an_allow_listed_type_of_the_application_is_revived(tmp_path: Path) -> N
     )  # fmt: skip
     assert again.returncode == 0, again.stderr
     assert "checkpoint row" in again.stdout
+
+
+_STRICT_SCRIPT = """
+import sys
+from pathlib import Path
+from langchain_core.messages import HumanMessage
+from harombe_core.manager import MemoryManager
+from langchain_harombe import HarombeSaver
+from tests.langchain.test_checkpoint_safety import CONFIG, _plan_graph
+
+path = Path(sys.argv[1])
+with MemoryManager(path, embedding=None) as mm:
+    _plan_graph(HarombeSaver(mm)).invoke({"messages": [HumanMessage("go")]}, CONFIG)
+with MemoryManager(path, embedding=None) as mm:
+    print(_plan_graph(HarombeSaver(mm)).get_state(CONFIG).values["plan"].steps)
+"""
+
+
+def test_strict_langgraph_allows_the_graphs_own_schema_types(tmp_path: Path) -> None:
+    """With LANGGRAPH_STRICT_MSGPACK=true, ``compile`` allow-lists the state schema's types
+    (it calls ``with_allowlist``), so the application's Plan needs no list of its own."""
+    root = Path(__file__).resolve().parents[2]
+    result = subprocess.run(
+        [sys.executable, "-c", _STRICT_SCRIPT, str(tmp_path / "strict.db")],
+        capture_output=True, text=True, timeout=300, cwd=root,
+        env={**os.environ, "LANGGRAPH_STRICT_MSGPACK": "true"},
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "['ask', 'answer']"
 
 
 class PydanticState(BaseModel):
