@@ -35,7 +35,7 @@ from dataclasses import is_dataclass
 from enum import Enum
 from typing import Any, Literal
 
-from harombe_core.errors import Fix, UnsafeCheckpointError, requires_extra
+from harombe_core.errors import Fix, InvalidInputError, UnsafeCheckpointError, requires_extra
 
 __all__ = [
     "FRAMEWORK_MODULES",
@@ -116,6 +116,10 @@ _DELTA_EXT = 7
 
 AllowList = Iterable[tuple[str, ...] | type] | Literal[True] | None
 
+#: Types whose answer a policy remembers, and characters of a name an error shows.
+_ANSWERS_KEPT = 4096
+_SHOWN = 200
+
 
 class TypePolicy:
     """What a checkpoint row may revive: LangGraph's safe types, framework state classes, and
@@ -146,13 +150,16 @@ class TypePolicy:
             return True
         answer = self._answers.get(key)
         if answer is None:
-            answer = self._answers[key] = _framework_state_class(module, name)
+            answer = _framework_state_class(module, name)
+            if len(self._answers) < _ANSWERS_KEPT:  # names come from rows: bound the memory
+                self._answers[key] = answer
         return answer
 
     def refusal(self, module: Any, name: Any) -> UnsafeCheckpointError:
         """The error for a row naming ``module.name``, saying how to allow it."""
+        module, name = str(module)[:_SHOWN], str(name)[:_SHOWN]  # a crafted name may be huge
         dotted = f"{module}.{name}"
-        pair = f"({str(module)!r}, {str(name)!r})"
+        pair = f"({module!r}, {name!r})"
         return UnsafeCheckpointError(
             f"a stored checkpoint row names {dotted}, which is not allowed to be revived "
             "(reviving a row calls the type it names, so a crafted row could run code); "
@@ -251,12 +258,26 @@ def _check_lc(value: dict[str, Any], policy: TypePolicy) -> dict[str, Any]:
 
 
 def _keys(items: Iterable[tuple[str, ...] | type]) -> frozenset[tuple[str, ...]]:
+    """The ``(module, name)`` pairs of an allow-list of pairs and classes."""
+    if isinstance(items, (str, bytes)) or not isinstance(items, Iterable):
+        raise InvalidInputError(
+            f"an allow-list is a list of classes or ('module', 'Name') pairs, got {items!r:.80}."
+        )
     keys: set[tuple[str, ...]] = set()
     for item in items:
         if isinstance(item, type):
             keys.add((item.__module__, item.__name__))
+        elif (
+            isinstance(item, tuple)
+            and len(item) >= 2
+            and all(isinstance(part, str) and part for part in item)
+        ):
+            keys.add(item)
         else:
-            keys.add(tuple(item))
+            raise InvalidInputError(
+                f"allow-list entries are classes or ('module', 'Name') pairs (exact names, no "
+                f"prefixes), got {item!r:.80}."
+            )
     return frozenset(keys)
 
 

@@ -83,6 +83,7 @@ def migrate(
     """
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise InvalidInputError(f"batch_size must be a positive int, got {batch_size!r}.")
+    policy = TypePolicy(allowed_types)
     from tqdm.auto import tqdm
 
     from harombe_core.manager import open_store
@@ -92,7 +93,7 @@ def migrate(
     owns_src = src is not source
     try:
         # Refuse a crafted checkpoint row before the destination is even created.
-        check_tables(src, CHECKPOINT_TABLES, TypePolicy(allowed_types))
+        check_tables(src, CHECKPOINT_TABLES, policy)
         dst = open_store(destination)
     except BaseException:
         if owns_src:

@@ -524,6 +524,20 @@ def test_the_policy_answers(module: str, name: str, allowed: bool) -> None:
     assert TypePolicy().permits(module, name) is allowed
 
 
+@pytest.mark.parametrize("bad", ["myapp.Plan", ["myapp.Plan"], [("myapp",)], [("myapp", 3)], 5])
+def test_an_allow_list_that_is_not_pairs_or_classes_is_refused(tmp_path: Path, bad: Any) -> None:
+    with pytest.raises(InvalidInputError, match="pairs"):
+        HarombeSerializer(allowed_msgpack_modules=bad)
+    with pytest.raises(InvalidInputError, match="pairs"):
+        migrate(tmp_path / "none.db", tmp_path / "to.db", allowed_types=bad)
+
+
+def test_a_huge_crafted_name_gives_a_short_message() -> None:
+    with pytest.raises(UnsafeCheckpointError) as caught:
+        HarombeSerializer().loads_typed(("msgpack", _ext(0, "os" * 100_000, "system", "x")))
+    assert len(str(caught.value)) < 2_000
+
+
 def test_a_row_that_cannot_be_decoded_is_refused() -> None:
     with pytest.raises(UnsafeCheckpointError, match="cannot be decoded"):
         check_row("msgpack", b"\xc1\xff", TypePolicy())
