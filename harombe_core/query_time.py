@@ -68,6 +68,7 @@ _COUNTS = {"a": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 
 #: The ends of representable time: a range that would reach past them stops there.
 _FIRST = datetime.min.replace(tzinfo=UTC)
 _LAST = datetime.max.replace(tzinfo=UTC)
+_ALL_DAYS = (_LAST - _FIRST).days + 1
 
 
 def _utc(value: datetime) -> datetime:
@@ -195,7 +196,8 @@ def query_time_ranges(query: str, now: datetime | None = None) -> list[TimeRange
 def in_ranges(when: datetime, ranges: list[TimeRange], slack_days: float = 0.0) -> bool:
     """Whether ``when`` falls in one of ``ranges``, each extended ``slack_days`` past its end."""
     moment = _utc(when)
-    slack = timedelta(days=slack_days)
+    # More than all of representable time is all of it (an infinite slack included).
+    slack = timedelta(days=slack_days if slack_days <= _ALL_DAYS else _ALL_DAYS)
     for span in ranges:
         start, end = span.start, span.end
         if span.any_year:
