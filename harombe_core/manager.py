@@ -69,6 +69,9 @@ def open_store(
     them (:mod:`harombe_core.store.sqlite_file`). ``encryption_key`` (else ``HAROMBE_DB_KEY``)
     encrypts a SQLite file with SQLCipher; every opener of one file must pass the same key.
     """
+    from harombe_core.store.encryption import check_key
+
+    check_key(encryption_key)  # an empty key is refused wherever the store lives
     if isinstance(storage_path, MessageStore):
         return storage_path
     location = check_location(storage_path)
@@ -121,10 +124,10 @@ class MemoryManager(ClosesOnExit):
                     f"config must be a MemoryConfig, got {type(config).__name__}; build one "
                     "with harombe_core.config.load_config(path_or_dict)."
                 )
-        if encryption_key is not None and not isinstance(encryption_key, str):
-            raise InvalidInputError(
-                f"encryption_key must be a str, got {type(encryption_key).__name__}."
-            )
+        if encryption_key is not None:
+            from harombe_core.store.encryption import check_key
+
+            check_key(encryption_key)  # refused before anything is created
         semantic = embedding is not None and vector_store is not None
         if semantic:
             # A missing extra is reported before the database is created, not after.
