@@ -14,12 +14,12 @@ import logging
 import os
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from harombe_core.context import ContextBuilder
 from harombe_core.derive import converted, forwarded, in_thread, part_property
+from harombe_core.erasing import delete_user_sessions, erase, prune_cutoff
 from harombe_core.errors import InvalidInputError
 from harombe_core.flows import Call, Flow, Work, twins
 from harombe_core.manager_search import Searcher
@@ -38,7 +38,6 @@ from harombe_core.validate import (
     check_id,
     check_list,
     check_location,
-    check_number,
     optional_count,
     optional_id,
     optional_number,
@@ -388,46 +387,44 @@ class MemoryManager(ClosesOnExit):
 
     list_sessions, alist_sessions = twins(_list_sessions)
 
-    def _forget(self, session_ids: list[str]) -> Flow[None]:
-        """Drop the vectors of deleted sessions (nothing to do without semantic memory)."""
-        if session_ids and self._semantic is not None:
-            yield Work(self._semantic.forget_sessions, session_ids)
-
-    def _drop(self, store_method: str, session_id: str, user_id: str | None) -> Flow[Any]:
-        """Delete a session's rows with ``store_method``, then the vectors of what went."""
+    def _drop(self, delete: Callable[[str], T], session_id: str, user_id: str | None) -> Flow[T]:
+        """Delete a session's rows with the store's ``delete``, and the vectors of what went."""
         yield from named_owner(self._store, session_id, user_id)
-        gone = yield self._call(store_method, check_id(session_id, "session_id"))
-        yield from self._forget([session_id] if gone else [])
-        return gone
+        sid = check_id(session_id, "session_id")
+        return (yield Work(erase, self._semantic, lambda: delete(sid), lambda g: [sid] * bool(g)))
 
     def _delete_session(self, session_id: str, *, user_id: str | None = None) -> Flow[bool]:
         """Delete a session and all its messages (and their vectors). True if it existed.
-
-        With ``user_id``, only that user's session (else SessionOwnershipError)."""
-        return bool((yield from self._drop("delete_session", session_id, user_id)))
+        Once it returns no search finds them; once the store is closed no byte of them is left
+        in its files (docs/deletion.md). With ``user_id``, only that user's session."""
+        return bool((yield from self._drop(self._store.delete_session, session_id, user_id)))
 
     delete_session, adelete_session = twins(_delete_session)
 
     def _clear_session(self, session_id: str, *, user_id: str | None = None) -> Flow[int]:
         """Delete a session's messages but keep the session; returns how many were removed.
-
         With ``user_id``, only that user's session (else SessionOwnershipError)."""
-        return int((yield from self._drop("clear_session", session_id, user_id)))
+        return int((yield from self._drop(self._store.clear_session, session_id, user_id)))
 
     clear_session, aclear_session = twins(_clear_session)
 
     def _prune_old_sessions(self, days: float) -> Flow[int]:
         """Delete sessions with no activity in the last ``days`` days; returns how many."""
-        # Beyond ~8,000 years nothing can be older; the cutoff stops at the first storable time.
-        span = check_number(days, "days", low=0, high=3_000_000)
-        now = datetime.now(UTC)
-        oldest = datetime.min.replace(tzinfo=UTC)
-        cutoff = oldest if span >= (now - oldest).days else now - timedelta(days=span)
-        removed: list[str] = yield self._call("delete_sessions_before", cutoff)
-        yield from self._forget(removed)
-        return len(removed)
+        cutoff, store = prune_cutoff(days), self._store
+        gone = yield Work(erase, self._semantic, lambda: store.delete_sessions_before(cutoff), list)
+        return len(gone)
 
     prune_old_sessions, aprune_old_sessions = twins(_prune_old_sessions)
+
+    def _forget_user(self, user_id: str) -> Flow[int]:
+        """Delete everything of ``user_id`` (GDPR erasure) in one transaction, erased as
+        :meth:`delete_session` erases: sessions, messages, vectors, keyword entries, summaries,
+        checkpoints (not LangGraph store items: no user owns them). Returns sessions deleted."""
+        uid, store = check_id(user_id, "user_id"), self._store
+        gone = yield Work(erase, self._semantic, lambda: delete_user_sessions(store, uid), list)
+        return len(gone)
+
+    forget_user, aforget_user = twins(_forget_user)
 
     # messages -----------------------------------------------------------------------------
     def _write(
@@ -449,6 +446,8 @@ class MemoryManager(ClosesOnExit):
         ids: list[int] = yield self._call(
             "add_messages", session_id, prepared, user_id=user_id, **extra
         )
+        if doomed and self._semantic is not None:
+            yield Work(self._semantic.forget_messages, doomed)
         if self._semantic is not None and prepared:
             self._semantic.notify()  # wakes the background embedder: never blocks
         return ids

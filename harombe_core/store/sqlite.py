@@ -37,6 +37,7 @@ from harombe_core.errors import SchemaTooNewError, StoreError
 from harombe_core.models import Message
 from harombe_core.store.base import KeywordHit, SearchScope
 from harombe_core.store.context_sql import ContextReads
+from harombe_core.store.erasure import ERASED_KEYWORDS, compact_keywords, owed
 from harombe_core.store.fts import (
     BM25_WEIGHTS,
     CONTEXT_SQL,
@@ -129,8 +130,13 @@ def _setup_file(file: SQLiteFile, *, retries: int) -> None:
 
 
 def _close_keywords(file: SQLiteFile, retries: int) -> None:
+    """Index what is left, and after a deletion leave none of the deleted text in the file:
+    FTS5's segments merged (:func:`~harombe_core.store.erasure.compact_keywords`), then the
+    WAL checkpointed into the file and truncated (its old page images held the text)."""
     keyword_indexer(file, retries).stop()
     catch_up(file, retries)
+    if file.snapshot(lambda c: owed(c, ERASED_KEYWORDS)) and file.write(compact_keywords, retries):
+        file.checkpoint()
 
 
 class SQLiteStore(StoreMethods, ContextReads):
