@@ -637,19 +637,19 @@ class MemoryManager(ClosesOnExit):
         self._semantic.notify()
 
     def _flush(self, timeout: float | None = None, *, progress: Progress = None) -> Flow[None]:
-        """Block until every saved message is embedded and searchable (no-op without semantic).
-
-        Messages are embedded in the background as they are saved (or imported, or found
-        unembedded when the store opens); until then search finds them by their keywords.
-        ``progress``: ``None`` shows a bar on stderr when it is a terminal and the backlog is
-        large, ``True`` always, ``False`` never; a callable ``progress(done, total)`` is called
-        as batches complete. Raises EmbeddingError if the model fails or ``timeout`` (seconds)
-        passes first.
-        """
+        """Block until every saved message is in the keyword index and (with semantic memory)
+        embedded (both run in the background), so searches then repeat exactly, whatever the
+        indexers had done. ``progress``: ``None`` shows a bar on stderr when it is a terminal
+        and the backlog is large, ``True`` always, ``False`` never; a callable ``progress(done,
+        total)`` is called as batches complete. Raises EmbeddingError if the model fails or
+        ``timeout`` (seconds) passes first."""
         check_progress(progress)
         timeout = optional_number(timeout, "timeout", low=0, high=MAX_WAIT_SECONDS)
         if self._semantic is not None:
             yield Work(self._semantic.flush, timeout, progress=progress)
+        keywords = getattr(self._store, "index_keywords", None)  # SQLite indexes in background
+        if keywords is not None:
+            yield Work(keywords)
 
     flush, aflush = twins(_flush)
 
