@@ -53,3 +53,22 @@ def test_remove_message_then_delete_thread_leave_nothing(tmp_path: Path) -> None
     assert files_holding(tmp_path, secret) == []
     assert files_holding(tmp_path, thread) == []
     assert "m.db" in files_holding(tmp_path, control)
+
+
+def test_pruning_old_checkpoints_removes_a_removed_message_s_bytes(tmp_path: Path) -> None:
+    secret, thread = token(), "t-" + token()
+    with MemoryManager(str(tmp_path / "m.db"), embedding=FakeEmbedder()) as mm:
+        saver = HarombeSaver(mm)
+        graph = _graph(saver)
+        config = {"configurable": {"thread_id": thread}}
+        graph.invoke({"messages": [HumanMessage("hello there")]}, config)
+        graph.invoke({"messages": [HumanMessage(f"my password is {secret}")]}, config)
+        doomed = next(m for m in graph.get_state(config).values["messages"] if secret in m.text)
+        graph.update_state(config, {"messages": [RemoveMessage(id=doomed.id)]})
+        saver.prune([thread], strategy="keep_latest")  # the older checkpoints held it
+        assert [m.text for m in graph.get_state(config).values["messages"]] == [
+            "hello there",
+            "noted",
+            "noted",
+        ]
+    assert files_holding(tmp_path, secret) == []
