@@ -55,6 +55,24 @@ def test_remove_message_then_delete_thread_leave_nothing(tmp_path: Path) -> None
     assert "m.db" in files_holding(tmp_path, control)
 
 
+def test_delete_thread_alone_leaves_nothing(tmp_path: Path) -> None:
+    """The checkpointer deletes a thread in its own SQL: the erasure is owed all the same."""
+    secret, control, thread = token(), token(), "t-" + token()
+    with MemoryManager(
+        str(tmp_path / "m.db"), embedding=FakeEmbedder(), vector_store="chroma"
+    ) as mm:
+        saver = HarombeSaver(mm)
+        config = {"configurable": {"thread_id": thread}}
+        _graph(saver).invoke({"messages": [HumanMessage(f"my password is {secret}")]}, config)
+        mm.save_message("keep", {"role": "user", "content": f"the harbour code is {control}"})
+        mm.flush()
+        saver.delete_thread(thread)
+        assert found_anywhere(mm, secret) == []
+    assert files_holding(tmp_path, secret) == []
+    assert files_holding(tmp_path, thread) == []
+    assert "m.db" in files_holding(tmp_path, control)
+
+
 def test_pruning_old_checkpoints_removes_a_removed_message_s_bytes(tmp_path: Path) -> None:
     secret, thread = token(), "t-" + token()
     with MemoryManager(str(tmp_path / "m.db"), embedding=FakeEmbedder()) as mm:

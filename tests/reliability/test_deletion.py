@@ -271,3 +271,12 @@ def test_connections_zero_deleted_rows_whatever_the_build_default(folder: Path) 
     folder.mkdir()
     with MemoryManager(str(folder / "m.db"), embedding=None) as mm:
         assert mm.store.query("PRAGMA secure_delete")[0][0] == 1
+
+
+def test_the_schema_trigger_names_the_erasure_keys() -> None:
+    from harombe_core.store.erasure import ERASED_KEYWORDS, ERASED_VECTORS
+    from harombe_core.store.schema import MIGRATIONS
+
+    trigger = next(s for m in MIGRATIONS for s in m if "sessions_erased" in s)
+    assert f"'{ERASED_KEYWORDS}'" in trigger
+    assert f"'{ERASED_VECTORS}'" in trigger
