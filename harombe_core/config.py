@@ -52,6 +52,18 @@ class MemorySection(_Section):
     #: SQLCipher key for a SQLite file (extra ``encryption``); else ``HAROMBE_DB_KEY`` is used.
     encryption_key: str | None = Field(default=None, repr=False)
 
+    @field_validator("encryption_key")
+    @classmethod
+    def _real_key(cls, value: str | None) -> str | None:
+        # An empty key (an unset secret substituted into the file) would otherwise mean a
+        # silently unencrypted database.
+        if value == "":
+            raise ValueError(
+                "is empty: give the real key, or remove encryption_key (and unset "
+                "HAROMBE_DB_KEY) for an unencrypted database"
+            )
+        return value
+
     @field_validator("storage_path")
     @classmethod
     def _expand(cls, value: str) -> str:
