@@ -64,7 +64,10 @@ class VectorStoreSection(_Section):
     """``vector_store:``: the derived semantic index (rebuildable from the messages)."""
 
     enabled: bool = True
-    provider: Literal["chroma"] = "chroma"
+    #: ``database``: the vectors inside the database (SQLite searched exactly, pgvector on
+    #: PostgreSQL); ``chroma``: a ChromaDB index (``mode``, ``path``, ``host``, ``port`` and
+    #: ``collection`` apply to it); ``pgvector``: PostgreSQL's, named explicitly.
+    provider: Literal["database", "chroma", "pgvector"] = "database"
     mode: Literal["persistent", "memory", "http"] = "persistent"
     path: str | None = None
     host: str = "127.0.0.1"

@@ -91,8 +91,10 @@ class MemoryManager(ClosesOnExit):
 
     ``storage_path`` is a SQLite file (``~`` expanded; ``":memory:"`` for a throwaway store) or a
     ``postgresql://`` URL. ``embedding`` and ``vector_store`` choose semantic memory: the default
-    is the bundled all-MiniLM-L6-v2 model with an embedded ChromaDB beside the database; pass
-    ``None`` for either to keep only the store and its keyword index.
+    is the bundled all-MiniLM-L6-v2 model with its vectors kept in the database itself
+    (``vector_store="database"``: SQLite searched exactly, pgvector on PostgreSQL);
+    ``vector_store="chroma"`` adds a ChromaDB index (extra ``chroma``) for large corpora searched
+    across users; pass ``None`` for either to keep only the store and its keyword index.
 
     The manager composes its parts: the store; a :class:`~harombe_core.manager_search.Searcher`
     (the semantic memory, the :class:`~harombe_core.retrieval.Retriever` over it, reindexing);
@@ -106,7 +108,7 @@ class MemoryManager(ClosesOnExit):
         *,
         max_history_tokens: int = 4096,
         embedding: Any = "default",
-        vector_store: Any = "chroma",
+        vector_store: Any = "database",
         token_counter: Any = "exact",
         config: MemoryConfig | None = None,
         encryption_key: str | None = None,
@@ -130,7 +132,16 @@ class MemoryManager(ClosesOnExit):
             # A missing extra is reported before the database is created, not after.
             from harombe_core.vectors.indexer import check_semantic_parts
 
-            check_semantic_parts(embedding, vector_store, storage_path, config)
+            from harombe_core.store.encryption import resolve_key
+
+            check_semantic_parts(
+                embedding,
+                vector_store,
+                storage_path,
+                config,
+                encrypted=not isinstance(storage_path, MessageStore)
+                and resolve_key(encryption_key) is not None,
+            )
         self._store = open_store(storage_path, encryption_key=encryption_key)
         self._closed = False
         memory: Any = None

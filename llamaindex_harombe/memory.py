@@ -70,7 +70,7 @@ _CONTEXT_RATIO = 0.75  # LlamaIndex's share of an LLM's context window given to 
 #: all-MiniLM-L6-v2 with an embedded Chroma index beside the database. ``embedding=None`` keeps
 #: keyword search only.
 DEFAULT_EMBEDDING = "default"
-DEFAULT_VECTOR_STORE = "chroma"
+DEFAULT_VECTOR_STORE = "database"
 
 
 def embedding_field() -> Any:
