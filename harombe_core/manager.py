@@ -123,6 +123,8 @@ class MemoryManager(ClosesOnExit):
                     f"config must be a MemoryConfig, got {type(config).__name__}; build one "
                     "with harombe_core.config.load_config(path_or_dict)."
                 )
+        if config is not None and vector_store == "database":
+            vector_store = config.vector_store.provider  # the configured index, if any
         if encryption_key is not None and not isinstance(encryption_key, str):
             raise InvalidInputError(
                 f"encryption_key must be a str, got {type(encryption_key).__name__}."
@@ -223,10 +225,11 @@ class MemoryManager(ClosesOnExit):
             parts.append("semantic=off")
         else:
             index = semantic.index  # None until opened (or for a read-only store)
+            name = "database" if semantic.in_database else None if index is None else index.name
             parts += [
                 "semantic=on",
                 f"embedding={semantic.embedder.name!r}",
-                f"vector_store={None if index is None else index.name!r}",
+                f"vector_store={name!r}",
             ]
         parts.append(f"max_history_tokens={self.max_history_tokens}")
         if self._closed:
