@@ -210,6 +210,9 @@ def bench_size(args: argparse.Namespace, size: int, workdir: Path) -> list[dict[
         matrix_mb = (matrix.nbytes if matrix is not None else 0) / 2**20
     print(f"   in-database matrix: {matrix_mb:.0f} MB (RSS +{rss_mb() - before:.0f} MB)")
 
+    if size > args.chroma_max:
+        print(f"   chroma skipped above --chroma-max {args.chroma_max:,}")
+        return results
     # Chroma: build the HNSW index from the stored vectors, then ask it
     with semantic(path, "chroma") as mem:
         t_index, _ = timed(lambda: mem.reindex(batch_size=1000, progress=False))
@@ -362,6 +365,8 @@ def main() -> None:
     parser.add_argument("--per-user", type=int, default=1000,
                         help="messages per user (users = size / this)")
     parser.add_argument("--appends", type=int, default=200)
+    parser.add_argument("--chroma-max", type=int, default=10**9,
+                        help="build no Chroma index above this many messages (its build is slow)")
     parser.add_argument("--locomo-conversations", type=int, default=10)
     parser.add_argument("--no-locomo", action="store_true", help="skip the real-text recall")
     parser.add_argument("--seed", type=int, default=7)
