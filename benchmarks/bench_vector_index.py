@@ -84,9 +84,9 @@ def percentiles(samples: list[float]) -> str:
     return f"{statistics.median(s) * 1000:8.2f} {p95 * 1000:8.2f}"
 
 
-def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
+def timed(fn: Callable[..., Any], *args: Any) -> tuple[float, Any]:
     start = time.perf_counter()
-    out = fn()
+    out = fn(*args)
     return time.perf_counter() - start, out
 
 
@@ -159,8 +159,10 @@ def bench_size(args: argparse.Namespace, size: int, workdir: Path) -> list[dict[
     path = workdir / f"bench-{size}.db"
     users = max(1, size // args.per_user)
     t_build, vectors = timed(lambda: build_store(path, size, users, args.per_session, args.seed))
-    print(f"\n== {size:,} messages, {users:,} users, sessions of {args.per_session} "
-          f"(store built in {t_build:.0f} s, {du_mb(path):.0f} MB with vectors)")
+    print(
+        f"\n== {size:,} messages, {users:,} users, sessions of {args.per_session} "
+        f"(store built in {t_build:.0f} s, {du_mb(path):.0f} MB with vectors)"
+    )
     rng = np.random.default_rng(args.seed + 1)
     sessions = (size + args.per_session - 1) // args.per_session
     picks = rng.integers(0, size, args.queries)
@@ -172,13 +174,17 @@ def bench_size(args: argparse.Namespace, size: int, workdir: Path) -> list[dict[
         session = row // args.per_session
         if kind == "session":
             lo = session * args.per_session
-            return SearchScope(session_id=f"s{session}"), np.arange(lo, min(size, lo + args.per_session))
+            return SearchScope(session_id=f"s{session}"), np.arange(
+                lo, min(size, lo + args.per_session)
+            )
         if kind == "user":
             user = session % users
-            rows = np.concatenate([
-                np.arange(s * args.per_session, min(size, (s + 1) * args.per_session))
-                for s in range(user, sessions, users)
-            ])
+            rows = np.concatenate(
+                [
+                    np.arange(s * args.per_session, min(size, (s + 1) * args.per_session))
+                    for s in range(user, sessions, users)
+                ]
+            )
             return SearchScope(user_id=f"user-{user}"), rows
         return None, None
 
@@ -201,11 +207,18 @@ def bench_size(args: argparse.Namespace, size: int, workdir: Path) -> list[dict[
                 print(f"   matrix load (first search across users): {t_load:.2f} s")
             for i in range(args.queries):
                 scope, _ = scopes(kind, i)
-                dt, found = timed(lambda: mem.nearest(queries[i], k, scope))
+                dt, found = timed(mem.nearest, queries[i], k, scope)
                 lat.append(dt)
                 got += len({m.message_id for m in found} & truth[(kind, i)]) / k
-            results.append({"size": size, "index": "database (exact)", "scope": kind,
-                            "lat": lat, "recall": got / args.queries})
+            results.append(
+                {
+                    "size": size,
+                    "index": "database (exact)",
+                    "scope": kind,
+                    "lat": lat,
+                    "recall": got / args.queries,
+                }
+            )
         matrix = mem._matrix
         matrix_mb = (matrix.nbytes if matrix is not None else 0) / 2**20
     print(f"   in-database matrix: {matrix_mb:.0f} MB (RSS +{rss_mb() - before:.0f} MB)")
@@ -217,8 +230,10 @@ def bench_size(args: argparse.Namespace, size: int, workdir: Path) -> list[dict[
     with semantic(path, "chroma") as mem:
         t_index, _ = timed(lambda: mem.reindex(batch_size=1000, progress=False))
         chroma_mb = du_mb(Path(f"{path}.chroma"))
-        print(f"   chroma index built in {t_index:.0f} s, folder {chroma_mb:.0f} MB, "
-              f"peak RSS {peak_mb():.0f} MB")
+        print(
+            f"   chroma index built in {t_index:.0f} s, folder {chroma_mb:.0f} MB, "
+            f"peak RSS {peak_mb():.0f} MB"
+        )
         index = mem.index
         for kind in ("session", "user", "all"):
             raw, via = [], []
@@ -226,16 +241,30 @@ def bench_size(args: argparse.Namespace, size: int, workdir: Path) -> list[dict[
             for i in range(args.queries):
                 scope, _ = scopes(kind, i)
                 where = scope_metadata_filter(scope)
-                dt, found = timed(lambda: index.query(queries[i], k, where))
+                dt, found = timed(index.query, queries[i], k, where)
                 raw.append(dt)
                 got_raw += len({m.message_id for m in found} & truth[(kind, i)]) / k
-                dt, found = timed(lambda: mem.nearest(queries[i], k, scope))
+                dt, found = timed(mem.nearest, queries[i], k, scope)
                 via.append(dt)
                 got_via += len({m.message_id for m in found} & truth[(kind, i)]) / k
-            results.append({"size": size, "index": "chroma HNSW (direct, filtered)",
-                            "scope": kind, "lat": raw, "recall": got_raw / args.queries})
-            results.append({"size": size, "index": "vector_store='chroma' (harombe)",
-                            "scope": kind, "lat": via, "recall": got_via / args.queries})
+            results.append(
+                {
+                    "size": size,
+                    "index": "chroma HNSW (direct, filtered)",
+                    "scope": kind,
+                    "lat": raw,
+                    "recall": got_raw / args.queries,
+                }
+            )
+            results.append(
+                {
+                    "size": size,
+                    "index": "vector_store='chroma' (harombe)",
+                    "scope": kind,
+                    "lat": via,
+                    "recall": got_via / args.queries,
+                }
+            )
     with contextlib.suppress(OSError):
         for p in workdir.glob(f"bench-{size}.db*"):
             if p.is_dir():
@@ -264,7 +293,9 @@ def locomo_recall(args: argparse.Namespace) -> None:
     embedder = resolve_embedder("default")
     vecs = np.asarray(embedder.embed(texts), dtype=np.float32)
     qa = [q["question"] for s in data[: args.locomo_conversations] for q in s.get("qa", [])][:300]
-    qconv = [c for c, s in enumerate(data[: args.locomo_conversations]) for _ in s.get("qa", [])][:300]
+    qconv = [c for c, s in enumerate(data[: args.locomo_conversations]) for _ in s.get("qa", [])][
+        :300
+    ]
     qv = np.asarray(embedder.embed(qa), dtype=np.float32)
     index = ChromaVectorIndex(mode="memory")
     index.upsert(list(range(len(texts))), vecs, [{"conv": int(c)} for c in convs])
@@ -276,8 +307,10 @@ def locomo_recall(args: argparse.Namespace) -> None:
             truth = {int(r) for r in rows[np.argsort(-(vecs[rows] @ q))[:10]]}
             found = index.query(q, 10, {"conv": c} if filtered else None)
             got += len({m.message_id for m in found} & truth) / 10
-        print(f"   chroma HNSW recall@10 vs exact, LoCoMo {len(texts):,} turns, {len(qa)} "
-              f"questions, {label}: {got / len(qa):.3f}   (database index: 1.000, exact)")
+        print(
+            f"   chroma HNSW recall@10 vs exact, LoCoMo {len(texts):,} turns, {len(qa)} "
+            f"questions, {label}: {got / len(qa):.3f}   (database index: 1.000, exact)"
+        )
     index.close()
 
 
@@ -288,8 +321,9 @@ def append_cost(args: argparse.Namespace, workdir: Path) -> None:
 
     for vs in ("database", "chroma"):
         path = workdir / f"append-{vs}.db"
-        with MemoryManager(str(path), embedding=FakeEmbedder(384), vector_store=vs,
-                           token_counter="approximate") as mm:
+        with MemoryManager(
+            str(path), embedding=FakeEmbedder(384), vector_store=vs, token_counter="approximate"
+        ) as mm:
             sid = mm.create_session(user_id="u")
             for i in range(20):  # warm up
                 mm.save_messages(sid, [Message(role="user", content=f"warm {i}")])
@@ -297,7 +331,7 @@ def append_cost(args: argparse.Namespace, workdir: Path) -> None:
             lat = []
             for i in range(args.appends):
                 msg = Message(role="user", content=f"message number {i} about topic {i % 17}")
-                dt, _ = timed(lambda: (mm.save_messages(sid, [msg]), mm.flush()))
+                dt, _ = timed(lambda m=msg, s=sid: (mm.save_messages(s, [m]), mm.flush()))
                 lat.append(dt)
         print(f"   append (save_messages + flush), {vs:<9}: p50/p95 ms {percentiles(lat)}")
 
@@ -350,23 +384,32 @@ def install_size() -> None:
     mb = sum(_size(n) for n in chroma) / 2**20
     core_mb = sum(_size(n) for n in core) / 2**20
     big = sorted(chroma, key=_size, reverse=True)[:6]
-    print(f"   chromadb and the {len(chroma) - 1} packages only it pulls in: {mb:.0f} MB "
-          f"installed (largest: {', '.join(f'{n} {_size(n) / 2**20:.0f}' for n in big)}); "
-          f"the core with its default embedder (extra onnx): {core_mb:.0f} MB")
+    print(
+        f"   chromadb and the {len(chroma) - 1} packages only it pulls in: {mb:.0f} MB "
+        f"installed (largest: {', '.join(f'{n} {_size(n) / 2**20:.0f}' for n in big)}); "
+        f"the core with its default embedder (extra onnx): {core_mb:.0f} MB"
+    )
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog=__doc__.split("\n\n", 1)[1])
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n\n", 1)[1],
+    )
     parser.add_argument("--sizes", default="100000", help="message counts, comma-separated")
     parser.add_argument("--queries", type=int, default=200)
     parser.add_argument("--per-session", type=int, default=100)
-    parser.add_argument("--per-user", type=int, default=1000,
-                        help="messages per user (users = size / this)")
+    parser.add_argument(
+        "--per-user", type=int, default=1000, help="messages per user (users = size / this)"
+    )
     parser.add_argument("--appends", type=int, default=200)
-    parser.add_argument("--chroma-max", type=int, default=10**9,
-                        help="build no Chroma index above this many messages (its build is slow)")
+    parser.add_argument(
+        "--chroma-max",
+        type=int,
+        default=10**9,
+        help="build no Chroma index above this many messages (its build is slow)",
+    )
     parser.add_argument("--locomo-conversations", type=int, default=10)
     parser.add_argument("--no-locomo", action="store_true", help="skip the real-text recall")
     parser.add_argument("--seed", type=int, default=7)
@@ -387,12 +430,12 @@ def main() -> None:
     print("|---:|---|---|---:|---:|---:|")
     for r in rows:
         p50, p95 = percentiles(r["lat"]).split()
-        print(f"| {r['size']:,} | {r['index']} | {r['scope']} | {p50} | {p95} | "
-              f"{r['recall']:.3f} |")
+        print(
+            f"| {r['size']:,} | {r['index']} | {r['scope']} | {p50} | {p95} | {r['recall']:.3f} |"
+        )
     print(f"\npeak RSS {peak_mb():.0f} MB")
     if args.json:
-        args.json.write_text(json.dumps(
-            [{**r, "lat": sorted(r["lat"])} for r in rows], indent=1))
+        args.json.write_text(json.dumps([{**r, "lat": sorted(r["lat"])} for r in rows], indent=1))
 
 
 if __name__ == "__main__":

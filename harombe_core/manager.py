@@ -132,9 +132,8 @@ class MemoryManager(ClosesOnExit):
         semantic = embedding is not None and vector_store is not None
         if semantic:
             # A missing extra is reported before the database is created, not after.
-            from harombe_core.vectors.indexer import check_semantic_parts
-
             from harombe_core.store.encryption import resolve_key
+            from harombe_core.vectors.indexer import check_semantic_parts
 
             check_semantic_parts(
                 embedding,
@@ -215,6 +214,14 @@ class MemoryManager(ClosesOnExit):
     def semantic_enabled(self) -> bool:
         """True when messages are embedded and searchable by meaning."""
         return self._semantic is not None
+
+    @property
+    def vector_store(self) -> str | None:
+        """The vector store semantic search uses, as it was named: ``"database"`` (the
+        default: the vectors inside the database), ``"chroma"``, ``"pgvector"``, ``"custom"``
+        for an index object; None when semantic search is off."""
+        semantic = self._semantic
+        return None if semantic is None else semantic.vector_store
 
     def __repr__(self) -> str:
         """Where the memory lives and whether it searches by meaning; no I/O, so it is safe

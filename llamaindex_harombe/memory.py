@@ -141,9 +141,11 @@ def describe_manager(manager: MemoryManager) -> tuple[str, Any, Any]:
     location = manager.store.location
     if not manager.semantic_enabled:
         return location, None, None
+    named = manager.vector_store
+    vector_store = named if named in ("database", "chroma", "pgvector") else DEFAULT_VECTOR_STORE
     if isinstance(manager.embedder, LlamaIndexEmbedder):
-        return location, LLAMAINDEX_EMBEDDING, DEFAULT_VECTOR_STORE
-    return location, DEFAULT_EMBEDDING, DEFAULT_VECTOR_STORE
+        return location, LLAMAINDEX_EMBEDDING, vector_store
+    return location, DEFAULT_EMBEDDING, vector_store
 
 
 class HarombeMemory(BaseMemory):

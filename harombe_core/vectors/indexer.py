@@ -283,6 +283,7 @@ def open_semantic_memory(
             embed_context=embed_context,
         )
         semantic.try_open_index(raise_errors=True)
+    semantic.vector_store = vector_store if isinstance(vector_store, str) else "custom"
     try:
         if store.get_meta(META_MODEL) is None:
             try:
@@ -356,6 +357,9 @@ class SemanticMemory(EmbeddingWorker):
         # docstring); until then every search is exact. Nothing to check on Postgres.
         self._checked = self.stored is None
         self.in_database = in_database and self.stored is not None
+        #: The vector store asked for, as named ("database", "chroma", "pgvector"; "custom"
+        #: for an index object).
+        self.vector_store = "database" if self.in_database else "custom"
         self._matrix: VectorMatrix | None = None  # made by the first search across users
         self._work_lock = threading.RLock()
         self._wake = threading.Event()

@@ -59,8 +59,8 @@ def test_the_default_index_keeps_every_vector_inside_the_encrypted_file(tmp_path
         mm.create_session(session_id=SESSION, user_id=USER)
         mm.save_messages(SESSION, [Message(role="user", content=t) for t in TEXTS])
         mm.flush()
-        assert mm.search_similar("locker combination", top_k=1, user_id=USER)[0].content == (
-            TEXTS[0]
+        assert (
+            mm.search_similar("locker combination", top_k=1, user_id=USER)[0].content == (TEXTS[0])
         )
         assert mm.search_similar("party for Ingrid", top_k=1)[0].content == TEXTS[1]
         open_files = set(_every_file(tmp_path))
@@ -106,8 +106,9 @@ def test_a_configured_chroma_server_beside_an_encrypted_database_is_refused(
         }
     )
     with pytest.raises(UnencryptedIndexError):
-        MemoryManager(str(tmp_path / "m.db"), embedding=FakeEmbedder(), config=config,
-                      encryption_key=KEY)
+        MemoryManager(
+            str(tmp_path / "m.db"), embedding=FakeEmbedder(), config=config, encryption_key=KEY
+        )
 
 
 def test_a_store_opened_elsewhere_with_a_key_is_refused_chroma_too(tmp_path: Path) -> None:
@@ -127,9 +128,7 @@ def test_chroma_in_memory_is_allowed_with_a_key_it_writes_nothing(tmp_path: Path
     pytest.importorskip("chromadb")
     config = load_config({"vector_store": {"provider": "chroma", "mode": "memory"}})
     db = tmp_path / "memory.db"
-    with MemoryManager(
-        str(db), embedding=FakeEmbedder(), config=config, encryption_key=KEY
-    ) as mm:
+    with MemoryManager(str(db), embedding=FakeEmbedder(), config=config, encryption_key=KEY) as mm:
         mm.create_session(session_id=SESSION, user_id=USER)
         mm.save_messages(SESSION, [Message(role="user", content=t) for t in TEXTS])
         mm.flush()

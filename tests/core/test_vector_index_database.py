@@ -73,7 +73,8 @@ def test_every_search_path_is_exact(tmp_path: Path) -> None:
         _fill(mm, sessions=12, per=40, start=start)
         mm.flush()
         semantic = mm._semantic
-        assert semantic.in_database and semantic.index is None
+        assert semantic.in_database
+        assert semantic.index is None
         rng = np.random.default_rng(3)
         scopes = [
             None,
@@ -140,4 +141,5 @@ def test_a_configured_chroma_block_still_means_chroma(tmp_path: Path) -> None:
     assert config.vector_store.provider == "chroma"
     assert load_config({}).vector_store.provider == "database"
     with MemoryManager(str(tmp_path / "m.db"), embedding=FakeEmbedder(), config=config) as mm:
-        assert mm._semantic.index is not None and not mm._semantic.in_database
+        assert mm._semantic.index is not None
+        assert not mm._semantic.in_database

@@ -110,9 +110,7 @@ def _run(folder: Path, vector_store: str) -> dict:
 
 
 @pytest.mark.parametrize("vector_store", ["database", "chroma"])
-def test_a_full_disk_raises_storage_full_and_never_hangs(
-    tmp_path: Path, vector_store: str
-) -> None:
+def test_a_full_disk_raises_storage_full_and_never_hangs(tmp_path: Path, vector_store: str) -> None:
     folders = [tmp_path / f"run{n}" for n in range(RUNS)]
     for folder in folders:
         folder.mkdir()
