@@ -10,6 +10,8 @@ recover. The tree::
     │   ├── InputTooLargeError                     any stored field over its size limit
     │   │   └── MessageTooLargeError               (also an InvalidMessageError)
     │   ├── InvalidBudgetError                     negative or non-integer token budget
+    │   ├── UnencryptedIndexError                  an encryption key with an index kept
+    │   │                                          outside the database (Chroma)
     │   └── ThreadRuleError                        a thread graph breaks a threading rule
     ├── ConfigError (also ValueError)              YAML/dict configuration that does not validate
     ├── SessionNotFoundError (also KeyError)       a session that must exist does not (export,
@@ -78,6 +80,7 @@ __all__ = [
     "StoreUnavailableError",
     "SummarizationError",
     "ThreadRuleError",
+    "UnencryptedIndexError",
     "UnsafeCheckpointError",
     "VectorIndexBusyError",
     "VectorIndexError",
@@ -149,6 +152,11 @@ class InvalidBudgetError(InvalidInputError):
 
 class ThreadRuleError(InvalidInputError):
     """A thread graph breaks a threading rule (the message says which and where)."""
+
+
+class UnencryptedIndexError(InvalidInputError):
+    """An encrypted database was asked to keep its vectors in an index the key cannot cover
+    (Chroma's folder or server): refused, so nothing of it is written in the clear."""
 
 
 class ConfigError(HarombeError, ValueError):
