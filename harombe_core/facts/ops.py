@@ -18,6 +18,7 @@ from typing import Any
 
 from harombe_core.facts.consolidate import Current, decide
 from harombe_core.facts.models import Fact, FactProposal, FactSource, SessionState
+from harombe_core.store.erasure import mark_erased
 from harombe_core.store.fts import fts_query, query_words
 from harombe_core.store.rows import from_micros, to_micros
 from harombe_core.store.runner import Body, Dialect, Op
@@ -246,7 +247,10 @@ def forget_fact(user_id: str, fact_id: int) -> Op[bool]:
 
     def body(d: Dialect) -> Body[bool]:
         sql = "DELETE FROM facts WHERE id = ? AND user_id = ?"
-        return bool((yield d.step(sql, (fact_id, user_id))).rowcount)
+        gone = bool((yield d.step(sql, (fact_id, user_id))).rowcount)
+        if gone:  # its keyword entry's bytes are compacted away at close (store/erasure.py)
+            yield from mark_erased(d)
+        return gone
 
     return Op(body, write=True)
 
@@ -256,7 +260,10 @@ def delete_user_facts(user_id: str) -> Op[int]:
 
     def body(d: Dialect) -> Body[int]:
         yield d.step("UPDATE facts SET supersedes = NULL WHERE user_id = ?", (user_id,))
-        return int((yield d.step("DELETE FROM facts WHERE user_id = ?", (user_id,))).rowcount)
+        count = int((yield d.step("DELETE FROM facts WHERE user_id = ?", (user_id,))).rowcount)
+        if count:
+            yield from mark_erased(d)
+        return count
 
     return Op(body, write=True)
 

@@ -269,7 +269,18 @@ MIGRATIONS: list[list[str]] = [
     # 5: partial indexes for the context strategies' O(window) reads (store/context_sql.py):
     # a session's important messages and whether it has any parent link.
     context_indexes("sqlite"),
-    # 6: user memory (harombe_core/facts): facts, their sources, session outcome/importance,
+    # 6: a deleted session records the erasure its derived indexes owe (the keys of
+    # store/erasure.py), whichever code deleted it (the LangGraph checkpointer deletes threads
+    # in its own SQL). Not on messages: a row trigger would cost every bulk delete.
+    [
+        """CREATE TRIGGER sessions_erased AFTER DELETE ON sessions BEGIN
+            INSERT OR REPLACE INTO harombe_meta (key, value)
+                VALUES ('erased_keywords_pending', lower(hex(randomblob(16))));
+            INSERT OR REPLACE INTO harombe_meta (key, value)
+                VALUES ('erased_vectors_pending', lower(hex(randomblob(16))));
+        END""",
+    ],
+    # 7: user memory (harombe_core/facts): facts, their sources, session outcome/importance,
     # and the facts' keyword index, kept by triggers in the same transaction as each fact.
     [
         *_fact_tables("sqlite"),
@@ -423,7 +434,7 @@ PG_MIGRATIONS: list[list[str]] = [
     # 6: partial indexes for the context strategies' O(window) reads (store/context_sql.py),
     # as SQLite migration 5.
     context_indexes("postgres"),
-    # 7: user memory, as SQLite migration 6 (the keyword vector is a generated column).
+    # 7: user memory, as SQLite migration 7 (the keyword vector is a generated column).
     [
         *_fact_tables("postgres"),
         "CREATE INDEX facts_fts ON facts USING GIN (fts)",
