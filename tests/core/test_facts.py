@@ -476,3 +476,19 @@ def test_cli_facts_and_profile(tmp_path: Path) -> None:
     failed = runner.invoke(app, ["facts", "--forget", "3", "--user", "ann", "--db", db])
     assert failed.exit_code == 1
     assert "no fact 3" in failed.output
+
+
+def test_forgotten_facts_leave_no_bytes_and_forget_user_takes_them_all(tmp_path: Path) -> None:
+    path = tmp_path / "m.db"
+    with MemoryManager(str(path), embedding=None) as mm:
+        secret = mm.add_fact("ann", "Keeps the spare key under the zebracorn statue")
+        mm.add_fact("ann", "Prefers aisle seats", kind="preference")
+        _say(mm, "s1", "ann", "I live in Quuxville.")
+        mm.end_session("s1")
+        assert mm.forget_fact("ann", secret.id)
+        assert mm.forget_user("ann") == 1
+        assert mm.get_facts("ann", include_history=True) == []
+    for file in tmp_path.iterdir():
+        data = file.read_bytes()
+        for needle in (b"zebracorn", b"aisle seats", b"Quuxville"):
+            assert needle not in data, (file.name, needle)
