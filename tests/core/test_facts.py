@@ -26,6 +26,7 @@ from harombe_core import ContextBudget, Message
 from harombe_core.errors import (
     FactExtractionError,
     FactNotFoundError,
+    ImportFormatError,
     InvalidInputError,
     SessionNotFoundError,
 )
@@ -492,3 +493,37 @@ def test_forgotten_facts_leave_no_bytes_and_forget_user_takes_them_all(tmp_path:
         data = file.read_bytes()
         for needle in (b"zebracorn", b"aisle seats", b"Quuxville"):
             assert needle not in data, (file.name, needle)
+
+
+def test_export_and_import_carry_facts(tmp_path: Path) -> None:
+    from harombe_core.export import export_store, import_file
+
+    with MemoryManager(str(tmp_path / "a.db"), embedding=None) as mm:
+        mm.save_message("pad", Message(role="user", content="shifts the message ids"))
+        _say(mm, "s1", "ann", "I live in Lisbon.", day=1)
+        _say(mm, "s2", "ann", "I moved to Berlin.", day=9)
+        mm.end_session("s1")
+        mm.end_session("s2")
+        mm.add_fact("ann", "Has a dog named Rex")
+        want = [(f.text, f.valid_to, f.origin) for f in mm.get_facts("ann", include_history=True)]
+        text = export_store(mm, "json", user_id="ann")
+    file = tmp_path / "ann.json"
+    file.write_text(text)
+    assert '"facts"' in text
+    with MemoryManager(str(tmp_path / "b.db"), embedding=None) as mm:
+        result = import_file(mm, file, on_conflict="new_id")
+        assert result.facts == 3
+        got = mm.get_facts("ann", include_history=True)
+        assert [(f.text, f.valid_to, f.origin) for f in got] == want
+        berlin = next(f for f in got if f.text == "Moved to Berlin")
+        (sid,) = berlin.session_ids
+        assert [m.content for m in mm.get_messages(sid) if m.id in berlin.message_ids] == [
+            "I moved to Berlin."
+        ]
+        assert berlin.supersedes == next(f.id for f in got if f.text == "Lives in Lisbon")
+    bad = text.replace('"kind": "fact"', '"kind": "rumour"', 1)
+    file.write_text(bad)
+    with MemoryManager(str(tmp_path / "c.db"), embedding=None) as mm:
+        with pytest.raises(ImportFormatError, match="facts"):
+            import_file(mm, file)
+        assert mm.list_sessions() == []
