@@ -77,14 +77,7 @@ class HarombeMemoryBlock(OwnedManager, BaseMemoryBlock[str]):
     _owns_manager: bool = PrivateAttr(default=True)
 
     def __init__(self, *, manager: MemoryManager | None = None, **data: Any) -> None:
-        if manager is not None:
-            location, embedding, vector_store = describe_manager(manager)
-            data.setdefault("storage_path", location)
-            data.setdefault("embedding", embedding)
-            data.setdefault("vector_store", vector_store)
-        elif "storage_path" in data:
-            data["storage_path"] = check_location(data["storage_path"])
-        super().__init__(**data)
+        super().__init__(**_location_fields(manager, data))
         if self.scope == "user" and self.user_id is None:
             raise InvalidInputError("scope='user' needs user_id; or use scope='session'.")
         self._take_manager(manager, self.storage_path, self.embedding, self.vector_store)
@@ -146,6 +139,19 @@ class HarombeMemoryBlock(OwnedManager, BaseMemoryBlock[str]):
         )
 
 
+def _location_fields(manager: MemoryManager | None, data: dict[str, Any]) -> dict[str, Any]:
+    """A block's fields: where a given ``manager`` lives (unless given), or the checked
+    ``storage_path``."""
+    if manager is not None:
+        location, embedding, vector_store = describe_manager(manager)
+        data.setdefault("storage_path", location)
+        data.setdefault("embedding", embedding)
+        data.setdefault("vector_store", vector_store)
+    elif "storage_path" in data:
+        data["storage_path"] = check_location(data["storage_path"])
+    return data
+
+
 def _li_role(message: Message) -> str:
     extra = message.metadata.get("li")
     if isinstance(extra, dict) and isinstance(extra.get("role"), str):
@@ -184,14 +190,7 @@ class HarombeProfileBlock(OwnedManager, BaseMemoryBlock[str]):
     _owns_manager: bool = PrivateAttr(default=True)
 
     def __init__(self, *, manager: MemoryManager | None = None, **data: Any) -> None:
-        if manager is not None:
-            location, embedding, vector_store = describe_manager(manager)
-            data.setdefault("storage_path", location)
-            data.setdefault("embedding", embedding)
-            data.setdefault("vector_store", vector_store)
-        elif "storage_path" in data:
-            data["storage_path"] = check_location(data["storage_path"])
-        super().__init__(**data)
+        super().__init__(**_location_fields(manager, data))
         self._take_manager(manager, self.storage_path, self.embedding, self.vector_store)
 
     async def _aget(

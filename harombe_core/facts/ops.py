@@ -48,6 +48,11 @@ FACT_COLUMNS = (
     "origin, supersedes"
 )
 _CHUNK = 500
+_INSERT_FACT = (
+    "INSERT INTO facts (user_id, kind, text, subject, status, valid_from, valid_to, "
+    "recorded_at, updated_at, origin, supersedes, vector, vector_model) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id"
+)
 
 
 def _fact(row: Sequence[Any], sources: Sequence[FactSource]) -> Fact:
@@ -162,10 +167,7 @@ def consolidate(
             new_id = int(
                 (
                     yield d.step(
-                        "INSERT INTO facts (user_id, kind, text, subject, status, valid_from, "
-                        "valid_to, recorded_at, updated_at, origin, supersedes, vector, "
-                        "vector_model) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-                        "RETURNING id",
+                        _INSERT_FACT,
                         (
                             user_id,
                             proposal.kind,
@@ -297,10 +299,7 @@ def import_facts(
             new_id = int(
                 (
                     yield d.step(
-                        "INSERT INTO facts (user_id, kind, text, subject, status, valid_from, "
-                        "valid_to, recorded_at, updated_at, origin, supersedes, vector, "
-                        "vector_model) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-                        "RETURNING id",
+                        _INSERT_FACT,
                         row,
                     )
                 ).rows[0][0]

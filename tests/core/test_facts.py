@@ -423,17 +423,23 @@ def test_killed_during_extraction_leaves_nothing_half_written(tmp_path: Path) ->
 
 
 # carried along ------------------------------------------------------------------------------
+def _lisbon_then_berlin(mm: MemoryManager, first: str) -> None:
+    """Ann's history: Lisbon, then Berlin (superseding it), and a fact she added; message ids
+    shifted by an unrelated session so that copies must re-point the sources."""
+    mm.save_message("pad", Message(role="user", content="shifts the message ids"))
+    _say(mm, "s1", "ann", first, day=1)
+    _say(mm, "s2", "ann", "I moved to Berlin.", day=9)
+    mm.end_session("s1")
+    mm.end_session("s2")
+    mm.add_fact("ann", "Has a dog named Rex")
+
+
 def test_migrate_carries_facts_with_their_sources_and_state(location: str, tmp_path: Path) -> None:
     from harombe_core.migrate import migrate
 
     source = str(tmp_path / "source.db")
     with MemoryManager(source, embedding=None) as mm:
-        mm.save_message("pad", Message(role="user", content="shifts the message ids"))
-        _say(mm, "s1", "ann", "I live in Lisbon. Remind me to book the flights.", day=1)
-        _say(mm, "s2", "ann", "I moved to Berlin.", day=9)
-        mm.end_session("s1")
-        mm.end_session("s2")
-        mm.add_fact("ann", "Has a dog named Rex")
+        _lisbon_then_berlin(mm, "I live in Lisbon. Remind me to book the flights.")
         mm.set_session_state("s2", important=True)
         want = [(f.text, f.valid_to, f.origin) for f in mm.get_facts("ann", include_history=True)]
     report = migrate(source, location, progress=False)
@@ -499,12 +505,7 @@ def test_export_and_import_carry_facts(tmp_path: Path) -> None:
     from harombe_core.export import export_store, import_file
 
     with MemoryManager(str(tmp_path / "a.db"), embedding=None) as mm:
-        mm.save_message("pad", Message(role="user", content="shifts the message ids"))
-        _say(mm, "s1", "ann", "I live in Lisbon.", day=1)
-        _say(mm, "s2", "ann", "I moved to Berlin.", day=9)
-        mm.end_session("s1")
-        mm.end_session("s2")
-        mm.add_fact("ann", "Has a dog named Rex")
+        _lisbon_then_berlin(mm, "I live in Lisbon.")
         want = [(f.text, f.valid_to, f.origin) for f in mm.get_facts("ann", include_history=True)]
         text = export_store(mm, "json", user_id="ann")
     file = tmp_path / "ann.json"
