@@ -471,7 +471,7 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
             yield Work(self._semantic.forget_messages, doomed)
         if self._semantic is not None and prepared:
             self._semantic.notify()  # wakes the background embedder: never blocks
-        self._facts.notify()  # wakes the background fact extractor (if on): never blocks
+        self._facts.notify(session_id)  # wakes the background fact extractor (if on)
         return ids
 
     def _save_message(

@@ -119,6 +119,7 @@ class UserMemory:
         self.background = background
         self._lock = threading.Lock()
         self._extracting = threading.Lock()
+        self._touched: set[str] = set()
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -221,12 +222,16 @@ class UserMemory:
                 return total
 
     # the background extractor --------------------------------------------------------------
-    def notify(self) -> None:
-        """New messages were saved: wake the background extractor (never waits)."""
+    def notify(self, session_id: str | None = None) -> None:
+        """New messages were saved (in ``session_id``): wake the background extractor. Never
+        waits: it notes the session and sets an event."""
         if not self.background:
             return
         if self._thread is None:
             self._start()
+        if session_id is not None:
+            with self._lock:
+                self._touched.add(session_id)
         self._wake.set()
 
     def _start(self) -> None:
@@ -238,22 +243,33 @@ class UserMemory:
             thread.start()
 
     def _loop(self) -> None:
-        wait = POLL_SECONDS
+        """Woken by a save: extract the sessions saved to (O(their new messages)). Every
+        :data:`POLL_SECONDS` of quiet, and at start: look for any session with messages not
+        yet extracted (left by another process, or by a failed round)."""
+        wait, scan = POLL_SECONDS, True
         while not self._stop.is_set():
-            self._wake.wait(wait)
+            if not scan:
+                scan = not self._wake.wait(wait)
             self._wake.clear()
             if self._stop.is_set():
                 return
+            with self._lock:
+                touched, self._touched = self._touched, set()
             try:
-                self.run_pending()
-                wait = POLL_SECONDS
-            except Exception as exc:  # logged and retried later; flush() raises it
+                with self._extracting:
+                    if scan:
+                        drive(self.extract_pending())
+                    for session_id in sorted(touched):
+                        drive(self.extract_session(session_id))
+                wait, scan = POLL_SECONDS, False
+            except Exception as exc:  # logged and retried by the next scan; flush() raises it
                 self.last_error = exc
                 log.warning("background fact extraction failed, will retry: %s", exc)
-                wait = min(wait * 2, 60.0)
+                wait, scan = min(wait * 2, 60.0), False
 
     def run_pending(self) -> int:
-        """Extract what is pending on this thread, one extractor at a time in this process."""
+        """Extract everything pending on this thread (``flush``), one extractor at a time in
+        this process."""
         with self._extracting:
             return drive(self.extract_pending())
 

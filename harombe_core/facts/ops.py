@@ -38,9 +38,7 @@ __all__ = [
     "mark_extracted",
     "pending_sessions",
     "ranked_sessions",
-    "set_fact_vectors",
     "set_session_state",
-    "unembedded_facts",
 ]
 
 FACT_COLUMNS = (
@@ -419,28 +417,6 @@ def fact_vectors(user_id: str, model: str, *, current: bool = True) -> Op[list[t
         return [(int(r[0]), bytes(r[1])) for r in rows]
 
     return Op(body)
-
-
-def unembedded_facts(model: str, limit: int) -> Op[list[tuple[int, str]]]:
-    """Facts without a vector of ``model`` (imported, or stored without semantic memory)."""
-
-    def body(d: Dialect) -> Body[list[tuple[int, str]]]:
-        sql = (
-            "SELECT id, text FROM facts WHERE vector IS NULL OR vector_model IS NULL "
-            "OR vector_model <> ? ORDER BY id LIMIT ?"
-        )
-        return [(int(r[0]), r[1]) for r in (yield d.step(sql, (model, limit))).rows]
-
-    return Op(body)
-
-
-def set_fact_vectors(rows: Sequence[tuple[int, bytes]], model: str) -> Op[None]:
-    def body(d: Dialect) -> Body[None]:
-        for fid, blob in rows:
-            sql = "UPDATE facts SET vector = ?, vector_model = ? WHERE id = ?"
-            yield d.step(sql, (blob, model, fid))
-
-    return Op(body, write=True, exactly_once=False)
 
 
 # sessions ---------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -388,6 +389,28 @@ def test_background_extraction_when_user_memory_is_on(location: str) -> None:
         _say(mm, "s1", "ann", "I work as a teacher now.")
         mm.flush()
         assert _texts(mm.get_facts("ann")) == ["Works as a teacher now"]
+
+
+def test_save_message_never_waits_on_the_background_extractor(tmp_path: Path) -> None:
+    from harombe_core.facts.extract import OfflineExtractor
+
+    started, release = threading.Event(), threading.Event()
+
+    class Held(OfflineExtractor):
+        def extract(self, messages: Any) -> Any:
+            started.set()
+            release.wait(60)  # held until the test has saved again
+            return super().extract(messages)
+
+    path = str(tmp_path / "m.db")
+    with MemoryManager(path, embedding=None, user_memory=True, fact_extractor=Held()) as mm:
+        _say(mm, "s1", "ann", "I work as a pilot.")
+        assert started.wait(60), "the background extractor never ran"
+        _say(mm, "s1", "ann", "I love jazz.", day=2)  # returns while extraction is held
+        assert mm.get_facts("ann") == []
+        release.set()
+        mm.flush()
+        assert _texts(mm.get_facts("ann")) == ["Works as a pilot", "Loves jazz"]
 
 
 _KILLED = textwrap.dedent(
