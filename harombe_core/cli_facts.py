@@ -17,13 +17,14 @@ from rich.table import Table
 
 from harombe_core.cli_app import DbOption, clean_errors, command, console, one_line, open_memory
 from harombe_core.errors import InvalidInputError
+from harombe_core.facts.models import Fact
 
 __all__ = ["facts_command", "profile_command"]
 
 UserRequired = Annotated[str, typer.Option("--user", metavar="USER", help="Whose memory.")]
 
 
-def _table(facts: list, title: str) -> Table:  # type: ignore[type-arg]
+def _table(facts: list[Fact], title: str) -> Table:
     table = Table(title=title)
     for column in ("id", "kind", "subject", "text", "since", "until", "sources"):
         table.add_column(column, overflow="fold")

@@ -85,6 +85,7 @@ def run_fact_op(manager: MemoryManager, op: Op) -> Result:
     """Apply one fact operation (see the module docstring); its LangGraph result."""
     if isinstance(op, SearchOp):
         user = op.namespace_prefix[2]
+        found: list[tuple[Any, float | None]]
         if op.query:
             hits = manager.search_facts(user, op.query, top_k=max(op.limit + op.offset, 1))
             found = [(h.fact, h.score) for h in hits]
@@ -95,11 +96,11 @@ def run_fact_op(manager: MemoryManager, op: Op) -> Result:
             found = [(f, s) for f, s in found if items.matches_filter(_value(f), op.filter)]
         page = found[op.offset : op.offset + op.limit]
         return [SearchItem(**_fields(op.namespace_prefix, f), score=s) for f, s in page]
+    assert isinstance(op, (GetOp, PutOp))  # is_fact_op admits nothing else
     user = op.namespace[2]
     if isinstance(op, GetOp):
         fact = _find(manager, user, op.key)
         return None if fact is None else Item(**_fields(op.namespace, fact))
-    assert isinstance(op, PutOp)
     if op.value is None:
         fact = _find(manager, user, op.key)
         if fact is not None:

@@ -186,7 +186,8 @@ def _proposal(
         not isinstance(subject, str) or not subject.strip() or len(subject) > MAX_SUBJECT_CHARS
     ):
         subject = None
-    message = by_id.get(op.get("message_id")) if isinstance(op.get("message_id"), int) else None
+    named = op.get("message_id")
+    message = by_id.get(named) if isinstance(named, int) else None
     message = message or fallback
     source = None
     if message is not None and message.session_id is not None:
