@@ -431,8 +431,8 @@ _KILLED = textwrap.dedent(
 )
 
 
-def test_killed_during_extraction_leaves_nothing_half_written(tmp_path: Path) -> None:
-    path = str(tmp_path / "m.db")
+def test_killed_during_extraction_leaves_nothing_half_written(location: str) -> None:
+    path = location
     with MemoryManager(path, embedding=None) as mm:
         _say(mm, "s1", "ann", "I live in Lisbon. I work as a nurse. I love jazz.")
     child = subprocess.run(
