@@ -8,12 +8,17 @@ older turns (recall never crosses into sessions that are not known to be the sam
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from harombe_core.manager import MemoryManager
-from harombe_core.models import Message
+if TYPE_CHECKING:  # `harombe chat --help` reads the default without loading the manager
+    from harombe_core.manager import MemoryManager
+    from harombe_core.models import Message
 
-__all__ = ["recall"]
+__all__ = ["DEFAULT_RECALL_TOKENS", "recall"]
+
+#: Tokens of relevant past turns (the user's and the assistant's) added to the system message by
+#: the agent middleware and ``harombe chat`` unless told otherwise; 0 turns recall off.
+DEFAULT_RECALL_TOKENS = 500
 
 
 def recall(

@@ -34,7 +34,7 @@ from harombe_core.models import Message, Session
 from harombe_core.strategies import check_budget
 from harombe_core.text import plural
 from langchain_harombe._packages import missing_package, package_of
-from langchain_harombe._recall import recall
+from langchain_harombe._recall import DEFAULT_RECALL_TOKENS, recall
 from langchain_harombe.convert import from_langchain, to_langchain
 from langchain_harombe.testing import RecordingChatModel
 
@@ -48,8 +48,6 @@ __all__ = [
 
 #: Session metadata key: messages with this id or lower are outside the model's context.
 CONTEXT_START_KEY = "chat_context_after_id"
-#: Tokens of recalled past turns added to the system message unless ``--recall-tokens`` says.
-DEFAULT_RECALL_TOKENS = 500
 
 HELP = """commands:
   /sessions          list sessions
