@@ -96,3 +96,29 @@ def test_keyword_only_and_errors(tmp_path: Path) -> None:
             HarombeRetriever(manager=manager, session_id="s").invoke("x", top=3)
     with pytest.raises(InvalidInputError, match="not both"):
         HarombeRetriever(manager=manager, storage_path="x.db", user_id="u").invoke("x")
+
+
+def test_an_assistant_turn_with_only_tool_calls_is_never_a_document(tmp_path: Path) -> None:
+    """A tool-calling turn has no text; its neighbours lift its rank, but an empty document
+    tells a chain nothing, so it is left out and k documents with text are still returned."""
+    with MemoryManager(
+        str(tmp_path / "m.db"), embedding=FakeEmbedder(), vector_store="chroma"
+    ) as manager:
+        turns: list[Message] = []
+        for i in range(4):
+            call = {"id": f"c{i}", "name": "weather", "args": {"city": "Lisbon"}}
+            turns += [
+                Message(role="user", content=f"What is the weather in Lisbon on day {i}?"),
+                Message(role="assistant", content="", tool_calls=[call]),
+                Message(role="tool", content=f"Lisbon day {i}: sunny", tool_call_id=f"c{i}"),
+                Message(role="assistant", content=f"Lisbon is sunny on day {i}."),
+            ]
+        manager.save_messages("trip", turns, user_id="ann")
+        manager.flush()
+        for search_type in ("hybrid", "similarity", "mmr"):
+            retriever = HarombeRetriever(
+                manager=manager, k=12, user_id="ann", search_type=search_type
+            )
+            docs = retriever.invoke("weather in Lisbon")
+            assert len(docs) == 12
+            assert all(d.page_content.strip() for d in docs)
