@@ -21,6 +21,7 @@ the current session (no other session is known to be the same person's), as in
 
 from __future__ import annotations
 
+import sys
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
@@ -370,6 +371,8 @@ def run_chat(
         vector_store="chroma" if semantic else None,
     )
 
+    interactive = stdin is None and sys.stdin.isatty()
+
     def read(prompt: str) -> str:
         if stdin is None:
             return input(prompt)
@@ -402,6 +405,8 @@ def run_chat(
             try:
                 if line.startswith("/"):
                     if not chat.command(line):
+                        if not interactive:  # the line typed was not echoed: end the prompt
+                            print()
                         break
                     continue
                 print(f"ai> {chat.send(line)}")

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from harombe_core.cli_app import Command, DbOption, clean_errors
+from harombe_core.cli_app import Command, DbOption, check_db_folder, clean_errors
 from harombe_core.errors import MissingExtraError
 from harombe_core.lazy import lazy_attributes as _lazy_attributes
 from langchain_harombe._recall import DEFAULT_RECALL_TOKENS
@@ -123,6 +123,8 @@ def chat_command(
     except ImportError as exc:
         raise MissingExtraError("harombe chat", "langchain", exc.name or "langchain") from exc
     with clean_errors():
+        if memory:
+            check_db_folder(db)
         run_chat(
             db=db,
             model=model,
