@@ -72,7 +72,12 @@ from harombe_core.validate import (
 from langchain_harombe._packages import missing_package
 from langchain_harombe.embeddings import LangChainEmbedder
 from langchain_harombe.history import resolve_manager
-from langchain_harombe.store_checks import MAX_TTL_MINUTES, check_op, check_ttl_config
+from langchain_harombe.store_checks import (
+    MAX_TTL_MINUTES,
+    check_op,
+    check_ttl_config,
+    with_tuple_prefixes,
+)
 
 __all__ = ["HarombeStore"]
 
@@ -176,7 +181,10 @@ class HarombeStore(BaseStore):
         """Run ``ops`` in one transaction: reads first (they see the store as it was before
         the batch), then the puts, the last put of a key winning (as LangGraph's stores do).
         Embedding happens before the transaction starts."""
-        ops = check_list(ops, "batch", of="store operations", single=_OPS)
+        ops = [
+            with_tuple_prefixes(op)
+            for op in check_list(ops, "batch", of="store operations", single=_OPS)
+        ]
         plan = self._plan(ops)
         docs = self._embed_texts(plan)
         if docs:
@@ -188,7 +196,10 @@ class HarombeStore(BaseStore):
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         """:meth:`batch` with the embedder's own async methods and the database's async path."""
-        ops = check_list(ops, "abatch", of="store operations", single=_OPS)
+        ops = [
+            with_tuple_prefixes(op)
+            for op in check_list(ops, "abatch", of="store operations", single=_OPS)
+        ]
         plan = self._plan(ops)
         docs = self._embed_texts(plan)
         if docs:
