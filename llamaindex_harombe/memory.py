@@ -30,7 +30,7 @@ from llama_index.core.llms.llm import LLM
 from llama_index.core.memory.types import BaseMemory
 from llama_index.core.storage.chat_store.base_db import MessageStatus
 
-from harombe_core.errors import InvalidBudgetError, InvalidInputError
+from harombe_core.errors import Fix, InvalidBudgetError, InvalidInputError
 from harombe_core.manager import MemoryManager
 from harombe_core.models import Message, Session
 from harombe_core.strategies import Window
@@ -390,12 +390,14 @@ class HarombeMemory(BaseMemory):
     def _budget(self, initial_token_count: int) -> int:
         check_budget(initial_token_count, "initial_token_count")
         if initial_token_count > self.token_limit:
-            # ChatMemoryBuffer's error (a ValueError), with how to fix it.
+            # ChatMemoryBuffer's error (a ValueError) with its exact text, then how to fix it.
+            advice = (
+                f"(initial_token_count={initial_token_count} > token_limit={self.token_limit}): "
+                "the engine's own prompt (system prompt, prefix messages) does not fit; raise "
+                "token_limit or shorten that prompt."
+            )
             raise InvalidBudgetError(
-                f"Initial token count exceeds token limit: initial_token_count="
-                f"{initial_token_count} > token_limit={self.token_limit}. The engine's own "
-                "prompt (system prompt, prefix messages) does not fit: raise token_limit or "
-                "shorten that prompt."
+                "Initial token count exceeds token limit", fix=Fix(api=advice, cli=advice)
             )
         return self.token_limit - initial_token_count
 
