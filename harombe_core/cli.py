@@ -25,7 +25,6 @@ from harombe_core.cli_app import (
     DbOption,
     UserOption,
     app,
-    check_db_folder,
     clean_errors,
     command,
     console,
@@ -425,8 +424,6 @@ def demo_command(
     from harombe_core.demo import run_demo
 
     with clean_errors():
-        if db is not None:
-            check_db_folder(db)
         run_demo(console, db, semantic=semantic, budget=budget)
 
 
