@@ -114,7 +114,7 @@ class HarombeStore(BaseStore):
 
     Args:
         manager: The application's :class:`~harombe_core.MemoryManager` (SQLite or PostgreSQL),
-        or
+            or else
         storage_path: a database path or ``postgresql://`` URL (the store then opens its own
             manager).
         index: LangGraph's ``IndexConfig``: ``{"embed": ..., "fields": ["text"], "dims": n}``.
