@@ -85,6 +85,7 @@ def embedding_field() -> Any:
 def vector_store_field() -> Any:
     return Field(default=DEFAULT_VECTOR_STORE, description="Vector index ('chroma').")
 
+
 Strategy = Literal["simple", "summarization", "hybrid", "threaded"]
 
 
@@ -494,9 +495,7 @@ class HarombeMemory(BaseMemory):
         context: list[Message] = []
         query = await asyncio.to_thread(self._recall_query, input)
         if query:
-            recalled = await self._manager.aget_relevant_context(
-                query, **self._rag_args(budget)
-            )
+            recalled = await self._manager.aget_relevant_context(query, **self._rag_args(budget))
             context = self._context(recalled, budget)
         return await asyncio.to_thread(self._assemble, session, context, budget)
 
@@ -619,4 +618,3 @@ def _merge_system(context: list[Message], window: list[Message]) -> list[Message
         return window
     head = [m for m in window[:1] if m.role == "system" and m.id is None]
     return head + context + window[len(head) :]
-

@@ -110,7 +110,11 @@ def _run_without_extras(code: str, cwd: Path) -> subprocess.CompletedProcess[str
     script = _WITHOUT_MODEL_EXTRAS + textwrap.dedent(code)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     return subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=cwd,
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
         env=env,
     )
 

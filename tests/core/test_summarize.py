@@ -208,8 +208,7 @@ def test_the_offline_summary_of_the_demo_trip_is_worth_reading() -> None:
     trip = next(s for s in SAMPLE if s.id == "demo-lisbon-trip")
     summary = ExtractiveSummarizer().summarize_session([Message(**t) for t in trip.turns])
     assert any(
-        "remind me to book the Sintra tickets a week ahead" in item
-        for item in summary.action_items
+        "remind me to book the Sintra tickets a week ahead" in item for item in summary.action_items
     ), summary.action_items
     assert any("by 7 May" in item for item in summary.action_items)
     assert summary.outcome == "Pena Palace tickets are timed, so book them by 7 May."

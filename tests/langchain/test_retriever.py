@@ -28,8 +28,11 @@ def semantic(tmp_path: Path) -> Iterator[MemoryManager]:
             user_id="ann",
         )
         manager.save_messages(
-            "cook", [Message(role="user", content="How long do I boil pasta?"),
-                     Message(role="assistant", content="Boil pasta for ten minutes")],
+            "cook",
+            [
+                Message(role="user", content="How long do I boil pasta?"),
+                Message(role="assistant", content="Boil pasta for ten minutes"),
+            ],
             user_id="bob",
         )
         manager.flush()
@@ -62,7 +65,10 @@ def test_user_and_session_scopes_are_enforced(semantic: MemoryManager) -> None:
 @pytest.mark.parametrize("search_type", ["hybrid", "similarity", "mmr"])
 def test_search_types_and_k_override(semantic: MemoryManager, search_type: str) -> None:
     retriever = HarombeRetriever(
-        manager=semantic, k=3, search_type=search_type, all_users=True  # type: ignore[arg-type]
+        manager=semantic,
+        k=3,
+        search_type=search_type,
+        all_users=True,  # type: ignore[arg-type]
     )
     assert len(retriever.invoke("boil pasta", k=1)) == 1
     docs = retriever.invoke("boil pasta")
@@ -71,9 +77,9 @@ def test_search_types_and_k_override(semantic: MemoryManager, search_type: str) 
 
 
 def test_min_similarity_drops_weak_matches(semantic: MemoryManager) -> None:
-    docs = HarombeRetriever(
-        manager=semantic, k=4, min_similarity=0.99, all_users=True
-    ).invoke("Lisbon")
+    docs = HarombeRetriever(manager=semantic, k=4, min_similarity=0.99, all_users=True).invoke(
+        "Lisbon"
+    )
     assert docs == []
 
 

@@ -367,9 +367,7 @@ def test_summarising_strategies_fit_the_budget(manager: MemoryManager, strategy:
 
 def test_llm_thread_selector_needs_an_llm(manager: MemoryManager) -> None:
     with pytest.raises(InvalidInputError, match="llm"):
-        HarombeMemory.from_defaults(
-            manager=manager, strategy="threaded", thread_selector="llm"
-        )
+        HarombeMemory.from_defaults(manager=manager, strategy="threaded", thread_selector="llm")
     memory = HarombeMemory.from_defaults(
         manager=manager, strategy="threaded", thread_selector="llm", llm=MockLLM()
     )
