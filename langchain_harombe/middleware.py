@@ -72,7 +72,7 @@ class _Pending(NamedTuple):
         return {"harombe_saved": self.total}
 
 
-def _key(message: BaseMessage) -> tuple[str, Any]:
+def _key(message: BaseMessage) -> tuple[str, str]:
     """A LangChain message as the (role, content) a stored harombe message would have."""
     stored = from_langchain(message)
     return stored.role, stored.content
@@ -237,7 +237,7 @@ class HarombeMemoryMiddleware(AgentMiddleware[HarombeMemoryState, Any, Any]):
         # Never recall what the model is sent anyway: the window, and the state's messages (the
         # turn being answered, which a checkpointer may have stored before this call).
         shown = {m.id for m in view if m.id is not None}
-        sent = {(m.role, m.content) for m in view if isinstance(m.content, str)}
+        sent: set[tuple[str, str]] = {(m.role, m.content) for m in view}
         sent.update(_key(m) for m in messages)
         context = [m for m in found if m.id not in shown and (m.role, m.content) not in sent]
         return self.manager.format_context(context) if context else None
