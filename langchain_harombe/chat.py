@@ -3,8 +3,9 @@
 The model is named as LangChain's ``init_chat_model`` wants it (``openai:gpt-4o-mini``,
 ``ollama:llama3.2``...), or ``fake`` for an offline echo model (demos and tests). Every turn is
 stored as it happens; the model is sent the session's system prompt, the newest turns that fit
-``--max-tokens``, what the user said before that is relevant to the new message (recall, up to
-``--recall-tokens``), and the new message. A session is stored with its first message, so a
+``--max-tokens``, earlier turns relevant to the new message, the user's and the assistant's
+(recall, up to ``--recall-tokens``, 500 by default as in the agent middleware), and the new
+message. A session is stored with its first message, so a
 chat that is opened and left stores nothing. Slash commands manage sessions:
 
 ``/sessions`` list, ``/load <id>`` switch, ``/save`` confirm what is stored, ``/history`` show
