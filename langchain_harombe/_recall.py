@@ -1,9 +1,10 @@
 """Recall for the LangChain side: which past turns may be added to what a model is sent.
 
 The agent middleware and ``harombe chat`` both add relevant earlier turns (the user's and the
-assistant's) to the model's system message. Which sessions may be searched is the part that must not differ between
-them: a known user's other sessions, or, for a caller acting for nobody, only this session's
-older turns (recall never crosses into sessions that are not known to be the same user's).
+assistant's) to the model's system message. Which sessions may be searched is the part that
+must not differ between them: a known user's other sessions, or, for a caller acting for nobody,
+only this session's older turns (recall never crosses into sessions that are not known to be the
+same user's).
 """
 
 from __future__ import annotations
