@@ -234,11 +234,13 @@ class HarombeMemoryMiddleware(AgentMiddleware[HarombeMemoryState, Any, Any]):
             user_id=user_id,
             max_tokens=self.recall_tokens,
         )
-        # Never recall what the model is sent anyway: the window, and the state's messages (the
-        # turn being answered, which a checkpointer may have stored before this call).
+        # Never recall what the model is sent anyway: the window, and the turn being answered
+        # (from the newest user message on), which a checkpointer may have stored before this
+        # call. Older turns of the state outside the window may be recalled: that is recall.
         shown = {m.id for m in view if m.id is not None}
         sent: set[tuple[str, str]] = {(m.role, m.content) for m in view}
-        sent.update(_key(m) for m in messages)
+        start = max((i for i, m in enumerate(messages) if isinstance(m, HumanMessage)), default=0)
+        sent.update(_key(m) for m in messages[start:])
         context = [m for m in found if m.id not in shown and (m.role, m.content) not in sent]
         return self.manager.format_context(context) if context else None
 

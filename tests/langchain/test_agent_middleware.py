@@ -285,3 +285,35 @@ def test_recall_default_is_the_chat_default() -> None:
     assert DEFAULT_RECALL_TOKENS == 500
     with MemoryManager(":memory:", embedding=None) as manager:
         assert HarombeMemoryMiddleware(manager).recall_tokens == DEFAULT_RECALL_TOKENS
+
+
+def test_without_a_user_older_turns_outside_the_window_are_still_recalled(tmp_path: Path) -> None:
+    """Leaving the turn being answered out of recall leaves recall itself in place: an older
+    turn of the thread that fell out of the window comes back, the new question does not."""
+    from harombe_core.testing import FakeEmbedder
+    from langchain_harombe import HarombeSaver
+
+    with MemoryManager(
+        str(tmp_path / "m.db"), embedding=FakeEmbedder(), vector_store="chroma"
+    ) as manager:
+        model = RecordingChatModel()
+        agent = create_agent(
+            model,
+            system_prompt="Be kind.",
+            checkpointer=HarombeSaver(manager),
+            middleware=[HarombeMemoryMiddleware(manager, max_tokens=60, recall_tokens=200)],
+        )
+        config = {"configurable": {"thread_id": "t"}}
+        questions = [
+            "my cat is called Miso",
+            *(f"filler number {i} about the weather and the trains today" for i in range(6)),
+            "what is my cat called?",
+        ]
+        for question in questions:
+            agent.invoke({"messages": [HumanMessage(question)]}, config)
+            manager.flush()
+    last = model.calls[-1]
+    assert "my cat is called Miso" not in [m.text for m in last[1:]], "it fell out of the window"
+    system = last[0].text
+    assert "my cat is called Miso" in system
+    assert "what is my cat called?" not in system
