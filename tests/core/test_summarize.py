@@ -238,3 +238,15 @@ def test_topics_count_a_plural_with_its_singular() -> None:
     topics = ExtractiveSummarizer().summarize_session(talk).topics
     assert topics[0] == "row"
     assert "rows" not in topics
+
+
+def test_end_session_on_the_demo_trip_stores_the_reminder() -> None:
+    from harombe_core.demo import write_sample
+
+    with MemoryManager(":memory:", embedding=None) as mm:
+        write_sample(mm)
+        summary = mm.end_session("demo-lisbon-trip")
+        assert summary is not None
+        assert any("remind me to book the Sintra tickets" in a for a in summary.action_items)
+        assert summary.outcome != "Will do."
+        assert not {"noted", "old", "note"} & set(summary.topics)
