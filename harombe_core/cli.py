@@ -21,6 +21,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from harombe_core import cli_forget  # noqa: F401  (registers `harombe forget`)
 from harombe_core.cli_app import (
     DbOption,
     UserOption,

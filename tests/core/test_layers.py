@@ -72,6 +72,7 @@ LAYERS: dict[str, int] = {
             "newest",
             "owned",
             "write_inputs",
+            "erasing",
             "summarize",
             "thread_graph",
             "selectors",
@@ -99,6 +100,7 @@ LAYERS: dict[str, int] = {
     ),
     "cli": 7,
     "cli_app": 7,
+    "cli_forget": 7,  # `harombe forget --user U` (erasure)
     "": 7,  # harombe_core/__init__.py
 }
 ADAPTER_LAYER = 8
