@@ -319,6 +319,16 @@ def test_refusing_a_file_leaves_the_good_store_alone(tmp_path: Path) -> None:
         assert _snapshot(mm) == before
 
 
+def _write_in_place(path: Path, data: bytes, offset: int) -> None:
+    """Write ``data`` at ``offset`` without truncating, as SQLite writes pages (called while no
+    SQLite connection of this process has the file open, so no lock can be dropped)."""
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.pwrite(fd, data, offset)
+    finally:
+        os.close(fd)
+
+
 def test_a_file_mid_checkpoint_is_not_mistaken_for_a_truncated_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -346,11 +356,7 @@ def test_a_file_mid_checkpoint_is_not_mistaken_for_a_truncated_one(
         problem = inspect(*args)
         looks.append(type(problem).__name__)
         if len(looks) == 1:
-            fd = os.open(path, os.O_WRONLY)  # no SQLite connection of ours is open here
-            try:
-                os.pwrite(fd, data[half:], half)
-            finally:
-                os.close(fd)
+            _write_in_place(path, data[half:], half)
         return problem
 
     monkeypatch.setattr(sqlite_checks, "_inspect_once", look_then_finish)
@@ -380,11 +386,7 @@ def test_a_file_rewritten_from_empty_is_waited_for_not_taken_as_new(
         problem = inspect(*args)
         looks.append(path.stat().st_size)
         if len(looks) == 2:
-            fd = os.open(path, os.O_WRONLY)  # ... and now writes it
-            try:
-                os.pwrite(fd, data, 0)
-            finally:
-                os.close(fd)
+            _write_in_place(path, data, 0)  # ... and now writes it
         return problem
 
     monkeypatch.setattr(sqlite_checks, "_inspect_once", look_while_copying)
