@@ -64,6 +64,9 @@ BATCH_SIZE = 50
 SESSIONS_PER_ROUND = 20
 #: Seconds the background extractor waits between checks for work other processes left.
 POLL_SECONDS = 5.0
+#: Seconds the background extractor lingers once woken, so that a burst of saves is
+#: extracted in one transaction (fewer waits on the write lock for the savers).
+LINGER_SECONDS = 0.5
 #: How keyword and vector rankings are fused (reciprocal rank fusion's constant).
 RRF_K = 60
 
@@ -250,6 +253,8 @@ class UserMemory:
         while not self._stop.is_set():
             if not scan:
                 scan = not self._wake.wait(wait)
+                if not scan:  # messages come one by one: let a batch gather, one write for it
+                    self._stop.wait(LINGER_SECONDS)
             self._wake.clear()
             if self._stop.is_set():
                 return
