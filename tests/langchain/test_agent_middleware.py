@@ -256,7 +256,8 @@ def test_with_a_checkpointer_nothing_is_saved_twice(manager: MemoryManager) -> N
 
 def test_profile_and_open_tasks_reach_the_model(manager: MemoryManager) -> None:
     manager.save_message(
-        "past", {"role": "user", "content": "I live in Lisbon. Remind me to renew my passport."},
+        "past",
+        {"role": "user", "content": "I live in Lisbon. Remind me to renew my passport."},
         user_id="ann",
     )
     manager.end_session("past")
