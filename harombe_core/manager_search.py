@@ -117,6 +117,13 @@ class Searcher:
         return None if self.semantic is None else self.semantic.embedder
 
     @property
+    def vector_store(self) -> str | None:
+        """The vector store semantic search uses, as named: ``"database"`` (the default: the
+        vectors inside the database), ``"chroma"``, ``"pgvector"``, ``"custom"`` (an index
+        object); None when semantic memory is off."""
+        return None if self.semantic is None else self.semantic.vector_store
+
+    @property
     def retriever(self) -> Retriever:
         """The hybrid retriever over this store; keyword-only when semantic memory is off."""
         from harombe_core.retrieval import RetrievalSettings

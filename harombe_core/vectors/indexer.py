@@ -172,16 +172,15 @@ def check_semantic_parts(
     vector_store: Any,
     location: Any,
     config: MemoryConfig | None,
-    *,
-    encrypted: bool = False,
+    encryption_key: str | None = None,
 ) -> None:
     """Raise now (MissingExtraError, InvalidInputError) what opening semantic memory for
     ``location`` would raise for want of a package or for a bad spec, before a store exists.
 
     The embedder is resolved (and kept: local models are shared per process, see
     :mod:`harombe_core.embeddings`), and ChromaDB must be importable wherever it would be used.
-    ``encrypted`` (a key was given): Chroma on disk or on a server is refused
-    (UnencryptedIndexError).
+    With an encryption key (``encryption_key`` or ``HAROMBE_DB_KEY``) for a file, Chroma on
+    disk or on a server is refused (UnencryptedIndexError).
     """
     resolve_embedder_spec(embedding)
     if vector_store != "chroma":
@@ -191,8 +190,10 @@ def check_semantic_parts(
     mode = section.mode if section is not None else "persistent"
     if _on_postgres(place) and mode == "persistent":
         return  # pgvector in the same database
-    if encrypted:
-        refuse_unencrypted_index(str(place), mode)
+    from harombe_core.store.encryption import resolve_key
+
+    if not hasattr(location, "location") and resolve_key(encryption_key) is not None:
+        refuse_unencrypted_index(str(place), mode)  # a file to be opened with a key
     import importlib.util
 
     if importlib.util.find_spec("chromadb") is None:
@@ -576,6 +577,15 @@ class SemanticMemory(EmbeddingWorker):
             )
         assert self.index is not None
         return self.index
+
+    @property
+    def index_name(self) -> str | None:
+        """Where vectors are searched, for messages: ``"database"``, the index's name, or None
+        while the index is not open (another process holds it, or the store is read-only)."""
+        if self.in_database:
+            return "database"
+        index = self.index
+        return None if index is None else index.name
 
     # search -----------------------------------------------------------------------------------
     def embed_query(self, text: str) -> FloatArray:
