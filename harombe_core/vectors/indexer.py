@@ -640,9 +640,12 @@ class SemanticMemory(EmbeddingWorker):
         self, stored: StoredVectors, query: FloatArray, k: int, scope: SearchScope | None
     ) -> list[VectorMatch]:
         """Exact search of the stored vectors: a user's or a session's through SQLite's indexes
-        (they read only that scope), anything wider through the in-process matrix."""
+        (they read only that scope), anything wider (or a user with very many messages)
+        through the in-process matrix, whose candidates the store checks against the scope."""
         if scope is not None and (scope.user_id is not None or scope.session_id is not None):
-            return stored.exact_search(query, k, scope)
+            size = stored.store.scope_size(scope)
+            if size is None or size <= self.exact_search_limit * 4:
+                return stored.exact_search(query, k, scope)
         matrix = self._matrix
         if matrix is None or matrix.stored is not stored:
             matrix = self._matrix = VectorMatrix(stored)
