@@ -59,6 +59,18 @@ class MemorySection(_Section):
     #: SQLCipher key for a SQLite file (extra ``encryption``); else ``HAROMBE_DB_KEY`` is used.
     encryption_key: str | None = Field(default=None, repr=False)
 
+    @field_validator("encryption_key")
+    @classmethod
+    def _real_key(cls, value: str | None) -> str | None:
+        # An empty key (an unset secret substituted into the file) would otherwise mean a
+        # silently unencrypted database.
+        if value == "":
+            raise ValueError(
+                "is empty: give the real key, or remove encryption_key (and unset "
+                "HAROMBE_DB_KEY) for an unencrypted database"
+            )
+        return value
+
     @field_validator("storage_path")
     @classmethod
     def _expand(cls, value: str) -> str:
@@ -88,6 +100,11 @@ class VectorStoreSection(_Section):
     @classmethod
     def _expand(cls, value: str | None) -> str | None:
         return None if value is None else str(Path(value).expanduser())
+
+    def chosen(self, vector_store: Any) -> Any:
+        """The index to use when ``vector_store`` was asked for: this block's provider when
+        it is left at its default (``"database"``), else what was asked."""
+        return self.provider if vector_store == "database" else vector_store
 
     @model_validator(mode="after")
     def _chroma_when_configured(self) -> VectorStoreSection:

@@ -14,12 +14,12 @@ import logging
 import os
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from harombe_core.context import ContextBuilder
 from harombe_core.derive import converted, forwarded, in_thread, part_property
+from harombe_core.erasing import delete_user_sessions, erase, prune_cutoff
 from harombe_core.errors import InvalidInputError
 from harombe_core.flows import Call, Flow, Work, twins
 from harombe_core.manager_search import Searcher
@@ -30,6 +30,7 @@ from harombe_core.owners import legacy_session_key, session_key
 from harombe_core.progress import Progress, check_progress
 from harombe_core.store.base import UNSET, MessageStore
 from harombe_core.store.closing import ClosesOnExit
+from harombe_core.store.encryption import check_key
 from harombe_core.strategies import Window, window_newest
 from harombe_core.tokens import TokenCounter, resolve_token_counter
 from harombe_core.validate import (
@@ -38,7 +39,6 @@ from harombe_core.validate import (
     check_id,
     check_list,
     check_location,
-    check_number,
     optional_count,
     optional_id,
     optional_number,
@@ -69,6 +69,9 @@ def open_store(
     them (:mod:`harombe_core.store.sqlite_file`). ``encryption_key`` (else ``HAROMBE_DB_KEY``)
     encrypts a SQLite file with SQLCipher; every opener of one file must pass the same key.
     """
+    from harombe_core.store.encryption import check_key
+
+    check_key(encryption_key)  # an empty key is refused wherever the store lives
     if isinstance(storage_path, MessageStore):
         return storage_path
     location = check_location(storage_path)
@@ -121,12 +124,9 @@ class MemoryManager(ClosesOnExit):
                     f"config must be a MemoryConfig, got {type(config).__name__}; build one "
                     "with harombe_core.config.load_config(path_or_dict)."
                 )
-            if vector_store == "database":  # the default: the configured index, if any
-                vector_store = config.vector_store.provider
-        if encryption_key is not None and not isinstance(encryption_key, str):
-            raise InvalidInputError(
-                f"encryption_key must be a str, got {type(encryption_key).__name__}."
-            )
+            vector_store = config.vector_store.chosen(vector_store)
+        if encryption_key is not None:
+            check_key(encryption_key)  # refused before anything is created
         semantic = embedding is not None and vector_store is not None
         if semantic:
             # A missing extra is reported before the database is created, not after.
@@ -387,46 +387,44 @@ class MemoryManager(ClosesOnExit):
 
     list_sessions, alist_sessions = twins(_list_sessions)
 
-    def _forget(self, session_ids: list[str]) -> Flow[None]:
-        """Drop the vectors of deleted sessions (nothing to do without semantic memory)."""
-        if session_ids and self._semantic is not None:
-            yield Work(self._semantic.forget_sessions, session_ids)
-
-    def _drop(self, store_method: str, session_id: str, user_id: str | None) -> Flow[Any]:
-        """Delete a session's rows with ``store_method``, then the vectors of what went."""
+    def _drop(self, delete: Callable[[str], T], session_id: str, user_id: str | None) -> Flow[T]:
+        """Delete a session's rows with the store's ``delete``, and the vectors of what went."""
         yield from named_owner(self._store, session_id, user_id)
-        gone = yield self._call(store_method, check_id(session_id, "session_id"))
-        yield from self._forget([session_id] if gone else [])
-        return gone
+        sid = check_id(session_id, "session_id")
+        return (yield Work(erase, self._semantic, lambda: delete(sid), lambda g: [sid] * bool(g)))
 
     def _delete_session(self, session_id: str, *, user_id: str | None = None) -> Flow[bool]:
         """Delete a session and all its messages (and their vectors). True if it existed.
-
-        With ``user_id``, only that user's session (else SessionOwnershipError)."""
-        return bool((yield from self._drop("delete_session", session_id, user_id)))
+        Once it returns no search finds them; once the store is closed no byte of them is left
+        in its files (docs/deletion.md). With ``user_id``, only that user's session."""
+        return bool((yield from self._drop(self._store.delete_session, session_id, user_id)))
 
     delete_session, adelete_session = twins(_delete_session)
 
     def _clear_session(self, session_id: str, *, user_id: str | None = None) -> Flow[int]:
         """Delete a session's messages but keep the session; returns how many were removed.
-
         With ``user_id``, only that user's session (else SessionOwnershipError)."""
-        return int((yield from self._drop("clear_session", session_id, user_id)))
+        return int((yield from self._drop(self._store.clear_session, session_id, user_id)))
 
     clear_session, aclear_session = twins(_clear_session)
 
     def _prune_old_sessions(self, days: float) -> Flow[int]:
         """Delete sessions with no activity in the last ``days`` days; returns how many."""
-        # Beyond ~8,000 years nothing can be older; the cutoff stops at the first storable time.
-        span = check_number(days, "days", low=0, high=3_000_000)
-        now = datetime.now(UTC)
-        oldest = datetime.min.replace(tzinfo=UTC)
-        cutoff = oldest if span >= (now - oldest).days else now - timedelta(days=span)
-        removed: list[str] = yield self._call("delete_sessions_before", cutoff)
-        yield from self._forget(removed)
-        return len(removed)
+        cutoff, store = prune_cutoff(days), self._store
+        gone = yield Work(erase, self._semantic, lambda: store.delete_sessions_before(cutoff), list)
+        return len(gone)
 
     prune_old_sessions, aprune_old_sessions = twins(_prune_old_sessions)
+
+    def _forget_user(self, user_id: str) -> Flow[int]:
+        """Delete everything of ``user_id`` (GDPR erasure) in one transaction, erased as
+        :meth:`delete_session` erases: sessions, messages, vectors, keyword entries, summaries,
+        checkpoints (not LangGraph store items: no user owns them). Returns sessions deleted."""
+        uid, store = check_id(user_id, "user_id"), self._store
+        gone = yield Work(erase, self._semantic, lambda: delete_user_sessions(store, uid), list)
+        return len(gone)
+
+    forget_user, aforget_user = twins(_forget_user)
 
     # messages -----------------------------------------------------------------------------
     def _write(
@@ -448,6 +446,8 @@ class MemoryManager(ClosesOnExit):
         ids: list[int] = yield self._call(
             "add_messages", session_id, prepared, user_id=user_id, **extra
         )
+        if doomed and self._semantic is not None:
+            yield Work(self._semantic.forget_messages, doomed)
         if self._semantic is not None and prepared:
             self._semantic.notify()  # wakes the background embedder: never blocks
         return ids
@@ -637,19 +637,19 @@ class MemoryManager(ClosesOnExit):
         self._semantic.notify()
 
     def _flush(self, timeout: float | None = None, *, progress: Progress = None) -> Flow[None]:
-        """Block until every saved message is embedded and searchable (no-op without semantic).
-
-        Messages are embedded in the background as they are saved (or imported, or found
-        unembedded when the store opens); until then search finds them by their keywords.
-        ``progress``: ``None`` shows a bar on stderr when it is a terminal and the backlog is
-        large, ``True`` always, ``False`` never; a callable ``progress(done, total)`` is called
-        as batches complete. Raises EmbeddingError if the model fails or ``timeout`` (seconds)
-        passes first.
-        """
+        """Block until every saved message is in the keyword index and (with semantic memory)
+        embedded (both run in the background), so searches then repeat exactly, whatever the
+        indexers had done. ``progress``: ``None`` shows a bar on stderr when it is a terminal
+        and the backlog is large, ``True`` always, ``False`` never; a callable ``progress(done,
+        total)`` is called as batches complete. Raises EmbeddingError if the model fails or
+        ``timeout`` (seconds) passes first."""
         check_progress(progress)
         timeout = optional_number(timeout, "timeout", low=0, high=MAX_WAIT_SECONDS)
         if self._semantic is not None:
             yield Work(self._semantic.flush, timeout, progress=progress)
+        keywords = getattr(self._store, "index_keywords", None)  # SQLite indexes in background
+        if keywords is not None:
+            yield Work(keywords)
 
     flush, aflush = twins(_flush)
 

@@ -19,7 +19,7 @@ from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict, Field, PrivateAttr, field_validator
 
-from harombe_core.errors import InvalidInputError
+from harombe_core.errors import InvalidInputError, install_command
 from harombe_core.export.hits import hit_metadata
 from harombe_core.manager import MemoryManager
 from harombe_core.models import SearchHit
@@ -127,22 +127,29 @@ class HarombeRetriever(BaseRetriever):
             if not manager.semantic_enabled:
                 raise InvalidInputError(
                     f"search_type={self.search_type!r} needs semantic memory, which this "
-                    "manager does not have; open it with embedding='default' (pip install "
-                    "'harombe-memory[st,chroma]') or use search_type='hybrid' (keyword only)."
+                    "manager does not have; open it with embedding='default' "
+                    f"({install_command('onnx')}) or use search_type='hybrid' (keyword only)."
                 )
             if self.search_type == "similarity":
                 options["keyword_weight"] = 0.0
             else:
                 options["mmr_lambda"] = self.mmr_lambda
-        hits = manager.search(
-            query,
-            top_k=k,
-            session_id=self.session_id,
-            user_id=self.user_id,
-            min_similarity=self.min_similarity,
-            **options,
-        )
-        return hits[:k]
+        # A message with no text (an assistant turn that only called a tool) is no document:
+        # leave it out, and ask for more hits until k with text are found or none are left.
+        top_k = k
+        while True:
+            hits = manager.search(
+                query,
+                top_k=top_k,
+                session_id=self.session_id,
+                user_id=self.user_id,
+                min_similarity=self.min_similarity,
+                **options,
+            )
+            texts = [h for h in hits if h.message.content.strip()]
+            if len(texts) >= k or len(hits) < top_k:
+                return texts[:k]
+            top_k *= 2
 
     def _get_relevant_documents(
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any

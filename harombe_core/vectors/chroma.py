@@ -154,6 +154,7 @@ class ChromaVectorIndex(VectorIndexBase):
         self._collection_name = collection
         self._lock = threading.Lock()
         self._closed = False
+        self._erase_on_close = False
         #: Set once a write failed for want of space: every later call raises it at once.
         self._failed: str | None = None
         if mode == "memory":
@@ -328,6 +329,18 @@ class ChromaVectorIndex(VectorIndexBase):
             self._collection = self._open_collection(self._client)
         self._wrote()
 
+    def erase_deleted(self) -> None:
+        """Have :meth:`close` leave no deleted vector in the folder's files.
+
+        Chroma keeps what was deleted: its log (``embeddings_queue``) holds every upserted
+        vector with its metadata until the HNSW segment is saved, its SQLite file keeps freed
+        pages, and a dropped collection's HNSW segment stays on disk. After the collection
+        was rebuilt without the deleted vectors, close vacuums the SQLite file and removes
+        segment folders no collection uses (see ``ChromaFolder.purge``). Only a persistent
+        index has such files; elsewhere this does nothing.
+        """
+        self._erase_on_close = self._folder is not None
+
     def close(self) -> None:
         """Release the collection (a private one is dropped) and, on disk, the folder."""
         if self._closed:
@@ -341,6 +354,8 @@ class ChromaVectorIndex(VectorIndexBase):
                 # (after a failed write Chroma is not called again, not even to close: see
                 # _make_room; the process lets its client go with it)
                 self._client.close()  # Chroma forgets its cached copy of the folder
+                if self._erase_on_close:
+                    self._folder.purge()
                 self._folder.after_write()  # anything Chroma wrote while closing
         finally:
             if self._folder is not None:

@@ -34,8 +34,11 @@ import contextlib
 import errno
 import logging
 import os
+import shutil
+import sqlite3
 import stat
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -268,7 +271,40 @@ class ChromaFolder:
             "in the database", self.folder, exc, aside,
         )
 
+    def purge(self) -> None:
+        """Leave no deleted vector in the folder (the client is closed; we still own it).
+
+        Chroma's SQLite file keeps deleted rows in free pages and its log: it is vacuumed
+        (rewritten without them) with ``secure_delete`` on. A dropped collection's HNSW
+        segment stays on disk as a folder named by the segment's id: every such folder that
+        no segment in the SQLite file names is removed. Failures are logged, not raised: the
+        vectors were already removed from the index, and the next erasure tries again.
+        """
+        database = self.folder / "chroma.sqlite3"
+        if not database.is_file():
+            return
+        try:
+            conn = sqlite3.connect(str(database), isolation_level=None)
+            try:
+                conn.execute("PRAGMA secure_delete = ON")
+                live = {str(r[0]) for r in conn.execute("SELECT id FROM segments")}
+                conn.execute("VACUUM")
+            finally:
+                conn.close()
+            for child in self.folder.iterdir():
+                if child.is_dir() and _is_uuid(child.name) and child.name not in live:
+                    shutil.rmtree(child)
+        except (OSError, sqlite3.Error) as exc:
+            log.warning("could not erase deleted vectors from %s: %s", self.folder, exc)
+
     def after_write(self) -> None:
         """Tighten files Chroma created while writing (see the module docstring)."""
         with contextlib.suppress(FileNotFoundError):
             protect_folder(self.folder)
+
+
+def _is_uuid(name: str) -> bool:
+    try:
+        return str(uuid.UUID(name)) == name
+    except ValueError:
+        return False

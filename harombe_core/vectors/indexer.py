@@ -62,6 +62,7 @@ from harombe_core.errors import (
 )
 from harombe_core.progress import Progress, progress_reporter, silent
 from harombe_core.store.base import MessageStore, SearchScope
+from harombe_core.store.erasure import ERASED_VECTORS, owed, settle
 from harombe_core.vectors.base import FloatArray, VectorIndex, VectorMatch, scope_metadata_filter
 from harombe_core.vectors.matrix import VectorMatrix
 from harombe_core.vectors.stored import StoredVectors
@@ -466,9 +467,40 @@ class SemanticMemory(EmbeddingWorker):
         """
         self.stop()
         with self._work_lock:
-            index, self.index = self.index, None
+            index = self.index
+            paid = self._erase_deleted(index) if index is not None else None
+            self.index = None
             if index is not None:
                 index.close()
+            if paid is not None and self.stored is not None:
+                self.stored.store.transaction(
+                    lambda c: settle(c, ERASED_VECTORS, paid), adds_messages=False
+                )
+
+    def _erase_deleted(self, index: VectorIndex) -> str | None:
+        """After deletions, rebuild an index that keeps deleted vectors in its files (an
+        embedded Chroma folder: its log and HNSW segments) from the vectors kept in SQLite,
+        and have its close erase the old files. Returns the debt paid (None: nothing done).
+
+        Runs as the owner closes, so it costs one pass over the index only after a deletion;
+        a process killed before it leaves the debt recorded for the next owner's close.
+        """
+        erase = getattr(index, "erase_deleted", None)
+        stored = self.stored
+        if erase is None or stored is None:
+            return None
+        token = stored.store.snapshot(lambda c: owed(c, ERASED_VECTORS))
+        if token is None:
+            return None
+        try:
+            stored.unindex_all()  # every row to the tail first: a crash re-files, never loses
+            index.clear()
+            self.sync_tail()
+            erase()
+        except INDEX_FAILURES as exc:
+            self._log_once("erase", f"could not rebuild the vector index after deletions: {exc}")
+            return None
+        return token
 
     def forget_sessions(self, session_ids: Iterable[str]) -> None:
         """Remove deleted sessions' vectors from the index (SQLite's went with the rows).
@@ -484,6 +516,19 @@ class SemanticMemory(EmbeddingWorker):
                 index.delete_where({"session_id": sid})
         except INDEX_FAILURES as exc:
             self._log_once("forget", f"could not drop deleted sessions from the index: {exc}")
+
+    def forget_messages(self, ids: Sequence[int]) -> None:
+        """Remove deleted messages' vectors from the index (those of ``ids`` that are gone
+        from the store: an id of another session was not deleted and keeps its vector)."""
+        index = self.index
+        if index is None or not len(ids):
+            return
+        kept = {m.id for m in self.store.get_messages_by_ids(ids)}
+        gone = sorted({int(i) for i in ids} - kept)
+        try:
+            index.delete(gone)
+        except INDEX_FAILURES as exc:
+            self._log_once("forget", f"could not drop deleted messages from the index: {exc}")
 
     def session_moved(self, session_id: str, user_id: str | None) -> None:
         """A session has a new owner: file its vectors under it.
