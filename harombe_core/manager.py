@@ -130,7 +130,7 @@ class MemoryManager(ClosesOnExit):
         semantic = embedding is not None and vector_store is not None
         if semantic:
             # A missing extra is reported before the database is created, not after.
-            from harombe_core.vectors.indexer import check_semantic_parts
+            from harombe_core.vectors.choice import check_semantic_parts
 
             check_semantic_parts(embedding, vector_store, storage_path, config, encryption_key)
         self._store = open_store(storage_path, encryption_key=encryption_key)

@@ -210,7 +210,7 @@ class Searcher:
         self, batch_size: int, embedding: Any, vector_store: Any, progress: Progress, reembed: bool
     ) -> dict[str, int]:
         keyword = self.store.rebuild_keyword_index()
-        from harombe_core.vectors.indexer import resolve_embedder_spec
+        from harombe_core.vectors.choice import resolve_embedder_spec
 
         embedder = None if embedding is None else resolve_embedder_spec(embedding)
         if self.semantic is None:
