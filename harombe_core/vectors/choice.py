@@ -123,7 +123,8 @@ def check_semantic_parts(
         return  # pgvector in the same database
     from harombe_core.store.encryption import resolve_key
 
-    if not hasattr(location, "location") and resolve_key(encryption_key) is not None:
+    in_memory = place in (":memory:", "")  # never encrypted, and its Chroma is in memory too
+    if not hasattr(location, "location") and not in_memory and resolve_key(encryption_key):
         refuse_unencrypted_index(str(place), mode)  # a file to be opened with a key
     import importlib.util
 
