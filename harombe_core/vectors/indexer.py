@@ -96,6 +96,9 @@ META_DIMENSION = "embedding_dimension"
 #: Scopes with at most this many messages are searched exactly from SQLite; larger ones go to
 #: the HNSW index. Exact search reads ~1.5 KB per message, so this keeps it within a few ms.
 EXACT_SEARCH_LIMIT = 4_000
+#: With the in-database index, a user's or session's scope up to this size is read through
+#: SQLite; a larger one is ranked through the in-process matrix (its candidates checked).
+MATRIX_SCOPE_LIMIT = 16_000
 
 
 def check_recorded_model(store: MessageStore, embedder: Embedder) -> bool:
@@ -234,6 +237,7 @@ class SemanticMemory(EmbeddingWorker):
         self.batch_size = batch_size
         self.window = max(window, batch_size)
         self.exact_search_limit = exact_search_limit
+        self.matrix_scope_limit = MATRIX_SCOPE_LIMIT
         self.linger = linger
         # A private in-memory store gets work only from this process: no need to look.
         self.poll = None if store.location == ":memory:" else poll
@@ -577,7 +581,7 @@ class SemanticMemory(EmbeddingWorker):
         through the in-process matrix, whose candidates the store checks against the scope."""
         if scope is not None and (scope.user_id is not None or scope.session_id is not None):
             size = stored.store.scope_size(scope)
-            if size is None or size <= self.exact_search_limit * 4:
+            if size is None or size <= self.matrix_scope_limit:
                 return stored.exact_search(query, k, scope)
         matrix = self._matrix
         if matrix is None or matrix.stored is not stored:

@@ -84,8 +84,8 @@ def test_every_search_path_is_exact(tmp_path: Path) -> None:
             SearchScope(roles=("assistant",)),
             SearchScope(since=start + timedelta(minutes=100), until=start + timedelta(minutes=300)),
         ]
-        for limit in (semantic.exact_search_limit, 0):  # 0: a user's scope by the matrix too
-            semantic.exact_search_limit = limit
+        for limit in (semantic.matrix_scope_limit, 0):  # 0: a user's scope by the matrix too
+            semantic.matrix_scope_limit = limit
             for _ in range(5):
                 query = rng.standard_normal(semantic.embedder.dimension).astype(np.float32)
                 for scope in scopes:
