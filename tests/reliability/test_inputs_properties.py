@@ -13,8 +13,8 @@ messages and store items, read with SQL). A public method, or a parameter, with 
 fails ``test_every_public_parameter_has_a_strategy``: a method added later is covered or noticed.
 
 Everything is real: SQLite files, and for the semantic manager the bundled embedding model and
-the default in-database vector index. Examples are derandomized, so CI runs the same calls every time; set
-``HAROMBE_PROPERTY_EXAMPLES`` (default 30 per method) for a deeper run.
+the default in-database vector index. Examples are derandomized, so CI runs the same calls
+every time; set ``HAROMBE_PROPERTY_EXAMPLES`` (default 30 per method) for a deeper run.
 """
 
 from __future__ import annotations
