@@ -411,12 +411,16 @@ class SemanticMemory(EmbeddingWorker):
                 )
 
     def _erase_deleted(self, index: VectorIndex) -> str | None:
-        """After deletions, rebuild an index that keeps deleted vectors in its files (an
-        embedded Chroma folder: its log and HNSW segments) from the vectors kept in SQLite,
-        and have its close erase the old files. Returns the debt paid (None: nothing done).
+        """After deletions, empty an index that keeps deleted vectors in its files (an
+        embedded Chroma folder: its log, free pages and HNSW segments) and have its close
+        erase those files. Returns the debt paid (None: nothing done).
 
-        Runs as the owner closes, so it costs one pass over the index only after a deletion;
-        a process killed before it leaves the debt recorded for the next owner's close.
+        Every row goes back to the tail first, so nothing is lost: the next owner's worker
+        files the stored vectors again in the background (no model runs), and until it has,
+        searches read them exactly from SQLite (scoped searches always do). Filling it again
+        here instead would make this close cost as much as indexing every vector (Chroma
+        takes about 1.4 ms each: ``benchmarks/bench_erasure.py``). A process killed before
+        this leaves the debt recorded for the next owner's close.
         """
         erase = getattr(index, "erase_deleted", None)
         stored = self.stored
@@ -428,7 +432,6 @@ class SemanticMemory(EmbeddingWorker):
         try:
             stored.unindex_all()  # every row to the tail first: a crash re-files, never loses
             index.clear()
-            self.sync_tail()
             erase()
         except INDEX_FAILURES as exc:
             self._log_once("erase", f"could not rebuild the vector index after deletions: {exc}")
