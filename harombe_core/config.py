@@ -11,7 +11,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from harombe_core.errors import ConfigError
 
@@ -76,7 +83,10 @@ class VectorStoreSection(_Section):
     """``vector_store:``: the derived semantic index (rebuildable from the messages)."""
 
     enabled: bool = True
-    provider: Literal["chroma"] = "chroma"
+    #: ``database``: the vectors inside the database (SQLite searched exactly, pgvector on
+    #: PostgreSQL); ``chroma``: a ChromaDB index (``mode``, ``path``, ``host``, ``port`` and
+    #: ``collection`` apply to it); ``pgvector``: PostgreSQL's, named explicitly.
+    provider: Literal["database", "chroma", "pgvector"] = "database"
     mode: Literal["persistent", "memory", "http"] = "persistent"
     path: str | None = None
     host: str = "127.0.0.1"
@@ -90,6 +100,16 @@ class VectorStoreSection(_Section):
     @classmethod
     def _expand(cls, value: str | None) -> str | None:
         return None if value is None else str(Path(value).expanduser())
+
+    @model_validator(mode="after")
+    def _chroma_when_configured(self) -> VectorStoreSection:
+        """A block that configures Chroma (a server, an in-memory or a placed collection)
+        without naming a provider means Chroma, as it did before the in-database default."""
+        chroma_keys = {"mode", "path", "host", "port", "collection"}
+        if "provider" not in self.model_fields_set and chroma_keys & self.model_fields_set:
+            object.__setattr__(self, "provider", "chroma")
+            self.model_fields_set.add("provider")
+        return self
 
 
 class RagSection(_Section):

@@ -93,8 +93,10 @@ class MemoryManager(ClosesOnExit):
 
     ``storage_path`` is a SQLite file (``~`` expanded; ``":memory:"`` for a throwaway store) or a
     ``postgresql://`` URL. ``embedding`` and ``vector_store`` choose semantic memory: the default
-    is the bundled all-MiniLM-L6-v2 model with an embedded ChromaDB beside the database; pass
-    ``None`` for either to keep only the store and its keyword index.
+    is the bundled all-MiniLM-L6-v2 model with its vectors kept in the database itself
+    (``vector_store="database"``: SQLite searched exactly, pgvector on PostgreSQL);
+    ``vector_store="chroma"`` adds a ChromaDB index (extra ``chroma``) for large corpora searched
+    across users; pass ``None`` for either to keep only the store and its keyword index.
 
     The manager composes its parts: the store; a :class:`~harombe_core.manager_search.Searcher`
     (the semantic memory, the :class:`~harombe_core.retrieval.Retriever` over it, reindexing);
@@ -108,7 +110,7 @@ class MemoryManager(ClosesOnExit):
         *,
         max_history_tokens: int = 4096,
         embedding: Any = "default",
-        vector_store: Any = "chroma",
+        vector_store: Any = "database",
         token_counter: Any = "exact",
         config: MemoryConfig | None = None,
         encryption_key: str | None = None,
@@ -123,6 +125,8 @@ class MemoryManager(ClosesOnExit):
                     f"config must be a MemoryConfig, got {type(config).__name__}; build one "
                     "with harombe_core.config.load_config(path_or_dict)."
                 )
+        if config is not None and vector_store == "database":
+            vector_store = config.vector_store.provider  # the configured index, if any
         if encryption_key is not None:
             from harombe_core.store.encryption import check_key
 
@@ -130,9 +134,17 @@ class MemoryManager(ClosesOnExit):
         semantic = embedding is not None and vector_store is not None
         if semantic:
             # A missing extra is reported before the database is created, not after.
+            from harombe_core.store.encryption import resolve_key
             from harombe_core.vectors.indexer import check_semantic_parts
 
-            check_semantic_parts(embedding, vector_store, storage_path, config)
+            check_semantic_parts(
+                embedding,
+                vector_store,
+                storage_path,
+                config,
+                encrypted=not isinstance(storage_path, MessageStore)
+                and resolve_key(encryption_key) is not None,
+            )
         self._store = open_store(storage_path, encryption_key=encryption_key)
         self._closed = False
         memory: Any = None
@@ -205,6 +217,14 @@ class MemoryManager(ClosesOnExit):
         """True when messages are embedded and searchable by meaning."""
         return self._semantic is not None
 
+    @property
+    def vector_store(self) -> str | None:
+        """The vector store semantic search uses, as it was named: ``"database"`` (the
+        default: the vectors inside the database), ``"chroma"``, ``"pgvector"``, ``"custom"``
+        for an index object; None when semantic search is off."""
+        semantic = self._semantic
+        return None if semantic is None else semantic.vector_store
+
     def __repr__(self) -> str:
         """Where the memory lives and whether it searches by meaning; no I/O, so it is safe
         on a closed manager and costs nothing on a large store."""
@@ -214,10 +234,11 @@ class MemoryManager(ClosesOnExit):
             parts.append("semantic=off")
         else:
             index = semantic.index  # None until opened (or for a read-only store)
+            name = "database" if semantic.in_database else None if index is None else index.name
             parts += [
                 "semantic=on",
                 f"embedding={semantic.embedder.name!r}",
-                f"vector_store={None if index is None else index.name!r}",
+                f"vector_store={name!r}",
             ]
         parts.append(f"max_history_tokens={self.max_history_tokens}")
         if self._closed:

@@ -197,6 +197,11 @@ class SQLiteStore(StoreMethods, ContextReads):
         return self._file
 
     @property
+    def encrypted(self) -> bool:
+        """True when the file is encrypted (SQLCipher): everything in it is covered by the key."""
+        return self._file.encrypted
+
+    @property
     def read_only(self) -> bool:
         """True when the file could not be opened for writing; writes are refused."""
         return self._file.read_only

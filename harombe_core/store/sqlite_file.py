@@ -407,6 +407,11 @@ class SQLiteFile:
             delay = min(delay * 2, 1.0)
 
     # lifetime -------------------------------------------------------------------------------
+    @property
+    def encrypted(self) -> bool:
+        """True when the file is opened with a SQLCipher key."""
+        return self._key is not None
+
     def check_key(self, key: str | None) -> None:
         """Refuse a second opener whose encryption key differs from the first's."""
         if not hmac.compare_digest(self._key_digest, _key_digest(key)):

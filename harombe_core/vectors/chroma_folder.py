@@ -49,7 +49,7 @@ from harombe_core.errors import (
     VectorIndexError,
 )
 
-__all__ = ["ChromaFolder", "is_damage", "protect_folder"]
+__all__ = ["ChromaFolder", "is_damage", "is_out_of_space", "protect_folder", "room_left"]
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +70,41 @@ _FULL_MARKERS = ("database or disk is full", "no space left on device")
 
 def _message(exc: BaseException) -> str:
     return str(exc).lower()
+
+
+#: What Chroma says when a write could not reach the disk (full, or over a file-size limit).
+_SPACE_MARKERS = (*_FULL_MARKERS, "disk i/o error", "file too large")
+
+
+def is_out_of_space(exc: BaseException) -> bool:
+    """True when Chroma's error says a write failed for want of space (or any I/O error on
+    write, which is how SQLite reports a file-size limit)."""
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+        return True
+    text = _message(exc)
+    return any(marker in text for marker in _SPACE_MARKERS)
+
+
+def room_left(folder: Path) -> int:
+    """Bytes the folder's files may still grow by: the free space of its filesystem, or less
+    under a file-size limit (``RLIMIT_FSIZE`` caps each file: the largest one decides)."""
+    try:
+        fs = os.statvfs(folder if folder.exists() else folder.parent)
+        room = fs.f_bavail * fs.f_frsize
+    except OSError:
+        return 2**62  # cannot tell: let the write say
+    try:
+        import resource
+
+        limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    except (ImportError, OSError, ValueError):  # not on this platform
+        return room
+    if limit != resource.RLIM_INFINITY:
+        largest = 0
+        with contextlib.suppress(OSError):
+            largest = max((p.stat().st_size for p in folder.rglob("*") if p.is_file()), default=0)
+        room = min(room, limit - largest)
+    return room
 
 
 def is_damage(exc: BaseException) -> bool:

@@ -10,7 +10,8 @@ its list.
 The layers, low to high (a module not listed makes the test fail, so every new module is
 placed on purpose):
 
-0. errors, limits, validate, models, config, tokens, owners, query_time, text, jsonstream
+0. errors, limits, validate, models, config, tokens, owners, query_time, text, jsonstream,
+   checkpoint_safety
 1. store/*, embeddings/*
 2. vectors/*
 3. flows, llm, strategies, summarize, thread_graph, selectors, ranking
@@ -50,6 +51,7 @@ LAYERS: dict[str, int] = {
             "jsonstream",
             "progress",
             "lazy",
+            "checkpoint_safety",
         ],
         0,
     ),
