@@ -27,8 +27,9 @@ from harombe_core.models import Message
 from harombe_core.testing import FakeEmbedder
 from harombe_core.vectors.memory import InMemoryVectorIndex
 
-#: keyword only; vectors in SQLite only (an index with no files); SQLite + an embedded Chroma.
-KINDS = ["keyword", "stored", "chroma"]
+#: keyword only; the default in-database vector index; vectors in SQLite beside an index with
+#: no files; SQLite + an embedded Chroma.
+KINDS = ["keyword", "database", "stored", "chroma"]
 
 
 def token() -> str:
@@ -51,6 +52,8 @@ def files_holding(folder: Path, word: str) -> list[str]:
 def open_manager(db: Path, kind: str) -> MemoryManager:
     if kind == "keyword":
         return MemoryManager(str(db), embedding=None)
+    if kind == "database":
+        return MemoryManager(str(db), embedding=FakeEmbedder())  # the default index
     if kind == "stored":
         return MemoryManager(str(db), embedding=FakeEmbedder(), vector_store=InMemoryVectorIndex())
     return MemoryManager(str(db), embedding=FakeEmbedder(), vector_store="chroma")
