@@ -212,6 +212,7 @@ def test_a_process_killed_after_deleting_leaves_the_erasure_owed(folder: Path, m
         assert done.returncode == -signal.SIGKILL
     else:
         assert done.returncode == 0, done.stderr
+        assert files_holding(folder, secret) == []  # its own close erased it
     with MemoryManager(str(db), embedding=FakeEmbedder(), vector_store="chroma") as mm:
         assert found_anywhere(mm, secret) == []
         assert found_anywhere(mm, control)
@@ -262,12 +263,12 @@ def test_the_command_forgets_a_user(folder: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "3 sessions" in done.stdout, done.stdout
+    assert files_holding(folder, secret) == []  # before any other process opened the store
+    assert files_holding(folder, user) == []
+    assert "m.db" in files_holding(folder, control)
     with MemoryManager(str(db), embedding="default", vector_store="chroma") as mm:
         assert mm.list_sessions(user_id=user) == []
         assert [m.content for m in mm.search_similar(control, top_k=5)] == [control]
-    assert files_holding(folder, secret) == []
-    assert files_holding(folder, user) == []
-    assert "m.db" in files_holding(folder, control)
 
 
 def test_connections_zero_deleted_rows_whatever_the_build_default(folder: Path) -> None:
