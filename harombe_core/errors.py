@@ -10,6 +10,8 @@ recover. The tree::
     │   ├── InputTooLargeError                     any stored field over its size limit
     │   │   └── MessageTooLargeError               (also an InvalidMessageError)
     │   ├── InvalidBudgetError                     negative or non-integer token budget
+    │   ├── UnencryptedIndexError                  an encryption key with an index kept
+    │   │                                          outside the database (Chroma)
     │   └── ThreadRuleError                        a thread graph breaks a threading rule
     ├── ConfigError (also ValueError)              YAML/dict configuration that does not validate
     ├── SessionNotFoundError (also KeyError)       a session that must exist does not (export,
@@ -28,6 +30,8 @@ recover. The tree::
     │   ├── EncryptionKeyError                     wrong or missing key for an encrypted file
     │   ├── MigrationError                         a migration's destination differs from its
     │   │                                          source (or already holds other data)
+    │   ├── UnsafeCheckpointError                  a stored checkpoint row names a type that is
+    │   │                                          not allowed to be revived (or is a pickle)
     │   └── VectorIndexError                       the derived vector index failed; messages safe
     │       └── VectorIndexBusyError               another process holds the vector index folder
     ├── EmbeddingError                             the embedder failed or returned bad vectors
@@ -77,6 +81,8 @@ __all__ = [
     "StoreUnavailableError",
     "SummarizationError",
     "ThreadRuleError",
+    "UnencryptedIndexError",
+    "UnsafeCheckpointError",
     "VectorIndexBusyError",
     "VectorIndexError",
 ]
@@ -147,6 +153,11 @@ class InvalidBudgetError(InvalidInputError):
 
 class ThreadRuleError(InvalidInputError):
     """A thread graph breaks a threading rule (the message says which and where)."""
+
+
+class UnencryptedIndexError(InvalidInputError):
+    """An encrypted database was asked to keep its vectors in an index the key cannot cover
+    (Chroma's folder or server): refused, so nothing of it is written in the clear."""
 
 
 class ConfigError(HarombeError, ValueError):
@@ -317,6 +328,20 @@ class EncryptionKeyError(StoreError):
 
 class MigrationError(StoreError):
     """The destination does not match the source (or holds a different session of the same id)."""
+
+
+class UnsafeCheckpointError(StoreError):
+    """A stored checkpoint row would revive a type nobody allowed (or is a pickle).
+
+    Reviving a row calls the constructor it names, so a row someone crafted could run any code
+    on read. Only the types LangGraph itself writes and those the application allow-lists are
+    revived; the message names the type and how to allow it, and nothing was constructed.
+    ``type_name`` is ``"module.Name"`` (or the row's serialisation tag for a pickle).
+    """
+
+    def __init__(self, message: str, *, type_name: str = "", fix: Fix | None = None) -> None:
+        super().__init__(message, fix=fix)
+        self.type_name = type_name
 
 
 class VectorIndexError(StoreError):

@@ -30,7 +30,7 @@ from llama_index.core.llms.llm import LLM
 from llama_index.core.memory.types import BaseMemory
 from llama_index.core.storage.chat_store.base_db import MessageStatus
 
-from harombe_core.errors import InvalidBudgetError, InvalidInputError
+from harombe_core.errors import Fix, InvalidBudgetError, InvalidInputError
 from harombe_core.manager import MemoryManager
 from harombe_core.models import Message, Session
 from harombe_core.strategies import Window
@@ -70,7 +70,7 @@ _CONTEXT_RATIO = 0.75  # LlamaIndex's share of an LLM's context window given to 
 #: all-MiniLM-L6-v2 with an embedded Chroma index beside the database. ``embedding=None`` keeps
 #: keyword search only.
 DEFAULT_EMBEDDING = "default"
-DEFAULT_VECTOR_STORE = "chroma"
+DEFAULT_VECTOR_STORE = "database"
 
 
 def embedding_field() -> Any:
@@ -84,6 +84,7 @@ def embedding_field() -> Any:
 
 def vector_store_field() -> Any:
     return Field(default=DEFAULT_VECTOR_STORE, description="Vector index ('chroma').")
+
 
 Strategy = Literal["simple", "summarization", "hybrid", "threaded"]
 
@@ -141,9 +142,11 @@ def describe_manager(manager: MemoryManager) -> tuple[str, Any, Any]:
     location = manager.store.location
     if not manager.semantic_enabled:
         return location, None, None
+    named = manager.vector_store
+    vector_store = named if named in ("database", "chroma", "pgvector") else DEFAULT_VECTOR_STORE
     if isinstance(manager.embedder, LlamaIndexEmbedder):
-        return location, LLAMAINDEX_EMBEDDING, DEFAULT_VECTOR_STORE
-    return location, DEFAULT_EMBEDDING, DEFAULT_VECTOR_STORE
+        return location, LLAMAINDEX_EMBEDDING, vector_store
+    return location, DEFAULT_EMBEDDING, vector_store
 
 
 class HarombeMemory(BaseMemory):
@@ -390,12 +393,14 @@ class HarombeMemory(BaseMemory):
     def _budget(self, initial_token_count: int) -> int:
         check_budget(initial_token_count, "initial_token_count")
         if initial_token_count > self.token_limit:
-            # ChatMemoryBuffer's error (a ValueError), with how to fix it.
+            # ChatMemoryBuffer's error (a ValueError) with its exact text, then how to fix it.
+            advice = (
+                f"(initial_token_count={initial_token_count} > token_limit={self.token_limit}): "
+                "the engine's own prompt (system prompt, prefix messages) does not fit; raise "
+                "token_limit or shorten that prompt."
+            )
             raise InvalidBudgetError(
-                f"Initial token count exceeds token limit: initial_token_count="
-                f"{initial_token_count} > token_limit={self.token_limit}. The engine's own "
-                "prompt (system prompt, prefix messages) does not fit: raise token_limit or "
-                "shorten that prompt."
+                "Initial token count exceeds token limit", fix=Fix(api=advice, cli=advice)
             )
         return self.token_limit - initial_token_count
 
@@ -492,9 +497,7 @@ class HarombeMemory(BaseMemory):
         context: list[Message] = []
         query = await asyncio.to_thread(self._recall_query, input)
         if query:
-            recalled = await self._manager.aget_relevant_context(
-                query, **self._rag_args(budget)
-            )
+            recalled = await self._manager.aget_relevant_context(query, **self._rag_args(budget))
             context = self._context(recalled, budget)
         return await asyncio.to_thread(self._assemble, session, context, budget)
 
@@ -617,4 +620,3 @@ def _merge_system(context: list[Message], window: list[Message]) -> list[Message
         return window
     head = [m for m in window[:1] if m.role == "system" and m.id is None]
     return head + context + window[len(head) :]
-

@@ -190,6 +190,7 @@ class EmbeddingWorker:
     poll: float | None
     embed_context: bool
     stored: StoredVectors | None
+    in_database: bool
     last_error: BaseException | None
     _checked: bool
     _work_lock: threading.RLock
@@ -461,7 +462,8 @@ class EmbeddingWorker:
             index.upsert(ids, vectors, metas)
             self.store.mark_embedded(ids)
             return
-        indexed = self._upsert(ids, vectors, metas)
+        # Where the stored vectors are the index, storing one is indexing it.
+        indexed = self.in_database or self._upsert(ids, vectors, metas)
         users = [meta.get("user_id") for meta in metas] if indexed else None
         self.stored.write(ids, vectors, users)
 

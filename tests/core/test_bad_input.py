@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import struct
-import threading
 import zlib
 from collections.abc import Callable
 from pathlib import Path
@@ -319,28 +319,77 @@ def test_refusing_a_file_leaves_the_good_store_alone(tmp_path: Path) -> None:
         assert _snapshot(mm) == before
 
 
+def _write_in_place(path: Path, data: bytes, offset: int) -> None:
+    """Write ``data`` at ``offset`` without truncating, as SQLite writes pages (called while no
+    SQLite connection of this process has the file open, so no lock can be dropped)."""
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.pwrite(fd, data, offset)
+    finally:
+        os.close(fd)
+
+
 def test_a_file_mid_checkpoint_is_not_mistaken_for_a_truncated_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Another process's checkpoint writes page 1 before the pages that grow the file.
 
-    Reproduce that window (header promising more pages than the file holds, completed a
-    moment later) and check the open waits it out instead of refusing a healthy database.
-    The wait is lengthened here so a busy machine, where the completing write may come late,
-    still tests the waiting and not the scheduler.
+    Reproduce that window (header promising more pages than the file holds) and complete the
+    file once the open has looked at it and found it short, as SQLite completes it: the
+    missing pages are written in place, so the file only grows (never truncated and rewritten,
+    which no SQLite writer does: a file emptied for a moment is a new database). The open
+    must wait it out and read every message. The completion is tied to the open's first look,
+    not to a timer, so a busy machine cannot reorder the two.
     """
     from harombe_core.store import sqlite_checks
 
-    monkeypatch.setattr(sqlite_checks, "_SETTLE_SECONDS", 60.0)
     path = tmp_path / "live.db"
     with MemoryManager(path, embedding=None) as mm:
         mm.save_messages("s", [Message(role="user", content=f"m{i} " * 40) for i in range(300)])
     data = path.read_bytes()
-    path.write_bytes(data[: len(data) // 2])
-    finisher = threading.Timer(0.2, lambda: path.write_bytes(data))
-    finisher.start()
-    try:
-        with MemoryManager(path, embedding=None) as mm:
-            assert len(mm.get_recent_messages("s", max_tokens=10**9)) == 300
-    finally:
-        finisher.join()
+    half = len(data) // 2
+    path.write_bytes(data[:half])
+    looks: list[str] = []
+    inspect = sqlite_checks._inspect_once
+
+    def look_then_finish(*args: Any) -> Any:
+        problem = inspect(*args)
+        looks.append(type(problem).__name__)
+        if len(looks) == 1:
+            _write_in_place(path, data[half:], half)
+        return problem
+
+    monkeypatch.setattr(sqlite_checks, "_inspect_once", look_then_finish)
+    with MemoryManager(path, embedding=None) as mm:
+        assert len(mm.get_recent_messages("s", max_tokens=10**9)) == 300
+    assert looks == ["NotAHarombeDatabaseError", "NoneType"]
+
+
+def test_a_file_rewritten_from_empty_is_waited_for_not_taken_as_new(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``cp backup.db memory.db`` truncates the file, then writes it. An open that looks in
+    between sees an empty file: it had pages a moment ago, so the open waits for them instead
+    of writing a new schema into it (which the copy would then overwrite, or mix with)."""
+    from harombe_core.store import sqlite_checks
+
+    path = tmp_path / "restored.db"
+    with MemoryManager(path, embedding=None) as mm:
+        mm.save_messages("s", [Message(role="user", content=f"m{i}") for i in range(30)])
+    data = path.read_bytes()
+    looks: list[int] = []
+    inspect = sqlite_checks._inspect_once
+
+    def look_while_copying(*args: Any) -> Any:
+        if not looks:
+            os.truncate(path, 0)  # cp has opened the file with O_TRUNC
+        problem = inspect(*args)
+        looks.append(path.stat().st_size)
+        if len(looks) == 2:
+            _write_in_place(path, data, 0)  # ... and now writes it
+        return problem
+
+    monkeypatch.setattr(sqlite_checks, "_inspect_once", look_while_copying)
+    with MemoryManager(path, embedding=None) as mm:
+        assert len(mm.get_recent_messages("s", max_tokens=10**9)) == 30
+    assert looks == [0, 0, len(data)]
