@@ -28,7 +28,6 @@ __all__ = [
     "MemorySection",
     "RagSection",
     "VectorStoreSection",
-    "check_config",
     "default_db_path",
     "load_config",
 ]
@@ -105,6 +104,11 @@ class VectorStoreSection(_Section):
     def _expand(cls, value: str | None) -> str | None:
         return None if value is None else str(Path(value).expanduser())
 
+    def chosen(self, vector_store: Any) -> Any:
+        """The index to use when ``vector_store`` was asked for: this block's provider when
+        it is left at its default (``"database"``), else what was asked."""
+        return self.provider if vector_store == "database" else vector_store
+
     @model_validator(mode="after")
     def _chroma_when_configured(self) -> VectorStoreSection:
         """A block that configures Chroma (a server, an in-memory or a placed collection)
@@ -151,18 +155,6 @@ def _format(exc: ValidationError) -> str:
         where = ".".join(str(p) for p in error["loc"]) or "(top level)"
         lines.append(f"  {where}: {error['msg']}")
     return "\n".join(lines)
-
-
-def check_config(value: Any) -> MemoryConfig:
-    """A MemoryConfig given as ``config=`` (InvalidInputError for anything else)."""
-    if not isinstance(value, MemoryConfig):
-        from harombe_core.errors import InvalidInputError
-
-        raise InvalidInputError(
-            f"config must be a MemoryConfig, got {type(value).__name__}; build one "
-            "with harombe_core.config.load_config(path_or_dict)."
-        )
-    return value
 
 
 def load_config(source: str | os.PathLike[str] | Mapping[str, Any] | MemoryConfig) -> MemoryConfig:
