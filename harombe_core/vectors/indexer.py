@@ -59,9 +59,9 @@ from harombe_core.errors import (
 )
 from harombe_core.progress import Progress, progress_reporter, silent
 from harombe_core.store.base import MessageStore, SearchScope
-from harombe_core.store.erasure import ERASED_VECTORS, owed, settle
 from harombe_core.vectors.base import FloatArray, VectorIndex, VectorMatch, scope_metadata_filter
 from harombe_core.vectors.choice import resolve_embedder_spec, resolve_index
+from harombe_core.vectors.erase import close_erasing
 from harombe_core.vectors.matrix import VectorMatrix
 from harombe_core.vectors.stored import StoredVectors
 from harombe_core.vectors.worker import (
@@ -359,40 +359,9 @@ class SemanticMemory(EmbeddingWorker):
         """
         self.stop()
         with self._work_lock:
-            index = self.index
-            paid = self._erase_deleted(index) if index is not None else None
-            self.index = None
+            index, self.index = self.index, None
             if index is not None:
-                index.close()
-            if paid is not None and self.stored is not None:
-                self.stored.store.transaction(
-                    lambda c: settle(c, ERASED_VECTORS, paid), adds_messages=False
-                )
-
-    def _erase_deleted(self, index: VectorIndex) -> str | None:
-        """After deletions, rebuild an index that keeps deleted vectors in its files (an
-        embedded Chroma folder: its log and HNSW segments) from the vectors kept in SQLite,
-        and have its close erase the old files. Returns the debt paid (None: nothing done).
-
-        Runs as the owner closes, so it costs one pass over the index only after a deletion;
-        a process killed before it leaves the debt recorded for the next owner's close.
-        """
-        erase = getattr(index, "erase_deleted", None)
-        stored = self.stored
-        if erase is None or stored is None:
-            return None
-        token = stored.store.snapshot(lambda c: owed(c, ERASED_VECTORS))
-        if token is None:
-            return None
-        try:
-            stored.unindex_all()  # every row to the tail first: a crash re-files, never loses
-            index.clear()
-            self.sync_tail()
-            erase()
-        except INDEX_FAILURES as exc:
-            self._log_once("erase", f"could not rebuild the vector index after deletions: {exc}")
-            return None
-        return token
+                close_erasing(index, self.stored)  # after deletions: leaves no vector in files
 
     def forget_sessions(self, session_ids: Iterable[str]) -> None:
         """Remove deleted sessions' vectors from the index (SQLite's went with the rows).
