@@ -163,3 +163,17 @@ def test_a_store_kept_with_chroma_opens_on_the_database_with_nothing_to_redo(
         assert embedder.calls == calls  # the stored vectors are used as they are
         assert mm._semantic.stored.tail_count() == 0  # a stored vector is an indexed one
         assert len(mm.search_similar("session note about", top_k=50)) == 15
+
+
+def test_which_configuration_blocks_mean_chroma() -> None:
+    from harombe_core.config import load_config
+
+    def provider(block: dict) -> str:
+        return load_config({"vector_store": block}).vector_store.provider
+
+    assert provider({}) == "database"
+    assert provider({"mode": "persistent", "batch_size": 8}) == "database"  # the defaults
+    assert provider({"mode": "http", "port": 8001}) == "chroma"
+    assert provider({"path": "/data/index"}) == "chroma"
+    assert provider({"collection": "my-app"}) == "chroma"
+    assert provider({"provider": "database", "collection": "unused"}) == "database"
