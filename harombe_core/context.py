@@ -224,31 +224,45 @@ class ContextBuilder:
         self, query: str, top_k: int = 5, user_id: str | None = None
     ) -> list[tuple[Session, float]]:
         """Sessions whose stored summary matches ``query`` best: by meaning when semantic memory
-        is on (the stored summary embeddings), else by shared words. Best first."""
+        is on (the stored summary embeddings), else by shared words. Best first.
+
+        Only the summarised sessions in scope are read (with ``user_id``, that user's, through
+        an index), and only their summaries; the ``top_k`` winners are then read whole. The
+        exact scores are computed over that scope, so the cost follows it, not the store.
+        """
+        import json
         import re
+
+        from harombe_core.store import ops
 
         query = check_query(query)
         top_k = check_count(top_k, "top_k", high=MAX_TOP_K)
         user_id = optional_id(user_id, "user_id")
-        sessions = [s for s in self.store.list_sessions(limit=None, user_id=user_id) if s.summary]
+        rows = self.store.run(ops.summarised_sessions(user_id))
         embedder = self.search.embedder
-        scored: list[tuple[Session, float]] = []
-        if embedder is not None:
-            q = embedder.embed_query(query)
-            for s in sessions:
-                emb = (s.summary_data or {}).get("embedding") or {}
+        scored: list[tuple[str, float]] = []
+        q = None if embedder is None else embedder.embed_query(query)
+        words = set(re.findall(r"\w+", query.lower()))
+        for session_id, summary, raw in rows:
+            data = json.loads(raw) if raw else {}
+            if embedder is not None and q is not None:
+                emb = data.get("embedding") or {}
                 vector = emb.get("vector")
                 if vector and emb.get("model") == embedder.name and len(vector) == len(q):
-                    scored.append((s, float(sum(a * b for a, b in zip(q, vector, strict=True)))))
-        else:
-            words = set(re.findall(r"\w+", query.lower()))
-            for s in sessions:
-                text = (s.summary or "") + " " + " ".join((s.summary_data or {}).get("topics", []))
-                found = words & set(re.findall(r"\w+", text.lower()))
-                if found:
-                    scored.append((s, len(found) / max(len(words), 1)))
+                    score = float(sum(a * b for a, b in zip(q, vector, strict=True)))
+                    scored.append((session_id, score))
+                continue
+            text = summary + " " + " ".join(data.get("topics", []))
+            found = words & set(re.findall(r"\w+", text.lower()))
+            if found:
+                scored.append((session_id, len(found) / max(len(words), 1)))
         scored.sort(key=lambda pair: -pair[1])
-        return scored[:top_k]
+        hits: list[tuple[Session, float]] = []
+        for session_id, score in scored[:top_k]:
+            session = self.store.get_session(session_id)  # gone or moved meanwhile: left out
+            if session is not None and session.summary and user_id in (None, session.user_id):
+                hits.append((session, score))
+        return hits
 
     def get_context(
         self,

@@ -28,6 +28,7 @@ from harombe_core.newest import anewest_until, newest_until
 from harombe_core.owned import named_owner, owned_session
 from harombe_core.owners import legacy_session_key, session_key
 from harombe_core.progress import Progress, check_progress
+from harombe_core.store import ops
 from harombe_core.store.base import UNSET, MessageStore
 from harombe_core.store.closing import ClosesOnExit
 from harombe_core.strategies import Window, window_newest
@@ -539,6 +540,47 @@ class MemoryManager(ClosesOnExit):
         return messages
 
     get_messages, aget_messages = twins(_get_messages)
+
+    def _count_messages(
+        self,
+        session_id: str,
+        *,
+        after_id: int | None = None,
+        unless_metadata: Mapping[str, str] | None = None,
+        user_id: str | None = None,
+    ) -> Flow[int]:
+        """How many messages the session holds (0 for an unknown session), counted in SQL.
+
+        ``after_id``: only those with a greater id (as :meth:`get_messages` reads them);
+        ``unless_metadata``: not those whose metadata holds any of these key -> string pairs.
+        One ``COUNT`` over the session's own index range, so the cost follows the session,
+        never the store, and no message is read into Python. With ``user_id``, only that
+        user's session (else SessionOwnershipError).
+        """
+        after_id = optional_count(after_id, "after_id")
+        if unless_metadata is not None and not isinstance(unless_metadata, Mapping):
+            raise InvalidInputError(
+                f"unless_metadata must be a dict, got {type(unless_metadata).__name__}; "
+                'e.g. {"status": "archived"}.'
+            )
+        unless = dict(unless_metadata or {})
+        for key, value in unless.items():
+            if not isinstance(key, str) or not isinstance(value, str):
+                raise InvalidInputError(
+                    "unless_metadata must map strings to strings, got "
+                    f"{type(key).__name__} -> {type(value).__name__}; compare with the string "
+                    'the messages store, e.g. {"status": "archived"}.'
+                )
+        session = yield from self._check_owner(session_id, user_id)
+        if session is None:
+            return 0
+        if after_id is None and not unless:
+            return session.message_count  # kept by every write, in the same transaction
+        op = ops.count_session_messages(session.id, after_id, unless)
+        count: int = yield Call(self._store.run, op, native=self._store.arun)
+        return count
+
+    count_messages, acount_messages = twins(_count_messages)
 
     def _get_window(
         self,
