@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 from harombe_core.context import ContextBuilder
 from harombe_core.derive import converted, forwarded, in_thread, part_property
 from harombe_core.erasing import delete_user_sessions, erase, prune_cutoff
-from harombe_core.errors import InvalidInputError
+from harombe_core.errors import EmbeddingError, InvalidInputError
 from harombe_core.flows import Call, Flow, Work, twins
 from harombe_core.manager_search import Searcher
 from harombe_core.models import Message, Session
@@ -701,7 +701,8 @@ class MemoryManager(ClosesOnExit):
 
     def _flush(self, timeout: float | None = None, *, progress: Progress = None) -> Flow[None]:
         """Block until every saved message is in the keyword index and (with semantic memory)
-        embedded (both run in the background), so searches then repeat exactly, whatever the
+        embedded, and the summary backlogs ``get_context`` handed over are folded (all run in
+        the background), so searches and summaries then repeat exactly, whatever the
         indexers had done. ``progress``: ``None`` shows a bar on stderr when it is a terminal
         and the backlog is large, ``True`` always, ``False`` never; a callable ``progress(done,
         total)`` is called as batches complete. Raises EmbeddingError if the model fails or
@@ -710,6 +711,11 @@ class MemoryManager(ClosesOnExit):
         timeout = optional_number(timeout, "timeout", low=0, high=MAX_WAIT_SECONDS)
         if self._semantic is not None:
             yield Work(self._semantic.flush, timeout, progress=progress)
+        if not (yield Work(self._context.flush_summaries, timeout)):
+            raise EmbeddingError(
+                f"summary backlogs were still being folded after {timeout} s; call flush() "
+                "again, or with a longer timeout."
+            )
         keywords = getattr(self._store, "index_keywords", None)  # SQLite indexes in background
         if keywords is not None:
             yield Work(keywords)
@@ -740,6 +746,7 @@ class MemoryManager(ClosesOnExit):
         if self._closed:
             return
         self._closed = True
+        self._context.close()  # the background folder stops before the store closes
         semantic, self._searcher.semantic = self._searcher.semantic, None
         close_store = True
         try:

@@ -65,6 +65,7 @@ LAYERS: dict[str, int] = {
     **dict.fromkeys(
         [
             "flows",
+            "folding",
             "derive",
             "llm",
             "strategies",
