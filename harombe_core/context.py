@@ -30,7 +30,7 @@ from harombe_core.manager_search import Searcher
 from harombe_core.models import Message, Session
 from harombe_core.owned import owned_session
 from harombe_core.retrieval import format_context
-from harombe_core.store.base import MessageStore
+from harombe_core.store.base import MessageStore, SearchScope
 from harombe_core.strategies import (
     ContextBudget,
     summarization_window,
@@ -256,10 +256,20 @@ class ContextBuilder:
         if embedder is not None and summary.summary:
             vector = embedder.embed_query(summary.as_text())
             data["embedding"] = {"model": embedder.name, "vector": [float(x) for x in vector]}
-        self.store.update_session(
-            session_id, summary=summary.summary, summary_data=data, summary_until_id=until_id
-        )
-        if until_id is not None:
+
+        def write() -> bool:
+            # The newest message summarised must still be there: a session cleared while its
+            # summary was being made (a background fold takes a while) gets no summary of
+            # the erased messages.
+            scope = SearchScope(session_id=session_id)
+            if until_id is not None and not self.store.get_messages_by_ids([until_id], scope):
+                return False
+            self.store.update_session(
+                session_id, summary=summary.summary, summary_data=data, summary_until_id=until_id
+            )
+            return True
+
+        if self.store.atomic(write) and until_id is not None:
             self._folded_until[session_id] = until_id
 
     def end_session(self, session_id: str, *, user_id: str | None = None) -> Any:

@@ -109,3 +109,17 @@ def test_close_stops_the_folder_mid_backlog(tmp_path: Path) -> None:
         assert again.get_session(sid).summary_until_id == ids[-5]
     finally:
         again.close()
+
+
+def test_a_session_cleared_while_folding_keeps_no_summary_of_it(mm: MemoryManager) -> None:
+    mm.summary_chunk = 10
+    sid = _session(mm, SYNC_FOLD * 6)
+    mm.get_context(sid, "summarization", 500, keep_last=4)  # the folding starts
+    mm.clear_session(sid)  # whatever step is in hand, its summary is not stored after this
+    mm.flush()
+    session = mm.get_session(sid)
+    assert session.summary is None
+    assert session.summary_until_id is None
+    mm.save_messages(sid, [Message(role="user", content="a new start about kites")] * 8)
+    context = mm.get_context(sid, "summarization", 500, keep_last=4)
+    assert "boats" not in " ".join(m.content for m in context)
