@@ -123,3 +123,31 @@ def test_a_session_cleared_while_folding_keeps_no_summary_of_it(mm: MemoryManage
     mm.save_messages(sid, [Message(role="user", content="a new start about kites")] * 8)
     context = mm.get_context(sid, "summarization", 500, keep_last=4)
     assert "boats" not in " ".join(m.content for m in context)
+
+
+def test_a_program_that_never_closes_exits_cleanly_mid_backlog(tmp_path: Path) -> None:
+    """The folding thread is stopped at interpreter exit after the step in hand; what it had
+    folded is stored, the rest is folded by a later call."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "m.db"
+    script = f"""
+from harombe_core.manager import MemoryManager
+from harombe_core.models import Message
+mm = MemoryManager({str(path)!r}, embedding=None)
+mm.summary_chunk = 5
+sid = mm.create_session(session_id="s")
+mm.save_messages(sid, [Message(role="user", content=f"turn {{i}} about boats") for i in range(400)])
+mm.get_context(sid, "summarization", 500, keep_last=4)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=120)
+    assert done.returncode == 0, done.stderr.decode()
+    mm = MemoryManager(str(path), embedding=None)
+    try:
+        mm.get_context("s", "summarization", 500, keep_last=4)
+        mm.flush()
+        ids = [m.id for m in mm.get_messages("s")]
+        assert mm.get_session("s").summary_until_id == ids[-5]
+    finally:
+        mm.close()
