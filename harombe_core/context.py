@@ -61,6 +61,8 @@ DEFAULT_SUMMARY_CHUNK = 500
 #: The largest backlog ``get_context`` folds itself (about what reading the window costs); a
 #: longer one is folded by the background :class:`~harombe_core.folding.SummaryFolder`.
 SYNC_FOLD = 64
+#: Sessions whose newest summary mark a builder remembers (see ``ContextBuilder._summarize``).
+FOLD_MARKS = 4096
 
 
 class ContextBuilder:
@@ -270,7 +272,12 @@ class ContextBuilder:
             return True
 
         if self.store.atomic(write) and until_id is not None:
-            self._folded_until[session_id] = until_id
+            marks = self._folded_until
+            marks.pop(session_id, None)  # newest last, so the oldest marks go first
+            marks[session_id] = until_id
+            if len(marks) > FOLD_MARKS:  # only a read older than a fold in progress needs one
+                for stale in list(marks)[: FOLD_MARKS // 2]:
+                    del marks[stale]
 
     def end_session(self, session_id: str, *, user_id: str | None = None) -> Any:
         """The session-end pipeline: summary, facts, topics, outcome, and (with semantic memory)
