@@ -27,8 +27,9 @@ from harombe_core.models import Message
 from harombe_core.testing import FakeEmbedder
 from harombe_core.vectors.memory import InMemoryVectorIndex
 
-#: keyword only; vectors in SQLite only (an index with no files); SQLite + an embedded Chroma.
-KINDS = ["keyword", "stored", "chroma"]
+#: keyword only; the default in-database vector index; vectors in SQLite beside an index with
+#: no files; SQLite + an embedded Chroma.
+KINDS = ["keyword", "database", "stored", "chroma"]
 
 
 def token() -> str:
@@ -51,6 +52,8 @@ def files_holding(folder: Path, word: str) -> list[str]:
 def open_manager(db: Path, kind: str) -> MemoryManager:
     if kind == "keyword":
         return MemoryManager(str(db), embedding=None)
+    if kind == "database":
+        return MemoryManager(str(db), embedding=FakeEmbedder())  # the default index
     if kind == "stored":
         return MemoryManager(str(db), embedding=FakeEmbedder(), vector_store=InMemoryVectorIndex())
     return MemoryManager(str(db), embedding=FakeEmbedder(), vector_store="chroma")
@@ -209,6 +212,7 @@ def test_a_process_killed_after_deleting_leaves_the_erasure_owed(folder: Path, m
         assert done.returncode == -signal.SIGKILL
     else:
         assert done.returncode == 0, done.stderr
+        assert files_holding(folder, secret) == []  # its own close erased it
     with MemoryManager(str(db), embedding=FakeEmbedder(), vector_store="chroma") as mm:
         assert found_anywhere(mm, secret) == []
         assert found_anywhere(mm, control)
@@ -232,8 +236,7 @@ def test_a_cancelled_adelete_session_still_drops_the_vectors(folder: Path) -> No
             with pytest.raises(asyncio.CancelledError):
                 await task
 
-        asyncio.run(cancel())
-        mm.flush()  # waits for the worker thread's lock: the delete has finished by now
+        asyncio.run(cancel())  # returns once its worker threads are done: the delete's too
         assert not mm.session_exists("doomed")
         assert index.count() == 0
         assert found_anywhere(mm, secret) == []
@@ -259,12 +262,12 @@ def test_the_command_forgets_a_user(folder: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "3 sessions" in done.stdout, done.stdout
+    assert files_holding(folder, secret) == []  # before any other process opened the store
+    assert files_holding(folder, user) == []
+    assert "m.db" in files_holding(folder, control)
     with MemoryManager(str(db), embedding="default", vector_store="chroma") as mm:
         assert mm.list_sessions(user_id=user) == []
         assert [m.content for m in mm.search_similar(control, top_k=5)] == [control]
-    assert files_holding(folder, secret) == []
-    assert files_holding(folder, user) == []
-    assert "m.db" in files_holding(folder, control)
 
 
 def test_connections_zero_deleted_rows_whatever_the_build_default(folder: Path) -> None:
