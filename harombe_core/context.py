@@ -102,9 +102,16 @@ class ContextBuilder:
             self._folder = SummaryFolder(self._fold_step)
         return self._folder
 
-    def flush_summaries(self, timeout: float | None = None) -> bool:
-        """Wait until the backlogs handed to the background are folded; False on timeout."""
-        return True if self._folder is None else self._folder.flush(timeout)
+    def flush_summaries(self, timeout: float | None = None) -> None:
+        """Wait until the backlogs handed to the background are folded; EmbeddingError (what
+        ``flush()`` raises on a timeout) if ``timeout`` seconds pass first."""
+        if self._folder is not None and not self._folder.flush(timeout):
+            from harombe_core.errors import EmbeddingError
+
+            raise EmbeddingError(
+                f"summary backlogs were still being folded after {timeout} s; call flush() "
+                "again, or with a longer timeout."
+            )
 
     def close(self) -> None:
         """Stop the background folder (after the step in hand); the store stays open."""

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 from harombe_core.context import ContextBuilder
 from harombe_core.derive import converted, forwarded, in_thread, part_property
 from harombe_core.erasing import delete_user_sessions, erase, prune_cutoff
-from harombe_core.errors import EmbeddingError, InvalidInputError
+from harombe_core.errors import InvalidInputError
 from harombe_core.flows import Call, Flow, Work, twins
 from harombe_core.manager_search import Searcher
 from harombe_core.models import Message, Session
@@ -528,34 +528,14 @@ class MemoryManager(ClosesOnExit):
         unless_metadata: Mapping[str, str] | None = None,
         user_id: str | None = None,
     ) -> Flow[int]:
-        """How many messages the session holds (0 for an unknown session), counted in SQL.
-
-        ``after_id``: only those with a greater id (as :meth:`get_messages` reads them);
-        ``unless_metadata``: not those whose metadata holds any of these key -> string pairs.
-        One ``COUNT`` over the session's own index range, so the cost follows the session,
-        never the store, and no message is read into Python. With ``user_id``, only that
-        user's session (else SessionOwnershipError).
-        """
-        after_id = optional_count(after_id, "after_id")
-        if unless_metadata is not None and not isinstance(unless_metadata, Mapping):
-            raise InvalidInputError(
-                f"unless_metadata must be a dict, got {type(unless_metadata).__name__}; "
-                'e.g. {"status": "archived"}.'
-            )
-        unless = dict(unless_metadata or {})
-        for key, value in unless.items():
-            if not isinstance(key, str) or not isinstance(value, str):
-                raise InvalidInputError(
-                    "unless_metadata must map strings to strings, got "
-                    f"{type(key).__name__} -> {type(value).__name__}; compare with the string "
-                    'the messages store, e.g. {"status": "archived"}.'
-                )
-        session = yield from self._check_owner(session_id, user_id)
-        if session is None:
+        """How many messages the session holds (0 for an unknown session), by one SQL ``COUNT``
+        over its own index range (:func:`~harombe_core.store.ops.count_session_messages`):
+        ``after_id`` counts only newer ones, ``unless_metadata`` leaves out those whose
+        metadata holds any of these key -> string pairs. With ``user_id``, only that user's
+        session (else SessionOwnershipError)."""
+        op = ops.count_session_messages(session_id, after_id, unless_metadata)
+        if (yield from self._check_owner(session_id, user_id)) is None:
             return 0
-        if after_id is None and not unless:
-            return session.message_count  # kept by every write, in the same transaction
-        op = ops.count_session_messages(session.id, after_id, unless)
         count: int = yield Call(self._store.run, op, native=self._store.arun)
         return count
 
@@ -680,21 +660,16 @@ class MemoryManager(ClosesOnExit):
 
     def _flush(self, timeout: float | None = None, *, progress: Progress = None) -> Flow[None]:
         """Block until every saved message is in the keyword index and (with semantic memory)
-        embedded, and the summary backlogs ``get_context`` handed over are folded (all run in
-        the background), so searches and summaries then repeat exactly, whatever the
-        indexers had done. ``progress``: ``None`` shows a bar on stderr when it is a terminal
-        and the backlog is large, ``True`` always, ``False`` never; a callable ``progress(done,
-        total)`` is called as batches complete. Raises EmbeddingError if the model fails or
-        ``timeout`` (seconds) passes first."""
+        embedded, and summary backlogs are folded (all in the background), so searches and
+        summaries then repeat exactly. ``progress``: ``None`` shows a bar on stderr when it is a
+        terminal and the backlog is large, ``True`` always, ``False`` never; a callable
+        ``progress(done, total)`` is called as batches complete. Raises EmbeddingError if the
+        model fails or ``timeout`` (seconds) passes first."""
         check_progress(progress)
         timeout = optional_number(timeout, "timeout", low=0, high=MAX_WAIT_SECONDS)
         if self._semantic is not None:
             yield Work(self._semantic.flush, timeout, progress=progress)
-        if not (yield Work(self._context.flush_summaries, timeout)):
-            raise EmbeddingError(
-                f"summary backlogs were still being folded after {timeout} s; call flush() "
-                "again, or with a longer timeout."
-            )
+        yield Work(self._context.flush_summaries, timeout)
         keywords = getattr(self._store, "index_keywords", None)  # SQLite indexes in background
         if keywords is not None:
             yield Work(keywords)

@@ -35,7 +35,7 @@ from harombe_core.store.rows import (
 )
 from harombe_core.store.runner import Body, Dialect, Op
 from harombe_core.store.schema import TSVECTOR_SQL
-from harombe_core.validate import optional_id
+from harombe_core.validate import optional_count, optional_id
 
 __all__ = [
     "add_messages",
@@ -366,15 +366,33 @@ _METADATA_IS = {
 
 
 def count_session_messages(
-    session_id: str, after_id: int | None, unless: Mapping[str, str]
+    session_id: str, after_id: int | None, unless: Mapping[str, str] | None
 ) -> Op[int]:
     """How many messages of a session have an id above ``after_id`` (None: any) and none of
     the ``unless`` metadata values (key -> string). One ``COUNT`` over the session's range of
-    the ``(session_id, id)`` index: no row is sent back, and no other session is read."""
+    the ``(session_id, id)`` index (or, asked for every message, the session's own count): no
+    row is sent back, and no other session is read."""
     check_id(session_id, "session_id")
-    keys = list(unless.items())
+    after_id = optional_count(after_id, "after_id")
+    if unless is not None and not isinstance(unless, Mapping):
+        raise InvalidInputError(
+            f"unless_metadata must be a dict, got {type(unless).__name__}; "
+            'e.g. {"status": "archived"}.'
+        )
+    keys = list((unless or {}).items())
+    for key, value in keys:
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise InvalidInputError(
+                "unless_metadata must map strings to strings, got "
+                f"{type(key).__name__} -> {type(value).__name__}; compare with the string "
+                'the messages store, e.g. {"status": "archived"}.'
+            )
 
     def body(d: Dialect) -> Body[int]:
+        if after_id is None and not keys:  # kept by every write, in the same transaction
+            sql = "SELECT message_count FROM sessions WHERE id = ?"
+            rows = (yield d.step(sql, (session_id,))).rows
+            return int(rows[0][0]) if rows else 0
         sql = "SELECT COUNT(*) FROM messages m WHERE m.session_id = ?"
         params: list[Any] = [session_id]
         if after_id is not None:
