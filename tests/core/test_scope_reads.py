@@ -147,4 +147,3 @@ def test_count_messages_counts_in_sql_within_the_session(tmp_path: Path) -> None
             mm.count_messages(sid, after_id=-1)
     finally:
         mm.close()
-
