@@ -279,9 +279,7 @@ class HarombeDBChatStore(_ManagedStore, AsyncDBChatStore):
         if status == MessageStatus.ACTIVE:
             # Memory reads the active queue on every put: read only the rows after the archived
             # prefix, so the cost follows the queue, not the whole history.
-            stored = self._manager.get_messages(
-                key, after_id=through or None, user_id=self.user_id
-            )
+            stored = self._manager.get_messages(key, after_id=through or None, user_id=self.user_id)
         else:
             stored = self._stored(key)
         return [m for m in stored if self._status(m, through) == status]
