@@ -38,6 +38,7 @@ from harombe_core.store.schema import TS_CONFIG
 __all__ = [
     "ERASED_KEYWORDS",
     "ERASED_VECTORS",
+    "KEYWORD_TABLES",
     "compact_keywords",
     "mark_erased",
     "owed",
@@ -57,6 +58,10 @@ _PG_RELINK = (
     f"'A') || setweight(to_tsvector('{TS_CONFIG}', ?), 'B') WHERE id = ?"
 )
 
+
+#: The FTS5 tables compacted after a deletion, where the file has them: the messages' keyword
+#: index and user memory's (facts).
+KEYWORD_TABLES = ("messages_fts", "facts_fts")
 
 #: The value of a key once its erasure is done.
 DONE = "0"
@@ -159,9 +164,10 @@ def compact_keywords(c: sqlite3.Connection) -> bool:
     token = owed(c, ERASED_KEYWORDS)
     if token is None:
         return False
-    c.execute("INSERT INTO messages_fts (messages_fts) VALUES ('optimize')")
-    # the facts' keyword index (user memory, migration 7), where the file has it
-    if c.execute("SELECT 1 FROM sqlite_master WHERE name = 'facts_fts'").fetchone():
-        c.execute("INSERT INTO facts_fts (facts_fts) VALUES ('optimize')")
+    names = ", ".join(f"'{name}'" for name in KEYWORD_TABLES)
+    for (table,) in c.execute(
+        f"SELECT name FROM sqlite_master WHERE type = 'table' AND name IN ({names})"
+    ).fetchall():
+        c.execute(f"INSERT INTO {table} ({table}) VALUES ('optimize')")  # a name of ours
     settle(c, ERASED_KEYWORDS, token)
     return True

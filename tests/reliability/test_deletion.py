@@ -283,3 +283,27 @@ def test_the_schema_trigger_names_the_erasure_keys() -> None:
     trigger = next(s for m in MIGRATIONS for s in m if "sessions_erased" in s)
     assert f"'{ERASED_KEYWORDS}'" in trigger
     assert f"'{ERASED_VECTORS}'" in trigger
+
+
+def test_every_keyword_table_of_the_file_is_compacted(folder: Path) -> None:
+    """User memory keeps its own FTS5 index (``facts_fts``); the close after a deletion merges
+    it too, so a forgotten fact's words leave its pages. Made by hand here, as that table's
+    migration would make it."""
+    secret = token()
+    folder.mkdir()
+    with MemoryManager(str(folder / "m.db"), embedding=None) as mm:
+        mm.store.transaction(
+            lambda c: c.execute("CREATE VIRTUAL TABLE facts_fts USING fts5(text)"),
+            adds_messages=False,
+        )
+        rows = [(n + 1, f"{secret} {n}") for n in range(30)] + [(99, "kept fact")]
+        mm.store.transaction(
+            lambda c: c.executemany("INSERT INTO facts_fts (rowid, text) VALUES (?, ?)", rows),
+            adds_messages=False,
+        )
+        mm.store.transaction(
+            lambda c: c.execute("DELETE FROM facts_fts WHERE rowid < 99"), adds_messages=False
+        )
+        mm.save_message("s", Message(role="user", content="hello"))
+        mm.delete_session("s")  # a deletion: the close owes a compaction
+    assert files_holding(folder, secret) == []
