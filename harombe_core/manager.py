@@ -28,6 +28,7 @@ from harombe_core.newest import anewest_until, newest_until
 from harombe_core.owned import named_owner, owned_session
 from harombe_core.owners import legacy_session_key, session_key
 from harombe_core.progress import Progress, check_progress
+from harombe_core.store import ops
 from harombe_core.store.base import UNSET, MessageStore
 from harombe_core.store.closing import ClosesOnExit
 from harombe_core.store.encryption import check_key
@@ -519,6 +520,27 @@ class MemoryManager(ClosesOnExit):
 
     get_messages, aget_messages = twins(_get_messages)
 
+    def _count_messages(
+        self,
+        session_id: str,
+        *,
+        after_id: int | None = None,
+        unless_metadata: Mapping[str, str] | None = None,
+        user_id: str | None = None,
+    ) -> Flow[int]:
+        """How many messages the session holds (0 for an unknown session), by one SQL ``COUNT``
+        over its own index range (:func:`~harombe_core.store.ops.count_session_messages`):
+        ``after_id`` counts only newer ones, ``unless_metadata`` leaves out those whose
+        metadata holds any of these key -> string pairs. With ``user_id``, only that user's
+        session (else SessionOwnershipError)."""
+        op = ops.count_session_messages(session_id, after_id, unless_metadata)
+        if (yield from self._check_owner(session_id, user_id)) is None:
+            return 0
+        count: int = yield Call(self._store.run, op, native=self._store.arun)
+        return count
+
+    count_messages, acount_messages = twins(_count_messages)
+
     def _get_window(
         self,
         session_id: str,
@@ -638,15 +660,16 @@ class MemoryManager(ClosesOnExit):
 
     def _flush(self, timeout: float | None = None, *, progress: Progress = None) -> Flow[None]:
         """Block until every saved message is in the keyword index and (with semantic memory)
-        embedded (both run in the background), so searches then repeat exactly, whatever the
-        indexers had done. ``progress``: ``None`` shows a bar on stderr when it is a terminal
-        and the backlog is large, ``True`` always, ``False`` never; a callable ``progress(done,
-        total)`` is called as batches complete. Raises EmbeddingError if the model fails or
-        ``timeout`` (seconds) passes first."""
+        embedded, and summary backlogs are folded (all in the background), so searches and
+        summaries then repeat exactly. ``progress``: ``None`` shows a bar on stderr when it is a
+        terminal and the backlog is large, ``True`` always, ``False`` never; a callable
+        ``progress(done, total)`` is called as batches complete. Raises EmbeddingError if the
+        model fails or ``timeout`` (seconds) passes first."""
         check_progress(progress)
         timeout = optional_number(timeout, "timeout", low=0, high=MAX_WAIT_SECONDS)
         if self._semantic is not None:
             yield Work(self._semantic.flush, timeout, progress=progress)
+        yield Work(self._context.flush_summaries, timeout)
         keywords = getattr(self._store, "index_keywords", None)  # SQLite indexes in background
         if keywords is not None:
             yield Work(keywords)
@@ -677,6 +700,7 @@ class MemoryManager(ClosesOnExit):
         if self._closed:
             return
         self._closed = True
+        self._context.close()  # the background folder stops before the store closes
         semantic, self._searcher.semantic = self._searcher.semantic, None
         close_store = True
         try:

@@ -511,6 +511,7 @@ def common_kinds(world: World) -> dict[str, st.SearchStrategy[Any]]:
         "reembed": flags,
         "rag": flags,
         "metadata": metadata,
+        "unless_metadata": metadata,
         "message": messages_one,
         "messages": messages_many,
         "delete_ids": id_lists,
