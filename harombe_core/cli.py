@@ -236,8 +236,7 @@ def import_command(
         typer.Option(
             "--embedding",
             metavar="MODEL",
-            help="Embedding model for search by meaning (the one the database was indexed "
-            "with).",
+            help="Embedding model for search by meaning (the one the database was indexed with).",
         ),
     ] = "default",
     embed: Annotated[
@@ -295,8 +294,7 @@ def _searches_by_meaning(db: str) -> bool:
     """Whether an existing database was indexed by meaning (or is still empty)."""
     with open_memory(db) as plain:
         return (
-            plain.store.get_meta("embedding_model") is not None
-            or plain.store.count_messages() == 0
+            plain.store.get_meta("embedding_model") is not None or plain.store.count_messages() == 0
         )
 
 
@@ -597,6 +595,9 @@ def graph_command(
                 f"{plural(threads, 'thread')})",
                 soft_wrap=True,
             )
+
+
+import harombe_core.server.cli  # noqa: E402, F401  (harombe serve, mcp and keys register)
 
 
 def main(argv: list[str] | None = None) -> None:

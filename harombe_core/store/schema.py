@@ -87,7 +87,6 @@ _MESSAGES_TABLE = """CREATE TABLE messages (
         )"""
 
 
-
 def _core_tables(dialect: str) -> list[str]:
     """The sessions and messages with their indexes: the start of migration 1 on ``dialect``."""
     types = _TYPES[dialect]
@@ -199,6 +198,20 @@ MIGRATIONS: list[list[str]] = [
     # 5: partial indexes for the context strategies' O(window) reads (store/context_sql.py):
     # a session's important messages and whether it has any parent link.
     context_indexes("sqlite"),
+    # 6: API keys of `harombe serve` (harombe_core/server/keys.py): only a key's SHA-256 is
+    # kept; a user key reaches that user's memory, an admin key (user_id NULL) all of it.
+    [
+        """CREATE TABLE api_keys (
+            id TEXT PRIMARY KEY,
+            key_hash TEXT NOT NULL UNIQUE,
+            user_id TEXT,
+            admin INTEGER NOT NULL DEFAULT 0,
+            label TEXT,
+            created_at INTEGER NOT NULL,
+            revoked_at INTEGER,
+            CHECK ((admin = 1) = (user_id IS NULL))
+        )""",
+    ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -332,5 +345,18 @@ PG_MIGRATIONS: list[list[str]] = [
     # 6: partial indexes for the context strategies' O(window) reads (store/context_sql.py),
     # as SQLite migration 5.
     context_indexes("postgres"),
+    # 7: API keys of `harombe serve`, as SQLite migration 6.
+    [
+        """CREATE TABLE api_keys (
+            id TEXT COLLATE "C" PRIMARY KEY,
+            key_hash TEXT COLLATE "C" NOT NULL UNIQUE,
+            user_id TEXT COLLATE "C",
+            admin INTEGER NOT NULL DEFAULT 0,
+            label TEXT,
+            created_at BIGINT NOT NULL,
+            revoked_at BIGINT,
+            CHECK ((admin = 1) = (user_id IS NULL))
+        )""",
+    ],
 ]
 PG_SCHEMA_VERSION = len(PG_MIGRATIONS)
