@@ -13,11 +13,12 @@ saw the request; a request without a live key never reaches a tool.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import TYPE_CHECKING, Any, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.datastructures import Headers
@@ -25,7 +26,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from harombe_core.errors import HarombeError
-from harombe_core.server.keys import Scope
+from harombe_core.server.keys import NotAuthenticatedError, Scope
 from harombe_core.server.memory import ScopedMemory
 
 if TYPE_CHECKING:
@@ -46,6 +47,16 @@ TOOLS = ("remember", "search_memory", "get_context", "list_sessions", "profile",
 DEFAULT_CONVERSATION = "memory"
 
 
+@contextmanager
+def _told() -> Iterator[None]:
+    """A typed harombe error reaches the assistant with its class and message (the SDK shows
+    an assistant only a generic line for any other exception)."""
+    try:
+        yield
+    except HarombeError as exc:
+        raise ToolError(f"{type(exc).__name__}: {exc}") from exc
+
+
 def build_mcp(manager: MemoryManager, fixed: Scope | None = None) -> MCPServer:
     """The MCP server over ``manager``: every tool in :data:`TOOLS`, acting for ``fixed`` (stdio)
     or for the scope of each HTTP request's key."""
@@ -64,7 +75,7 @@ def build_mcp(manager: MemoryManager, fixed: Scope | None = None) -> MCPServer:
         request = ctx.request_context.request
         scope = None if request is None else request.scope.get(SCOPE_KEY)
         if not isinstance(scope, Scope):  # a request that bypassed McpEndpoint: refuse
-            raise PermissionError("no API key: this MCP server needs a Bearer key.")
+            raise NotAuthenticatedError("no API key: this MCP server needs a Bearer key.")
         return ScopedMemory(manager, scope)
 
     def conversation(scoped: ScopedMemory, session_id: str | None) -> str:
@@ -84,9 +95,10 @@ def build_mcp(manager: MemoryManager, fixed: Scope | None = None) -> MCPServer:
     ) -> dict[str, Any]:
         """Keep a message in memory (in the user's default memory conversation unless
         session_id names one of theirs). Returns the session and the message id."""
-        scoped = memory(ctx)
-        sid = conversation(scoped, session_id)
-        return await scoped.append(sid, [{"role": role, "content": content}])
+        with _told():
+            scoped = memory(ctx)
+            sid = conversation(scoped, session_id)
+            return await scoped.append(sid, [{"role": role, "content": content}])
 
     @mcp.tool()
     async def search_memory(
@@ -94,7 +106,8 @@ def build_mcp(manager: MemoryManager, fixed: Scope | None = None) -> MCPServer:
     ) -> list[dict[str, Any]]:
         """Find past messages relevant to query, best first, each with its score and evidence
         (meaning, keyword); within one session when session_id is given."""
-        return await memory(ctx).search(query, top_k=top_k, session_id=session_id)
+        with _told():
+            return await memory(ctx).search(query, top_k=top_k, session_id=session_id)
 
     @mcp.tool()
     async def get_context(
@@ -105,25 +118,29 @@ def build_mcp(manager: MemoryManager, fixed: Scope | None = None) -> MCPServer:
         query: str | None = None,
     ) -> dict[str, Any]:
         """The messages of a session to give a model, within max_tokens, chosen by strategy."""
-        return await memory(ctx).context(
-            session_id, strategy=strategy, max_tokens=max_tokens, query=query
-        )
+        with _told():
+            return await memory(ctx).context(
+                session_id, strategy=strategy, max_tokens=max_tokens, query=query
+            )
 
     @mcp.tool()
     async def list_sessions(ctx: Context, limit: int = 20) -> list[dict[str, Any]]:
         """The user's sessions, most recent activity first."""
-        return await memory(ctx).list_sessions(limit)
+        with _told():
+            return await memory(ctx).list_sessions(limit)
 
     @mcp.tool()
     async def profile(ctx: Context) -> dict[str, Any]:
         """What memory holds about the user: summaries of their recent sessions (facts and
         open tasks where kept)."""
-        return await memory(ctx).profile()
+        with _told():
+            return await memory(ctx).profile()
 
     @mcp.tool()
     async def forget(session_id: str, ctx: Context) -> dict[str, Any]:
         """Delete a session of the user's with all its messages, for good."""
-        return await memory(ctx).delete_session(session_id)
+        with _told():
+            return await memory(ctx).delete_session(session_id)
 
     return mcp
 
