@@ -25,7 +25,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, FastAPI, Path, Query, Request
+from fastapi import Depends, FastAPI, Path, Query, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -251,26 +251,28 @@ UserQuery = Annotated[
 ]
 
 
-def api_router() -> APIRouter:
-    """The JSON API under ``/api`` (its handlers only translate HTTP to :class:`ScopedMemory`)."""
-    api = APIRouter(prefix="/api")
+def add_api(app: FastAPI) -> None:
+    """The JSON API under ``/api`` (its handlers only translate HTTP to :class:`ScopedMemory`).
 
-    @api.get("/me", tags=["keys"])
+    Routes are added to the app itself, not through a router, so the app's key dependency is
+    theirs and its route table lists every one (the isolation test walks it)."""
+
+    @app.get("/api/me", tags=["keys"])
     async def me(memory: Memory) -> dict[str, Any]:
         """Whose memory this key reaches."""
         return {"user_id": memory.scope.user_id, "admin": memory.scope.admin}
 
-    @api.get("/users", tags=["users"])
+    @app.get("/api/users", tags=["users"])
     async def users(memory: Memory) -> list[str]:
         """The users this key sees (a user key: itself; an admin key: every user)."""
         return await memory.users()
 
-    @api.get("/profile", tags=["users"])
+    @app.get("/api/profile", tags=["users"])
     async def profile(memory: Memory, user_id: UserQuery = None) -> dict[str, Any]:
         """What memory holds about the user (recent session summaries; facts and tasks)."""
         return await memory.profile(user_id)
 
-    @api.get("/sessions", tags=["sessions"])
+    @app.get("/api/sessions", tags=["sessions"])
     async def list_sessions(
         memory: Memory,
         user_id: UserQuery = None,
@@ -279,29 +281,29 @@ def api_router() -> APIRouter:
         """Sessions, most recent activity first."""
         return await memory.list_sessions(limit, user_id)
 
-    @api.post("/sessions", status_code=201, tags=["sessions"])
+    @app.post("/api/sessions", status_code=201, tags=["sessions"])
     async def create_session(memory: Memory, body: SessionIn) -> dict[str, Any]:
         """Create a session (a new id unless ``session_id`` is given)."""
         return await memory.create_session(**body.model_dump())
 
-    @api.get("/sessions/{session_id}", tags=["sessions"])
+    @app.get("/api/sessions/{session_id}", tags=["sessions"])
     async def get_session(memory: Memory, session_id: SessionId) -> dict[str, Any]:
         """A session's record: owner, system prompt, metadata, counts, summary."""
         return await memory.get_session(session_id)
 
-    @api.patch("/sessions/{session_id}", tags=["sessions"])
+    @app.patch("/api/sessions/{session_id}", tags=["sessions"])
     async def update_session(
         memory: Memory, session_id: SessionId, body: SessionPatch
     ) -> dict[str, Any]:
         """Change a session's system prompt or metadata (an admin key: also its owner)."""
         return await memory.update_session(session_id, changes=body.model_dump(exclude_unset=True))
 
-    @api.delete("/sessions/{session_id}", tags=["sessions"])
+    @app.delete("/api/sessions/{session_id}", tags=["sessions"])
     async def delete_session(memory: Memory, session_id: SessionId) -> dict[str, Any]:
         """Delete a session with its messages and their vectors."""
         return await memory.delete_session(session_id)
 
-    @api.get("/sessions/{session_id}/messages", tags=["messages"])
+    @app.get("/api/sessions/{session_id}/messages", tags=["messages"])
     async def get_messages(
         memory: Memory,
         session_id: SessionId,
@@ -311,13 +313,13 @@ def api_router() -> APIRouter:
         """A session's messages in order (``limit`` of them after ``after_id``)."""
         return await memory.messages(session_id, limit=limit, after_id=after_id)
 
-    @api.post("/sessions/{session_id}/messages", status_code=201, tags=["messages"])
+    @app.post("/api/sessions/{session_id}/messages", status_code=201, tags=["messages"])
     async def append(memory: Memory, session_id: SessionId, body: AppendIn) -> dict[str, Any]:
         """Append messages in one transaction (an unknown session is created); their ids."""
         messages = [m.model_dump(exclude_none=True) for m in body.messages]
         return await memory.append(session_id, messages, body.user_id)
 
-    @api.get("/sessions/{session_id}/window", tags=["messages"])
+    @app.get("/api/sessions/{session_id}/window", tags=["messages"])
     async def window(
         memory: Memory,
         session_id: SessionId,
@@ -326,7 +328,7 @@ def api_router() -> APIRouter:
         """The newest messages that fit ``max_tokens``, with their token total."""
         return await memory.window(session_id, max_tokens)
 
-    @api.get("/sessions/{session_id}/context", tags=["context"])
+    @app.get("/api/sessions/{session_id}/context", tags=["context"])
     async def context(
         memory: Memory,
         session_id: SessionId,
@@ -348,12 +350,12 @@ def api_router() -> APIRouter:
             full=full,
         )
 
-    @api.post("/sessions/{session_id}/summary", tags=["context"])
+    @app.post("/api/sessions/{session_id}/summary", tags=["context"])
     async def summarize(memory: Memory, session_id: SessionId) -> dict[str, Any]:
         """Bring the session's stored summary up to date; the session with it."""
         return await memory.summarize(session_id)
 
-    @api.get("/sessions/{session_id}/export", tags=["sessions"])
+    @app.get("/api/sessions/{session_id}/export", tags=["sessions"])
     async def export(
         memory: Memory,
         session_id: SessionId,
@@ -364,7 +366,7 @@ def api_router() -> APIRouter:
         kind = "text/plain" if format == "text" else "application/json"
         return PlainTextResponse(text, media_type=kind)
 
-    @api.get("/search", tags=["search"])
+    @app.get("/api/search", tags=["search"])
     async def search(
         memory: Memory,
         q: Annotated[str, Query(min_length=1, description="What to look for.")],
@@ -374,8 +376,6 @@ def api_router() -> APIRouter:
     ) -> list[dict[str, Any]]:
         """Messages relevant to ``q``, best first, each with its meaning/keyword evidence."""
         return await memory.search(q, top_k=top_k, session_id=session_id, user_id=user_id)
-
-    return api
 
 
 def create_app(
@@ -394,7 +394,7 @@ def create_app(
     serve`` refuses it on another host). ``embedding`` and ``vector_store`` are the manager's
     (off by default: keyword search, and nothing that one process alone may hold open).
     """
-    from harombe_core.server.inspector import inspector_router
+    from harombe_core.server.inspector import add_inspector
     from harombe_core.server.mcp_tools import McpEndpoint, build_mcp
 
     owned = not isinstance(db, MemoryManager)
@@ -436,8 +436,8 @@ def create_app(
             {"error": type(exc).__name__, "detail": str(exc)}, status_code=status_of(exc)
         )
 
-    app.include_router(api_router())
-    app.include_router(inspector_router())
+    add_api(app)
+    add_inspector(app)
     endpoint.add_to(app)
     app.add_middleware(_BodyLimit)
     if cors_origins:

@@ -15,7 +15,7 @@ from html import escape
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import Depends, FastAPI, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from fastapi.templating import Jinja2Templates
 from starlette.routing import Route
@@ -24,7 +24,7 @@ from harombe_core.errors import HarombeError
 from harombe_core.server.api import scoped
 from harombe_core.server.memory import ScopedMemory
 
-__all__ = ["error_page", "graph_svg", "inspector_router"]
+__all__ = ["add_inspector", "error_page", "graph_svg"]
 
 Memory = Annotated[ScopedMemory, Depends(scoped)]
 templates = Jinja2Templates(directory=str(Path(__file__).with_name("templates")))
@@ -159,25 +159,25 @@ async def _logout(request: Request) -> Response:
     return response
 
 
-def inspector_router() -> APIRouter:
+def add_inspector(app: FastAPI) -> None:
     """The inspector's pages (each behind the app's key dependency), plus ``/login`` and
     ``/logout``, which are plain routes: they are how a browser gets a key to send."""
     from harombe_core.context import STRATEGIES
 
-    pages = APIRouter(include_in_schema=False, default_response_class=HTMLResponse)
+    page = {"include_in_schema": False, "response_class": HTMLResponse}
 
-    @pages.get("/")
+    @app.get("/", **page)
     async def index(request: Request, memory: Memory) -> Response:
         sessions = await memory.list_sessions(limit=200)
         return _page(
             request, "index.html", sessions=sessions, users=await memory.users(), user=None
         )
 
-    @pages.get("/users/{user_id}")
+    @app.get("/users/{user_id}", **page)
     async def user(request: Request, memory: Memory, user_id: str) -> Response:
         return _page(request, "user.html", profile=await memory.profile(user_id))
 
-    @pages.get("/sessions/{session_id}")
+    @app.get("/sessions/{session_id}", **page)
     async def session(
         request: Request,
         memory: Memory,
@@ -200,7 +200,7 @@ def inspector_router() -> APIRouter:
             max_tokens=max_tokens,
         )
 
-    @pages.get("/search")
+    @app.get("/search", **page)
     async def search(
         request: Request,
         memory: Memory,
@@ -210,7 +210,6 @@ def inspector_router() -> APIRouter:
         hits = await memory.search(q, top_k=top_k) if q.strip() else []
         return _page(request, "search.html", q=q, top_k=top_k, hits=hits)
 
-    pages.routes.append(Route("/login", _login_form, methods=["GET"]))
-    pages.routes.append(Route("/login", _login, methods=["POST"]))
-    pages.routes.append(Route("/logout", _logout, methods=["GET"]))
-    return pages
+    app.router.routes.append(Route("/login", _login_form, methods=["GET"]))
+    app.router.routes.append(Route("/login", _login, methods=["POST"]))
+    app.router.routes.append(Route("/logout", _logout, methods=["GET"]))

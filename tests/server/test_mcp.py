@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
@@ -17,10 +19,22 @@ from mcp import ClientSession  # noqa: E402
 from mcp.client.stdio import StdioServerParameters, stdio_client  # noqa: E402
 from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 
-try:  # the SDK's own HTTP client (mcp 2 ships httpx2; mcp 1 used httpx)
-    import httpx2 as mcp_httpx
-except ImportError:  # pragma: no cover
-    import httpx as mcp_httpx
+
+@asynccontextmanager
+async def http_session(served: Served, key: str | None) -> AsyncIterator[ClientSession]:
+    """An initialised MCP session with ``/mcp`` of ``served``, sending ``key``."""
+    try:  # the SDK's own HTTP client (mcp 2 ships httpx2)
+        import httpx2 as mcp_httpx
+    except ImportError:  # pragma: no cover
+        import httpx as mcp_httpx
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    async with (
+        mcp_httpx.AsyncClient(headers=headers, timeout=30) as client,
+        streamable_http_client(served.url + "/mcp", http_client=client) as streams,
+        ClientSession(streams[0], streams[1]) as session,
+    ):
+        await session.initialize()
+        yield session
 
 
 def result_json(result: Any) -> Any:
@@ -32,53 +46,39 @@ def result_json(result: Any) -> Any:
     return json.loads(result.content[0].text)
 
 
-async def _http_session(served: Served, key: str | None) -> Any:
-    headers = {"Authorization": f"Bearer {key}"} if key else {}
-    return mcp_httpx.AsyncClient(headers=headers, timeout=30)
-
-
 async def test_http_tools_have_typed_schemas_and_are_scoped(served: Served) -> None:
-    client = await _http_session(served, served.ann)
-    async with client, streamable_http_client(served.url + "/mcp", http_client=client) as streams:
-        async with ClientSession(streams[0], streams[1]) as session:
-            await session.initialize()
-            tools = {t.name: t for t in (await session.list_tools()).tools}
-            assert set(tools) == set(TOOLS)
-            schema = tools["remember"].input_schema
-            assert schema["required"] == ["content"]
-            assert schema["properties"]["role"]["enum"] == ["user", "assistant"]
-            assert "ctx" not in schema["properties"]
-            assert tools["search_memory"].input_schema["properties"]["top_k"]["type"] == "integer"
+    async with http_session(served, served.ann) as session:
+        tools = {t.name: t for t in (await session.list_tools()).tools}
+        assert set(tools) == set(TOOLS)
+        schema = tools["remember"].input_schema
+        assert schema["required"] == ["content"]
+        assert schema["properties"]["role"]["enum"] == ["user", "assistant"]
+        assert "ctx" not in schema["properties"]
+        assert tools["search_memory"].input_schema["properties"]["top_k"]["type"] == "integer"
 
-            kept = result_json(
-                await session.call_tool("remember", {"content": "Ann's cat is called Miso."})
-            )
-            sid = kept["session_id"]
-            hits = result_json(await session.call_tool("search_memory", {"query": "cat Miso"}))
-            assert hits[0]["message"]["content"] == "Ann's cat is called Miso."
-            context = result_json(await session.call_tool("get_context", {"session_id": sid}))
-            assert context["messages"][-1]["content"] == "Ann's cat is called Miso."
-            sessions = result_json(await session.call_tool("list_sessions", {}))
-            assert sid in [s["id"] for s in sessions]
-            profile = result_json(await session.call_tool("profile", {}))
-            assert profile["user_id"] == "ann"
+        kept = result_json(
+            await session.call_tool("remember", {"content": "Ann's cat is called Miso."})
+        )
+        sid = kept["session_id"]
+        hits = result_json(await session.call_tool("search_memory", {"query": "cat Miso"}))
+        assert hits[0]["message"]["content"] == "Ann's cat is called Miso."
+        context = result_json(await session.call_tool("get_context", {"session_id": sid}))
+        assert context["messages"][-1]["content"] == "Ann's cat is called Miso."
+        sessions = result_json(await session.call_tool("list_sessions", {}))
+        assert sid in [s["id"] for s in sessions]
+        profile = result_json(await session.call_tool("profile", {}))
+        assert profile["user_id"] == "ann"
 
-    client = await _http_session(served, served.bob)
-    async with client, streamable_http_client(served.url + "/mcp", http_client=client) as streams:
-        async with ClientSession(streams[0], streams[1]) as session:
-            await session.initialize()
-            assert result_json(await session.call_tool("search_memory", {"query": "Miso"})) == []
-            refused = await session.call_tool("forget", {"session_id": sid})
-            assert refused.is_error
-            assert "not owned by user 'bob'" in refused.content[0].text
+    async with http_session(served, served.bob) as session:
+        assert result_json(await session.call_tool("search_memory", {"query": "Miso"})) == []
+        refused = await session.call_tool("forget", {"session_id": sid})
+        assert refused.is_error
+        assert "not owned by user 'bob'" in refused.content[0].text
 
-    client = await _http_session(served, served.ann)
-    async with client, streamable_http_client(served.url + "/mcp", http_client=client) as streams:
-        async with ClientSession(streams[0], streams[1]) as session:
-            await session.initialize()
-            assert result_json(await session.call_tool("forget", {"session_id": sid})) == {
-                "deleted": True
-            }
+    async with http_session(served, served.ann) as session:
+        assert result_json(await session.call_tool("forget", {"session_id": sid})) == {
+            "deleted": True
+        }
 
 
 async def test_stdio_serves_the_chosen_user(fresh_db: str) -> None:
