@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Path, Query, Request
@@ -32,48 +31,17 @@ from pydantic import BaseModel, ConfigDict, Field
 from harombe_core import errors as err
 from harombe_core.limits import current_limits
 from harombe_core.manager import MemoryManager
-from harombe_core.server.keys import (
-    AccessDeniedError,
-    NotAuthenticatedError,
-    Scope,
-    aresolve_key,
-)
-from harombe_core.server.memory import ScopedMemory
+from harombe_core.server.auth import Memory, ServerState, current_scope, status_of
+from harombe_core.server.inspector import add_inspector, error_page
+from harombe_core.server.keys import Scope
+from harombe_core.server.mcp_tools import McpEndpoint, build_mcp
 
-__all__ = ["KEY_COOKIE", "STATUS", "ServerState", "create_app", "current_scope", "max_body_bytes"]
-
-#: The cookie the inspector's login form sets (HttpOnly, SameSite=Strict).
-KEY_COOKIE = "harombe_key"
-
-#: HTTP status of each error class (the most specific listed ancestor wins); others are 400.
-STATUS: dict[type[err.HarombeError], int] = {
-    NotAuthenticatedError: 401,
-    AccessDeniedError: 403,
-    err.SessionOwnershipError: 403,
-    err.SessionNotFoundError: 404,
-    err.InputTooLargeError: 413,
-    err.InvalidInputError: 422,
-    err.MissingExtraError: 501,
-    err.StoreBusyError: 503,
-    err.StoreUnavailableError: 503,
-    err.StorageFullError: 507,
-    err.StoreError: 500,
-    err.EmbeddingError: 502,
-    err.SummarizationError: 502,
-}
+__all__ = ["add_api", "create_app", "max_body_bytes"]
 
 Asgi = Callable[
     [MutableMapping[str, Any], Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]],
     Awaitable[None],
 ]
-
-
-def status_of(error: err.HarombeError) -> int:
-    """The status code of ``error``: that of the nearest class of :data:`STATUS` in its MRO."""
-    for cls in type(error).__mro__:
-        if cls in STATUS:
-            return STATUS[cls]
-    return 400
 
 
 def max_body_bytes() -> int:
@@ -91,67 +59,6 @@ def max_body_bytes() -> int:
         + limits.metadata_chars
     )
     return 4 * chars + 65_536
-
-
-@dataclass
-class ServerState:
-    """What every request of one app shares: the manager, and the scope of ``--no-auth``."""
-
-    manager: MemoryManager
-    open_scope: Scope | None = None
-
-
-def _state(request: Request) -> ServerState:
-    state: ServerState = request.app.state.harombe
-    return state
-
-
-def bearer_key(headers: Any) -> str | None:
-    """The key of an ``Authorization: Bearer <key>`` header, if there is one."""
-    value = headers.get("authorization")
-    if not value:
-        return None
-    kind, _, key = value.partition(" ")
-    return key.strip() if kind.lower() == "bearer" and key.strip() else None
-
-
-async def scope_for_key(state: ServerState, key: str | None) -> Scope:
-    """The scope of ``key`` (or of ``--no-auth``); NotAuthenticatedError for none or a bad one."""
-    if state.open_scope is not None:
-        return state.open_scope
-    if key is None:
-        raise NotAuthenticatedError(
-            "no API key: send it as `Authorization: Bearer <key>`; make one with "
-            "`harombe keys create --user USER`."
-        )
-    scope = await aresolve_key(state.manager.store, key)
-    if scope is None:
-        raise NotAuthenticatedError(
-            "this API key is unknown or revoked; `harombe keys list` shows the live ones."
-        )
-    return scope
-
-
-async def current_scope(request: Request) -> Scope:
-    """The dependency of every route: the request's key resolved to its scope.
-
-    The inspector's key cookie counts only for GET (reads), so a page on another site cannot
-    make a browser write with it; the JSON API's clients send the header.
-    """
-    key = bearer_key(request.headers)
-    if key is None and request.method == "GET":
-        key = request.cookies.get(KEY_COOKIE)
-    scope = await scope_for_key(_state(request), key)
-    request.state.scope = scope
-    return scope
-
-
-def scoped(request: Request, scope: Annotated[Scope, Depends(current_scope)]) -> ScopedMemory:
-    """The memory as this request's key may use it."""
-    return ScopedMemory(_state(request).manager, scope)
-
-
-Memory = Annotated[ScopedMemory, Depends(scoped)]
 
 
 class _BodyLimit:
@@ -394,9 +301,6 @@ def create_app(
     serve`` refuses it on another host). ``embedding`` and ``vector_store`` are the manager's
     (off by default: keyword search, and nothing that one process alone may hold open).
     """
-    from harombe_core.server.inspector import add_inspector
-    from harombe_core.server.mcp_tools import McpEndpoint, build_mcp
-
     owned = not isinstance(db, MemoryManager)
     manager = (
         MemoryManager(db, embedding=embedding, vector_store=vector_store)
@@ -427,8 +331,6 @@ def create_app(
 
     @app.exception_handler(err.HarombeError)
     async def harombe_error(request: Request, exc: err.HarombeError) -> Any:
-        from harombe_core.server.inspector import error_page
-
         page = error_page(request, exc, status_of(exc))
         if page is not None:
             return page

@@ -21,7 +21,7 @@ from fastapi.templating import Jinja2Templates
 from starlette.routing import Route
 
 from harombe_core.errors import HarombeError
-from harombe_core.server.api import scoped
+from harombe_core.server.auth import KEY_COOKIE, scope_for_key, scoped
 from harombe_core.server.memory import ScopedMemory
 
 __all__ = ["add_inspector", "error_page", "graph_svg"]
@@ -126,7 +126,7 @@ def error_page(request: Request, error: HarombeError, status: int) -> Response |
         status,
         error_name=type(error).__name__,
         detail=str(error),
-        status=status,
+        code=status,
     )
 
 
@@ -136,8 +136,6 @@ async def _login_form(request: Request) -> Response:
 
 async def _login(request: Request) -> Response:
     """Check the pasted key and keep it in a cookie (never in a URL, never readable by script)."""
-    from harombe_core.server.api import KEY_COOKIE, scope_for_key
-
     form = await request.form()
     key = str(form.get("key") or "").strip()
     try:
@@ -152,8 +150,6 @@ async def _login(request: Request) -> Response:
 
 
 async def _logout(request: Request) -> Response:
-    from harombe_core.server.api import KEY_COOKIE
-
     response = RedirectResponse("/login", status_code=303)
     response.delete_cookie(KEY_COOKIE)
     return response

@@ -26,6 +26,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from harombe_core.errors import HarombeError
+from harombe_core.server.auth import ServerState, bearer_key, scope_for_key, status_of
 from harombe_core.server.keys import NotAuthenticatedError, Scope
 from harombe_core.server.memory import ScopedMemory
 
@@ -33,8 +34,6 @@ if TYPE_CHECKING:
     from fastapi import FastAPI
 
     from harombe_core.manager import MemoryManager
-    from harombe_core.server.api import ServerState
-
 __all__ = ["SCOPE_KEY", "TOOLS", "McpEndpoint", "build_mcp", "run_stdio"]
 
 #: Where :class:`McpEndpoint` leaves the resolved scope in the ASGI scope of a request.
@@ -178,8 +177,6 @@ class McpEndpoint:
         app.router.routes.append(Route("/mcp", endpoint=self, methods=["GET", "POST", "DELETE"]))
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        from harombe_core.server.api import bearer_key, scope_for_key, status_of
-
         try:
             resolved = await scope_for_key(self.state, bearer_key(Headers(scope=scope)))
         except HarombeError as exc:

@@ -15,7 +15,8 @@ from fastapi.routing import APIRoute
 from pydantic_core import PydanticUndefined
 from starlette.routing import Route
 
-from harombe_core.server.api import create_app, current_scope
+from harombe_core.server.api import create_app
+from harombe_core.server.auth import current_scope
 from harombe_core.server.mcp_tools import TOOLS
 from tests.server.conftest import Served
 from tests.server.test_mcp import http_session
