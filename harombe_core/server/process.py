@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -20,15 +19,9 @@ from types import TracebackType
 import httpx
 
 from harombe_core.errors import HarombeError
+from harombe_core.store.pg_server import free_port
 
 __all__ = ["ServerProcess", "create_key_cli", "free_port"]
-
-
-def free_port() -> int:
-    """A TCP port nothing listens on right now, on 127.0.0.1."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _harombe(*args: str) -> list[str]:
