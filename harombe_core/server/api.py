@@ -308,8 +308,7 @@ def create_app(
         else db
     )
     state = ServerState(manager, None if auth else Scope(user_id=None, admin=True))
-    mcp = build_mcp(manager)
-    endpoint = McpEndpoint(mcp, state, host=host)
+    endpoint = McpEndpoint(build_mcp(manager, host=host), state)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

@@ -1,6 +1,7 @@
 """The MCP server: memory tools for assistants, over streamable HTTP (``/mcp``) or stdio.
 
-Built with the official ``mcp`` SDK's :class:`~mcp.server.mcpserver.MCPServer`: each tool is a
+Built with the official ``mcp`` SDK's :class:`~mcp.server.fastmcp.FastMCP` (the 1.x line, which
+``langchain-mcp-adapters`` and the assistants' own SDKs use): each tool is a
 typed Python function, and its input schema comes from the signature (names, types, defaults,
 the docstring's description), so the schema an assistant sees cannot drift from the code.
 
@@ -17,9 +18,8 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import TYPE_CHECKING, Any, Literal
 
-from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
-from mcp.server.streamable_http_manager import StreamableHTTPASGIApp
+from mcp.server.fastmcp import Context, FastMCP
+from mcp.server.fastmcp.exceptions import ToolError
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
@@ -56,16 +56,32 @@ def _told() -> Iterator[None]:
         raise ToolError(f"{type(exc).__name__}: {exc}") from exc
 
 
-def build_mcp(manager: MemoryManager, fixed: Scope | None = None) -> MCPServer:
+def build_mcp(
+    manager: MemoryManager, fixed: Scope | None = None, *, host: str = "127.0.0.1"
+) -> FastMCP:
     """The MCP server over ``manager``: every tool in :data:`TOOLS`, acting for ``fixed`` (stdio)
-    or for the scope of each HTTP request's key."""
-    mcp = MCPServer(
+    or for the scope of each HTTP request's key.
+
+    Over HTTP it is stateless with JSON responses, so any process of a deployment can answer
+    any request; on a loopback ``host`` the SDK's DNS-rebinding guard is on, elsewhere the API
+    key is the guard.
+    """
+    loopback = host in ("127.0.0.1", "localhost", "::1")
+    mcp = FastMCP(
         "harombe",
         instructions=(
             "Long-term conversation memory. Use remember to keep something said, "
             "search_memory to find it again, get_context for what to put in a prompt, "
             "profile for what is known about the user."
         ),
+        host=host,
+        streamable_http_path="/mcp",
+        stateless_http=True,
+        json_response=True,
+        log_level="WARNING",
+        transport_security=None
+        if loopback
+        else TransportSecuritySettings(enable_dns_rebinding_protection=False),
     )
 
     def memory(ctx: Context) -> ScopedMemory:
@@ -149,22 +165,10 @@ class McpEndpoint:
     to the SDK's streamable HTTP transport (stateless, JSON responses: any process of a
     deployment can answer any request)."""
 
-    def __init__(self, mcp: MCPServer, state: ServerState, *, host: str) -> None:
-        loopback = host in ("127.0.0.1", "localhost", "::1")
-        # The SDK's DNS-rebinding guard for loopback; elsewhere the key is the guard.
-        security = (
-            None if loopback else TransportSecuritySettings(enable_dns_rebinding_protection=False)
-        )
-        mcp.streamable_http_app(
-            streamable_http_path="/mcp",
-            stateless_http=True,
-            json_response=True,
-            transport_security=security,
-            host=host,
-        )
+    def __init__(self, mcp: FastMCP, state: ServerState) -> None:
+        mcp.streamable_http_app()  # makes the SDK's session manager
         self.mcp = mcp
         self.state = state
-        self.transport = StreamableHTTPASGIApp(mcp.session_manager)
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
@@ -186,7 +190,7 @@ class McpEndpoint:
             await response(scope, receive, send)
             return
         scope[SCOPE_KEY] = resolved
-        await self.transport(scope, receive, send)
+        await self.mcp.session_manager.handle_request(scope, receive, send)
 
 
 def run_stdio(manager: MemoryManager, scope: Scope) -> None:

@@ -172,7 +172,7 @@ async def test_no_tool_gives_bob_anything_of_anns(
         tools = (await session.list_tools()).tools
         assert {t.name for t in tools} == set(TOOLS)
         for tool in tools:
-            props = tool.input_schema.get("properties", {})
+            props = tool.inputSchema.get("properties", {})
             arguments = {
                 name: _value(name, int if spec.get("type") == "integer" else str)
                 for name, spec in props.items()
@@ -180,6 +180,6 @@ async def test_no_tool_gives_bob_anything_of_anns(
             result = await session.call_tool(tool.name, arguments)
             text = " ".join(getattr(c, "text", "") for c in result.content)
             assert MARKER not in text, (tool.name, text)
-            assert MARKER not in str(result.structured_content), tool.name
+            assert MARKER not in str(result.structuredContent), tool.name
     with served.http(served.ann) as http:
         assert _snapshot(http) == ann_memory

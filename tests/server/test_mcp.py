@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import httpx
 import pytest
 
 from harombe_core.server.mcp_tools import TOOLS
@@ -23,13 +24,9 @@ from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 @asynccontextmanager
 async def http_session(served: Served, key: str | None) -> AsyncIterator[ClientSession]:
     """An initialised MCP session with ``/mcp`` of ``served``, sending ``key``."""
-    try:  # the SDK's own HTTP client (mcp 2 ships httpx2)
-        import httpx2 as mcp_httpx
-    except ImportError:  # pragma: no cover
-        import httpx as mcp_httpx
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     async with (
-        mcp_httpx.AsyncClient(headers=headers, timeout=30) as client,
+        httpx.AsyncClient(headers=headers, timeout=30) as client,
         streamable_http_client(served.url + "/mcp", http_client=client) as streams,
         ClientSession(streams[0], streams[1]) as session,
     ):
@@ -39,9 +36,9 @@ async def http_session(served: Served, key: str | None) -> AsyncIterator[ClientS
 
 def result_json(result: Any) -> Any:
     """A tool call's result as JSON (its structured content, else its text)."""
-    assert not result.is_error, result.content
-    if result.structured_content is not None:
-        content = result.structured_content
+    assert not result.isError, result.content
+    if result.structuredContent is not None:
+        content = result.structuredContent
         return content.get("result", content) if set(content) == {"result"} else content
     return json.loads(result.content[0].text)
 
@@ -50,11 +47,11 @@ async def test_http_tools_have_typed_schemas_and_are_scoped(served: Served) -> N
     async with http_session(served, served.ann) as session:
         tools = {t.name: t for t in (await session.list_tools()).tools}
         assert set(tools) == set(TOOLS)
-        schema = tools["remember"].input_schema
+        schema = tools["remember"].inputSchema
         assert schema["required"] == ["content"]
         assert schema["properties"]["role"]["enum"] == ["user", "assistant"]
         assert "ctx" not in schema["properties"]
-        assert tools["search_memory"].input_schema["properties"]["top_k"]["type"] == "integer"
+        assert tools["search_memory"].inputSchema["properties"]["top_k"]["type"] == "integer"
 
         kept = result_json(
             await session.call_tool("remember", {"content": "Ann's cat is called Miso."})
@@ -72,7 +69,7 @@ async def test_http_tools_have_typed_schemas_and_are_scoped(served: Served) -> N
     async with http_session(served, served.bob) as session:
         assert result_json(await session.call_tool("search_memory", {"query": "Miso"})) == []
         refused = await session.call_tool("forget", {"session_id": sid})
-        assert refused.is_error
+        assert refused.isError
         assert "not owned by user 'bob'" in refused.content[0].text
 
     async with http_session(served, served.ann) as session:
