@@ -160,20 +160,18 @@ def add_inspector(app: FastAPI) -> None:
     ``/logout``, which are plain routes: they are how a browser gets a key to send."""
     from harombe_core.context import STRATEGIES
 
-    page = {"include_in_schema": False, "response_class": HTMLResponse}
-
-    @app.get("/", **page)
+    @app.get("/", include_in_schema=False, response_class=HTMLResponse)
     async def index(request: Request, memory: Memory) -> Response:
         sessions = await memory.list_sessions(limit=200)
         return _page(
             request, "index.html", sessions=sessions, users=await memory.users(), user=None
         )
 
-    @app.get("/users/{user_id}", **page)
+    @app.get("/users/{user_id}", include_in_schema=False, response_class=HTMLResponse)
     async def user(request: Request, memory: Memory, user_id: str) -> Response:
         return _page(request, "user.html", profile=await memory.profile(user_id))
 
-    @app.get("/sessions/{session_id}", **page)
+    @app.get("/sessions/{session_id}", include_in_schema=False, response_class=HTMLResponse)
     async def session(
         request: Request,
         memory: Memory,
@@ -196,7 +194,7 @@ def add_inspector(app: FastAPI) -> None:
             max_tokens=max_tokens,
         )
 
-    @app.get("/search", **page)
+    @app.get("/search", include_in_schema=False, response_class=HTMLResponse)
     async def search(
         request: Request,
         memory: Memory,

@@ -12,7 +12,7 @@ The results are plain JSON values (``dict``/``list``), the same for every surfac
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -132,7 +132,7 @@ class ScopedMemory:
 
     # messages --------------------------------------------------------------------------------
     async def append(
-        self, session_id: str, messages: list[Mapping[str, Any]], user_id: str | None = None
+        self, session_id: str, messages: Sequence[Mapping[str, Any]], user_id: str | None = None
     ) -> dict[str, Any]:
         """Append messages in one transaction; an unknown session is created for this user."""
         ids = await self.manager.asave_messages(session_id, messages, user_id=self.user(user_id))
