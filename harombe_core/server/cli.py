@@ -17,6 +17,7 @@ from rich.table import Table
 from harombe_core.cli_app import (
     Command,
     DbOption,
+    Group,
     app,
     clean_errors,
     command,
@@ -30,7 +31,9 @@ from harombe_core.errors import InvalidInputError, MissingExtraError
 __all__ = ["is_loopback", "keys_app"]
 
 keys_app = typer.Typer(
-    help="Make, list and revoke the API keys of `harombe serve`.", no_args_is_help=True
+    help="Make, list and revoke the API keys of `harombe serve`.",
+    no_args_is_help=True,
+    cls=Group,
 )
 app.add_typer(keys_app, name="keys")
 
@@ -66,7 +69,9 @@ def serve_command(
     ] = 8765,
     no_auth: Annotated[
         bool,
-        typer.Option("--no-auth", help="Serve without keys, as admin (loopback hosts only)."),
+        typer.Option(
+            "--no-auth", metavar="", help="Serve without keys, as admin (loopback hosts only)."
+        ),
     ] = False,
     cors: Annotated[
         list[str] | None,
@@ -138,7 +143,9 @@ def keys_create(
     user: Annotated[
         str | None, typer.Option("--user", metavar="USER", help="The user the key acts for.")
     ] = None,
-    admin: Annotated[bool, typer.Option("--admin", help="A key that reaches every user.")] = False,
+    admin: Annotated[
+        bool, typer.Option("--admin", metavar="", help="A key that reaches every user.")
+    ] = False,
     label: Annotated[
         str | None, typer.Option("--label", metavar="TEXT", help="A note to recognise it by.")
     ] = None,
