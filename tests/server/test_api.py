@@ -236,3 +236,26 @@ def test_postgres_server(pg_server: object) -> None:
     finally:
         second.stop()
         running.server.stop()
+
+
+def test_cors_is_off_unless_configured(served: Served, fresh_db: str) -> None:
+    import httpx
+
+    preflight = {
+        "Origin": "https://app.example",
+        "Access-Control-Request-Method": "GET",
+        "Access-Control-Request-Headers": "authorization",
+    }
+    with served.http(served.ann) as http:
+        answer = http.get("/api/me", headers={"Origin": "https://app.example"})
+        assert "access-control-allow-origin" not in answer.headers
+        assert (
+            "access-control-allow-origin" not in http.options("/api/me", headers=preflight).headers
+        )
+    with ServerProcess(fresh_db, extra=["--cors-origin", "https://app.example"]) as server:
+        allowed = httpx.options(server.url + "/api/me", headers=preflight)
+        assert allowed.headers["access-control-allow-origin"] == "https://app.example"
+        other = httpx.options(
+            server.url + "/api/me", headers={**preflight, "Origin": "https://evil.example"}
+        )
+        assert "access-control-allow-origin" not in other.headers
