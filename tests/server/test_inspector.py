@@ -140,3 +140,38 @@ def test_another_users_page_shows_the_error_not_the_memory(
     page = b.find_element(By.TAG_NAME, "body").text  # type: ignore[attr-defined]
     assert "SessionOwnershipError" in page
     assert "Kyoto" not in page
+
+
+def test_graph_svg_lays_out_branches_side_by_side() -> None:
+    """Two threads under one answer: the branches sit side by side, their parent between them,
+    each edge runs parent to child; a long linear session is one column (no recursion)."""
+    import re
+
+    from harombe_core.server.inspector import graph_svg
+
+    def m(mid: int, role: str, parent: int | None) -> dict[str, object]:
+        return {"id": mid, "role": role, "content": f"m{mid}", "parent_id": parent}
+
+    svg = graph_svg(
+        [
+            m(1, "user", None),
+            m(2, "assistant", 1),
+            m(3, "user", 2),
+            m(4, "assistant", 3),
+            m(5, "user", 2),
+            m(6, "assistant", 5),
+        ]
+    )
+    circles = {
+        int(mid): (int(x), int(y))
+        for mid, x, y in re.findall(r'href="#m(\d+)"><circle cx="(\d+)" cy="(\d+)"', svg)
+    }
+    assert len(circles) == 6
+    assert svg.count("<line") == 5
+    assert circles[3][0] < circles[5][0]  # the two threads side by side
+    assert circles[3][1] == circles[5][1]  # at the same depth
+    assert circles[2][0] == (circles[3][0] + circles[5][0]) // 2  # parent centred above
+    assert circles[1][1] < circles[2][1] < circles[3][1]
+    linear = graph_svg([m(i, "user" if i % 2 else "assistant", None) for i in range(1, 5001)])
+    assert linear.count("<circle") == 5000
+    assert linear.count("<line") == 4999
