@@ -1,4 +1,4 @@
-"""A real ``harombe serve`` per test module, on 127.0.0.1 and a free port, with keys for two
+"""A real ``harombe serve`` for the tests, on 127.0.0.1 and a free port, with keys for two
 users (ann, bob) and an admin, each made by the real ``harombe keys create``."""
 
 from __future__ import annotations
@@ -45,9 +45,10 @@ def serve(db: str) -> Served:
     return Served(ServerProcess(db).start(), db, **keys)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    """One server on a fresh SQLite file for the module's tests."""
+    """One server on a fresh SQLite file for every test here that needs no server of its own
+    (each test uses session ids of its own, so they cannot meet)."""
     db = str(tmp_path_factory.mktemp("served") / "memory.db")
     running = serve(db)
     try:
