@@ -2,7 +2,7 @@
 
 A key is ``hk_`` followed by 32 random bytes (URL-safe base64), printed once when it is made
 (``harombe keys create --user ann``) and never stored: the ``api_keys`` table (schema migration
-6 on SQLite, 7 on PostgreSQL) keeps its SHA-256, which is enough for a secret of that entropy
+7 on both backends) keeps its SHA-256, which is enough for a secret of that entropy
 (a slow password hash protects guessable passwords, not random keys) and lets a request be
 authenticated with one indexed lookup. A key belongs to one user, whose memory is all it
 reaches, or is an admin key (no user) that reaches every user's. Keys live in the same database

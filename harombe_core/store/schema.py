@@ -198,7 +198,18 @@ MIGRATIONS: list[list[str]] = [
     # 5: partial indexes for the context strategies' O(window) reads (store/context_sql.py):
     # a session's important messages and whether it has any parent link.
     context_indexes("sqlite"),
-    # 6: API keys of `harombe serve` (harombe_core/server/keys.py): only a key's SHA-256 is
+    # 6: a deleted session records the erasure its derived indexes owe (the keys of
+    # store/erasure.py), whichever code deleted it (the LangGraph checkpointer deletes threads
+    # in its own SQL). Not on messages: a row trigger would cost every bulk delete.
+    [
+        """CREATE TRIGGER sessions_erased AFTER DELETE ON sessions BEGIN
+            INSERT OR REPLACE INTO harombe_meta (key, value)
+                VALUES ('erased_keywords_pending', lower(hex(randomblob(16))));
+            INSERT OR REPLACE INTO harombe_meta (key, value)
+                VALUES ('erased_vectors_pending', lower(hex(randomblob(16))));
+        END""",
+    ],
+    # 7: API keys of `harombe serve` (harombe_core/server/keys.py): only a key's SHA-256 is
     # kept; a user key reaches that user's memory, an admin key (user_id NULL) all of it.
     [
         """CREATE TABLE api_keys (
@@ -345,7 +356,7 @@ PG_MIGRATIONS: list[list[str]] = [
     # 6: partial indexes for the context strategies' O(window) reads (store/context_sql.py),
     # as SQLite migration 5.
     context_indexes("postgres"),
-    # 7: API keys of `harombe serve`, as SQLite migration 6.
+    # 7: API keys of `harombe serve`, as SQLite migration 7.
     [
         """CREATE TABLE api_keys (
             id TEXT COLLATE "C" PRIMARY KEY,

@@ -196,6 +196,9 @@ class SQLiteFile:
                 )
             conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
             conn.execute("PRAGMA foreign_keys = ON")
+            # Deleted rows are zeroed, not just marked free, whatever the build's default:
+            # deleted means gone from the file (store/erasure.py).
+            conn.execute("PRAGMA secure_delete = ON")
             if not self._memory:
                 conn.execute("PRAGMA synchronous = NORMAL")
         except sqlite3.Error as exc:
@@ -404,6 +407,11 @@ class SQLiteFile:
             delay = min(delay * 2, 1.0)
 
     # lifetime -------------------------------------------------------------------------------
+    @property
+    def encrypted(self) -> bool:
+        """True when the file is opened with a SQLCipher key."""
+        return self._key is not None
+
     def check_key(self, key: str | None) -> None:
         """Refuse a second opener whose encryption key differs from the first's."""
         if not hmac.compare_digest(self._key_digest, _key_digest(key)):
@@ -417,6 +425,18 @@ class SQLiteFile:
                     "(HAROMBE_DB_KEY).",
                 ),
             )
+
+    def checkpoint(self) -> None:
+        """Copy the WAL into the database file and truncate it to zero bytes, so no old page
+        image (of a deleted row) stays in it. Other processes reading now can keep it from
+        finishing; their own last close checkpoints again."""
+        if self._memory or self.read_only:
+            return
+        with self.connection() as conn:
+            try:
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+            except sqlite3.Error as exc:
+                raise classify(exc, self.location) from exc
 
     def at_close(self, fn: Callable[[SQLiteFile], object]) -> None:
         """Run ``fn(file)`` when the last opener closes, before the connections close."""
