@@ -31,7 +31,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from harombe_core import errors as err
 from harombe_core.limits import current_limits
 from harombe_core.manager import MemoryManager
-from harombe_core.server.auth import Memory, ServerState, current_scope, status_of
+from harombe_core.server.auth import (
+    LOOPBACK_HOSTS,
+    Memory,
+    ServerState,
+    current_scope,
+    status_of,
+)
 from harombe_core.server.inspector import add_inspector, error_page
 from harombe_core.server.keys import Scope
 from harombe_core.server.mcp_tools import McpEndpoint, build_mcp
@@ -341,6 +347,13 @@ def create_app(
     add_inspector(app)
     endpoint.add_to(app)
     app.add_middleware(_BodyLimit)
+    if host in LOOPBACK_HOSTS:
+        # A page on another site whose name is re-pointed at 127.0.0.1 (DNS rebinding) sends
+        # its own name as Host: refused, so a loopback server (--no-auth included) answers
+        # only requests addressed to this machine.
+        from starlette.middleware.trustedhost import TrustedHostMiddleware
+
+        app.add_middleware(TrustedHostMiddleware, allowed_hosts=["127.0.0.1", "localhost", "[::1]"])
     if cors_origins:
         from fastapi.middleware.cors import CORSMiddleware
 

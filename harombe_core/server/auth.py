@@ -24,6 +24,7 @@ from harombe_core.server.memory import ScopedMemory
 
 __all__ = [
     "KEY_COOKIE",
+    "LOOPBACK_HOSTS",
     "STATUS",
     "Memory",
     "ServerState",
@@ -33,6 +34,9 @@ __all__ = [
     "scoped",
     "status_of",
 ]
+
+#: Hosts only this machine reaches, as ``--host`` names them.
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 #: The cookie the inspector's login form sets (HttpOnly, SameSite=Strict).
 KEY_COOKIE = "harombe_key"

@@ -26,7 +26,13 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from harombe_core.errors import HarombeError
-from harombe_core.server.auth import ServerState, bearer_key, scope_for_key, status_of
+from harombe_core.server.auth import (
+    LOOPBACK_HOSTS,
+    ServerState,
+    bearer_key,
+    scope_for_key,
+    status_of,
+)
 from harombe_core.server.keys import NotAuthenticatedError, Scope
 from harombe_core.server.memory import ScopedMemory
 
@@ -66,7 +72,7 @@ def build_mcp(
     any request; on a loopback ``host`` the SDK's DNS-rebinding guard is on, elsewhere the API
     key is the guard.
     """
-    loopback = host in ("127.0.0.1", "localhost", "::1")
+    loopback = host in LOOPBACK_HOSTS
     mcp = FastMCP(
         "harombe",
         instructions=(

@@ -190,6 +190,10 @@ def test_no_auth_on_loopback_serves_as_admin(fresh_db: str) -> None:
         import httpx
 
         assert httpx.get(server.url + "/api/me").json() == {"user_id": None, "admin": True}
+        # DNS rebinding: another site's name pointed at this machine is refused
+        rebound = httpx.get(server.url + "/api/me", headers={"Host": "evil.example"})
+        assert rebound.status_code == 400
+        assert "user_id" not in rebound.text
 
 
 def test_two_processes_on_one_file_are_one_memory(fresh_db: str) -> None:
