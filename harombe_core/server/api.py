@@ -180,6 +180,12 @@ def add_api(app: FastAPI) -> None:
         """The users this key sees (a user key: itself; an admin key: every user)."""
         return await memory.users()
 
+    @app.delete("/api/users/{user_id}", tags=["users"])
+    async def forget_user(memory: Memory, user_id: Annotated[str, Path()]) -> dict[str, Any]:
+        """Erase everything stored for the user (a user key: only its own user): once this
+        returns nothing finds it, and no byte of it stays in the database or its indexes."""
+        return await memory.forget_user(user_id)
+
     @app.get("/api/profile", tags=["users"])
     async def profile(memory: Memory, user_id: UserQuery = None) -> dict[str, Any]:
         """What memory holds about the user (recent session summaries; facts and tasks)."""

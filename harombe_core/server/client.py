@@ -116,6 +116,10 @@ class _Requests:
         return _Request("GET", "/api/search", params)
 
     @staticmethod
+    def forget_user(user_id: str) -> _Request:
+        return _Request("DELETE", f"/api/users/{_sid(user_id)}")
+
+    @staticmethod
     def profile(user_id: str | None = None) -> _Request:
         return _Request("GET", "/api/profile", _query(user_id=user_id))
 
@@ -230,6 +234,10 @@ class HarombeClient(_Base):
         """What memory holds about the user."""
         return self._send(self._requests.profile(user_id))
 
+    def forget_user(self, user_id: str) -> int:
+        """Erase everything stored for the user; how many sessions went."""
+        return int(self._send(self._requests.forget_user(user_id))["sessions_deleted"])
+
     def close(self) -> None:
         """Release the connections."""
         self._http.close()
@@ -319,6 +327,9 @@ class AsyncHarombeClient(_Base):
 
     async def aprofile(self, user_id: str | None = None) -> dict[str, Any]:
         return await self._send(self._requests.profile(user_id))
+
+    async def aforget_user(self, user_id: str) -> int:
+        return int((await self._send(self._requests.forget_user(user_id)))["sessions_deleted"])
 
     async def aclose(self) -> None:
         await self._http.aclose()

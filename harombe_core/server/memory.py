@@ -210,6 +210,15 @@ class ScopedMemory:
         sessions = await self.manager.alist_sessions(limit=None)
         return sorted({s.user_id for s in sessions if s.user_id is not None})
 
+    async def forget_user(self, user_id: str) -> dict[str, Any]:
+        """Erase everything stored for ``user_id`` (sessions, messages, vectors, keyword
+        entries, summaries): a user key only itself. The user's API keys are credentials, not
+        memory: they stay until revoked (``harombe keys revoke``)."""
+        user = self.user(user_id)
+        if user is None:
+            raise AccessDeniedError("erasure is one user's: name the user.")
+        return {"user_id": user, "sessions_deleted": await self.manager.aforget_user(user)}
+
     async def profile(self, user_id: str | None = None) -> dict[str, Any]:
         """What memory holds about a user: for now the summaries of their recent sessions.
 

@@ -263,3 +263,23 @@ def test_cors_is_off_unless_configured(served: Served, fresh_db: str) -> None:
             server.url + "/api/me", headers={**preflight, "Origin": "https://evil.example"}
         )
         assert "access-control-allow-origin" not in other.headers
+
+
+def test_forget_user_erases_only_with_that_users_or_an_admin_key(served: Served) -> None:
+    from harombe_core.server import HarombeClient, HarombeServerError
+
+    dora = create_key_cli(served.db, user="dora")
+    with HarombeClient(served.url, api_key=dora) as client:
+        client.save_message("dora-1", "user", "Dora's passport number is X1234")
+        client.save_message("dora-2", "user", "Dora likes tulips")
+    with (
+        HarombeClient(served.url, api_key=served.bob) as bob,
+        pytest.raises(HarombeServerError) as refused,
+    ):
+        bob.forget_user("dora")
+    assert refused.value.status == 403
+    with HarombeClient(served.url, api_key=dora) as client:
+        assert client.search("passport") != []
+        assert client.forget_user("dora") == 2
+        assert client.search("passport") == []
+        assert client.list_sessions() == []
