@@ -27,6 +27,8 @@ __all__ = ["ScopedMemory", "hit_json", "message_json", "session_json"]
 
 #: The user memory of a profile, until facts and tasks are kept: summaries of recent sessions.
 PROFILE_SESSIONS = 10
+#: How many of the most recent sessions an admin's list of users is drawn from.
+USER_SESSIONS = 1000
 
 
 def message_json(message: Message) -> dict[str, Any]:
@@ -204,10 +206,11 @@ class ScopedMemory:
 
     # users -----------------------------------------------------------------------------------
     async def users(self) -> list[str]:
-        """The users this scope sees: its own, or (admin) every user with a session."""
+        """The users this scope sees: its own, or (admin) the owners of the most recently
+        active :data:`USER_SESSIONS` sessions (a bounded read, whatever the store's size)."""
         if not self.scope.admin:
             return [self.scope.user_id or ""]
-        sessions = await self.manager.alist_sessions(limit=None)
+        sessions = await self.manager.alist_sessions(limit=USER_SESSIONS)
         return sorted({s.user_id for s in sessions if s.user_id is not None})
 
     async def forget_user(self, user_id: str) -> dict[str, Any]:
