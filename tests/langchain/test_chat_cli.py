@@ -242,3 +242,28 @@ def test_every_provider_names_its_integration_package(model: str, package: str) 
         load_chat_model(model)
     assert caught.value.module == package
     assert str(caught.value).endswith(f"pip install {package}")
+
+
+def test_quit_ends_the_prompt_line_when_input_is_piped(db_path: str) -> None:
+    """Piped input is not echoed, so the chat ends the ``you> `` line itself on /quit."""
+    import subprocess
+
+    harombe = Path(sys.executable).with_name("harombe")
+    done = subprocess.run(
+        [str(harombe), "chat", "--db", db_path, "--model", "fake", "--embedding", "none"],
+        input="hello\n/quit\n",
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert done.stdout.endswith(PROMPT + "\n"), repr(done.stdout[-40:])
+
+
+def test_a_database_in_a_missing_folder_is_refused_not_created(tmp_path: Path) -> None:
+    missing = tmp_path / "nonexistent" / "x.db"
+    child = _start(str(missing))
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 1
+    assert "does not exist" in child.before
+    assert not missing.parent.exists()

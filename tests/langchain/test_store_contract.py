@@ -773,6 +773,50 @@ def test_list_namespaces_match_whole_labels_literally(backend: Backend) -> None:
         assert store.list_namespaces(suffix=(label, "child"), limit=100) == [(label, "child")]
 
 
+# a namespace prefix given as a list, as LangGraph's stores take it ------------------------------
+def test_list_namespaces_takes_a_list_prefix(backend: Backend) -> None:
+    store = backend.make()
+    for namespace in [("users", "ann"), ("users", "bob"), ("teams", "x")]:
+        store.put(namespace, "k", {"v": 1})
+    assert set(store.list_namespaces(prefix=["users"])) == {("users", "ann"), ("users", "bob")}
+    assert store.list_namespaces(prefix=["users", "ann"]) == [("users", "ann")]
+    assert store.list_namespaces(suffix=["x"]) == [("teams", "x")]
+
+
+def test_list_prefix_labels_with_metacharacters_match_literally(backend: Backend) -> None:
+    store = backend.make()
+    for label, decoy in [("a%b", "axxb"), ("user_1", "userX1"), ("star*", "starX")]:
+        store.put((label, "child"), "k", {"v": 1})
+        store.put((decoy, "child"), "k", {"v": 1})
+        assert store.list_namespaces(prefix=[label]) == [(label, "child")]
+
+
+def test_list_prefix_matches_whole_labels(backend: Backend) -> None:
+    store = backend.make()
+    for namespace in [("foo",), ("foo", "child"), ("foobar",), ("foobar", "baz")]:
+        store.put(namespace, "k", {"v": 1})
+    assert set(store.list_namespaces(prefix=["foo"])) == {("foo",), ("foo", "child")}
+    assert store.list_namespaces(prefix=["fo"]) == []
+
+
+def test_list_prefix_with_a_trailing_newline_is_its_own_label(backend: Backend) -> None:
+    store = backend.make()
+    store.put(("users", "alice\n"), "k", {"v": 1})
+    store.put(("users", "alice"), "k", {"v": 1})
+    assert store.list_namespaces(prefix=["users", "alice\n"]) == [("users", "alice\n")]
+    assert store.list_namespaces(prefix=["users", "alice"]) == [("users", "alice")]
+
+
+def test_search_takes_a_list_prefix(backend: Backend) -> None:
+    backend.lacks(memory="InMemoryStore compares a list prefix with tuples: it finds nothing")
+    store = backend.make()
+    for namespace in [("users", "ann"), ("users", "annie"), ("teams", "x")]:
+        store.put(namespace, "k", {"v": 1})
+    found = {item.namespace for item in store.search(["users"])}
+    assert found == {("users", "ann"), ("users", "annie")}
+    assert [item.namespace for item in store.search(["users", "ann"])] == [("users", "ann")]
+
+
 # values ------------------------------------------------------------------------------------
 def test_values_serialise_as_sqlite_store_does(backend: Backend) -> None:
     backend.lacks(memory="InMemoryStore keeps the Python objects; nothing is serialised")
