@@ -87,8 +87,12 @@ def serve_command(
     ] = None,
     vector_store: Annotated[
         str,
-        typer.Option("--vector-store", metavar="NAME", help="Vector index with --embedding."),
-    ] = "chroma",
+        typer.Option(
+            "--vector-store",
+            metavar="NAME",
+            help="Where --embedding keeps vectors: database (default), chroma or pgvector.",
+        ),
+    ] = "database",
 ) -> None:
     """Serve memory over HTTP: JSON API (/api, /docs), MCP (/mcp) and inspector (/)."""
     with clean_errors():
