@@ -101,6 +101,11 @@ class VectorStoreSection(_Section):
     def _expand(cls, value: str | None) -> str | None:
         return None if value is None else str(Path(value).expanduser())
 
+    def chosen(self, vector_store: Any) -> Any:
+        """The index to use when ``vector_store`` was asked for: this block's provider when
+        it is left at its default (``"database"``), else what was asked."""
+        return self.provider if vector_store == "database" else vector_store
+
     @model_validator(mode="after")
     def _chroma_when_configured(self) -> VectorStoreSection:
         """A block that configures Chroma (a server, an in-memory or a placed collection)

@@ -10,7 +10,7 @@ into a store, then shows the three things memory is for:
 3. recall across sessions for a new question (by meaning when semantic memory is available,
    else by keyword), and the RAG context block plus the full prompt a model would receive.
 
-Everything runs locally: SQLite, the bundled all-MiniLM-L6-v2 model and an embedded ChromaDB.
+Everything runs locally: SQLite (messages, keywords and vectors) and the bundled all-MiniLM-L6-v2.
 The logic lives here; the CLI only calls :func:`run_demo`.
 """
 
@@ -348,7 +348,7 @@ def _show_window(console: Console, manager: MemoryManager, result: DemoResult) -
 
 def _show_recall(console: Console, result: DemoResult) -> None:
     how = (
-        "by meaning and keyword (all-MiniLM-L6-v2 + ChromaDB, fused with BM25)"
+        "by meaning and keyword (all-MiniLM-L6-v2 vectors in SQLite, fused with BM25)"
         if result.recall_mode != "keyword"
         else "by keyword (SQLite FTS5, BM25)"
     )

@@ -30,6 +30,7 @@ from harombe_core.owners import legacy_session_key, session_key
 from harombe_core.progress import Progress, check_progress
 from harombe_core.store.base import UNSET, MessageStore
 from harombe_core.store.closing import ClosesOnExit
+from harombe_core.store.encryption import check_key
 from harombe_core.strategies import Window, window_newest
 from harombe_core.tokens import TokenCounter, resolve_token_counter
 from harombe_core.validate import (
@@ -93,10 +94,8 @@ class MemoryManager(ClosesOnExit):
 
     ``storage_path`` is a SQLite file (``~`` expanded; ``":memory:"`` for a throwaway store) or a
     ``postgresql://`` URL. ``embedding`` and ``vector_store`` choose semantic memory: the default
-    is the bundled all-MiniLM-L6-v2 model with its vectors kept in the database itself
-    (``vector_store="database"``: SQLite searched exactly, pgvector on PostgreSQL);
-    ``vector_store="chroma"`` adds a ChromaDB index (extra ``chroma``) for large corpora searched
-    across users; pass ``None`` for either to keep only the store and its keyword index.
+    is the bundled all-MiniLM-L6-v2 model with its vectors inside the database (``"database"``;
+    ``"chroma"`` adds ChromaDB); pass ``None`` for either to keep only the store and its keywords.
 
     The manager composes its parts: the store; a :class:`~harombe_core.manager_search.Searcher`
     (the semantic memory, the :class:`~harombe_core.retrieval.Retriever` over it, reindexing);
@@ -125,26 +124,15 @@ class MemoryManager(ClosesOnExit):
                     f"config must be a MemoryConfig, got {type(config).__name__}; build one "
                     "with harombe_core.config.load_config(path_or_dict)."
                 )
-        if config is not None and vector_store == "database":
-            vector_store = config.vector_store.provider  # the configured index, if any
+            vector_store = config.vector_store.chosen(vector_store)
         if encryption_key is not None:
-            from harombe_core.store.encryption import check_key
-
             check_key(encryption_key)  # refused before anything is created
         semantic = embedding is not None and vector_store is not None
         if semantic:
             # A missing extra is reported before the database is created, not after.
-            from harombe_core.store.encryption import resolve_key
-            from harombe_core.vectors.indexer import check_semantic_parts
+            from harombe_core.vectors.choice import check_semantic_parts
 
-            check_semantic_parts(
-                embedding,
-                vector_store,
-                storage_path,
-                config,
-                encrypted=not isinstance(storage_path, MessageStore)
-                and resolve_key(encryption_key) is not None,
-            )
+            check_semantic_parts(embedding, vector_store, storage_path, config, encryption_key)
         self._store = open_store(storage_path, encryption_key=encryption_key)
         self._closed = False
         memory: Any = None
@@ -202,6 +190,7 @@ class MemoryManager(ClosesOnExit):
 
     config = part_property("_searcher", Searcher.config)
     embedder = part_property("_searcher", Searcher.embedder)
+    vector_store = part_property("_searcher", Searcher.vector_store)
     retriever = part_property("_searcher", Searcher.retriever)
     summarizer = part_property("_context", ContextBuilder.summarizer)
     summary_chunk = part_property("_context", ContextBuilder.summary_chunk)
@@ -217,14 +206,6 @@ class MemoryManager(ClosesOnExit):
         """True when messages are embedded and searchable by meaning."""
         return self._semantic is not None
 
-    @property
-    def vector_store(self) -> str | None:
-        """The vector store semantic search uses, as it was named: ``"database"`` (the
-        default: the vectors inside the database), ``"chroma"``, ``"pgvector"``, ``"custom"``
-        for an index object; None when semantic search is off."""
-        semantic = self._semantic
-        return None if semantic is None else semantic.vector_store
-
     def __repr__(self) -> str:
         """Where the memory lives and whether it searches by meaning; no I/O, so it is safe
         on a closed manager and costs nothing on a large store."""
@@ -233,12 +214,10 @@ class MemoryManager(ClosesOnExit):
         if semantic is None:
             parts.append("semantic=off")
         else:
-            index = semantic.index  # None until opened (or for a read-only store)
-            name = "database" if semantic.in_database else None if index is None else index.name
             parts += [
                 "semantic=on",
                 f"embedding={semantic.embedder.name!r}",
-                f"vector_store={name!r}",
+                f"vector_store={semantic.index_name!r}",
             ]
         parts.append(f"max_history_tokens={self.max_history_tokens}")
         if self._closed:

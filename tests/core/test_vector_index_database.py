@@ -84,10 +84,12 @@ def test_every_search_path_is_exact(tmp_path: Path) -> None:
             SearchScope(roles=("assistant",)),
             SearchScope(since=start + timedelta(minutes=100), until=start + timedelta(minutes=300)),
         ]
-        for _ in range(5):
-            query = rng.standard_normal(semantic.embedder.dimension).astype(np.float32)
-            for scope in scopes:
-                _assert_same(semantic.nearest(query, 7, scope), _exact(mm, query, 7, scope))
+        for limit in (semantic.matrix_scope_limit, 0):  # 0: a user's scope by the matrix too
+            semantic.matrix_scope_limit = limit
+            for _ in range(5):
+                query = rng.standard_normal(semantic.embedder.dimension).astype(np.float32)
+                for scope in scopes:
+                    _assert_same(semantic.nearest(query, 7, scope), _exact(mm, query, 7, scope))
 
 
 def test_searches_across_users_follow_writes_and_deletes_of_another_process(

@@ -10,13 +10,16 @@ import pexpect
 import pytest
 
 from harombe_core.manager import MemoryManager
+from tests.langchain.hidden_integrations import child_env, hide
 
 PROMPT = "you> "
 
 
-def _start(db: str, *args: str, user: str | None = "ann") -> pexpect.spawn:
+def _start(
+    db: str, *args: str, user: str | None = "ann", env: dict[str, str] | None = None
+) -> pexpect.spawn:
     harombe = Path(sys.executable).with_name("harombe")
-    env = {**os.environ, "PYTHONWARNINGS": "ignore", "COLUMNS": "200", "TERM": "dumb"}
+    env = {**(env or os.environ), "PYTHONWARNINGS": "ignore", "COLUMNS": "200", "TERM": "dumb"}
     who = ["--user", user] if user is not None else []
     return pexpect.spawn(
         str(harombe),
@@ -210,8 +213,11 @@ def test_a_named_session_that_does_not_exist_is_announced(db_path: str) -> None:
 
 
 @pytest.mark.timeout(120)
-def test_a_model_without_its_integration_names_the_package(db_path: str) -> None:
-    child = _start(db_path, "--model", "openai:gpt-4o-mini")
+def test_a_model_without_its_integration_names_the_package(
+    db_path: str, tmp_path: Path
+) -> None:
+    env = child_env(tmp_path / "no-integrations")
+    child = _start(db_path, "--model", "openai:gpt-4o-mini", env=env)
     assert child.expect_exact([PROMPT, pexpect.EOF]) == 1
     output = " ".join(child.before.split())
     child.close()
@@ -238,7 +244,7 @@ def test_every_provider_names_its_integration_package(model: str, package: str) 
     from harombe_core.errors import MissingExtraError
     from langchain_harombe.chat_cli import load_chat_model
 
-    with pytest.raises(MissingExtraError) as caught:
+    with hide(), pytest.raises(MissingExtraError) as caught:
         load_chat_model(model)
     assert caught.value.module == package
     assert str(caught.value).endswith(f"pip install {package}")

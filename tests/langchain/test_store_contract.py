@@ -50,6 +50,7 @@ from harombe_core.errors import EmbeddingError, HarombeError, MissingExtraError
 from harombe_core.manager import MemoryManager
 from harombe_core.testing import FakeEmbedder
 from langchain_harombe import HarombeStore
+from tests.langchain.hidden_integrations import hide
 
 KINDS = ["memory", "sqlite", "harombe-sqlite", "harombe-postgres"]
 NO_TTL = "InMemoryStore has no TTL (supports_ttl is False)"
@@ -279,7 +280,7 @@ def test_sync_put_with_an_async_only_embed_fails_and_writes_nothing(backend: Bac
 def test_embed_as_a_provider_string(backend: Backend) -> None:
     """Provider strings resolve through ``init_embeddings``, as in LangGraph: a provider whose
     package is missing is the same ImportError, at construction, not a failure at ``put``."""
-    with pytest.raises(ImportError, match="langchain-openai") as missing:
+    with hide(), pytest.raises(ImportError, match="langchain-openai") as missing:
         backend.make(index={"dims": 1536, "embed": "openai:text-embedding-3-small"})
     with pytest.raises(ValueError, match="not supported") as unknown:
         backend.make(index={"dims": 8, "embed": "no-such-provider:model"})
