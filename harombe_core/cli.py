@@ -662,6 +662,9 @@ def graph_command(
             )
 
 
+import harombe_core.server.cli  # noqa: E402, F401  (harombe serve, mcp and keys register)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: every typed harombe error and every bad option value becomes one red line
     on stderr and a non-zero exit code (1 for errors, 2 for usage), never a traceback."""

@@ -301,6 +301,20 @@ MIGRATIONS: list[list[str]] = [
             DELETE FROM facts WHERE id = old.fact_id AND origin = 'extracted';
         END""",
     ],
+    # 8: API keys of `harombe serve` (harombe_core/server/keys.py): only a key's SHA-256 is
+    # kept; a user key reaches that user's memory, an admin key (user_id NULL) all of it.
+    [
+        """CREATE TABLE api_keys (
+            id TEXT PRIMARY KEY,
+            key_hash TEXT NOT NULL UNIQUE,
+            user_id TEXT,
+            admin INTEGER NOT NULL DEFAULT 0,
+            label TEXT,
+            created_at INTEGER NOT NULL,
+            revoked_at INTEGER,
+            CHECK ((admin = 1) = (user_id IS NULL))
+        )""",
+    ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -447,6 +461,19 @@ PG_MIGRATIONS: list[list[str]] = [
         END $$""",
         "CREATE TRIGGER fact_sources_orphan AFTER DELETE ON fact_sources "
         "FOR EACH ROW EXECUTE FUNCTION harombe_fact_orphan()",
+    ],
+    # 8: API keys of `harombe serve`, as SQLite migration 8.
+    [
+        """CREATE TABLE api_keys (
+            id TEXT COLLATE "C" PRIMARY KEY,
+            key_hash TEXT COLLATE "C" NOT NULL UNIQUE,
+            user_id TEXT COLLATE "C",
+            admin INTEGER NOT NULL DEFAULT 0,
+            label TEXT,
+            created_at BIGINT NOT NULL,
+            revoked_at BIGINT,
+            CHECK ((admin = 1) = (user_id IS NULL))
+        )""",
     ],
 ]
 PG_SCHEMA_VERSION = len(PG_MIGRATIONS)

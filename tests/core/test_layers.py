@@ -18,7 +18,7 @@ placed on purpose):
 4. retrieval, threads, context
 5. manager (composing its parts: context.ContextBuilder, manager_search.Searcher)
 6. chat_memory, export, migrate, demo, graph_render, testing
-7. cli, the ``harombe_core`` package itself
+7. cli, server/* (``harombe serve``), the ``harombe_core`` package itself
 8. the adapters: langchain_harombe, llamaindex_harombe
 """
 
@@ -114,6 +114,9 @@ LAYERS: dict[str, int] = {
     "cli_app": 7,
     "cli_facts": 7,  # `harombe facts` and `harombe profile` (user memory)
     "cli_forget": 7,  # `harombe forget --user U` (erasure)
+    # harombe serve: the JSON API, MCP server, inspector and client, beside the command line
+    "server": 7,
+    "server.": 7,
     "": 7,  # harombe_core/__init__.py
 }
 ADAPTER_LAYER = 8
