@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ScopedMemory", "hit_json", "message_json", "session_json"]
 
-#: The user memory of a profile, until facts and tasks are kept: summaries of recent sessions.
+#: How many recent sessions' summaries a profile shows beside the user's facts and tasks.
 PROFILE_SESSIONS = 10
 #: How many of the most recent sessions an admin's list of users is drawn from.
 USER_SESSIONS = 1000
@@ -223,19 +223,21 @@ class ScopedMemory:
         return {"user_id": user, "sessions_deleted": await self.manager.aforget_user(user)}
 
     async def profile(self, user_id: str | None = None) -> dict[str, Any]:
-        """What memory holds about a user: for now the summaries of their recent sessions.
-
-        This is the seam for user memory (profile, facts, tasks): when the manager keeps them,
-        they are served here, under the same keys, for every surface at once.
-        """
+        """What memory holds about a user: the profile text a model is given, the current
+        facts (each with the messages it came from), the open tasks, and the summaries of
+        their recent sessions."""
         user = self.user(user_id)
         if user is None:
             raise AccessDeniedError("a profile is one user's: name the user (user_id=...).")
+        profile = await self.manager.aget_profile(user)
+        facts = await self.manager.aget_facts(user)
+        tasks = await self.manager.aget_open_tasks(user)
         sessions = await self.manager.alist_sessions(limit=PROFILE_SESSIONS, user_id=user)
         return {
             "user_id": user,
-            "facts": [],
-            "tasks": [],
+            "profile": str(profile),
+            "facts": [f.to_dict() for f in facts],
+            "tasks": [t.to_dict() for t in tasks],
             "recent_sessions": [
                 {
                     "session_id": s.id,

@@ -283,3 +283,20 @@ def test_forget_user_erases_only_with_that_users_or_an_admin_key(served: Served)
         assert client.forget_user("dora") == 2
         assert client.search("passport") == []
         assert client.list_sessions() == []
+
+
+def test_profile_serves_the_users_facts_and_tasks(served: Served) -> None:
+    from harombe_core.manager import MemoryManager
+
+    with MemoryManager(served.db, embedding=None) as manager:
+        manager.add_fact("erin", "Erin is vegetarian", kind="preference")
+        manager.add_fact("erin", "Book the dentist", kind="task")
+    erin = create_key_cli(served.db, user="erin")
+    with served.http(erin) as http:
+        profile = http.get("/api/profile").json()
+    assert "Erin is vegetarian" in [f["text"] for f in profile["facts"]]
+    assert "Book the dentist" in [t["text"] for t in profile["tasks"]]
+    assert "vegetarian" in profile["profile"]
+    with served.http(served.bob) as http:
+        assert "vegetarian" not in http.get("/api/profile").text
+        assert http.get("/api/profile", params={"user_id": "erin"}).status_code == 403
