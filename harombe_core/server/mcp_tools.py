@@ -152,8 +152,8 @@ def build_mcp(
 
     @mcp.tool()
     async def profile(ctx: Context) -> dict[str, Any]:
-        """What memory holds about the user: summaries of their recent sessions (facts and
-        open tasks where kept)."""
+        """What memory holds about the user: their profile, current facts, open tasks and
+        summaries of their recent sessions."""
         with _told():
             return await memory(ctx).profile()
 
