@@ -51,11 +51,15 @@ def facts_command(
     as_of: Annotated[
         str | None, typer.Option("--as-of", metavar="DATE", help="Facts that held then.")
     ] = None,
-    history: Annotated[bool, typer.Option("--history", help="Closed facts too.")] = False,
+    history: Annotated[
+        bool, typer.Option("--history", metavar="", help="Closed facts too.")
+    ] = False,
     search: Annotated[
         str | None, typer.Option("--search", metavar="QUERY", help="By meaning and keyword.")
     ] = None,
-    tasks: Annotated[bool, typer.Option("--tasks", help="Only the open tasks.")] = False,
+    tasks: Annotated[
+        bool, typer.Option("--tasks", metavar="", help="Only the open tasks.")
+    ] = False,
     add: Annotated[str | None, typer.Option("--add", metavar="TEXT", help="Add a fact.")] = None,
     kind: Annotated[
         str, typer.Option("--kind", metavar="KIND", help="fact, preference, task or decision.")
@@ -67,7 +71,8 @@ def facts_command(
         int | None, typer.Option("--forget", metavar="ID", help="Delete a fact for good.")
     ] = None,
     extract: Annotated[
-        bool, typer.Option("--extract", help="Extract facts from the user's sessions first.")
+        bool,
+        typer.Option("--extract", metavar="", help="Extract facts from the user's sessions first."),
     ] = False,
 ) -> None:
     """A user's facts, preferences, tasks and decisions (current, as of a date, or searched)."""
