@@ -99,6 +99,9 @@ class RagSection(_Section):
     time_weight: float = Field(default=0.8, ge=0.0)
     time_slack_days: float = Field(default=7.0, ge=0.0)
     names_as_keywords: bool = False
+    # Pseudo-relevance feedback on the vector side (RetrievalSettings), chosen the same way.
+    feedback_weight: float = Field(default=1.0, ge=0.0)
+    feedback_docs: int = Field(default=3, ge=1, le=100)
 
 
 class MemoryConfig(_Section):
@@ -142,9 +145,7 @@ def load_config(source: str | os.PathLike[str] | Mapping[str, Any] | MemoryConfi
         except RecursionError:
             raise ConfigError(f"{path} is nested too deeply to be a configuration.") from None
     else:
-        raise ConfigError(
-            f"config must be a YAML path or a mapping, got {type(source).__name__}."
-        )
+        raise ConfigError(f"config must be a YAML path or a mapping, got {type(source).__name__}.")
     if not isinstance(data, Mapping):
         raise ConfigError(
             f"{origin} must be a mapping with memory:, vector_store: and rag: blocks, got "
