@@ -98,9 +98,12 @@ class RagSection(_Section):
     speaker_weight: float = Field(default=0.2, ge=0.0)
     time_weight: float = Field(default=0.8, ge=0.0)
     time_slack_days: float = Field(default=7.0, ge=0.0)
+    length_weight: float = Field(default=0.4, ge=0.0)
+    length_tokens: int = Field(default=80, ge=1)
+    statement_weight: float = Field(default=0.2, ge=0.0)
     names_as_keywords: bool = False
     # Pseudo-relevance feedback on the vector side (RetrievalSettings), chosen the same way.
-    feedback_weight: float = Field(default=1.0, ge=0.0)
+    feedback_weight: float = Field(default=0.0, ge=0.0)
     feedback_docs: int = Field(default=3, ge=1, le=100)
 
 

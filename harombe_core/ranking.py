@@ -81,6 +81,14 @@ class RetrievalSettings:
     * ``time_weight``: when the query names a date, month, year or relative time ("on 9
       November", "in 2023", "last week") and the message was written then, or up to
       ``time_slack_days`` after (people tell of things after they happen).
+    * ``length_weight``: times the message's length in tokens over ``length_tokens`` (at most
+      1). A prior, the same for every query: in a chat, the long turns are where people tell
+      what they did, have and like; the short ones ("Wow, that's awesome!") react. BM25
+      discounts long texts and a mean-pooled embedding dilutes them, which buries exactly the
+      turns that hold facts.
+    * ``statement_weight``: when the message states rather than asks (its last sentence does
+      not end with a question mark). Asked questions ("What did you paint?") share the words
+      of later searches but hold no answer; the reply does.
 
     Pseudo-relevance feedback (Rocchio, on the vector side): ``feedback_weight`` moves the
     query's vector toward the mean vector of the ``feedback_docs`` best candidates by fused
@@ -106,8 +114,11 @@ class RetrievalSettings:
     speaker_weight: float = 0.2
     time_weight: float = 0.8
     time_slack_days: float = 7.0
+    length_weight: float = 0.4
+    length_tokens: int = 80
+    statement_weight: float = 0.2
     names_as_keywords: bool = False
-    feedback_weight: float = 1.0
+    feedback_weight: float = 0.0
     feedback_docs: int = 3
 
     @classmethod
@@ -169,7 +180,7 @@ def _speaks(message: Message, speakers: frozenset[str]) -> bool:
 
 #: The columns of :func:`evidence`, in order; each but the first is scaled by the setting
 #: ``<name>_weight`` and added to the fused score.
-EVIDENCE = ("fused", "neighbor", "session", "speaker", "time")
+EVIDENCE = ("fused", "neighbor", "session", "speaker", "time", "length", "statement")
 
 
 def evidence(
@@ -181,7 +192,9 @@ def evidence(
     weights). ``neighbor``: the best fused score of the turns just before and after it in its
     session. ``session``: the mean of the :data:`SESSION_EVIDENCE` best fused scores among its
     session's candidates. ``speaker``: 1 if the query names its speaker. ``time``: 1 if it was
-    written in a time the query names (or up to ``time_slack_days`` after).
+    written in a time the query names (or up to ``time_slack_days`` after). ``length``: its
+    token count over ``length_tokens``, at most 1 (:func:`length_prior`). ``statement``: 1
+    unless its last sentence asks (:func:`asks`).
 
     Neighbours are candidates only when ``neighbor_weight > 0`` (as ``search`` gathers them);
     ``min_similarity`` drops rows here (an excluded session never reaches the candidates:
@@ -208,7 +221,7 @@ def evidence(
         for top in [sorted(scores, reverse=True)[:SESSION_EVIDENCE]]
     }
     messages: list[Message] = []
-    rows: list[tuple[float, float, float, float, float]] = []
+    rows: list[tuple[float, ...]] = []
     for mid in found.messages if with_neighbors else found.pooled:
         message = found.messages[mid]
         if (
@@ -227,17 +240,48 @@ def evidence(
                 session_best.get(message.session_id or "", 0.0),
                 float(speaker),
                 float(when),
+                length_prior(message, s.length_tokens),
+                0.0 if asks(message.content) else 1.0,
             )
         )
         messages.append(message)
     return messages, np.array(rows, dtype=np.float64).reshape(len(rows), len(EVIDENCE))
 
 
+def length_prior(message: Message, length_tokens: int) -> float:
+    """``message``'s length in tokens over ``length_tokens``, at most 1 (its stored token
+    count; a message without one counts a token per four characters)."""
+    tokens = message.token_count
+    if tokens is None:
+        tokens = len(message.content) // 4
+    return min(tokens / max(length_tokens, 1), 1.0)
+
+
+#: The end of a sentence: what decides whether a message's last sentence asks.
+_SENTENCE_END = re.compile(r"[.!?\uff1f\uff01\u3002]")
+
+
+def asks(text: str) -> bool:
+    """Whether ``text``'s last sentence is a question (the last ``.``, ``!`` or ``?`` is a
+    ``?``; full-width marks count). Whatever follows without an end mark (an attachment's
+    caption, an emoji) does not change it."""
+    ends = _SENTENCE_END.findall(text)
+    return bool(ends) and ends[-1] in "?\uff1f"
+
+
 def evidence_weights(settings: RetrievalSettings) -> npt.NDArray[np.float64]:
     """The weight of each :data:`EVIDENCE` column under ``settings``."""
     s = settings
     return np.array(
-        [1.0, s.neighbor_weight, s.session_weight, s.speaker_weight, s.time_weight],
+        [
+            1.0,
+            s.neighbor_weight,
+            s.session_weight,
+            s.speaker_weight,
+            s.time_weight,
+            s.length_weight,
+            s.statement_weight,
+        ],
         dtype=np.float64,
     )
 

@@ -18,9 +18,10 @@ How a query is answered:
    scored by its keyword side alone, so search stays complete while embedding catches up.
 4. Each candidate's fused score is weighed with its context (:func:`evidence`): the turns
    just before and after it (which join the candidates), its session, whether the query names
-   its speaker, whether it was written in a time the query names. Each kind has a weight in
-   :class:`RetrievalSettings`; the defaults are the ones that recalled best on conversations
-   the choice was not made on (``benchmarks/locomo_recall.py --cv``).
+   its speaker, whether it was written in a time the query names, how long it is and whether
+   it states rather than asks (the long statements are where people tell things). Each kind
+   has a weight in :class:`RetrievalSettings`; the defaults are the ones that recalled best on
+   conversations the choice was not made on (``benchmarks/locomo_recall.py --cv``).
 5. Scores are then optionally decayed by age (``temporal_decay`` per day), filtered by
    ``min_similarity`` and diversified by MMR.
 
@@ -152,6 +153,8 @@ SEARCH_OPTIONS = frozenset(
         "speaker_weight",
         "time_weight",
         "feedback_weight",
+        "length_weight",
+        "statement_weight",
         "now",
     }
 )
@@ -231,6 +234,8 @@ class Retriever:
         speaker_weight: float | None = None,
         time_weight: float | None = None,
         feedback_weight: float | None = None,
+        length_weight: float | None = None,
+        statement_weight: float | None = None,
         now: datetime | None = None,
     ) -> list[SearchHit]:
         """The best ``top_k`` messages for ``query`` inside the scope, best first, with scores.
@@ -257,6 +262,8 @@ class Retriever:
             "speaker_weight": speaker_weight,
             "time_weight": time_weight,
             "feedback_weight": feedback_weight,
+            "length_weight": length_weight,
+            "statement_weight": statement_weight,
         }
         for name, value in overrides.items():
             if value is not None:
