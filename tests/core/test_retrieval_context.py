@@ -86,7 +86,14 @@ def chat() -> Iterator[MemoryManager]:
 
 
 #: Every context weight off, so a test sees the one it turns on.
-OFF = {"neighbor_weight": 0.0, "session_weight": 0.0, "speaker_weight": 0.0, "time_weight": 0.0}
+OFF = {
+    "neighbor_weight": 0.0,
+    "session_weight": 0.0,
+    "speaker_weight": 0.0,
+    "time_weight": 0.0,
+    "length_weight": 0.0,
+    "statement_weight": 0.0,
+}
 
 
 def _search(mm: MemoryManager, query: str, top_k: int, **options: float) -> list[SearchHit]:
