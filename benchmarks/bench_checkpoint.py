@@ -22,8 +22,14 @@ same serializer (LangGraph's ``JsonPlusSerializer``), and harombe runs without s
 (``embedding=None``; with it, messages are embedded by a background thread, not by ``put``).
 The two savers are fed in lockstep and their reads interleaved, so a change of load on the
 machine hits both alike; reads report the best of their repeats (noise only ever adds time).
-Ratios are harombe's time over SqliteSaver's (below 1: harombe is faster). Run
-``python benchmarks/bench_checkpoint.py --help``.
+Ratios are harombe's time over SqliteSaver's (below 1: harombe is faster).
+
+What a user feels is a whole agent turn, so the benchmark also times ``create_agent(model, [],
+checkpointer=...)`` with a fake chat model, one turn being one ``invoke`` (and one ``ainvoke``
+with the async savers: LangGraph's ``AsyncSqliteSaver`` beside ``HarombeSaver``), over
+``--agent-threads`` threads of ``--agent-turns`` turns each (default: 5 threads of 10 turns, and
+1 thread of 200). The two agents take turns in alternating order, so load changes hit both.
+Run ``python benchmarks/bench_checkpoint.py --help``.
 """
 
 # ruff: noqa: E402  (imports follow the sys.path guard below)
@@ -250,6 +256,94 @@ def sqlite_saver(path: str) -> BaseCheckpointSaver:
     return saver
 
 
+@dataclass
+class TurnRow:
+    mode: str
+    threads: int
+    turns: int
+    medians: dict[str, float]
+
+
+def _fake_model() -> Any:
+    import itertools
+
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+
+    reply = AIMessage(f"Answer: {words(3, 30)}.")
+    return GenericFakeChatModel(messages=itertools.cycle([reply]))
+
+
+def agent_turns(workdir: str, threads: int, turns: int) -> TurnRow:
+    """Median ms of one ``invoke`` of a checkpointed agent, harombe beside SqliteSaver."""
+    from langchain.agents import create_agent
+
+    from harombe_core import MemoryManager
+    from langchain_harombe import HarombeSaver
+
+    tag = uuid.uuid4().hex[:8]
+    manager = MemoryManager(os.path.join(workdir, f"turns-{tag}.db"), embedding=None)
+    savers: dict[str, BaseCheckpointSaver] = {
+        "SqliteSaver": sqlite_saver(os.path.join(workdir, f"turns-{tag}-langgraph.db")),
+        "HarombeSaver": HarombeSaver(manager),
+    }
+    agents = {name: create_agent(_fake_model(), [], checkpointer=s) for name, s in savers.items()}
+    times: dict[str, list[float]] = {name: [] for name in agents}
+    names = list(agents)
+    for thread in range(threads):
+        config = {"configurable": {"thread_id": f"{tag}-{thread}"}}
+        for turn in range(turns):
+            ask = {"messages": [HumanMessage(f"Question {turn}: {words(turn, 20)}?")]}
+            for name in names if turn % 2 == 0 else names[::-1]:
+                start = time.perf_counter()
+                agents[name].invoke(ask, config)
+                times[name].append(time.perf_counter() - start)
+    manager.close()
+    return TurnRow("invoke", threads, turns, {n: median_ms(t) for n, t in times.items()})
+
+
+async def aagent_turns(workdir: str, threads: int, turns: int) -> TurnRow:
+    """:func:`agent_turns` with ``ainvoke``, AsyncSqliteSaver beside HarombeSaver."""
+    from langchain.agents import create_agent
+    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+    from harombe_core import MemoryManager
+    from langchain_harombe import HarombeSaver
+
+    tag = uuid.uuid4().hex[:8]
+    manager = MemoryManager(os.path.join(workdir, f"aturns-{tag}.db"), embedding=None)
+    path = os.path.join(workdir, f"aturns-{tag}-langgraph.db")
+    async with AsyncSqliteSaver.from_conn_string(path) as theirs:
+        await theirs.setup()
+        await theirs.conn.execute("PRAGMA journal_mode=WAL")
+        await theirs.conn.execute("PRAGMA synchronous=NORMAL")
+        savers: dict[str, BaseCheckpointSaver] = {
+            "SqliteSaver": theirs,
+            "HarombeSaver": HarombeSaver(manager),
+        }
+        agents = {n: create_agent(_fake_model(), [], checkpointer=s) for n, s in savers.items()}
+        times: dict[str, list[float]] = {name: [] for name in agents}
+        names = list(agents)
+        for thread in range(threads):
+            config = {"configurable": {"thread_id": f"{tag}-{thread}"}}
+            for turn in range(turns):
+                ask = {"messages": [HumanMessage(f"Question {turn}: {words(turn, 20)}?")]}
+                for name in names if turn % 2 == 0 else names[::-1]:
+                    start = time.perf_counter()
+                    await agents[name].ainvoke(ask, config)
+                    times[name].append(time.perf_counter() - start)
+    await manager.aclose()
+    return TurnRow("ainvoke", threads, turns, {n: median_ms(t) for n, t in times.items()})
+
+
+def print_turns(rows: list[TurnRow]) -> None:
+    print("\n# a whole agent turn: create_agent(fake model, [], checkpointer); median ms per turn")
+    print(f"{'call':<9}{'threads x turns':>16}{'SqliteSaver':>13}{'HarombeSaver':>14}{'ratio':>8}")
+    for row in rows:
+        ours, theirs = row.medians["HarombeSaver"], row.medians["SqliteSaver"]
+        shape = f"{row.threads} x {row.turns}"
+        print(f"{row.mode:<9}{shape:>16}{theirs:13.2f}{ours:14.2f}{ours / theirs:8.2f}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0],
@@ -266,6 +360,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="checkpoints per list() call (default 10)")
     parser.add_argument("--dir", default=None, help="where the databases go (default: a temp dir)")
     parser.add_argument("--json", default=None, help="also write the rows to this JSON file")
+    parser.add_argument("--agent-shapes", nargs="*", default=["5x10", "1x200"],
+                        help="agent-turn runs as THREADSxTURNS (default 5x10 1x200; none: skip)")
     args = parser.parse_args(argv)
     lengths = sorted(set(args.steps))
     if lengths[0] < 1:
@@ -314,9 +410,25 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{steps:>7}{ours.put / theirs.put:9.2f}{ours.put_mean / theirs.put_mean:10.2f}"
               f"{ours.get / theirs.get:9.2f}{ours.listing / theirs.listing:9.2f}"
               f"{ours.cold / theirs.get:10.2f}")
+    turn_rows: list[TurnRow] = []
+    if args.agent_shapes:
+        import asyncio
+
+        turn_dir = args.dir or tempfile.mkdtemp(prefix="harombe-bench-turns-")
+        os.makedirs(turn_dir, exist_ok=True)
+        try:
+            for shape in args.agent_shapes:
+                threads, _, turns = shape.partition("x")
+                turn_rows.append(agent_turns(turn_dir, int(threads), int(turns)))
+                turn_rows.append(asyncio.run(aagent_turns(turn_dir, int(threads), int(turns))))
+        finally:
+            if args.dir is None:
+                shutil.rmtree(turn_dir, ignore_errors=True)
+        print_turns(turn_rows)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:
-            json.dump([r.__dict__ for r in rows], handle, indent=1)
+            json.dump({"steps": [r.__dict__ for r in rows],
+                       "turns": [r.__dict__ for r in turn_rows]}, handle, indent=1)
     return 0
 
 

@@ -21,6 +21,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from harombe_core import cli_forget  # noqa: F401  (registers `harombe forget`)
 from harombe_core.cli_app import (
     DbOption,
     UserOption,
@@ -417,16 +418,34 @@ def migrate_command(
     progress: Annotated[
         bool, typer.Option("--progress/--no-progress", metavar="", help="Show a progress bar.")
     ] = True,
+    allow: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allow",
+            metavar="MODULE.NAME",
+            help="A type of your own that LangGraph checkpoints may revive (repeatable).",
+        ),
+    ] = None,
 ) -> None:
     """Copy a whole memory between SQLite and PostgreSQL (resumable, verified).
 
     Sessions, messages, threads, summaries, the LangGraph store's items with their vectors, and
-    LangGraph checkpoints.
+    LangGraph checkpoints. A checkpoint row that would revive a type other than LangGraph's own
+    (or one named with --allow) is refused before anything is copied.
     """
     from harombe_core.migrate import migrate
 
     with clean_errors():
-        report = migrate(source, destination, batch_size=batch_size, progress=progress)
+        allowed = [tuple(name.rsplit(".", 1)) for name in allow or ()]
+        if any(len(pair) != 2 or not all(pair) for pair in allowed):
+            raise InvalidInputError("--allow takes a type as MODULE.NAME, e.g. myapp.state.Plan.")
+        report = migrate(
+            source,
+            destination,
+            batch_size=batch_size,
+            progress=progress,
+            allowed_types=allowed,
+        )
     console.print(
         f"Migrated {plural(report.sessions, 'session')} and "
         f"{plural(report.messages, 'message')} ({report.copied_messages:,} copied now, "

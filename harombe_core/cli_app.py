@@ -25,6 +25,7 @@ from harombe_core.errors import (
     HarombeError,
     MissingExtraError,
     SessionNotFoundError,
+    install_command,
 )
 
 if TYPE_CHECKING:
@@ -127,7 +128,7 @@ def _needs_extra(app: typer.Typer, name: str, extra: str, error: ImportError) ->
     @app.command(
         name,
         cls=Command,
-        help=f"(needs the {extra} extra: pip install 'harombe-memory[{extra}]')",
+        help=f"(needs the {extra} extra: {install_command(extra)})",
         context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
     )
     def unavailable() -> None:

@@ -11,7 +11,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from harombe_core.errors import ConfigError
 
@@ -52,6 +59,18 @@ class MemorySection(_Section):
     #: SQLCipher key for a SQLite file (extra ``encryption``); else ``HAROMBE_DB_KEY`` is used.
     encryption_key: str | None = Field(default=None, repr=False)
 
+    @field_validator("encryption_key")
+    @classmethod
+    def _real_key(cls, value: str | None) -> str | None:
+        # An empty key (an unset secret substituted into the file) would otherwise mean a
+        # silently unencrypted database.
+        if value == "":
+            raise ValueError(
+                "is empty: give the real key, or remove encryption_key (and unset "
+                "HAROMBE_DB_KEY) for an unencrypted database"
+            )
+        return value
+
     @field_validator("storage_path")
     @classmethod
     def _expand(cls, value: str) -> str:
@@ -64,7 +83,10 @@ class VectorStoreSection(_Section):
     """``vector_store:``: the derived semantic index (rebuildable from the messages)."""
 
     enabled: bool = True
-    provider: Literal["chroma"] = "chroma"
+    #: ``database``: the vectors inside the database (SQLite searched exactly, pgvector on
+    #: PostgreSQL); ``chroma``: a ChromaDB index (``mode``, ``path``, ``host``, ``port`` and
+    #: ``collection`` apply to it); ``pgvector``: PostgreSQL's, named explicitly.
+    provider: Literal["database", "chroma", "pgvector"] = "database"
     mode: Literal["persistent", "memory", "http"] = "persistent"
     path: str | None = None
     host: str = "127.0.0.1"
@@ -78,6 +100,16 @@ class VectorStoreSection(_Section):
     @classmethod
     def _expand(cls, value: str | None) -> str | None:
         return None if value is None else str(Path(value).expanduser())
+
+    @model_validator(mode="after")
+    def _chroma_when_configured(self) -> VectorStoreSection:
+        """A block that configures Chroma (a server, an in-memory or a placed collection)
+        without naming a provider means Chroma, as it did before the in-database default."""
+        chroma_keys = {"mode", "path", "host", "port", "collection"}
+        if "provider" not in self.model_fields_set and chroma_keys & self.model_fields_set:
+            object.__setattr__(self, "provider", "chroma")
+            self.model_fields_set.add("provider")
+        return self
 
 
 class RagSection(_Section):

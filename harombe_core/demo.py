@@ -249,7 +249,7 @@ def run_demo(
     if semantic:
         console.print(
             "Loading the bundled embedding model (all-MiniLM-L6-v2, offline; the first run on "
-            "a machine also converts it for ONNX Runtime, once, which can take half a minute)…"
+            "a machine also builds it for ONNX Runtime, once, in a few seconds)…"
         )
     manager, note = _open(path, semantic)
     with manager:

@@ -10,6 +10,8 @@ recover. The tree::
     │   ├── InputTooLargeError                     any stored field over its size limit
     │   │   └── MessageTooLargeError               (also an InvalidMessageError)
     │   ├── InvalidBudgetError                     negative or non-integer token budget
+    │   ├── UnencryptedIndexError                  an encryption key with an index kept
+    │   │                                          outside the database (Chroma)
     │   └── ThreadRuleError                        a thread graph breaks a threading rule
     ├── ConfigError (also ValueError)              YAML/dict configuration that does not validate
     ├── SessionNotFoundError (also KeyError)       a session that must exist does not (export,
@@ -28,6 +30,8 @@ recover. The tree::
     │   ├── EncryptionKeyError                     wrong or missing key for an encrypted file
     │   ├── MigrationError                         a migration's destination differs from its
     │   │                                          source (or already holds other data)
+    │   ├── UnsafeCheckpointError                  a stored checkpoint row names a type that is
+    │   │                                          not allowed to be revived (or is a pickle)
     │   └── VectorIndexError                       the derived vector index failed; messages safe
     │       └── VectorIndexBusyError               another process holds the vector index folder
     ├── EmbeddingError                             the embedder failed or returned bad vectors
@@ -48,6 +52,7 @@ import shlex
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 __all__ = [
     "ConfigError",
@@ -76,6 +81,8 @@ __all__ = [
     "StoreUnavailableError",
     "SummarizationError",
     "ThreadRuleError",
+    "UnencryptedIndexError",
+    "UnsafeCheckpointError",
     "VectorIndexBusyError",
     "VectorIndexError",
 ]
@@ -146,6 +153,11 @@ class InvalidBudgetError(InvalidInputError):
 
 class ThreadRuleError(InvalidInputError):
     """A thread graph breaks a threading rule (the message says which and where)."""
+
+
+class UnencryptedIndexError(InvalidInputError):
+    """An encrypted database was asked to keep its vectors in an index the key cannot cover
+    (Chroma's folder or server): refused, so nothing of it is written in the clear."""
 
 
 class ConfigError(HarombeError, ValueError):
@@ -227,13 +239,39 @@ class MissingExtraError(HarombeError, ImportError):
     """
 
     def __init__(self, feature: str, extra: str, module: str, *, install: str = "") -> None:
-        command = install or f"pip install 'harombe-memory[{extra}]'"
+        command = install or install_command(extra)
         super().__init__(
             f"{feature} needs the '{module}' package, which is not installed. "
             f"Install it with: {command}"
         )
         self.extra = extra
         self.module = module
+
+
+def install_command(extra: str) -> str:
+    """The pip command that adds ``extra`` where this harombe is: ``pip install -e '.[x]'`` in a
+    clone of the repository (the path instead of ``.`` from another folder), else
+    ``pip install 'harombe-memory[x]'``. A newcomer who cloned the repository and ran
+    ``pip install -e`` gets a command that works there, not one that fetches a second copy."""
+    root = _clone_root()
+    if root is None:
+        return f"pip install 'harombe-memory[{extra}]'"
+    try:
+        here = Path.cwd().resolve() == root
+    except OSError:
+        here = False
+    where = "." if here else str(root)
+    return f"pip install -e '{where}[{extra}]'"
+
+
+def _clone_root() -> Path | None:
+    """The repository folder harombe runs from, or None when it is installed as a package."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        project = (root / "pyproject.toml").read_text(encoding="utf-8")
+    except OSError:
+        return None
+    return root if 'name = "harombe-memory"' in project else None
 
 
 @contextmanager
@@ -290,6 +328,20 @@ class EncryptionKeyError(StoreError):
 
 class MigrationError(StoreError):
     """The destination does not match the source (or holds a different session of the same id)."""
+
+
+class UnsafeCheckpointError(StoreError):
+    """A stored checkpoint row would revive a type nobody allowed (or is a pickle).
+
+    Reviving a row calls the constructor it names, so a row someone crafted could run any code
+    on read. Only the types LangGraph itself writes and those the application allow-lists are
+    revived; the message names the type and how to allow it, and nothing was constructed.
+    ``type_name`` is ``"module.Name"`` (or the row's serialisation tag for a pickle).
+    """
+
+    def __init__(self, message: str, *, type_name: str = "", fix: Fix | None = None) -> None:
+        super().__init__(message, fix=fix)
+        self.type_name = type_name
 
 
 class VectorIndexError(StoreError):

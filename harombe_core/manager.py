@@ -14,12 +14,12 @@ import logging
 import os
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import UTC, datetime, timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from harombe_core.context import ContextBuilder
 from harombe_core.derive import converted, forwarded, in_thread, part_property
+from harombe_core.erasing import delete_user_sessions, erase, prune_cutoff
 from harombe_core.errors import InvalidInputError
 from harombe_core.flows import Call, Flow, Work, twins
 from harombe_core.manager_search import Searcher
@@ -38,7 +38,6 @@ from harombe_core.validate import (
     check_id,
     check_list,
     check_location,
-    check_number,
     optional_count,
     optional_id,
     optional_number,
@@ -69,6 +68,9 @@ def open_store(
     them (:mod:`harombe_core.store.sqlite_file`). ``encryption_key`` (else ``HAROMBE_DB_KEY``)
     encrypts a SQLite file with SQLCipher; every opener of one file must pass the same key.
     """
+    from harombe_core.store.encryption import check_key
+
+    check_key(encryption_key)  # an empty key is refused wherever the store lives
     if isinstance(storage_path, MessageStore):
         return storage_path
     location = check_location(storage_path)
@@ -91,8 +93,10 @@ class MemoryManager(ClosesOnExit):
 
     ``storage_path`` is a SQLite file (``~`` expanded; ``":memory:"`` for a throwaway store) or a
     ``postgresql://`` URL. ``embedding`` and ``vector_store`` choose semantic memory: the default
-    is the bundled all-MiniLM-L6-v2 model with an embedded ChromaDB beside the database; pass
-    ``None`` for either to keep only the store and its keyword index.
+    is the bundled all-MiniLM-L6-v2 model with its vectors kept in the database itself
+    (``vector_store="database"``: SQLite searched exactly, pgvector on PostgreSQL);
+    ``vector_store="chroma"`` adds a ChromaDB index (extra ``chroma``) for large corpora searched
+    across users; pass ``None`` for either to keep only the store and its keyword index.
 
     The manager composes its parts: the store; a :class:`~harombe_core.manager_search.Searcher`
     (the semantic memory, the :class:`~harombe_core.retrieval.Retriever` over it, reindexing);
@@ -106,7 +110,7 @@ class MemoryManager(ClosesOnExit):
         *,
         max_history_tokens: int = 4096,
         embedding: Any = "default",
-        vector_store: Any = "chroma",
+        vector_store: Any = "database",
         token_counter: Any = "exact",
         config: MemoryConfig | None = None,
         encryption_key: str | None = None,
@@ -121,16 +125,26 @@ class MemoryManager(ClosesOnExit):
                     f"config must be a MemoryConfig, got {type(config).__name__}; build one "
                     "with harombe_core.config.load_config(path_or_dict)."
                 )
-        if encryption_key is not None and not isinstance(encryption_key, str):
-            raise InvalidInputError(
-                f"encryption_key must be a str, got {type(encryption_key).__name__}."
-            )
+        if config is not None and vector_store == "database":
+            vector_store = config.vector_store.provider  # the configured index, if any
+        if encryption_key is not None:
+            from harombe_core.store.encryption import check_key
+
+            check_key(encryption_key)  # refused before anything is created
         semantic = embedding is not None and vector_store is not None
         if semantic:
             # A missing extra is reported before the database is created, not after.
+            from harombe_core.store.encryption import resolve_key
             from harombe_core.vectors.indexer import check_semantic_parts
 
-            check_semantic_parts(embedding, vector_store, storage_path, config)
+            check_semantic_parts(
+                embedding,
+                vector_store,
+                storage_path,
+                config,
+                encrypted=not isinstance(storage_path, MessageStore)
+                and resolve_key(encryption_key) is not None,
+            )
         self._store = open_store(storage_path, encryption_key=encryption_key)
         self._closed = False
         memory: Any = None
@@ -203,6 +217,14 @@ class MemoryManager(ClosesOnExit):
         """True when messages are embedded and searchable by meaning."""
         return self._semantic is not None
 
+    @property
+    def vector_store(self) -> str | None:
+        """The vector store semantic search uses, as it was named: ``"database"`` (the
+        default: the vectors inside the database), ``"chroma"``, ``"pgvector"``, ``"custom"``
+        for an index object; None when semantic search is off."""
+        semantic = self._semantic
+        return None if semantic is None else semantic.vector_store
+
     def __repr__(self) -> str:
         """Where the memory lives and whether it searches by meaning; no I/O, so it is safe
         on a closed manager and costs nothing on a large store."""
@@ -212,10 +234,11 @@ class MemoryManager(ClosesOnExit):
             parts.append("semantic=off")
         else:
             index = semantic.index  # None until opened (or for a read-only store)
+            name = "database" if semantic.in_database else None if index is None else index.name
             parts += [
                 "semantic=on",
                 f"embedding={semantic.embedder.name!r}",
-                f"vector_store={None if index is None else index.name!r}",
+                f"vector_store={name!r}",
             ]
         parts.append(f"max_history_tokens={self.max_history_tokens}")
         if self._closed:
@@ -385,46 +408,44 @@ class MemoryManager(ClosesOnExit):
 
     list_sessions, alist_sessions = twins(_list_sessions)
 
-    def _forget(self, session_ids: list[str]) -> Flow[None]:
-        """Drop the vectors of deleted sessions (nothing to do without semantic memory)."""
-        if session_ids and self._semantic is not None:
-            yield Work(self._semantic.forget_sessions, session_ids)
-
-    def _drop(self, store_method: str, session_id: str, user_id: str | None) -> Flow[Any]:
-        """Delete a session's rows with ``store_method``, then the vectors of what went."""
+    def _drop(self, delete: Callable[[str], T], session_id: str, user_id: str | None) -> Flow[T]:
+        """Delete a session's rows with the store's ``delete``, and the vectors of what went."""
         yield from named_owner(self._store, session_id, user_id)
-        gone = yield self._call(store_method, check_id(session_id, "session_id"))
-        yield from self._forget([session_id] if gone else [])
-        return gone
+        sid = check_id(session_id, "session_id")
+        return (yield Work(erase, self._semantic, lambda: delete(sid), lambda g: [sid] * bool(g)))
 
     def _delete_session(self, session_id: str, *, user_id: str | None = None) -> Flow[bool]:
         """Delete a session and all its messages (and their vectors). True if it existed.
-
-        With ``user_id``, only that user's session (else SessionOwnershipError)."""
-        return bool((yield from self._drop("delete_session", session_id, user_id)))
+        Once it returns no search finds them; once the store is closed no byte of them is left
+        in its files (docs/deletion.md). With ``user_id``, only that user's session."""
+        return bool((yield from self._drop(self._store.delete_session, session_id, user_id)))
 
     delete_session, adelete_session = twins(_delete_session)
 
     def _clear_session(self, session_id: str, *, user_id: str | None = None) -> Flow[int]:
         """Delete a session's messages but keep the session; returns how many were removed.
-
         With ``user_id``, only that user's session (else SessionOwnershipError)."""
-        return int((yield from self._drop("clear_session", session_id, user_id)))
+        return int((yield from self._drop(self._store.clear_session, session_id, user_id)))
 
     clear_session, aclear_session = twins(_clear_session)
 
     def _prune_old_sessions(self, days: float) -> Flow[int]:
         """Delete sessions with no activity in the last ``days`` days; returns how many."""
-        # Beyond ~8,000 years nothing can be older; the cutoff stops at the first storable time.
-        span = check_number(days, "days", low=0, high=3_000_000)
-        now = datetime.now(UTC)
-        oldest = datetime.min.replace(tzinfo=UTC)
-        cutoff = oldest if span >= (now - oldest).days else now - timedelta(days=span)
-        removed: list[str] = yield self._call("delete_sessions_before", cutoff)
-        yield from self._forget(removed)
-        return len(removed)
+        cutoff, store = prune_cutoff(days), self._store
+        gone = yield Work(erase, self._semantic, lambda: store.delete_sessions_before(cutoff), list)
+        return len(gone)
 
     prune_old_sessions, aprune_old_sessions = twins(_prune_old_sessions)
+
+    def _forget_user(self, user_id: str) -> Flow[int]:
+        """Delete everything of ``user_id`` (GDPR erasure) in one transaction, erased as
+        :meth:`delete_session` erases: sessions, messages, vectors, keyword entries, summaries,
+        checkpoints (not LangGraph store items: no user owns them). Returns sessions deleted."""
+        uid, store = check_id(user_id, "user_id"), self._store
+        gone = yield Work(erase, self._semantic, lambda: delete_user_sessions(store, uid), list)
+        return len(gone)
+
+    forget_user, aforget_user = twins(_forget_user)
 
     # messages -----------------------------------------------------------------------------
     def _write(
@@ -446,6 +467,8 @@ class MemoryManager(ClosesOnExit):
         ids: list[int] = yield self._call(
             "add_messages", session_id, prepared, user_id=user_id, **extra
         )
+        if doomed and self._semantic is not None:
+            yield Work(self._semantic.forget_messages, doomed)
         if self._semantic is not None and prepared:
             self._semantic.notify()  # wakes the background embedder: never blocks
         return ids
@@ -635,19 +658,19 @@ class MemoryManager(ClosesOnExit):
         self._semantic.notify()
 
     def _flush(self, timeout: float | None = None, *, progress: Progress = None) -> Flow[None]:
-        """Block until every saved message is embedded and searchable (no-op without semantic).
-
-        Messages are embedded in the background as they are saved (or imported, or found
-        unembedded when the store opens); until then search finds them by their keywords.
-        ``progress``: ``None`` shows a bar on stderr when it is a terminal and the backlog is
-        large, ``True`` always, ``False`` never; a callable ``progress(done, total)`` is called
-        as batches complete. Raises EmbeddingError if the model fails or ``timeout`` (seconds)
-        passes first.
-        """
+        """Block until every saved message is in the keyword index and (with semantic memory)
+        embedded (both run in the background), so searches then repeat exactly, whatever the
+        indexers had done. ``progress``: ``None`` shows a bar on stderr when it is a terminal
+        and the backlog is large, ``True`` always, ``False`` never; a callable ``progress(done,
+        total)`` is called as batches complete. Raises EmbeddingError if the model fails or
+        ``timeout`` (seconds) passes first."""
         check_progress(progress)
         timeout = optional_number(timeout, "timeout", low=0, high=MAX_WAIT_SECONDS)
         if self._semantic is not None:
             yield Work(self._semantic.flush, timeout, progress=progress)
+        keywords = getattr(self._store, "index_keywords", None)  # SQLite indexes in background
+        if keywords is not None:
+            yield Work(keywords)
 
     flush, aflush = twins(_flush)
 

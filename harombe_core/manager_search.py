@@ -181,7 +181,7 @@ class Searcher:
         batch_size: int = 100,
         *,
         embedding: Any = None,
-        vector_store: Any = "chroma",
+        vector_store: Any = "database",
         progress: Progress = True,
         reembed: bool = False,
     ) -> Flow[dict[str, int]]:
@@ -227,6 +227,6 @@ class Searcher:
         if self.semantic is None:
             raise InvalidInputError(
                 f"{what} needs semantic memory; open the MemoryManager with "
-                "embedding='default' (and vector_store='chroma')."
+                "embedding='default' (and a vector_store, 'database' by default)."
             )
         return self.semantic

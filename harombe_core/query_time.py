@@ -65,8 +65,41 @@ _RELATIVE = re.compile(
 _COUNTS = {"a": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6}
 
 
+#: The ends of representable time: a range that would reach past them stops there.
+_FIRST = datetime.min.replace(tzinfo=UTC)
+_LAST = datetime.max.replace(tzinfo=UTC)
+_ALL_DAYS = (_LAST - _FIRST).days + 1
+
+
 def _utc(value: datetime) -> datetime:
-    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    if value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:  # year 1 east of UTC, or year 9999 west of it
+        return _FIRST if value.year == 1 else _LAST
+
+
+def _shift(moment: datetime, delta: timedelta) -> datetime:
+    """``moment + delta``, stopping at the first or last representable moment.
+
+    Stored times may be anything from year 1 to 9999 (9999-12-31 is a common "no end" marker),
+    and so may ``now``: a range next to either end is cut there instead of overflowing.
+    """
+    try:
+        return moment + delta
+    except OverflowError:
+        return _LAST if delta > timedelta(0) else _FIRST
+
+
+def _month_start(index: int) -> datetime:
+    """The first moment of month ``index`` (``year * 12 + month - 1``), cut to the ends."""
+    year, month = divmod(index, 12)
+    if year < 1:
+        return _FIRST
+    if year > 9999:
+        return _LAST
+    return datetime(year, month + 1, 1, tzinfo=UTC)
 
 
 def _day(year: int, month: int, day: int, any_year: bool) -> TimeRange | None:
@@ -74,32 +107,29 @@ def _day(year: int, month: int, day: int, any_year: bool) -> TimeRange | None:
         start = datetime(year, month, day, tzinfo=UTC)
     except ValueError:
         return None
-    return TimeRange(start, start + timedelta(days=1), any_year)
+    return TimeRange(start, _shift(start, timedelta(days=1)), any_year)
 
 
 def _month(year: int, month: int, any_year: bool) -> TimeRange:
-    start = datetime(year, month, 1, tzinfo=UTC)
-    end = datetime(year + month // 12, month % 12 + 1, 1, tzinfo=UTC)
-    return TimeRange(start, end, any_year)
-
-
-def _months_back(moment: datetime, count: int) -> datetime:
-    index = moment.year * 12 + moment.month - 1 - count
-    return moment.replace(year=index // 12, month=index % 12 + 1, day=1)
+    index = year * 12 + month - 1
+    return TimeRange(_month_start(index), _month_start(index + 1), any_year)
 
 
 def _period(today: datetime, unit: str, back: int) -> TimeRange:
-    """The calendar ``unit`` (day, week, month, year) ``back`` units before today's."""
-    if unit == "day":
-        start = today - timedelta(days=back)
-        return TimeRange(start, start + timedelta(days=1))
-    if unit == "week":
-        start = today - timedelta(weeks=back, days=today.weekday())
-        return TimeRange(start, start + timedelta(weeks=1))
+    """The calendar ``unit`` (day, week, month, year) ``back`` units before today's (empty
+    when it lies wholly before year 1)."""
+    if unit in ("day", "week"):
+        length = timedelta(days=1) if unit == "day" else timedelta(weeks=1)
+        back_to_start = back * length + (
+            timedelta(days=today.weekday()) if unit == "week" else timedelta(0)
+        )
+        # The end from today, not from the start: the start may have been cut at year 1.
+        return TimeRange(_shift(today, -back_to_start), _shift(today, length - back_to_start))
+    month = today.year * 12 + today.month - 1
     if unit == "month":
-        return TimeRange(_months_back(today, back), _months_back(today, back - 1))
-    start = today.replace(year=today.year - back, month=1, day=1)
-    return TimeRange(start, start.replace(year=start.year + 1))
+        return TimeRange(_month_start(month - back), _month_start(month - back + 1))
+    year = (today.year - back) * 12
+    return TimeRange(_month_start(year), _month_start(year + 12))
 
 
 def _relative(text: str, now: datetime) -> TimeRange:
@@ -156,19 +186,18 @@ def query_time_ranges(query: str, now: datetime | None = None) -> list[TimeRange
     for match in _YEAR_ONLY.finditer(query):
         if claim(match):
             year = int(match.group(1))
-            found.append(
-                TimeRange(datetime(year, 1, 1, tzinfo=UTC), datetime(year + 1, 1, 1, tzinfo=UTC))
-            )
+            found.append(TimeRange(_month_start(year * 12), _month_start(year * 12 + 12)))
     for match in _RELATIVE.finditer(query):
         if claim(match):
             found.append(_relative(match.group(1), reference))
-    return found
+    return [r for r in found if r.start < r.end]  # a period wholly before year 1 names nothing
 
 
 def in_ranges(when: datetime, ranges: list[TimeRange], slack_days: float = 0.0) -> bool:
     """Whether ``when`` falls in one of ``ranges``, each extended ``slack_days`` past its end."""
     moment = _utc(when)
-    slack = timedelta(days=slack_days)
+    # More than all of representable time is all of it (an infinite slack included).
+    slack = timedelta(days=slack_days if slack_days <= _ALL_DAYS else _ALL_DAYS)
     for span in ranges:
         start, end = span.start, span.end
         if span.any_year:
@@ -180,9 +209,9 @@ def in_ranges(when: datetime, ranges: list[TimeRange], slack_days: float = 0.0) 
                     moved = start.replace(year=year), end.replace(year=end.year + shift)
                 except ValueError:  # 29 February in a year without one
                     continue
-                if moved[0] <= moment < moved[1] + slack:
+                if moved[0] <= moment < _shift(moved[1], slack):
                     return True
             continue
-        if start <= moment < end + slack:
+        if start <= moment < _shift(end, slack):
             return True
     return False

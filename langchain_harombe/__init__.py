@@ -12,6 +12,7 @@ from harombe_core.lazy import lazy_attributes as _lazy_attributes
 
 if TYPE_CHECKING:
     from langchain_harombe.checkpoint import HarombeSaver
+    from langchain_harombe.checkpoint_serde import HarombeSerializer
     from langchain_harombe.convert import LC_KEY, from_langchain, to_langchain
     from langchain_harombe.embeddings import LangChainEmbedder
     from langchain_harombe.history import (
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
 
 _LAZY: dict[str, str] = {
     "HarombeSaver": "langchain_harombe.checkpoint",
+    "HarombeSerializer": "langchain_harombe.checkpoint_serde",
     "LC_KEY": "langchain_harombe.convert",
     "from_langchain": "langchain_harombe.convert",
     "to_langchain": "langchain_harombe.convert",
@@ -51,6 +53,7 @@ __all__ = [
     "HarombeMemoryMiddleware",
     "HarombeRetriever",
     "HarombeSaver",
+    "HarombeSerializer",
     "HarombeStore",
     "LangChainEmbedder",
     "RecordingChatModel",

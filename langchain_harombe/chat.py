@@ -369,7 +369,7 @@ def run_chat(
     manager = MemoryManager(
         db if memory else ":memory:",
         embedding=embedding if semantic else None,
-        vector_store="chroma" if semantic else None,
+        vector_store="database" if semantic else None,
     )
 
     def read(prompt: str) -> str:

@@ -73,10 +73,10 @@ from langgraph.checkpoint.base import (
     Checkpoint,
     CheckpointMetadata,
     CheckpointTuple,
-    get_checkpoint_id,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
+from harombe_core.checkpoint_safety import AllowList
 from harombe_core.errors import InvalidInputError
 from harombe_core.manager import MemoryManager
 from harombe_core.store.closing import ClosesOnExit
@@ -87,11 +87,14 @@ from langchain_harombe.checkpoint_rows import (
     PutPlan,
     assemble,
     checked_id,
+    checked_namespace,
     checkpoint_config,
+    checkpoint_id_of,
     config_user,
     plan_put,
     thread_key,
 )
+from langchain_harombe.checkpoint_serde import HarombeSerializer
 from langchain_harombe.checkpoint_sql import CheckpointTables, Loaded, mirror_from_json
 from langchain_harombe.history import resolve_manager
 
@@ -119,7 +122,13 @@ class HarombeSaver(ClosesOnExit, BaseCheckpointSaver[str]):
             it has semantic memory), or
         storage_path: a database path or ``postgresql://`` URL (the saver then opens its own
             manager, without semantic memory unless ``manager_options`` says otherwise).
-        serde: LangGraph serializer (default: ``JsonPlusSerializer``).
+        serde: LangGraph serializer (default: :class:`~langchain_harombe.checkpoint_serde.
+            HarombeSerializer`, which revives only LangGraph's own types and allowed ones; a
+            serializer passed here is used as it is, LangGraph's permissive one included).
+        allowed_msgpack_modules: Types of the application's own state to revive besides
+            LangGraph's, as ``(module, name)`` pairs or classes (LangGraph's name for it; see
+            ``docs/checkpoint-safety.md``). Any other type a stored row names is refused with
+            :class:`~harombe_core.errors.UnsafeCheckpointError`.
         messages_key: The channel whose message list is the thread's conversation.
         cache_bytes: Bound of the in-process memory of serialised messages (shared by threads).
     """
@@ -130,11 +139,19 @@ class HarombeSaver(ClosesOnExit, BaseCheckpointSaver[str]):
         *,
         storage_path: str | os.PathLike[str] | None = None,
         serde: SerializerProtocol | None = None,
+        allowed_msgpack_modules: AllowList = None,
         messages_key: str = "messages",
         manager_options: dict[str, Any] | None = None,
         cache_bytes: int = 64 * 1024 * 1024,
     ) -> None:
-        super().__init__(serde=serde)
+        if serde is not None and allowed_msgpack_modules is not None:
+            raise InvalidInputError(
+                "pass allowed_msgpack_modules to your serializer, not beside it: "
+                "HarombeSaver(serde=HarombeSerializer(allowed_msgpack_modules=[...]))."
+            )
+        super().__init__(
+            serde=serde or HarombeSerializer(allowed_msgpack_modules=allowed_msgpack_modules)
+        )
         if not isinstance(messages_key, str) or not messages_key:
             raise InvalidInputError("messages_key must be a non-empty str (a channel name).")
         # A checkpointer's own manager stays keyword-only unless asked: a graph step must not
@@ -243,7 +260,7 @@ class HarombeSaver(ClosesOnExit, BaseCheckpointSaver[str]):
         if not writes:
             return None
         thread_id, namespace = thread_key(config)
-        checkpoint_id = get_checkpoint_id(config)
+        checkpoint_id = checkpoint_id_of(config)
         if not checkpoint_id:
             raise InvalidInputError(
                 "put_writes needs the config of a stored checkpoint (with checkpoint_id)."
@@ -276,8 +293,7 @@ class HarombeSaver(ClosesOnExit, BaseCheckpointSaver[str]):
     # reads --------------------------------------------------------------------------------
     def _get_args(self, config: RunnableConfig) -> tuple[str, str, str | None, str | None]:
         thread_id, namespace = thread_key(config)
-        checkpoint_id = get_checkpoint_id(config)
-        return thread_id, namespace, checkpoint_id and str(checkpoint_id), config_user(config)
+        return thread_id, namespace, checkpoint_id_of(config), config_user(config)
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint ``config`` names (or the thread's newest), with its pending writes."""
@@ -307,11 +323,11 @@ class HarombeSaver(ClosesOnExit, BaseCheckpointSaver[str]):
             if configurable.get("thread_id") is not None:
                 filters["thread_id"] = checked_id(configurable["thread_id"], "thread_id")
             if configurable.get("checkpoint_ns") is not None:
-                filters["checkpoint_ns"] = str(configurable["checkpoint_ns"])
-            if checkpoint_id := get_checkpoint_id(config):
-                filters["checkpoint_id"] = str(checkpoint_id)
-        if before is not None and (before_id := get_checkpoint_id(before)):
-            filters["before"] = str(before_id)
+                filters["checkpoint_ns"] = checked_namespace(configurable["checkpoint_ns"])
+            if checkpoint_id := checkpoint_id_of(config):
+                filters["checkpoint_id"] = checkpoint_id
+        if before is not None and (before_id := checkpoint_id_of(before)):
+            filters["before"] = before_id
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
             raise InvalidInputError(f"limit must be an int or None, got {limit!r}.")
         matches = None

@@ -39,12 +39,14 @@ from langgraph.checkpoint.base import (
     Checkpoint,
     CheckpointMetadata,
     CheckpointTuple,
+    get_checkpoint_id,
     get_serializable_checkpoint_metadata,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from harombe_core.errors import InvalidInputError
+from harombe_core.validate import check_id
 
 __all__ = [
     "HASH_SIZE",
@@ -55,7 +57,9 @@ __all__ = [
     "Serialised",
     "assemble",
     "checked_id",
+    "checked_namespace",
     "checkpoint_config",
+    "checkpoint_id_of",
     "config_user",
     "load_messages",
     "message_array",
@@ -131,6 +135,27 @@ def checked_id(value: Any, what: str) -> str:
         raise InvalidInputError(
             f"{what} must be 1 to 512 characters without NUL bytes, got {text!r:.80}."
         )
+    return check_id(text, what)  # and valid Unicode (a lone surrogate cannot be stored)
+
+
+def checkpoint_id_of(config: RunnableConfig | None) -> str | None:
+    """The checkpoint id a config names (None when it names none), checked as an id."""
+    value = get_checkpoint_id(config) if config is not None else None
+    return None if not value else checked_id(value, "checkpoint_id")
+
+
+def checked_namespace(value: Any) -> str:
+    """A ``checkpoint_ns`` ("" for the main graph): text that can be stored."""
+    text = str(value or "")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidInputError(
+            f"checkpoint_ns is not valid Unicode text ({exc.reason} at position {exc.start}); "
+            "pass the namespace LangGraph gave (configurable['checkpoint_ns'])."
+        ) from None
+    if "\x00" in text:
+        raise InvalidInputError("checkpoint_ns must not contain NUL bytes.")
     return text
 
 
@@ -142,8 +167,8 @@ def thread_key(config: RunnableConfig) -> tuple[str, str]:
             "a checkpointer needs a thread: invoke the graph with "
             "config={'configurable': {'thread_id': '...'}}."
         )
-    namespace = configurable.get("checkpoint_ns") or ""
-    return checked_id(configurable["thread_id"], "thread_id"), str(namespace)
+    namespace = checked_namespace(configurable.get("checkpoint_ns"))
+    return checked_id(configurable["thread_id"], "thread_id"), namespace
 
 
 def config_user(config: RunnableConfig | None) -> str | None:
@@ -432,7 +457,6 @@ def plan_put(
 ) -> PutPlan:
     """Serialise a checkpoint into the rows a put writes (no I/O)."""
     thread_id, namespace = thread_key(config)
-    configurable = config["configurable"]
     inline: dict[str, Any] = {}
     plan_blobs: list[tuple[str, str, str, bytes | None]] = []
     lists: dict[str, MessageList] = {}
@@ -462,8 +486,8 @@ def plan_put(
     return PutPlan(
         thread_id=thread_id,
         namespace=namespace,
-        checkpoint_id=str(checkpoint["id"]),
-        parent_id=configurable.get("checkpoint_id"),
+        checkpoint_id=checked_id(checkpoint["id"], "checkpoint id"),
+        parent_id=checkpoint_id_of(config),
         run_id=None if run_id is None else str(run_id),
         user_id=config_user(config),
         type=type_,

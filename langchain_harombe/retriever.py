@@ -19,7 +19,7 @@ from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict, Field, PrivateAttr, field_validator
 
-from harombe_core.errors import InvalidInputError
+from harombe_core.errors import InvalidInputError, install_command
 from harombe_core.export.hits import hit_metadata
 from harombe_core.manager import MemoryManager
 from harombe_core.models import SearchHit
@@ -127,8 +127,8 @@ class HarombeRetriever(BaseRetriever):
             if not manager.semantic_enabled:
                 raise InvalidInputError(
                     f"search_type={self.search_type!r} needs semantic memory, which this "
-                    "manager does not have; open it with embedding='default' (pip install "
-                    "'harombe-memory[st,chroma]') or use search_type='hybrid' (keyword only)."
+                    "manager does not have; open it with embedding='default' "
+                    f"({install_command('onnx')}) or use search_type='hybrid' (keyword only)."
                 )
             if self.search_type == "similarity":
                 options["keyword_weight"] = 0.0

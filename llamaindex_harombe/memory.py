@@ -70,7 +70,7 @@ _CONTEXT_RATIO = 0.75  # LlamaIndex's share of an LLM's context window given to 
 #: all-MiniLM-L6-v2 with an embedded Chroma index beside the database. ``embedding=None`` keeps
 #: keyword search only.
 DEFAULT_EMBEDDING = "default"
-DEFAULT_VECTOR_STORE = "chroma"
+DEFAULT_VECTOR_STORE = "database"
 
 
 def embedding_field() -> Any:
@@ -141,9 +141,11 @@ def describe_manager(manager: MemoryManager) -> tuple[str, Any, Any]:
     location = manager.store.location
     if not manager.semantic_enabled:
         return location, None, None
+    named = manager.vector_store
+    vector_store = named if named in ("database", "chroma", "pgvector") else DEFAULT_VECTOR_STORE
     if isinstance(manager.embedder, LlamaIndexEmbedder):
-        return location, LLAMAINDEX_EMBEDDING, DEFAULT_VECTOR_STORE
-    return location, DEFAULT_EMBEDDING, DEFAULT_VECTOR_STORE
+        return location, LLAMAINDEX_EMBEDDING, vector_store
+    return location, DEFAULT_EMBEDDING, vector_store
 
 
 class HarombeMemory(BaseMemory):

@@ -133,4 +133,3 @@ class CachedEmbedder(BaseEmbedder):
 
     def __repr__(self) -> str:
         return f"CachedEmbedder({self.inner!r}, max_entries={self.max_entries})"
-

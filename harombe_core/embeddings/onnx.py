@@ -1,16 +1,18 @@
 """ONNX Runtime backend: the same sentence-transformers model, about twice as fast on CPU.
 
-The model is exported once from its local weights (``torch.onnx.export``, pooling and
-normalisation inside the graph), its attention and layer norms fused by onnxruntime's
-transformer optimizer, and cached on disk; after that only ``onnxruntime``,
+The model's graph is built once from its safetensors (:mod:`harombe_core.embeddings.onnx_graph`:
+BERT written op by op with onnxruntime's fused attention, layer norm and GELU, pooling and
+normalisation inside), with no torch, and cached on disk; after that only ``onnxruntime``,
 ``tokenizers`` and numpy run. Texts are tokenized with the model's own fast tokenizer, sorted
-by length and batched so little time goes on padding.
+by length and batched so little time goes on padding. A model that is not a BERT encoder is
+exported with torch instead, where torch is installed (the ``st`` extra).
 
 The cache (:func:`cache_dir`) holds one file per model, in a folder named by a hash of the
-model's content (weights, config, pooling, export version), so every virtual environment with
-the same model shares it. The plain export it is made from lives in a scratch folder that is
-removed once the final file is in place, and every file appears by an atomic rename: several
-processes converting at once each finish with a whole file, never a torn one.
+model's content (weights, config, pooling, build version), so every virtual environment with
+the same model shares it. Intermediate files live in a scratch folder that is removed once
+the final file is in place, and every file appears by an atomic rename: several processes
+building at once each finish with a whole file, never a torn one. The first build says so in
+a log line (it takes a few seconds; every later start reads the cached file).
 
 At full precision the vectors match sentence-transformers to float rounding (cosine > 0.9999),
 so the embedder keeps the model's name and an index built by either backend serves both.
@@ -43,7 +45,7 @@ __all__ = ["OnnxEmbedder", "cache_dir", "export_onnx", "onnx_available"]
 
 _log = logging.getLogger(__name__)
 
-_EXPORT_VERSION = "2"  # bump when the exported graph changes, so old caches are not reused
+_EXPORT_VERSION = "3"  # bump when the built graph changes, so old caches are not reused
 _INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
@@ -151,10 +153,12 @@ def _remove_stale_scratch(folder: Path) -> None:
 
 
 def export_onnx(model_dir: Path, target: Path, pooling: str = "mean") -> Path:
-    """Export ``model_dir`` (a Hugging Face BERT-style encoder) to ``target``.
+    """Export ``model_dir`` (a Hugging Face encoder) to ``target`` with torch.
 
-    The graph takes ``input_ids``, ``attention_mask``, ``token_type_ids`` and returns
-    ``embedding``: pooled and L2-normalised, so inference needs nothing but onnxruntime.
+    Only for models :func:`~harombe_core.embeddings.onnx_graph.build_bert_graph` cannot build
+    (not a BERT encoder); the bundled model never comes here. The graph takes ``input_ids``,
+    ``attention_mask``, ``token_type_ids`` and returns ``embedding``: pooled and
+    L2-normalised, so inference needs nothing but onnxruntime.
     Written to a temporary file and renamed, so a crash or a concurrent export never leaves a
     half-written model behind. Needs torch, transformers and onnx (only at export time).
     """
@@ -380,15 +384,40 @@ class OnnxEmbedder(BaseEmbedder):
             return target
         folder.mkdir(parents=True, exist_ok=True)
         _remove_stale_scratch(folder)
+        _log.warning(
+            "building the ONNX model of %s%s once (a few seconds; cached in %s)",
+            self._name,
+            " with int8 weights" if self.quantize else "",
+            folder,
+        )
         with tempfile.TemporaryDirectory(prefix=".convert-", dir=folder) as scratch:
-            raw = self._onnx_file or export_onnx(
-                self._model_dir, Path(scratch) / "model.raw.onnx", self._pooling
-            )
             if self.quantize:
                 # Quantised from the plain graph: the quantiser does not know the fused ops.
+                raw = self._onnx_file or self._build(Path(scratch), fused=False)
                 quantize_onnx(raw, target)
             else:
-                optimize_onnx(raw, target, self._model_dir)
+                built = self._build(Path(scratch), fused=True)
+                os.replace(built, target)
+        return target
+
+    def _build(self, scratch: Path, *, fused: bool) -> Path:
+        """The model's graph in ``scratch``: built from its safetensors without torch, or, for
+        a model that is not a BERT encoder, exported with torch where it is installed."""
+        import importlib.util
+
+        from harombe_core.embeddings.onnx_graph import build_bert_graph
+
+        target = scratch / "model.onnx"
+        try:
+            model = build_bert_graph(self._model_dir, self._pooling, fused=fused)
+        except EmbeddingError:
+            if importlib.util.find_spec("torch") is None:
+                raise
+            raw = export_onnx(self._model_dir, scratch / "model.raw.onnx", self._pooling)
+            return optimize_onnx(raw, target, self._model_dir) if fused else raw
+        import onnx
+
+        onnx.save(model, str(target))
         return target
 
     def _load(self) -> None:

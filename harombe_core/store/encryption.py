@@ -19,21 +19,55 @@ import sqlite3
 from collections.abc import Iterator
 from typing import Any
 
-from harombe_core.errors import InvalidInputError, MissingExtraError
+from harombe_core.errors import EncryptionKeyError, Fix, InvalidInputError, MissingExtraError
 
-__all__ = ["KEY_ENV", "connect", "resolve_key"]
+__all__ = ["KEY_ENV", "check_key", "connect", "resolve_key"]
 
 KEY_ENV = "HAROMBE_DB_KEY"
 
 
-def resolve_key(explicit: str | None) -> str | None:
-    """The key to use: the explicit one, else ``HAROMBE_DB_KEY``, else None (no encryption)."""
-    key = explicit if explicit is not None else os.environ.get(KEY_ENV)
-    if key is None or key == "":
+def check_key(key: object, *, from_env: bool = False) -> str | None:
+    """``key`` if it can encrypt a database (None: no encryption was asked for).
+
+    An empty key is refused, never read as "no encryption": ``os.environ.get(K, "")`` or an
+    unset secret in a deployment gives ``""``, and treating that as no key would write the
+    user's messages in plain text while they believe them encrypted. Raises
+    EncryptionKeyError for an empty key, InvalidInputError for a non-str or one with NUL.
+    """
+    if key is None:
         return None
     if not isinstance(key, str) or "\x00" in key:
-        raise InvalidInputError("encryption_key must be a non-empty str without NUL bytes.")
+        raise InvalidInputError(
+            f"encryption_key must be a non-empty str without NUL bytes, got {type(key).__name__}."
+        )
+    if key == "":
+        where = (
+            f"the environment variable {KEY_ENV} is set but empty"
+            if from_env
+            else "encryption_key is the empty string"
+        )
+        raise EncryptionKeyError(
+            f"{where}: an empty key cannot encrypt anything, and harombe will not write an "
+            "unencrypted database in its place.",
+            fix=Fix(
+                api=f"Pass the real key (check that the variable or secret you read it from is "
+                f"set), or pass encryption_key=None and unset {KEY_ENV} for an unencrypted "
+                "database.",
+                cli=f"Set {KEY_ENV} to the real key, or unset it (`unset {KEY_ENV}`) for an "
+                "unencrypted database.",
+            ),
+        )
     return key
+
+
+def resolve_key(explicit: str | None) -> str | None:
+    """The key to use: the explicit one, else ``HAROMBE_DB_KEY``, else None (no encryption).
+
+    An empty key, given or in the environment, raises EncryptionKeyError (see
+    :func:`check_key`)."""
+    if explicit is not None:
+        return check_key(explicit)
+    return check_key(os.environ.get(KEY_ENV), from_env=True)
 
 
 def _module() -> Any:

@@ -19,6 +19,7 @@ from harombe_core.errors import InvalidInputError
 from harombe_core.models import Message, Session
 from harombe_core.owners import check_owner
 from harombe_core.store.base import SearchScope, adjacent_ids_sql
+from harombe_core.store.erasure import mark_erased, relink_successors
 from harombe_core.store.rows import (
     MESSAGE_COLUMNS,
     SESSION_COLUMNS,
@@ -156,7 +157,10 @@ def delete_session(session_id: str) -> Op[bool]:
     check_id(session_id, "session_id")
 
     def body(d: Dialect) -> Body[bool]:
-        return (yield d.step("DELETE FROM sessions WHERE id = ?", (session_id,))).rowcount > 0
+        gone = (yield d.step("DELETE FROM sessions WHERE id = ?", (session_id,))).rowcount > 0
+        if gone:
+            yield from mark_erased(d)
+        return gone
 
     return Op(body, write=True)
 
@@ -166,7 +170,10 @@ def delete_sessions_before(cutoff: datetime) -> Op[list[str]]:
 
     def body(d: Dialect) -> Body[list[str]]:
         sql = "DELETE FROM sessions WHERE updated_at < ? RETURNING id"
-        return [r[0] for r in (yield d.step(sql, (limit,))).rows]
+        gone = [r[0] for r in (yield d.step(sql, (limit,))).rows]
+        if gone:
+            yield from mark_erased(d)
+        return gone
 
     return Op(body, write=True)
 
@@ -206,10 +213,16 @@ def add_messages(
             )
         ).rows
         check_owner(session_id, owner, owner_id)
-        removed = 0
+        removed: list[int] = []
         for chunk in _chunks(doomed):
-            sql = f"DELETE FROM messages WHERE session_id = ? AND id IN ({d.marks(len(chunk))})"
-            removed += (yield d.step(sql, (session_id, *chunk))).rowcount
+            sql = (
+                f"DELETE FROM messages WHERE session_id = ? AND id IN ({d.marks(len(chunk))}) "
+                "RETURNING id"
+            )
+            removed += [int(r[0]) for r in (yield d.step(sql, (session_id, *chunk))).rows]
+        if removed:  # nothing derived from the deleted messages may keep their words
+            yield from relink_successors(d, session_id, removed)
+            yield from mark_erased(d)
         context: str | None = None
         if d.name == "postgres":  # the keyword vector holds the turn each message answers
             sql = "SELECT content FROM messages WHERE session_id = ? ORDER BY id DESC LIMIT 1"
@@ -227,7 +240,7 @@ def add_messages(
             ids.append(int((yield d.step(sql, (session_id, *row, *extra))).rows[0][0]))
         yield d.step(
             "UPDATE sessions SET message_count = message_count + ? WHERE id = ?",
-            (len(rows) - removed, session_id),
+            (len(rows) - len(removed), session_id),
         )
         return ids
 
@@ -350,6 +363,8 @@ def clear_session(session_id: str) -> Op[int]:
     def body(d: Dialect) -> Body[int]:
         sql = "DELETE FROM messages WHERE session_id = ?"
         count = (yield d.step(sql, (session_id,))).rowcount
+        if count:
+            yield from mark_erased(d)
         yield d.step(
             "UPDATE sessions SET message_count = 0, summary = NULL, summary_json = NULL, "
             "summary_until_id = NULL WHERE id = ?",

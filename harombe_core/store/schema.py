@@ -199,6 +199,17 @@ MIGRATIONS: list[list[str]] = [
     # 5: partial indexes for the context strategies' O(window) reads (store/context_sql.py):
     # a session's important messages and whether it has any parent link.
     context_indexes("sqlite"),
+    # 6: a deleted session records the erasure its derived indexes owe (the keys of
+    # store/erasure.py), whichever code deleted it (the LangGraph checkpointer deletes threads
+    # in its own SQL). Not on messages: a row trigger would cost every bulk delete.
+    [
+        """CREATE TRIGGER sessions_erased AFTER DELETE ON sessions BEGIN
+            INSERT OR REPLACE INTO harombe_meta (key, value)
+                VALUES ('erased_keywords_pending', lower(hex(randomblob(16))));
+            INSERT OR REPLACE INTO harombe_meta (key, value)
+                VALUES ('erased_vectors_pending', lower(hex(randomblob(16))));
+        END""",
+    ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

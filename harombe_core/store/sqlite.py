@@ -37,6 +37,7 @@ from harombe_core.errors import SchemaTooNewError, StoreError
 from harombe_core.models import Message
 from harombe_core.store.base import KeywordHit, SearchScope
 from harombe_core.store.context_sql import ContextReads
+from harombe_core.store.erasure import ERASED_KEYWORDS, compact_keywords, owed
 from harombe_core.store.fts import (
     BM25_WEIGHTS,
     CONTEXT_SQL,
@@ -129,8 +130,13 @@ def _setup_file(file: SQLiteFile, *, retries: int) -> None:
 
 
 def _close_keywords(file: SQLiteFile, retries: int) -> None:
+    """Index what is left, and after a deletion leave none of the deleted text in the file:
+    FTS5's segments merged (:func:`~harombe_core.store.erasure.compact_keywords`), then the
+    WAL checkpointed into the file and truncated (its old page images held the text)."""
     keyword_indexer(file, retries).stop()
     catch_up(file, retries)
+    if file.snapshot(lambda c: owed(c, ERASED_KEYWORDS)) and file.write(compact_keywords, retries):
+        file.checkpoint()
 
 
 class SQLiteStore(StoreMethods, ContextReads):
@@ -189,6 +195,11 @@ class SQLiteStore(StoreMethods, ContextReads):
         process (a private one for ``":memory:"``): the identity to key what else belongs to
         the file, such as a semantic index, for as long as it stays open."""
         return self._file
+
+    @property
+    def encrypted(self) -> bool:
+        """True when the file is encrypted (SQLCipher): everything in it is covered by the key."""
+        return self._file.encrypted
 
     @property
     def read_only(self) -> bool:
@@ -330,6 +341,9 @@ class SQLiteStore(StoreMethods, ContextReads):
             split = split_tail([(r[3], r[-1]) for r in tail])
             kept = self._drop_common_words(words, split)
             match = fts_query(kept)
+            # The tail is scored with the index's counts read in this same snapshot, never
+            # cached ones: a message then scores exactly as it will once indexed.
+            counts = _exact_counts(c, kept) if tail else TermCounts()
             if scope is None or scope == SearchScope():
                 # Unscoped, FTS5 ranks and cuts on its own (rank MATCH picks the function):
                 # the messages table is only read for the rows returned.
@@ -381,9 +395,9 @@ class SQLiteStore(StoreMethods, ContextReads):
                     f"WHERE messages_fts MATCH ?{where}{id_range} ORDER BY rank LIMIT ?"
                 )
                 indexed = c.execute(sql, [match, *params, *range_params, limit]).fetchall()
-            return indexed, tail, split, kept
+            return indexed, tail, split, kept, counts
 
-        indexed, tail, split, kept = self._open_file().snapshot(search)
+        indexed, tail, split, kept, counts = self._open_file().snapshot(search)
         hits = [KeywordHit(row_to_message(r[:-1]), -float(r[-1])) for r in indexed]
         if tail:
             self._keywords.notify()  # a writer that stopped before indexing, or one lagging
@@ -395,9 +409,6 @@ class SQLiteStore(StoreMethods, ContextReads):
                     "only the newest %d of them. Open it once with write access to index them.",
                     self.location, TAIL_LIMIT, TAIL_LIMIT,
                 )
-            self._word_rows(kept)  # the terms' row counts, for their idf
-            with self._term_lock:
-                counts = self._term_counts
             scores = score_tail(split, kept, counts)
             hits += [
                 KeywordHit(row_to_message(r[:-1]), score)
@@ -613,6 +624,27 @@ def _session_spans(c: sqlite3.Connection, scope: SearchScope) -> list[tuple[int,
     if any(later[0] < earlier[1] for earlier, later in itertools.pairwise(found)):
         return None
     return found
+
+
+def _exact_counts(c: sqlite3.Connection, words: Sequence[str]) -> TermCounts:
+    """The keyword index's row and token totals and the row count of each term of ``words``,
+    read on ``c`` (in the caller's snapshot): what FTS5's bm25() would use now. Each count
+    reads that term's list of rows, as FTS5's own scoring of the term does."""
+    rows, tokens = index_totals(c)
+    # In the temp schema: nothing is written to the file, and a read-only file can have it.
+    c.execute(
+        "CREATE VIRTUAL TABLE IF NOT EXISTS temp.messages_fts_rows "
+        "USING fts5vocab(main, messages_fts, 'row')"
+    )
+    counts = TermCounts(rows=rows, tokens=tokens)
+    for word in words:
+        for term in index_terms(word):
+            if term not in counts.rows_of:
+                row = c.execute(
+                    "SELECT doc FROM temp.messages_fts_rows WHERE term = ?", (term,)
+                ).fetchone()
+                counts.rows_of[term] = int(row[0]) if row else 0
+    return counts
 
 
 def _fts_id_range(scope: SearchScope | None) -> tuple[str, list[Any]]:

@@ -7,8 +7,12 @@ Why it looks the way it does:
   file's real path (``~`` expanded, symlinks followed) in a reference-counted registry
   (:func:`open_file`). The file is checked once, by its first opener, and its connections close
   when the last opener closes. ``":memory:"`` databases are private to their opener.
-* Each thread gets its own connection (sqlite3 connections are not shareable across threads);
-  the async twins run on worker threads and so never block the event loop.
+* A thread holds a connection for the length of one operation (nested calls on the thread
+  reuse it), then gives it back to the file's pool of idle connections. Frameworks run each
+  step on a new worker thread (LangGraph's executor does): connecting per thread would pay the
+  connection's set-up on every step and keep one connection per thread that ever ran, so the
+  count of connections follows the most operations ever running at once instead. The async
+  twins run on worker threads and so never block the event loop.
 * Every write is one ``BEGIN IMMEDIATE`` transaction: it takes the write lock up front (no
   deadlock on upgrade), waits ``busy_timeout`` for it, and is retried with exponential backoff
   while another process holds it, so concurrent writers see no error.
@@ -156,9 +160,9 @@ class SQLiteFile:
         self._memory = memory
         self._cond = threading.Condition(threading.Lock())
         self._local = threading.local()
-        self._connections: list[Any] = []
+        self._connections: list[Any] = []  # every open connection, idle or in use
+        self._idle: list[Any] = []  # connections no operation holds, ready for any thread
         self._users = 0  # operations running now, over all threads
-        self._generation = 0  # bumped whenever every connection was closed
         self._paused = False  # a fork is waiting for the running operations
         self._closed = False
         self._fork_safe = True
@@ -192,6 +196,9 @@ class SQLiteFile:
                 )
             conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
             conn.execute("PRAGMA foreign_keys = ON")
+            # Deleted rows are zeroed, not just marked free, whatever the build's default:
+            # deleted means gone from the file (store/erasure.py).
+            conn.execute("PRAGMA secure_delete = ON")
             if not self._memory:
                 conn.execute("PRAGMA synchronous = NORMAL")
         except sqlite3.Error as exc:
@@ -199,9 +206,11 @@ class SQLiteFile:
         return conn
 
     def _enter(self) -> Any:
-        """Count an operation of this thread as running and return this thread's connection."""
+        """Count an operation of this thread as running and return the connection it runs on:
+        the one this thread already holds (a nested call), else an idle one, else a new one."""
         local = self._local
         depth = getattr(local, "depth", 0)
+        conn = None
         with self._cond:
             if self._inherited:
                 raise StoreError(self._inherited)
@@ -212,25 +221,33 @@ class SQLiteFile:
                     raise StoreError(
                         f"{self.location}: the store is closed; open a new MemoryManager."
                     )
+                if self._idle:
+                    conn = self._idle.pop()
             self._users += 1
-            generation = self._generation
         local.depth = depth + 1
+        if depth > 0:
+            held: Any = local.conn
+            return held
         try:
-            if getattr(local, "generation", -1) != generation:
+            if conn is None:
                 # No lock needed to connect: while this operation runs nothing closes them.
                 conn = self._connect()
                 with self._cond:
                     self._connections.append(conn)
-                local.conn, local.generation = conn, generation
-            return local.conn
+            local.conn = conn
+            return conn
         except BaseException:
             self._exit()
             raise
 
     def _exit(self) -> None:
-        self._local.depth -= 1
+        local = self._local
+        local.depth -= 1
+        conn = local.__dict__.pop("conn", None) if local.depth == 0 else None
         with self._cond:
             self._users -= 1
+            if conn is not None and conn in self._connections:
+                self._idle.append(conn)  # not closed meanwhile: ready for the next operation
             if self._users == 0 and (self._paused or self._closed):
                 if self._closed:
                     self._close_connections()
@@ -247,11 +264,10 @@ class SQLiteFile:
 
     def _close_connections(self) -> None:
         """Close every connection (caller holds ``_cond`` and no operation is running)."""
-        conns, self._connections = self._connections, []
+        conns, self._connections, self._idle = self._connections, [], []
         for conn in conns:
             with contextlib.suppress(sqlite3.Error):
                 conn.close()
-        self._generation += 1
 
     # operations -----------------------------------------------------------------------------
     def read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
@@ -391,6 +407,11 @@ class SQLiteFile:
             delay = min(delay * 2, 1.0)
 
     # lifetime -------------------------------------------------------------------------------
+    @property
+    def encrypted(self) -> bool:
+        """True when the file is opened with a SQLCipher key."""
+        return self._key is not None
+
     def check_key(self, key: str | None) -> None:
         """Refuse a second opener whose encryption key differs from the first's."""
         if not hmac.compare_digest(self._key_digest, _key_digest(key)):
@@ -404,6 +425,18 @@ class SQLiteFile:
                     "(HAROMBE_DB_KEY).",
                 ),
             )
+
+    def checkpoint(self) -> None:
+        """Copy the WAL into the database file and truncate it to zero bytes, so no old page
+        image (of a deleted row) stays in it. Other processes reading now can keep it from
+        finishing; their own last close checkpoints again."""
+        if self._memory or self.read_only:
+            return
+        with self.connection() as conn:
+            try:
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+            except sqlite3.Error as exc:
+                raise classify(exc, self.location) from exc
 
     def at_close(self, fn: Callable[[SQLiteFile], object]) -> None:
         """Run ``fn(file)`` when the last opener closes, before the connections close."""
@@ -463,6 +496,7 @@ class SQLiteFile:
         self._cond = threading.Condition(threading.Lock())
         self._local = threading.local()
         self.block = AtomicBlock()
+        self._idle = []
         self._users = 0
         self._paused = False
         if not self._fork_safe and not self._closed:

@@ -27,12 +27,19 @@ from harombe_core.errors import (
     VectorIndexError,
 )
 from harombe_core.vectors.base import FloatArray, Metadatas, VectorIndexBase, VectorMatch
+from harombe_core.vectors.chroma_folder import is_out_of_space, room_left
 
 log = logging.getLogger(__name__)
 
 __all__ = ["ChromaVectorIndex", "chroma_where"]
 
 DEFAULT_COLLECTION = "harombe_messages"
+#: Room (bytes) a write into an embedded folder must leave beside the bytes it adds: SQLite's
+#: log and Chroma's write-ahead log grow with it, and the HNSW files grow in steps.
+WRITE_MARGIN = 8 * 2**20
+#: Besides ``WRITE_MARGIN``, this fraction of the largest file (HNSW files grow by a share of
+#: their size when the graph is resized).
+GROWTH_SHARE = 0.25
 #: Ids read per page when listing what the index holds.
 _ID_PAGE = 10_000
 
@@ -76,6 +83,8 @@ def _typed_errors(method: Callable[P, T]) -> Callable[P, T]:
         index: Any = args[0]
         from chromadb.errors import InvalidArgumentError, NotFoundError
 
+        if index._failed is not None:
+            raise VectorIndexError(index._failed)
         try:
             try:
                 return method(*args, **kwargs)
@@ -87,6 +96,14 @@ def _typed_errors(method: Callable[P, T]) -> Callable[P, T]:
         except Exception as exc:  # chromadb raises ChromaError, ValueError, httpx errors, ...
             text = str(exc)
             what = method.__name__.strip("_")
+            if index._folder is not None and is_out_of_space(exc):
+                index._failed = (
+                    f"the vector index {index.name} failed to write for want of space ({text}) "
+                    "and is not used again in this process (after such a failure Chroma's next "
+                    "call can hang every thread). Messages and their vectors are safe in the "
+                    "database and searched exactly; free space and reopen to use the index."
+                )
+                raise VectorIndexError(index._failed) from exc
             if "dimension" in text.lower() and "expect" in text.lower():
                 raise EmbeddingModelMismatchError(
                     f"the vector index {index.name} holds vectors of another dimension ({text}); "
@@ -137,6 +154,9 @@ class ChromaVectorIndex(VectorIndexBase):
         self._collection_name = collection
         self._lock = threading.Lock()
         self._closed = False
+        self._erase_on_close = False
+        #: Set once a write failed for want of space: every later call raises it at once.
+        self._failed: str | None = None
         if mode == "memory":
             # In-process Chroma clients share one backend, so every in-memory index gets a
             # collection of its own: two throwaway stores never see each other's vectors.
@@ -193,8 +213,34 @@ class ChromaVectorIndex(VectorIndexBase):
         if self._folder is not None:
             self._folder.after_write()
 
+    def _make_room(self, adding: int) -> None:
+        """Refuse a write to an embedded folder that might not fit, before Chroma starts it.
+
+        Why here: when a write fails half-way for want of space (a full disk, a file-size
+        limit), chromadb 1.x reports "disk I/O error", and its next call may then never
+        return while holding the GIL, which stops every thread of the application. So a write
+        that might not fit is never attempted: the vectors stay in the database, searched
+        exactly, and the index catches up from there once there is room.
+        """
+        if self._folder is None:
+            return
+        folder = self._folder.folder
+        largest = 0
+        with contextlib.suppress(OSError):
+            largest = max((p.stat().st_size for p in folder.rglob("*") if p.is_file()), default=0)
+        needed = WRITE_MARGIN + 4 * adding + int(GROWTH_SHARE * largest)
+        room = room_left(folder)
+        if room < needed:
+            raise VectorIndexError(
+                f"the vector index {self.name} was not written: {room:,} bytes are left "
+                f"(disk or file-size limit) and the write needs up to {needed:,}. Messages and "
+                "their vectors are safe in the database and searched exactly; free space and "
+                "the index catches up."
+            )
+
     @_typed_errors
     def _write(self, ids: list[int], array: FloatArray, metadatas: Metadatas) -> None:
+        self._make_room(int(array.nbytes) + 200 * len(ids))
         for start in range(0, len(ids), self._max_batch):
             stop = start + self._max_batch
             self._collection.upsert(
@@ -249,11 +295,13 @@ class ChromaVectorIndex(VectorIndexBase):
     @_typed_errors
     def delete(self, ids: Sequence[int]) -> None:
         if len(ids) > 0:
+            self._make_room(0)
             self._collection.delete(ids=[str(int(i)) for i in ids])
             self._wrote()
 
     @_typed_errors
     def delete_where(self, where: Mapping[str, Any]) -> None:
+        self._make_room(0)
         self._collection.delete(where=chroma_where(where))
         self._wrote()
 
@@ -262,6 +310,7 @@ class ChromaVectorIndex(VectorIndexBase):
         """Re-label a session's vectors with its new owner (scoped searches filter on it)."""
         ids = self._collection.get(where={"session_id": session_id}, include=[])["ids"]
         if ids:  # a None value removes the key
+            self._make_room(200 * len(ids))
             self._collection.update(ids=ids, metadatas=[{"user_id": user_id}] * len(ids))
             self._wrote()
 
@@ -273,11 +322,24 @@ class ChromaVectorIndex(VectorIndexBase):
     def clear(self) -> None:
         from chromadb.errors import NotFoundError
 
+        self._make_room(0)
         with self._lock:
             with contextlib.suppress(NotFoundError):  # already gone: nothing to clear
                 self._client.delete_collection(self._collection_name)
             self._collection = self._open_collection(self._client)
         self._wrote()
+
+    def erase_deleted(self) -> None:
+        """Have :meth:`close` leave no deleted vector in the folder's files.
+
+        Chroma keeps what was deleted: its log (``embeddings_queue``) holds every upserted
+        vector with its metadata until the HNSW segment is saved, its SQLite file keeps freed
+        pages, and a dropped collection's HNSW segment stays on disk. After the collection
+        was rebuilt without the deleted vectors, close vacuums the SQLite file and removes
+        segment folders no collection uses (see ``ChromaFolder.purge``). Only a persistent
+        index has such files; elsewhere this does nothing.
+        """
+        self._erase_on_close = self._folder is not None
 
     def close(self) -> None:
         """Release the collection (a private one is dropped) and, on disk, the folder."""
@@ -288,8 +350,12 @@ class ChromaVectorIndex(VectorIndexBase):
             if self._ephemeral:
                 with contextlib.suppress(Exception):  # a throwaway collection: best effort
                     self._client.delete_collection(self._collection_name)
-            elif self._folder is not None:
+            elif self._folder is not None and self._failed is None:
+                # (after a failed write Chroma is not called again, not even to close: see
+                # _make_room; the process lets its client go with it)
                 self._client.close()  # Chroma forgets its cached copy of the folder
+                if self._erase_on_close:
+                    self._folder.purge()
                 self._folder.after_write()  # anything Chroma wrote while closing
         finally:
             if self._folder is not None:

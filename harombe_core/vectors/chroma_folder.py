@@ -34,8 +34,11 @@ import contextlib
 import errno
 import logging
 import os
+import shutil
+import sqlite3
 import stat
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +49,7 @@ from harombe_core.errors import (
     VectorIndexError,
 )
 
-__all__ = ["ChromaFolder", "is_damage", "protect_folder"]
+__all__ = ["ChromaFolder", "is_damage", "is_out_of_space", "protect_folder", "room_left"]
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +70,41 @@ _FULL_MARKERS = ("database or disk is full", "no space left on device")
 
 def _message(exc: BaseException) -> str:
     return str(exc).lower()
+
+
+#: What Chroma says when a write could not reach the disk (full, or over a file-size limit).
+_SPACE_MARKERS = (*_FULL_MARKERS, "disk i/o error", "file too large")
+
+
+def is_out_of_space(exc: BaseException) -> bool:
+    """True when Chroma's error says a write failed for want of space (or any I/O error on
+    write, which is how SQLite reports a file-size limit)."""
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+        return True
+    text = _message(exc)
+    return any(marker in text for marker in _SPACE_MARKERS)
+
+
+def room_left(folder: Path) -> int:
+    """Bytes the folder's files may still grow by: the free space of its filesystem, or less
+    under a file-size limit (``RLIMIT_FSIZE`` caps each file: the largest one decides)."""
+    try:
+        fs = os.statvfs(folder if folder.exists() else folder.parent)
+        room = fs.f_bavail * fs.f_frsize
+    except OSError:
+        return 2**62  # cannot tell: let the write say
+    try:
+        import resource
+
+        limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    except (ImportError, OSError, ValueError):  # not on this platform
+        return room
+    if limit != resource.RLIM_INFINITY:
+        largest = 0
+        with contextlib.suppress(OSError):
+            largest = max((p.stat().st_size for p in folder.rglob("*") if p.is_file()), default=0)
+        room = min(room, limit - largest)
+    return room
 
 
 def is_damage(exc: BaseException) -> bool:
@@ -233,7 +271,40 @@ class ChromaFolder:
             "in the database", self.folder, exc, aside,
         )
 
+    def purge(self) -> None:
+        """Leave no deleted vector in the folder (the client is closed; we still own it).
+
+        Chroma's SQLite file keeps deleted rows in free pages and its log: it is vacuumed
+        (rewritten without them) with ``secure_delete`` on. A dropped collection's HNSW
+        segment stays on disk as a folder named by the segment's id: every such folder that
+        no segment in the SQLite file names is removed. Failures are logged, not raised: the
+        vectors were already removed from the index, and the next erasure tries again.
+        """
+        database = self.folder / "chroma.sqlite3"
+        if not database.is_file():
+            return
+        try:
+            conn = sqlite3.connect(str(database), isolation_level=None)
+            try:
+                conn.execute("PRAGMA secure_delete = ON")
+                live = {str(r[0]) for r in conn.execute("SELECT id FROM segments")}
+                conn.execute("VACUUM")
+            finally:
+                conn.close()
+            for child in self.folder.iterdir():
+                if child.is_dir() and _is_uuid(child.name) and child.name not in live:
+                    shutil.rmtree(child)
+        except (OSError, sqlite3.Error) as exc:
+            log.warning("could not erase deleted vectors from %s: %s", self.folder, exc)
+
     def after_write(self) -> None:
         """Tighten files Chroma created while writing (see the module docstring)."""
         with contextlib.suppress(FileNotFoundError):
             protect_folder(self.folder)
+
+
+def _is_uuid(name: str) -> bool:
+    try:
+        return str(uuid.UUID(name)) == name
+    except ValueError:
+        return False

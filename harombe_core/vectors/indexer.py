@@ -21,6 +21,13 @@ copy (see :mod:`harombe_core.vectors.stored` for what the ``embedded`` flag mean
   :mod:`harombe_core.vectors.chroma_folder`); the others store vectors in SQLite only. The
   owner's worker files what they stored (the tail) into the index, and retries ownership when
   the owner goes away.
+* **The default on SQLite keeps no index beside the database** (``vector_store="database"``):
+  the stored vectors are the index. Searches scoped to a user or a session read that scope's
+  vectors through SQLite's indexes and rank them exactly; searches across users rank an
+  in-process matrix of every stored vector (:mod:`harombe_core.vectors.matrix`), also exactly.
+  One file is then the whole memory: encrypted with the database's key, deleted in its
+  transactions, backed up by copying it. ChromaDB (``vector_store="chroma"``) stays for very
+  large corpora searched across users (``docs/vector-index.md`` has the numbers).
 * **Search never misses a stored vector.** Small scopes are searched exactly from SQLite. Larger
   ones ask the index and add an exact search over the tail; without an index (another process
   owns it, the folder is read-only, it has not been checked yet, or it fails) the whole scope is
@@ -50,11 +57,14 @@ from harombe_core.errors import (
     InvalidInputError,
     MissingExtraError,
     StoreReadOnlyError,
+    UnencryptedIndexError,
     VectorIndexBusyError,
 )
 from harombe_core.progress import Progress, progress_reporter, silent
 from harombe_core.store.base import MessageStore, SearchScope
+from harombe_core.store.erasure import ERASED_VECTORS, owed, settle
 from harombe_core.vectors.base import FloatArray, VectorIndex, VectorMatch, scope_metadata_filter
+from harombe_core.vectors.matrix import VectorMatrix
 from harombe_core.vectors.stored import StoredVectors
 from harombe_core.vectors.worker import (
     BACKLOG_NOTICE,
@@ -73,6 +83,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BACKLOG_NOTICE",
+    "DEFAULT_VECTOR_STORE",
     "EXACT_SEARCH_LIMIT",
     "META_DIMENSION",
     "META_MODEL",
@@ -89,31 +100,60 @@ META_DIMENSION = "embedding_dimension"
 #: the HNSW index. Exact search reads ~1.5 KB per message, so this keeps it within a few ms.
 EXACT_SEARCH_LIMIT = 4_000
 
+#: The vector store a manager uses unless told otherwise: the vectors inside the database
+#: itself (SQLite's ``message_vectors`` searched exactly, or pgvector on PostgreSQL).
+DEFAULT_VECTOR_STORE = "database"
+#: Every vector store that can be named (an object implementing VectorIndex also works).
+VECTOR_STORES = ("database", "chroma", "pgvector")
+
+
+def _on_postgres(place: Any) -> bool:
+    return isinstance(place, str) and place.startswith(("postgresql://", "postgres://"))
+
+
+def refuse_unencrypted_index(where: str, mode: str) -> None:
+    """An encrypted database may not put its vectors in Chroma's folder or server: there they
+    would be readable without the key (vectors, user and session ids, times)."""
+    if mode == "memory":
+        return  # kept in this process's memory only, never written
+    raise UnencryptedIndexError(
+        f"{where} is encrypted, but vector_store='chroma' ({mode}) would keep every message's "
+        "vector, user id and session id outside it, readable without the key. Use the default "
+        "vector_store='database' (the vectors are stored inside the encrypted file), or "
+        "vector_store=None to turn semantic search off. See docs/encryption.md."
+    )
+
 
 def resolve_index(
     vector_store: Any, store: MessageStore, config: MemoryConfig | None
-) -> VectorIndex | IndexOpener:
-    """A vector index from a name (``"chroma"``) or an object implementing the protocol.
+) -> VectorIndex | IndexOpener | None:
+    """A vector index from a name or an object implementing the protocol; None for the
+    in-database index of a SQLite store (its stored vectors, searched exactly).
 
     An embedded Chroma folder comes back as an opener (a function), because only one process
-    may hold it: :class:`SemanticMemory` opens it when it is free.
+    may hold it: :class:`SemanticMemory` opens it when it is free. Raises
+    UnencryptedIndexError for Chroma on disk or on a server beside an encrypted database.
     """
     if isinstance(vector_store, VectorIndex):
         return vector_store
-    if vector_store not in ("chroma", "pgvector"):
+    if vector_store not in VECTOR_STORES:
         raise InvalidInputError(
-            "vector_store must be 'chroma', 'pgvector', None or a VectorIndex object, got "
-            f"{vector_store!r}."
+            "vector_store must be 'database' (the default), 'chroma', 'pgvector', None or a "
+            f"VectorIndex object, got {vector_store!r}."
         )
     section = config.vector_store if config is not None else None
     mode = section.mode if section is not None else "persistent"
-    on_postgres = store.location.startswith(("postgresql://", "postgres://"))
-    if vector_store == "pgvector" or (mode == "persistent" and on_postgres):
+    on_postgres = _on_postgres(store.location)
+    if vector_store == "database" and not on_postgres:
+        return None
+    if vector_store != "chroma" or (mode == "persistent" and on_postgres):
         # A PostgreSQL store keeps its vectors in the same database (pgvector), so they
         # persist with the messages and a scoped search is one SQL query.
         from harombe_core.vectors.pgvector import PgVectorIndex
 
         return PgVectorIndex(store)  # type: ignore[arg-type]
+    if getattr(store, "encrypted", False):
+        refuse_unencrypted_index(store.location, mode)
     from harombe_core.vectors.chroma import DEFAULT_COLLECTION, ChromaVectorIndex
 
     collection = section.collection if section is not None else DEFAULT_COLLECTION
@@ -129,22 +169,31 @@ def resolve_index(
 
 
 def check_semantic_parts(
-    embedding: Any, vector_store: Any, location: Any, config: MemoryConfig | None
+    embedding: Any,
+    vector_store: Any,
+    location: Any,
+    config: MemoryConfig | None,
+    *,
+    encrypted: bool = False,
 ) -> None:
     """Raise now (MissingExtraError, InvalidInputError) what opening semantic memory for
     ``location`` would raise for want of a package or for a bad spec, before a store exists.
 
     The embedder is resolved (and kept: local models are shared per process, see
     :mod:`harombe_core.embeddings`), and ChromaDB must be importable wherever it would be used.
+    ``encrypted`` (a key was given): Chroma on disk or on a server is refused
+    (UnencryptedIndexError).
     """
     resolve_embedder_spec(embedding)
     if vector_store != "chroma":
         return
     section = config.vector_store if config is not None else None
     place = getattr(location, "location", location)  # a store object, or where one will be
-    on_postgres = isinstance(place, str) and place.startswith(("postgresql://", "postgres://"))
-    if on_postgres and (section is None or section.mode == "persistent"):
+    mode = section.mode if section is not None else "persistent"
+    if _on_postgres(place) and mode == "persistent":
         return  # pgvector in the same database
+    if encrypted:
+        refuse_unencrypted_index(str(place), mode)
     import importlib.util
 
     if importlib.util.find_spec("chromadb") is None:
@@ -206,7 +255,16 @@ def open_semantic_memory(
     target = resolve_index(vector_store, store, config)
     batch_size = config.vector_store.batch_size if config is not None else 32
     embed_context = config.vector_store.embed_context if config is not None else True
-    if isinstance(target, VectorIndex):
+    if target is None:
+        semantic = SemanticMemory(
+            store,
+            embedder,
+            None,
+            batch_size=batch_size,
+            embed_context=embed_context,
+            in_database=True,
+        )
+    elif isinstance(target, VectorIndex):
         semantic = SemanticMemory(
             store, embedder, target, batch_size=batch_size, embed_context=embed_context
         )
@@ -226,6 +284,7 @@ def open_semantic_memory(
             embed_context=embed_context,
         )
         semantic.try_open_index(raise_errors=True)
+    semantic.vector_store = vector_store if isinstance(vector_store, str) else "custom"
     try:
         if store.get_meta(META_MODEL) is None:
             try:
@@ -259,6 +318,8 @@ class SemanticMemory(EmbeddingWorker):
 
     ``index`` is the index in use, or None while another process owns the embedded folder
     (then ``open_index`` is retried by the worker) or when it cannot be written.
+    ``in_database``: the stored vectors are the index (SQLite, ``vector_store="database"``);
+    a vector stored is a vector indexed.
     """
 
     def __init__(
@@ -274,6 +335,7 @@ class SemanticMemory(EmbeddingWorker):
         poll: float | None = POLL_SECONDS,
         embed_context: bool = True,
         window: int = EMBED_WINDOW,
+        in_database: bool = False,
     ) -> None:
         check_batch_size(batch_size)
         self.store = store
@@ -295,6 +357,11 @@ class SemanticMemory(EmbeddingWorker):
         # The index is searched only once it was checked against the store (see the module
         # docstring); until then every search is exact. Nothing to check on Postgres.
         self._checked = self.stored is None
+        self.in_database = in_database and self.stored is not None
+        #: The vector store asked for, as named ("database", "chroma", "pgvector"; "custom"
+        #: for an index object).
+        self.vector_store = "database" if self.in_database else "custom"
+        self._matrix: VectorMatrix | None = None  # made by the first search across users
         self._work_lock = threading.RLock()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -399,9 +466,40 @@ class SemanticMemory(EmbeddingWorker):
         """
         self.stop()
         with self._work_lock:
-            index, self.index = self.index, None
+            index = self.index
+            paid = self._erase_deleted(index) if index is not None else None
+            self.index = None
             if index is not None:
                 index.close()
+            if paid is not None and self.stored is not None:
+                self.stored.store.transaction(
+                    lambda c: settle(c, ERASED_VECTORS, paid), adds_messages=False
+                )
+
+    def _erase_deleted(self, index: VectorIndex) -> str | None:
+        """After deletions, rebuild an index that keeps deleted vectors in its files (an
+        embedded Chroma folder: its log and HNSW segments) from the vectors kept in SQLite,
+        and have its close erase the old files. Returns the debt paid (None: nothing done).
+
+        Runs as the owner closes, so it costs one pass over the index only after a deletion;
+        a process killed before it leaves the debt recorded for the next owner's close.
+        """
+        erase = getattr(index, "erase_deleted", None)
+        stored = self.stored
+        if erase is None or stored is None:
+            return None
+        token = stored.store.snapshot(lambda c: owed(c, ERASED_VECTORS))
+        if token is None:
+            return None
+        try:
+            stored.unindex_all()  # every row to the tail first: a crash re-files, never loses
+            index.clear()
+            self.sync_tail()
+            erase()
+        except INDEX_FAILURES as exc:
+            self._log_once("erase", f"could not rebuild the vector index after deletions: {exc}")
+            return None
+        return token
 
     def forget_sessions(self, session_ids: Iterable[str]) -> None:
         """Remove deleted sessions' vectors from the index (SQLite's went with the rows).
@@ -417,6 +515,19 @@ class SemanticMemory(EmbeddingWorker):
                 index.delete_where({"session_id": sid})
         except INDEX_FAILURES as exc:
             self._log_once("forget", f"could not drop deleted sessions from the index: {exc}")
+
+    def forget_messages(self, ids: Sequence[int]) -> None:
+        """Remove deleted messages' vectors from the index (those of ``ids`` that are gone
+        from the store: an id of another session was not deleted and keeps its vector)."""
+        index = self.index
+        if index is None or not len(ids):
+            return
+        kept = {m.id for m in self.store.get_messages_by_ids(ids)}
+        gone = sorted({int(i) for i in ids} - kept)
+        try:
+            index.delete(gone)
+        except INDEX_FAILURES as exc:
+            self._log_once("forget", f"could not drop deleted messages from the index: {exc}")
 
     def session_moved(self, session_id: str, user_id: str | None) -> None:
         """A session has a new owner: file its vectors under it.
@@ -448,6 +559,8 @@ class SemanticMemory(EmbeddingWorker):
         Raises VectorIndexBusyError when another process holds the embedded index.
         """
         check_batch_size(batch_size)
+        if self.in_database:
+            return self._reindex_in_database(batch_size, progress, reembed, embedder)
         self.stop()  # no batch of the old model may land after the switch
         try:
             with self._work_lock:
@@ -473,6 +586,29 @@ class SemanticMemory(EmbeddingWorker):
                 self._file_tail_with_progress(progress)
             self.backfill(batch_size, progress=progress)
             return index.count()
+        finally:
+            self.start()
+
+    def _reindex_in_database(
+        self, batch_size: int, progress: Progress, reembed: bool, embedder: Embedder | None
+    ) -> int:
+        """Reindex where the stored vectors are the index: only a new model (or ``reembed``)
+        has anything to redo; returns how many vectors are stored."""
+        assert self.stored is not None
+        self.stop()  # no batch of the old model may land after the switch
+        try:
+            with self._work_lock:
+                if embedder is not None:
+                    self.embedder = embedder
+                    self.stored = StoredVectors(self.stored.store, embedder.dimension)
+                if check_recorded_model(self.store, self.embedder) or reembed:
+                    self.stored.clear()
+                    self.record_model()
+                else:
+                    self.stored.unmark_missing()
+                self._matrix = None
+            self.backfill(batch_size, progress=progress)
+            return self.stored.count()
         finally:
             self.start()
 
@@ -506,6 +642,8 @@ class SemanticMemory(EmbeddingWorker):
             except INDEX_FAILURES as exc:
                 self._log_once("search", f"{exc} Searching by keyword only meanwhile.")
                 return []
+        if self.in_database:
+            return self._nearest_in_database(stored, query, k, scope)
         if scope is not None:
             size = stored.store.scope_size(scope)
             if size is not None and size <= self.exact_search_limit:
@@ -532,6 +670,19 @@ class SemanticMemory(EmbeddingWorker):
             if held is None or held.similarity < match.similarity:
                 best[match.message_id] = match
         return sorted(best.values(), key=lambda m: -m.similarity)[:k]
+
+    def _nearest_in_database(
+        self, stored: StoredVectors, query: FloatArray, k: int, scope: SearchScope | None
+    ) -> list[VectorMatch]:
+        """Exact search of the stored vectors: a user's or a session's through SQLite's indexes
+        (they read only that scope), anything wider through the in-process matrix."""
+        if scope is not None and (scope.user_id is not None or scope.session_id is not None):
+            return stored.exact_search(query, k, scope)
+        matrix = self._matrix
+        if matrix is None or matrix.stored is not stored:
+            matrix = self._matrix = VectorMatrix(stored)
+        found = matrix.search(query, k, scope)
+        return stored.exact_search(query, k, scope) if found is None else found
 
     def vectors_for(self, ids: Sequence[int]) -> dict[int, FloatArray]:
         """Stored vectors of these messages (SQLite copy first, else the index)."""

@@ -6,12 +6,24 @@ index, embeds what the store says is pending, a window of texts of about one len
 time, and files vectors stored by other processes (the tail) into the index. The rules it
 keeps (index first, flag second; one owner per embedded folder) are described in
 :mod:`harombe_core.vectors.indexer`.
+
+**Exit.** The worker is a daemon thread, so a program that never closes its memory (a script,
+a notebook, a CI job) still exits. But a daemon thread that is inside native code (ONNX
+Runtime, the tokenizers, Chroma) while the interpreter finalises is ended by force when it
+comes back for the GIL, and unwinding C++ or Rust frames that way aborts the whole process
+("terminate called without an active exception", exit code 134). So every running worker is
+stopped and joined when the interpreter starts to shut down (:func:`stop_workers_at_exit`,
+run before the ``atexit`` handlers and before any module is torn down): it finishes the batch
+in hand, within :data:`EXIT_WAIT` seconds, and the messages still pending are embedded by the
+next process that opens the store.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
+import os
 import re
 import threading
 import time
@@ -39,7 +51,7 @@ from harombe_core.vectors.stored import StoredVectors, index_metadata
 if TYPE_CHECKING:
     from harombe_core.embeddings.base import Embedder
 
-__all__ = ["EmbeddingWorker", "check_batch_size", "embedding_text"]
+__all__ = ["EmbeddingWorker", "check_batch_size", "embedding_text", "stop_workers_at_exit"]
 
 # One logger for all of semantic memory, whichever module of it speaks.
 log = logging.getLogger("harombe_core.vectors.indexer")
@@ -98,6 +110,66 @@ def embedding_text(message: Message, context: str = "", *, with_context: bool = 
     return text
 
 
+#: Seconds the interpreter waits at exit for running workers to finish the batch in hand (a
+#: batch takes well under a second; a model being converted on the worker a few seconds).
+EXIT_WAIT = 30.0
+
+_running: dict[threading.Thread, EmbeddingWorker] = {}
+_running_lock = threading.Lock()
+_exit_hook = False
+
+
+def _track(worker: EmbeddingWorker) -> None:
+    """Note the calling thread as a running worker, to be stopped before the interpreter
+    finalises (see the module docstring)."""
+    global _exit_hook
+    with _running_lock:
+        _running[threading.current_thread()] = worker
+        if not _exit_hook:
+            # threading's own exit hooks run first at shutdown, before atexit handlers (some
+            # of which tear down native libraries) and before daemon threads are cut off.
+            register = getattr(threading, "_register_atexit", None)
+            try:
+                (register or atexit.register)(stop_workers_at_exit)
+            except RuntimeError:  # the interpreter is already shutting down
+                atexit.register(stop_workers_at_exit)
+            _exit_hook = True
+
+
+def _untrack() -> None:
+    with _running_lock:
+        _running.pop(threading.current_thread(), None)
+
+
+def stop_workers_at_exit(wait: float = EXIT_WAIT) -> None:
+    """Stop every running worker of this process and join it, waiting at most ``wait`` seconds
+    in all; called when the interpreter shuts down. Pending messages stay pending."""
+    with _running_lock:
+        running = list(_running.items())
+    for _thread, worker in running:
+        worker._stop.set()
+        worker._wake.set()
+    deadline = time.monotonic() + wait
+    for thread, _worker in running:
+        thread.join(max(deadline - time.monotonic(), 0.0))
+        if thread.is_alive():
+            log.warning(
+                "the embedding worker did not stop within %.0f s of exit; its batch is left "
+                "pending for the next open",
+                wait,
+            )
+
+
+def _forget_workers_in_child() -> None:
+    """A forked child has none of its parent's threads (and a lock held by one stays held)."""
+    global _running_lock
+    _running_lock = threading.Lock()
+    _running.clear()
+
+
+os.register_at_fork(after_in_child=_forget_workers_in_child)
+
+
 def check_batch_size(batch_size: Any) -> None:
     """Refuse a batch size that is not a positive int, before any work starts."""
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
@@ -118,6 +190,7 @@ class EmbeddingWorker:
     poll: float | None
     embed_context: bool
     stored: StoredVectors | None
+    in_database: bool
     last_error: BaseException | None
     _checked: bool
     _work_lock: threading.RLock
@@ -243,6 +316,13 @@ class EmbeddingWorker:
         log.log(level, "%s", message)
 
     def _run(self) -> None:
+        _track(self)
+        try:
+            self._loop()
+        finally:
+            _untrack()
+
+    def _loop(self) -> None:
         wait = self.poll
         while not self._stop.is_set():
             try:
@@ -382,7 +462,8 @@ class EmbeddingWorker:
             index.upsert(ids, vectors, metas)
             self.store.mark_embedded(ids)
             return
-        indexed = self._upsert(ids, vectors, metas)
+        # Where the stored vectors are the index, storing one is indexing it.
+        indexed = self.in_database or self._upsert(ids, vectors, metas)
         users = [meta.get("user_id") for meta in metas] if indexed else None
         self.stored.write(ids, vectors, users)
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import struct
-import threading
 import zlib
 from collections.abc import Callable
 from pathlib import Path
@@ -324,23 +324,36 @@ def test_a_file_mid_checkpoint_is_not_mistaken_for_a_truncated_one(
 ) -> None:
     """Another process's checkpoint writes page 1 before the pages that grow the file.
 
-    Reproduce that window (header promising more pages than the file holds, completed a
-    moment later) and check the open waits it out instead of refusing a healthy database.
-    The wait is lengthened here so a busy machine, where the completing write may come late,
-    still tests the waiting and not the scheduler.
+    Reproduce that window (header promising more pages than the file holds) and complete the
+    file once the open has looked at it and found it short, as SQLite completes it: the
+    missing pages are written in place, so the file only grows (never truncated and rewritten,
+    which no SQLite writer does: a file emptied for a moment is a new database). The open
+    must wait it out and read every message. The completion is tied to the open's first look,
+    not to a timer, so a busy machine cannot reorder the two.
     """
     from harombe_core.store import sqlite_checks
 
-    monkeypatch.setattr(sqlite_checks, "_SETTLE_SECONDS", 60.0)
     path = tmp_path / "live.db"
     with MemoryManager(path, embedding=None) as mm:
         mm.save_messages("s", [Message(role="user", content=f"m{i} " * 40) for i in range(300)])
     data = path.read_bytes()
-    path.write_bytes(data[: len(data) // 2])
-    finisher = threading.Timer(0.2, lambda: path.write_bytes(data))
-    finisher.start()
-    try:
-        with MemoryManager(path, embedding=None) as mm:
-            assert len(mm.get_recent_messages("s", max_tokens=10**9)) == 300
-    finally:
-        finisher.join()
+    half = len(data) // 2
+    path.write_bytes(data[:half])
+    looks: list[str] = []
+    inspect = sqlite_checks._inspect_once
+
+    def look_then_finish(*args: Any) -> Any:
+        problem = inspect(*args)
+        looks.append(type(problem).__name__)
+        if len(looks) == 1:
+            fd = os.open(path, os.O_WRONLY)  # no SQLite connection of ours is open here
+            try:
+                os.pwrite(fd, data[half:], half)
+            finally:
+                os.close(fd)
+        return problem
+
+    monkeypatch.setattr(sqlite_checks, "_inspect_once", look_then_finish)
+    with MemoryManager(path, embedding=None) as mm:
+        assert len(mm.get_recent_messages("s", max_tokens=10**9)) == 300
+    assert looks == ["NotAHarombeDatabaseError", "NoneType"]

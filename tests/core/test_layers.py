@@ -10,7 +10,8 @@ its list.
 The layers, low to high (a module not listed makes the test fail, so every new module is
 placed on purpose):
 
-0. errors, limits, validate, models, config, tokens, owners, query_time, text, jsonstream
+0. errors, limits, validate, models, config, tokens, owners, query_time, text, jsonstream,
+   checkpoint_safety
 1. store/*, embeddings/*
 2. vectors/*
 3. flows, llm, strategies, summarize, thread_graph, selectors, ranking
@@ -50,6 +51,7 @@ LAYERS: dict[str, int] = {
             "jsonstream",
             "progress",
             "lazy",
+            "checkpoint_safety",
         ],
         0,
     ),
@@ -70,6 +72,7 @@ LAYERS: dict[str, int] = {
             "newest",
             "owned",
             "write_inputs",
+            "erasing",
             "summarize",
             "thread_graph",
             "selectors",
@@ -97,6 +100,7 @@ LAYERS: dict[str, int] = {
     ),
     "cli": 7,
     "cli_app": 7,
+    "cli_forget": 7,  # `harombe forget --user U` (erasure)
     "": 7,  # harombe_core/__init__.py
 }
 ADAPTER_LAYER = 8

@@ -32,7 +32,7 @@ def _fill(mm: MemoryManager, sessions: int = 3, per: int = 4) -> list[str]:
 
 
 def test_save_then_flush_makes_messages_searchable(db_path: str) -> None:
-    with MemoryManager(db_path, embedding=FakeEmbedder()) as mm:
+    with MemoryManager(db_path, embedding=FakeEmbedder(), vector_store="chroma") as mm:
         sid = mm.create_session()
         mm.save_message(sid, Message(role="user", content="the cat sat on the mat"))
         mm.flush()
@@ -86,7 +86,7 @@ def test_reindex_switches_model_and_is_idempotent(db_path: str) -> None:
 
 def test_reindex_reuses_stored_vectors_without_running_the_model(db_path: str) -> None:
     embedder = FakeEmbedder()
-    with MemoryManager(db_path, embedding=embedder) as mm:
+    with MemoryManager(db_path, embedding=embedder, vector_store="chroma") as mm:
         _fill(mm)
         mm.flush()
         calls = embedder.calls
@@ -99,7 +99,7 @@ def test_reindex_reuses_stored_vectors_without_running_the_model(db_path: str) -
 def test_backfill_embeds_what_was_saved_without_semantic_memory(db_path: str) -> None:
     with MemoryManager(db_path, embedding=None) as mm:
         _fill(mm)
-    with MemoryManager(db_path, embedding=FakeEmbedder()) as mm:
+    with MemoryManager(db_path, embedding=FakeEmbedder(), vector_store="chroma") as mm:
         mm._semantic._stop.set()  # keep the worker out of the way: backfill does the work
         done = mm.backfill_embeddings(batch_size=5, progress=False)
         assert done + (12 - done) == 12
@@ -127,7 +127,7 @@ def test_crash_between_commit_and_embedding_is_repaired_on_open(db_path: str) ->
             def _embed_batch(self, texts):
                 threading.Event().wait()
 
-        mm = MemoryManager({db_path!r}, embedding=Hanging())
+        mm = MemoryManager({db_path!r}, embedding=Hanging(), vector_store="chroma")
         sid = mm.create_session(session_id="s1")
         mm.save_message(sid, Message(role="user", content="remember the blue door"))
         assert mm.stats()["pending_embeddings"] == 1
@@ -135,7 +135,7 @@ def test_crash_between_commit_and_embedding_is_repaired_on_open(db_path: str) ->
         """
     )
     subprocess.run([sys.executable, "-c", child], check=True, timeout=120)
-    with MemoryManager(db_path, embedding=FakeEmbedder()) as mm:
+    with MemoryManager(db_path, embedding=FakeEmbedder(), vector_store="chroma") as mm:
         deadline = time.monotonic() + 30
         while mm.stats()["pending_embeddings"] and time.monotonic() < deadline:
             time.sleep(0.02)  # no flush: the worker repairs at start
@@ -147,14 +147,14 @@ def test_crash_between_commit_and_embedding_is_repaired_on_open(db_path: str) ->
 def test_lost_vector_index_is_rebuilt_from_sqlite(db_path: str) -> None:
     from harombe_core.vectors.chroma import ChromaVectorIndex
 
-    with MemoryManager(db_path, embedding=FakeEmbedder()) as mm:
+    with MemoryManager(db_path, embedding=FakeEmbedder(), vector_store="chroma") as mm:
         _fill(mm)
         mm.flush()
     lost = ChromaVectorIndex(mode="persistent", path=db_path + ".chroma")
     lost.clear()  # the index is lost
     lost.close()
     embedder = FakeEmbedder()
-    with MemoryManager(db_path, embedding=embedder) as mm:
+    with MemoryManager(db_path, embedding=embedder, vector_store="chroma") as mm:
         deadline = time.monotonic() + 30
         while mm._semantic.index.count() < 12 and time.monotonic() < deadline:
             time.sleep(0.02)
@@ -163,7 +163,7 @@ def test_lost_vector_index_is_rebuilt_from_sqlite(db_path: str) -> None:
 
 
 def test_delete_and_clear_session_remove_vectors(db_path: str) -> None:
-    with MemoryManager(db_path, embedding=FakeEmbedder()) as mm:
+    with MemoryManager(db_path, embedding=FakeEmbedder(), vector_store="chroma") as mm:
         first, second, _ = _fill(mm)
         mm.flush()
         assert mm.delete_session(first)

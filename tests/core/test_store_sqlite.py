@@ -253,3 +253,27 @@ def test_in_memory_stores_are_private() -> None:
         one.save_message("s", _user("only in one"))
         assert two.get_messages("s") == []
         assert one.stats()["bytes"] == 0
+
+
+def _open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts /proc/self/fd")
+def test_threads_that_come_and_go_reuse_connections(db_path: str) -> None:
+    """Frameworks run each step on a fresh worker thread (LangGraph's executor does): every
+    thread that ever wrote must not keep a connection (and its file descriptors) open."""
+    with MemoryManager(db_path, embedding=None) as mm:
+        mm.save_message("warm", _user("first"))
+
+        def step(i: int) -> None:
+            mm.save_message("s", _user(f"step {i}"))
+            assert mm.get_messages("s", limit=1)
+
+        before = _open_descriptors()
+        for i in range(200):  # one thread at a time, each new
+            worker = threading.Thread(target=step, args=(i,))
+            worker.start()
+            worker.join()
+        assert _open_descriptors() - before <= 4  # not one or more per thread
+        assert len(mm.get_messages("s")) == 200

@@ -47,10 +47,22 @@ def test_a_run_reports_both_savers_at_each_length(
     bench: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert bench.main(["--steps", "3", "6", "--repeat", "1", "--window", "2",
-                       "--dir", str(tmp_path)]) == 0
+                       "--dir", str(tmp_path), "--agent-shapes"]) == 0
     out = capsys.readouterr().out
     rows = [line.split() for line in out.splitlines() if line.startswith(("Sqlite", "Harombe"))]
     assert [(r[0], r[1]) for r in rows] == [
         ("SqliteSaver", "3"), ("SqliteSaver", "6"), ("HarombeSaver", "3"), ("HarombeSaver", "6")]
     ratios = out.split("# ratio")[1].splitlines()[2:]
     assert [line.split()[0] for line in ratios if line.strip()] == ["3", "6"]
+    assert "agent turn" not in out  # no shapes asked for
+
+
+def test_a_run_times_whole_agent_turns_sync_and_async(
+    bench: ModuleType, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert bench.main(["--steps", "2", "--repeat", "1", "--window", "1",
+                       "--dir", str(tmp_path), "--agent-shapes", "2x2"]) == 0
+    table = capsys.readouterr().out.split("# a whole agent turn")[1].splitlines()[2:]
+    rows = [line.split() for line in table if line.strip()]
+    assert [(r[0], r[1], r[3]) for r in rows] == [("invoke", "2", "2"), ("ainvoke", "2", "2")]
+    assert all(float(r[-1]) > 0 for r in rows)  # a ratio for each, whatever its value

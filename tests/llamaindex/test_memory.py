@@ -292,7 +292,7 @@ def test_llamaindex_embed_model_and_reopening_from_dict(db: str) -> None:
     memory.put(user("hello there"))
     data = memory.to_dict()
     memory.close()
-    assert (data["embedding"], data["vector_store"]) == ("llamaindex", "chroma")
+    assert (data["embedding"], data["vector_store"]) == ("llamaindex", "database")
     # reopened from the dict, it embeds with LlamaIndex's Settings.embed_model
     Settings.embed_model = MockEmbedding(embed_dim=8)
     restored = HarombeMemory.from_dict(data)

@@ -29,7 +29,9 @@ def _open_write_search(path: str, writer: int, start: Any, report: Any) -> None:
     acked: list[int] = []
     try:
         start.wait(timeout=120)
-        with MemoryManager(path, embedding="default", token_counter="approximate") as mm:
+        with MemoryManager(
+            path, embedding="default", vector_store="chroma", token_counter="approximate"
+        ) as mm:
             for b in range(0, PER_PROCESS, BATCH):
                 batch = [
                     Message(role="user", content=f"{_token(writer, i)} a note on subject {i}")
@@ -69,7 +71,7 @@ def test_six_processes_create_one_store_with_semantic_memory_at_once(tmp_path: P
     assert len(acknowledged) == PROCESSES * PER_PROCESS
 
     assert sorted(p.name for p in tmp_path.iterdir() if "corrupt" in p.name) == []
-    with MemoryManager(path, embedding="default") as mm:
+    with MemoryManager(path, embedding="default", vector_store="chroma") as mm:
         assert mm.stats()["messages"] == PROCESSES * PER_PROCESS
         mm.flush()
         assert mm.stats()["pending_embeddings"] == 0

@@ -35,7 +35,10 @@ def text(session: str, i: int) -> str:
 
 
 def manager(path: str, **kwargs: Any) -> MemoryManager:
-    """A manager with semantic memory on the fake embedder (fast, deterministic)."""
+    """A manager with semantic memory on the fake embedder (fast, deterministic), with an
+    embedded Chroma index unless told otherwise: these workers prove Chroma's folder rules
+    (one owner, the tail, checks at open)."""
+    kwargs.setdefault("vector_store", "chroma")
     return MemoryManager(path, embedding=FakeEmbedder(), token_counter="approximate", **kwargs)
 
 

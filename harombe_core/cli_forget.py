@@ -1,0 +1,52 @@
+"""``harombe forget --user U``: erase everything stored for one user (a GDPR erasure request).
+
+Kept in its own module so the command reads as one piece: what it removes is
+:meth:`~harombe_core.manager.MemoryManager.forget_user`, and what "removed" means (no search
+finds it; after close no byte of it is left in the database, its WAL or its indexes) is
+:mod:`harombe_core.store.erasure`.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from harombe_core.cli_app import DbOption, clean_errors, command, console, open_memory
+from harombe_core.text import plural
+
+__all__ = ["forget_command"]
+
+
+@command("forget")
+def forget_command(
+    db: DbOption,
+    user: Annotated[
+        str,
+        typer.Option("--user", metavar="USER", help="The user whose data is erased."),
+    ],
+    embedding: Annotated[
+        str,
+        typer.Option(
+            "--embedding",
+            metavar="MODEL",
+            help="The model the database was indexed with (opens its vector index to erase "
+            "the user's vectors from it; default: the bundled model).",
+        ),
+    ] = "default",
+) -> None:
+    """Erase every session, message, vector, keyword entry and summary of a user.
+
+    The vector index beside the database is rebuilt without them and every file is cleaned
+    of their bytes before the command returns (docs/deletion.md)."""
+    with clean_errors():
+        with open_memory(db) as plain:
+            indexed = plain.store.get_meta("embedding_model") is not None
+            location = plain.store.location
+        with open_memory(location, embedding=embedding if indexed else None) as manager:
+            removed = manager.forget_user(user)
+        console.print(
+            f"Erased {plural(removed, 'session')} of user {escape(user)} from {escape(location)}.",
+            soft_wrap=True,
+        )
