@@ -12,11 +12,11 @@ with a query), ``get_context(sid, strategy, 2000)`` runs on a fresh copy of the 
 first summarization call sees the whole unsummarised backlog. Reported, each with its ratio to
 the smallest size (a ratio over 3 is marked ``> 3x``):
 
-* ``cold``: the first call. With a summary it folds one bounded step of the backlog
-  (``memory.summary_chunk`` messages) into the stored summary.
-* ``second``: the next call, which folds the next step (at 1,000 messages, the rest).
-* ``calls``: how many calls it took until the summary stopped moving; at 50,000 messages a
-  backlog is folded over about 100 calls, each as costly as ``second``.
+* ``cold``: the first call. A backlog longer than ``SYNC_FOLD`` (64) messages is handed to
+  the background folder, and the call uses the summary folded so far.
+* ``second``: the next call, made while the background may still be folding.
+* ``calls``: after ``flush()`` (which waits for the background folding), how many calls it
+  took until the summary stopped moving (2: none).
 * ``warm``: the median of ``--repeat`` calls once the summary has caught up (the steady state
   of a session in use, where each call folds only what was added since the last), and
   ``async``: as many ``aget_context`` calls, then the tracemalloc peak of one more call.
@@ -200,6 +200,7 @@ def measure(path: Path, strategy: str, repeat: int, work: Path) -> dict[str, flo
         call = _call(mm, strategy)
         cold = _ms(call)
         step = _ms(call)
+        mm.flush()  # a long backlog is folded in the background: wait for it
         catch_up = 2 + _catch_up(mm, call)
         warm = statistics.median(_ms(call) for _ in range(repeat))
         window = len(call())

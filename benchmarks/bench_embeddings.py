@@ -12,7 +12,7 @@ its top 10 (1.000 means retrieval cannot tell the two apart).
     python benchmarks/bench_embeddings.py --n 2000 --rounds 5 --backends st onnx
     python benchmarks/bench_embeddings.py --backends onnx --ingest   # + save_messages/flush
 
-``--ingest`` adds a row for the whole ingestion path: the texts saved through
+``--ingest`` adds rows for the whole ingestion path: the texts saved through
 ``MemoryManager.save_messages`` as one conversation (two named speakers taking turns) and
 ``flush()``, embedded by the ``onnx`` embedder (else the first backend) into a database file
 with its Chroma folder (``--ingest-store memory``: an in-memory store and index). Its
@@ -23,6 +23,9 @@ strings, called as a user would (one ``embed`` call for all of them) with the be
 ``--ref-batch-sizes``. Ratios are printed per wall-clock second (best and median round) and per
 CPU-second (best round), which a busy machine does not inflate. The ratio to the plain texts'
 row is printed too: it adds the cost of the longer texts (the context) to the pipeline's own.
+A second row (``ingest-plain``) ingests with ``embed_context`` off; with ``st`` among the
+backends, both are also printed as ratios to sentence-transformers' own throughput on the
+plain texts (the ingestion goal is 2x).
 """
 
 from __future__ import annotations
@@ -178,7 +181,8 @@ def main(argv: list[str] | None = None) -> int:
                 record(f"ref@{size}", time.perf_counter() - start, time.process_time() - cpu_start)
             if default_batch is not None:
                 embedder.batch_size = default_batch  # type: ignore[attr-defined]
-            record("ingest", *ingest(embedder, conversation, args.ingest_store))
+            for label, context in (("ingest", True), ("ingest-plain", False)):
+                record(label, *ingest(embedder, conversation, args.ingest_store, context=context))
 
     # Wall-clock msg/s is what a user sees; msg per CPU-second is the same work measured in
     # CPU time, which other processes on a shared machine do not inflate.
@@ -196,7 +200,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{backend:<12}{best:>10.0f}  {median:>12.0f}  {cpu:>9.0f}  {agreement}")
     if args.ingest:
         report_ingest(rates, cpu_rates, peer, args.ref_batch_sizes, args.ingest_store)
+        if "st" in rates:
+            report_against_st(rates, cpu_rates)
     return 0
+
+
+def report_against_st(rates: dict[str, list[float]], cpu_rates: dict[str, list[float]]) -> None:
+    """Ingestion beside sentence-transformers' own throughput on the same messages (the goal
+    is 2x), with ``embed_context`` on (each message embedded with the turn it answers) and
+    off."""
+    st_wall, st_cpu = statistics.median(rates["st"]), max(cpu_rates["st"])
+    for label, what in (("ingest", "embed_context on"), ("ingest-plain", "embed_context off")):
+        wall, cpu = statistics.median(rates[label]), max(cpu_rates[label])
+        print(f"{label} / st ({what}): wall median {wall / st_wall:.2f}x, per cpu-s "
+              f"{cpu / st_cpu:.2f}x")
 
 
 def report_ingest(
@@ -219,6 +236,9 @@ def report_ingest(
     ingest_wall, ingest_cpu = rates["ingest"], max(cpu_rates["ingest"])
     print(f"{'ingest':<12}{max(ingest_wall):>10.0f}  {statistics.median(ingest_wall):>12.0f}  "
           f"{ingest_cpu:>9.0f}  save_messages + flush with {peer} ({store} store)")
+    plain = rates["ingest-plain"]
+    print(f"{'ingest-plain':<12}{max(plain):>10.0f}  {statistics.median(plain):>12.0f}  "
+          f"{max(cpu_rates['ingest-plain']):>9.0f}  the same with embed_context off")
     print(f"ingest / {peer} on the same texts (batch {best_wall} wall, {best_cpu} cpu): "
           f"wall best {max(ingest_wall) / max(wall_ref):.0%}, median "
           f"{statistics.median(ingest_wall) / statistics.median(wall_ref):.0%}; "
@@ -250,17 +270,21 @@ def ingest_texts(messages: list[Any]) -> list[str]:
     ]
 
 
-def ingest(embedder: Embedder, messages: list[Any], store: str) -> tuple[float, float]:
+def ingest(
+    embedder: Embedder, messages: list[Any], store: str, *, context: bool
+) -> tuple[float, float]:
     """Save ``messages`` as one conversation through the public API and wait for the vectors;
     the wall and CPU seconds of ``save_messages`` + ``flush()`` (opening the store is not
-    counted)."""
+    counted). ``context``: ``vector_store.embed_context``."""
     import tempfile
 
     from harombe_core import MemoryManager
+    from harombe_core.config import load_config
 
+    config = load_config({"vector_store": {"embed_context": context}})
     with tempfile.TemporaryDirectory() as folder:
         path = ":memory:" if store == "memory" else os.path.join(folder, "ingest.db")
-        with MemoryManager(path, embedding=embedder, vector_store="chroma") as mm:
+        with MemoryManager(path, embedding=embedder, vector_store="chroma", config=config) as mm:
             sid = mm.create_session(user_id="bench")
             mm.flush()
             start, cpu_start = time.perf_counter(), time.process_time()

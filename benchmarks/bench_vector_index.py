@@ -146,9 +146,12 @@ def semantic(path: Path, vector_store: str) -> Iterator[Any]:
 
 
 def exact_top(vectors: np.ndarray, owner_rows: np.ndarray | None, q: np.ndarray, k: int) -> set:
-    rows = np.arange(len(vectors)) if owner_rows is None else owner_rows
-    sims = vectors[rows] @ q
-    top = rows[np.argsort(-sims)[:k]]
+    if owner_rows is None:  # no copy of the whole matrix
+        sims = vectors @ q
+        top = np.argpartition(-sims, k)[:k]
+    else:
+        sims = vectors[owner_rows] @ q
+        top = owner_rows[np.argsort(-sims)[:k]]
     return {int(r) + 1 for r in top}  # message ids start at 1, in insertion order
 
 

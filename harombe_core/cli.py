@@ -32,6 +32,8 @@ from harombe_core.cli_app import (
     err_console,
     error_line,
     existing_session,
+    existing_user,
+    make_folder,
     one_line,
     open_memory,
     when,
@@ -45,6 +47,30 @@ from harombe_core.text import plural
 
 if TYPE_CHECKING:
     from harombe_core.manager import MemoryManager
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        from harombe_core import __version__
+
+        console.print(f"harombe {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            metavar="",
+            callback=_show_version,
+            is_eager=True,
+            help="Show the version and exit.",
+        ),
+    ] = False,
+) -> None:
+    """Persistent conversation memory for LLM applications."""
 
 
 def _some(ids: list[str], shown: int = 10) -> str:
@@ -196,10 +222,14 @@ def export_command(
             raise InvalidInputError(
                 f"unknown format {fmt!r}; use one of {', '.join(ex.EXPORT_FORMATS)}."
             )
+        if session_id is not None:
+            existing_session(manager, session_id)  # and its owner is checked against --user
+        else:
+            existing_user(manager, user)
+        if out_dir is not None:
+            make_folder(out_dir)
         if out_dir is not None and out is None:
             ids = [session_id] if session_id is not None else None
-            if session_id is not None:
-                existing_session(manager, session_id)
             paths = ex.export_to_directory(manager, out_dir, fmt, user_id=user, session_ids=ids)
             console.print(
                 f"Wrote {plural(len(paths), 'file')} to {escape(str(Path(out_dir).resolve()))}",
@@ -237,8 +267,7 @@ def import_command(
         typer.Option(
             "--embedding",
             metavar="MODEL",
-            help="Embedding model for search by meaning (the one the database was indexed "
-            "with).",
+            help="Embedding model for search by meaning (the one the database was indexed with).",
         ),
     ] = "default",
     embed: Annotated[
@@ -281,7 +310,8 @@ def import_command(
             if result.skipped:
                 console.print(f"Skipped (already stored): {escape(_some(result.skipped))}")
             if manager.semantic_enabled and result.messages:
-                manager.flush(progress=True)  # the import committed; the bar is the embedding
+                # The import committed; the bar (on a terminal only) is the embedding.
+                manager.flush(progress=err_console.is_terminal)
                 console.print("Embedded them: search finds them by meaning and by keyword.")
             elif embed and result.messages:
                 console.print(
@@ -296,8 +326,7 @@ def _searches_by_meaning(db: str) -> bool:
     """Whether an existing database was indexed by meaning (or is still empty)."""
     with open_memory(db) as plain:
         return (
-            plain.store.get_meta("embedding_model") is not None
-            or plain.store.count_messages() == 0
+            plain.store.get_meta("embedding_model") is not None or plain.store.count_messages() == 0
         )
 
 
@@ -416,8 +445,14 @@ def migrate_command(
         int, typer.Option("--batch-size", metavar="N", help="Messages per transaction.")
     ] = 500,
     progress: Annotated[
-        bool, typer.Option("--progress/--no-progress", metavar="", help="Show a progress bar.")
-    ] = True,
+        bool | None,
+        typer.Option(
+            "--progress/--no-progress",
+            metavar="",
+            help="Show a progress bar (default: when stderr is a terminal).",
+            show_default=False,
+        ),
+    ] = None,
     allow: Annotated[
         list[str] | None,
         typer.Option(
@@ -443,7 +478,7 @@ def migrate_command(
             source,
             destination,
             batch_size=batch_size,
-            progress=progress,
+            progress=err_console.is_terminal if progress is None else progress,
             allowed_types=allowed,
         )
     console.print(
@@ -502,6 +537,10 @@ def search_command(
                         f"{pending:,} messages are not embedded yet; run `harombe reindex "
                         f"--db {escape(location)}` to make them searchable by meaning."
                     )
+            if session is not None:
+                existing_session(manager, session)  # and its owner is checked against --user
+            else:
+                existing_user(manager, user)
             hits = manager.search(query, top_k=k, session_id=session, user_id=user)
             if keyword:
                 mode = "keyword search (BM25, as asked with --keyword)"
@@ -560,7 +599,9 @@ def reindex_command(
     Also the fix for "indexed with another embedding model": pass the new --embedding.
     """
     with clean_errors(), open_memory(db) as manager:
-        result = manager.reindex(batch_size, embedding=embedding, reembed=reembed)
+        result = manager.reindex(
+            batch_size, embedding=embedding, reembed=reembed, progress=err_console.is_terminal
+        )
         console.print(
             f"Reindexed {escape(manager.store.location)}: "
             f"{plural(result['keyword_rows'], 'keyword row')}, "

@@ -8,10 +8,12 @@ its commands from what is here (``Command``, ``DbOption``, ``clean_errors``).
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from functools import cache
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -22,6 +24,7 @@ from typer.core import TyperCommand, TyperGroup
 
 from harombe_core.config import default_db_path
 from harombe_core.errors import (
+    Fix,
     HarombeError,
     MissingExtraError,
     SessionNotFoundError,
@@ -39,12 +42,15 @@ __all__ = [
     "UserOption",
     "adapter_commands",
     "app",
+    "check_db_folder",
     "clean_errors",
     "command",
     "console",
     "err_console",
     "error_line",
     "existing_session",
+    "existing_user",
+    "make_folder",
     "one_line",
     "open_memory",
     "when",
@@ -186,6 +192,8 @@ def open_memory(
     from harombe_core.manager import MemoryManager
 
     path = db if db == ":memory:" or "://" in db else os.path.expanduser(db)
+    if create:
+        check_db_folder(db)
     if not create and path != ":memory:" and "://" not in path and not os.path.exists(path):
         raise StoreNotFoundError(
             f"no database at {path}. Pass --db PATH (or set HAROMBE_DB), or create one with "
@@ -195,12 +203,60 @@ def open_memory(
         yield manager
 
 
+def check_db_folder(db: str) -> None:
+    """A new database goes into a folder that exists: a command creates only the default
+    ``~/.harombe``, never a folder a mistyped ``--db`` names (``/nonexistent/x.db``)."""
+    from harombe_core.config import DEFAULT_DB_PATH
+    from harombe_core.errors import StoreNotFoundError
+
+    if db == ":memory:" or "://" in db:
+        return
+    folder = Path(db).expanduser().parent
+    if folder.is_dir() or folder == Path(DEFAULT_DB_PATH).expanduser().parent:
+        return
+    raise StoreNotFoundError(
+        f"cannot create a database at {db}: the folder {folder} does not exist. Create it "
+        "first (mkdir -p), or pass another --db PATH (or set HAROMBE_DB)."
+    )
+
+
 def existing_session(manager: MemoryManager, session_id: str) -> Session:
     """The session a command names; a typo is an error here, not an empty session."""
     session = manager.get_session(session_id)
     if session is None:
         raise SessionNotFoundError.of(session_id, manager.store.location)
     return session
+
+
+def existing_user(manager: MemoryManager, user_id: str | None) -> None:
+    """A ``--user`` with no session is a typo to report, not an empty result."""
+    if user_id is not None and not manager.list_sessions(limit=1, user_id=user_id):
+        location = manager.store.location
+        raise SessionNotFoundError(
+            f"user {user_id!r} has no sessions in {location}.",
+            fix=Fix(
+                api="MemoryManager.list_sessions() lists the sessions and their users.",
+                cli=f"`harombe sessions --db {shlex.quote(location)}` lists the sessions and "
+                "their users.",
+            ),
+        )
+
+
+def make_folder(folder: str) -> Path:
+    """``folder`` (and its parents), created if missing, as ``mkdir -p`` does; a path that is a
+    file or cannot be created is an ExportPathError."""
+    from harombe_core.errors import ExportPathError
+
+    path = Path(folder).expanduser()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise ExportPathError(f"{path} is a file; give a folder to write into.") from None
+    except OSError as exc:
+        raise ExportPathError(
+            f"cannot create the folder {path} ({exc.strerror or exc}); choose another one."
+        ) from exc
+    return path
 
 
 def when(value: datetime) -> str:

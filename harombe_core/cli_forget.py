@@ -8,6 +8,7 @@ finds it; after close no byte of it is left in the database, its WAL or its inde
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -40,11 +41,20 @@ def forget_command(
 
     The vector index beside the database is rebuilt without them and every file is cleaned
     of their bytes before the command returns (docs/deletion.md)."""
+    from harombe_core.manager import MemoryManager
+
     with clean_errors():
         with open_memory(db) as plain:
             indexed = plain.store.get_meta("embedding_model") is not None
             location = plain.store.location
-        with open_memory(location, embedding=embedding if indexed else None) as manager:
+        # An embedded Chroma folder beside the database holds the user's vectors and ids too:
+        # opened, so that closing it erases them (docs/deletion.md).
+        chroma = indexed and "://" not in location and Path(f"{location}.chroma").is_dir()
+        with MemoryManager(
+            location,
+            embedding=embedding if indexed else None,
+            vector_store="chroma" if chroma else "database",
+        ) as manager:
             removed = manager.forget_user(user)
         console.print(
             f"Erased {plural(removed, 'session')} of user {escape(user)} from {escape(location)}.",

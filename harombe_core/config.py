@@ -101,12 +101,19 @@ class VectorStoreSection(_Section):
     def _expand(cls, value: str | None) -> str | None:
         return None if value is None else str(Path(value).expanduser())
 
+    def chosen(self, vector_store: Any) -> Any:
+        """The index to use when ``vector_store`` was asked for: this block's provider when
+        it is left at its default (``"database"``), else what was asked."""
+        return self.provider if vector_store == "database" else vector_store
+
     @model_validator(mode="after")
     def _chroma_when_configured(self) -> VectorStoreSection:
         """A block that configures Chroma (a server, an in-memory or a placed collection)
-        without naming a provider means Chroma, as it did before the in-database default."""
-        chroma_keys = {"mode", "path", "host", "port", "collection"}
-        if "provider" not in self.model_fields_set and chroma_keys & self.model_fields_set:
+        without naming a provider means Chroma, as it did before the in-database default
+        (``mode: persistent`` alone, the default, does not)."""
+        chroma_keys = {"path", "host", "port", "collection"}
+        configured = self.mode != "persistent" or bool(chroma_keys & self.model_fields_set)
+        if "provider" not in self.model_fields_set and configured:
             object.__setattr__(self, "provider", "chroma")
             self.model_fields_set.add("provider")
         return self

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -23,12 +24,13 @@ from harombe_core.context_reads import (
 )
 from harombe_core.errors import InvalidInputError
 from harombe_core.flows import drive
+from harombe_core.folding import SummaryFolder
 from harombe_core.limits import current_limits
 from harombe_core.manager_search import Searcher
 from harombe_core.models import Message, Session
 from harombe_core.owned import owned_session
 from harombe_core.retrieval import format_context
-from harombe_core.store.base import MessageStore
+from harombe_core.store.base import MessageStore, SearchScope
 from harombe_core.strategies import (
     ContextBudget,
     summarization_window,
@@ -56,6 +58,11 @@ log = logging.getLogger("harombe_core.manager")
 
 #: Messages summarised per step when no ``memory.summary_chunk`` is configured.
 DEFAULT_SUMMARY_CHUNK = 500
+#: The largest backlog ``get_context`` folds itself (about what reading the window costs); a
+#: longer one is folded by the background :class:`~harombe_core.folding.SummaryFolder`.
+SYNC_FOLD = 64
+#: Sessions whose newest summary mark a builder remembers (see ``ContextBuilder._summarize``).
+FOLD_MARKS = 4096
 
 
 class ContextBuilder:
@@ -82,6 +89,44 @@ class ContextBuilder:
         self.token_counter = token_counter
         self._summarizer: Any = None
         self._summary_chunk: int | None = None
+        # One fold at a time per builder (request path or background), and the summary marks
+        # this builder stored: a session read before a background fold is read again.
+        self._fold_lock = threading.Lock()
+        self._folded_until: dict[str, int] = {}
+        self._folder: SummaryFolder | None = None
+
+    @property
+    def folder(self) -> SummaryFolder:
+        """The background folder of long summary backlogs (its thread starts on first use)."""
+        if self._folder is None:
+            self._folder = SummaryFolder(self._fold_step)
+        return self._folder
+
+    def flush_summaries(self, timeout: float | None = None) -> None:
+        """Wait until the backlogs handed to the background are folded; EmbeddingError (what
+        ``flush()`` raises on a timeout) if ``timeout`` seconds pass first."""
+        if self._folder is not None and not self._folder.flush(timeout):
+            from harombe_core.errors import EmbeddingError
+
+            raise EmbeddingError(
+                f"summary backlogs were still being folded after {timeout} s; call flush() "
+                "again, or with a longer timeout."
+            )
+
+    def close(self) -> None:
+        """Stop the background folder (after the step in hand); the store stays open."""
+        if self._folder is not None:
+            self._folder.close()
+
+    def _fold_step(self, session_id: str, until_id: int) -> bool:
+        """One background step of a session's backlog up to ``until_id``; True if more is left."""
+        session = self.store.get_session(session_id)
+        if session is None or (session.summary_until_id or 0) >= until_id:
+            return False
+        before = self._folded_until.get(session_id)
+        self._summarize(session, until_id, self.summary_chunk)
+        reached = self._folded_until.get(session_id)
+        return reached is not None and reached != before and reached < until_id
 
     def check_owner(self, session_id: str, user_id: str | None) -> Session | None:
         """The session (None if unknown), if ``user_id`` may use it (else
@@ -128,9 +173,10 @@ class ContextBuilder:
     def summary_chunk(self) -> int:
         """At most this many messages are summarised per step (``memory.summary_chunk``).
 
-        ``get_context`` folds one step per call into the stored summary, so a long unsummarised
-        backlog costs O(chunk) per call and catches up over calls; ``summarize_session()`` and
-        ``end_session()`` go through the whole backlog, step by step, each step committed.
+        ``get_context`` folds a backlog of up to ``SYNC_FOLD`` messages itself and hands a
+        longer one to the background folder, which folds it a step at a time (``flush()``
+        waits for it); ``summarize_session()`` and ``end_session()`` go through the whole
+        backlog, step by step, each step committed.
         """
         value = self._summary_chunk
         if value is None:
@@ -169,6 +215,15 @@ class ContextBuilder:
 
     def _summarize(self, session: Session, until_id: int | None, max_messages: int | None) -> Any:
         """:meth:`summarize_session` of a session already read (and its owner checked)."""
+        with self._fold_lock:
+            known = self._folded_until.get(session.id)
+            if known is not None and (session.summary_until_id or 0) < known:
+                session = self.store.get_session(session.id) or session  # folded since read
+            return self._summarize_locked(session, until_id, max_messages)
+
+    def _summarize_locked(
+        self, session: Session, until_id: int | None, max_messages: int | None
+    ) -> Any:
         from harombe_core.summarize import SessionSummary
 
         session_id = session.id
@@ -210,9 +265,26 @@ class ContextBuilder:
         if embedder is not None and summary.summary:
             vector = embedder.embed_query(summary.as_text())
             data["embedding"] = {"model": embedder.name, "vector": [float(x) for x in vector]}
-        self.store.update_session(
-            session_id, summary=summary.summary, summary_data=data, summary_until_id=until_id
-        )
+
+        def write() -> bool:
+            # The newest message summarised must still be there: a session cleared while its
+            # summary was being made (a background fold takes a while) gets no summary of
+            # the erased messages.
+            scope = SearchScope(session_id=session_id)
+            if until_id is not None and not self.store.get_messages_by_ids([until_id], scope):
+                return False
+            self.store.update_session(
+                session_id, summary=summary.summary, summary_data=data, summary_until_id=until_id
+            )
+            return True
+
+        if self.store.atomic(write) and until_id is not None:
+            marks = self._folded_until
+            marks.pop(session_id, None)  # newest last, so the oldest marks go first
+            marks[session_id] = until_id
+            if len(marks) > FOLD_MARKS:  # only a read older than a fold in progress needs one
+                for stale in list(marks)[: FOLD_MARKS // 2]:
+                    del marks[stale]
 
     def end_session(self, session_id: str, *, user_id: str | None = None) -> Any:
         """The session-end pipeline: summary, facts, topics, outcome, and (with semantic memory)
@@ -224,31 +296,45 @@ class ContextBuilder:
         self, query: str, top_k: int = 5, user_id: str | None = None
     ) -> list[tuple[Session, float]]:
         """Sessions whose stored summary matches ``query`` best: by meaning when semantic memory
-        is on (the stored summary embeddings), else by shared words. Best first."""
+        is on (the stored summary embeddings), else by shared words. Best first.
+
+        Only the summarised sessions in scope are read (with ``user_id``, that user's, through
+        an index), and only their summaries; the ``top_k`` winners are then read whole. The
+        exact scores are computed over that scope, so the cost follows it, not the store.
+        """
+        import json
         import re
+
+        from harombe_core.store import ops
 
         query = check_query(query)
         top_k = check_count(top_k, "top_k", high=MAX_TOP_K)
         user_id = optional_id(user_id, "user_id")
-        sessions = [s for s in self.store.list_sessions(limit=None, user_id=user_id) if s.summary]
+        rows = self.store.run(ops.summarised_sessions(user_id))
         embedder = self.search.embedder
-        scored: list[tuple[Session, float]] = []
-        if embedder is not None:
-            q = embedder.embed_query(query)
-            for s in sessions:
-                emb = (s.summary_data or {}).get("embedding") or {}
+        scored: list[tuple[str, float]] = []
+        q = None if embedder is None else embedder.embed_query(query)
+        words = set(re.findall(r"\w+", query.lower()))
+        for session_id, summary, raw in rows:
+            data = json.loads(raw) if raw else {}
+            if embedder is not None and q is not None:
+                emb = data.get("embedding") or {}
                 vector = emb.get("vector")
                 if vector and emb.get("model") == embedder.name and len(vector) == len(q):
-                    scored.append((s, float(sum(a * b for a, b in zip(q, vector, strict=True)))))
-        else:
-            words = set(re.findall(r"\w+", query.lower()))
-            for s in sessions:
-                text = (s.summary or "") + " " + " ".join((s.summary_data or {}).get("topics", []))
-                found = words & set(re.findall(r"\w+", text.lower()))
-                if found:
-                    scored.append((s, len(found) / max(len(words), 1)))
+                    score = float(sum(a * b for a, b in zip(q, vector, strict=True)))
+                    scored.append((session_id, score))
+                continue
+            text = summary + " " + " ".join(data.get("topics", []))
+            found = words & set(re.findall(r"\w+", text.lower()))
+            if found:
+                scored.append((session_id, len(found) / max(len(words), 1)))
         scored.sort(key=lambda pair: -pair[1])
-        return scored[:top_k]
+        hits: list[tuple[Session, float]] = []
+        for session_id, score in scored[:top_k]:
+            session = self.store.get_session(session_id)  # gone or moved meanwhile: left out
+            if session is not None and session.summary and user_id in (None, session.user_id):
+                hits.append((session, score))
+        return hits
 
     def get_context(
         self,
@@ -402,19 +488,26 @@ def _threaded(ctx: ContextBuilder, request: ContextRequest) -> list[Message]:
 def _summary_of_older(
     ctx: ContextBuilder, request: ContextRequest, newest: list[Message]
 ) -> Message | None:
-    """The stored summary of what is older than the newest ``keep_last`` messages, first
-    advanced by one bounded step if it does not reach them yet."""
+    """The stored summary of what is older than the newest ``keep_last`` messages.
+
+    If it does not reach them yet, a backlog of at most ``SYNC_FOLD`` messages is folded here;
+    a longer one is handed to the background folder and the summary folded so far is used, so
+    the call costs the same whatever the backlog (one bounded read decides which)."""
     older = newest[request.keep_last :]
     if not older:
         return None
     session, boundary = request.session, older[0].id
     text = session.summary
-    if session.summary_until_id is None or (
-        boundary is not None and session.summary_until_id < boundary
-    ):
-        folded = ctx._summarize(session, boundary, ctx.summary_chunk)
-        if folded is not None and folded.summary:
-            text = folded.summary
+    if boundary is not None and (session.summary_until_id or 0) < boundary:
+        head = ctx.store.get_messages(
+            session.id, after_id=session.summary_until_id, limit=SYNC_FOLD + 1
+        )
+        if len(head) <= SYNC_FOLD or any(m.id is not None and m.id >= boundary for m in head):
+            folded = ctx._summarize(session, boundary, SYNC_FOLD + 1)
+            if folded is not None and folded.summary:
+                text = folded.summary
+        else:
+            ctx.folder.request(session.id, boundary)
     if not text:
         return None
     return ctx.context_message("Summary of the earlier conversation:\n" + text, "summary")

@@ -10,7 +10,7 @@ into a store, then shows the three things memory is for:
 3. recall across sessions for a new question (by meaning when semantic memory is available,
    else by keyword), and the RAG context block plus the full prompt a model would receive.
 
-Everything runs locally: SQLite, the bundled all-MiniLM-L6-v2 model and an embedded ChromaDB.
+Everything runs locally: SQLite (messages, keywords and vectors) and the bundled all-MiniLM-L6-v2.
 The logic lives here; the CLI only calls :func:`run_demo`.
 """
 
@@ -242,8 +242,7 @@ def run_demo(
     """Write the sample, then print sessions, the token window and recall to ``console``."""
     path = os.path.expanduser(db_path) if db_path else default_demo_path()
     console.print(
-        f"[bold]harombe demo[/bold]: writing a sample conversation to "
-        f"[cyan]{escape(path)}[/cyan]",
+        f"[bold]harombe demo[/bold]: writing a sample conversation to [cyan]{escape(path)}[/cyan]",
         soft_wrap=True,  # a path broken over two lines cannot be copied
     )
     if semantic:
@@ -349,15 +348,20 @@ def _show_window(console: Console, manager: MemoryManager, result: DemoResult) -
 
 def _show_recall(console: Console, result: DemoResult) -> None:
     how = (
-        "by meaning and keyword (all-MiniLM-L6-v2 + ChromaDB, fused with BM25)"
+        "by meaning and keyword (all-MiniLM-L6-v2 vectors in SQLite, fused with BM25)"
         if result.recall_mode != "keyword"
         else "by keyword (SQLite FTS5, BM25)"
     )
     if result.semantic_note:
         console.print(f"[yellow]{escape(result.semantic_note)}[/yellow]", soft_wrap=True)
     console.print(f"\n[bold]New question in '{CURRENT_SESSION}':[/bold] {QUESTION}")
-    table = Table(title=f"3. Recall across earlier sessions, {how}")
+    table = Table(
+        title=f"3. Recall across earlier sessions, {how}",
+        caption="score ranks the hits: meaning and keyword fused, weighed with their context "
+        "(neighbouring turns, session, speaker, time)",
+    )
     table.add_column("rank", justify="right")
+    table.add_column("score", justify="right")
     table.add_column("meaning", justify="right")
     table.add_column("keyword", justify="right")
     table.add_column("session", no_wrap=True)
@@ -366,13 +370,14 @@ def _show_recall(console: Console, result: DemoResult) -> None:
     for rank, hit in enumerate(hits, start=1):
         table.add_row(
             str(rank),
+            f"{hit.score:.2f}",
             "-" if hit.vector_score is None else f"{hit.vector_score:.2f}",
             "-" if hit.keyword_score is None else f"{hit.keyword_score:.2f}",
             escape(hit.session_id),
             f"{hit.message.role}: " + _preview(hit.message.content, 70),
         )
     if not hits:
-        table.add_row("-", "-", "-", "-", "nothing found")
+        table.add_row("-", "-", "-", "-", "-", "nothing found")
     console.print(table)
     console.print(
         Panel(
@@ -383,16 +388,21 @@ def _show_recall(console: Console, result: DemoResult) -> None:
     )
     console.print(
         Panel(
-            _render_prompt(result.prompt),
+            _render_prompt(result.prompt, result.context_block),
             title="5. The prompt a model receives (system, recalled context, window, question)",
             expand=False,
         )
     )
 
 
-def _render_prompt(messages: Sequence[Message]) -> str:
+def _render_prompt(messages: Sequence[Message], context_block: str = "") -> str:
+    """The prompt, one message a line; the recalled context, already shown in panel 4, is named
+    rather than printed a second time."""
     lines = []
     for message in messages:
+        if context_block and message.content == context_block:
+            lines.append(f"[bold]{message.role}[/bold]: [dim](the context block of panel 4)[/dim]")
+            continue
         first, *rest = message.content.splitlines() or [""]
         lines.append(f"[bold]{message.role}[/bold]: {escape(first)}")
         lines.extend(f"    {escape(line)}" for line in rest)

@@ -28,8 +28,10 @@ from harombe_core.newest import anewest_until, newest_until
 from harombe_core.owned import named_owner, owned_session
 from harombe_core.owners import legacy_session_key, session_key
 from harombe_core.progress import Progress, check_progress
+from harombe_core.store import ops
 from harombe_core.store.base import UNSET, MessageStore
 from harombe_core.store.closing import ClosesOnExit
+from harombe_core.store.encryption import check_key
 from harombe_core.strategies import Window, window_newest
 from harombe_core.tokens import TokenCounter, resolve_token_counter
 from harombe_core.validate import (
@@ -93,10 +95,8 @@ class MemoryManager(ClosesOnExit):
 
     ``storage_path`` is a SQLite file (``~`` expanded; ``":memory:"`` for a throwaway store) or a
     ``postgresql://`` URL. ``embedding`` and ``vector_store`` choose semantic memory: the default
-    is the bundled all-MiniLM-L6-v2 model with its vectors kept in the database itself
-    (``vector_store="database"``: SQLite searched exactly, pgvector on PostgreSQL);
-    ``vector_store="chroma"`` adds a ChromaDB index (extra ``chroma``) for large corpora searched
-    across users; pass ``None`` for either to keep only the store and its keyword index.
+    is the bundled all-MiniLM-L6-v2 model with its vectors inside the database (``"database"``;
+    ``"chroma"`` adds ChromaDB); pass ``None`` for either to keep only the store and its keywords.
 
     The manager composes its parts: the store; a :class:`~harombe_core.manager_search.Searcher`
     (the semantic memory, the :class:`~harombe_core.retrieval.Retriever` over it, reindexing);
@@ -125,26 +125,15 @@ class MemoryManager(ClosesOnExit):
                     f"config must be a MemoryConfig, got {type(config).__name__}; build one "
                     "with harombe_core.config.load_config(path_or_dict)."
                 )
-        if config is not None and vector_store == "database":
-            vector_store = config.vector_store.provider  # the configured index, if any
+            vector_store = config.vector_store.chosen(vector_store)
         if encryption_key is not None:
-            from harombe_core.store.encryption import check_key
-
             check_key(encryption_key)  # refused before anything is created
         semantic = embedding is not None and vector_store is not None
         if semantic:
             # A missing extra is reported before the database is created, not after.
-            from harombe_core.store.encryption import resolve_key
-            from harombe_core.vectors.indexer import check_semantic_parts
+            from harombe_core.vectors.choice import check_semantic_parts
 
-            check_semantic_parts(
-                embedding,
-                vector_store,
-                storage_path,
-                config,
-                encrypted=not isinstance(storage_path, MessageStore)
-                and resolve_key(encryption_key) is not None,
-            )
+            check_semantic_parts(embedding, vector_store, storage_path, config, encryption_key)
         self._store = open_store(storage_path, encryption_key=encryption_key)
         self._closed = False
         memory: Any = None
@@ -202,6 +191,7 @@ class MemoryManager(ClosesOnExit):
 
     config = part_property("_searcher", Searcher.config)
     embedder = part_property("_searcher", Searcher.embedder)
+    vector_store = part_property("_searcher", Searcher.vector_store)
     retriever = part_property("_searcher", Searcher.retriever)
     summarizer = part_property("_context", ContextBuilder.summarizer)
     summary_chunk = part_property("_context", ContextBuilder.summary_chunk)
@@ -217,14 +207,6 @@ class MemoryManager(ClosesOnExit):
         """True when messages are embedded and searchable by meaning."""
         return self._semantic is not None
 
-    @property
-    def vector_store(self) -> str | None:
-        """The vector store semantic search uses, as it was named: ``"database"`` (the
-        default: the vectors inside the database), ``"chroma"``, ``"pgvector"``, ``"custom"``
-        for an index object; None when semantic search is off."""
-        semantic = self._semantic
-        return None if semantic is None else semantic.vector_store
-
     def __repr__(self) -> str:
         """Where the memory lives and whether it searches by meaning; no I/O, so it is safe
         on a closed manager and costs nothing on a large store."""
@@ -233,12 +215,10 @@ class MemoryManager(ClosesOnExit):
         if semantic is None:
             parts.append("semantic=off")
         else:
-            index = semantic.index  # None until opened (or for a read-only store)
-            name = "database" if semantic.in_database else None if index is None else index.name
             parts += [
                 "semantic=on",
                 f"embedding={semantic.embedder.name!r}",
-                f"vector_store={name!r}",
+                f"vector_store={semantic.index_name!r}",
             ]
         parts.append(f"max_history_tokens={self.max_history_tokens}")
         if self._closed:
@@ -540,6 +520,27 @@ class MemoryManager(ClosesOnExit):
 
     get_messages, aget_messages = twins(_get_messages)
 
+    def _count_messages(
+        self,
+        session_id: str,
+        *,
+        after_id: int | None = None,
+        unless_metadata: Mapping[str, str] | None = None,
+        user_id: str | None = None,
+    ) -> Flow[int]:
+        """How many messages the session holds (0 for an unknown session), by one SQL ``COUNT``
+        over its own index range (:func:`~harombe_core.store.ops.count_session_messages`):
+        ``after_id`` counts only newer ones, ``unless_metadata`` leaves out those whose
+        metadata holds any of these key -> string pairs. With ``user_id``, only that user's
+        session (else SessionOwnershipError)."""
+        op = ops.count_session_messages(session_id, after_id, unless_metadata)
+        if (yield from self._check_owner(session_id, user_id)) is None:
+            return 0
+        count: int = yield Call(self._store.run, op, native=self._store.arun)
+        return count
+
+    count_messages, acount_messages = twins(_count_messages)
+
     def _get_window(
         self,
         session_id: str,
@@ -659,15 +660,16 @@ class MemoryManager(ClosesOnExit):
 
     def _flush(self, timeout: float | None = None, *, progress: Progress = None) -> Flow[None]:
         """Block until every saved message is in the keyword index and (with semantic memory)
-        embedded (both run in the background), so searches then repeat exactly, whatever the
-        indexers had done. ``progress``: ``None`` shows a bar on stderr when it is a terminal
-        and the backlog is large, ``True`` always, ``False`` never; a callable ``progress(done,
-        total)`` is called as batches complete. Raises EmbeddingError if the model fails or
-        ``timeout`` (seconds) passes first."""
+        embedded, and summary backlogs are folded (all in the background), so searches and
+        summaries then repeat exactly. ``progress``: ``None`` shows a bar on stderr when it is a
+        terminal and the backlog is large, ``True`` always, ``False`` never; a callable
+        ``progress(done, total)`` is called as batches complete. Raises EmbeddingError if the
+        model fails or ``timeout`` (seconds) passes first."""
         check_progress(progress)
         timeout = optional_number(timeout, "timeout", low=0, high=MAX_WAIT_SECONDS)
         if self._semantic is not None:
             yield Work(self._semantic.flush, timeout, progress=progress)
+        yield Work(self._context.flush_summaries, timeout)
         keywords = getattr(self._store, "index_keywords", None)  # SQLite indexes in background
         if keywords is not None:
             yield Work(keywords)
@@ -698,6 +700,7 @@ class MemoryManager(ClosesOnExit):
         if self._closed:
             return
         self._closed = True
+        self._context.close()  # the background folder stops before the store closes
         semantic, self._searcher.semantic = self._searcher.semantic, None
         close_store = True
         try:

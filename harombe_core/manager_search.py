@@ -118,6 +118,13 @@ class Searcher:
         return None if self.semantic is None else self.semantic.embedder
 
     @property
+    def vector_store(self) -> str | None:
+        """The vector store semantic search uses, as named: ``"database"`` (the default: the
+        vectors inside the database), ``"chroma"``, ``"pgvector"``, ``"custom"`` (an index
+        object); None when semantic memory is off."""
+        return None if self.semantic is None else self.semantic.vector_store
+
+    @property
     def retriever(self) -> Retriever:
         """The hybrid retriever over this store; keyword-only when semantic memory is off."""
         from harombe_core.retrieval import RetrievalSettings
@@ -204,7 +211,7 @@ class Searcher:
         self, batch_size: int, embedding: Any, vector_store: Any, progress: Progress, reembed: bool
     ) -> dict[str, int]:
         keyword = self.store.rebuild_keyword_index()
-        from harombe_core.vectors.indexer import resolve_embedder_spec
+        from harombe_core.vectors.choice import resolve_embedder_spec
 
         embedder = None if embedding is None else resolve_embedder_spec(embedding)
         if self.semantic is None:

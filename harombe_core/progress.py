@@ -73,7 +73,10 @@ def progress_reporter(
 
         yield advance
         return
-    show = progress is True or (progress is None and total >= auto_from and _watched())
+    # Nothing to do is nothing to show: no empty bar, even with progress=True.
+    show = total > 0 and (
+        progress is True or (progress is None and total >= auto_from and _watched())
+    )
     if not show:
         yield lambda n: None
         return

@@ -150,12 +150,17 @@ _STOPWORDS = frozenset(
         "while who whom why will with would you you're your yours yeah yes oh ok okay thanks thank "
         "hey hi hello sure great good well get got one would much many lot things thing know think "
         "going want "
+        # conversational filler: acknowledgements and words that say nothing about the subject
+        "noted note notes old new will can't won't didn't isn't doesn't please perfect exciting "
+        "quick cool nice lovely awesome fine right maybe also just still even let anything "
+        "something everything nothing make made take need needs way sounds done "
     ).split()
 )
 _PATTERNS = {
     "preferences": re.compile(
-        r"\b(i|we) (really |do(n't| not) |)(like|love|prefer|enjoy|hate|dislike|favou?rite)\b|"
-        r"\bmy favou?rite\b",
+        r"\b(i|we) (really |do(n't| not) |)(like|love|prefer|enjoy|hate|dislike|favou?rite|"
+        r"want)\b|\bmy favou?rite\b|\bcan('|no)t stand\b|\bwould be (great|nice|ideal)\b|"
+        r"\bno [a-z ]{2,30} please\b|\bprefers?\b",
         re.I,
     ),
     "decisions": re.compile(
@@ -163,7 +168,9 @@ _PATTERNS = {
         re.I,
     ),
     "action_items": re.compile(
-        r"\b(need to|todo|to-do|remember to|don't forget|follow up|next step|have to|must)\b",
+        r"\b(need to|todo|to-do|remember to|remind (me|us)|don't forget|follow up|next step|"
+        r"have to|must|make sure|by (mon|tues|wednes|thurs|fri|satur|sun)day|"
+        r"by \d{1,2} [A-Z][a-z]+|by [A-Z][a-z]+ \d{1,2}|before (the )?\w+day)\b",
         re.I,
     ),
     "facts": re.compile(
@@ -180,14 +187,43 @@ def _keywords(text: str) -> list[str]:
     return [w.lower() for w in _WORD.findall(text) if w.lower() not in _STOPWORDS and len(w) > 2]
 
 
+def _topics(counts: Counter[str], limit: int) -> list[str]:
+    """The most frequent content words, a plural counted with its singular ("rows" is "row")."""
+    merged: Counter[str] = Counter()
+    for word, count in counts.items():
+        single = word[:-1] if word.endswith("s") and word[:-1] in counts else word
+        merged[single] += count
+    return [w for w, _ in merged.most_common(limit)]
+
+
+def _says_something(sentence: str) -> bool:
+    """A statement with some content: not a question, not an acknowledgement ("Will do.",
+    "Exciting!"), which tells nothing about how a conversation ended."""
+    return not sentence.rstrip().endswith("?") and len(_keywords(sentence)) >= 2
+
+
+def _outcome(spoken: Sequence[Message]) -> str:
+    """How the conversation ended: the last statement with content in the assistant's last
+    replies (its final answer, not "Will do."); nothing when they only acknowledge or ask."""
+    replies = [m for m in spoken if m.role == "assistant"]
+    for reply in reversed(replies[-2:]):
+        statements = [s for s in _sentences(reply.content) if _says_something(s)]
+        if statements:
+            return statements[-1]
+    return ""
+
+
 class ExtractiveSummarizer:
     """Summaries without a model: the most informative sentences, patterns, frequent words.
 
     Sentences are scored by the frequency of their content words across the text (the classic
     Luhn method), and the best ``max_sentences`` are kept in conversation order. Facts,
-    preferences, decisions and action items are sentences matching simple first-person patterns;
-    topics are the most frequent content words. Crude next to a model, but deterministic, free and
-    offline, and it keeps names, numbers and dates verbatim.
+    preferences, decisions and action items are sentences matching simple patterns (a request
+    to be reminded, a deadline, "I can't stand ..."); topics are the most frequent content words,
+    conversational filler ("noted", "will", "please") left out; the outcome is the last statement
+    with content in the assistant's final replies, not an acknowledgement such as "Will do.".
+    Crude next to a model, but deterministic, free and offline, and it keeps names, numbers and
+    dates verbatim.
     """
 
     name = "extractive"
@@ -223,15 +259,14 @@ class ExtractiveSummarizer:
                     sentence
                 ):
                     found[name].append(_clip(sentence, 200))
-        last_assistant = next((m for m in reversed(spoken) if m.role == "assistant"), None)
-        outcome = _sentences(last_assistant.content)[0] if last_assistant else ""
+        outcome = _outcome(spoken)
         current = SessionSummary(
             summary=_clip(" ".join(tagged[i][1] for i in best), 800),
             facts=_dedupe(found["facts"])[:_MAX_ITEMS],
             decisions=_dedupe(found["decisions"])[:_MAX_ITEMS],
             action_items=_dedupe(found["action_items"])[:_MAX_ITEMS],
             preferences=_dedupe(found["preferences"])[:_MAX_ITEMS],
-            topics=[w for w, _ in counts.most_common(self.max_topics)],
+            topics=_topics(counts, self.max_topics),
             outcome=_clip(outcome, 200),
         )
         return previous.merged_with(current) if previous is not None else current

@@ -1,19 +1,25 @@
 """Recall for the LangChain side: which past turns may be added to what a model is sent.
 
-The agent middleware and ``harombe chat`` both add relevant things the user said before to the
-model's system message. Which sessions may be searched is the part that must not differ between
-them: a known user's other sessions, or, for a caller acting for nobody, only this session's
-older turns (recall never crosses into sessions that are not known to be the same user's).
+The agent middleware and ``harombe chat`` both add relevant earlier turns (the user's and the
+assistant's) to the model's system message. Which sessions may be searched is the part that
+must not differ between them: a known user's other sessions, or, for a caller acting for nobody,
+only this session's older turns (recall never crosses into sessions that are not known to be the
+same user's).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from harombe_core.manager import MemoryManager
-from harombe_core.models import Message
+if TYPE_CHECKING:  # `harombe chat --help` reads the default without loading the manager
+    from harombe_core.manager import MemoryManager
+    from harombe_core.models import Message
 
-__all__ = ["recall"]
+__all__ = ["DEFAULT_RECALL_TOKENS", "recall"]
+
+#: Tokens of relevant past turns (the user's and the assistant's) added to the system message by
+#: the agent middleware and ``harombe chat`` unless told otherwise; 0 turns recall off.
+DEFAULT_RECALL_TOKENS = 500
 
 
 def recall(

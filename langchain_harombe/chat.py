@@ -3,8 +3,9 @@
 The model is named as LangChain's ``init_chat_model`` wants it (``openai:gpt-4o-mini``,
 ``ollama:llama3.2``...), or ``fake`` for an offline echo model (demos and tests). Every turn is
 stored as it happens; the model is sent the session's system prompt, the newest turns that fit
-``--max-tokens``, what the user said before that is relevant to the new message (recall, up to
-``--recall-tokens``), and the new message. A session is stored with its first message, so a
+``--max-tokens``, earlier turns relevant to the new message, the user's and the assistant's
+(recall, up to ``--recall-tokens``, 500 by default as in the agent middleware), and the new
+message. A session is stored with its first message, so a
 chat that is opened and left stores nothing. Slash commands manage sessions:
 
 ``/sessions`` list, ``/load <id>`` switch, ``/save`` confirm what is stored, ``/history`` show
@@ -21,6 +22,7 @@ the current session (no other session is known to be the same person's), as in
 
 from __future__ import annotations
 
+import sys
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
@@ -34,7 +36,7 @@ from harombe_core.models import Message, Session
 from harombe_core.strategies import check_budget
 from harombe_core.text import plural
 from langchain_harombe._packages import missing_package, package_of
-from langchain_harombe._recall import recall
+from langchain_harombe._recall import DEFAULT_RECALL_TOKENS, recall
 from langchain_harombe.convert import from_langchain, to_langchain
 from langchain_harombe.testing import RecordingChatModel
 
@@ -48,8 +50,6 @@ __all__ = [
 
 #: Session metadata key: messages with this id or lower are outside the model's context.
 CONTEXT_START_KEY = "chat_context_after_id"
-#: Tokens of recalled past turns added to the system message unless ``--recall-tokens`` says.
-DEFAULT_RECALL_TOKENS = 500
 
 HELP = """commands:
   /sessions          list sessions
@@ -372,6 +372,8 @@ def run_chat(
         vector_store="database" if semantic else None,
     )
 
+    interactive = stdin is None and sys.stdin.isatty()
+
     def read(prompt: str) -> str:
         if stdin is None:
             return input(prompt)
@@ -404,6 +406,8 @@ def run_chat(
             try:
                 if line.startswith("/"):
                     if not chat.command(line):
+                        if not interactive:  # the line typed was not echoed: end the prompt
+                            print()
                         break
                     continue
                 print(f"ai> {chat.send(line)}")

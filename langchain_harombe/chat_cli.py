@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from harombe_core.cli_app import Command, DbOption, clean_errors
+from harombe_core.cli_app import Command, DbOption, check_db_folder, clean_errors
 from harombe_core.errors import MissingExtraError
 from harombe_core.lazy import lazy_attributes as _lazy_attributes
+from langchain_harombe._recall import DEFAULT_RECALL_TOKENS
 
 if TYPE_CHECKING:
     from langchain_harombe.chat import (
-        DEFAULT_RECALL_TOKENS,
         ChatSession,
         integration_package,
         load_chat_model,
@@ -36,7 +36,13 @@ __all__ = [
 ]
 
 __getattr__ = _lazy_attributes(
-    __name__, {name: "langchain_harombe.chat" for name in __all__ if name != "register"}, __all__
+    __name__,
+    {
+        name: "langchain_harombe.chat"
+        for name in __all__
+        if name not in ("register", "DEFAULT_RECALL_TOKENS")
+    },
+    __all__,
 )[0]
 
 
@@ -91,10 +97,11 @@ def chat_command(
             "--recall-tokens",
             metavar="N",
             min=0,
-            help="Tokens of relevant earlier turns (the user's other sessions; without --user, "
-            "this session's older turns) added to the system message; 0 turns recall off.",
+            help="Tokens of relevant earlier turns, the user's and the assistant's (the user's "
+            "other sessions; without --user, this session's older turns) added to the system "
+            "message; 0 turns recall off.",
         ),
-    ] = 500,
+    ] = DEFAULT_RECALL_TOKENS,
     embedding: Annotated[
         str,
         typer.Option(
@@ -116,6 +123,8 @@ def chat_command(
     except ImportError as exc:
         raise MissingExtraError("harombe chat", "langchain", exc.name or "langchain") from exc
     with clean_errors():
+        if memory:
+            check_db_folder(db)
         run_chat(
             db=db,
             model=model,

@@ -43,8 +43,8 @@ from langgraph.runtime import Runtime
 from harombe_core.errors import InvalidInputError
 from harombe_core.manager import MemoryManager
 from harombe_core.models import Message
-from langchain_harombe._recall import recall
-from langchain_harombe.convert import to_langchain
+from langchain_harombe._recall import DEFAULT_RECALL_TOKENS, recall
+from langchain_harombe.convert import from_langchain, to_langchain
 from langchain_harombe.history import HarombeChatMessageHistory, Strategy
 
 __all__ = ["HarombeMemoryMiddleware", "HarombeMemoryState"]
@@ -72,6 +72,12 @@ class _Pending(NamedTuple):
         return {"harombe_saved": self.total}
 
 
+def _key(message: BaseMessage) -> tuple[str, str]:
+    """A LangChain message as the (role, content) a stored harombe message would have."""
+    stored = from_langchain(message)
+    return stored.role, stored.content
+
+
 class HarombeMemoryMiddleware(AgentMiddleware[HarombeMemoryState, Any, Any]):
     """Persistent, windowed memory (and optional recall of past sessions) for an agent.
 
@@ -82,9 +88,11 @@ class HarombeMemoryMiddleware(AgentMiddleware[HarombeMemoryState, Any, Any]):
         strategy / max_tokens / start_on_user / context_options / node_selector: the context
             view (and, for ``"threaded"``, how turns are threaded), as in
             :class:`~langchain_harombe.HarombeChatMessageHistory`.
-        recall_tokens: If > 0 and semantic memory is on, up to this many tokens of relevant
-            turns from the user's other sessions are added to the system message (from this
-            session's older turns when the run names no user).
+        recall_tokens: When semantic memory is on, up to this many tokens (default 500, as
+            ``harombe chat``; 0 turns recall off) of relevant past turns, the user's and the
+            assistant's, from the user's other sessions are added to the system message (from
+            this session's older turns when the run names no user). What the model is sent
+            anyway (the window and the turn being answered) is never recalled.
     """
 
     state_schema = HarombeMemoryState
@@ -98,7 +106,7 @@ class HarombeMemoryMiddleware(AgentMiddleware[HarombeMemoryState, Any, Any]):
         strategy: Strategy = "simple",
         max_tokens: int | None = None,
         start_on_user: bool = False,
-        recall_tokens: int = 0,
+        recall_tokens: int = DEFAULT_RECALL_TOKENS,
         context_options: dict[str, Any] | None = None,
         node_selector: Any = None,
     ) -> None:
@@ -136,7 +144,8 @@ class HarombeMemoryMiddleware(AgentMiddleware[HarombeMemoryState, Any, Any]):
         context = getattr(runtime, "context", None)
         if user_id is None and context is not None:
             user_id = (
-                context.get("user_id") if isinstance(context, dict)
+                context.get("user_id")
+                if isinstance(context, dict)
                 else getattr(context, "user_id", None)
             )
         return str(session_id), None if user_id is None else str(user_id)
@@ -225,8 +234,14 @@ class HarombeMemoryMiddleware(AgentMiddleware[HarombeMemoryState, Any, Any]):
             user_id=user_id,
             max_tokens=self.recall_tokens,
         )
+        # Never recall what the model is sent anyway: the window, and the turn being answered
+        # (from the newest user message on), which a checkpointer may have stored before this
+        # call. Older turns of the state outside the window may be recalled: that is recall.
         shown = {m.id for m in view if m.id is not None}
-        context = [m for m in found if m.id not in shown]
+        sent: set[tuple[str, str]] = {(m.role, m.content) for m in view}
+        start = max((i for i, m in enumerate(messages) if isinstance(m, HumanMessage)), default=0)
+        sent.update(_key(m) for m in messages[start:])
+        context = [m for m in found if m.id not in shown and (m.role, m.content) not in sent]
         return self.manager.format_context(context) if context else None
 
     @staticmethod
@@ -253,9 +268,7 @@ class HarombeMemoryMiddleware(AgentMiddleware[HarombeMemoryState, Any, Any]):
         overrides: dict[str, Any] = {"messages": view}
         if recall:
             base = request.system_message.text if request.system_message is not None else ""
-            overrides["system_message"] = SystemMessage(
-                f"{base}\n\n{recall}" if base else recall
-            )
+            overrides["system_message"] = SystemMessage(f"{base}\n\n{recall}" if base else recall)
         return request.override(**overrides)
 
     def wrap_model_call(
@@ -271,4 +284,3 @@ class HarombeMemoryMiddleware(AgentMiddleware[HarombeMemoryState, Any, Any]):
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
     ) -> ModelResponse[Any]:
         return await handler(await self._abuild(request))
-

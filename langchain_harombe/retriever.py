@@ -134,15 +134,22 @@ class HarombeRetriever(BaseRetriever):
                 options["keyword_weight"] = 0.0
             else:
                 options["mmr_lambda"] = self.mmr_lambda
-        hits = manager.search(
-            query,
-            top_k=k,
-            session_id=self.session_id,
-            user_id=self.user_id,
-            min_similarity=self.min_similarity,
-            **options,
-        )
-        return hits[:k]
+        # A message with no text (an assistant turn that only called a tool) is no document:
+        # leave it out, and ask for more hits until k with text are found or none are left.
+        top_k = k
+        while True:
+            hits = manager.search(
+                query,
+                top_k=top_k,
+                session_id=self.session_id,
+                user_id=self.user_id,
+                min_similarity=self.min_similarity,
+                **options,
+            )
+            texts = [h for h in hits if h.message.content.strip()]
+            if len(texts) >= k or len(hits) < top_k:
+                return texts[:k]
+            top_k *= 2
 
     def _get_relevant_documents(
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any

@@ -72,7 +72,12 @@ from harombe_core.validate import (
 from langchain_harombe._packages import missing_package
 from langchain_harombe.embeddings import LangChainEmbedder
 from langchain_harombe.history import resolve_manager
-from langchain_harombe.store_checks import MAX_TTL_MINUTES, check_op, check_ttl_config
+from langchain_harombe.store_checks import (
+    MAX_TTL_MINUTES,
+    check_op,
+    check_ttl_config,
+    with_tuple_prefixes,
+)
 
 __all__ = ["HarombeStore"]
 
@@ -92,6 +97,7 @@ class _Plan(NamedTuple):
     vectors: _Vectors
     queries: dict[str, np.ndarray]
 
+
 _OPS = (GetOp, PutOp, SearchOp, ListNamespacesOp)
 
 
@@ -109,7 +115,7 @@ class HarombeStore(BaseStore):
 
     Args:
         manager: The application's :class:`~harombe_core.MemoryManager` (SQLite or PostgreSQL),
-        or
+            or else
         storage_path: a database path or ``postgresql://`` URL (the store then opens its own
             manager).
         index: LangGraph's ``IndexConfig``: ``{"embed": ..., "fields": ["text"], "dims": n}``.
@@ -142,7 +148,10 @@ class HarombeStore(BaseStore):
         # Items are searched by meaning through ``index`` (as LangGraph's stores): the manager
         # a path opens needs no semantic memory of its own unless asked for.
         self.manager, self._owns_manager = resolve_manager(
-            manager, storage_path, manager_options, owner="HarombeStore",
+            manager,
+            storage_path,
+            manager_options,
+            owner="HarombeStore",
             defaults={"embedding": None},
         )
         try:
@@ -176,7 +185,10 @@ class HarombeStore(BaseStore):
         """Run ``ops`` in one transaction: reads first (they see the store as it was before
         the batch), then the puts, the last put of a key winning (as LangGraph's stores do).
         Embedding happens before the transaction starts."""
-        ops = check_list(ops, "batch", of="store operations", single=_OPS)
+        ops = [
+            with_tuple_prefixes(op)
+            for op in check_list(ops, "batch", of="store operations", single=_OPS)
+        ]
         plan = self._plan(ops)
         docs = self._embed_texts(plan)
         if docs:
@@ -188,7 +200,10 @@ class HarombeStore(BaseStore):
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         """:meth:`batch` with the embedder's own async methods and the database's async path."""
-        ops = check_list(ops, "abatch", of="store operations", single=_OPS)
+        ops = [
+            with_tuple_prefixes(op)
+            for op in check_list(ops, "abatch", of="store operations", single=_OPS)
+        ]
         plan = self._plan(ops)
         docs = self._embed_texts(plan)
         if docs:
@@ -239,8 +254,13 @@ class HarombeStore(BaseStore):
             out.append(None if isinstance(op, PutOp) else (yield from self._read(op, plan)))
         for key, op in plan.puts.items():
             yield from items.put(
-                self._backend, op.namespace, op.key, plan.values.get(key), now=_now(),
-                ttl=op.ttl, vectors=plan.vectors.get(key),
+                self._backend,
+                op.namespace,
+                op.key,
+                plan.values.get(key),
+                now=_now(),
+                ttl=op.ttl,
+                vectors=plan.vectors.get(key),
             )
         return out
 
@@ -255,13 +275,25 @@ class HarombeStore(BaseStore):
         if isinstance(op, SearchOp):
             query = plan.queries.get(op.query) if op.query else None
             return items.search(
-                sql, op.namespace_prefix, now=_now(), value_filter=op.filter, query=query,
-                offset=op.offset, limit=op.limit, omit_expired=omit, refresh=refresh,
+                sql,
+                op.namespace_prefix,
+                now=_now(),
+                value_filter=op.filter,
+                query=query,
+                offset=op.offset,
+                limit=op.limit,
+                omit_expired=omit,
+                refresh=refresh,
             )
         assert isinstance(op, ListNamespacesOp)  # check_op refused any other kind
         return items.list_namespaces(
-            sql, now=_now(), match=[(m.match_type, m.path) for m in op.match_conditions or ()],
-            max_depth=op.max_depth, offset=op.offset, limit=op.limit, omit_expired=omit,
+            sql,
+            now=_now(),
+            match=[(m.match_type, m.path) for m in op.match_conditions or ()],
+            max_depth=op.max_depth,
+            offset=op.offset,
+            limit=op.limit,
+            omit_expired=omit,
         )
 
     # TTL settings, read live (LangGraph's own tests change ttl_config on a running store) --
@@ -307,8 +339,10 @@ class HarombeStore(BaseStore):
         if self._sweeper is not None and self._sweeper.is_alive():
             return self._sweeper_future  # one sweeper per store
         interval = sweep_interval_minutes or self.ttl_config.get("sweep_interval_minutes") or 5
-        if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not (
-            0 < interval < math.inf
+        if (
+            isinstance(interval, bool)
+            or not isinstance(interval, (int, float))
+            or not (0 < interval < math.inf)
         ):
             raise InvalidInputError(
                 f"sweep_interval_minutes must be a positive number of minutes, got {interval!r}."
@@ -361,9 +395,7 @@ class HarombeStore(BaseStore):
             self.manager.close()
 
 
-def _index(
-    index: Mapping[str, Any] | None, default: Any
-) -> tuple[dict[str, Any] | None, Any, Any]:
+def _index(index: Mapping[str, Any] | None, default: Any) -> tuple[dict[str, Any] | None, Any, Any]:
     """``(index_config, embeddings, embedder)`` from LangGraph's ``IndexConfig``.
 
     ``index_config`` is the caller's configuration plus LangGraph's ``__tokenized_fields``;
@@ -423,9 +455,7 @@ def _queries(ops: Sequence[Op], embedder: Any) -> list[str]:
     return list(dict.fromkeys(op.query for op in ops if isinstance(op, SearchOp) and op.query))
 
 
-def _with_vectors(
-    plan: _Plan, docs: Sequence[tuple[_Key, str, str]], matrix: np.ndarray
-) -> _Plan:
+def _with_vectors(plan: _Plan, docs: Sequence[tuple[_Key, str, str]], matrix: np.ndarray) -> _Plan:
     """``plan`` with one float32 vector per embedded text, grouped by item."""
     rows = np.asarray(matrix, dtype=np.float32)
     vectors: _Vectors = {}

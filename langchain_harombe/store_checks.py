@@ -31,7 +31,7 @@ from harombe_core.validate import (
     optional_count,
 )
 
-__all__ = ["MAX_TTL_MINUTES", "check_op", "check_ttl_config"]
+__all__ = ["MAX_TTL_MINUTES", "check_op", "check_ttl_config", "with_tuple_prefixes"]
 
 
 #: Longest TTL, in minutes (about 1,900 years; expiry times are 64-bit microseconds).
@@ -55,6 +55,22 @@ def check_ttl_config(ttl: Any) -> None:
         check_number(
             ttl["sweep_interval_minutes"], "sweep_interval_minutes", low=0.0, high=MAX_TTL_MINUTES
         )
+
+
+def with_tuple_prefixes(op: Op) -> Op:
+    """``op`` with a namespace prefix given as a list made a tuple, as LangGraph's own stores
+    take it (``store.search(["users", "ann"])``, ``list_namespaces(prefix=[...])``)."""
+    if isinstance(op, SearchOp) and isinstance(op.namespace_prefix, list):
+        return op._replace(namespace_prefix=tuple(op.namespace_prefix))
+    if isinstance(op, ListNamespacesOp) and isinstance(op.match_conditions, (tuple, list)):
+        conditions = tuple(
+            c._replace(path=tuple(c.path))
+            if isinstance(c, MatchCondition) and isinstance(c.path, list)
+            else c
+            for c in op.match_conditions
+        )
+        return op._replace(match_conditions=conditions)
+    return op
 
 
 def check_op(op: Op) -> None:

@@ -279,12 +279,26 @@ class HarombeDBChatStore(_ManagedStore, AsyncDBChatStore):
         if status == MessageStatus.ACTIVE:
             # Memory reads the active queue on every put: read only the rows after the archived
             # prefix, so the cost follows the queue, not the whole history.
-            stored = self._manager.get_messages(
-                key, after_id=through or None, user_id=self.user_id
-            )
+            stored = self._manager.get_messages(key, after_id=through or None, user_id=self.user_id)
         else:
             stored = self._stored(key)
         return [m for m in stored if self._status(m, through) == status]
+
+    def _count(self, key: str, status: MessageStatus | None) -> int:
+        """:meth:`_select`'s length counted in SQL: the active messages are those after the
+        archived prefix without the ARCHIVED mark, the archived ones all the others."""
+        status = _status_arg(status, optional=True)
+        through = self._archived_through(key)  # checks the key is this store's to read
+        total = self._manager.count_messages(key, user_id=self.user_id)
+        if status is None:
+            return total
+        active = self._manager.count_messages(
+            key,
+            after_id=through or None,
+            unless_metadata={STATUS_KEY: MessageStatus.ARCHIVED.value},
+            user_id=self.user_id,
+        )
+        return active if status == MessageStatus.ACTIVE else total - active
 
     def _convert(self, messages: Sequence[ChatMessage], status: MessageStatus) -> list[Message]:
         status = _status_arg(status, optional=False) or MessageStatus.ACTIVE
@@ -361,7 +375,7 @@ class HarombeDBChatStore(_ManagedStore, AsyncDBChatStore):
     async def count_messages(
         self, key: str, status: MessageStatus | None = MessageStatus.ACTIVE
     ) -> int:
-        return len(await asyncio.to_thread(self._select, key, status))
+        return await asyncio.to_thread(self._count, key, status)
 
     async def add_message(
         self, key: str, message: ChatMessage, status: MessageStatus = MessageStatus.ACTIVE

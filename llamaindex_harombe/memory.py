@@ -30,7 +30,7 @@ from llama_index.core.llms.llm import LLM
 from llama_index.core.memory.types import BaseMemory
 from llama_index.core.storage.chat_store.base_db import MessageStatus
 
-from harombe_core.errors import InvalidBudgetError, InvalidInputError
+from harombe_core.errors import Fix, InvalidBudgetError, InvalidInputError
 from harombe_core.manager import MemoryManager
 from harombe_core.models import Message, Session
 from harombe_core.strategies import Window
@@ -84,6 +84,7 @@ def embedding_field() -> Any:
 
 def vector_store_field() -> Any:
     return Field(default=DEFAULT_VECTOR_STORE, description="Vector index ('chroma').")
+
 
 Strategy = Literal["simple", "summarization", "hybrid", "threaded"]
 
@@ -392,12 +393,14 @@ class HarombeMemory(BaseMemory):
     def _budget(self, initial_token_count: int) -> int:
         check_budget(initial_token_count, "initial_token_count")
         if initial_token_count > self.token_limit:
-            # ChatMemoryBuffer's error (a ValueError), with how to fix it.
+            # ChatMemoryBuffer's error (a ValueError) with its exact text, then how to fix it.
+            advice = (
+                f"(initial_token_count={initial_token_count} > token_limit={self.token_limit}): "
+                "the engine's own prompt (system prompt, prefix messages) does not fit; raise "
+                "token_limit or shorten that prompt."
+            )
             raise InvalidBudgetError(
-                f"Initial token count exceeds token limit: initial_token_count="
-                f"{initial_token_count} > token_limit={self.token_limit}. The engine's own "
-                "prompt (system prompt, prefix messages) does not fit: raise token_limit or "
-                "shorten that prompt."
+                "Initial token count exceeds token limit", fix=Fix(api=advice, cli=advice)
             )
         return self.token_limit - initial_token_count
 
@@ -494,9 +497,7 @@ class HarombeMemory(BaseMemory):
         context: list[Message] = []
         query = await asyncio.to_thread(self._recall_query, input)
         if query:
-            recalled = await self._manager.aget_relevant_context(
-                query, **self._rag_args(budget)
-            )
+            recalled = await self._manager.aget_relevant_context(query, **self._rag_args(budget))
             context = self._context(recalled, budget)
         return await asyncio.to_thread(self._assemble, session, context, budget)
 
@@ -619,4 +620,3 @@ def _merge_system(context: list[Message], window: list[Message]) -> list[Message
         return window
     head = [m for m in window[:1] if m.role == "system" and m.id is None]
     return head + context + window[len(head) :]
-

@@ -1,12 +1,14 @@
-"""The README's examples run, so they cannot drift from the library.
+"""The README's examples (and those of the docs pages that teach the API) run, so they cannot
+drift from the library.
 
-Every ```python block of README.md runs in a fresh namespace, in a temporary folder with a
-temporary HOME (so ``~/.harombe/memory.db`` is a new database), offline. A block may use one
-name the README leaves to the reader, a model: ``NEEDS`` gives it an offline fake (a LangChain
-chat model, a LlamaIndex LLM, a ``prompt -> str`` callable). A statement whose comment starts
-with an error's name (``# SessionOwnershipError: ...``) must raise that error. The YAML
-configuration block is loaded with ``MemoryManager.from_config``. No block is skipped; a new one
-runs too, and fails here until it runs offline.
+Every ```python block of README.md and of the pages in ``PAGES`` runs in a fresh namespace, in a
+temporary folder with a temporary HOME (so ``~/.harombe/memory.db`` is a new database), offline.
+A block may use one name the page leaves to the reader, a model: ``NEEDS`` gives it an offline
+fake (a LangChain chat model, a LlamaIndex LLM, a ``prompt -> str`` callable). A statement whose
+comment starts with an error's name (``# SessionOwnershipError: ...``) must raise that error. The
+YAML configuration block is loaded with ``MemoryManager.from_config``. No block is skipped; a new
+one runs too, and fails here until it runs offline. The README's blocks also run one after the
+other on one database, in their order and in reverse, as a reader trying them all would.
 """
 
 from __future__ import annotations
@@ -24,7 +26,18 @@ import pytest
 import harombe_core
 from harombe_core import ChatMemory, MemoryManager
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+#: Pages whose python blocks run here (other pages show fragments, shell or output).
+PAGES = [
+    README,
+    ROOT / "docs" / "concepts.md",
+    ROOT / "docs" / "langchain.md",
+    ROOT / "docs" / "llamaindex.md",
+    ROOT / "docs" / "threads-and-summaries.md",
+    ROOT / "docs" / "search.md",
+]
+CONFIGURATION = ROOT / "docs" / "configuration.md"
 _FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
 
 
@@ -51,23 +64,27 @@ def _callable_llm() -> Callable[[str], str]:
     return my_llm
 
 
-#: Section of the README -> the names its block leaves to the reader, and offline fakes.
+#: Page and section -> the names its blocks leave to the reader, and offline fakes.
 NEEDS: dict[str, dict[str, Callable[[], Any]]] = {
-    "LangChain": {"model": _chat_model},
-    "LlamaIndex": {"llm": _llama_llm},
-    "Threaded memory and summaries": {"my_llm": _callable_llm},
+    "README.md: LangChain": {"model": _chat_model},
+    "README.md: LlamaIndex": {"llm": _llama_llm},
+    "langchain.md: The agent": {"model": _chat_model},
+    "langchain.md: Chains and retrievers": {"model": _chat_model},
+    "llamaindex.md: Chat engines and agents": {"llm": _llama_llm},
+    "threads-and-summaries.md: Threaded memory": {"my_llm": _callable_llm},
 }
 
 
-def _blocks(language: str) -> list[tuple[str, str]]:
-    """``(section, code)`` for every fenced block of ``language``, in order."""
-    text = README.read_text(encoding="utf-8")
+def _blocks(language: str, pages: list[Path] = PAGES) -> list[tuple[str, str]]:
+    """``("page: section", code)`` for every fenced block of ``language``, in order."""
     found = []
-    for match in _FENCE.finditer(text):
-        if match.group(1) != language:
-            continue
-        headings = re.findall(r"^## (.+)$", text[: match.start()], re.M)
-        found.append((headings[-1] if headings else "", match.group(2)))
+    for page in pages:
+        text = page.read_text(encoding="utf-8")
+        for match in _FENCE.finditer(text):
+            if match.group(1) != language:
+                continue
+            headings = re.findall(r"^## (.+)$", text[: match.start()], re.M)
+            found.append((f"{page.name}: {headings[-1] if headings else ''}", match.group(2)))
     return found
 
 
@@ -110,14 +127,12 @@ BLOCKS = _blocks("python")
 
 def test_the_readme_has_its_examples() -> None:
     sections = [section for section, _ in BLOCKS]
-    for expected in ("Python API", "Users and sessions", "LangChain", "LlamaIndex"):
-        assert expected in sections
+    for expected in ("Plain Python", "LangChain", "LlamaIndex", "Users and sessions"):
+        assert f"README.md: {expected}" in sections
     assert set(NEEDS) <= set(sections), "NEEDS names a section without a python block"
 
 
-@pytest.mark.timeout(300)
-@pytest.mark.parametrize(("section", "code"), BLOCKS, ids=[s for s, _ in BLOCKS])
-def test_python_block_runs(section: str, code: str, home: Path) -> None:
+def _run_block(section: str, code: str) -> None:
     namespace: dict[str, Any] = {"__name__": "readme"}
     namespace.update({name: make() for name, make in NEEDS.get(section, {}).items()})
     try:
@@ -130,8 +145,24 @@ def test_python_block_runs(section: str, code: str, home: Path) -> None:
                 value.close()
 
 
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(("section", "code"), BLOCKS, ids=[s for s, _ in BLOCKS])
+def test_python_block_runs(section: str, code: str, home: Path) -> None:
+    _run_block(section, code)
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("order", ["in order", "reversed"])
+def test_the_readme_blocks_run_one_after_another_on_one_database(order: str, home: Path) -> None:
+    """A reader tries every README example on the default ``~/.harombe/memory.db``: no block
+    may collide with another's sessions (an owner, a thread id), in either order."""
+    blocks = [(s, c) for s, c in BLOCKS if s.startswith("README.md: ")]
+    for section, code in blocks if order == "in order" else blocks[::-1]:
+        _run_block(section, code)
+
+
 def test_yaml_configuration_block_loads(home: Path) -> None:
-    (yaml_block,) = (code for _, code in _blocks("yaml"))
+    (yaml_block,) = (code for _, code in _blocks("yaml", [CONFIGURATION]))
     (home / "harombe.yaml").write_text(yaml_block, encoding="utf-8")
     with MemoryManager.from_config(home / "harombe.yaml") as mm:
         assert mm.max_history_tokens == 4096

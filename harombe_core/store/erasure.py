@@ -16,16 +16,17 @@ Deleting a row is not enough to make its text gone:
   ``secure-delete`` option (SQLite 3.44+) is not used: it upgrades the index's file format, and
   the file could no longer be opened by the SQLite of many Python builds (3.40 here).
 * **Derived indexes elsewhere.** A vector index outside the database (Chroma) keeps deleted
-  vectors and their metadata in its files (its log and its HNSW segments). Each deleting
-  transaction records that in ``harombe_meta`` (:data:`ERASED_KEYWORDS`, :data:`ERASED_VECTORS`),
-  so the work is owed until it is done, even if the process is killed or the call cancelled
-  after the commit: the keyword index is compacted at the file's last close, and the index's
-  owner rebuilds it from the vectors kept in SQLite when it closes
-  (:mod:`harombe_core.vectors.indexer`).
+  vectors and their metadata in its files (its log and its HNSW segments). On SQLite each
+  deleting transaction records the erasure it owes in ``harombe_meta`` (:data:`ERASED_KEYWORDS`,
+  :data:`ERASED_VECTORS`; a trigger does it for sessions deleted by any code), so the work is
+  owed until it is done, even if the process is killed or the call cancelled after the commit:
+  the keyword index is compacted at the file's last close, and the vector index's owner empties
+  it and erases its files when it closes (:mod:`harombe_core.vectors.erase`).
 """
 
 from __future__ import annotations
 
+import bisect
 import sqlite3
 import uuid
 from collections.abc import Sequence
@@ -37,6 +38,7 @@ from harombe_core.store.schema import TS_CONFIG
 __all__ = [
     "ERASED_KEYWORDS",
     "ERASED_VECTORS",
+    "KEYWORD_TABLES",
     "compact_keywords",
     "mark_erased",
     "owed",
@@ -57,6 +59,10 @@ _PG_RELINK = (
 )
 
 
+#: The FTS5 tables compacted after a deletion, where the file has them: the messages' keyword
+#: index and user memory's (facts).
+KEYWORD_TABLES = ("messages_fts", "facts_fts")
+
 #: The value of a key once its erasure is done.
 DONE = "0"
 
@@ -66,6 +72,8 @@ def mark_erased(d: Dialect) -> Body[None]:
 
     The value is new each time, so whoever does the erasure clears only the debt it saw
     (:func:`settle`): a deletion committed meanwhile stays owed."""
+    if d.name != "sqlite":  # the debt is paid on SQLite (FTS5 pages, a Chroma folder beside)
+        return
     token = uuid.uuid4().hex
     for key in (ERASED_KEYWORDS, ERASED_VECTORS):
         yield d.step(
@@ -81,26 +89,28 @@ def relink_successors(d: Dialect, session_id: str, removed: Sequence[int]) -> Bo
     from it (its vector; a session summary that covered a deleted message)."""
     if not removed:
         return
-    successors: dict[int, str] = {}
-    for mid in sorted(set(removed)):
-        rows = (
-            yield d.step(
-                "SELECT id, content FROM messages WHERE session_id = ? AND id > ? "
-                "ORDER BY id LIMIT 1",
-                (session_id, mid),
-            )
-        ).rows
-        if rows:
-            successors[int(rows[0][0])] = str(rows[0][1])
-    for nid in sorted(successors):
-        rows = (
-            yield d.step(
-                "SELECT content FROM messages WHERE session_id = ? AND id < ? "
-                "ORDER BY id DESC LIMIT 1",
-                (session_id, nid),
-            )
-        ).rows
-        context = str(rows[0][0]) if rows else ""
+    low, high = min(removed), max(removed)
+    # The messages left from the one before the first deleted to the one after the last (one
+    # read, however many were deleted): each deleted message's successor is among them, and
+    # the turn it now answers is the one just before it in this list.
+    rows = (
+        yield d.step(
+            "SELECT id, content FROM messages WHERE session_id = ? "
+            "AND id >= COALESCE((SELECT MAX(id) FROM messages WHERE session_id = ? AND id < ?), ?) "
+            "AND id <= COALESCE((SELECT MIN(id) FROM messages WHERE session_id = ? AND id > ?), ?) "
+            "ORDER BY id",
+            (session_id, session_id, low, low, session_id, high, high),
+        )
+    ).rows
+    gone = sorted(set(removed))
+    successors: dict[int, tuple[str, str]] = {}  # id -> (content, its new previous turn)
+    before: tuple[int, str] = (-1, "")
+    for mid, content in rows:
+        first_gone = bisect.bisect_right(gone, before[0])
+        if first_gone < len(gone) and gone[first_gone] < mid:  # a deleted one was between
+            successors[int(mid)] = (str(content), before[1])
+        before = (int(mid), str(content))
+    for nid, (content, context) in successors.items():
         if d.name == "postgres":
             yield d.step(_PG_RELINK, (context, context, nid))
         else:
@@ -109,7 +119,7 @@ def relink_successors(d: Dialect, session_id: str, removed: Sequence[int]) -> Bo
                 yield d.step("DELETE FROM messages_fts WHERE rowid = ?", (nid,))
                 yield d.step(
                     "INSERT INTO messages_fts (rowid, content, context) VALUES (?, ?, ?)",
-                    (nid, successors[nid], context),
+                    (nid, content, context),
                 )
     yield from _drop_vectors(d, sorted(successors))
     until = (yield d.step("SELECT summary_until_id FROM sessions WHERE id = ?", (session_id,))).rows
@@ -154,6 +164,10 @@ def compact_keywords(c: sqlite3.Connection) -> bool:
     token = owed(c, ERASED_KEYWORDS)
     if token is None:
         return False
-    c.execute("INSERT INTO messages_fts (messages_fts) VALUES ('optimize')")
+    names = ", ".join(f"'{name}'" for name in KEYWORD_TABLES)
+    for (table,) in c.execute(
+        f"SELECT name FROM sqlite_master WHERE type = 'table' AND name IN ({names})"
+    ).fetchall():
+        c.execute(f"INSERT INTO {table} ({table}) VALUES ('optimize')")  # a name of ours
     settle(c, ERASED_KEYWORDS, token)
     return True

@@ -35,13 +35,14 @@ from harombe_core.store.rows import (
 )
 from harombe_core.store.runner import Body, Dialect, Op
 from harombe_core.store.schema import TSVECTOR_SQL
-from harombe_core.validate import optional_id
+from harombe_core.validate import optional_count, optional_id
 
 __all__ = [
     "add_messages",
     "adjacent_ids",
     "clear_session",
     "count_messages",
+    "count_session_messages",
     "create_session",
     "delete_session",
     "delete_sessions_before",
@@ -57,6 +58,7 @@ __all__ = [
     "set_message_summary",
     "set_meta",
     "set_parent",
+    "summarised_sessions",
     "system_prompt_tokens",
     "update_session",
 ]
@@ -149,6 +151,26 @@ def list_sessions(limit: int | None, user_id: str | None, offset: int) -> Op[lis
         sql += f" ORDER BY updated_at DESC, {d.session_order} DESC LIMIT ? OFFSET ?"
         params += [d.no_limit if limit is None else limit, offset]
         return [row_to_session(r) for r in (yield d.step(sql, params)).rows]
+
+    return Op(body)
+
+
+def summarised_sessions(user_id: str | None) -> Op[list[tuple[str, str, str | None]]]:
+    """``(id, summary, summary_json)`` of the sessions with a summary, of ``user_id`` only
+    (None: every user's), in :func:`list_sessions`' order. With a user the rows come through
+    the ``sessions_user_updated`` index: the cost follows that user's sessions, not the store,
+    and no session without a summary (nor any other column) is read."""
+    user_id = optional_id(user_id, "user_id")
+
+    def body(d: Dialect) -> Body[list[tuple[str, str, str | None]]]:
+        sql = "SELECT id, summary, summary_json FROM sessions WHERE summary <> ''"
+        params: list[Any] = []
+        if user_id is not None:
+            sql += " AND user_id = ?"
+            params.append(user_id)
+        sql += f" ORDER BY updated_at DESC, {d.session_order} DESC"
+        rows = (yield d.step(sql, params)).rows
+        return [(str(r[0]), str(r[1]), r[2]) for r in rows]
 
     return Op(body)
 
@@ -329,6 +351,58 @@ def count_messages(session_id: str | None) -> Op[int]:
         sql = "SELECT message_count FROM sessions WHERE id = ?"
         rows = (yield d.step(sql, (session_id,))).rows
         return int(rows[0][0]) if rows else 0
+
+    return Op(body)
+
+
+#: Per dialect: whether message ``m``'s metadata holds the string ``?`` under the key ``?``.
+_METADATA_IS = {
+    "sqlite": "COALESCE(json_type(m.metadata, ?) = 'text' AND json_extract(m.metadata, ?) = ?, 0)",
+    "postgres": (
+        "COALESCE(jsonb_typeof(m.metadata::jsonb -> ?) = 'string' "
+        "AND (m.metadata::jsonb ->> ?) = ?, false)"
+    ),
+}
+
+
+def count_session_messages(
+    session_id: str, after_id: int | None, unless: Mapping[str, str] | None
+) -> Op[int]:
+    """How many messages of a session have an id above ``after_id`` (None: any) and none of
+    the ``unless`` metadata values (key -> string). One ``COUNT`` over the session's range of
+    the ``(session_id, id)`` index (or, asked for every message, the session's own count): no
+    row is sent back, and no other session is read."""
+    check_id(session_id, "session_id")
+    after_id = optional_count(after_id, "after_id")
+    if unless is not None and not isinstance(unless, Mapping):
+        raise InvalidInputError(
+            f"unless_metadata must be a dict, got {type(unless).__name__}; "
+            'e.g. {"status": "archived"}.'
+        )
+    keys = list((unless or {}).items())
+    for key, value in keys:
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise InvalidInputError(
+                "unless_metadata must map strings to strings, got "
+                f"{type(key).__name__} -> {type(value).__name__}; compare with the string "
+                'the messages store, e.g. {"status": "archived"}.'
+            )
+
+    def body(d: Dialect) -> Body[int]:
+        if after_id is None and not keys:  # kept by every write, in the same transaction
+            sql = "SELECT message_count FROM sessions WHERE id = ?"
+            rows = (yield d.step(sql, (session_id,))).rows
+            return int(rows[0][0]) if rows else 0
+        sql = "SELECT COUNT(*) FROM messages m WHERE m.session_id = ?"
+        params: list[Any] = [session_id]
+        if after_id is not None:
+            sql += " AND m.id > ?"
+            params.append(after_id)
+        for key, value in keys:
+            sql += f" AND NOT {_METADATA_IS[d.name]}"
+            path = "$." + json.dumps(key) if d.name == "sqlite" else key
+            params += [path, path, value]
+        return int((yield d.step(sql, params)).rows[0][0])
 
     return Op(body)
 

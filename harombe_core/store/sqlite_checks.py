@@ -21,7 +21,8 @@ Why it looks the way it does:
 * Another process may be creating or checkpointing this very file: its header can promise
   pages not yet written, and a lock-free read can see the schema before the page that names us.
   Such states pass within milliseconds while a foreign or damaged file stays as it is, so a
-  refusal only stands once it held for a second.
+  refusal only stands once it held for a second. A file that had pages and is empty a moment
+  later is being rewritten (``cp`` truncates first), and is waited for the same way.
 """
 
 from __future__ import annotations
@@ -135,14 +136,36 @@ def _plan(file: Path) -> OpenPlan:
 
 
 def _settle(file: Path, plan: OpenPlan, key: str | None, schema_version: int) -> None:
+    """Return once a look at ``file`` found a harombe database and the file did not change
+    while it looked; raise a refusal that held for :data:`_SETTLE_SECONDS`.
+
+    ``file`` had pages when the open began. Empty now, or changing under the look, it is
+    being written: by a checkpoint (in place), or by something that truncates first (``cp``
+    restoring a backup over it, ``Path.write_bytes``). Its pages are waited for, not taken for
+    a new database the open would write a schema into. Only an emptiness that lasts is a new
+    database.
+    """
     deadline = time.monotonic() + _SETTLE_SECONDS
     while True:
+        before = _signature(file)
         problem = _inspect_once(file, plan, key, schema_version)
+        late = time.monotonic() >= deadline
         if problem is None:
-            return
-        if isinstance(problem, SchemaTooNewError) or time.monotonic() >= deadline:
+            steady = before is not None and before[0] > 0 and _signature(file) == before
+            if steady or late:
+                return
+        elif isinstance(problem, SchemaTooNewError) or late:
             raise problem
         time.sleep(0.02)
+
+
+def _signature(file: Path) -> tuple[int, int, int] | None:
+    """Size, modification time and inode: what changes when anything writes the file."""
+    try:
+        stat = file.stat()
+    except FileNotFoundError:
+        return None
+    return stat.st_size, stat.st_mtime_ns, stat.st_ino
 
 
 @dataclass(frozen=True, slots=True)

@@ -335,9 +335,9 @@ class ChromaVectorIndex(VectorIndexBase):
         Chroma keeps what was deleted: its log (``embeddings_queue``) holds every upserted
         vector with its metadata until the HNSW segment is saved, its SQLite file keeps freed
         pages, and a dropped collection's HNSW segment stays on disk. After the collection
-        was rebuilt without the deleted vectors, close vacuums the SQLite file and removes
-        segment folders no collection uses (see ``ChromaFolder.purge``). Only a persistent
-        index has such files; elsewhere this does nothing.
+        was emptied (:meth:`clear`), close vacuums the SQLite file and removes segment folders
+        no collection uses (see ``ChromaFolder.purge``). Only a persistent index has such
+        files; elsewhere this does nothing.
         """
         self._erase_on_close = self._folder is not None
 

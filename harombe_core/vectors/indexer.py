@@ -54,16 +54,14 @@ from harombe_core.errors import (
     EmbeddingError,
     EmbeddingModelMismatchError,
     Fix,
-    InvalidInputError,
-    MissingExtraError,
     StoreReadOnlyError,
-    UnencryptedIndexError,
     VectorIndexBusyError,
 )
 from harombe_core.progress import Progress, progress_reporter, silent
 from harombe_core.store.base import MessageStore, SearchScope
-from harombe_core.store.erasure import ERASED_VECTORS, owed, settle
 from harombe_core.vectors.base import FloatArray, VectorIndex, VectorMatch, scope_metadata_filter
+from harombe_core.vectors.choice import resolve_embedder_spec, resolve_index
+from harombe_core.vectors.erase import close_erasing
 from harombe_core.vectors.matrix import VectorMatrix
 from harombe_core.vectors.stored import StoredVectors
 from harombe_core.vectors.worker import (
@@ -83,7 +81,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BACKLOG_NOTICE",
-    "DEFAULT_VECTOR_STORE",
     "EXACT_SEARCH_LIMIT",
     "META_DIMENSION",
     "META_MODEL",
@@ -99,114 +96,9 @@ META_DIMENSION = "embedding_dimension"
 #: Scopes with at most this many messages are searched exactly from SQLite; larger ones go to
 #: the HNSW index. Exact search reads ~1.5 KB per message, so this keeps it within a few ms.
 EXACT_SEARCH_LIMIT = 4_000
-
-#: The vector store a manager uses unless told otherwise: the vectors inside the database
-#: itself (SQLite's ``message_vectors`` searched exactly, or pgvector on PostgreSQL).
-DEFAULT_VECTOR_STORE = "database"
-#: Every vector store that can be named (an object implementing VectorIndex also works).
-VECTOR_STORES = ("database", "chroma", "pgvector")
-
-
-def _on_postgres(place: Any) -> bool:
-    return isinstance(place, str) and place.startswith(("postgresql://", "postgres://"))
-
-
-def refuse_unencrypted_index(where: str, mode: str) -> None:
-    """An encrypted database may not put its vectors in Chroma's folder or server: there they
-    would be readable without the key (vectors, user and session ids, times)."""
-    if mode == "memory":
-        return  # kept in this process's memory only, never written
-    raise UnencryptedIndexError(
-        f"{where} is encrypted, but vector_store='chroma' ({mode}) would keep every message's "
-        "vector, user id and session id outside it, readable without the key. Use the default "
-        "vector_store='database' (the vectors are stored inside the encrypted file), or "
-        "vector_store=None to turn semantic search off. See docs/encryption.md."
-    )
-
-
-def resolve_index(
-    vector_store: Any, store: MessageStore, config: MemoryConfig | None
-) -> VectorIndex | IndexOpener | None:
-    """A vector index from a name or an object implementing the protocol; None for the
-    in-database index of a SQLite store (its stored vectors, searched exactly).
-
-    An embedded Chroma folder comes back as an opener (a function), because only one process
-    may hold it: :class:`SemanticMemory` opens it when it is free. Raises
-    UnencryptedIndexError for Chroma on disk or on a server beside an encrypted database.
-    """
-    if isinstance(vector_store, VectorIndex):
-        return vector_store
-    if vector_store not in VECTOR_STORES:
-        raise InvalidInputError(
-            "vector_store must be 'database' (the default), 'chroma', 'pgvector', None or a "
-            f"VectorIndex object, got {vector_store!r}."
-        )
-    section = config.vector_store if config is not None else None
-    mode = section.mode if section is not None else "persistent"
-    on_postgres = _on_postgres(store.location)
-    if vector_store == "database" and not on_postgres:
-        return None
-    if vector_store != "chroma" or (mode == "persistent" and on_postgres):
-        # A PostgreSQL store keeps its vectors in the same database (pgvector), so they
-        # persist with the messages and a scoped search is one SQL query.
-        from harombe_core.vectors.pgvector import PgVectorIndex
-
-        return PgVectorIndex(store)  # type: ignore[arg-type]
-    if getattr(store, "encrypted", False):
-        refuse_unencrypted_index(store.location, mode)
-    from harombe_core.vectors.chroma import DEFAULT_COLLECTION, ChromaVectorIndex
-
-    collection = section.collection if section is not None else DEFAULT_COLLECTION
-    if mode == "http":
-        assert section is not None
-        return ChromaVectorIndex(
-            mode="http", host=section.host, port=section.port, collection=collection
-        )
-    if mode == "memory" or store.location == ":memory:" or "://" in store.location:
-        return ChromaVectorIndex(mode="memory", collection=collection)
-    path = section.path if section is not None and section.path else f"{store.location}.chroma"
-    return lambda: ChromaVectorIndex(mode="persistent", path=path, collection=collection)
-
-
-def check_semantic_parts(
-    embedding: Any,
-    vector_store: Any,
-    location: Any,
-    config: MemoryConfig | None,
-    *,
-    encrypted: bool = False,
-) -> None:
-    """Raise now (MissingExtraError, InvalidInputError) what opening semantic memory for
-    ``location`` would raise for want of a package or for a bad spec, before a store exists.
-
-    The embedder is resolved (and kept: local models are shared per process, see
-    :mod:`harombe_core.embeddings`), and ChromaDB must be importable wherever it would be used.
-    ``encrypted`` (a key was given): Chroma on disk or on a server is refused
-    (UnencryptedIndexError).
-    """
-    resolve_embedder_spec(embedding)
-    if vector_store != "chroma":
-        return
-    section = config.vector_store if config is not None else None
-    place = getattr(location, "location", location)  # a store object, or where one will be
-    mode = section.mode if section is not None else "persistent"
-    if _on_postgres(place) and mode == "persistent":
-        return  # pgvector in the same database
-    if encrypted:
-        refuse_unencrypted_index(str(place), mode)
-    import importlib.util
-
-    if importlib.util.find_spec("chromadb") is None:
-        raise MissingExtraError("the ChromaDB vector index", "chroma", "chromadb")
-
-
-def resolve_embedder_spec(embedding: Any) -> Embedder:
-    """An embedder from a spec string (``"default"``, a model name or path) or an object."""
-    if hasattr(embedding, "embed") and hasattr(embedding, "dimension"):
-        return embedding
-    from harombe_core.embeddings import resolve_embedder
-
-    return resolve_embedder(embedding)
+#: With the in-database index, a user's or session's scope up to this size is read through
+#: SQLite; a larger one is ranked through the in-process matrix (its candidates checked).
+MATRIX_SCOPE_LIMIT = 16_000
 
 
 def check_recorded_model(store: MessageStore, embedder: Embedder) -> bool:
@@ -345,6 +237,7 @@ class SemanticMemory(EmbeddingWorker):
         self.batch_size = batch_size
         self.window = max(window, batch_size)
         self.exact_search_limit = exact_search_limit
+        self.matrix_scope_limit = MATRIX_SCOPE_LIMIT
         self.linger = linger
         # A private in-memory store gets work only from this process: no need to look.
         self.poll = None if store.location == ":memory:" else poll
@@ -466,40 +359,9 @@ class SemanticMemory(EmbeddingWorker):
         """
         self.stop()
         with self._work_lock:
-            index = self.index
-            paid = self._erase_deleted(index) if index is not None else None
-            self.index = None
+            index, self.index = self.index, None
             if index is not None:
-                index.close()
-            if paid is not None and self.stored is not None:
-                self.stored.store.transaction(
-                    lambda c: settle(c, ERASED_VECTORS, paid), adds_messages=False
-                )
-
-    def _erase_deleted(self, index: VectorIndex) -> str | None:
-        """After deletions, rebuild an index that keeps deleted vectors in its files (an
-        embedded Chroma folder: its log and HNSW segments) from the vectors kept in SQLite,
-        and have its close erase the old files. Returns the debt paid (None: nothing done).
-
-        Runs as the owner closes, so it costs one pass over the index only after a deletion;
-        a process killed before it leaves the debt recorded for the next owner's close.
-        """
-        erase = getattr(index, "erase_deleted", None)
-        stored = self.stored
-        if erase is None or stored is None:
-            return None
-        token = stored.store.snapshot(lambda c: owed(c, ERASED_VECTORS))
-        if token is None:
-            return None
-        try:
-            stored.unindex_all()  # every row to the tail first: a crash re-files, never loses
-            index.clear()
-            self.sync_tail()
-            erase()
-        except INDEX_FAILURES as exc:
-            self._log_once("erase", f"could not rebuild the vector index after deletions: {exc}")
-            return None
-        return token
+                close_erasing(index, self.stored)  # after deletions: leaves no vector in files
 
     def forget_sessions(self, session_ids: Iterable[str]) -> None:
         """Remove deleted sessions' vectors from the index (SQLite's went with the rows).
@@ -622,6 +484,15 @@ class SemanticMemory(EmbeddingWorker):
         assert self.index is not None
         return self.index
 
+    @property
+    def index_name(self) -> str | None:
+        """Where vectors are searched, for messages: ``"database"``, the index's name, or None
+        while the index is not open (another process holds it, or the store is read-only)."""
+        if self.in_database:
+            return "database"
+        index = self.index
+        return None if index is None else index.name
+
     # search -----------------------------------------------------------------------------------
     def embed_query(self, text: str) -> FloatArray:
         return np.asarray(self.embedder.embed_query(text), dtype=np.float32)
@@ -675,9 +546,12 @@ class SemanticMemory(EmbeddingWorker):
         self, stored: StoredVectors, query: FloatArray, k: int, scope: SearchScope | None
     ) -> list[VectorMatch]:
         """Exact search of the stored vectors: a user's or a session's through SQLite's indexes
-        (they read only that scope), anything wider through the in-process matrix."""
+        (they read only that scope), anything wider (or a user with very many messages)
+        through the in-process matrix, whose candidates the store checks against the scope."""
         if scope is not None and (scope.user_id is not None or scope.session_id is not None):
-            return stored.exact_search(query, k, scope)
+            size = stored.store.scope_size(scope)
+            if size is None or size <= self.matrix_scope_limit:
+                return stored.exact_search(query, k, scope)
         matrix = self._matrix
         if matrix is None or matrix.stored is not stored:
             matrix = self._matrix = VectorMatrix(stored)

@@ -85,6 +85,9 @@ class VectorMatrix:
         after = self._low - 1
         held = self._ids[: self._size]
         recent = set(held[held >= self._low].tolist()) if self._size else set()
+        if not len(self._ids):  # the first load: room for every id there can be, at once
+            top = store.query("SELECT MAX(message_id) FROM message_vectors")[0][0]
+            self._reserve(int(top or 0))
         while True:
             rows = store.query(
                 "SELECT message_id, vector FROM message_vectors WHERE message_id > ? "
@@ -113,17 +116,20 @@ class VectorMatrix:
             self._size = len(self._ids)
             self._live = np.ones(self._size, dtype=bool)
 
+    def _reserve(self, capacity: int) -> None:
+        """Grow the arrays to hold ``capacity`` rows (copying what is held once)."""
+        if capacity <= len(self._ids):
+            return
+        self._ids = np.resize(self._ids, capacity)
+        self._live = np.resize(self._live, capacity)
+        matrix = np.empty((capacity, self.stored.dimension), dtype=np.float32)
+        matrix[: self._size] = self._matrix[: self._size]
+        self._matrix = matrix
+
     def _append(self, ids: np.ndarray, vectors: np.ndarray) -> None:
         need = self._size + len(ids)
         if need > len(self._ids):
-            capacity = max(need, int(len(self._ids) * 1.25) + 1024)
-            if self._size == 0 and not len(self._ids):
-                capacity = need  # the first load: exactly what is stored
-            self._ids = np.resize(self._ids, capacity)
-            self._live = np.resize(self._live, capacity)
-            matrix = np.zeros((capacity, self.stored.dimension), dtype=np.float32)
-            matrix[: self._size] = self._matrix[: self._size]
-            self._matrix = matrix
+            self._reserve(max(need, int(len(self._ids) * 1.25) + 1024))
         self._ids[self._size : need] = ids
         self._matrix[self._size : need] = vectors
         self._live[self._size : need] = True

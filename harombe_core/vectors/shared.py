@@ -88,7 +88,7 @@ def _check_same(entry: _Entry, store: MessageStore, embedding: Any, target: Any)
         return
     if isinstance(embedding, str) and embedding == entry.embedding:
         return
-    from harombe_core.vectors.indexer import resolve_embedder_spec
+    from harombe_core.vectors.choice import resolve_embedder_spec
 
     embedder = resolve_embedder_spec(embedding)
     if (embedder.name, embedder.dimension) != (semantic.embedder.name,

@@ -144,6 +144,20 @@ class StoredVectors:
         metas = [index_metadata(int(r[0]), r[2], r[3], r[4], int(r[5])) for r in rows]
         return ids, _decode([r[1] for r in rows], self.dimension), metas
 
+    def settle_tail(self) -> int:
+        """Where the stored vectors are the index (``vector_store="database"``), a stored
+        vector is an indexed one: flag the tail (rows stored by a process that used Chroma, or
+        put back by a session's move) so it stays empty. Reads first, so a store with nothing
+        to settle, or a read-only one, is never written."""
+        if self.store.read_only or not self.store.query(_TAIL + " LIMIT 1"):
+            return 0
+
+        def settle(c: sqlite3.Connection) -> int:
+            done = c.execute(f"UPDATE messages SET embedded = 1 WHERE id IN ({_TAIL})")
+            return int(done.rowcount)
+
+        return int(self.store.transaction(settle, adds_messages=False))
+
     def tail_count(self) -> int:
         """Stored vectors the index does not hold yet (the rows :meth:`tail` pages through)."""
         rows = self.store.query(
@@ -227,6 +241,10 @@ class StoredVectors:
         )
 
 
+_TAIL = (
+    "SELECT m.id FROM messages m WHERE m.embedded = 0 AND EXISTS "
+    "(SELECT 1 FROM message_vectors v WHERE v.message_id = m.id)"
+)
 _FLAGGED_WITHOUT_VECTOR = (
     "SELECT id FROM messages WHERE embedded = 1 AND NOT EXISTS "
     "(SELECT 1 FROM message_vectors v WHERE v.message_id = messages.id)"

@@ -470,6 +470,8 @@ class EmbeddingWorker:
     def sync_tail(self, *, advance: Callable[[int], None] | None = None) -> int:
         """File every stored vector the index lacks (this process must hold the index)."""
         stored = self.stored
+        if stored is not None and self.in_database:
+            return stored.settle_tail()
         if stored is None or self.index is None:
             return 0
         with self._work_lock:

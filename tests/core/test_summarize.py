@@ -198,3 +198,55 @@ def test_summary_embedding_with_semantic_memory() -> None:
     assert len(data["embedding"]["vector"]) == mm.embedder.dimension
     assert mm.search_summaries("billing postgres migration")[0][0].id == sid
     mm.close()
+
+
+def test_the_offline_summary_of_the_demo_trip_is_worth_reading() -> None:
+    """The demo's Lisbon trip: the reminder the user asked for is an action item, the outcome is
+    the assistant's last real answer (not "Will do."), and topics are subjects, not filler."""
+    from harombe_core.demo import SAMPLE
+
+    trip = next(s for s in SAMPLE if s.id == "demo-lisbon-trip")
+    summary = ExtractiveSummarizer().summarize_session([Message(**t) for t in trip.turns])
+    assert any(
+        "remind me to book the Sintra tickets a week ahead" in item for item in summary.action_items
+    ), summary.action_items
+    assert any("by 7 May" in item for item in summary.action_items)
+    assert summary.outcome == "Pena Palace tickets are timed, so book them by 7 May."
+    assert {"lisbon", "sintra"} <= set(summary.topics)
+    assert any("no boat tours" in p for p in summary.preferences)
+    assert any("walk everywhere" in p for p in summary.preferences)
+
+
+def test_filler_is_never_a_topic_and_an_acknowledgement_is_no_outcome() -> None:
+    talk = [
+        Message(role="user", content="We fly to Lisbon on May 3rd"),
+        Message(role="assistant", content="Noted!"),
+        Message(role="user", content="old note"),
+        Message(role="assistant", content="Will do."),
+    ]
+    summary = ExtractiveSummarizer().summarize_session(talk)
+    assert not {"noted", "old", "note", "will"} & set(summary.topics), summary.topics
+    assert "lisbon" in summary.topics
+    assert summary.outcome == ""
+
+
+def test_topics_count_a_plural_with_its_singular() -> None:
+    talk = [
+        Message(role="user", content="The parser drops the last row of the rows it reads."),
+        Message(role="assistant", content="Each row is parsed; rows after the header too."),
+    ]
+    topics = ExtractiveSummarizer().summarize_session(talk).topics
+    assert topics[0] == "row"
+    assert "rows" not in topics
+
+
+def test_end_session_on_the_demo_trip_stores_the_reminder() -> None:
+    from harombe_core.demo import write_sample
+
+    with MemoryManager(":memory:", embedding=None) as mm:
+        write_sample(mm)
+        summary = mm.end_session("demo-lisbon-trip")
+        assert summary is not None
+        assert any("remind me to book the Sintra tickets" in a for a in summary.action_items)
+        assert summary.outcome != "Will do."
+        assert not {"noted", "old", "note"} & set(summary.topics)

@@ -47,6 +47,7 @@ CALLS: dict[str, list[Call]] = {
     "session_exists": [Call("read", (UNKNOWN,), {}, False)],
     "check_owner": [Call("read", (UNKNOWN, ANN), {}, None)],
     "get_messages": [Call("read", (UNKNOWN,), {"user_id": ANN, "limit": 5}, [])],
+    "count_messages": [Call("read", (UNKNOWN,), {"user_id": ANN, "after_id": 1}, 0)],
     "get_recent_messages": [Call("read", (UNKNOWN, 100), {"user_id": ANN}, [])],
     "get_window": [Call("read", (UNKNOWN, 100), {"user_id": ANN}, Window(messages=[], tokens=0))],
     "get_context": [

@@ -84,10 +84,12 @@ def test_every_search_path_is_exact(tmp_path: Path) -> None:
             SearchScope(roles=("assistant",)),
             SearchScope(since=start + timedelta(minutes=100), until=start + timedelta(minutes=300)),
         ]
-        for _ in range(5):
-            query = rng.standard_normal(semantic.embedder.dimension).astype(np.float32)
-            for scope in scopes:
-                _assert_same(semantic.nearest(query, 7, scope), _exact(mm, query, 7, scope))
+        for limit in (semantic.matrix_scope_limit, 0):  # 0: a user's scope by the matrix too
+            semantic.matrix_scope_limit = limit
+            for _ in range(5):
+                query = rng.standard_normal(semantic.embedder.dimension).astype(np.float32)
+                for scope in scopes:
+                    _assert_same(semantic.nearest(query, 7, scope), _exact(mm, query, 7, scope))
 
 
 def test_searches_across_users_follow_writes_and_deletes_of_another_process(
@@ -143,3 +145,35 @@ def test_a_configured_chroma_block_still_means_chroma(tmp_path: Path) -> None:
     with MemoryManager(str(tmp_path / "m.db"), embedding=FakeEmbedder(), config=config) as mm:
         assert mm._semantic.index is not None
         assert not mm._semantic.in_database
+
+
+def test_a_store_kept_with_chroma_opens_on_the_database_with_nothing_to_redo(
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("chromadb")
+    db = str(tmp_path / "m.db")
+    embedder = FakeEmbedder()
+    with MemoryManager(db, embedding=embedder, vector_store="chroma") as mm:
+        _fill(mm, sessions=3, per=5, start=datetime(2024, 1, 1, tzinfo=UTC))
+        mm.flush()
+        mm._semantic.stored.unindex([1, 2, 3])  # as another process's rows left on the tail
+        calls = embedder.calls
+    with MemoryManager(db, embedding=embedder) as mm:
+        mm.flush()
+        assert embedder.calls == calls  # the stored vectors are used as they are
+        assert mm._semantic.stored.tail_count() == 0  # a stored vector is an indexed one
+        assert len(mm.search_similar("session note about", top_k=50)) == 15
+
+
+def test_which_configuration_blocks_mean_chroma() -> None:
+    from harombe_core.config import load_config
+
+    def provider(block: dict) -> str:
+        return load_config({"vector_store": block}).vector_store.provider
+
+    assert provider({}) == "database"
+    assert provider({"mode": "persistent", "batch_size": 8}) == "database"  # the defaults
+    assert provider({"mode": "http", "port": 8001}) == "chroma"
+    assert provider({"path": "/data/index"}) == "chroma"
+    assert provider({"collection": "my-app"}) == "chroma"
+    assert provider({"provider": "database", "collection": "unused"}) == "database"

@@ -38,10 +38,19 @@ def _call(a: int, b: int, call_id: str) -> dict[str, Any]:
     return {"tool_calls": [{"name": "add", "args": {"a": a, "b": b}, "id": call_id}]}
 
 
-def _run(db: str, thread: str, question: str, script: list[Any], max_tokens: int | None = None
-         ) -> dict[str, Any]:
-    command = [sys.executable, "-W", "ignore::DeprecationWarning", str(AGENT_TURN), db, thread,
-               question, json.dumps(script)]
+def _run(
+    db: str, thread: str, question: str, script: list[Any], max_tokens: int | None = None
+) -> dict[str, Any]:
+    command = [
+        sys.executable,
+        "-W",
+        "ignore::DeprecationWarning",
+        str(AGENT_TURN),
+        db,
+        thread,
+        question,
+        json.dumps(script),
+    ]
     if max_tokens is not None:
         command += ["--max-tokens", str(max_tokens)]
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=True)
@@ -77,7 +86,10 @@ def test_agent_memory_survives_a_restart_and_keeps_tool_pairs(db_path: str) -> N
         stored = manager.get_messages("t1")
     restored = [to_langchain(m) for m in stored]
     assert [type(m).__name__ for m in restored] == [
-        "HumanMessage", "AIMessage", "ToolMessage", "AIMessage",
+        "HumanMessage",
+        "AIMessage",
+        "ToolMessage",
+        "AIMessage",
     ] * 2
     assert restored[1].tool_calls == [
         {"name": "add", "args": {"a": 1, "b": 2}, "id": "c1", "type": "tool_call"}
@@ -112,8 +124,13 @@ def test_window_edge_never_splits_a_tool_call_from_its_result(db_path: str) -> N
 def test_every_budget_keeps_tool_pairs_whole(manager: MemoryManager) -> None:
     turn = [
         HumanMessage("add 1 and 2"),
-        AIMessage("", tool_calls=[{"name": "add", "args": {"a": 1, "b": 2}, "id": "c1"},
-                                  {"name": "add", "args": {"a": 5, "b": 5}, "id": "c3"}]),
+        AIMessage(
+            "",
+            tool_calls=[
+                {"name": "add", "args": {"a": 1, "b": 2}, "id": "c1"},
+                {"name": "add", "args": {"a": 5, "b": 5}, "id": "c3"},
+            ],
+        ),
         ToolMessage("3", tool_call_id="c1"),
         ToolMessage("10", tool_call_id="c3"),
         AIMessage("3 and 10"),
@@ -160,7 +177,8 @@ async def test_async_agent_matches_sync(manager: MemoryManager) -> None:
 def test_user_from_runtime_context_and_fixed_session(manager: MemoryManager) -> None:
     model = RecordingChatModel()
     agent = create_agent(
-        model, middleware=[HarombeMemoryMiddleware(manager, session_id="fixed")],
+        model,
+        middleware=[HarombeMemoryMiddleware(manager, session_id="fixed")],
         context_schema=dict,
     )
     agent.invoke({"messages": [HumanMessage("hi")]}, context={"user_id": "bob"})
@@ -183,8 +201,10 @@ def test_recall_of_other_sessions_goes_into_the_system_message(tmp_path: Path) -
     ) as manager:
         manager.save_messages(
             "old",
-            [{"role": "user", "content": "My cat is called Miso"},
-             {"role": "assistant", "content": "Miso is a lovely name for a cat"}],
+            [
+                {"role": "user", "content": "My cat is called Miso"},
+                {"role": "assistant", "content": "Miso is a lovely name for a cat"},
+            ],
             user_id="ann",
         )
         manager.save_messages(
@@ -214,7 +234,9 @@ def test_with_a_checkpointer_nothing_is_saved_twice(manager: MemoryManager) -> N
 
     model = RecordingChatModel(responses=[_ai_call(1, 2, "c1"), "3", "bye"])
     agent = create_agent(
-        model, tools=[add], middleware=[HarombeMemoryMiddleware(manager)],
+        model,
+        tools=[add],
+        middleware=[HarombeMemoryMiddleware(manager)],
         checkpointer=InMemorySaver(),
     )
     config = {"configurable": {"thread_id": "cp"}}
@@ -222,6 +244,76 @@ def test_with_a_checkpointer_nothing_is_saved_twice(manager: MemoryManager) -> N
     agent.invoke({"messages": [HumanMessage("thanks")]}, config)
     stored = [to_langchain(m) for m in manager.get_messages("cp")]
     assert [type(m).__name__ for m in stored] == [
-        "HumanMessage", "AIMessage", "ToolMessage", "AIMessage", "HumanMessage", "AIMessage",
+        "HumanMessage",
+        "AIMessage",
+        "ToolMessage",
+        "AIMessage",
+        "HumanMessage",
+        "AIMessage",
     ]
     assert [m.text for m in model.calls[-1]] == ["1+2?", "", "3", "3", "thanks"]
+
+
+def test_without_a_user_the_turn_being_answered_is_never_recalled(tmp_path: Path) -> None:
+    """With HarombeSaver recording the thread and no user, recall searches this thread's older
+    turns: the question being answered (stored by the checkpointer before the model call) and
+    the window the model is sent anyway are never sent again as past context."""
+    from harombe_core.testing import FakeEmbedder
+    from langchain_harombe import HarombeSaver
+
+    with MemoryManager(
+        str(tmp_path / "m.db"), embedding=FakeEmbedder(), vector_store="chroma"
+    ) as manager:
+        model = RecordingChatModel()
+        agent = create_agent(
+            model,
+            system_prompt="Be kind.",
+            checkpointer=HarombeSaver(manager),
+            middleware=[HarombeMemoryMiddleware(manager, max_tokens=4000, recall_tokens=500)],
+        )
+        config = {"configurable": {"thread_id": "t"}}
+        for question in ("my cat is called Miso", "I like sailing", "what is my cat called?"):
+            agent.invoke({"messages": [HumanMessage(question)]}, config)
+            manager.flush()
+    for call in model.calls:
+        assert call[0] == SystemMessage("Be kind."), call[0].text
+
+
+def test_recall_default_is_the_chat_default() -> None:
+    from langchain_harombe.chat import DEFAULT_RECALL_TOKENS
+
+    assert DEFAULT_RECALL_TOKENS == 500
+    with MemoryManager(":memory:", embedding=None) as manager:
+        assert HarombeMemoryMiddleware(manager).recall_tokens == DEFAULT_RECALL_TOKENS
+
+
+def test_without_a_user_older_turns_outside_the_window_are_still_recalled(tmp_path: Path) -> None:
+    """Leaving the turn being answered out of recall leaves recall itself in place: an older
+    turn of the thread that fell out of the window comes back, the new question does not."""
+    from harombe_core.testing import FakeEmbedder
+    from langchain_harombe import HarombeSaver
+
+    with MemoryManager(
+        str(tmp_path / "m.db"), embedding=FakeEmbedder(), vector_store="chroma"
+    ) as manager:
+        model = RecordingChatModel()
+        agent = create_agent(
+            model,
+            system_prompt="Be kind.",
+            checkpointer=HarombeSaver(manager),
+            middleware=[HarombeMemoryMiddleware(manager, max_tokens=60, recall_tokens=200)],
+        )
+        config = {"configurable": {"thread_id": "t"}}
+        questions = [
+            "my cat is called Miso",
+            *(f"filler number {i} about the weather and the trains today" for i in range(6)),
+            "what is my cat called?",
+        ]
+        for question in questions:
+            agent.invoke({"messages": [HumanMessage(question)]}, config)
+            manager.flush()
+    last = model.calls[-1]
+    assert "my cat is called Miso" not in [m.text for m in last[1:]], "it fell out of the window"
+    system = last[0].text
+    assert "my cat is called Miso" in system
+    assert "what is my cat called?" not in system

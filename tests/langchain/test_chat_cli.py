@@ -10,13 +10,16 @@ import pexpect
 import pytest
 
 from harombe_core.manager import MemoryManager
+from tests.langchain.hidden_integrations import child_env, hide
 
 PROMPT = "you> "
 
 
-def _start(db: str, *args: str, user: str | None = "ann") -> pexpect.spawn:
+def _start(
+    db: str, *args: str, user: str | None = "ann", env: dict[str, str] | None = None
+) -> pexpect.spawn:
     harombe = Path(sys.executable).with_name("harombe")
-    env = {**os.environ, "PYTHONWARNINGS": "ignore", "COLUMNS": "200", "TERM": "dumb"}
+    env = {**(env or os.environ), "PYTHONWARNINGS": "ignore", "COLUMNS": "200", "TERM": "dumb"}
     who = ["--user", user] if user is not None else []
     return pexpect.spawn(
         str(harombe),
@@ -210,8 +213,11 @@ def test_a_named_session_that_does_not_exist_is_announced(db_path: str) -> None:
 
 
 @pytest.mark.timeout(120)
-def test_a_model_without_its_integration_names_the_package(db_path: str) -> None:
-    child = _start(db_path, "--model", "openai:gpt-4o-mini")
+def test_a_model_without_its_integration_names_the_package(
+    db_path: str, tmp_path: Path
+) -> None:
+    env = child_env(tmp_path / "no-integrations")
+    child = _start(db_path, "--model", "openai:gpt-4o-mini", env=env)
     assert child.expect_exact([PROMPT, pexpect.EOF]) == 1
     output = " ".join(child.before.split())
     child.close()
@@ -238,7 +244,32 @@ def test_every_provider_names_its_integration_package(model: str, package: str) 
     from harombe_core.errors import MissingExtraError
     from langchain_harombe.chat_cli import load_chat_model
 
-    with pytest.raises(MissingExtraError) as caught:
+    with hide(), pytest.raises(MissingExtraError) as caught:
         load_chat_model(model)
     assert caught.value.module == package
     assert str(caught.value).endswith(f"pip install {package}")
+
+
+def test_quit_ends_the_prompt_line_when_input_is_piped(db_path: str) -> None:
+    """Piped input is not echoed, so the chat ends the ``you> `` line itself on /quit."""
+    import subprocess
+
+    harombe = Path(sys.executable).with_name("harombe")
+    done = subprocess.run(
+        [str(harombe), "chat", "--db", db_path, "--model", "fake", "--embedding", "none"],
+        input="hello\n/quit\n",
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert done.stdout.endswith(PROMPT + "\n"), repr(done.stdout[-40:])
+
+
+def test_a_database_in_a_missing_folder_is_refused_not_created(tmp_path: Path) -> None:
+    missing = tmp_path / "nonexistent" / "x.db"
+    child = _start(str(missing))
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 1
+    assert "does not exist" in child.before
+    assert not missing.parent.exists()

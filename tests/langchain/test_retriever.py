@@ -28,8 +28,11 @@ def semantic(tmp_path: Path) -> Iterator[MemoryManager]:
             user_id="ann",
         )
         manager.save_messages(
-            "cook", [Message(role="user", content="How long do I boil pasta?"),
-                     Message(role="assistant", content="Boil pasta for ten minutes")],
+            "cook",
+            [
+                Message(role="user", content="How long do I boil pasta?"),
+                Message(role="assistant", content="Boil pasta for ten minutes"),
+            ],
             user_id="bob",
         )
         manager.flush()
@@ -62,7 +65,10 @@ def test_user_and_session_scopes_are_enforced(semantic: MemoryManager) -> None:
 @pytest.mark.parametrize("search_type", ["hybrid", "similarity", "mmr"])
 def test_search_types_and_k_override(semantic: MemoryManager, search_type: str) -> None:
     retriever = HarombeRetriever(
-        manager=semantic, k=3, search_type=search_type, all_users=True  # type: ignore[arg-type]
+        manager=semantic,
+        k=3,
+        search_type=search_type,
+        all_users=True,  # type: ignore[arg-type]
     )
     assert len(retriever.invoke("boil pasta", k=1)) == 1
     docs = retriever.invoke("boil pasta")
@@ -71,9 +77,9 @@ def test_search_types_and_k_override(semantic: MemoryManager, search_type: str) 
 
 
 def test_min_similarity_drops_weak_matches(semantic: MemoryManager) -> None:
-    docs = HarombeRetriever(
-        manager=semantic, k=4, min_similarity=0.99, all_users=True
-    ).invoke("Lisbon")
+    docs = HarombeRetriever(manager=semantic, k=4, min_similarity=0.99, all_users=True).invoke(
+        "Lisbon"
+    )
     assert docs == []
 
 
@@ -96,3 +102,29 @@ def test_keyword_only_and_errors(tmp_path: Path) -> None:
             HarombeRetriever(manager=manager, session_id="s").invoke("x", top=3)
     with pytest.raises(InvalidInputError, match="not both"):
         HarombeRetriever(manager=manager, storage_path="x.db", user_id="u").invoke("x")
+
+
+def test_an_assistant_turn_with_only_tool_calls_is_never_a_document(tmp_path: Path) -> None:
+    """A tool-calling turn has no text; its neighbours lift its rank, but an empty document
+    tells a chain nothing, so it is left out and k documents with text are still returned."""
+    with MemoryManager(
+        str(tmp_path / "m.db"), embedding=FakeEmbedder(), vector_store="chroma"
+    ) as manager:
+        turns: list[Message] = []
+        for i in range(4):
+            call = {"id": f"c{i}", "name": "weather", "args": {"city": "Lisbon"}}
+            turns += [
+                Message(role="user", content=f"What is the weather in Lisbon on day {i}?"),
+                Message(role="assistant", content="", tool_calls=[call]),
+                Message(role="tool", content=f"Lisbon day {i}: sunny", tool_call_id=f"c{i}"),
+                Message(role="assistant", content=f"Lisbon is sunny on day {i}."),
+            ]
+        manager.save_messages("trip", turns, user_id="ann")
+        manager.flush()
+        for search_type in ("hybrid", "similarity", "mmr"):
+            retriever = HarombeRetriever(
+                manager=manager, k=12, user_id="ann", search_type=search_type
+            )
+            docs = retriever.invoke("weather in Lisbon")
+            assert len(docs) == 12
+            assert all(d.page_content.strip() for d in docs)

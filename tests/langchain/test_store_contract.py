@@ -50,6 +50,7 @@ from harombe_core.errors import EmbeddingError, HarombeError, MissingExtraError
 from harombe_core.manager import MemoryManager
 from harombe_core.testing import FakeEmbedder
 from langchain_harombe import HarombeStore
+from tests.langchain.hidden_integrations import hide
 
 KINDS = ["memory", "sqlite", "harombe-sqlite", "harombe-postgres"]
 NO_TTL = "InMemoryStore has no TTL (supports_ttl is False)"
@@ -279,7 +280,7 @@ def test_sync_put_with_an_async_only_embed_fails_and_writes_nothing(backend: Bac
 def test_embed_as_a_provider_string(backend: Backend) -> None:
     """Provider strings resolve through ``init_embeddings``, as in LangGraph: a provider whose
     package is missing is the same ImportError, at construction, not a failure at ``put``."""
-    with pytest.raises(ImportError, match="langchain-openai") as missing:
+    with hide(), pytest.raises(ImportError, match="langchain-openai") as missing:
         backend.make(index={"dims": 1536, "embed": "openai:text-embedding-3-small"})
     with pytest.raises(ValueError, match="not supported") as unknown:
         backend.make(index={"dims": 8, "embed": "no-such-provider:model"})
@@ -771,6 +772,50 @@ def test_list_namespaces_match_whole_labels_literally(backend: Backend) -> None:
         assert set(store.list_namespaces(prefix=(label,), limit=100)) == {(label,),
                                                                            (label, "child")}
         assert store.list_namespaces(suffix=(label, "child"), limit=100) == [(label, "child")]
+
+
+# a namespace prefix given as a list, as LangGraph's stores take it ------------------------------
+def test_list_namespaces_takes_a_list_prefix(backend: Backend) -> None:
+    store = backend.make()
+    for namespace in [("users", "ann"), ("users", "bob"), ("teams", "x")]:
+        store.put(namespace, "k", {"v": 1})
+    assert set(store.list_namespaces(prefix=["users"])) == {("users", "ann"), ("users", "bob")}
+    assert store.list_namespaces(prefix=["users", "ann"]) == [("users", "ann")]
+    assert store.list_namespaces(suffix=["x"]) == [("teams", "x")]
+
+
+def test_list_prefix_labels_with_metacharacters_match_literally(backend: Backend) -> None:
+    store = backend.make()
+    for label, decoy in [("a%b", "axxb"), ("user_1", "userX1"), ("star*", "starX")]:
+        store.put((label, "child"), "k", {"v": 1})
+        store.put((decoy, "child"), "k", {"v": 1})
+        assert store.list_namespaces(prefix=[label]) == [(label, "child")]
+
+
+def test_list_prefix_matches_whole_labels(backend: Backend) -> None:
+    store = backend.make()
+    for namespace in [("foo",), ("foo", "child"), ("foobar",), ("foobar", "baz")]:
+        store.put(namespace, "k", {"v": 1})
+    assert set(store.list_namespaces(prefix=["foo"])) == {("foo",), ("foo", "child")}
+    assert store.list_namespaces(prefix=["fo"]) == []
+
+
+def test_list_prefix_with_a_trailing_newline_is_its_own_label(backend: Backend) -> None:
+    store = backend.make()
+    store.put(("users", "alice\n"), "k", {"v": 1})
+    store.put(("users", "alice"), "k", {"v": 1})
+    assert store.list_namespaces(prefix=["users", "alice\n"]) == [("users", "alice\n")]
+    assert store.list_namespaces(prefix=["users", "alice"]) == [("users", "alice")]
+
+
+def test_search_takes_a_list_prefix(backend: Backend) -> None:
+    backend.lacks(memory="InMemoryStore compares a list prefix with tuples: it finds nothing")
+    store = backend.make()
+    for namespace in [("users", "ann"), ("users", "annie"), ("teams", "x")]:
+        store.put(namespace, "k", {"v": 1})
+    found = {item.namespace for item in store.search(["users"])}
+    assert found == {("users", "ann"), ("users", "annie")}
+    assert [item.namespace for item in store.search(["users", "ann"])] == [("users", "ann")]
 
 
 # values ------------------------------------------------------------------------------------

@@ -76,8 +76,12 @@ def test_window_respects_limit_and_initial_token_count(memory: HarombeMemory) ->
     assert memory.get(initial_token_count=80) == conversation(20)[-2:]
     with pytest.raises(InvalidBudgetError):
         memory.get(initial_token_count=-1)
-    with pytest.raises(ValueError, match="Initial token count exceeds token limit"):
+    with pytest.raises(ValueError, match="Initial token count exceeds token limit") as raised:
         memory.get(initial_token_count=81)
+    # LlamaIndex's own text, exact and first (its tests compare it), then how to fix it.
+    assert raised.value.args == ("Initial token count exceeds token limit",)
+    assert str(raised.value).startswith("Initial token count exceeds token limit (")
+    assert "initial_token_count=81 > token_limit=80" in str(raised.value)
 
 
 @pytest.mark.parametrize("limit", [20, 30, 45, 60, 75])
@@ -363,9 +367,7 @@ def test_summarising_strategies_fit_the_budget(manager: MemoryManager, strategy:
 
 def test_llm_thread_selector_needs_an_llm(manager: MemoryManager) -> None:
     with pytest.raises(InvalidInputError, match="llm"):
-        HarombeMemory.from_defaults(
-            manager=manager, strategy="threaded", thread_selector="llm"
-        )
+        HarombeMemory.from_defaults(manager=manager, strategy="threaded", thread_selector="llm")
     memory = HarombeMemory.from_defaults(
         manager=manager, strategy="threaded", thread_selector="llm", llm=MockLLM()
     )

@@ -35,3 +35,12 @@ def test_quickstart_notebook_executes(kernel_env: Path) -> None:
     assert "3rd of May" in printed  # the recalled context is shown
     assert "It will be sunny and 24 degrees in Lisbon." in printed
     assert (kernel_env / "quickstart.db").exists()
+
+
+def test_the_notebook_is_committed_with_outputs_and_says_what_to_install() -> None:
+    notebook = nbformat.read(NOTEBOOK, as_version=4)
+    code = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    shown = [cell for cell in code if cell.outputs]
+    assert len(shown) >= len(code) - 2, "the cells that show something are committed with it"
+    assert not any(o.get("output_type") == "error" for cell in code for o in cell.outputs)
+    assert "pip install -e '.[onnx,llamaindex]'" in notebook.cells[0].source

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from harombe_core.context import SYNC_FOLD
 from harombe_core.context_reads import (
     hybrid_from_store,
     newest_messages,
@@ -145,15 +146,16 @@ def test_context_strategies_read_only_the_window(manager: MemoryManager) -> None
     store.get_messages = counting  # type: ignore[method-assign]
     manager.summary_chunk = 50
     hybrid = manager.get_context(sid, "hybrid", 200, keep_last=4)
-    # the summary reads one bounded step; nothing else reads a list of messages
-    assert calls
-    assert all("'limit': 50" in c for c in calls), calls
+    # the summary reads one bounded list to see the backlog is long, and leaves it to the
+    # background folder; nothing else reads a list of messages
+    assert calls == [f"{{'after_id': None, 'limit': {SYNC_FOLD + 1}}}"], calls
     important = [m for m in hybrid if m.metadata.get("important")]
     assert [m.content for m in important] == ["turn 50", "turn 150", "turn 250"]
-    assert (
-        manager.get_session(sid).summary_until_id
-        == min(m.id for m in manager.get_messages(sid)) + 49
-    )
+    manager.flush()  # waits for the background folding, in steps of summary_chunk
+    assert calls[1:], calls
+    assert all("'limit': 50" in c for c in calls[1:]), calls
+    ids = [m.id for m in manager.get_messages(sid)]
+    assert manager.get_session(sid).summary_until_id == ids[-5]  # all but the newest 4
     calls.clear()
     manager.get_context(sid, "threaded", 200)
     assert calls == []

@@ -124,3 +124,57 @@ def test_a_full_disk_raises_storage_full_and_never_hangs(tmp_path: Path, vector_
         assert report["after"] == report["read"], report  # and still there after reopening
         assert "written before the limit" in report["found"], report  # search still works
         assert report["integrity"] == "ok", report
+
+
+GUARDS = textwrap.dedent(
+    """
+    import json, resource, signal, sys
+    from pathlib import Path
+    import numpy as np
+    from harombe_core.errors import VectorIndexError
+    from harombe_core.vectors.chroma import ChromaVectorIndex
+
+    folder, guard = Path(sys.argv[1]), sys.argv[2]
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    index = ChromaVectorIndex(mode="persistent", path=str(folder))
+    vectors = np.eye(4, 8, dtype=np.float32)
+    index.upsert([1, 2, 3, 4], vectors, [{"session_id": "s"}] * 4)
+    if guard == "latch":  # the room check off: Chroma meets the limit itself
+        index._make_room = lambda adding: None
+    largest = max(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+    resource.setrlimit(resource.RLIMIT_FSIZE, (largest + 1_000, largest + 1_000))
+    said = []
+    for n in range(3):
+        big = np.random.default_rng(n).random((2_000, 8), dtype=np.float32)
+        try:
+            index.upsert(list(range(100 + n * 2_000, 100 + (n + 1) * 2_000)), big,
+                         [{"session_id": "s"}] * 2_000)
+            said.append("written")
+        except VectorIndexError as exc:
+            said.append(str(exc))
+    print(json.dumps(said))
+    """
+)
+
+
+@pytest.mark.parametrize("guard", ["room", "latch"])
+def test_chroma_is_not_written_without_room_nor_called_after_a_failed_write(
+    tmp_path: Path, guard: str
+) -> None:
+    pytest.importorskip("chromadb")
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", GUARDS, str(tmp_path / "index"), guard],
+            capture_output=True,
+            text=True,
+            timeout=HANG_SECONDS,
+        )
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"a Chroma write under a file-size limit hung: {exc.stderr}")
+    assert done.returncode == 0, done.stderr[-4000:]
+    said = json.loads(done.stdout.strip().splitlines()[-1])
+    if guard == "room":  # refused before Chroma is asked, every time
+        assert all("was not written" in s for s in said), said
+    else:  # Chroma failed once; it is not called again
+        assert "written" not in said, said
+        assert all("for want of space" in s for s in said), said

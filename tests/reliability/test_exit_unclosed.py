@@ -109,8 +109,12 @@ def test_a_worker_mid_batch_finishes_it_before_the_interpreter_finalises(
     assert marker.read_text() == "done\n"
 
 
-def test_the_onnx_model_loading_on_the_worker_at_exit_is_clean(tmp_path: Path) -> None:
-    """``embedding="onnx"`` loads the model on the worker: exit while it loads."""
+@pytest.mark.parametrize("cache", ["built", "empty"])
+def test_the_onnx_model_loading_on_the_worker_at_exit_is_clean(
+    tmp_path: Path, cache: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``embedding="onnx"`` loads the model on the worker: exit while it loads, or while it
+    is still being built into an empty cache (fewer runs: each builds the model)."""
     _needs("onnxruntime")
     script = f"""
         from harombe_core import MemoryManager, Message
@@ -118,7 +122,14 @@ def test_the_onnx_model_loading_on_the_worker_at_exit_is_clean(tmp_path: Path) -
         sid = mm.create_session()
         mm.save_message(sid, Message(role="user", content="loading the model at exit"))
         """
-    _check_runs(script, tmp_path)
+    if cache == "built":
+        _check_runs(script, tmp_path)
+        return
+    for run in range(2):
+        monkeypatch.setenv("HAROMBE_CACHE_DIR", str(tmp_path / f"cache{run}"))
+        result = _run(script, tmp_path)
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert not [text for text in NATIVE_ERRORS if text in result.stderr], result.stderr
 
 
 def test_langchain_history_checkpointer_and_middleware_never_closed(tmp_path: Path) -> None:

@@ -13,8 +13,8 @@ messages and store items, read with SQL). A public method, or a parameter, with 
 fails ``test_every_public_parameter_has_a_strategy``: a method added later is covered or noticed.
 
 Everything is real: SQLite files, and for the semantic manager the bundled embedding model and
-ChromaDB. Examples are derandomized, so CI runs the same calls every time; set
-``HAROMBE_PROPERTY_EXAMPLES`` (default 30 per method) for a deeper run.
+the default in-database vector index. Examples are derandomized, so CI runs the same calls
+every time; set ``HAROMBE_PROPERTY_EXAMPLES`` (default 30 per method) for a deeper run.
 """
 
 from __future__ import annotations
@@ -408,7 +408,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
 
 
 def _world(folder: Path) -> Iterator[World]:
-    semantic = MemoryManager(folder / "semantic.db")  # bundled model + ChromaDB
+    semantic = MemoryManager(folder / "semantic.db")  # bundled model, vectors in the db
     plain = MemoryManager(folder / "plain.db", embedding=None, token_counter="approximate")
     w = World(folder=folder, semantic=semantic, plain=plain)
     w.reseed()
@@ -511,6 +511,7 @@ def common_kinds(world: World) -> dict[str, st.SearchStrategy[Any]]:
         "reembed": flags,
         "rag": flags,
         "metadata": metadata,
+        "unless_metadata": metadata,
         "message": messages_one,
         "messages": messages_many,
         "delete_ids": id_lists,

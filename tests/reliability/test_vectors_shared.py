@@ -55,7 +55,7 @@ def test_a_second_opener_must_ask_for_the_same_model_and_index(tmp_path: Path) -
     path = str(tmp_path / "memory.db")
     with w.manager(path) as mm:
         with pytest.raises(EmbeddingModelMismatchError, match="shares one model"):
-            MemoryManager(path, embedding=FakeEmbedder(dimension=64))
+            MemoryManager(path, embedding=FakeEmbedder(dimension=64), vector_store="chroma")
         with pytest.raises(InvalidInputError, match="another vector index"):
             MemoryManager(path, embedding=FakeEmbedder(), vector_store=InMemoryVectorIndex())
         with w.manager(path) as same:  # an equal model (another object) is the same model

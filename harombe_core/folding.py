@@ -1,0 +1,186 @@
+"""Summary backlogs folded off the request path, on one background thread per process.
+
+A long imported session has a backlog of thousands of messages no summary covers yet. Folding
+it on ``get_context`` made the first calls pay for it (20-100 ms per step of
+``memory.summary_chunk`` messages, or an LLM call with an LLM summariser). Instead the request
+path hands the session to its builder's :class:`SummaryFolder` and uses the summary folded so
+far. One thread serves every folder of the process: it folds one step at a time, round robin
+over the folders and, within one, over the sessions waiting, each step stored as it is done
+(what it finished survives a kill). ``flush()`` waits until every session handed to a folder
+is folded up to what was asked; ``close()`` drops what is still waiting and waits for the step
+in hand, so the store can be closed after it.
+
+**Exit.** The thread is a daemon, started on the first hand-over of the process (so the cost of
+starting a thread is paid once, not by every manager's first call). A step may be inside
+native code (a summary embedded by ONNX Runtime, an LLM client), and a daemon thread cut off
+there while the interpreter finalises can abort the process; so when the interpreter starts
+to shut down the thread is told to stop and waited for (at most :data:`EXIT_WAIT` seconds),
+as the embedding worker is. What it had not folded is folded by a later call.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+
+__all__ = ["FoldStep", "SummaryFolder"]
+
+log = logging.getLogger("harombe_core.manager")
+
+#: One step of a session's backlog, up to a message id: True if more remains after it.
+FoldStep = Callable[[str, int], bool]
+
+#: Seconds the thread waits, when work arrives after it was idle, before its first step: the
+#: call that handed the work over returns first instead of sharing the GIL with the step.
+SETTLE_SECONDS = 0.02
+
+#: Seconds the interpreter waits at exit for the step in hand.
+EXIT_WAIT = 30.0
+
+_cond = threading.Condition()
+_queue: deque[SummaryFolder] = deque()  # folders with sessions waiting, round robin
+_thread: threading.Thread | None = None
+_stopping = False
+
+
+class SummaryFolder:
+    """The sessions one context builder has handed to the background, and their fold step."""
+
+    def __init__(self, step: FoldStep) -> None:
+        self._step = step
+        #: Session id -> the message id its summary must reach (insertion order: round robin).
+        self._wanted: dict[str, int] = {}
+        self._busy = False
+        self._closed = False
+
+    def request(self, session_id: str, until_id: int) -> None:
+        """Fold ``session_id``'s summary up to message ``until_id`` in the background."""
+        with _cond:
+            if self._closed or _stopping:
+                return
+            self._wanted[session_id] = max(until_id, self._wanted.get(session_id, until_id))
+            if self not in _queue and not self._busy:
+                _queue.append(self)
+            start = _ensure_thread()
+            _cond.notify_all()
+        if start is not None:  # outside the lock: the new thread takes it at once
+            start.start()
+
+    def pending(self) -> int:
+        """Sessions waiting to be folded (the one being folded included)."""
+        with _cond:
+            return len(self._wanted) + (1 if self._busy else 0)
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every session handed over is folded as far as asked; False if
+        ``timeout`` (seconds) passed first."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with _cond:
+            while (self._wanted or self._busy) and not self._closed and not _stopping:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                _cond.wait(left)
+        return True
+
+    def close(self) -> None:
+        """Drop what is waiting and wait for the step in hand (the rest is folded later)."""
+        with _cond:
+            self._closed = True
+            self._wanted.clear()
+            if self in _queue:
+                _queue.remove(self)
+            on_thread = threading.current_thread() is _thread
+            while self._busy and not on_thread:
+                _cond.wait()
+
+
+def _ensure_thread() -> threading.Thread | None:
+    """The thread to start (caller holds ``_cond`` and starts it after), or None if running."""
+    global _thread
+    if _thread is not None and (_thread.is_alive() or _thread.ident is None):
+        return None
+    _thread = threading.Thread(target=_run, name="harombe-summary-folder", daemon=True)
+    _register_exit_hook()
+    return _thread
+
+
+def _run() -> None:
+    while True:
+        with _cond:
+            idle = not _queue
+            while not _queue and not _stopping:
+                _cond.wait()
+            if idle:  # a full pause: later hand-overs (notify_all) do not cut it short
+                settled = time.monotonic() + SETTLE_SECONDS
+                while not _stopping and (left := settled - time.monotonic()) > 0:
+                    _cond.wait(left)
+            if _stopping:
+                return
+            if not _queue:
+                continue
+            folder = _queue.popleft()
+            if not folder._wanted:
+                continue
+            session_id = next(iter(folder._wanted))
+            until_id = folder._wanted.pop(session_id)
+            folder._busy = True
+        more = False
+        try:
+            more = folder._step(session_id, until_id)
+        except Exception as exc:  # a failed fold is retried by the next call that asks for it
+            log.warning("session %s: background summary failed (%s)", session_id, exc)
+        finally:
+            with _cond:
+                folder._busy = False
+                if not folder._closed:
+                    if more:  # to the back of the folder's line
+                        wanted = max(until_id, folder._wanted.pop(session_id, until_id))
+                        folder._wanted[session_id] = wanted
+                    if folder._wanted and folder not in _queue:
+                        _queue.append(folder)
+                _cond.notify_all()
+
+
+def _stop_at_exit(wait: float = EXIT_WAIT) -> None:
+    """Stop the thread after the step in hand, waiting at most ``wait`` seconds."""
+    global _stopping
+    with _cond:
+        _stopping = True
+        _cond.notify_all()
+        thread = _thread
+    if thread is not None and thread.ident is not None:
+        thread.join(wait)
+
+
+_hooked = False
+
+
+def _register_exit_hook() -> None:
+    """threading's exit hooks run before atexit handlers and before daemon threads are cut
+    off (caller holds ``_cond``)."""
+    global _hooked
+    if _hooked:
+        return
+    register = getattr(threading, "_register_atexit", None)
+    try:
+        (register or atexit.register)(_stop_at_exit)
+    except RuntimeError:  # the interpreter is already shutting down
+        atexit.register(_stop_at_exit)
+    _hooked = True
+
+
+def _forget_in_child() -> None:
+    """A forked child has no copy of the thread (and a lock held by it stays held)."""
+    global _cond, _thread
+    _cond = threading.Condition()
+    _queue.clear()
+    _thread = None
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
