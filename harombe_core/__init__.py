@@ -17,6 +17,9 @@ from harombe_core.models import ConversationNode, Message, MessageSummary, Searc
 if TYPE_CHECKING:
     from harombe_core.chat_memory import ChatMemory
     from harombe_core.config import MemoryConfig
+    from harombe_core.facts.extract import OfflineExtractor
+    from harombe_core.facts.llm import LLMExtractor
+    from harombe_core.facts.models import Fact, FactHit, FactSource, Profile, SessionState
     from harombe_core.manager import MemoryManager
     from harombe_core.store.sqlite import SQLiteStore
     from harombe_core.strategies import ContextBudget
@@ -37,6 +40,13 @@ _LAZY: dict[str, str] = {
     "LLMSummarizer": "harombe_core.summarize",
     "SessionSummary": "harombe_core.summarize",
     "ContextBudget": "harombe_core.strategies",
+    "Fact": "harombe_core.facts.models",
+    "FactHit": "harombe_core.facts.models",
+    "FactSource": "harombe_core.facts.models",
+    "Profile": "harombe_core.facts.models",
+    "SessionState": "harombe_core.facts.models",
+    "OfflineExtractor": "harombe_core.facts.extract",
+    "LLMExtractor": "harombe_core.facts.llm",
 }
 
 __all__ = [
@@ -45,6 +55,10 @@ __all__ = [
     "ConversationNode",
     "EmbeddingNodeSelector",
     "ExtractiveSummarizer",
+    "Fact",
+    "FactHit",
+    "FactSource",
+    "LLMExtractor",
     "LLMNodeSelector",
     "LLMSummarizer",
     "Limits",
@@ -53,9 +67,12 @@ __all__ = [
     "MemoryManager",
     "Message",
     "MessageSummary",
+    "OfflineExtractor",
+    "Profile",
     "SQLiteStore",
     "SearchHit",
     "Session",
+    "SessionState",
     "SessionSummary",
     "__version__",
     "current_limits",

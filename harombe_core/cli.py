@@ -21,7 +21,10 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from harombe_core import cli_forget  # noqa: F401  (registers `harombe forget`)
+from harombe_core import (
+    cli_facts,  # noqa: F401  (registers `harombe facts` and `harombe profile`)
+    cli_forget,  # noqa: F401  (registers `harombe forget`)
+)
 from harombe_core.cli_app import (
     DbOption,
     UserOption,
@@ -657,6 +660,9 @@ def graph_command(
                 f"{plural(threads, 'thread')})",
                 soft_wrap=True,
             )
+
+
+import harombe_core.server.cli  # noqa: E402, F401  (harombe serve, mcp and keys register)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -39,6 +39,7 @@ __all__ = [
     "COMMANDS_GROUP",
     "Command",
     "DbOption",
+    "Group",
     "UserOption",
     "adapter_commands",
     "app",
@@ -75,7 +76,11 @@ class Command(_PlainHelp, TyperCommand):
     """The class of every ``harombe`` subcommand, adapters' included (plain ``--help``)."""
 
 
-class _Group(_PlainHelp, TyperGroup):
+class Group(_PlainHelp, TyperGroup):
+    """The class of a ``harombe`` subcommand group (``harombe keys``): plain ``--help`` too."""
+
+
+class _Group(Group):
     """The ``harombe`` group: its own commands plus those adapter packages add (entry points)."""
 
     def __init__(self, **kwargs: Any) -> None:

@@ -56,6 +56,9 @@ class MemorySection(_Section):
     token_counter: Literal["exact", "approximate"] = "exact"
     #: Messages folded into a session's summary per step (a get_context call does one step).
     summary_chunk: int = Field(default=500, ge=1)
+    #: Extract facts, preferences and tasks into each owner's user memory in the background
+    #: as messages arrive (end_session always extracts). See docs/user-memory.md.
+    user_memory: bool = False
     #: SQLCipher key for a SQLite file (extra ``encryption``); else ``HAROMBE_DB_KEY`` is used.
     encryption_key: str | None = Field(default=None, repr=False)
 

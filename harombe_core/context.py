@@ -94,6 +94,10 @@ class ContextBuilder:
         self._fold_lock = threading.Lock()
         self._folded_until: dict[str, int] = {}
         self._folder: SummaryFolder | None = None
+        #: The user memory (harombe_core.facts.memory.UserMemory) the budgeted context reads
+        #: the owner's profile and open tasks from, and end_session extracts into; set by the
+        #: manager that composes both.
+        self.user_memory: Any = None
 
     @property
     def folder(self) -> SummaryFolder:
@@ -289,8 +293,16 @@ class ContextBuilder:
     def end_session(self, session_id: str, *, user_id: str | None = None) -> Any:
         """The session-end pipeline: summary, facts, topics, outcome, and (with semantic memory)
         the summary's embedding, stored on the session; returns the ``SessionSummary`` (None
-        when there is nothing to summarise, as for an unknown session)."""
-        return self.summarize_session(session_id, user_id=user_id)
+        when there is nothing to summarise, as for an unknown session).
+
+        Then, when the session has an owner, the facts, preferences and tasks of its messages
+        not yet extracted go into the owner's user memory, and the session's outcome is
+        recorded unless the application set one: ongoing while it left open tasks, else
+        resolved."""
+        summary = self.summarize_session(session_id, user_id=user_id)
+        if self.user_memory is not None:
+            drive(self.user_memory.end_session(session_id))
+        return summary
 
     def search_summaries(
         self, query: str, top_k: int = 5, user_id: str | None = None
@@ -357,8 +369,10 @@ class ContextBuilder:
         ``"threaded"`` (the path from the thread root to the newest message). The system prompt
         comes first and is always kept. Given a ``budget``
         (:class:`~harombe_core.strategies.ContextBudget`), the seed's full context is built:
-        system prompt, ``user_profile``, summaries of the user's recent sessions, past messages
-        relevant to ``query``, the current session, and a free buffer. Those blocks come from
+        system prompt, the owner's open tasks and profile from user memory (most relevant to
+        ``query`` first; ``user_profile`` given replaces them), summaries of the owner's past
+        sessions picked by recency, relevance and importance, past messages relevant to
+        ``query``, the current session, and a free buffer. Those blocks come from
         the session owner's other sessions; a session without an owner gets none (nothing
         outside it is known to be the same user's). With ``user_id``, only that user's session
         (else SessionOwnershipError).
@@ -415,16 +429,15 @@ class ContextBuilder:
 
         rest = total - sum(m.token_count or 0 for m in system)
         blocks: list[Message] = []
-        if user_profile:
+        share = int(budget.user_profile * rest)
+        if user_profile is None and session.user_id is not None and self.user_memory:
+            blocks += self._user_blocks(session.user_id, share, query)
+        elif user_profile:
             profile = self.context_message("User profile:\n" + user_profile, "profile")
-            blocks += fit_block([profile], int(budget.user_profile * rest))
+            blocks += fit_block([profile], share)
         if session.user_id is None:  # whose other sessions? none is known to be this user's
             return blocks
-        others = [
-            s
-            for s in self.store.list_sessions(limit=6, user_id=session.user_id)
-            if s.id != session.id and s.summary
-        ][:5]
+        others = self._past_sessions(session, query)
         if others:
             lines = [f"- {s.updated_at:%Y-%m-%d}: {s.summary}" for s in others]
             note = self.context_message("Recent sessions:\n" + "\n".join(lines), "summaries")
@@ -440,6 +453,57 @@ class ContextBuilder:
                 note = self.context_message(format_context(past), "relevant")
                 blocks += fit_block([note], int(budget.relevant_past * rest))
         return blocks
+
+    def _user_blocks(self, user_id: str, share: int, query: str | None) -> list[Message]:
+        """The owner's profile (most relevant to ``query`` first) and open tasks, within
+        ``share`` tokens together: the tasks first (they are few and must not be dropped),
+        then the profile in what is left."""
+        from harombe_core.strategies import fit_block
+
+        blocks: list[Message] = []
+        tasks = drive(self.user_memory.open_tasks(user_id))
+        if tasks:
+            lines = "\n".join(f"- {t.text}" for t in tasks)
+            blocks += fit_block([self.context_message("Open tasks:\n" + lines, "tasks")], share)
+        left = share - sum(m.token_count or 0 for m in blocks)
+        header = self.context_message("User profile:\n", "profile").token_count or 0
+        if left > header:
+            profile = drive(
+                self.user_memory.profile(user_id, max_tokens=left - header, query=query)
+            )
+            if profile.text:
+                note = self.context_message("User profile:\n" + profile.text, "profile")
+                blocks = fit_block([note], left) + blocks
+        return blocks
+
+    def _past_sessions(self, session: Session, query: str | None) -> list[Session]:
+        """Up to five of the owner's other summarised sessions, picked by recency, relevance
+        to ``query`` and importance (the application's flag, an ongoing outcome), then shown
+        newest first."""
+        from harombe_core.facts import ops as fact_ops
+
+        assert session.user_id is not None
+        ranked = self.store.run(fact_ops.ranked_sessions(session.user_id, session.id, 20))
+        relevance: dict[str, float] = {}
+        if query and ranked:
+            relevance = {
+                s.id: score
+                for s, score in self.search_summaries(
+                    query, top_k=len(ranked), user_id=session.user_id
+                )
+            }
+        scores = {
+            sid: 1.0 / (1 + rank)
+            + relevance.get(sid, 0.0)
+            + (1.0 if important else 0.0)
+            + (0.3 if outcome == "ongoing" else 0.0)
+            for rank, (sid, important, outcome) in enumerate(ranked)
+        }
+        picked = sorted(scores, key=lambda sid: -scores[sid])[:5]
+        sessions = [self.store.get_session(sid) for sid in picked]
+        found = [s for s in sessions if s is not None]
+        found.sort(key=lambda s: s.updated_at, reverse=True)
+        return found
 
 
 # --------------------------------------------------------------------------------------------

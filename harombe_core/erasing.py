@@ -31,11 +31,15 @@ def erase(semantic: Any, delete: Callable[[], T], sessions: Callable[[T], list[s
 
 
 def delete_user_sessions(store: MessageStore, user_id: str) -> list[str]:
-    """Delete every session of ``user_id`` in one transaction; their ids."""
+    """Delete every session of ``user_id`` and every fact of their user memory, in one
+    transaction; the sessions' ids."""
+    from harombe_core.facts.ops import delete_user_facts
 
     def block() -> list[str]:
         owned = store.list_sessions(limit=None, user_id=user_id)
-        return [s.id for s in owned if store.delete_session(s.id)]
+        gone = [s.id for s in owned if store.delete_session(s.id)]
+        store.run(delete_user_facts(user_id))
+        return gone
 
     return store.atomic(block)
 

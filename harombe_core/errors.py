@@ -37,6 +37,9 @@ recover. The tree::
     ├── EmbeddingError                             the embedder failed or returned bad vectors
     │   └── EmbeddingModelMismatchError            index built by another model (`harombe reindex`)
     ├── SummarizationError                         a summariser failed (messages are never lost)
+    ├── FactExtractionError                        a fact extractor's model failed or answered
+    │                                              malformed JSON (nothing was written)
+    ├── FactNotFoundError (also KeyError)          no such fact for this user (correct, forget)
     ├── ImportFormatError (also ValueError)        a JSON/JSONL file that is not a harombe export
     └── ExportPathError (also ValueError)          export path outside its folder, or unwritable
 
@@ -60,6 +63,8 @@ __all__ = [
     "EmbeddingModelMismatchError",
     "EncryptionKeyError",
     "ExportPathError",
+    "FactExtractionError",
+    "FactNotFoundError",
     "HarombeError",
     "ImportFormatError",
     "InputTooLargeError",
@@ -366,6 +371,18 @@ class EmbeddingModelMismatchError(EmbeddingError):
 
 class SummarizationError(HarombeError):
     """A summariser failed; the messages it was given are still stored."""
+
+
+class FactExtractionError(HarombeError):
+    """A fact extractor's model failed, or answered something that is not the JSON asked for;
+    nothing of that batch was written, and the batch is tried again later."""
+
+
+class FactNotFoundError(HarombeError, KeyError):
+    """No fact with this id belongs to this user (it was forgotten, or is another user's)."""
+
+    def __str__(self) -> str:  # KeyError would otherwise quote the message
+        return HarombeError.__str__(self) if self.args else "fact not found"
 
 
 class ImportFormatError(HarombeError, ValueError):

@@ -22,6 +22,7 @@ from harombe_core.derive import converted, forwarded, in_thread, part_property
 from harombe_core.erasing import delete_user_sessions, erase, prune_cutoff
 from harombe_core.errors import InvalidInputError
 from harombe_core.flows import Call, Flow, Work, twins
+from harombe_core.manager_facts import UserMemoryMethods
 from harombe_core.manager_search import Searcher
 from harombe_core.models import Message, Session
 from harombe_core.newest import anewest_until, newest_until
@@ -36,6 +37,7 @@ from harombe_core.strategies import Window, window_newest
 from harombe_core.tokens import TokenCounter, resolve_token_counter
 from harombe_core.validate import (
     check_budget,
+    check_config,
     check_flag,
     check_id,
     check_list,
@@ -90,7 +92,7 @@ def _on(part: str, template: Callable[Concatenate[Any, P], R]) -> Callable[Conca
     return forwarded(template, part, owner="MemoryManager")
 
 
-class MemoryManager(ClosesOnExit):
+class MemoryManager(UserMemoryMethods, ClosesOnExit):
     """Sessions, messages, token windows and (with semantic memory) search, over one store.
 
     ``storage_path`` is a SQLite file (``~`` expanded; ``":memory:"`` for a throwaway store) or a
@@ -98,10 +100,8 @@ class MemoryManager(ClosesOnExit):
     is the bundled all-MiniLM-L6-v2 model with its vectors inside the database (``"database"``;
     ``"chroma"`` adds ChromaDB); pass ``None`` for either to keep only the store and its keywords.
 
-    The manager composes its parts: the store; a :class:`~harombe_core.manager_search.Searcher`
-    (the semantic memory, the :class:`~harombe_core.retrieval.Retriever` over it, reindexing);
-    and a :class:`~harombe_core.context.ContextBuilder` (summaries and the context strategies,
-    a table). Their public methods are the manager's, forwarded with the same signatures.
+    It composes the store, a :class:`~harombe_core.manager_search.Searcher` (search), a
+    :class:`~harombe_core.context.ContextBuilder` and user memory (``user_memory=``: facts).
     """
 
     def __init__(
@@ -114,17 +114,13 @@ class MemoryManager(ClosesOnExit):
         token_counter: Any = "exact",
         config: MemoryConfig | None = None,
         encryption_key: str | None = None,
+        user_memory: bool | None = None,
+        fact_extractor: Any = None,
     ) -> None:
         budget = check_budget(max_history_tokens, "max_history_tokens")
         counter: TokenCounter = resolve_token_counter(token_counter)
         if config is not None:
-            from harombe_core.config import MemoryConfig
-
-            if not isinstance(config, MemoryConfig):
-                raise InvalidInputError(
-                    f"config must be a MemoryConfig, got {type(config).__name__}; build one "
-                    "with harombe_core.config.load_config(path_or_dict)."
-                )
+            check_config(config)
             vector_store = config.vector_store.chosen(vector_store)
         if encryption_key is not None:
             check_key(encryption_key)  # refused before anything is created
@@ -151,6 +147,7 @@ class MemoryManager(ClosesOnExit):
         self._context = ContextBuilder(
             self._store, self._searcher, max_history_tokens=budget, token_counter=counter
         )
+        self._facts = self._user_memory(config, user_memory, fact_extractor)
 
     # construction -------------------------------------------------------------------------
     @classmethod
@@ -419,8 +416,8 @@ class MemoryManager(ClosesOnExit):
 
     def _forget_user(self, user_id: str) -> Flow[int]:
         """Delete everything of ``user_id`` (GDPR erasure) in one transaction, erased as
-        :meth:`delete_session` erases: sessions, messages, vectors, keyword entries, summaries,
-        checkpoints (not LangGraph store items: no user owns them). Returns sessions deleted."""
+        :meth:`delete_session` erases: sessions, messages, vectors, keywords, summaries,
+        checkpoints, facts (not LangGraph store items: no user owns them). Returns sessions."""
         uid, store = check_id(user_id, "user_id"), self._store
         gone = yield Work(erase, self._semantic, lambda: delete_user_sessions(store, uid), list)
         return len(gone)
@@ -451,6 +448,7 @@ class MemoryManager(ClosesOnExit):
             yield Work(self._semantic.forget_messages, doomed)
         if self._semantic is not None and prepared:
             self._semantic.notify()  # wakes the background embedder: never blocks
+        self._facts.notify(session_id)  # wakes the background fact extractor (if on)
         return ids
 
     def _save_message(
@@ -673,6 +671,7 @@ class MemoryManager(ClosesOnExit):
         keywords = getattr(self._store, "index_keywords", None)  # SQLite indexes in background
         if keywords is not None:
             yield Work(keywords)
+        yield from self._flush_facts()
 
     flush, aflush = twins(_flush)
 
@@ -700,6 +699,7 @@ class MemoryManager(ClosesOnExit):
         if self._closed:
             return
         self._closed = True
+        self._facts.close()
         self._context.close()  # the background folder stops before the store closes
         semantic, self._searcher.semantic = self._searcher.semantic, None
         close_store = True

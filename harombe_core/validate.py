@@ -39,6 +39,7 @@ __all__ = [
     "TIME_RANGE",
     "Role",
     "check_budget",
+    "check_config",
     "check_count",
     "check_flag",
     "check_id",
@@ -312,6 +313,19 @@ def check_budget(max_tokens: object, what: str = "max_tokens") -> int:
     if max_tokens > MAX_COUNT:
         raise InvalidBudgetError(f"{what} must be at most {MAX_COUNT:,} tokens.")
     return max_tokens
+
+
+def check_config(value: Any) -> Any:
+    """A ``MemoryConfig`` given as ``config=`` (InvalidInputError for anything else); the
+    configuration module (pydantic) is imported only when one is given."""
+    from harombe_core.config import MemoryConfig
+
+    if not isinstance(value, MemoryConfig):
+        raise InvalidInputError(
+            f"config must be a MemoryConfig, got {type(value).__name__}; build one "
+            "with harombe_core.config.load_config(path_or_dict)."
+        )
+    return value
 
 
 def check_flag(value: Any, what: str) -> bool:

@@ -93,6 +93,9 @@ class HarombeMemoryMiddleware(AgentMiddleware[HarombeMemoryState, Any, Any]):
             assistant's, from the user's other sessions are added to the system message (from
             this session's older turns when the run names no user). What the model is sent
             anyway (the window and the turn being answered) is never recalled.
+        profile_tokens: If > 0 and the run names a user, the user's profile from harombe's
+            user memory (facts and preferences most relevant to the newest user message,
+            within this many tokens) and their open tasks are added to the system message.
     """
 
     state_schema = HarombeMemoryState
@@ -107,6 +110,7 @@ class HarombeMemoryMiddleware(AgentMiddleware[HarombeMemoryState, Any, Any]):
         max_tokens: int | None = None,
         start_on_user: bool = False,
         recall_tokens: int = DEFAULT_RECALL_TOKENS,
+        profile_tokens: int = 0,
         context_options: dict[str, Any] | None = None,
         node_selector: Any = None,
     ) -> None:
@@ -122,6 +126,7 @@ class HarombeMemoryMiddleware(AgentMiddleware[HarombeMemoryState, Any, Any]):
         self.max_tokens = max_tokens
         self.start_on_user = start_on_user
         self.recall_tokens = recall_tokens
+        self.profile_tokens = profile_tokens
         self.context_options = context_options
         self.node_selector = node_selector
         # Validates strategy and the other options once, not on the first model call.
@@ -212,7 +217,22 @@ class HarombeMemoryMiddleware(AgentMiddleware[HarombeMemoryState, Any, Any]):
         session_id, user_id = self._keys(request.runtime)
         view = self._history(session_id, user_id).view()
         recall = self._recall(request.messages, session_id, user_id, view)
-        return self._assemble(request, [to_langchain(m) for m in view], recall)
+        notes = "\n\n".join(n for n in (self._profile(request.messages, user_id), recall) if n)
+        return self._assemble(request, [to_langchain(m) for m in view], notes or None)
+
+    def _profile(self, messages: Sequence[BaseMessage], user_id: str | None) -> str | None:
+        """The user's profile and open tasks, for the system message (None: nothing known)."""
+        if self.profile_tokens <= 0 or user_id is None:
+            return None
+        query = next((m.text for m in reversed(messages) if isinstance(m, HumanMessage)), "")
+        profile = self.manager.get_profile(
+            user_id, self.profile_tokens, query=query.strip() or None
+        )
+        parts = [f"What you know about the user:\n{profile.text}"] if profile.text else []
+        tasks = self.manager.get_open_tasks(user_id)
+        if tasks:
+            parts.append("Their open tasks:\n" + "\n".join(f"- {t.text}" for t in tasks))
+        return "\n\n".join(parts) or None
 
     async def _abuild(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
         return await asyncio.to_thread(self._build, request)

@@ -78,6 +78,7 @@ from langchain_harombe.store_checks import (
     check_ttl_config,
     with_tuple_prefixes,
 )
+from langchain_harombe.store_facts import is_fact_op, run_fact_op
 
 __all__ = ["HarombeStore"]
 
@@ -111,7 +112,8 @@ class HarombeStore(BaseStore):
     Use it as ``create_agent(..., store=HarombeStore(manager))`` or anywhere LangGraph takes a
     store (LangMem tools, graph nodes via ``get_store()``). Items share the manager's database
     with its conversations and behave the same on both backends; on PostgreSQL many processes
-    can use one store at once.
+    can use one store at once. The namespace ``("harombe", "facts", user_id)`` is the user's
+    facts in harombe's user memory (:mod:`langchain_harombe.store_facts`).
 
     Args:
         manager: The application's :class:`~harombe_core.MemoryManager` (SQLite or PostgreSQL),
@@ -189,6 +191,8 @@ class HarombeStore(BaseStore):
             with_tuple_prefixes(op)
             for op in check_list(ops, "batch", of="store operations", single=_OPS)
         ]
+        if any(is_fact_op(op) for op in ops):  # a user's facts: store_facts.py
+            return self._with_facts(ops, self.batch)
         plan = self._plan(ops)
         docs = self._embed_texts(plan)
         if docs:
@@ -204,6 +208,8 @@ class HarombeStore(BaseStore):
             with_tuple_prefixes(op)
             for op in check_list(ops, "abatch", of="store operations", single=_OPS)
         ]
+        if any(is_fact_op(op) for op in ops):  # a user's facts: store_facts.py
+            return await asyncio.to_thread(self._with_facts, ops, self.batch)
         plan = self._plan(ops)
         docs = self._embed_texts(plan)
         if docs:
@@ -214,6 +220,13 @@ class HarombeStore(BaseStore):
         plan = plan._replace(queries=dict(zip(texts, found, strict=True)))
         raw = await self._backend.arun(lambda: self._body(ops, plan), exactly_once=_writes(ops))
         return _results(ops, raw)
+
+    def _with_facts(self, ops: Sequence[Op], rest: Any) -> list[Result]:
+        """A batch holding fact operations: those through the manager's user memory, the
+        others as a batch of their own; the results in the order of ``ops``."""
+        others = [op for op in ops if not is_fact_op(op)]
+        done = iter(rest(others) if others else [])
+        return [run_fact_op(self.manager, op) if is_fact_op(op) else next(done) for op in ops]
 
     def _plan(self, ops: Sequence[Op]) -> _Plan:
         """Check the ops and serialise what they write (outside the transaction)."""

@@ -3,11 +3,11 @@
 ``HarombeMemory`` gives any chat engine or agent persistent, windowed memory with recall of
 earlier sessions by passing ``memory=``; ``HarombeChatStore`` / ``HarombeDBChatStore`` make
 LlamaIndex's own memories persistent; ``HarombeMemoryBlock`` adds long-term recall to LlamaIndex's
-``Memory``; ``HarombeRetriever`` serves past messages to any engine that takes a retriever. The
-public API is exactly ``__all__``.
+``Memory`` and ``HarombeProfileBlock`` the user's profile and open tasks; ``HarombeRetriever``
+serves past messages to any engine that takes a retriever. The public API is exactly ``__all__``.
 """
 
-from llamaindex_harombe.blocks import HarombeMemoryBlock
+from llamaindex_harombe.blocks import HarombeMemoryBlock, HarombeProfileBlock
 from llamaindex_harombe.chat_store import HarombeChatStore, HarombeDBChatStore
 from llamaindex_harombe.convert import LI_KEY, from_llamaindex, to_llamaindex
 from llamaindex_harombe.embeddings import LlamaIndexEmbedder
@@ -21,6 +21,7 @@ __all__ = [
     "HarombeDBChatStore",
     "HarombeMemory",
     "HarombeMemoryBlock",
+    "HarombeProfileBlock",
     "HarombeRetriever",
     "LlamaIndexEmbedder",
     "LlamaIndexLLM",

@@ -36,7 +36,7 @@ from llamaindex_harombe.memory import (
     vector_store_field,
 )
 
-__all__ = ["HarombeMemoryBlock"]
+__all__ = ["HarombeMemoryBlock", "HarombeProfileBlock"]
 
 
 class HarombeMemoryBlock(OwnedManager, BaseMemoryBlock[str]):
@@ -77,14 +77,7 @@ class HarombeMemoryBlock(OwnedManager, BaseMemoryBlock[str]):
     _owns_manager: bool = PrivateAttr(default=True)
 
     def __init__(self, *, manager: MemoryManager | None = None, **data: Any) -> None:
-        if manager is not None:
-            location, embedding, vector_store = describe_manager(manager)
-            data.setdefault("storage_path", location)
-            data.setdefault("embedding", embedding)
-            data.setdefault("vector_store", vector_store)
-        elif "storage_path" in data:
-            data["storage_path"] = check_location(data["storage_path"])
-        super().__init__(**data)
+        super().__init__(**_location_fields(manager, data))
         if self.scope == "user" and self.user_id is None:
             raise InvalidInputError("scope='user' needs user_id; or use scope='session'.")
         self._take_manager(manager, self.storage_path, self.embedding, self.vector_store)
@@ -146,8 +139,85 @@ class HarombeMemoryBlock(OwnedManager, BaseMemoryBlock[str]):
         )
 
 
+def _location_fields(manager: MemoryManager | None, data: dict[str, Any]) -> dict[str, Any]:
+    """A block's fields: where a given ``manager`` lives (unless given), or the checked
+    ``storage_path``."""
+    if manager is not None:
+        location, embedding, vector_store = describe_manager(manager)
+        data.setdefault("storage_path", location)
+        data.setdefault("embedding", embedding)
+        data.setdefault("vector_store", vector_store)
+    elif "storage_path" in data:
+        data["storage_path"] = check_location(data["storage_path"])
+    return data
+
+
 def _li_role(message: Message) -> str:
     extra = message.metadata.get("li")
     if isinstance(extra, dict) and isinstance(extra.get("role"), str):
         return str(extra["role"])
     return message.role
+
+
+class HarombeProfileBlock(OwnedManager, BaseMemoryBlock[str]):
+    """The user's profile and open tasks from harombe's user memory, as a ``Memory`` block.
+
+    Where LlamaIndex's ``FactExtractionMemoryBlock`` asks an LLM for facts on every flush and
+    keeps them in the block (in process, per block), this block reads the facts harombe keeps
+    per user in the database: extracted off the request path (``end_session``, the background
+    extractor) or added by the application, with their history and sources, shared by every
+    process. ``get`` returns the profile within ``max_tokens``, most relevant to the latest
+    turns first, then the open tasks; a flush extracts the flushed session's new messages
+    (``extract_flushed``), with the manager's extractor (offline unless it was given a model).
+    """
+
+    name: str = Field(default="user_profile", description="Block name in the memory template.")
+    description: str | None = Field(default="What is known about the user, and their open tasks.")
+    storage_path: str = Field(default=DEFAULT_STORAGE_PATH, description="SQLite file or URL.")
+    embedding: str | None = embedding_field()
+    vector_store: str | None = vector_store_field()
+    user_id: str = Field(description="Whose profile.")
+    max_tokens: int = Field(default=200, description="Most tokens the profile may take.")
+    include_tasks: bool = Field(default=True, description="Also list the open tasks.")
+    query_window: int = Field(
+        default=2, description="How many of the newest messages rank the profile's facts."
+    )
+    extract_flushed: bool = Field(
+        default=True, description="Extract facts from a flushed session stored in harombe."
+    )
+
+    _manager: MemoryManager = PrivateAttr()
+    _owns_manager: bool = PrivateAttr(default=True)
+
+    def __init__(self, *, manager: MemoryManager | None = None, **data: Any) -> None:
+        super().__init__(**_location_fields(manager, data))
+        self._take_manager(manager, self.storage_path, self.embedding, self.vector_store)
+
+    async def _aget(
+        self,
+        messages: list[ChatMessage] | None = None,
+        session_id: str | None = None,
+        **block_kwargs: Any,
+    ) -> str:
+        recent = (messages or [])[-self.query_window :] if self.query_window > 0 else []
+        query = " ".join(m.content or "" for m in recent).strip() or None
+        profile = await self._manager.aget_profile(self.user_id, self.max_tokens, query=query)
+        parts = [profile.text] if profile.text else []
+        if self.include_tasks:
+            tasks = await self._manager.aget_open_tasks(self.user_id)
+            if tasks:
+                parts.append("Open tasks:\n" + "\n".join(f"- {t.text}" for t in tasks))
+        return "\n".join(parts)
+
+    async def _aput(self, messages: list[ChatMessage]) -> None:
+        sessions = {
+            str(m.additional_kwargs.pop("session_id"))
+            for m in messages
+            if m.additional_kwargs.get("session_id") is not None
+        }
+        if not self.extract_flushed:
+            return
+        for sid in sorted(sessions):
+            known = await self._manager.acheck_owner(sid, self.user_id, exact=True)
+            if known is not None:
+                await self._manager.aextract_facts(sid)

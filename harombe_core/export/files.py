@@ -106,10 +106,13 @@ def write_records(
     return write_text(resolve_output_path(out, directory), dumps(records, fmt, bundle=bundle))
 
 
-def iter_records(path: str | os.PathLike[str], fmt: str | None = None) -> Iterator[SessionRecord]:
+def iter_records(
+    path: str | os.PathLike[str], fmt: str | None = None, extras: dict[str, Any] | None = None
+) -> Iterator[SessionRecord]:
     """Read and validate an export file a session at a time, without touching any store.
 
-    The file is streamed: memory follows its largest session, not its size. Raises
+    The file is streamed: memory follows its largest session, not its size. ``extras``
+    receives the bundle's user-memory facts once all is read (:func:`read_handle`). Raises
     :class:`ImportFormatError` naming the file and the line or node at fault.
     """
     with _export_file(path) as (file, handle):
@@ -118,7 +121,7 @@ def iter_records(path: str | os.PathLike[str], fmt: str | None = None) -> Iterat
                 f"{file} is not a regular file (a pipe?); an import reads its file twice (to "
                 "check it, then to write it), so save the export to a file and import that."
             )
-        yield from read_handle(handle, fmt)
+        yield from read_handle(handle, fmt, extras)
 
 
 @contextlib.contextmanager

@@ -30,12 +30,16 @@ __all__ = ["check_format", "dumps", "loads", "read_handle"]
 
 
 def dumps(
-    records: Sequence[SessionRecord], fmt: str = "json", *, bundle: bool | None = None
+    records: Sequence[SessionRecord],
+    fmt: str = "json",
+    *,
+    bundle: bool | None = None,
+    facts: Sequence[Any] = (),
 ) -> str:
     """Records as the text of an export file in ``fmt`` (``json``, ``jsonl`` or ``text``).
 
     JSON of a single record is one session document unless ``bundle=True``; several records are
-    always a bundle.
+    always a bundle, which also carries ``facts`` (user memory) when given.
     """
     fmt = check_format(fmt)
     if fmt == "jsonl":
@@ -47,7 +51,7 @@ def dumps(
         return "\n".join(transcript(r) for r in records)
     if bundle is None:
         bundle = len(records) != 1
-    data = bundle_to_dict(records) if bundle else session_to_dict(records[0])
+    data = bundle_to_dict(records, facts) if bundle else session_to_dict(records[0])
     return json.dumps(data, ensure_ascii=False, allow_nan=False, indent=2) + "\n"
 
 
@@ -62,8 +66,13 @@ def loads(text: str, fmt: str | None = None) -> list[SessionRecord]:
     return list(read_handle(io.BytesIO(raw), fmt))
 
 
-def read_handle(handle: IO[bytes], fmt: str | None) -> Iterator[SessionRecord]:
-    """Validated records from an export file, one at a time (see :func:`iter_records`)."""
+def read_handle(
+    handle: IO[bytes], fmt: str | None, extras: dict[str, Any] | None = None
+) -> Iterator[SessionRecord]:
+    """Validated records from an export file, one at a time (see :func:`iter_records`).
+
+    ``extras`` (when given) receives, once every record has been read, what a store's bundle
+    carries besides its sessions: ``"facts"``, the user-memory facts (a list, maybe empty)."""
     if fmt is not None and check_format(fmt) == "text":
         raise ImportFormatError("text transcripts cannot be imported; export as json or jsonl.")
     kind = sniff(handle)
@@ -83,10 +92,14 @@ def read_handle(handle: IO[bytes], fmt: str | None) -> Iterator[SessionRecord]:
                 "json and jsonl files that `harombe export` writes."
             ) from None
         raise
-    yield from _records_from_parts(parts if first is None else itertools.chain([first], parts))
+    yield from _records_from_parts(
+        parts if first is None else itertools.chain([first], parts), extras
+    )
 
 
-def _records_from_parts(parts: Iterable[JsonPart]) -> Iterator[SessionRecord]:
+def _records_from_parts(
+    parts: Iterable[JsonPart], extras: dict[str, Any] | None = None
+) -> Iterator[SessionRecord]:
     """Records from the parts of a JSON document; a bundle's sessions one at a time."""
     top: dict[str, Any] = {}
     whole: list[Any] = []  # an empty list, or a document that is not an object or a list
@@ -112,6 +125,11 @@ def _records_from_parts(parts: Iterable[JsonPart]) -> Iterator[SessionRecord]:
         yield from records_from_json(whole[0])
     elif not (listed or streamed):
         yield from records_from_json(top)
+    if extras is not None:
+        facts = top.get("facts") or []
+        if not isinstance(facts, list):
+            raise ImportFormatError('"facts" must be a list of fact records.')
+        extras["facts"] = facts
 
 
 def check_format(fmt: str) -> str:

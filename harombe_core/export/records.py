@@ -100,6 +100,7 @@ class ImportResult:
     session_ids: list[str] = field(default_factory=list)
     messages: int = 0
     skipped: list[str] = field(default_factory=list)
+    facts: int = 0  # user-memory facts the file carried (a store export's "facts")
 
 
 def iso_time(value: datetime | None) -> str | None:

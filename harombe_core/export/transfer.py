@@ -10,7 +10,7 @@ import functools
 import os
 import uuid
 from collections.abc import Callable, Coroutine, Iterable, Iterator, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
 
@@ -76,7 +76,18 @@ def export_store(
     if session_id is not None:
         return dumps([read_session(manager, session_id)], fmt, bundle=False)
     records = [read_session(manager, sid) for sid in _session_ids(manager, user_id)]
-    return dumps(records, fmt, bundle=True)
+    return dumps(records, fmt, bundle=True, facts=_facts_of(manager, records, user_id))
+
+
+def _facts_of(
+    manager: MemoryManager, records: Sequence[SessionRecord], user_id: str | None
+) -> list[dict[str, Any]]:
+    """The user-memory facts (history included) of the exported sessions' owners, or of
+    ``user_id``: what a store's JSON export carries besides its sessions."""
+    users = [user_id] if user_id is not None else sorted({r.user_id for r in records if r.user_id})
+    return [
+        fact.to_dict() for uid in users for fact in manager.get_facts(uid, include_history=True)
+    ]
 
 
 def export_to_directory(
@@ -125,6 +136,8 @@ def import_records(
 ) -> ImportResult:
     """Write validated records into the store in one transaction: all of them, or none.
 
+    A store's JSON export also carries its users' facts (user memory, history included): they
+    are imported with the sessions, their sources pointing at the imported messages.
     A session id already in the store is an error (``on_conflict="error"``), is imported under
     a new id (``"new_id"``) or is left alone (``"skip"``). Records without an id get a new one.
     ``user_id`` overrides the owner recorded in the file. Message ids are assigned by the store;
@@ -134,17 +147,17 @@ def import_records(
     any saved message (see :func:`import_file`).
     """
     held = records if isinstance(records, Sequence) else list(records)
-    return _import(manager, lambda: iter(held), on_conflict, user_id)
+    return _import(manager, lambda extras: iter(held), on_conflict, user_id)
 
 
 def _import(
     manager: MemoryManager,
-    produce: Callable[[], Iterator[SessionRecord]],
+    produce: Callable[[dict[str, Any]], Iterator[SessionRecord]],
     on_conflict: str,
     user_id: str | None,
 ) -> ImportResult:
-    """Check every record (``produce()`` yields them afresh each time), then write them all in
-    one transaction."""
+    """Check every record (``produce(extras)`` yields them afresh each time, then fills
+    ``extras`` with the file's facts), then write them all in one transaction."""
     if on_conflict not in ("error", "new_id", "skip"):
         raise InvalidInputError(
             f"on_conflict must be 'error', 'new_id' or 'skip', got {on_conflict!r}."
@@ -152,8 +165,10 @@ def _import(
     # First pass, outside any transaction: a bad file never holds the write lock, and ids
     # already stored are reported all at once.
     seen: set[str] = set()
-    for record in produce():
+    extras: dict[str, Any] = {}
+    for record in produce(extras):
         _check_unique(record, seen)
+    facts = _fact_records(extras.get("facts") or [], user_id)
     existing = [sid for sid in seen if manager.session_exists(sid)]
     if existing and on_conflict == "error":
         raise _conflict(existing[0], len(existing))
@@ -163,7 +178,8 @@ def _import(
         # ids are checked once more, as another writer may have added one since.
         result = ImportResult()
         written: set[str] = set()
-        for record in produce():
+        moved: dict[str, tuple[str, dict[int, int]]] = {}  # old session id -> new id, ids
+        for record in produce({}):
             _check_unique(record, written)
             sid = record.session_id
             if sid is not None and manager.session_exists(sid):
@@ -174,9 +190,13 @@ def _import(
                     continue
                 sid = None
             sid = sid or uuid.uuid4().hex
-            _write_record(manager, sid, record, user_id if user_id is not None else record.user_id)
+            owner = user_id if user_id is not None else record.user_id
+            mapping = _write_record(manager, sid, record, owner)
+            if record.session_id is not None:
+                moved[record.session_id] = (sid, mapping)
             result.session_ids.append(sid)
             result.messages += len(record.messages)
+        result.facts = _write_facts(manager, facts, moved)
         return asdict(result)
 
     return ImportResult(**manager.atomic(write))
@@ -198,9 +218,47 @@ def _conflict(session_id: str, count: int) -> InvalidInputError:
     )
 
 
+def _fact_records(data: list[Any], user_id: str | None) -> list[Any]:
+    """The file's fact records, checked before anything is written (``user_id`` overrides
+    their owner, as it does the sessions')."""
+    from harombe_core.facts.models import Fact
+
+    facts = []
+    for number, item in enumerate(data):
+        try:
+            fact = Fact.from_dict(item)
+        except InvalidInputError as exc:
+            raise ImportFormatError(f"facts[{number}]: {exc}") from None
+        facts.append(fact if user_id is None else replace(fact, user_id=user_id))
+    return facts
+
+
+def _write_facts(
+    manager: MemoryManager, facts: list[Any], moved: dict[str, tuple[str, dict[int, int]]]
+) -> int:
+    """Store the file's facts in the import's transaction, their sources pointing at the
+    sessions and messages as imported (a source in no imported session is dropped)."""
+    if not facts:
+        return 0
+    from harombe_core.facts.models import FactSource
+    from harombe_core.facts.ops import import_facts
+
+    placed = []
+    for fact in facts:
+        sources = tuple(
+            FactSource(moved[s.session_id][0], moved[s.session_id][1].get(s.message_id or -1))
+            for s in fact.sources
+            if s.session_id in moved
+        )
+        placed.append(replace(fact, sources=sources))
+    manager.store.run(import_facts(placed, [None] * len(placed), None))
+    return len(placed)
+
+
 def _write_record(
     manager: MemoryManager, sid: str, record: SessionRecord, user_id: str | None
-) -> None:
+) -> dict[int, int]:
+    """Store one session and its messages; the map of the file's message ids to the new ones."""
     store = manager.store
     prompt_tokens = (
         0
@@ -239,6 +297,7 @@ def _write_record(
             if record.summary_until_id is not None
             else None,
         )
+    return mapping
 
 
 def import_file(
@@ -266,7 +325,7 @@ def import_file(
     each is embedded, and ``manager.flush()`` waits for all of them (with a progress bar on a
     terminal; ``flush(progress=callback)`` reports to a function).
     """
-    return _import(manager, lambda: iter_records(path, fmt), on_conflict, user_id)
+    return _import(manager, lambda extras: iter_records(path, fmt, extras), on_conflict, user_id)
 
 
 aimport_file = _on_a_thread(import_file)

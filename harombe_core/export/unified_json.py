@@ -200,10 +200,14 @@ def messages_from_dict(data: Any) -> list[Message]:
     return session_from_dict(data).messages
 
 
-def bundle_to_dict(records: Iterable[SessionRecord]) -> dict[str, Any]:
-    """Several sessions (a whole store) as one JSON document."""
+def bundle_to_dict(
+    records: Iterable[SessionRecord], facts: Sequence[Mapping[str, Any]] = ()
+) -> dict[str, Any]:
+    """Several sessions (a whole store) as one JSON document; ``facts``: the user-memory
+    facts of their users (``Fact.to_dict()`` records), under ``"facts"`` when there are any."""
     now = utc_now()
     sessions = [session_to_dict(r, exported_at=now) for r in records]
+    extra: dict[str, Any] = {"facts": [dict(f) for f in facts]} if facts else {}
     return {
         "version": FORMAT_VERSION,
         "metadata": {
@@ -212,6 +216,7 @@ def bundle_to_dict(records: Iterable[SessionRecord]) -> dict[str, Any]:
             "total_sessions": len(sessions),
         },
         "sessions": sessions,
+        **extra,
     }
 
 

@@ -11,7 +11,9 @@ Why it works the way it does:
   threads and ``summary_until_id`` are translated through that pairing.
 * Long-term key-value items (the LangGraph store of the LangChain adapter) and their vectors are
   copied after the sessions, by :mod:`harombe_core.migrate.items`, resumable the same way; so
-  are the LangGraph checkpoints of its threads, row for row (:mod:`harombe_core.migrate.tables`).
+  are the LangGraph checkpoints of its threads, row for row (:mod:`harombe_core.migrate.tables`),
+  and user memory: facts with their sources translated by position, and session state
+  (:mod:`harombe_core.migrate.facts`).
 * At the end both stores are compared session by session: counts and a SHA-256 over every field
   (threads expressed as positions, not ids), and every store item field by field. A mismatch is
   an error, never a warning.
@@ -27,6 +29,7 @@ from pathlib import Path
 from harombe_core.checkpoint_safety import AllowList, TypePolicy
 from harombe_core.errors import InvalidInputError, MigrationError, StoreNotFoundError
 from harombe_core.migrate.checksum import session_checksum
+from harombe_core.migrate.facts import copy_facts, verify_facts
 from harombe_core.migrate.items import copy_store_items, verify_store_items
 from harombe_core.migrate.sessions import all_sessions, copy_session, finish_session
 from harombe_core.migrate.tables import (
@@ -55,6 +58,8 @@ class MigrationReport:
     copied_store_items: int = 0
     checkpoint_rows: int = 0
     copied_checkpoint_rows: int = 0
+    facts: int = 0
+    copied_facts: int = 0
     checksums: dict[str, str] = field(default_factory=dict)
     verified: bool = False
 
@@ -68,7 +73,7 @@ def migrate(
     on_batch: Callable[[int], None] | None = None,
     allowed_types: AllowList = None,
 ) -> MigrationReport:
-    """Copy every session, message, thread, summary, store item and checkpoint to
+    """Copy every session, message, thread, summary, store item, checkpoint and fact to
     ``destination``.
 
     Either may be a SQLite path, a ``postgresql://`` URL or an open store. Re-running after an
@@ -139,6 +144,7 @@ def migrate(
         report.checkpoint_rows, report.copied_checkpoint_rows = copy_tables(
             src, dst, CHECKPOINT_TABLES, batch_size=batch_size
         )
+        report.facts, report.copied_facts = copy_facts(src, dst)
         _verify(src, dst, sessions, report)
     finally:
         if owns_src:
@@ -230,6 +236,7 @@ def _verify(
         )
     problems += verify_store_items(src, dst)
     problems += verify_tables(src, dst, CHECKPOINT_TABLES)
+    problems += verify_facts(src, dst)
     if problems:
         raise MigrationError(
             "verification failed; the destination differs from the source:\n  "

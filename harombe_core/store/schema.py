@@ -87,6 +87,76 @@ _MESSAGES_TABLE = """CREATE TABLE messages (
         )"""
 
 
+_FACT_TYPES: dict[str, dict[str, str]] = {
+    "sqlite": {
+        "key": "INTEGER PRIMARY KEY AUTOINCREMENT",
+        "ref": "INTEGER",
+        "blob": "BLOB",
+        "time": "INTEGER",
+        "flag": "INTEGER NOT NULL DEFAULT 0",
+        "fts": "",
+    },
+    "postgres": {
+        "key": "BIGSERIAL PRIMARY KEY",
+        "ref": "BIGINT",
+        "blob": "BYTEA",
+        "time": "BIGINT",
+        "flag": "BOOLEAN NOT NULL DEFAULT FALSE",
+        "fts": ",\n            fts TSVECTOR GENERATED ALWAYS AS "
+        "(to_tsvector('english', text)) STORED",
+    },
+}
+
+_FACTS_TABLE = """CREATE TABLE facts (
+            id {key},
+            user_id TEXT NOT NULL,
+            kind TEXT NOT NULL CHECK (kind IN ('fact', 'preference', 'task', 'decision')),
+            text TEXT NOT NULL,
+            subject TEXT,
+            status TEXT CHECK (status IN ('open', 'done')),
+            valid_from {time} NOT NULL,
+            valid_to {time},
+            recorded_at {time} NOT NULL,
+            updated_at {time} NOT NULL,
+            origin TEXT NOT NULL DEFAULT 'extracted' CHECK (origin IN ('extracted', 'user')),
+            supersedes {ref} REFERENCES facts(id) ON DELETE SET NULL,
+            vector {blob},
+            vector_model TEXT{fts}
+        )"""
+
+_FACT_SOURCES_TABLE = """CREATE TABLE fact_sources (
+            fact_id {ref} NOT NULL REFERENCES facts(id) ON DELETE CASCADE,
+            session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+            message_id {ref} REFERENCES messages(id) ON DELETE CASCADE
+        )"""
+
+_SESSION_STATE_TABLE = """CREATE TABLE session_state (
+            session_id TEXT PRIMARY KEY REFERENCES sessions(id) ON DELETE CASCADE,
+            outcome TEXT CHECK (outcome IN ('resolved', 'ongoing', 'abandoned')),
+            important {flag},
+            facts_until_id {ref}
+        )"""
+
+
+def _fact_tables(dialect: str) -> list[str]:
+    """User memory (harombe_core/facts): each user's facts with their history, the messages
+    each came from, and per session its outcome, importance and how far facts were extracted.
+    An extracted fact goes with the last message it came from (a trigger), so deleting a
+    user's sessions leaves nothing of what they said; facts the user added stay until
+    forgotten."""
+    types = _FACT_TYPES[dialect]
+    return [
+        _FACTS_TABLE.format(**types),
+        "CREATE INDEX facts_user ON facts(user_id, valid_to, id)",
+        "CREATE INDEX facts_supersedes ON facts(supersedes) WHERE supersedes IS NOT NULL",
+        _FACT_SOURCES_TABLE.format(**types),
+        "CREATE INDEX fact_sources_fact ON fact_sources(fact_id)",
+        "CREATE INDEX fact_sources_session ON fact_sources(session_id)",
+        "CREATE INDEX fact_sources_message ON fact_sources(message_id) "
+        "WHERE message_id IS NOT NULL",
+        _SESSION_STATE_TABLE.format(**types),
+    ]
+
 
 def _core_tables(dialect: str) -> list[str]:
     """The sessions and messages with their indexes: the start of migration 1 on ``dialect``."""
@@ -209,6 +279,41 @@ MIGRATIONS: list[list[str]] = [
             INSERT OR REPLACE INTO harombe_meta (key, value)
                 VALUES ('erased_vectors_pending', lower(hex(randomblob(16))));
         END""",
+    ],
+    # 7: user memory (harombe_core/facts): facts, their sources, session outcome/importance,
+    # and the facts' keyword index, kept by triggers in the same transaction as each fact.
+    [
+        *_fact_tables("sqlite"),
+        """CREATE VIRTUAL TABLE facts_fts USING fts5(
+            text, tokenize = 'porter unicode61 remove_diacritics 2'
+        )""",
+        """CREATE TRIGGER facts_fts_insert AFTER INSERT ON facts BEGIN
+            INSERT INTO facts_fts (rowid, text) VALUES (new.id, new.text);
+        END""",
+        """CREATE TRIGGER facts_fts_update AFTER UPDATE OF text ON facts BEGIN
+            UPDATE facts_fts SET text = new.text WHERE rowid = new.id;
+        END""",
+        """CREATE TRIGGER facts_fts_delete AFTER DELETE ON facts BEGIN
+            DELETE FROM facts_fts WHERE rowid = old.id;
+        END""",
+        """CREATE TRIGGER fact_sources_orphan AFTER DELETE ON fact_sources
+        WHEN NOT EXISTS (SELECT 1 FROM fact_sources WHERE fact_id = old.fact_id) BEGIN
+            DELETE FROM facts WHERE id = old.fact_id AND origin = 'extracted';
+        END""",
+    ],
+    # 8: API keys of `harombe serve` (harombe_core/server/keys.py): only a key's SHA-256 is
+    # kept; a user key reaches that user's memory, an admin key (user_id NULL) all of it.
+    [
+        """CREATE TABLE api_keys (
+            id TEXT PRIMARY KEY,
+            key_hash TEXT NOT NULL UNIQUE,
+            user_id TEXT,
+            admin INTEGER NOT NULL DEFAULT 0,
+            label TEXT,
+            created_at INTEGER NOT NULL,
+            revoked_at INTEGER,
+            CHECK ((admin = 1) = (user_id IS NULL))
+        )""",
     ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -343,5 +448,32 @@ PG_MIGRATIONS: list[list[str]] = [
     # 6: partial indexes for the context strategies' O(window) reads (store/context_sql.py),
     # as SQLite migration 5.
     context_indexes("postgres"),
+    # 7: user memory, as SQLite migration 7 (the keyword vector is a generated column).
+    [
+        *_fact_tables("postgres"),
+        "CREATE INDEX facts_fts ON facts USING GIN (fts)",
+        """CREATE FUNCTION harombe_fact_orphan() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            IF NOT EXISTS (SELECT 1 FROM fact_sources WHERE fact_id = OLD.fact_id) THEN
+                DELETE FROM facts WHERE id = OLD.fact_id AND origin = 'extracted';
+            END IF;
+            RETURN NULL;
+        END $$""",
+        "CREATE TRIGGER fact_sources_orphan AFTER DELETE ON fact_sources "
+        "FOR EACH ROW EXECUTE FUNCTION harombe_fact_orphan()",
+    ],
+    # 8: API keys of `harombe serve`, as SQLite migration 8.
+    [
+        """CREATE TABLE api_keys (
+            id TEXT COLLATE "C" PRIMARY KEY,
+            key_hash TEXT COLLATE "C" NOT NULL UNIQUE,
+            user_id TEXT COLLATE "C",
+            admin INTEGER NOT NULL DEFAULT 0,
+            label TEXT,
+            created_at BIGINT NOT NULL,
+            revoked_at BIGINT,
+            CHECK ((admin = 1) = (user_id IS NULL))
+        )""",
+    ],
 ]
 PG_SCHEMA_VERSION = len(PG_MIGRATIONS)

@@ -18,7 +18,7 @@ placed on purpose):
 4. retrieval, threads, context
 5. manager (composing its parts: context.ContextBuilder, manager_search.Searcher)
 6. chat_memory, export, migrate, demo, graph_render, testing
-7. cli, the ``harombe_core`` package itself
+7. cli, server/* (``harombe serve``), the ``harombe_core`` package itself
 8. the adapters: langchain_harombe, llamaindex_harombe
 """
 
@@ -60,6 +60,15 @@ LAYERS: dict[str, int] = {
     "store.items": 1,  # key/value items with vectors (the LangGraph store's tables)
     "embeddings.": 1,
     "embeddings": 1,
+    # user memory: what is stored (models), store operations and the pure rules beside them
+    # (consolidation, the offline extractor), the LLM extractor, the part the manager composes.
+    "facts": 0,
+    "facts.models": 0,
+    "facts.ops": 1,
+    "facts.consolidate": 1,
+    "facts.extract": 1,
+    "facts.llm": 3,
+    "facts.memory": 4,
     "vectors.": 2,
     "vectors": 2,
     **dict.fromkeys(
@@ -82,7 +91,9 @@ LAYERS: dict[str, int] = {
         3,
     ),
     # manager_search: the manager's search side, composed over the Retriever.
-    **dict.fromkeys(["retrieval", "threads", "threader", "manager_search", "context"], 4),
+    **dict.fromkeys(
+        ["retrieval", "threads", "threader", "manager_search", "manager_facts", "context"], 4
+    ),
     "manager": 5,
     **dict.fromkeys(
         [
@@ -101,7 +112,11 @@ LAYERS: dict[str, int] = {
     ),
     "cli": 7,
     "cli_app": 7,
+    "cli_facts": 7,  # `harombe facts` and `harombe profile` (user memory)
     "cli_forget": 7,  # `harombe forget --user U` (erasure)
+    # harombe serve: the JSON API, MCP server, inspector and client, beside the command line
+    "server": 7,
+    "server.": 7,
     "": 7,  # harombe_core/__init__.py
 }
 ADAPTER_LAYER = 8

@@ -254,6 +254,32 @@ def test_with_a_checkpointer_nothing_is_saved_twice(manager: MemoryManager) -> N
     assert [m.text for m in model.calls[-1]] == ["1+2?", "", "3", "3", "thanks"]
 
 
+def test_profile_and_open_tasks_reach_the_model(manager: MemoryManager) -> None:
+    manager.save_message(
+        "past",
+        {"role": "user", "content": "I live in Lisbon. Remind me to renew my passport."},
+        user_id="ann",
+    )
+    manager.end_session("past")
+    manager.add_fact("bob", "Lives in Oslo")
+    model = RecordingChatModel()
+    agent = create_agent(
+        model,
+        system_prompt="Be kind.",
+        middleware=[HarombeMemoryMiddleware(manager, profile_tokens=100)],
+    )
+    agent.invoke(
+        {"messages": [HumanMessage("where do I live?")]},
+        {"configurable": {"thread_id": "new", "user_id": "ann"}},
+    )
+    system = model.calls[0][0]
+    assert isinstance(system, SystemMessage)
+    assert system.text.startswith("Be kind.")
+    assert "What you know about the user:\n- Lives in Lisbon" in system.text
+    assert "Their open tasks:\n- Renew their passport" in system.text
+    assert "Oslo" not in system.text, "another user's facts are never shown"
+
+
 def test_without_a_user_the_turn_being_answered_is_never_recalled(tmp_path: Path) -> None:
     """With HarombeSaver recording the thread and no user, recall searches this thread's older
     turns: the question being answered (stored by the checkpointer before the model call) and

@@ -286,16 +286,12 @@ def test_the_schema_trigger_names_the_erasure_keys() -> None:
 
 
 def test_every_keyword_table_of_the_file_is_compacted(folder: Path) -> None:
-    """User memory keeps its own FTS5 index (``facts_fts``); the close after a deletion merges
-    it too, so a forgotten fact's words leave its pages. Made by hand here, as that table's
-    migration would make it."""
+    """User memory keeps its own FTS5 index (``facts_fts``, schema migration 7); the close
+    after a deletion merges it too, so a forgotten fact's words leave its pages. Its rows are
+    written by hand here, so that only the compaction can remove their words."""
     secret = token()
     folder.mkdir()
     with MemoryManager(str(folder / "m.db"), embedding=None) as mm:
-        mm.store.transaction(
-            lambda c: c.execute("CREATE VIRTUAL TABLE facts_fts USING fts5(text)"),
-            adds_messages=False,
-        )
         rows = [(n + 1, f"{secret} {n}") for n in range(30)] + [(99, "kept fact")]
         mm.store.transaction(
             lambda c: c.executemany("INSERT INTO facts_fts (rowid, text) VALUES (?, ?)", rows),

@@ -1,0 +1,372 @@
+"""The ASGI app of ``harombe serve``: the JSON API, the MCP endpoint and the inspector, in one.
+
+Security is structural rather than per route:
+
+* :func:`current_scope` is a dependency of the whole app, so every route FastAPI knows (JSON,
+  inspector) resolves the request's API key (``Authorization: Bearer <key>``; the inspector's
+  pages also accept the key cookie its login form sets, on GET only) to a
+  :class:`~harombe_core.server.keys.Scope` before its handler runs, and a route cannot be added
+  without it. ``/mcp`` is not a FastAPI route, so its ASGI wrapper does the same check.
+* Handlers reach memory only through :class:`~harombe_core.server.memory.ScopedMemory`, which
+  acts as the key's user on the public MemoryManager API.
+* Request bodies are capped at what the library would store (:func:`max_body_bytes`, from
+  :mod:`harombe_core.limits`); CORS is off unless origins are configured.
+* A :class:`~harombe_core.errors.HarombeError` becomes a JSON error with the same message and
+  the status code of :data:`STATUS`.
+
+The app holds no state of its own beyond one MemoryManager: several processes on one SQLite
+file or one PostgreSQL database serve one memory (keys included, they are in the database).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping, Sequence
+from contextlib import asynccontextmanager
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, Path, Query, Request
+from fastapi.responses import JSONResponse, PlainTextResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from harombe_core import errors as err
+from harombe_core.limits import current_limits
+from harombe_core.manager import MemoryManager
+from harombe_core.server.auth import (
+    LOOPBACK_HOSTS,
+    Memory,
+    ServerState,
+    current_scope,
+    status_of,
+)
+from harombe_core.server.inspector import add_inspector, error_page
+from harombe_core.server.keys import Scope
+from harombe_core.server.mcp_tools import McpEndpoint, build_mcp
+
+__all__ = ["add_api", "create_app", "max_body_bytes"]
+
+Asgi = Callable[
+    [MutableMapping[str, Any], Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]],
+    Awaitable[None],
+]
+
+
+def max_body_bytes() -> int:
+    """The largest request body accepted: one message at the library's limits, in UTF-8.
+
+    Every field of a message at its limit (content, name, tool call id, tool calls, metadata),
+    four bytes a character, plus room for the JSON around them. A bulk append must fit in it
+    too; larger histories go in several requests (or ``harombe import``).
+    """
+    limits = current_limits()
+    chars = (
+        limits.content_chars
+        + 2 * limits.name_chars
+        + limits.tool_calls_chars
+        + limits.metadata_chars
+    )
+    return 4 * chars + 65_536
+
+
+class _BodyLimit:
+    """Refuse a request body over :func:`max_body_bytes` (413) before anything reads it."""
+
+    def __init__(self, app: Asgi) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        limit = max_body_bytes()
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            await _too_large(limit)(scope, receive, send)
+            return
+        seen = 0
+
+        async def counted() -> Any:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > limit:
+                    raise err.InputTooLargeError(_too_large_text(limit))
+            return message
+
+        await self.app(scope, counted, send)
+
+
+def _too_large_text(limit: int) -> str:
+    return (
+        f"request body over {limit:,} bytes, the most one message at the library's size limits "
+        "takes; send fewer messages per request, or raise the limits with "
+        "harombe_core.set_limits on the server."
+    )
+
+
+def _too_large(limit: int) -> JSONResponse:
+    return JSONResponse(
+        {"error": "InputTooLargeError", "detail": _too_large_text(limit)}, status_code=413
+    )
+
+
+# request bodies (each with an example: the isolation test sends it to every route) ---------
+class MessageIn(BaseModel):
+    """One message to append: the fields of :class:`~harombe_core.models.Message`."""
+
+    model_config = ConfigDict(extra="forbid")
+    role: str = Field(examples=["user"])
+    content: str = Field(examples=["I moved to Lisbon in May."])
+    name: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    created_at: str | None = Field(default=None, description="ISO 8601; default now.")
+
+
+class AppendIn(BaseModel):
+    """Messages to append to a session, in one transaction."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"messages": [{"role": "user", "content": "hello"}]}]},
+    )
+    messages: list[MessageIn]
+    user_id: str | None = Field(default=None, description="Admin keys only: the session's user.")
+
+
+class SessionIn(BaseModel):
+    """A new session."""
+
+    model_config = ConfigDict(
+        extra="forbid", json_schema_extra={"examples": [{"system_prompt": "Be brief."}]}
+    )
+    session_id: str | None = None
+    system_prompt: str | None = None
+    metadata: dict[str, Any] | None = None
+    user_id: str | None = Field(default=None, description="Admin keys only: the owner.")
+
+
+class SessionPatch(BaseModel):
+    """Changes to a session; fields left out are kept."""
+
+    model_config = ConfigDict(
+        extra="forbid", json_schema_extra={"examples": [{"metadata": {"topic": "moving"}}]}
+    )
+    system_prompt: str | None = None
+    metadata: dict[str, Any] | None = None
+    user_id: str | None = Field(default=None, description="Admin keys only: a new owner.")
+
+
+SessionId = Annotated[str, Path(description="The session's id.")]
+UserQuery = Annotated[
+    str | None, Query(description="Admin keys: act as this user (a user key: only itself).")
+]
+
+
+def add_api(app: FastAPI) -> None:
+    """The JSON API under ``/api`` (its handlers only translate HTTP to :class:`ScopedMemory`).
+
+    Routes are added to the app itself, not through a router, so the app's key dependency is
+    theirs and its route table lists every one (the isolation test walks it)."""
+
+    @app.get("/api/me", tags=["keys"])
+    async def me(memory: Memory) -> dict[str, Any]:
+        """Whose memory this key reaches."""
+        return {"user_id": memory.scope.user_id, "admin": memory.scope.admin}
+
+    @app.get("/api/users", tags=["users"])
+    async def users(memory: Memory) -> list[str]:
+        """The users this key sees (a user key: itself; an admin key: every user)."""
+        return await memory.users()
+
+    @app.delete("/api/users/{user_id}", tags=["users"])
+    async def forget_user(memory: Memory, user_id: Annotated[str, Path()]) -> dict[str, Any]:
+        """Erase everything stored for the user (a user key: only its own user): once this
+        returns nothing finds it, and no byte of it stays in the database or its indexes."""
+        return await memory.forget_user(user_id)
+
+    @app.get("/api/profile", tags=["users"])
+    async def profile(memory: Memory, user_id: UserQuery = None) -> dict[str, Any]:
+        """What memory holds about the user (recent session summaries; facts and tasks)."""
+        return await memory.profile(user_id)
+
+    @app.get("/api/sessions", tags=["sessions"])
+    async def list_sessions(
+        memory: Memory,
+        user_id: UserQuery = None,
+        limit: Annotated[int, Query(ge=0, le=10_000)] = 20,
+    ) -> list[dict[str, Any]]:
+        """Sessions, most recent activity first."""
+        return await memory.list_sessions(limit, user_id)
+
+    @app.post("/api/sessions", status_code=201, tags=["sessions"])
+    async def create_session(memory: Memory, body: SessionIn) -> dict[str, Any]:
+        """Create a session (a new id unless ``session_id`` is given)."""
+        return await memory.create_session(**body.model_dump())
+
+    @app.get("/api/sessions/{session_id}", tags=["sessions"])
+    async def get_session(memory: Memory, session_id: SessionId) -> dict[str, Any]:
+        """A session's record: owner, system prompt, metadata, counts, summary."""
+        return await memory.get_session(session_id)
+
+    @app.patch("/api/sessions/{session_id}", tags=["sessions"])
+    async def update_session(
+        memory: Memory, session_id: SessionId, body: SessionPatch
+    ) -> dict[str, Any]:
+        """Change a session's system prompt or metadata (an admin key: also its owner)."""
+        return await memory.update_session(session_id, changes=body.model_dump(exclude_unset=True))
+
+    @app.delete("/api/sessions/{session_id}", tags=["sessions"])
+    async def delete_session(memory: Memory, session_id: SessionId) -> dict[str, Any]:
+        """Delete a session with its messages and their vectors."""
+        return await memory.delete_session(session_id)
+
+    @app.get("/api/sessions/{session_id}/messages", tags=["messages"])
+    async def get_messages(
+        memory: Memory,
+        session_id: SessionId,
+        limit: Annotated[int | None, Query(ge=0)] = None,
+        after_id: Annotated[int | None, Query(ge=0)] = None,
+    ) -> list[dict[str, Any]]:
+        """A session's messages in order (``limit`` of them after ``after_id``)."""
+        return await memory.messages(session_id, limit=limit, after_id=after_id)
+
+    @app.post("/api/sessions/{session_id}/messages", status_code=201, tags=["messages"])
+    async def append(memory: Memory, session_id: SessionId, body: AppendIn) -> dict[str, Any]:
+        """Append messages in one transaction (an unknown session is created); their ids."""
+        messages = [m.model_dump(exclude_none=True) for m in body.messages]
+        return await memory.append(session_id, messages, body.user_id)
+
+    @app.get("/api/sessions/{session_id}/window", tags=["messages"])
+    async def window(
+        memory: Memory,
+        session_id: SessionId,
+        max_tokens: Annotated[int | None, Query(ge=0)] = None,
+    ) -> dict[str, Any]:
+        """The newest messages that fit ``max_tokens``, with their token total."""
+        return await memory.window(session_id, max_tokens)
+
+    @app.get("/api/sessions/{session_id}/context", tags=["context"])
+    async def context(
+        memory: Memory,
+        session_id: SessionId,
+        strategy: str = "simple",
+        max_tokens: Annotated[int | None, Query(ge=0)] = None,
+        query: str | None = None,
+        keep_last: Annotated[int, Query(ge=0)] = 6,
+        full: bool = False,
+    ) -> dict[str, Any]:
+        """What a model would be given: ``strategy`` simple, summarization, hybrid or threaded;
+        ``full`` adds the user's other sessions' summaries and past messages relevant to
+        ``query`` within the budget."""
+        return await memory.context(
+            session_id,
+            strategy=strategy,
+            max_tokens=max_tokens,
+            query=query,
+            keep_last=keep_last,
+            full=full,
+        )
+
+    @app.post("/api/sessions/{session_id}/summary", tags=["context"])
+    async def summarize(memory: Memory, session_id: SessionId) -> dict[str, Any]:
+        """Bring the session's stored summary up to date; the session with it."""
+        return await memory.summarize(session_id)
+
+    @app.get("/api/sessions/{session_id}/export", tags=["sessions"])
+    async def export(
+        memory: Memory,
+        session_id: SessionId,
+        format: Annotated[str, Query(pattern="^(json|jsonl|text)$")] = "json",
+    ) -> PlainTextResponse:
+        """The session as an export file (``harombe import`` reads json and jsonl back)."""
+        text = await memory.export(session_id, format)
+        kind = "text/plain" if format == "text" else "application/json"
+        return PlainTextResponse(text, media_type=kind)
+
+    @app.get("/api/search", tags=["search"])
+    async def search(
+        memory: Memory,
+        q: Annotated[str, Query(min_length=1, description="What to look for.")],
+        top_k: Annotated[int, Query(ge=1, le=1000)] = 10,
+        session_id: str | None = None,
+        user_id: UserQuery = None,
+    ) -> list[dict[str, Any]]:
+        """Messages relevant to ``q``, best first, each with its meaning/keyword evidence."""
+        return await memory.search(q, top_k=top_k, session_id=session_id, user_id=user_id)
+
+
+def create_app(
+    db: str | MemoryManager,
+    *,
+    auth: bool = True,
+    cors_origins: Sequence[str] = (),
+    embedding: Any = None,
+    vector_store: Any = None,
+    host: str = "127.0.0.1",
+) -> FastAPI:
+    """The app serving ``db`` (a path, a ``postgresql://`` URL, or an open manager, which the
+    app then does not close).
+
+    ``auth=False`` serves every request as an admin: only for a loopback demo (``harombe
+    serve`` refuses it on another host). ``embedding`` and ``vector_store`` are the manager's
+    (off by default: keyword search, and nothing that one process alone may hold open).
+    """
+    owned = not isinstance(db, MemoryManager)
+    manager = (
+        MemoryManager(db, embedding=embedding, vector_store=vector_store)
+        if not isinstance(db, MemoryManager)
+        else db
+    )
+    state = ServerState(manager, None if auth else Scope(user_id=None, admin=True))
+    endpoint = McpEndpoint(build_mcp(manager, host=host), state)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        async with endpoint.running():
+            try:
+                yield
+            finally:
+                if owned:
+                    await manager.aclose()
+
+    app = FastAPI(
+        title="harombe memory",
+        version="1",
+        description="Conversation memory over HTTP. Send `Authorization: Bearer <key>`.",
+        dependencies=[Depends(current_scope)],
+        lifespan=lifespan,
+    )
+    app.state.harombe = state
+
+    @app.exception_handler(err.HarombeError)
+    async def harombe_error(request: Request, exc: err.HarombeError) -> Any:
+        page = error_page(request, exc, status_of(exc))
+        if page is not None:
+            return page
+        return JSONResponse(
+            {"error": type(exc).__name__, "detail": str(exc)}, status_code=status_of(exc)
+        )
+
+    add_api(app)
+    add_inspector(app)
+    endpoint.add_to(app)
+    app.add_middleware(_BodyLimit)
+    if host in LOOPBACK_HOSTS:
+        # A page on another site whose name is re-pointed at 127.0.0.1 (DNS rebinding) sends
+        # its own name as Host: refused, so a loopback server (--no-auth included) answers
+        # only requests addressed to this machine.
+        from starlette.middleware.trustedhost import TrustedHostMiddleware
+
+        app.add_middleware(TrustedHostMiddleware, allowed_hosts=["127.0.0.1", "localhost", "[::1]"])
+    if cors_origins:
+        from fastapi.middleware.cors import CORSMiddleware
+
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=list(cors_origins),
+            allow_methods=["GET", "POST", "PATCH", "DELETE"],
+            allow_headers=["Authorization", "Content-Type", "Mcp-Session-Id"],
+        )
+    return app

@@ -1,0 +1,207 @@
+"""``harombe serve``, ``harombe mcp`` and ``harombe keys``: memory as a service.
+
+The commands import the server's dependencies (the ``server`` extra) only when they run, so
+``harombe --help`` works without them and a missing extra is one line naming it.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from harombe_core.cli_app import (
+    Command,
+    DbOption,
+    Group,
+    app,
+    clean_errors,
+    command,
+    console,
+    err_console,
+    open_memory,
+    when,
+)
+from harombe_core.errors import InvalidInputError, MissingExtraError
+
+__all__ = ["is_loopback", "keys_app"]
+
+keys_app = typer.Typer(
+    help="Make, list and revoke the API keys of `harombe serve`.",
+    no_args_is_help=True,
+    cls=Group,
+)
+app.add_typer(keys_app, name="keys")
+
+
+def _need_server(what: str) -> None:
+    """MissingExtraError naming the ``server`` extra when its packages are not installed."""
+    try:
+        import fastapi  # noqa: F401
+        import mcp  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as exc:
+        raise MissingExtraError(what, "server", exc.name or "fastapi") from exc
+
+
+def is_loopback(host: str) -> bool:
+    """True for a host only this machine can reach (127.0.0.0/8, ::1, localhost)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+@command("serve")
+def serve_command(
+    db: DbOption,
+    host: Annotated[str, typer.Option("--host", metavar="HOST", help="Address to bind.")] = (
+        "127.0.0.1"
+    ),
+    port: Annotated[
+        int, typer.Option("--port", metavar="PORT", min=0, max=65535, help="Port to bind.")
+    ] = 8765,
+    no_auth: Annotated[
+        bool,
+        typer.Option(
+            "--no-auth", metavar="", help="Serve without keys, as admin (loopback hosts only)."
+        ),
+    ] = False,
+    cors: Annotated[
+        list[str] | None,
+        typer.Option("--cors-origin", metavar="ORIGIN", help="Allow this browser origin (CORS)."),
+    ] = None,
+    embedding: Annotated[
+        str | None,
+        typer.Option(
+            "--embedding",
+            metavar="MODEL",
+            help="Search by meaning with this embedder ('default': the bundled model).",
+        ),
+    ] = None,
+    vector_store: Annotated[
+        str,
+        typer.Option(
+            "--vector-store",
+            metavar="NAME",
+            help="Where --embedding keeps vectors: database (default), chroma or pgvector.",
+        ),
+    ] = "database",
+) -> None:
+    """Serve memory over HTTP: JSON API (/api, /docs), MCP (/mcp) and inspector (/)."""
+    with clean_errors():
+        _need_server("harombe serve")
+        if no_auth and not is_loopback(host):
+            raise InvalidInputError(
+                f"--no-auth serves everyone's memory to anyone who can connect, so it is only "
+                f"allowed on a loopback host (127.0.0.1, ::1), not {host!r}. Make keys with "
+                "`harombe keys create` instead."
+            )
+        import uvicorn
+
+        from harombe_core.server.api import create_app
+
+        location = db if "://" in db else os.path.expanduser(db)
+        with open_memory(location, create=True):
+            pass  # the database exists and is migrated before the first request
+        application = create_app(
+            location,
+            auth=not no_auth,
+            cors_origins=cors or (),
+            embedding=embedding,
+            vector_store=vector_store if embedding else None,
+            host=host,
+        )
+        err_console.print(f"harombe serving {escape(location)} on http://{host}:{port}")
+        uvicorn.run(application, host=host, port=port, log_level="warning")
+
+
+@command("mcp")
+def mcp_command(
+    db: DbOption,
+    user: Annotated[
+        str, typer.Option("--user", metavar="USER", help="Whose memory to serve (required).")
+    ],
+) -> None:
+    """Serve one user's memory to an MCP client over stdio (Claude Desktop, Cursor, agents)."""
+    with clean_errors():
+        _need_server("harombe mcp")
+        from harombe_core.server.keys import Scope
+        from harombe_core.server.mcp_tools import run_stdio
+        from harombe_core.validate import check_id
+
+        check_id(user, "--user")
+        with open_memory(db, create=True) as manager:
+            run_stdio(manager, Scope(user_id=user))
+
+
+@keys_app.command("create", cls=Command)
+def keys_create(
+    db: DbOption,
+    user: Annotated[
+        str | None, typer.Option("--user", metavar="USER", help="The user the key acts for.")
+    ] = None,
+    admin: Annotated[
+        bool, typer.Option("--admin", metavar="", help="A key that reaches every user.")
+    ] = False,
+    label: Annotated[
+        str | None, typer.Option("--label", metavar="TEXT", help="A note to recognise it by.")
+    ] = None,
+) -> None:
+    """Make an API key and print it once on stdout (only its hash is stored)."""
+    from harombe_core.server.keys import create_key
+
+    with clean_errors(), open_memory(db, create=True) as manager:
+        secret, record = create_key(manager.store, user_id=user, admin=admin, label=label)
+        whom = "every user (admin)" if record.admin else f"user {record.user_id}"
+        err_console.print(f"key {record.id} for {escape(whom)}; it is shown only this once:")
+        typer.echo(secret)
+
+
+@keys_app.command("list", cls=Command)
+def keys_list(
+    db: DbOption,
+    user: Annotated[
+        str | None, typer.Option("--user", metavar="USER", help="Only this user's keys.")
+    ] = None,
+) -> None:
+    """List the keys (their ids, never the keys themselves)."""
+    from datetime import UTC, datetime
+
+    from harombe_core.server.keys import list_keys
+
+    with clean_errors(), open_memory(db) as manager:
+        table = Table(title="API keys")
+        for column in ("id", "user", "label", "created", "state"):
+            table.add_column(column)
+        for k in list_keys(manager.store, user_id=user):
+            table.add_row(
+                k.id,
+                "(admin)" if k.admin else escape(k.user_id or ""),
+                escape(k.label or ""),
+                when(datetime.fromtimestamp(k.created_at, UTC)),
+                "revoked" if k.revoked else "live",
+            )
+        console.print(table)
+
+
+@keys_app.command("revoke", cls=Command)
+def keys_revoke(
+    key_id: Annotated[str, typer.Argument(metavar="ID", help="The key's id, as listed.")],
+    db: DbOption,
+) -> None:
+    """Stop a key at once, in every server on this database."""
+    from harombe_core.server.keys import revoke_key
+
+    with clean_errors(), open_memory(db) as manager:
+        if not revoke_key(manager.store, key_id):
+            raise InvalidInputError(
+                f"no live key {key_id!r}; `harombe keys list` shows the keys and their ids."
+            )
+        console.print(f"revoked key {escape(key_id)}")

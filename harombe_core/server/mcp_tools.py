@@ -1,0 +1,204 @@
+"""The MCP server: memory tools for assistants, over streamable HTTP (``/mcp``) or stdio.
+
+Built with the official ``mcp`` SDK's :class:`~mcp.server.fastmcp.FastMCP` (the 1.x line, which
+``langchain-mcp-adapters`` and the assistants' own SDKs use): each tool is a
+typed Python function, and its input schema comes from the signature (names, types, defaults,
+the docstring's description), so the schema an assistant sees cannot drift from the code.
+
+Each tool acts for one scope, like every route of the JSON API, through
+:class:`~harombe_core.server.memory.ScopedMemory`. Over stdio (``harombe mcp --user ann``) the
+scope is fixed when the server starts: the local user chooses whose memory it serves. Over
+HTTP it is the scope :class:`McpEndpoint` resolved from the request's API key before the SDK
+saw the request; a request without a live key never reaches a tool.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import TYPE_CHECKING, Any, Literal
+
+from mcp.server.fastmcp import Context, FastMCP
+from mcp.server.fastmcp.exceptions import ToolError
+from mcp.server.transport_security import TransportSecuritySettings
+from starlette.datastructures import Headers
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from harombe_core.errors import HarombeError
+from harombe_core.server.auth import (
+    LOOPBACK_HOSTS,
+    ServerState,
+    bearer_key,
+    scope_for_key,
+    status_of,
+)
+from harombe_core.server.keys import NotAuthenticatedError, Scope
+from harombe_core.server.memory import ScopedMemory
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+    from harombe_core.manager import MemoryManager
+__all__ = ["SCOPE_KEY", "TOOLS", "McpEndpoint", "build_mcp", "run_stdio"]
+
+#: Where :class:`McpEndpoint` leaves the resolved scope in the ASGI scope of a request.
+SCOPE_KEY = "harombe.scope"
+
+#: The tools every MCP server of harombe offers, by name.
+TOOLS = ("remember", "search_memory", "get_context", "list_sessions", "profile", "forget")
+
+#: The conversation an assistant's memories go to when it names no session.
+DEFAULT_CONVERSATION = "memory"
+
+
+@contextmanager
+def _told() -> Iterator[None]:
+    """A typed harombe error reaches the assistant with its class and message (the SDK shows
+    an assistant only a generic line for any other exception)."""
+    try:
+        yield
+    except HarombeError as exc:
+        raise ToolError(f"{type(exc).__name__}: {exc}") from exc
+
+
+def build_mcp(
+    manager: MemoryManager, fixed: Scope | None = None, *, host: str = "127.0.0.1"
+) -> FastMCP:
+    """The MCP server over ``manager``: every tool in :data:`TOOLS`, acting for ``fixed`` (stdio)
+    or for the scope of each HTTP request's key.
+
+    Over HTTP it is stateless with JSON responses, so any process of a deployment can answer
+    any request; on a loopback ``host`` the SDK's DNS-rebinding guard is on, elsewhere the API
+    key is the guard.
+    """
+    loopback = host in LOOPBACK_HOSTS
+    mcp = FastMCP(
+        "harombe",
+        instructions=(
+            "Long-term conversation memory. Use remember to keep something said, "
+            "search_memory to find it again, get_context for what to put in a prompt, "
+            "profile for what is known about the user."
+        ),
+        host=host,
+        streamable_http_path="/mcp",
+        stateless_http=True,
+        json_response=True,
+        log_level="WARNING",
+        transport_security=None
+        if loopback
+        else TransportSecuritySettings(enable_dns_rebinding_protection=False),
+    )
+
+    def memory(ctx: Context) -> ScopedMemory:
+        if fixed is not None:
+            return ScopedMemory(manager, fixed)
+        request = ctx.request_context.request
+        scope = None if request is None else request.scope.get(SCOPE_KEY)
+        if not isinstance(scope, Scope):  # a request that bypassed McpEndpoint: refuse
+            raise NotAuthenticatedError("no API key: this MCP server needs a Bearer key.")
+        return ScopedMemory(manager, scope)
+
+    def conversation(scoped: ScopedMemory, session_id: str | None) -> str:
+        if session_id is not None:
+            return session_id
+        user = scoped.user()
+        if user is None:
+            return DEFAULT_CONVERSATION
+        return manager.conversation_session_id(user, DEFAULT_CONVERSATION)
+
+    @mcp.tool()
+    async def remember(
+        content: str,
+        ctx: Context,
+        role: Literal["user", "assistant"] = "user",
+        session_id: str | None = None,
+    ) -> dict[str, Any]:
+        """Keep a message in memory (in the user's default memory conversation unless
+        session_id names one of theirs). Returns the session and the message id."""
+        with _told():
+            scoped = memory(ctx)
+            sid = conversation(scoped, session_id)
+            return await scoped.append(sid, [{"role": role, "content": content}])
+
+    @mcp.tool()
+    async def search_memory(
+        query: str, ctx: Context, top_k: int = 5, session_id: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Find past messages relevant to query, best first, each with its score and evidence
+        (meaning, keyword); within one session when session_id is given."""
+        with _told():
+            return await memory(ctx).search(query, top_k=top_k, session_id=session_id)
+
+    @mcp.tool()
+    async def get_context(
+        session_id: str,
+        ctx: Context,
+        max_tokens: int = 2000,
+        strategy: Literal["simple", "summarization", "hybrid", "threaded"] = "simple",
+        query: str | None = None,
+    ) -> dict[str, Any]:
+        """The messages of a session to give a model, within max_tokens, chosen by strategy."""
+        with _told():
+            return await memory(ctx).context(
+                session_id, strategy=strategy, max_tokens=max_tokens, query=query
+            )
+
+    @mcp.tool()
+    async def list_sessions(ctx: Context, limit: int = 20) -> list[dict[str, Any]]:
+        """The user's sessions, most recent activity first."""
+        with _told():
+            return await memory(ctx).list_sessions(limit)
+
+    @mcp.tool()
+    async def profile(ctx: Context) -> dict[str, Any]:
+        """What memory holds about the user: their profile, current facts, open tasks and
+        summaries of their recent sessions."""
+        with _told():
+            return await memory(ctx).profile()
+
+    @mcp.tool()
+    async def forget(session_id: str, ctx: Context) -> dict[str, Any]:
+        """Delete a session of the user's with all its messages, for good."""
+        with _told():
+            return await memory(ctx).delete_session(session_id)
+
+    return mcp
+
+
+class McpEndpoint:
+    """``/mcp`` of the app: resolves the request's key like every route, then hands the request
+    to the SDK's streamable HTTP transport (stateless, JSON responses: any process of a
+    deployment can answer any request)."""
+
+    def __init__(self, mcp: FastMCP, state: ServerState) -> None:
+        mcp.streamable_http_app()  # makes the SDK's session manager
+        self.mcp = mcp
+        self.state = state
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """The SDK's session manager, for the app's lifetime."""
+        async with self.mcp.session_manager.run():
+            yield
+
+    def add_to(self, app: FastAPI) -> None:
+        """Serve at exactly ``/mcp`` (a route, not a mount: no redirect to ``/mcp/``)."""
+        app.router.routes.append(Route("/mcp", endpoint=self, methods=["GET", "POST", "DELETE"]))
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            resolved = await scope_for_key(self.state, bearer_key(Headers(scope=scope)))
+        except HarombeError as exc:
+            response = JSONResponse(
+                {"error": type(exc).__name__, "detail": str(exc)}, status_code=status_of(exc)
+            )
+            await response(scope, receive, send)
+            return
+        scope[SCOPE_KEY] = resolved
+        await self.mcp.session_manager.handle_request(scope, receive, send)
+
+
+def run_stdio(manager: MemoryManager, scope: Scope) -> None:
+    """Serve ``scope``'s memory over stdio until the client closes it (``harombe mcp``)."""
+    build_mcp(manager, fixed=scope).run("stdio")

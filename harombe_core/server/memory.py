@@ -1,0 +1,259 @@
+"""What a request may do to memory, for one API key's scope: the one place isolation is decided.
+
+The JSON API, the MCP tools and the inspector all go through :class:`ScopedMemory`, built per
+request from the key's :class:`~harombe_core.server.keys.Scope`. Every method passes the scope's
+user to the public :class:`~harombe_core.manager.MemoryManager` method it calls (its ``user_id``
+argument), so the manager's own ownership checks (SessionOwnershipError, the store's user
+filter on searches) do the enforcing; nothing here filters results after reading them. A user
+key acts only as its own user; an admin key acts as the user a request names, or for every user.
+
+The results are plain JSON values (``dict``/``list``), the same for every surface.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from harombe_core.errors import SessionNotFoundError
+from harombe_core.server.keys import AccessDeniedError, Scope
+
+if TYPE_CHECKING:
+    from harombe_core.manager import MemoryManager
+    from harombe_core.models import Message, SearchHit, Session
+
+__all__ = ["ScopedMemory", "hit_json", "message_json", "session_json"]
+
+#: How many recent sessions' summaries a profile shows beside the user's facts and tasks.
+PROFILE_SESSIONS = 10
+#: How many of the most recent sessions an admin's list of users is drawn from.
+USER_SESSIONS = 1000
+
+
+def message_json(message: Message) -> dict[str, Any]:
+    """A stored message as JSON: every field it was saved with, plus its ids."""
+    return message.to_dict()
+
+
+def session_json(session: Session) -> dict[str, Any]:
+    """A session's record as JSON (its summary embedding left out: it is an index, not data)."""
+    data = dict(session.summary_data or {})
+    data.pop("embedding", None)
+    return {
+        "id": session.id,
+        "user_id": session.user_id,
+        "system_prompt": session.system_prompt,
+        "metadata": session.metadata,
+        "created_at": session.created_at.isoformat(),
+        "updated_at": session.updated_at.isoformat(),
+        "message_count": session.message_count,
+        "summary": session.summary,
+        "summary_data": data or None,
+    }
+
+
+def hit_json(hit: SearchHit) -> dict[str, Any]:
+    """A search hit with its evidence: overall score, meaning (vector) and keyword scores."""
+    return {
+        "message": message_json(hit.message),
+        "session_id": hit.session_id,
+        "score": hit.score,
+        "vector_score": hit.vector_score,
+        "keyword_score": hit.keyword_score,
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class ScopedMemory:
+    """The manager, as one API key may use it (see the module docstring)."""
+
+    manager: MemoryManager
+    scope: Scope
+
+    def user(self, requested: str | None = None) -> str | None:
+        """The user this request acts as (AccessDeniedError if a user key names another)."""
+        return self.scope.user_for(requested)
+
+    def require_admin(self, what: str) -> None:
+        """Refuse ``what`` to a user key."""
+        if not self.scope.admin:
+            raise AccessDeniedError(f"{what} needs an admin key (harombe keys create --admin).")
+
+    async def session(self, session_id: str, user_id: str | None = None) -> Session:
+        """The session, if this scope may read it; SessionNotFoundError when there is none."""
+        session = await self.manager.aget_session(session_id, user_id=self.user(user_id))
+        if session is None:
+            raise SessionNotFoundError(
+                f"no session {session_id!r} here; GET /api/sessions (or the list_sessions tool) "
+                "lists the sessions this key may use."
+            )
+        return session
+
+    # sessions --------------------------------------------------------------------------------
+    async def list_sessions(
+        self, limit: int | None = 20, user_id: str | None = None
+    ) -> list[dict[str, Any]]:
+        sessions = await self.manager.alist_sessions(limit=limit, user_id=self.user(user_id))
+        return [session_json(s) for s in sessions]
+
+    async def create_session(
+        self,
+        *,
+        session_id: str | None = None,
+        system_prompt: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        user_id: str | None = None,
+    ) -> dict[str, Any]:
+        sid = await self.manager.acreate_session(
+            system_prompt, metadata, self.user(user_id), session_id=session_id
+        )
+        return session_json(await self.session(sid, user_id))
+
+    async def get_session(self, session_id: str) -> dict[str, Any]:
+        return session_json(await self.session(session_id))
+
+    async def update_session(
+        self,
+        session_id: str,
+        *,
+        changes: Mapping[str, Any],
+    ) -> dict[str, Any]:
+        """Change ``system_prompt`` and/or ``metadata`` (the keys of ``changes``); an owner
+        change (``user_id``) needs an admin key."""
+        await self.session(session_id)  # must exist and be this scope's
+        if "user_id" in changes:
+            self.require_admin("moving a session to another user")
+        await self.manager.aupdate_session(session_id, **changes)
+        return session_json(await self.session(session_id))
+
+    async def delete_session(self, session_id: str) -> dict[str, Any]:
+        await self.session(session_id)
+        deleted = await self.manager.adelete_session(session_id, user_id=self.user())
+        return {"deleted": deleted}
+
+    # messages --------------------------------------------------------------------------------
+    async def append(
+        self, session_id: str, messages: Sequence[Mapping[str, Any]], user_id: str | None = None
+    ) -> dict[str, Any]:
+        """Append messages in one transaction; an unknown session is created for this user."""
+        ids = await self.manager.asave_messages(session_id, messages, user_id=self.user(user_id))
+        return {"session_id": session_id, "ids": ids}
+
+    async def messages(
+        self, session_id: str, *, limit: int | None = None, after_id: int | None = None
+    ) -> list[dict[str, Any]]:
+        await self.session(session_id)
+        found = await self.manager.aget_messages(
+            session_id, limit=limit, after_id=after_id, user_id=self.user()
+        )
+        return [message_json(m) for m in found]
+
+    async def window(self, session_id: str, max_tokens: int | None = None) -> dict[str, Any]:
+        await self.session(session_id)
+        window = await self.manager.aget_window(session_id, max_tokens, user_id=self.user())
+        return {"messages": [message_json(m) for m in window.messages], "tokens": window.tokens}
+
+    async def context(
+        self,
+        session_id: str,
+        *,
+        strategy: str = "simple",
+        max_tokens: int | None = None,
+        query: str | None = None,
+        keep_last: int = 6,
+        full: bool = False,
+    ) -> dict[str, Any]:
+        """The messages a model would be given for the session (``full``: the budgeted context
+        with summaries of the user's other sessions and relevant past messages)."""
+        from harombe_core.strategies import ContextBudget
+
+        await self.session(session_id)
+        messages = await self.manager.aget_context(
+            session_id,
+            strategy,
+            max_tokens,
+            keep_last=keep_last,
+            query=query,
+            budget=ContextBudget() if full else None,
+            user_id=self.user(),
+        )
+        return {
+            "messages": [message_json(m) for m in messages],
+            "tokens": sum(m.token_count or 0 for m in messages),
+        }
+
+    async def summarize(self, session_id: str) -> dict[str, Any]:
+        await self.session(session_id)
+        await self.manager.asummarize_session(session_id, user_id=self.user())
+        return session_json(await self.session(session_id))
+
+    async def search(
+        self,
+        query: str,
+        *,
+        top_k: int = 10,
+        session_id: str | None = None,
+        user_id: str | None = None,
+    ) -> list[dict[str, Any]]:
+        """Messages relevant to ``query``, best first, each with its evidence; within one of this
+        scope's sessions when ``session_id`` is given."""
+        user = self.user(user_id)
+        if session_id is not None:
+            await self.session(session_id, user_id)
+        hits = await self.manager.asearch(query, top_k, session_id, user)
+        return [hit_json(h) for h in hits]
+
+    # users -----------------------------------------------------------------------------------
+    async def users(self) -> list[str]:
+        """The users this scope sees: its own, or (admin) the owners of the most recently
+        active :data:`USER_SESSIONS` sessions (a bounded read, whatever the store's size)."""
+        if not self.scope.admin:
+            return [self.scope.user_id or ""]
+        sessions = await self.manager.alist_sessions(limit=USER_SESSIONS)
+        return sorted({s.user_id for s in sessions if s.user_id is not None})
+
+    async def forget_user(self, user_id: str) -> dict[str, Any]:
+        """Erase everything stored for ``user_id`` (sessions, messages, vectors, keyword
+        entries, summaries): a user key only itself. The user's API keys are credentials, not
+        memory: they stay until revoked (``harombe keys revoke``)."""
+        user = self.user(user_id)
+        if user is None:
+            raise AccessDeniedError("erasure is one user's: name the user.")
+        return {"user_id": user, "sessions_deleted": await self.manager.aforget_user(user)}
+
+    async def profile(self, user_id: str | None = None) -> dict[str, Any]:
+        """What memory holds about a user: the profile text a model is given, the current
+        facts (each with the messages it came from), the open tasks, and the summaries of
+        their recent sessions."""
+        user = self.user(user_id)
+        if user is None:
+            raise AccessDeniedError("a profile is one user's: name the user (user_id=...).")
+        profile = await self.manager.aget_profile(user)
+        facts = await self.manager.aget_facts(user)
+        tasks = await self.manager.aget_open_tasks(user)
+        sessions = await self.manager.alist_sessions(limit=PROFILE_SESSIONS, user_id=user)
+        return {
+            "user_id": user,
+            "profile": str(profile),
+            "facts": [f.to_dict() for f in facts],
+            "tasks": [t.to_dict() for t in tasks],
+            "recent_sessions": [
+                {
+                    "session_id": s.id,
+                    "updated_at": s.updated_at.isoformat(),
+                    "message_count": s.message_count,
+                    "summary": s.summary,
+                }
+                for s in sessions
+            ],
+        }
+
+    async def export(self, session_id: str, fmt: str = "json") -> str:
+        """The session as an export file's text (``json``, ``jsonl`` or ``text``)."""
+        from harombe_core.export.io import dumps
+        from harombe_core.export.records import SessionRecord
+
+        session = await self.session(session_id)
+        found = await self.manager.aget_messages(session_id, user_id=self.user())
+        return dumps([SessionRecord.from_session(session, found)], fmt)

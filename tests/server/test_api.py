@@ -1,0 +1,302 @@
+"""The JSON API of a real ``harombe serve``, through httpx: every kind of call, errors with the
+library's messages and status codes, keys, limits, and two processes sharing one memory."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+from harombe_core.limits import current_limits
+from harombe_core.server.api import max_body_bytes
+from harombe_core.server.process import ServerProcess, create_key_cli
+from tests.server.conftest import Served, serve
+
+
+def _sid() -> str:
+    return f"s-{uuid.uuid4().hex[:8]}"
+
+
+def test_no_key_no_access(served: Served) -> None:
+    with served.http(None) as http:
+        for path in ("/api/sessions", "/api/search?q=x", "/api/me", "/api/profile"):
+            answer = http.get(path)
+            assert answer.status_code == 401
+            assert answer.json()["error"] == "NotAuthenticatedError"
+            assert "Authorization: Bearer" in answer.json()["detail"]
+        assert http.post("/mcp", json={}).status_code == 401
+    with served.http("hk_not-a-real-key") as http:
+        assert http.get("/api/sessions").status_code == 401
+    # the documentation is public: it holds no memory
+    with served.http(None) as http:
+        assert http.get("/openapi.json").status_code == 200
+        assert http.get("/docs").status_code == 200
+
+
+def test_sessions_messages_window_context_search(served: Served) -> None:
+    sid = _sid()
+    with served.http(served.ann) as http:
+        assert http.get("/api/me").json() == {"user_id": "ann", "admin": False}
+        made = http.post("/api/sessions", json={"session_id": sid, "system_prompt": "Be brief."})
+        assert made.status_code == 201, made.text
+        assert made.json()["user_id"] == "ann"
+        body = {
+            "messages": [
+                {"role": "user", "content": "My sister Ines lives in Porto.", "name": "Ann"},
+                {"role": "assistant", "content": "Porto is lovely.", "metadata": {"k": [1, 2]}},
+            ]
+        }
+        ids = http.post(f"/api/sessions/{sid}/messages", json=body).json()["ids"]
+        assert len(ids) == 2
+        messages = http.get(f"/api/sessions/{sid}/messages").json()
+        assert [m["content"] for m in messages] == [m["content"] for m in body["messages"]]
+        assert messages[0]["name"] == "Ann"
+        assert messages[1]["metadata"] == {"k": [1, 2]}
+        window = http.get(f"/api/sessions/{sid}/window", params={"max_tokens": 4000}).json()
+        assert window["messages"][0]["role"] == "system"
+        assert window["tokens"] > 0
+        for strategy in ("simple", "summarization", "hybrid", "threaded"):
+            context = http.get(f"/api/sessions/{sid}/context", params={"strategy": strategy})
+            assert context.status_code == 200, (strategy, context.text)
+            assert context.json()["messages"][-1]["content"] == "Porto is lovely."
+        full = http.get(f"/api/sessions/{sid}/context", params={"full": True, "query": "sister"})
+        assert full.status_code == 200
+        hits = http.get("/api/search", params={"q": "Porto sister"}).json()
+        assert hits[0]["message"]["id"] in ids
+        assert hits[0]["keyword_score"] is not None
+        patched = http.patch(f"/api/sessions/{sid}", json={"metadata": {"topic": "family"}})
+        assert patched.json()["metadata"] == {"topic": "family"}
+        summary = http.post(f"/api/sessions/{sid}/summary")
+        assert summary.status_code == 200
+        assert summary.json()["summary"]
+        exported = http.get(f"/api/sessions/{sid}/export")
+        assert "Porto is lovely." in exported.text
+        assert sid in [s["id"] for s in http.get("/api/sessions").json()]
+        profile = http.get("/api/profile").json()
+        assert profile["user_id"] == "ann"
+        assert sid in [s["session_id"] for s in profile["recent_sessions"]]
+        assert http.delete(f"/api/sessions/{sid}").json() == {"deleted": True}
+        assert http.get(f"/api/sessions/{sid}").status_code == 404
+
+
+def test_errors_keep_the_library_message_and_map_to_status(served: Served) -> None:
+    sid = _sid()
+    with served.http(served.ann) as http:
+        bad_role = http.post(
+            f"/api/sessions/{sid}/messages", json={"messages": [{"role": "x", "content": "y"}]}
+        )
+        assert bad_role.status_code == 422
+        assert bad_role.json()["error"] == "InvalidMessageError"
+        http.post(
+            f"/api/sessions/{sid}/messages", json={"messages": [{"role": "user", "content": "a"}]}
+        )
+        bad_strategy = http.get(f"/api/sessions/{sid}/context", params={"strategy": "nope"})
+        assert bad_strategy.status_code == 422
+        assert "unknown strategy 'nope'" in bad_strategy.json()["detail"]
+        missing = http.get("/api/sessions/no-such-session")
+        assert missing.status_code == 404
+        assert missing.json()["error"] == "SessionNotFoundError"
+    with served.http(served.bob) as http:
+        other = http.get(f"/api/sessions/{sid}/messages")
+        assert other.status_code == 403
+        assert other.json()["error"] == "SessionOwnershipError"
+        assert "is not owned by user 'bob'" in other.json()["detail"]
+        acting = http.get("/api/sessions", params={"user_id": "ann"})
+        assert acting.status_code == 403
+        assert acting.json()["error"] == "AccessDeniedError"
+
+
+def test_too_large_content_refused_with_the_library_limit(served: Served) -> None:
+    limit = current_limits().content_chars
+    with served.http(served.ann) as http:
+        answer = http.post(
+            f"/api/sessions/{_sid()}/messages",
+            json={"messages": [{"role": "user", "content": "x" * (limit + 1)}]},
+        )
+        assert answer.status_code == 413
+        assert answer.json()["error"] == "MessageTooLargeError"
+        huge = http.post(
+            f"/api/sessions/{_sid()}/messages",
+            content=b"{" + b" " * max_body_bytes() + b"}",
+            headers={"content-type": "application/json"},
+        )
+        assert huge.status_code == 413
+        assert "set_limits" in huge.json()["detail"]
+
+
+def test_admin_sees_every_user_and_acts_for_one(served: Served) -> None:
+    sid = _sid()
+    with served.http(served.bob) as http:
+        http.post(
+            f"/api/sessions/{sid}/messages", json={"messages": [{"role": "user", "content": "b"}]}
+        )
+    with served.http(served.admin) as http:
+        assert "bob" in http.get("/api/users").json()
+        mine = http.get("/api/sessions", params={"user_id": "bob", "limit": 100}).json()
+        assert sid in [s["id"] for s in mine]
+        assert http.get(f"/api/sessions/{sid}/messages").json()[0]["content"] == "b"
+        moved = http.patch(f"/api/sessions/{sid}", json={"user_id": "ann"})
+        assert moved.json()["user_id"] == "ann"
+    with served.http(served.bob) as http:
+        assert http.patch(f"/api/sessions/{sid}", json={"user_id": "bob"}).status_code == 403
+
+
+def test_revoked_key_stops_at_once(served: Served) -> None:
+    key = create_key_cli(served.db, user="carl")
+    with served.http(key) as http:
+        assert http.get("/api/me").status_code == 200
+        listed = subprocess.run(
+            [sys.executable, "-m", "harombe_core.cli", "keys", "list", "--db", served.db],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        assert key not in listed.stdout  # only ids are ever shown
+        key_id = key[3:11]
+        subprocess.run(
+            [sys.executable, "-m", "harombe_core.cli", "keys", "revoke", key_id, "--db", served.db],
+            check=True,
+            capture_output=True,
+        )
+        assert http.get("/api/me").status_code == 401
+
+
+def test_no_auth_refused_off_loopback(fresh_db: str) -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "harombe_core.cli",
+            "serve",
+            "--db",
+            fresh_db,
+            "--no-auth",
+            "--host",
+            "0.0.0.0",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert done.returncode == 1
+    assert "loopback" in done.stderr
+
+
+def test_no_auth_on_loopback_serves_as_admin(fresh_db: str) -> None:
+    with ServerProcess(fresh_db, extra=["--no-auth"]) as server:
+        import httpx
+
+        assert httpx.get(server.url + "/api/me").json() == {"user_id": None, "admin": True}
+        # DNS rebinding: another site's name pointed at this machine is refused
+        rebound = httpx.get(server.url + "/api/me", headers={"Host": "evil.example"})
+        assert rebound.status_code == 400
+        assert "user_id" not in rebound.text
+
+
+def test_two_processes_on_one_file_are_one_memory(fresh_db: str) -> None:
+    first = serve(fresh_db)
+    second = ServerProcess(fresh_db).start()
+    try:
+        sid = _sid()
+        with first.http(first.ann) as one:
+            one.post(
+                f"/api/sessions/{sid}/messages",
+                json={"messages": [{"role": "user", "content": "written by one"}]},
+            )
+        import httpx
+
+        with httpx.Client(
+            base_url=second.url, headers={"Authorization": f"Bearer {first.ann}"}
+        ) as two:
+            assert two.get(f"/api/sessions/{sid}/messages").json()[0]["content"] == "written by one"
+            assert two.get("/api/search", params={"q": "written"}).json()
+    finally:
+        second.stop()
+        first.server.stop()
+
+
+@pytest.mark.slow
+def test_postgres_server(pg_server: object) -> None:
+    url = pg_server.create_database("served_pg")  # type: ignore[attr-defined]
+    running = serve(url)
+    second = ServerProcess(url).start()
+    try:
+        with running.http(running.ann) as http:
+            http.post(
+                "/api/sessions/pg1/messages",
+                json={"messages": [{"role": "user", "content": "postgres memory"}]},
+            )
+        import httpx
+
+        with httpx.Client(
+            base_url=second.url, headers={"Authorization": f"Bearer {running.ann}"}
+        ) as two:
+            assert two.get("/api/search", params={"q": "postgres"}).json()[0]["session_id"] == "pg1"
+        with running.http(running.bob) as http:
+            assert http.get("/api/sessions/pg1/messages").status_code == 403
+    finally:
+        second.stop()
+        running.server.stop()
+
+
+def test_cors_is_off_unless_configured(served: Served, fresh_db: str) -> None:
+    import httpx
+
+    preflight = {
+        "Origin": "https://app.example",
+        "Access-Control-Request-Method": "GET",
+        "Access-Control-Request-Headers": "authorization",
+    }
+    with served.http(served.ann) as http:
+        answer = http.get("/api/me", headers={"Origin": "https://app.example"})
+        assert "access-control-allow-origin" not in answer.headers
+        assert (
+            "access-control-allow-origin" not in http.options("/api/me", headers=preflight).headers
+        )
+    with ServerProcess(fresh_db, extra=["--cors-origin", "https://app.example"]) as server:
+        allowed = httpx.options(server.url + "/api/me", headers=preflight)
+        assert allowed.headers["access-control-allow-origin"] == "https://app.example"
+        other = httpx.options(
+            server.url + "/api/me", headers={**preflight, "Origin": "https://evil.example"}
+        )
+        assert "access-control-allow-origin" not in other.headers
+
+
+def test_forget_user_erases_only_with_that_users_or_an_admin_key(served: Served) -> None:
+    from harombe_core.server import HarombeClient, HarombeServerError
+
+    dora = create_key_cli(served.db, user="dora")
+    with HarombeClient(served.url, api_key=dora) as client:
+        client.save_message("dora-1", "user", "Dora's passport number is X1234")
+        client.save_message("dora-2", "user", "Dora likes tulips")
+    with (
+        HarombeClient(served.url, api_key=served.bob) as bob,
+        pytest.raises(HarombeServerError) as refused,
+    ):
+        bob.forget_user("dora")
+    assert refused.value.status == 403
+    with HarombeClient(served.url, api_key=dora) as client:
+        assert client.search("passport") != []
+        assert client.forget_user("dora") == 2
+        assert client.search("passport") == []
+        assert client.list_sessions() == []
+
+
+def test_profile_serves_the_users_facts_and_tasks(served: Served) -> None:
+    from harombe_core.manager import MemoryManager
+
+    with MemoryManager(served.db, embedding=None) as manager:
+        manager.add_fact("erin", "Erin is vegetarian", kind="preference")
+        manager.add_fact("erin", "Book the dentist", kind="task")
+    erin = create_key_cli(served.db, user="erin")
+    with served.http(erin) as http:
+        profile = http.get("/api/profile").json()
+    assert "Erin is vegetarian" in [f["text"] for f in profile["facts"]]
+    assert "Book the dentist" in [t["text"] for t in profile["tasks"]]
+    assert "vegetarian" in profile["profile"]
+    with served.http(served.bob) as http:
+        assert "vegetarian" not in http.get("/api/profile").text
+        assert http.get("/api/profile", params={"user_id": "erin"}).status_code == 403

@@ -1,0 +1,93 @@
+"""The MCP server through the official SDK's own clients: streamable HTTP at ``/mcp`` of a real
+``harombe serve``, and ``harombe mcp`` over stdio; typed tool schemas, scope per key."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import pytest
+
+from harombe_core.server.mcp_tools import TOOLS
+from tests.server.conftest import Served
+
+mcp = pytest.importorskip("mcp")
+from mcp import ClientSession  # noqa: E402
+from mcp.client.stdio import StdioServerParameters, stdio_client  # noqa: E402
+from mcp.client.streamable_http import streamable_http_client  # noqa: E402
+
+
+@asynccontextmanager
+async def http_session(served: Served, key: str | None) -> AsyncIterator[ClientSession]:
+    """An initialised MCP session with ``/mcp`` of ``served``, sending ``key``."""
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    async with (
+        httpx.AsyncClient(headers=headers, timeout=30) as client,
+        streamable_http_client(served.url + "/mcp", http_client=client) as streams,
+        ClientSession(streams[0], streams[1]) as session,
+    ):
+        await session.initialize()
+        yield session
+
+
+def result_json(result: Any) -> Any:
+    """A tool call's result as JSON (its structured content, else its text)."""
+    assert not result.isError, result.content
+    if result.structuredContent is not None:
+        content = result.structuredContent
+        return content.get("result", content) if set(content) == {"result"} else content
+    return json.loads(result.content[0].text)
+
+
+async def test_http_tools_have_typed_schemas_and_are_scoped(served: Served) -> None:
+    async with http_session(served, served.ann) as session:
+        tools = {t.name: t for t in (await session.list_tools()).tools}
+        assert set(tools) == set(TOOLS)
+        schema = tools["remember"].inputSchema
+        assert schema["required"] == ["content"]
+        assert schema["properties"]["role"]["enum"] == ["user", "assistant"]
+        assert "ctx" not in schema["properties"]
+        assert tools["search_memory"].inputSchema["properties"]["top_k"]["type"] == "integer"
+
+        kept = result_json(
+            await session.call_tool("remember", {"content": "Ann's cat is called Miso."})
+        )
+        sid = kept["session_id"]
+        hits = result_json(await session.call_tool("search_memory", {"query": "cat Miso"}))
+        assert hits[0]["message"]["content"] == "Ann's cat is called Miso."
+        context = result_json(await session.call_tool("get_context", {"session_id": sid}))
+        assert context["messages"][-1]["content"] == "Ann's cat is called Miso."
+        sessions = result_json(await session.call_tool("list_sessions", {}))
+        assert sid in [s["id"] for s in sessions]
+        profile = result_json(await session.call_tool("profile", {}))
+        assert profile["user_id"] == "ann"
+
+    async with http_session(served, served.bob) as session:
+        assert result_json(await session.call_tool("search_memory", {"query": "Miso"})) == []
+        refused = await session.call_tool("forget", {"session_id": sid})
+        assert refused.isError
+        assert "not owned by user 'bob'" in refused.content[0].text
+
+    async with http_session(served, served.ann) as session:
+        assert result_json(await session.call_tool("forget", {"session_id": sid})) == {
+            "deleted": True
+        }
+
+
+async def test_stdio_serves_the_chosen_user(fresh_db: str) -> None:
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "harombe_core.cli", "mcp", "--db", fresh_db, "--user", "ann"],
+    )
+    async with stdio_client(params) as streams, ClientSession(streams[0], streams[1]) as session:
+        await session.initialize()
+        names = {t.name for t in (await session.list_tools()).tools}
+        assert names == set(TOOLS)
+        kept = result_json(await session.call_tool("remember", {"content": "stdio memory"}))
+        hits = result_json(await session.call_tool("search_memory", {"query": "stdio"}))
+        assert hits[0]["session_id"] == kept["session_id"]
+        assert result_json(await session.call_tool("profile", {}))["user_id"] == "ann"
