@@ -49,11 +49,11 @@ def test_a_message_is_embedded_with_its_context_unless_it_is_an_acknowledgement(
     assert embedding_text(reply, question, with_context=False) == "Bo: Yes, in Lisbon last May."
     for ack in ("Noted!", "ok thanks", "  sounds good :) "):
         assert embedding_text(Message(role="assistant", content=ack), question) == ack
-    config = MemoryConfig.model_validate({"vector_store": {"embed_context": False}})
+    config = MemoryConfig.model_validate({"vector_store": {"embed_context": True}})
     with MemoryManager(":memory:", config=config) as mm:
-        assert mm._semantic.embed_context is False
-    with MemoryManager(":memory:") as mm:
         assert mm._semantic.embed_context is True
+    with MemoryManager(":memory:") as mm:  # off by default: no gain under cross-validation
+        assert mm._semantic.embed_context is False
 
 
 @pytest.fixture(scope="module")
