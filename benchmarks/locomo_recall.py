@@ -20,6 +20,10 @@ cross-validated figure is the one to trust). The grid search ranks the same cand
 ``search`` gathers (``Retriever.gather`` then ``retrieval.rank``, exactly what ``search``
 runs), so each setting costs a re-ranking, not a search.
 
+Beside the hybrid, the same store is searched by each of its halves alone (``vector_weight=0``:
+keyword only; ``keyword_weight=0``: vector only), overall and by category, so the hybrid's
+margin over its own keyword half is printed on every run. ``--cv-only`` skips those figures.
+
 Embeddings are cached on disk (``--cache``, keyed by model, text and query/document), so
 repeated runs and the grid do not run the model again; ``--no-cache`` times real ingestion.
 The data is read from the path given; nothing of it is copied anywhere.
