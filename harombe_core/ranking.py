@@ -81,6 +81,21 @@ class RetrievalSettings:
     * ``time_weight``: when the query names a date, month, year or relative time ("on 9
       November", "in 2023", "last week") and the message was written then, or up to
       ``time_slack_days`` after (people tell of things after they happen).
+    * ``length_weight``: times the message's length in tokens over ``length_tokens`` (at most
+      1). A prior, the same for every query: in a chat, the long turns are where people tell
+      what they did, have and like; the short ones ("Wow, that's awesome!") react. BM25
+      discounts long texts and a mean-pooled embedding dilutes them, which buries exactly the
+      turns that hold facts.
+    * ``statement_weight``: when the message states rather than asks (its last sentence does
+      not end with a question mark). Asked questions ("What did you paint?") share the words
+      of later searches but hold no answer; the reply does.
+
+    Pseudo-relevance feedback (Rocchio, on the vector side): ``feedback_weight`` moves the
+    query's vector toward the mean vector of the ``feedback_docs`` best candidates by fused
+    score (``q + feedback_weight * mean``, renormalised) and fuses the candidates' cosines to
+    that vector instead. A question names a thing in the asker's words; the best matches name
+    it in the conversation's words, and the turns that share those find their way up. Only
+    the fusion uses it: ``vector_score`` and ``min_similarity`` stay the cosine to the query.
     """
 
     top_k: int = 5
@@ -94,12 +109,17 @@ class RetrievalSettings:
     rrf_k: int = 60
     candidates: int = 4
     min_candidates: int = 40
-    neighbor_weight: float = 0.4
+    neighbor_weight: float = 0.7
     session_weight: float = 0.7
     speaker_weight: float = 0.2
     time_weight: float = 0.8
     time_slack_days: float = 7.0
+    length_weight: float = 0.6
+    length_tokens: int = 80
+    statement_weight: float = 0.2
     names_as_keywords: bool = False
+    feedback_weight: float = 0.0
+    feedback_docs: int = 3
 
     @classmethod
     def from_config(cls, rag: RagSection) -> RetrievalSettings:
@@ -115,7 +135,9 @@ class Candidates:
     ``messages`` are in scope (the store checked them); ``pooled`` are the ids the vector and
     keyword sides proposed (the rest are neighbours); ``outside`` are neighbours outside the
     scope, known only by their cosine, which lend evidence but are never returned;
-    ``unembedded`` are candidates the embedder has not reached yet (no vector, so no cosine).
+    ``unembedded`` are candidates the embedder has not reached yet (no vector, so no cosine);
+    ``vectors`` the stored vectors of the candidates, read only when pseudo-relevance feedback
+    needs them (``feedback_weight > 0``).
     """
 
     messages: dict[int, Message] = field(default_factory=dict)
@@ -130,6 +152,7 @@ class Candidates:
     times: list[TimeRange] = field(default_factory=list)
     query_vector: Any = None
     unembedded: frozenset[int] = frozenset()
+    vectors: dict[int, Any] = field(default_factory=dict)
 
 
 def named_speakers(query: str, messages: Iterable[Message]) -> frozenset[str]:
@@ -157,7 +180,7 @@ def _speaks(message: Message, speakers: frozenset[str]) -> bool:
 
 #: The columns of :func:`evidence`, in order; each but the first is scaled by the setting
 #: ``<name>_weight`` and added to the fused score.
-EVIDENCE = ("fused", "neighbor", "session", "speaker", "time")
+EVIDENCE = ("fused", "neighbor", "session", "speaker", "time", "length", "statement")
 
 
 def evidence(
@@ -169,7 +192,9 @@ def evidence(
     weights). ``neighbor``: the best fused score of the turns just before and after it in its
     session. ``session``: the mean of the :data:`SESSION_EVIDENCE` best fused scores among its
     session's candidates. ``speaker``: 1 if the query names its speaker. ``time``: 1 if it was
-    written in a time the query names (or up to ``time_slack_days`` after).
+    written in a time the query names (or up to ``time_slack_days`` after). ``length``: its
+    token count over ``length_tokens``, at most 1 (:func:`length_prior`). ``statement``: 1
+    unless its last sentence asks (:func:`asks`).
 
     Neighbours are candidates only when ``neighbor_weight > 0`` (as ``search`` gathers them);
     ``min_similarity`` drops rows here (an excluded session never reaches the candidates:
@@ -178,6 +203,9 @@ def evidence(
     s = settings
     hybrid = found.query_vector is not None
     fuse = _fusion(s.fusion, s.rrf_k, s.vector_weight, s.keyword_weight, found, hybrid)
+    if hybrid and s.feedback_weight > 0 and s.vector_weight > 0 and found.vectors:
+        cosine = feedback_cosines(found, fuse, s.feedback_weight, s.feedback_docs)
+        fuse = _fusion(s.fusion, s.rrf_k, s.vector_weight, s.keyword_weight, found, hybrid, cosine)
     with_neighbors = s.neighbor_weight > 0
     base = {mid: fuse(mid) for mid in found.messages}
     if with_neighbors:
@@ -193,7 +221,7 @@ def evidence(
         for top in [sorted(scores, reverse=True)[:SESSION_EVIDENCE]]
     }
     messages: list[Message] = []
-    rows: list[tuple[float, float, float, float, float]] = []
+    rows: list[tuple[float, ...]] = []
     for mid in found.messages if with_neighbors else found.pooled:
         message = found.messages[mid]
         if (
@@ -212,17 +240,48 @@ def evidence(
                 session_best.get(message.session_id or "", 0.0),
                 float(speaker),
                 float(when),
+                length_prior(message, s.length_tokens),
+                0.0 if asks(message.content) else 1.0,
             )
         )
         messages.append(message)
     return messages, np.array(rows, dtype=np.float64).reshape(len(rows), len(EVIDENCE))
 
 
+def length_prior(message: Message, length_tokens: int) -> float:
+    """``message``'s length in tokens over ``length_tokens``, at most 1 (its stored token
+    count; a message without one counts a token per four characters)."""
+    tokens = message.token_count
+    if tokens is None:
+        tokens = len(message.content) // 4
+    return min(tokens / max(length_tokens, 1), 1.0)
+
+
+#: The end of a sentence: what decides whether a message's last sentence asks.
+_SENTENCE_END = re.compile(r"[.!?\uff1f\uff01\u3002]")
+
+
+def asks(text: str) -> bool:
+    """Whether ``text``'s last sentence is a question (the last ``.``, ``!`` or ``?`` is a
+    ``?``; full-width marks count). Whatever follows without an end mark (an attachment's
+    caption, an emoji) does not change it."""
+    ends = _SENTENCE_END.findall(text)
+    return bool(ends) and ends[-1] in "?\uff1f"
+
+
 def evidence_weights(settings: RetrievalSettings) -> npt.NDArray[np.float64]:
     """The weight of each :data:`EVIDENCE` column under ``settings``."""
     s = settings
     return np.array(
-        [1.0, s.neighbor_weight, s.session_weight, s.speaker_weight, s.time_weight],
+        [
+            1.0,
+            s.neighbor_weight,
+            s.session_weight,
+            s.speaker_weight,
+            s.time_weight,
+            s.length_weight,
+            s.statement_weight,
+        ],
         dtype=np.float64,
     )
 
@@ -265,8 +324,37 @@ def rank(
     return hits
 
 
+def feedback_cosines(
+    found: Candidates, fuse: Callable[[int], float], weight: float, docs: int
+) -> dict[int, float]:
+    """Every candidate's cosine to the query moved toward its best matches (Rocchio).
+
+    The ``docs`` best pooled candidates by fused score ``fuse`` that have a vector lend their
+    mean: ``q' = q + weight * mean``, normalised. A candidate without a stored vector keeps
+    its cosine to the query; the vector side's ranks follow the new cosines.
+    """
+    with_vector = [m for m in found.pooled if m in found.vectors]
+    best = sorted(with_vector, key=lambda m: (-fuse(m), -m))[:docs]
+    if not best:
+        return found.cosine
+    query = np.asarray(found.query_vector, dtype=np.float64)
+    moved = query + weight * np.mean([found.vectors[m] for m in best], axis=0)
+    moved /= np.linalg.norm(moved) or 1.0
+    cosine = dict(found.cosine)
+    for mid, vector in found.vectors.items():
+        if mid in cosine:
+            cosine[mid] = float(np.dot(vector, moved))
+    return cosine
+
+
 def _fusion(
-    method: str, rrf_k: int, wv: float, wk: float, found: Candidates, hybrid: bool
+    method: str,
+    rrf_k: int,
+    wv: float,
+    wk: float,
+    found: Candidates,
+    hybrid: bool,
+    cosine: dict[int, float] | None = None,
 ) -> Callable[[int], float]:
     """The fused score of a candidate id.
 
@@ -279,9 +367,11 @@ def _fusion(
     A candidate not embedded yet (``found.unembedded``: a backlog being embedded in the
     background) has no cosine, which is not a bad one: its keyword side alone is its score,
     on the full scale, as keyword search would rank it, so a store part-way through embedding
-    does not bury what the embedder has not reached.
+    does not bury what the embedder has not reached. ``cosine`` replaces ``found.cosine``
+    (pseudo-relevance feedback's cosines to the moved query).
     """
-    cosine, keyword_score, unembedded = found.cosine, found.keyword_score, found.unembedded
+    keyword_score, unembedded = found.keyword_score, found.unembedded
+    cosine = found.cosine if cosine is None else cosine
     best = max(keyword_score.values(), default=0.0) or 1.0
     if not hybrid:
         return lambda mid: keyword_score.get(mid, 0.0) / best
@@ -289,6 +379,9 @@ def _fusion(
         return lambda mid: cosine.get(mid, 0.0)
     if method == "rrf":
         vector_rank, keyword_rank = found.vector_rank, found.keyword_rank
+        if cosine is not found.cosine:
+            order = sorted(vector_rank, key=lambda m: (-cosine.get(m, -math.inf), m))
+            vector_rank = {m: r for r, m in enumerate(order)}
 
         def rrf(mid: int) -> float:
             if mid in unembedded:

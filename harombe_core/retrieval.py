@@ -18,9 +18,10 @@ How a query is answered:
    scored by its keyword side alone, so search stays complete while embedding catches up.
 4. Each candidate's fused score is weighed with its context (:func:`evidence`): the turns
    just before and after it (which join the candidates), its session, whether the query names
-   its speaker, whether it was written in a time the query names. Each kind has a weight in
-   :class:`RetrievalSettings`; the defaults are the ones that recalled best on conversations
-   the choice was not made on (``benchmarks/locomo_recall.py --cv``).
+   its speaker, whether it was written in a time the query names, how long it is and whether
+   it states rather than asks (the long statements are where people tell things). Each kind
+   has a weight in :class:`RetrievalSettings`; the defaults are the ones that recalled best on
+   conversations the choice was not made on (``benchmarks/locomo_recall.py --cv``).
 5. Scores are then optionally decayed by age (``temporal_decay`` per day), filtered by
    ``min_similarity`` and diversified by MMR.
 
@@ -151,6 +152,9 @@ SEARCH_OPTIONS = frozenset(
         "session_weight",
         "speaker_weight",
         "time_weight",
+        "feedback_weight",
+        "length_weight",
+        "statement_weight",
         "now",
     }
 )
@@ -167,18 +171,24 @@ def _check_k(value: Any, what: str = "top_k") -> int:
     return check_count(value, what, high=MAX_TOP_K)
 
 
-def _add_cosines(found: Candidates, semantic: SemanticMemory | None) -> None:
+def _add_cosines(
+    found: Candidates, semantic: SemanticMemory | None, keep_vectors: bool = False
+) -> None:
     """The cosine of every candidate (and neighbour) that the vector side did not propose,
-    and which of them are not embedded yet (they have none)."""
+    and which of them are not embedded yet (they have none). ``keep_vectors`` also keeps
+    every candidate's vector (pseudo-relevance feedback moves the query with them)."""
     if semantic is None or found.query_vector is None:
         return
     import numpy as np
 
-    missing = [i for i in (*found.messages, *found.outside) if i not in found.cosine]
+    known = found.vectors.keys() if keep_vectors else found.cosine.keys()
+    missing = [i for i in (*found.messages, *found.outside) if i not in known]
     if missing:
         vectors, pending = semantic.vectors_or_pending(missing)
         for mid, vec in vectors.items():
-            found.cosine[mid] = float(np.dot(vec, found.query_vector))
+            found.cosine.setdefault(mid, float(np.dot(vec, found.query_vector)))
+            if keep_vectors:
+                found.vectors[mid] = vec
         found.unembedded |= pending
 
 
@@ -223,6 +233,9 @@ class Retriever:
         session_weight: float | None = None,
         speaker_weight: float | None = None,
         time_weight: float | None = None,
+        feedback_weight: float | None = None,
+        length_weight: float | None = None,
+        statement_weight: float | None = None,
         now: datetime | None = None,
     ) -> list[SearchHit]:
         """The best ``top_k`` messages for ``query`` inside the scope, best first, with scores.
@@ -248,6 +261,9 @@ class Retriever:
             "session_weight": session_weight,
             "speaker_weight": speaker_weight,
             "time_weight": time_weight,
+            "feedback_weight": feedback_weight,
+            "length_weight": length_weight,
+            "statement_weight": statement_weight,
         }
         for name, value in overrides.items():
             if value is not None:
@@ -345,9 +361,7 @@ class Retriever:
         if semantic is not None and query_vector is not None and wants_vectors:
             matches = semantic.nearest(query_vector, pool, scope)
             # The store decides what is in scope; the index only proposed.
-            vector_messages = self.store.get_messages_by_ids(
-                [m.message_id for m in matches], scope
-            )
+            vector_messages = self.store.get_messages_by_ids([m.message_id for m in matches], scope)
             allowed = {int(m.id or 0) for m in vector_messages}
             rank_ = 0
             for match in matches:
@@ -383,10 +397,11 @@ class Retriever:
         found.keyword_rank = {int(h.message.id or 0): r for r, h in enumerate(keyword)}
         found.keyword_score = {int(h.message.id or 0): h.score for h in keyword}
         found.pooled = frozenset(found.messages)
-        _add_cosines(found, semantic)
+        feedback = s.feedback_weight > 0 and wv > 0
+        _add_cosines(found, semantic, feedback)
         if neighbors if neighbors is not None else s.neighbor_weight > 0:
             self._add_neighbors(found, scope, max(k, NEIGHBOR_SEEDS))
-            _add_cosines(found, semantic)
+            _add_cosines(found, semantic, feedback)
         return found
 
     def _add_neighbors(self, found: Candidates, scope: SearchScope, seeds: int) -> None:
@@ -489,7 +504,6 @@ class Retriever:
             if top_k is not None and len(chosen) >= top_k:
                 break
         return chosen
-
 
 
 def format_context(messages: Sequence[Message], header: str = CONTEXT_HEADER) -> str:

@@ -146,7 +146,7 @@ def open_semantic_memory(
         raise model_mismatch(store, embedder)
     target = resolve_index(vector_store, store, config)
     batch_size = config.vector_store.batch_size if config is not None else 32
-    embed_context = config.vector_store.embed_context if config is not None else True
+    embed_context = config.vector_store.embed_context if config is not None else False
     if target is None:
         semantic = SemanticMemory(
             store,
@@ -225,7 +225,7 @@ class SemanticMemory(EmbeddingWorker):
         exact_search_limit: int = EXACT_SEARCH_LIMIT,
         linger: float = 0.05,
         poll: float | None = POLL_SECONDS,
-        embed_context: bool = True,
+        embed_context: bool = False,
         window: int = EMBED_WINDOW,
         in_database: bool = False,
     ) -> None:

@@ -27,10 +27,15 @@ def test_readme_example_ranks_the_turn_above_its_short_reply() -> None:
         sid = mm.create_session(system_prompt="You are helpful", user_id="ann")
         trip = Message(role="user", content="We fly to Lisbon on May 3rd", name="Ann")
         mm.save_message(sid, trip)
-        mm.save_messages(sid, [
-            Message(role="assistant", content="Noted!"),
-            Message(role="user", content="old note", created_at=datetime(2024, 1, 5, tzinfo=UTC)),
-        ])
+        mm.save_messages(
+            sid,
+            [
+                Message(role="assistant", content="Noted!"),
+                Message(
+                    role="user", content="old note", created_at=datetime(2024, 1, 5, tzinfo=UTC)
+                ),
+            ],
+        )
         mm.flush()
         found = [m.content for m in mm.search_similar("when is the trip?", top_k=5, user_id="ann")]
     assert found.index("We fly to Lisbon on May 3rd") < found.index("Noted!")
@@ -44,11 +49,11 @@ def test_a_message_is_embedded_with_its_context_unless_it_is_an_acknowledgement(
     assert embedding_text(reply, question, with_context=False) == "Bo: Yes, in Lisbon last May."
     for ack in ("Noted!", "ok thanks", "  sounds good :) "):
         assert embedding_text(Message(role="assistant", content=ack), question) == ack
-    config = MemoryConfig.model_validate({"vector_store": {"embed_context": False}})
+    config = MemoryConfig.model_validate({"vector_store": {"embed_context": True}})
     with MemoryManager(":memory:", config=config) as mm:
-        assert mm._semantic.embed_context is False
-    with MemoryManager(":memory:") as mm:
         assert mm._semantic.embed_context is True
+    with MemoryManager(":memory:") as mm:  # off by default: no gain under cross-validation
+        assert mm._semantic.embed_context is False
 
 
 @pytest.fixture(scope="module")
@@ -56,37 +61,85 @@ def chat() -> Iterator[MemoryManager]:
     """Two friends over three sessions, with the bundled model."""
     mm = MemoryManager(":memory:")
     spring = mm.create_session(user_id="u", session_id="spring")
-    mm.save_messages(spring, [
-        Message(role="user", name="Ann", content="I started learning the piano this spring.",
-                created_at=datetime(2023, 3, 10, tzinfo=UTC)),
-        Message(role="assistant", name="Bo", content="I started learning the guitar this spring.",
-                created_at=datetime(2023, 3, 10, tzinfo=UTC)),
-        Message(role="user", name="Ann", content="We had dinner at the harbour last night.",
-                created_at=datetime(2023, 3, 10, tzinfo=UTC)),
-    ])
+    mm.save_messages(
+        spring,
+        [
+            Message(
+                role="user",
+                name="Ann",
+                content="I started learning the piano this spring.",
+                created_at=datetime(2023, 3, 10, tzinfo=UTC),
+            ),
+            Message(
+                role="assistant",
+                name="Bo",
+                content="I started learning the guitar this spring.",
+                created_at=datetime(2023, 3, 10, tzinfo=UTC),
+            ),
+            Message(
+                role="user",
+                name="Ann",
+                content="We had dinner at the harbour last night.",
+                created_at=datetime(2023, 3, 10, tzinfo=UTC),
+            ),
+        ],
+    )
     summer = mm.create_session(user_id="u", session_id="summer")
-    mm.save_messages(summer, [
-        Message(role="user", name="Ann", content="We had dinner at the harbour last night.",
-                created_at=datetime(2023, 7, 15, tzinfo=UTC)),
-        Message(role="assistant", name="Bo", content="Did you try the grilled sardines?",
-                created_at=datetime(2023, 7, 15, tzinfo=UTC)),
-        Message(role="user", name="Ann", content="Yes, and the octopus. Best seafood in town.",
-                created_at=datetime(2023, 7, 15, tzinfo=UTC)),
-    ])
+    mm.save_messages(
+        summer,
+        [
+            Message(
+                role="user",
+                name="Ann",
+                content="We had dinner at the harbour last night.",
+                created_at=datetime(2023, 7, 15, tzinfo=UTC),
+            ),
+            Message(
+                role="assistant",
+                name="Bo",
+                content="Did you try the grilled sardines?",
+                created_at=datetime(2023, 7, 15, tzinfo=UTC),
+            ),
+            Message(
+                role="user",
+                name="Ann",
+                content="Yes, and the octopus. Best seafood in town.",
+                created_at=datetime(2023, 7, 15, tzinfo=UTC),
+            ),
+        ],
+    )
     other = mm.create_session(user_id="u", session_id="other")
-    mm.save_messages(other, [
-        Message(role="user", name="Ann", content="The octopus at the aquarium was huge.",
-                created_at=datetime(2023, 9, 1, tzinfo=UTC)),
-        Message(role="assistant", name="Bo", content="Aquariums are fun for a rainy day.",
-                created_at=datetime(2023, 9, 1, tzinfo=UTC)),
-    ])
+    mm.save_messages(
+        other,
+        [
+            Message(
+                role="user",
+                name="Ann",
+                content="The octopus at the aquarium was huge.",
+                created_at=datetime(2023, 9, 1, tzinfo=UTC),
+            ),
+            Message(
+                role="assistant",
+                name="Bo",
+                content="Aquariums are fun for a rainy day.",
+                created_at=datetime(2023, 9, 1, tzinfo=UTC),
+            ),
+        ],
+    )
     mm.flush()
     yield mm
     mm.close()
 
 
 #: Every context weight off, so a test sees the one it turns on.
-OFF = {"neighbor_weight": 0.0, "session_weight": 0.0, "speaker_weight": 0.0, "time_weight": 0.0}
+OFF = {
+    "neighbor_weight": 0.0,
+    "session_weight": 0.0,
+    "speaker_weight": 0.0,
+    "time_weight": 0.0,
+    "length_weight": 0.0,
+    "statement_weight": 0.0,
+}
 
 
 def _search(mm: MemoryManager, query: str, top_k: int, **options: float) -> list[SearchHit]:
@@ -185,8 +238,15 @@ def test_the_shipped_defaults_use_every_kind_of_evidence(chat: MemoryManager) ->
     """The defaults (chosen by cross-validation) turn every context weight on."""
     settings = RetrievalSettings()
     assert RetrievalSettings.from_config(MemoryConfig().rag) == settings
-    assert min(settings.neighbor_weight, settings.session_weight, settings.speaker_weight,
-               settings.time_weight) > 0
+    assert (
+        min(
+            settings.neighbor_weight,
+            settings.session_weight,
+            settings.speaker_weight,
+            settings.time_weight,
+        )
+        > 0
+    )
     assert settings.names_as_keywords is False
     assert chat.search("Which instrument did Bo start learning?", top_k=1, user_id="u")[
         0
@@ -195,12 +255,20 @@ def test_the_shipped_defaults_use_every_kind_of_evidence(chat: MemoryManager) ->
 
 def test_rag_config_sets_the_defaults() -> None:
     config = MemoryConfig.model_validate(
-        {"rag": {"neighbor_weight": 0.25, "speaker_weight": 0.5, "time_slack_days": 2,
-                 "names_as_keywords": False}}
+        {
+            "rag": {
+                "neighbor_weight": 0.25,
+                "speaker_weight": 0.5,
+                "time_slack_days": 2,
+                "names_as_keywords": False,
+            }
+        }
     )
     settings = RetrievalSettings.from_config(config.rag)
     assert (settings.neighbor_weight, settings.speaker_weight, settings.time_slack_days) == (
-        0.25, 0.5, 2
+        0.25,
+        0.5,
+        2,
     )
     assert settings.names_as_keywords is False
 
@@ -214,9 +282,7 @@ def test_query_time_ranges() -> None:
             for r in query_time_ranges(query, NOW)
         ]
 
-    assert spans("What did Nate cook on 9 November, 2022?") == [
-        ("2022-11-09", "2022-11-10", False)
-    ]
+    assert spans("What did Nate cook on 9 November, 2022?") == [("2022-11-09", "2022-11-10", False)]
     assert spans("on November 9th 2022") == [("2022-11-09", "2022-11-10", False)]
     assert spans("the 2023-05-04 meeting") == [("2023-05-04", "2023-05-05", False)]
     assert spans("in January 2022") == [("2022-01-01", "2022-02-01", False)]
