@@ -218,7 +218,30 @@ class HarombeMemoryMiddleware(AgentMiddleware[HarombeMemoryState, Any, Any]):
         view = self._history(session_id, user_id).view()
         recall = self._recall(request.messages, session_id, user_id, view)
         notes = "\n\n".join(n for n in (self._profile(request.messages, user_id), recall) if n)
-        return self._assemble(request, [to_langchain(m) for m in view], notes or None)
+        window = self._within_budget(list(request.messages), view)
+        return self._assemble(request, window, notes or None)
+
+    def _within_budget(
+        self, state_messages: list[BaseMessage], view: list[Message]
+    ) -> list[BaseMessage]:
+        """The stored window, its oldest messages dropped so that the state's newest messages
+        the store does not hold yet (a checkpointer may save the last step's checkpoint after
+        this call starts) fit the budget beside it: the model gets the same window whether or
+        not that save has landed. The system prompt is always kept."""
+        window = [to_langchain(m) for m in view]
+        ids = {m.id for m in window if m.id is not None}
+        held = [i for i, m in enumerate(state_messages) if m.id is not None and m.id in ids]
+        if not held or held[-1] + 1 >= len(state_messages):
+            return window
+        pending = [from_langchain(m) for m in state_messages[held[-1] + 1 :]]
+        budget = self.max_tokens if self.max_tokens is not None else self.manager.max_history_tokens
+        spent = self.manager.count_tokens(pending) + sum(m.token_count or 0 for m in view)
+        first = 1 if view and view[0].role == "system" else 0
+        drop = first
+        while spent > budget and drop < len(view):
+            spent -= view[drop].token_count or 0
+            drop += 1
+        return window[:first] + window[drop:]
 
     def _profile(self, messages: Sequence[BaseMessage], user_id: str | None) -> str | None:
         """The user's profile and open tasks, for the system message (None: nothing known)."""

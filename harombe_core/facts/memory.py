@@ -50,6 +50,7 @@ from harombe_core.validate import (
     check_count,
     check_flag,
     check_id,
+    check_list,
     check_query,
     optional_time,
 )
@@ -510,7 +511,8 @@ def _kinds(kinds: Sequence[str] | None) -> list[str] | None:
         return None
     if isinstance(kinds, str):
         kinds = [kinds]
-    return [check_kind(k) for k in kinds] or list(FACT_KINDS)
+    named = check_list(kinds, "kinds", of="fact kinds")
+    return [check_kind(k) for k in named] or list(FACT_KINDS)
 
 
 def _line(fact: Fact) -> str:

@@ -18,7 +18,8 @@ from typing import Any, Literal
 
 import pytest
 
-from harombe_core import MemoryManager, Message
+from harombe_core import MemoryManager, Message, SessionNotFoundError
+from harombe_core.facts.models import SessionState
 from harombe_core.strategies import ContextBudget, Window
 from harombe_core.testing import FakeEmbedder, InMemoryVectorIndex
 
@@ -30,7 +31,7 @@ ANN = "ann"
 class Call:
     """One call of a method on the unknown session, and what the rule says it gives."""
 
-    kind: Literal["read", "write", "delete"]
+    kind: Literal["read", "write", "delete", "missing"]
     args: tuple[Any, ...] = ()
     kwargs: dict[str, Any] = field(default_factory=dict)
     expected: Any = None
@@ -62,6 +63,14 @@ CALLS: dict[str, list[Call]] = {
     "get_relevant_context": [
         Call("read", ("hello",), {"session_id": UNKNOWN, "user_id": ANN}, []),
     ],
+    # user memory: an unknown session has no facts, no tasks and the default state
+    "extract_facts": [Call("read", (UNKNOWN,), {}, 0)],
+    "get_open_tasks": [Call("read", (ANN,), {"session_id": UNKNOWN}, [])],
+    "get_session_state": [
+        Call("read", (UNKNOWN,), {}, SessionState(session_id=UNKNOWN, outcome=None))
+    ],
+    # an outcome names no owner, so it cannot create the session: the typo is reported
+    "set_session_state": [Call("missing", (UNKNOWN,), {"outcome": "resolved"})],
     # deletes: nothing to do
     "delete_session": [Call("delete", (UNKNOWN,), {"user_id": ANN}, False)],
     "clear_session": [Call("delete", (UNKNOWN,), {"user_id": ANN}, 0)],
@@ -138,6 +147,11 @@ CASES = [(name, call) for name, calls in CALLS.items() for call in calls]
     ("name", "call"), CASES, ids=[f"{n}-{i}" for i, (n, _) in enumerate(CASES)]
 )
 def test_sync_method_keeps_the_rule(mm: MemoryManager, name: str, call: Call) -> None:
+    if call.kind == "missing":
+        with pytest.raises(SessionNotFoundError):
+            getattr(mm, name)(*call.args, **call.kwargs)
+        assert not mm.session_exists(UNKNOWN)
+        return
     result = getattr(mm, name)(*call.args, **call.kwargs)
     _check(mm, name, call, result)
 
@@ -149,6 +163,10 @@ ASYNC_CASES = [(n, c) for n, c in CASES if f"a{n}" in _public_methods()]
     ("name", "call"), ASYNC_CASES, ids=[f"a{n}-{i}" for i, (n, _) in enumerate(ASYNC_CASES)]
 )
 async def test_async_twin_keeps_the_rule(mm: MemoryManager, name: str, call: Call) -> None:
+    if call.kind == "missing":
+        with pytest.raises(SessionNotFoundError):
+            await getattr(mm, f"a{name}")(*call.args, **call.kwargs)
+        return
     result = await getattr(mm, f"a{name}")(*call.args, **call.kwargs)
     await asyncio.to_thread(_check, mm, name, call, result)
 

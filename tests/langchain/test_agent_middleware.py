@@ -343,3 +343,29 @@ def test_without_a_user_older_turns_outside_the_window_are_still_recalled(tmp_pa
     system = last[0].text
     assert "my cat is called Miso" in system
     assert "what is my cat called?" not in system
+
+
+def test_a_turn_the_store_does_not_hold_yet_still_fits_the_budget(tmp_path: Path) -> None:
+    """A checkpointer that records the thread may store the last step after the model call
+    starts; the window then makes room for what is not stored yet instead of going over."""
+    from langchain_core.messages import HumanMessage
+
+    from harombe_core import MemoryManager
+    from langchain_harombe import HarombeMemoryMiddleware
+    from langchain_harombe.convert import from_langchain, to_langchain
+
+    with MemoryManager(str(tmp_path / "m.db"), embedding=None) as mm:
+        for i in range(20):
+            note = HumanMessage(f"note {i}: item number {i}", id=f"h{i}")
+            mm.save_message("t", from_langchain(note))
+        middleware = HarombeMemoryMiddleware(mm, max_tokens=100)
+        stored = mm.get_messages("t")
+        view = mm.get_recent_messages("t", max_tokens=100)
+        state = [to_langchain(m) for m in stored]
+        pending = HumanMessage("and one more question that is not stored yet", id="pending")
+        window = middleware._within_budget([*state, pending], view)
+        kept = [m for m in view if to_langchain(m).id in {w.id for w in window}]
+        total = sum(m.token_count or 0 for m in kept) + mm.count_tokens([from_langchain(pending)])
+        assert total <= 100
+        assert len(kept) < len(view)  # room was made by dropping the oldest
+        assert [w.id for w in window] == [to_langchain(m).id for m in view[len(view) - len(kept) :]]

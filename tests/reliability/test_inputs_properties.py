@@ -179,6 +179,9 @@ anything = named(
 )
 
 
+FACT_KINDS = st.sampled_from(["fact", "preference", "task", "decision", "nope"])
+
+
 def kind(*plausible: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
     """Plausible values of a kind, mixed with anything at all."""
     return st.one_of(*plausible, anything)
@@ -512,6 +515,19 @@ def common_kinds(world: World) -> dict[str, st.SearchStrategy[Any]]:
         "rag": flags,
         "metadata": metadata,
         "unless_metadata": metadata,
+        # user memory: facts, their kinds, subjects and dates, session outcome
+        "text": texts,
+        "kind": kind(FACT_KINDS),
+        "kinds": kind(st.lists(FACT_KINDS, max_size=3)),
+        "subject": st.one_of(st.none(), texts),
+        "valid_from": st.one_of(st.none(), times),
+        "as_of": st.one_of(st.none(), times),
+        "include_history": flags,
+        "fact_id": counts,
+        "outcome": kind(st.sampled_from(["resolved", "ongoing", "abandoned", None, "nope"])),
+        "important": st.one_of(st.none(), flags),
+        "user_memory": st.sampled_from([None, True, False, 3, "x"]),
+        "fact_extractor": st.sampled_from([None, "offline", 3, "nope", lambda batch: "[]"]),
         "message": messages_one,
         "messages": messages_many,
         "delete_ids": id_lists,
