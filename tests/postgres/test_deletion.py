@@ -5,7 +5,7 @@ covered it is dropped; ``forget_user`` removes all of a user and nothing of anyo
 
 from __future__ import annotations
 
-from harombe_core import MemoryManager, Message
+from harombe_core import MemoryConfig, MemoryManager, Message
 from harombe_core.testing import FakeEmbedder
 from tests.reliability.test_deletion import token
 
@@ -13,7 +13,11 @@ from tests.reliability.test_deletion import token
 def test_a_deleted_message_is_found_through_no_neighbour(backend_url: str) -> None:
     secret, control = token(), token()
     vector_store = "pgvector" if backend_url.startswith("postgresql") else "chroma"
-    with MemoryManager(backend_url, embedding=FakeEmbedder(), vector_store=vector_store) as mm:
+    # Each message embedded with the turn it answers, so the answer's vector holds the secret.
+    config = MemoryConfig(vector_store={"embed_context": True})
+    with MemoryManager(
+        backend_url, embedding=FakeEmbedder(), vector_store=vector_store, config=config
+    ) as mm:
         ids = mm.save_messages(
             "chat",
             [
