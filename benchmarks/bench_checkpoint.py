@@ -273,6 +273,19 @@ def _fake_model() -> Any:
     return GenericFakeChatModel(messages=itertools.cycle([reply]))
 
 
+def turn_schedule(
+    tag: str, names: list[str], threads: int, turns: int
+) -> Iterator[tuple[str, dict[str, Any], dict[str, Any]]]:
+    """Every agent's turns in the order they are timed: (agent, input, config), the agents
+    taking each turn in alternating order so a change of load hits both alike."""
+    for thread in range(threads):
+        config = {"configurable": {"thread_id": f"{tag}-{thread}"}}
+        for turn in range(turns):
+            ask = {"messages": [HumanMessage(f"Question {turn}: {words(turn, 20)}?")]}
+            for name in names if turn % 2 == 0 else names[::-1]:
+                yield name, ask, config
+
+
 def agent_turns(workdir: str, threads: int, turns: int) -> TurnRow:
     """Median ms of one ``invoke`` of a checkpointed agent, harombe beside SqliteSaver."""
     from langchain.agents import create_agent
@@ -288,15 +301,10 @@ def agent_turns(workdir: str, threads: int, turns: int) -> TurnRow:
     }
     agents = {name: create_agent(_fake_model(), [], checkpointer=s) for name, s in savers.items()}
     times: dict[str, list[float]] = {name: [] for name in agents}
-    names = list(agents)
-    for thread in range(threads):
-        config = {"configurable": {"thread_id": f"{tag}-{thread}"}}
-        for turn in range(turns):
-            ask = {"messages": [HumanMessage(f"Question {turn}: {words(turn, 20)}?")]}
-            for name in names if turn % 2 == 0 else names[::-1]:
-                start = time.perf_counter()
-                agents[name].invoke(ask, config)
-                times[name].append(time.perf_counter() - start)
+    for name, ask, config in turn_schedule(tag, list(agents), threads, turns):
+        start = time.perf_counter()
+        agents[name].invoke(ask, config)
+        times[name].append(time.perf_counter() - start)
     manager.close()
     return TurnRow("invoke", threads, turns, {n: median_ms(t) for n, t in times.items()})
 
@@ -322,15 +330,10 @@ async def aagent_turns(workdir: str, threads: int, turns: int) -> TurnRow:
         }
         agents = {n: create_agent(_fake_model(), [], checkpointer=s) for n, s in savers.items()}
         times: dict[str, list[float]] = {name: [] for name in agents}
-        names = list(agents)
-        for thread in range(threads):
-            config = {"configurable": {"thread_id": f"{tag}-{thread}"}}
-            for turn in range(turns):
-                ask = {"messages": [HumanMessage(f"Question {turn}: {words(turn, 20)}?")]}
-                for name in names if turn % 2 == 0 else names[::-1]:
-                    start = time.perf_counter()
-                    await agents[name].ainvoke(ask, config)
-                    times[name].append(time.perf_counter() - start)
+        for name, ask, config in turn_schedule(tag, list(agents), threads, turns):
+            start = time.perf_counter()
+            await agents[name].ainvoke(ask, config)
+            times[name].append(time.perf_counter() - start)
     await manager.aclose()
     return TurnRow("ainvoke", threads, turns, {n: median_ms(t) for n, t in times.items()})
 
