@@ -5,7 +5,8 @@ Why it looks the way it does:
 * Each operation is written once, as a generator that yields the SQL it needs and receives the
   rows back; a small sync driver (psycopg ``ConnectionPool``) and a small async driver
   (``AsyncConnectionPool``) run it. So the ``a``-prefixed async methods are native async with no
-  second copy of the logic and no thread hop.
+  second copy of the logic and no worker thread; the async pool lives on the store's own loop
+  (:mod:`harombe_core.store.pg_async`), so any number of caller loops can use one store.
 * Every write is one transaction, retried with backoff while the server is unreachable (a restart,
   a failover) or reports a serialisation failure. A write whose COMMIT may have been applied
   before the connection dropped is *not* applied twice: each write records a unique key with its
@@ -27,13 +28,11 @@ Why it looks the way it does:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import json
 import logging
 import random
 import re
-import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
@@ -78,6 +77,8 @@ try:
     from psycopg_pool import AsyncConnectionPool, ConnectionPool
 except ImportError as _exc:  # pragma: no cover - depends on the environment
     raise MissingExtraError("The PostgreSQL store", "postgres", "psycopg") from _exc
+
+from harombe_core.store.pg_async import AsyncPool
 
 __all__ = [
     "PG_MIGRATIONS",
@@ -203,11 +204,19 @@ class PostgresStore(NativeAsyncMethods, ContextReads):
             timeout=connect_timeout,
             name="harombe",
         )
-        self._apool: AsyncConnectionPool | None = None
-        self._apool_loop: asyncio.AbstractEventLoop | None = None
-        self._alock = threading.Lock()
-        self._max_size = max_size
-        self._connect_timeout = connect_timeout
+        # Async calls run on a pool of the store's own loop, whatever loop they come from.
+        self._apool = AsyncPool(
+            lambda: AsyncConnectionPool(
+                url,
+                min_size=1,
+                max_size=max_size,
+                kwargs=self._kwargs,
+                open=False,
+                timeout=connect_timeout,
+                name="harombe-async",
+            ),
+            name=self.location,
+        )
         try:
             self._with_retry(lambda: self._pool.open(wait=True, timeout=connect_timeout))
             self._run(self._migrate_body, write=False, keyed=False)
@@ -244,9 +253,7 @@ class PostgresStore(NativeAsyncMethods, ContextReads):
             return False
         if state in _TRANSIENT_STATES or state.startswith("08"):
             return True
-        return isinstance(exc, psycopg.OperationalError) and not isinstance(
-            exc, pg_errors.DiskFull
-        )
+        return isinstance(exc, psycopg.OperationalError) and not isinstance(exc, pg_errors.DiskFull)
 
     def _with_retry(self, fn: Callable[[], T]) -> T:
         deadline = time.monotonic() + self._retry_seconds
@@ -321,9 +328,7 @@ class PostgresStore(NativeAsyncMethods, ContextReads):
                     f"{time.monotonic() - started:.0f} s; whether it was applied is unknown. "
                     "Read the data back before writing it again."
                 )
-            done = (
-                yield Step("SELECT result FROM harombe_writes WHERE key = %s", (key,))
-            ).rows
+            done = (yield Step("SELECT result FROM harombe_writes WHERE key = %s", (key,))).rows
             if done:
                 return json.loads(done[0][0])
         value = yield from factory()
@@ -405,42 +410,23 @@ class PostgresStore(NativeAsyncMethods, ContextReads):
             return fn()
         return self._run(lambda: self._atomic_body(fn), pin=True)
 
-    async def _apool_get(self) -> AsyncConnectionPool:
-        loop = asyncio.get_running_loop()
-        if self._apool is not None and self._apool_loop is loop:
-            return self._apool
-        # A pool belongs to one event loop; a new loop (a new asyncio.run) gets a new pool.
-        old = self._apool
-        pool = AsyncConnectionPool(
-            self.url,
-            min_size=1,
-            max_size=self._max_size,
-            kwargs=self._kwargs,
-            open=False,
-            timeout=self._connect_timeout,
-            name="harombe-async",
-        )
-        await pool.open(wait=False)
-        self._apool, self._apool_loop = pool, loop
-        if old is not None:
-            with contextlib.suppress(Exception):
-                await old.close()
-        return pool
-
     async def _arun(
         self, factory: Callable[[], Body[T]], *, write: bool = True, keyed: bool = True
     ) -> T:
         """The async driver of :meth:`_run` (same transaction and retry semantics)."""
         if self._closed:
             raise StoreError(f"{self.location}: the store is closed; open a new MemoryManager.")
-        pool = await self._apool_get()
         tries = _Attempts(self, factory, write and keyed)
-        while True:
-            try:
-                async with pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
-                    return await self._adrive(cur, tries.body())
-            except (psycopg.Error, UnicodeError) as exc:
-                await asyncio.sleep(tries.wait(exc))
+
+        async def attempts(pool: AsyncConnectionPool) -> T:
+            while True:
+                try:
+                    async with pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
+                        return await self._adrive(cur, tries.body())
+                except (psycopg.Error, UnicodeError) as exc:
+                    await asyncio.sleep(tries.wait(exc))
+
+        return await self._apool.run(attempts)
 
     def run(self, op: Op[T]) -> T:
         """Run one operation (:mod:`harombe_core.store.ops`) in one transaction: a write is
@@ -449,9 +435,7 @@ class PostgresStore(NativeAsyncMethods, ContextReads):
 
     async def arun(self, op: Op[T]) -> T:
         """:meth:`run` on the async pool: native async, no thread hop."""
-        return await self._arun(
-            lambda: op.body(POSTGRES), write=op.write, keyed=op.exactly_once
-        )
+        return await self._arun(lambda: op.body(POSTGRES), write=op.write, keyed=op.exactly_once)
 
     def run_body(self, factory: Callable[[], Body[T]], *, exactly_once: bool = False) -> T:
         """Run a body in one transaction, with the store's retries and error types.
@@ -481,20 +465,9 @@ class PostgresStore(NativeAsyncMethods, ContextReads):
             return
         self._closed = True
         self._pool.close()
-        apool, loop = self._apool, self._apool_loop
-        self._apool = None
-        if apool is not None and loop is not None and not loop.is_closed():
-            with contextlib.suppress(Exception):
-                if loop.is_running():
-                    asyncio.run_coroutine_threadsafe(apool.close(), loop)
-                else:
-                    loop.run_until_complete(apool.close())
+        self._apool.close()
 
     async def aclose(self) -> None:
-        apool = self._apool
-        self._apool = None
-        if apool is not None:
-            await apool.close()
         self.close()
 
     # schema ---------------------------------------------------------------------------------
@@ -664,6 +637,7 @@ class PostgresStore(NativeAsyncMethods, ContextReads):
 
     # context reads (O(window)): important_before, is_threaded, thread_path ----------------
     _context_dialect, _context_mark = "postgres", "%s"
+
     @staticmethod
     def _context_row(row: Sequence[Any]) -> Message:
         return row_to_message(row)
