@@ -190,6 +190,7 @@ class PostgresStore(NativeAsyncMethods, ContextReads):
         self.dialect = POSTGRES
         self.location = redact_url(url)
         self._retry_seconds = retry_seconds
+        self._connect_timeout = connect_timeout
         self._write_log_seconds = retry_seconds + connect_timeout + _WRITE_LOG_SLACK
         self._writes = itertools.count()
         self._block = AtomicBlock()  # this thread's atomic() block, if one is open
