@@ -57,7 +57,7 @@ from harombe_core.store.base import (
     SearchScope,
 )
 from harombe_core.store.context_sql import ContextReads
-from harombe_core.store.methods import NativeAsyncMethods
+from harombe_core.store.methods import StoreMethods
 from harombe_core.store.rows import (
     MESSAGE_COLUMNS,
     check_id,
@@ -164,7 +164,7 @@ def _ts_query_text(text: str) -> str | None:
     return " or ".join(words[:64])
 
 
-class PostgresStore(NativeAsyncMethods, ContextReads):
+class PostgresStore(StoreMethods, ContextReads):
     """A :class:`~harombe_core.store.base.MessageStore` on PostgreSQL (extra ``postgres``).
 
     ``url`` is a libpq URL (``postgresql://user:pass@host:5432/db``). ``retry_seconds`` is how long
