@@ -16,13 +16,11 @@ own ``add_messages``, as steps).
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from harombe_core.errors import InvalidInputError
-from harombe_core.store.runner import Body, Step, StepResult
-from harombe_core.store.runner import drive as run_body
+from harombe_core.store.runner import Body, Step, StepResult, drive
 
 if TYPE_CHECKING:
     from harombe_core.models import Message
@@ -94,17 +92,6 @@ class _PostgresRunner(SqlRunner):
 
     async def aread(self, factory: Callable[[], Body[T]]) -> T:
         return await self.store.arun_body(factory)
-
-
-def drive(c: sqlite3.Connection, body: Body[T]) -> T:
-    """Run ``body`` on a SQLite connection (inside the caller's transaction)."""
-
-    def execute(step: Step) -> StepResult:
-        cursor = c.execute(step.sql, step.params)
-        rows = cursor.fetchall() if cursor.description is not None else []
-        return StepResult(rows, cursor.rowcount)
-
-    return run_body(execute, body)
 
 
 def sql_runner(store: Any) -> SqlRunner:
