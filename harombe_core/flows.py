@@ -36,6 +36,8 @@ failures with an ordinary ``try``/``except`` on both paths alike.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import threading
 from collections.abc import Awaitable, Callable, Generator
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
@@ -128,10 +130,12 @@ class Run(Request, Generic[T]):
 
 
 class Parallel(Request):
-    """Several requests whose results the flow needs together, as a list in the same order.
+    """Several requests whose results the caller needs together, as a list in the same order.
 
-    Async runs them concurrently (``asyncio.gather``), which overlaps, for example, a keyword
-    search with the embedding of the query; sync runs them one after the other.
+    Both paths overlap them, for example a keyword search (SQLite releases the GIL) with the
+    embedding of the query: async runs them concurrently (``asyncio.gather``); sync runs the
+    first on the calling thread and the others on the flows' shared worker threads, waiting
+    for all of them before it returns or raises.
     """
 
     __slots__ = ("requests",)
@@ -140,10 +144,29 @@ class Parallel(Request):
         self.requests = requests
 
     def run(self) -> list[Any]:
-        return [request.run() for request in self.requests]
+        first, *others = self.requests
+        pending = [_workers().submit(request.run) for request in others]
+        try:
+            results = [first.run()]
+        finally:
+            concurrent.futures.wait(pending)
+        return results + [future.result() for future in pending]
 
     async def arun(self) -> list[Any]:
         return list(await asyncio.gather(*(request.arun() for request in self.requests)))
+
+
+_WORKERS: concurrent.futures.ThreadPoolExecutor | None = None
+_WORKERS_LOCK = threading.Lock()
+
+
+def _workers() -> concurrent.futures.ThreadPoolExecutor:
+    """The threads :class:`Parallel` overlaps sync requests on (shared, made on first use)."""
+    global _WORKERS
+    with _WORKERS_LOCK:
+        if _WORKERS is None:
+            _WORKERS = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="harombe-flow")
+        return _WORKERS
 
 
 class _Steps(Generic[T]):

@@ -101,6 +101,38 @@ async def test_parallel_runs_concurrently_when_async() -> None:
     assert await adrive(flow()) == [2, 2]
 
 
+def test_parallel_requests_overlap_on_the_sync_path_too() -> None:
+    # Each request waits for the other at a barrier: they finish only if they run together
+    # (the timeout only stops a broken build from hanging; it is not a speed threshold).
+    barrier = threading.Barrier(2, timeout=60)
+
+    def meet(value: int) -> int:
+        barrier.wait()
+        return value
+
+    def flow() -> Flow[list[int]]:
+        results: list[int] = yield Parallel(Work(meet, 1), Work(meet, 2))
+        return results
+
+    assert drive(flow()) == [1, 2]
+
+
+def test_a_failing_parallel_request_fails_the_flow_after_the_others_finish() -> None:
+    finished: list[int] = []
+
+    def later(value: int) -> int:
+        finished.append(value)
+        return value
+
+    def flow() -> Flow[list[int]]:
+        results: list[int] = yield Parallel(Work(_fails, 1), Work(later, 2))
+        return results
+
+    with pytest.raises(KeyError):
+        drive(flow())
+    assert finished == [2]
+
+
 class _Recording:
     """A store's runner that records which path ran each operation."""
 
