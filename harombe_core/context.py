@@ -211,11 +211,18 @@ class ContextBuilder:
         With ``user_id``, only that user's session (else SessionOwnershipError).
         """
 
+        return drive(self.summarize_flow(session_id, until_id, user_id))
+
+    def summarize_flow(
+        self, session_id: str, until_id: int | None, user_id: str | None
+    ) -> Flow[Any]:
+        """:meth:`summarize_session` as a flow: the owner check reads the session as a store
+        operation, and the folding (locked, with the summariser) is one request of work."""
         until_id = optional_count(until_id, "until_id")
-        session = self.check_owner(session_id, user_id)
+        session = yield from owned_session(self.store, session_id, user_id)
         if session is None:  # an unknown session has nothing to summarise
             return None
-        return self._summarize(session, until_id, None)
+        return (yield Work(self._summarize, session, until_id, None))
 
     def _summarize(self, session: Session, until_id: int | None, max_messages: int | None) -> Any:
         """:meth:`summarize_session` of a session already read (and its owner checked)."""

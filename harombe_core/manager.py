@@ -1033,8 +1033,7 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
         self, session_id: str, *, until_id: int | None = None, user_id: str | None = None
     ) -> Any:
         """Bring the session's summary up to date (async twin of :meth:`summarize_session`)."""
-        fold = Work(self.summarize_session, session_id, until_id=until_id, user_id=user_id)
-        return await adrive(self._one(fold))
+        return await adrive(self._context.summarize_flow(session_id, until_id, user_id))
 
     def end_session(self, session_id: str, *, user_id: str | None = None) -> Any:
         """The session-end pipeline: summary, facts, topics, outcome, and (with semantic memory)
@@ -1052,7 +1051,7 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
         return await adrive(self._end_session(session_id, user_id))
 
     def _end_session(self, session_id: str, user_id: str | None) -> Flow[Any]:
-        summary = yield Work(self._context.summarize_session, session_id, user_id=user_id)
+        summary = yield from self._context.summarize_flow(session_id, None, user_id)
         yield from self._facts.end_session(session_id)
         return summary
 
