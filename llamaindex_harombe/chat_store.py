@@ -107,7 +107,7 @@ class _ManagedStore(OwnedManager, BaseModel):
         yield from self._check(key)
         return (yield from self._read(key))
 
-    def _replace(
+    def _rewrite(
         self, key: str, doomed: Sequence[int], messages: Sequence[Message] = ()
     ) -> Flow[None]:
         m = self._manager
@@ -149,7 +149,7 @@ class HarombeChatStore(_ManagedStore, BaseChatStore):
     def _set(self, key: str, messages: list[ChatMessage]) -> Flow[None]:
         converted = from_llamaindex_list(messages, "set_messages")
         old = [m.id for m in (yield from self._stored(key)) if m.id is not None]
-        yield from self._replace(key, old, converted)
+        yield from self._rewrite(key, old, converted)
 
     def get_messages(self, key: str) -> list[ChatMessage]:
         return [to_llamaindex(m) for m in drive(self._stored(key))]
@@ -185,7 +185,7 @@ class HarombeChatStore(_ManagedStore, BaseChatStore):
         # Ids are the order, so the messages after the insertion point are written again after
         # the new one, in the same transaction.
         doomed = [m.id for m in tail if m.id is not None]
-        yield from self._replace(key, doomed, [converted, *(_fresh(m) for m in tail)])
+        yield from self._rewrite(key, doomed, [converted, *(_fresh(m) for m in tail)])
 
     def delete_messages(self, key: str) -> list[ChatMessage] | None:
         """Remove the key and its messages; returns them, or None if the key is unknown."""
@@ -221,7 +221,7 @@ class HarombeChatStore(_ManagedStore, BaseChatStore):
         if not -len(stored) <= idx < len(stored):
             return None
         doomed = stored[idx]
-        yield from self._replace(key, [doomed.id] if doomed.id is not None else [])
+        yield from self._rewrite(key, [doomed.id] if doomed.id is not None else [])
         return to_llamaindex(doomed)
 
     def get_keys(self) -> list[str]:
@@ -353,10 +353,10 @@ class HarombeDBChatStore(_ManagedStore, AsyncDBChatStore):
         ``SQLAlchemyChatStore``: ``Memory.set`` means "this is the conversation")."""
         converted = self._convert(messages, status)
         doomed = [m.id for m in (yield from self._stored(key)) if m.id is not None]
-        yield from self._replace(key, doomed, converted)
+        yield from self._rewrite(key, doomed, converted)
 
     def _delete_ids(self, key: str, victims: list[Message]) -> Flow[list[ChatMessage]]:
-        yield from self._replace(key, [m.id for m in victims if m.id is not None])
+        yield from self._rewrite(key, [m.id for m in victims if m.id is not None])
         return [to_llamaindex(m) for m in victims]
 
     def _delete_id(self, key: str, row_id: int) -> Flow[ChatMessage | None]:
