@@ -30,6 +30,7 @@ __all__ = [
     "delete_user_facts",
     "extracted_until",
     "fact_vectors",
+    "forget_current",
     "forget_fact",
     "get_session_state",
     "import_facts",
@@ -39,6 +40,7 @@ __all__ = [
     "pending_sessions",
     "ranked_sessions",
     "set_session_state",
+    "users_with_facts",
 ]
 
 FACT_COLUMNS = (
@@ -255,6 +257,31 @@ def forget_fact(user_id: str, fact_id: int) -> Op[bool]:
     return Op(body, write=True)
 
 
+def forget_current(user_id: str, subject: str | None, fact_id: int | None) -> Op[int]:
+    """Forget ``user_id``'s current fact of ``subject`` (else the current fact ``fact_id``):
+    what deleting a LangGraph store item of the facts namespace does. Its id, or 0 if there
+    was none. Written as one operation so that it can join a larger transaction."""
+
+    def body(d: Dialect) -> Body[int]:
+        sql = "SELECT id FROM facts WHERE user_id = ? AND valid_to IS NULL AND "
+        if subject is not None:
+            found = (yield d.step(sql + "subject = ? ORDER BY id", (user_id, subject))).rows
+            if found or fact_id is None:
+                return (yield from _forget_found(d, user_id, found))
+        found = (yield d.step(sql + "id = ?", (user_id, fact_id))).rows
+        return (yield from _forget_found(d, user_id, found))
+
+    return Op(body, write=True)
+
+
+def _forget_found(d: Dialect, user_id: str, rows: Sequence[Any]) -> Body[int]:
+    if not rows:
+        return 0
+    fact_id = int(rows[0][0])
+    yield from forget_fact(user_id, fact_id).body(d)
+    return fact_id
+
+
 def delete_user_facts(user_id: str) -> Op[int]:
     """Delete every fact of ``user_id`` (current and history); how many."""
 
@@ -365,6 +392,16 @@ def list_facts(
         params.append(d.no_limit if limit is None else limit)
         rows = (yield d.step(sql, params)).rows
         return (yield from _with_sources(d, rows))
+
+    return Op(body)
+
+
+def users_with_facts() -> Op[list[str]]:
+    """The users with current facts, sorted (a LangGraph store lists their namespaces)."""
+
+    def body(d: Dialect) -> Body[list[str]]:
+        sql = "SELECT DISTINCT user_id FROM facts WHERE valid_to IS NULL ORDER BY user_id"
+        return [str(r[0]) for r in (yield d.step(sql)).rows]
 
     return Op(body)
 
