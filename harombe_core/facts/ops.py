@@ -419,9 +419,12 @@ def keyword_facts(
         if match is None:
             return []
         if d.name == "sqlite":
+            # The user's facts first (CROSS JOIN keeps that order), each looked up in the
+            # keyword index by rowid: the statement visits the user's facts, not every fact
+            # of every user with the query's words (BM25's word statistics stay global).
             sql = (
-                "SELECT f.id, -bm25(facts_fts) FROM facts_fts JOIN facts f ON f.id = "
-                f"facts_fts.rowid WHERE facts_fts MATCH ? AND f.user_id = ?{alive} "
+                "SELECT f.id, -bm25(facts_fts) FROM facts f CROSS JOIN facts_fts ON "
+                f"facts_fts.rowid = f.id WHERE facts_fts MATCH ? AND f.user_id = ?{alive} "
                 "ORDER BY bm25(facts_fts) LIMIT ?"
             )
             rows = (yield d.step(sql, (match, user_id, limit))).rows
