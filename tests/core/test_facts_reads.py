@@ -116,3 +116,31 @@ def test_the_profile_is_the_users_facts_within_the_budget(mm: MemoryManager) -> 
     small = mm.get_profile("ann", max_tokens=12)
     assert 0 < len(small.facts) < len(profile.facts)
     assert small.tokens <= 12
+
+
+@pytest.mark.parametrize("semantic", [False, True])
+def test_a_fact_found_by_search_names_the_messages_it_came_from(
+    tmp_path: Path, semantic: bool
+) -> None:
+    from harombe_core.testing import FakeEmbedder
+
+    embedder = FakeEmbedder() if semantic else None
+    with MemoryManager(str(tmp_path / "m.db"), embedding=embedder) as mm:
+        first = mm.save_message(
+            "s1", Message(role="user", content="I work as a nurse."), user_id="ann"
+        )
+        mm.save_message("s1", Message(role="assistant", content="Noted."))
+        again = mm.save_message(
+            "s2", Message(role="user", content="I work as a nurse"), user_id="ann"
+        )
+        mm.end_session("s1")
+        mm.end_session("s2")
+        (hit,) = mm.search_facts("ann", "nurse", top_k=1)
+        assert hit.fact.text == "Works as a nurse"
+        assert hit.fact.message_ids == [first, again]
+        assert hit.fact.session_ids == ["s1", "s2"]
+        said = {m.id: m.content for sid in hit.fact.session_ids for m in mm.get_messages(sid)}
+        assert [said[i] for i in hit.fact.message_ids] == [
+            "I work as a nurse.",
+            "I work as a nurse",
+        ]
