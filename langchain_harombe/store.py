@@ -202,7 +202,7 @@ class HarombeStore(BaseStore):
         ]
         plan = self._plan(ops)
         facts = _Facts(
-            {i: read_fact_op(self.manager, op) for i, op in _fact_reads(ops)},
+            {i: drive(read_fact_op(self.manager, op)) for i, op in _fact_reads(ops)},
             {i: drive(plan_fact_write(self.manager, op)) for i, op in _fact_writes(ops)},
         )
         docs = self._embed_texts(plan)
@@ -220,9 +220,7 @@ class HarombeStore(BaseStore):
             for op in check_list(ops, "abatch", of="store operations", single=_OPS)
         ]
         plan = self._plan(ops)
-        reads = {
-            i: await asyncio.to_thread(read_fact_op, self.manager, op) for i, op in _fact_reads(ops)
-        }
+        reads = {i: await adrive(read_fact_op(self.manager, op)) for i, op in _fact_reads(ops)}
         writes = {i: await adrive(plan_fact_write(self.manager, op)) for i, op in _fact_writes(ops)}
         facts = _Facts(reads, writes)
         docs = self._embed_texts(plan)

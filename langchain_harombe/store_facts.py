@@ -91,10 +91,9 @@ def _fields(namespace: tuple[str, ...], fact: Any) -> dict[str, Any]:
     }
 
 
-def _find(manager: MemoryManager, user: str, key: str) -> Any:
-    """The current fact a key names: its subject, else its id."""
+def _find(facts: list[Any], key: str) -> Any:
+    """The current fact a key names among ``facts``: its subject, else its id."""
     wanted = " ".join(key.lower().split())
-    facts = manager.get_facts(user)
     for fact in facts:
         if fact.subject == wanted:
             return fact
@@ -103,23 +102,27 @@ def _find(manager: MemoryManager, user: str, key: str) -> Any:
     return None
 
 
-def read_fact_op(manager: MemoryManager, op: Op) -> Result:
-    """The result of a fact read (a get, or a search: see the module docstring)."""
+def read_fact_op(manager: MemoryManager, op: Op) -> Flow[Result]:
+    """The result of a fact read (a get, or a search: see the module docstring), as a flow of
+    the manager's user memory (driven in place by ``batch``, on the event loop by ``abatch``)."""
+    memory = manager.user_memory
     if isinstance(op, SearchOp):
         user = op.namespace_prefix[2]
         found: list[tuple[Any, float | None]]
         if op.query:
-            hits = manager.search_facts(user, op.query, top_k=max(op.limit + op.offset, 1))
+            top_k = max(op.limit + op.offset, 1)
+            hits = yield from memory.search(user, op.query, top_k=top_k)
             found = [(h.fact, h.score) for h in hits]
         else:
-            found = [(f, None) for f in reversed(manager.get_facts(user))]
+            current = yield from memory.facts(user)
+            found = [(f, None) for f in reversed(current)]
         if op.filter:
             items.check_filter(op.filter)
             found = [(f, s) for f, s in found if items.matches_filter(_value(f), op.filter)]
         page = found[op.offset : op.offset + op.limit]
         return [SearchItem(**_fields(op.namespace_prefix, f), score=s) for f, s in page]
     assert isinstance(op, GetOp)  # is_fact_op admits nothing else; puts are planned
-    fact = _find(manager, op.namespace[2], op.key)
+    fact = _find((yield from memory.facts(op.namespace[2])), op.key)
     return None if fact is None else Item(**_fields(op.namespace, fact))
 
 

@@ -131,7 +131,7 @@ def place_facts(
         if sessions:
             at = max(by_session[s] for s in sessions)
         else:
-            at = by_user.get(fact.get("user_id"), len(records) - 1)
+            at = by_user.get(str(fact.get("user_id")), len(records) - 1)
         (placed[at] if at >= 0 else left).append(dict(fact))
     return placed, left
 
