@@ -161,7 +161,7 @@ def test_a_folder_of_session_files_carries_the_facts(
         got = {u: sorted(_facts(mm, u), key=str) for u in ("ann", "bob")}
     # file by file, every fact keeps its text, times and sources; only the link from Berlin
     # to the Lisbon it superseded, which rode in another file, is not restored
-    unlinked = [f[:6] + (None,) + f[7:] for f in want["ann"]]
+    unlinked = [(*f[:6], None, *f[7:]) for f in want["ann"]]
     assert got == {"ann": sorted(unlinked, key=str), "bob": want["bob"]}
 
 
@@ -218,3 +218,19 @@ def test_one_session_exports_carry_no_facts(source: Path) -> None:
         "important": False,
         "facts_until_id": 3,
     }
+
+
+def test_a_one_line_jsonl_export_keeps_its_facts(tmp_path: Path) -> None:
+    """A store of one session exports one JSONL line, which reads as a JSON document."""
+    with _manager(tmp_path / "a.db") as mm:
+        mm.save_message("s1", Message(role="user", content="I live in Lisbon."), user_id="ann")
+        mm.end_session("s1")
+        mm.add_fact("ann", "Is vegan", subject="diet")
+        want = _facts(mm, "ann")
+        text = export_store(mm, "jsonl")
+    assert len(text.splitlines()) == 1
+    file = tmp_path / "one.jsonl"
+    file.write_text(text)
+    with _manager(tmp_path / "b.db") as mm:
+        assert import_file(mm, file).facts == 2
+        assert _facts(mm, "ann") == want
