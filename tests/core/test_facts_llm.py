@@ -195,3 +195,44 @@ async def test_hostile_answer_reaches_no_other_user(location: str, framework: st
     ann = _facts(location)
     assert all(f.user_id == "ann" and f.message_ids == mine for f in ann)
     assert "Likes tea" in [f.text for f in ann]
+
+
+async def test_two_users_with_the_same_answer_keep_their_own_facts(
+    location: str, framework: str
+) -> None:
+    answer = _ops(LISBON, {"action": "add", "kind": "task", "text": "Water the plants"})
+    with MemoryManager(location, embedding=None, fact_extractor=_model(framework, answer)) as mm:
+        said = {
+            user: mm.save_message(
+                f"{user}-s", Message(role="user", content="I live in Lisbon."), user_id=user
+            )
+            for user in ("ann", "bob")
+        }
+    for user in ("ann", "bob"):  # a fresh scripted model per extraction: one answer each
+        with MemoryManager(
+            location, embedding=None, fact_extractor=_model(framework, answer)
+        ) as mm:
+            assert mm.extract_facts(f"{user}-s") == 1
+    ann, bob = _facts(location, "ann"), _facts(location, "bob")
+    assert [f.text for f in ann] == [f.text for f in bob] == ["Lives in Lisbon", "Water the plants"]
+    assert {f.id for f in ann}.isdisjoint(f.id for f in bob)
+    assert all(f.message_ids == [said["ann"]] for f in ann)
+    assert all(f.message_ids == [said["bob"]] for f in bob)
+    with MemoryManager(location, embedding=None) as mm:
+        mm.complete_task("ann", ann[1].id)
+        assert [t.text for t in mm.get_open_tasks("bob")] == ["Water the plants"]
+
+
+def test_a_plain_function_is_an_extractor_too(tmp_path: Path) -> None:
+    prompts: list[str] = []
+
+    def llm(prompt: str) -> str:
+        prompts.append(prompt)
+        return _ops(LISBON)
+
+    with MemoryManager(str(tmp_path / "m.db"), embedding=None, fact_extractor=llm) as mm:
+        mm.save_message("s1", Message(role="user", content="I live in Lisbon."), user_id="ann")
+        mm.end_session("s1")
+        assert [f.text for f in mm.get_facts("ann")] == ["Lives in Lisbon"]
+    assert len(prompts) == 1
+    assert "I live in Lisbon." in prompts[0]
