@@ -1,9 +1,9 @@
 """The manager's async methods run the store's own async path: on PostgreSQL no thread hop.
 
 Each manager operation is one flow (harombe_core.flows); its async twin awaits the store's
-operations on the store's async runner (``arun``), native on PostgreSQL. With ``asyncio.to_thread`` made to fail, every
-async method below must still work on PostgreSQL; on SQLite the same calls must go through
-worker threads, since its I/O blocks.
+operations on the store's async runner (``arun``), native on PostgreSQL. With
+``asyncio.to_thread`` made to fail, every async method below must still work on PostgreSQL; on
+SQLite the same calls must go through worker threads, since its I/O blocks.
 """
 
 from __future__ import annotations
