@@ -33,8 +33,6 @@ T = TypeVar("T")
 class SqlRunner:
     """Runs bodies on one store; :meth:`step` writes a ``?`` statement in its dialect."""
 
-    placeholder = "?"
-
     def for_update(self, alias: str) -> str:
         """The clause that locks the rows a SELECT of table ``alias`` reads until the
         transaction ends ("" on SQLite, whose write transactions lock the whole file)."""
@@ -44,10 +42,10 @@ class SqlRunner:
         self.store = store
 
     def step(self, sql: str, params: Sequence[Any] = ()) -> Step:
-        """A statement written with ``?`` placeholders, in this backend's style."""
-        if self.placeholder == "?":
-            return Step(sql, params)
-        return Step(sql.replace("?", self.placeholder), params)
+        """A statement written with ``?`` placeholders, in this backend's style (the store's
+        :class:`~harombe_core.store.runner.Dialect` writes it)."""
+        step: Step = self.store.dialect.step(sql, params)
+        return step
 
     def run(self, factory: Callable[[], Body[T]], *, exactly_once: bool = False) -> T:
         """Run the body ``factory()`` makes, in one transaction (``factory`` may run again on
@@ -76,8 +74,6 @@ class SqlRunner:
 
 
 class _PostgresRunner(SqlRunner):
-    placeholder = "%s"
-
     def for_update(self, alias: str) -> str:
         return f" FOR UPDATE OF {alias}"
 
