@@ -144,6 +144,8 @@ class Parallel(Request):
         self.requests = requests
 
     def run(self) -> list[Any]:
+        if not self.requests:
+            return []
         first, *others = self.requests
         pending = [_workers().submit(request.run) for request in others]
         try:
