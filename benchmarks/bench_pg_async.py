@@ -40,7 +40,7 @@ from typing import Any
 from harombe_core.models import Message
 from harombe_core.store import ops
 from harombe_core.store.postgres import PostgresStore
-from harombe_core.store.runner import POSTGRES, Body, Step, StepResult, adrive
+from harombe_core.store.runner import POSTGRES, Body, adrive
 
 
 def _append(session_id: str) -> Callable[[], Body[list[int]]]:
@@ -65,13 +65,7 @@ class CallerLoopPool:
 
     async def run(self, factory: Callable[[], Body[Any]]) -> Any:
         async with self.pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
-
-            async def execute(step: Step) -> StepResult:
-                await cur.execute(step.sql, step.params)
-                rows = await cur.fetchall() if cur.description is not None else []
-                return StepResult(rows, cur.rowcount)
-
-            return await adrive(execute, factory())
+            return await adrive(cur, factory())
 
     async def close(self) -> None:
         await self.pool.close()

@@ -23,6 +23,7 @@ import pytest
 from harombe_core.errors import StoreError
 from harombe_core.manager import MemoryManager
 from harombe_core.models import Message
+from harombe_core.store import ops
 
 _SCRIPT = textwrap.dedent(
     """
@@ -124,4 +125,4 @@ async def test_calls_after_close_raise_a_typed_error(pg_url: str) -> None:
     sid = await mm.acreate_session(user_id="ann")
     mm.close()
     with pytest.raises(StoreError, match="closed"):
-        await mm.store.aget_session(sid)
+        await mm.store.arun(ops.get_session(sid))
