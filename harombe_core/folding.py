@@ -88,6 +88,41 @@ class SummaryFolder:
                 _cond.wait(left)
         return True
 
+    def drain(self) -> None:
+        """Do now, on the calling thread, every job waiting, after the one in hand: for a
+        reader that must see what the background still owes (a job that fails is logged and
+        handed back to the background)."""
+        with _cond:
+            if not self._wanted and not self._busy:
+                return
+            on_thread = threading.current_thread() is _thread
+            while self._busy and not on_thread and not self._closed:
+                _cond.wait()
+            if self._closed or self._busy:  # the worker's own job reads: it has it in hand
+                return
+            waiting = dict(self._wanted)
+            self._wanted.clear()
+            if self in _queue:
+                _queue.remove(self)
+            self._busy = True
+        failed: dict[str, int] = {}
+        try:
+            for session_id, until_id in waiting.items():
+                try:
+                    while self._step(session_id, until_id):
+                        pass
+                except Exception as exc:
+                    log.warning("session %s: background job failed (%s)", session_id, exc)
+                    failed[session_id] = until_id
+        finally:
+            with _cond:
+                self._busy = False
+                for session_id, until_id in failed.items():
+                    self._wanted[session_id] = max(until_id, self._wanted.get(session_id, 0))
+                if self._wanted and self not in _queue and not self._closed:
+                    _queue.append(self)
+                _cond.notify_all()
+
     def close(self) -> None:
         """Drop what is waiting and wait for the step in hand (the rest is folded later)."""
         with _cond:

@@ -33,6 +33,7 @@ from harombe_core.store import ops
 from harombe_core.store.base import UNSET, MessageStore
 from harombe_core.store.closing import ClosesOnExit
 from harombe_core.store.encryption import check_key
+from harombe_core.store.pending import settle
 from harombe_core.strategies import Window, window_newest
 from harombe_core.tokens import TokenCounter, resolve_token_counter
 from harombe_core.validate import (
@@ -665,6 +666,7 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
         model fails or ``timeout`` (seconds) passes first."""
         check_progress(progress)
         timeout = optional_number(timeout, "timeout", low=0, high=MAX_WAIT_SECONDS)
+        yield Work(settle, getattr(self._store, "location", ""))  # derived rows still owed
         if self._semantic is not None:
             yield Work(self._semantic.flush, timeout, progress=progress)
         yield Work(self._context.flush_summaries, timeout)
@@ -699,6 +701,7 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
         if self._closed:
             return
         self._closed = True
+        settle(getattr(self._store, "location", ""))  # derived rows owed are written first
         self._facts.close()
         self._context.close()  # the background folder stops before the store closes
         semantic, self._searcher.semantic = self._searcher.semantic, None

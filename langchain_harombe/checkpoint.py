@@ -59,6 +59,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -78,10 +79,12 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from harombe_core.checkpoint_safety import AllowList
 from harombe_core.errors import InvalidInputError
+from harombe_core.folding import SummaryFolder
 from harombe_core.manager import MemoryManager
+from harombe_core.store import pending
 from harombe_core.store.closing import ClosesOnExit
 from harombe_core.store.sql_body import Body, SqlRunner, sql_runner
-from langchain_harombe.checkpoint_mirror import convert_with
+from langchain_harombe.checkpoint_mirror import Head, convert_with
 from langchain_harombe.checkpoint_rows import (
     BlobCache,
     PutPlan,
@@ -173,6 +176,15 @@ class HarombeSaver(ClosesOnExit, BaseCheckpointSaver[str]):
         self.messages_key = messages_key
         self._cache = BlobCache(cache_bytes)
         self._tables = self._make_tables()
+        # Threads' sessions are written by a background job after their checkpoints (see
+        # checkpoint_mirror): the newest head each put had in memory, the jobs, and the
+        # database's reads made to apply what is owed first.
+        self._heads: dict[str, Head] = {}
+        self._heads_lock = threading.Lock()
+        self._mirrors = SummaryFolder(self._mirror_step)
+        self._unregister = pending.register(self.manager.store.location, self._mirrors.drain)
+        for thread_id in self._runner.read(self._tables.due):  # owed by a process that died
+            self._mirrors.request(thread_id, 0)
 
     @classmethod
     @contextmanager
@@ -231,7 +243,8 @@ class HarombeSaver(ClosesOnExit, BaseCheckpointSaver[str]):
 
     def _after_put(self, plan: PutPlan, result: dict[str, Any]) -> RunnableConfig:
         """What :meth:`put` and :meth:`aput` do once the transaction has committed: cache what
-        it wrote, refresh the thread's messages, and answer the stored checkpoint's config."""
+        it wrote, hand the thread's session to the background job if the checkpoint is the
+        thread's newest, and answer the stored checkpoint's config."""
         self._cache.remember(
             plan.thread_id,
             plan.written,
@@ -244,11 +257,26 @@ class HarombeSaver(ClosesOnExit, BaseCheckpointSaver[str]):
             result["epoch"],
             [(plan.namespace, *blob) for blob in plan.blobs if blob[:2] in stored],
         )
-        mirror = mirror_from_json(result["mirror"])
-        if mirror is not None:
-            self._cache.set_mirror(plan.thread_id, mirror)
-            self.manager.notify_written()
+        if result["head"]:
+            head = self._tables.plan_head(plan)
+            with self._heads_lock:
+                known = self._heads.get(plan.thread_id)
+                if known is None or known.checkpoint_id <= head.checkpoint_id:
+                    self._heads[plan.thread_id] = head
+            self._mirrors.request(plan.thread_id, 0)
         return _next_config(plan)
+
+    def _mirror_step(self, thread_id: str, _: int) -> bool:
+        """The background job of one thread: its session made to hold its newest checkpoint's
+        messages (from the head a put left in memory when it is still the newest)."""
+        with self._heads_lock:
+            head = self._heads.pop(thread_id, None)
+        result = self._runner.run(lambda: self._tables.mirror(thread_id, head), exactly_once=True)
+        mirror = mirror_from_json(result)
+        if mirror is not None:
+            self._cache.set_mirror(thread_id, mirror)
+            self.manager.notify_written()
+        return False
 
     # put_writes ---------------------------------------------------------------------------
     def _writes_op(
@@ -472,8 +500,17 @@ class HarombeSaver(ClosesOnExit, BaseCheckpointSaver[str]):
             number = int(str(current).split(".")[0])
         return f"{number + 1:032}.{random.random():016}"
 
+    def flush(self) -> None:
+        """Write every thread's session that this saver's puts still owe (reads of this
+        process do so by themselves; ``MemoryManager.flush()`` does it too)."""
+        self._mirrors.drain()
+
     def close(self) -> None:
-        """Close the manager if this saver opened it from ``storage_path``."""
+        """Write the sessions still owed, then close the manager if this saver opened it from
+        ``storage_path``."""
+        self._mirrors.drain()
+        self._mirrors.close()
+        self._unregister()
         if self._owns_manager:
             self.manager.close()
 

@@ -16,9 +16,25 @@ alone). :func:`reconcile` moves the session to a new head in the head's own tran
   inserted before a kept one, the rest is rewritten.
 
 What this process last mirrored is trusted only while the database agrees nothing else happened
-since: the thread's newest checkpoint is the one it mirrored, and the session has the message
-count and newest message id it left (any write or delete in the session changes one of them),
-so other processes and ``harombe`` commands never leave it stale.
+since: the session has the message count and newest message id it left (message ids are never
+reused, so any write or delete in the session changes one of them), so other processes and
+``harombe`` commands never leave it stale.
+
+When it runs
+============
+
+A put does not write the session: it marks the thread in ``checkpoint_mirror_due`` (in its own
+transaction) and hands it to :class:`MirrorJobs`, which runs :meth:`CheckpointTables.mirror` on
+the process's background thread (the one that folds summary backlogs): the session is made to
+hold the thread's newest checkpoint and the mark is cleared, in one transaction. Several puts
+of a turn become one such transaction. The session's messages are derived data, like their
+vectors, so:
+
+* **read your writes**: every read of messages or sessions through the store of this process
+  first applies what is owed (:mod:`harombe_core.store.pending`), on the reading thread;
+* ``MemoryManager.flush()`` and ``close()`` apply it too;
+* **a kill loses nothing**: the mark commits with the checkpoint, and the next saver opened on
+  the database hands every marked thread to its own jobs (and its reads apply them).
 """
 
 from __future__ import annotations
@@ -114,7 +130,6 @@ def reconcile(
     step = runner.step
     trusted = (
         cached is not None
-        and cached.head_id == state.head_id
         and cached.message_count == state.message_count
         and cached.max_id == state.max_id
     )

@@ -165,16 +165,49 @@ class CheckpointTables:
             (thread_id, plan.namespace, plan.checkpoint_id, plan.parent_id, plan.run_id,
              plan.type, plan.checkpoint, plan.metadata),
         )
-        mirror: Mirror | None = None
-        if plan.namespace == "" and (state.head_id is None or plan.checkpoint_id >= state.head_id):
-            mirror = yield from self._reconcile(plan.thread_id, state, self._plan_head(plan))
+        head = plan.namespace == "" and (
+            state.head_id is None or plan.checkpoint_id >= state.head_id
+        )
+        if head:
+            # The session now owes this head's messages: written by :meth:`mirror` in the
+            # background, and found by the next open if this process dies first.
+            yield step(
+                "INSERT INTO checkpoint_mirror_due (thread_id) VALUES (?) "
+                "ON CONFLICT (thread_id) DO NOTHING",
+                (thread_id,),
+            )
         return {
             "epoch": state.epoch,
-            "mirror": _mirror_json(mirror),
+            "head": head,
             # The blobs this put stored (not those a same-keyed earlier put had): the values
             # this process may keep as the stored ones.
             "channels": [list(r) for r in inserted],
         }
+
+    def mirror(self, thread_id: str, head: Head | None) -> Body[list[Any] | None]:
+        """Make the thread's session hold the messages of its newest checkpoint (main
+        namespace) and clear the thread's mark of an owed session, in one transaction.
+
+        ``head``: that checkpoint's messages as a put of this process had them in memory
+        (used if it is still the newest; else they are read back). Returns what the session
+        then mirrors (None when the thread is gone or has no checkpoint)."""
+        step = self.runner.step
+        rows = (yield step(_STATE + self.runner.for_update("s"), (thread_id,))).rows
+        mirror: Mirror | None = None
+        if rows:
+            state = _thread_state(rows[0])
+            if state.head_id is not None:
+                if head is not None and head.checkpoint_id == state.head_id:
+                    mirror = yield from self._reconcile(thread_id, state, head)
+                else:
+                    mirror = yield from self._reconcile_stored(thread_id, state)
+        yield step("DELETE FROM checkpoint_mirror_due WHERE thread_id = ?", (thread_id,))
+        return _mirror_json(mirror)
+
+    def due(self) -> Body[list[str]]:
+        """The threads whose session is owed the messages of their newest checkpoint."""
+        rows = (yield self.runner.step("SELECT thread_id FROM checkpoint_mirror_due")).rows
+        return [r[0] for r in rows]
 
     def put_writes(
         self,
@@ -372,14 +405,7 @@ class CheckpointTables:
             owner, now = create
             yield self.runner.step(_NEW_SESSION, (thread_id, owner, now, now))
             rows = (yield self.runner.step(sql, (thread_id,))).rows
-        row = rows[0]
-        return ThreadState(
-            owner=row[0],
-            message_count=int(row[1]),
-            max_id=int(row[2] or 0),
-            head_id=row[3],
-            epoch=row[4],
-        )
+        return _thread_state(rows[0])
 
     def _lock(self, thread_id: str) -> Body[None]:
         """Take the session's row, so no put of this thread interleaves."""
@@ -424,7 +450,7 @@ class CheckpointTables:
         )
         return mirror
 
-    def _plan_head(self, plan: PutPlan) -> Head:
+    def plan_head(self, plan: PutPlan) -> Head:
         """The messages of the checkpoint being put (in memory, or an unchanged list)."""
         entry = plan.lists.get(self.messages_key)
         if entry is not None:
@@ -649,6 +675,17 @@ class CheckpointTables:
                 "UPDATE checkpoint_threads SET blob_epoch = ? WHERE thread_id = ?",
                 (epoch, thread_id),
             )
+
+
+def _thread_state(row: Sequence[Any]) -> ThreadState:
+    """A row of ``_STATE`` as a ThreadState."""
+    return ThreadState(
+        owner=row[0],
+        message_count=int(row[1]),
+        max_id=int(row[2] or 0),
+        head_id=row[3],
+        epoch=row[4],
+    )
 
 
 def _mirror_json(mirror: Mirror | None) -> list[Any] | None:

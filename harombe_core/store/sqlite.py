@@ -35,6 +35,7 @@ from typing import Any, TypeVar
 
 from harombe_core.errors import SchemaTooNewError, StoreError
 from harombe_core.models import Message
+from harombe_core.store import pending
 from harombe_core.store.base import KeywordHit, SearchScope
 from harombe_core.store.context_sql import ContextReads
 from harombe_core.store.erasure import ERASED_KEYWORDS, compact_keywords, owed
@@ -272,7 +273,10 @@ class SQLiteStore(StoreMethods, ContextReads):
     def run(self, op: Op[T]) -> T:
         """Run one operation (:mod:`harombe_core.store.ops`) in one transaction: a write under
         the write lock (waking the keyword indexer if it added messages), a read in a read
-        snapshot that never takes it. Inside :meth:`atomic` it joins that block."""
+        snapshot that never takes it. Inside :meth:`atomic` it joins that block. Derived rows
+        this process still owes the file are written first (:mod:`~harombe_core.store.pending`).
+        """
+        self._settle()
         if op.write:
             return self._write(lambda c: drive(c, op.body(SQLITE)), adds=op.adds_messages)
         return self._open_file().snapshot(lambda c: drive(c, op.body(SQLITE)))
@@ -281,7 +285,14 @@ class SQLiteStore(StoreMethods, ContextReads):
         """:meth:`run` on a worker thread (SQLite has no async driver): one hop per op."""
         return await asyncio.to_thread(self.run, op)
 
+    def _settle(self) -> None:
+        """Write the derived rows this process owes the database (read your writes), unless
+        inside an :meth:`atomic` block: a job waiting for the block's lock would never run."""
+        if self._file.block.handle is None:
+            pending.settle(self.location)
+
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        self._settle()
         return self._open_file().read(sql, params)
 
     # sessions -----------------------------------------------------------------------------
@@ -324,6 +335,7 @@ class SQLiteStore(StoreMethods, ContextReads):
         words = query_words(query)
         if not words or limit <= 0:
             return []
+        self._settle()
         where, params = scope_sql(scope)
         id_range, range_params = _fts_id_range(scope)
         size = None if scope is None else self.scope_size(scope)
