@@ -25,6 +25,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable
 
@@ -44,6 +45,7 @@ EXIT_WAIT = 30.0
 
 _cond = threading.Condition()
 _queue: deque[SummaryFolder] = deque()  # folders with sessions waiting, round robin
+_drained_at_exit: weakref.WeakSet[SummaryFolder] = weakref.WeakSet()
 _thread: threading.Thread | None = None
 _stopping = False
 
@@ -51,23 +53,36 @@ _stopping = False
 class SummaryFolder:
     """The sessions one context builder has handed to the background, and their fold step."""
 
-    def __init__(self, step: FoldStep) -> None:
+    def __init__(self, step: FoldStep, *, linger: float = 0.0, drain_at_exit: bool = False) -> None:
+        """``linger``: seconds a job waits after it is first asked for, so that the requests
+        of a burst (the puts of an agent turn) become one job. ``drain_at_exit``: the jobs
+        still waiting when the interpreter exits are done then (cheap jobs only: the exit
+        waits for them)."""
         self._step = step
+        self._linger = linger
         #: Session id -> the message id its summary must reach (insertion order: round robin).
         self._wanted: dict[str, int] = {}
+        #: Session id -> when its job may start (``time.monotonic()``), with a linger.
+        self._ready: dict[str, float] = {}
         self._busy = False
         self._closed = False
+        if drain_at_exit:
+            _drained_at_exit.add(self)
 
     def request(self, session_id: str, until_id: int) -> None:
         """Fold ``session_id``'s summary up to message ``until_id`` in the background."""
         with _cond:
             if self._closed or _stopping:
                 return
+            new = session_id not in self._wanted
+            if self._linger and new:
+                self._ready[session_id] = time.monotonic() + self._linger
             self._wanted[session_id] = max(until_id, self._wanted.get(session_id, until_id))
             if self not in _queue and not self._busy:
                 _queue.append(self)
             start = _ensure_thread()
-            _cond.notify_all()
+            if new:  # a job already waiting is not due sooner: the thread sleeps on
+                _cond.notify_all()
         if start is not None:  # outside the lock: the new thread takes it at once
             start.start()
 
@@ -102,6 +117,7 @@ class SummaryFolder:
                 return
             waiting = dict(self._wanted)
             self._wanted.clear()
+            self._ready.clear()
             if self in _queue:
                 _queue.remove(self)
             self._busy = True
@@ -128,6 +144,7 @@ class SummaryFolder:
         with _cond:
             self._closed = True
             self._wanted.clear()
+            self._ready.clear()
             if self in _queue:
                 _queue.remove(self)
             on_thread = threading.current_thread() is _thread
@@ -157,13 +174,13 @@ def _run() -> None:
                     _cond.wait(left)
             if _stopping:
                 return
-            if not _queue:
+            folder, session_id, soonest = _next_job()
+            if folder is None:
+                if soonest is not None:  # every job waiting still lingers
+                    _cond.wait(max(0.0, soonest - time.monotonic()))
                 continue
-            folder = _queue.popleft()
-            if not folder._wanted:
-                continue
-            session_id = next(iter(folder._wanted))
             until_id = folder._wanted.pop(session_id)
+            folder._ready.pop(session_id, None)
             folder._busy = True
         more = False
         try:
@@ -182,9 +199,30 @@ def _run() -> None:
                 _cond.notify_all()
 
 
+def _next_job() -> tuple[SummaryFolder | None, str, float | None]:
+    """The next (folder, session) whose job may start, round robin over the folders, or
+    (None, "", when the soonest lingering job may start). Caller holds ``_cond``."""
+    now = time.monotonic()
+    soonest: float | None = None
+    for _ in range(len(_queue)):
+        folder = _queue.popleft()
+        if not folder._wanted:
+            continue
+        session_id = next(iter(folder._wanted))  # the oldest: the first to be ready
+        ready = folder._ready.get(session_id, 0.0)
+        if ready <= now:
+            return folder, session_id, None
+        _queue.append(folder)
+        soonest = ready if soonest is None else min(soonest, ready)
+    return None, "", soonest
+
+
 def _stop_at_exit(wait: float = EXIT_WAIT) -> None:
-    """Stop the thread after the step in hand, waiting at most ``wait`` seconds."""
+    """Do the waiting jobs of folders that asked for it, then stop the thread after the step
+    in hand, waiting at most ``wait`` seconds."""
     global _stopping
+    for folder in list(_drained_at_exit):
+        folder.drain()
     with _cond:
         _stopping = True
         _cond.notify_all()
@@ -215,6 +253,7 @@ def _forget_in_child() -> None:
     global _cond, _thread
     _cond = threading.Condition()
     _queue.clear()
+    _drained_at_exit.clear()  # the parent's jobs are the parent's to do
     _thread = None
 
 

@@ -106,6 +106,11 @@ __all__ = ["HarombeSaver"]
 #: Checkpoints read per statement when listing.
 _PAGE = 64
 
+#: Seconds a thread's session waits to be written after the put that made it owed, so that
+#: the puts of a turn or several (one every few milliseconds) become one background job.
+#: Reads of this process never wait for it: they write what is owed first.
+MIRROR_LINGER = 0.1
+
 
 def _now() -> int:
     return time.time_ns() // 1000
@@ -181,7 +186,9 @@ class HarombeSaver(ClosesOnExit, BaseCheckpointSaver[str]):
         # database's reads made to apply what is owed first.
         self._heads: dict[str, Head] = {}
         self._heads_lock = threading.Lock()
-        self._mirrors = SummaryFolder(self._mirror_step)
+        self._mirrors = SummaryFolder(
+            self._mirror_step, linger=MIRROR_LINGER, drain_at_exit=True
+        )
         self._unregister = pending.register(self.manager.store.location, self._mirrors.drain)
         for thread_id in self._runner.read(self._tables.due):  # owed by a process that died
             self._mirrors.request(thread_id, 0)
@@ -227,7 +234,8 @@ class HarombeSaver(ClosesOnExit, BaseCheckpointSaver[str]):
         session) in one transaction. Raises SessionOwnershipError for another user's thread."""
         plan = plan_put(self.serde, self._cache, config, checkpoint, metadata, new_versions)
         result = self._runner.run(
-            lambda: self._tables.put(plan, _now(), _epoch()), exactly_once=True
+            lambda: self._tables.put(plan, _now(), _epoch()), exactly_once=True,
+            adds_messages=False,
         )
         return self._after_put(plan, result)
 
@@ -237,7 +245,8 @@ class HarombeSaver(ClosesOnExit, BaseCheckpointSaver[str]):
     ) -> RunnableConfig:
         plan = plan_put(self.serde, self._cache, config, checkpoint, metadata, new_versions)
         result = await self._runner.arun(
-            lambda: self._tables.put(plan, _now(), _epoch()), exactly_once=True
+            lambda: self._tables.put(plan, _now(), _epoch()), exactly_once=True,
+            adds_messages=False,
         )
         return self._after_put(plan, result)
 
@@ -271,7 +280,10 @@ class HarombeSaver(ClosesOnExit, BaseCheckpointSaver[str]):
         messages (from the head a put left in memory when it is still the newest)."""
         with self._heads_lock:
             head = self._heads.pop(thread_id, None)
-        result = self._runner.run(lambda: self._tables.mirror(thread_id, head), exactly_once=True)
+        converted = self._tables.convert_ahead(thread_id, head)
+        result = self._runner.run(
+            lambda: self._tables.mirror(thread_id, head, converted), exactly_once=True
+        )
         mirror = mirror_from_json(result)
         if mirror is not None:
             self._cache.set_mirror(thread_id, mirror)
@@ -309,14 +321,14 @@ class HarombeSaver(ClosesOnExit, BaseCheckpointSaver[str]):
     ) -> None:
         """Store a task's intermediate writes for the checkpoint ``config`` names."""
         if (write := self._writes_op(config, writes, task_id, task_path)) is not None:
-            self._runner.run(write, exactly_once=True)
+            self._runner.run(write, exactly_once=True, adds_messages=False)
 
     async def aput_writes(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
         task_path: str = "",
     ) -> None:
         if (write := self._writes_op(config, writes, task_id, task_path)) is not None:
-            await self._runner.arun(write, exactly_once=True)
+            await self._runner.arun(write, exactly_once=True, adds_messages=False)
 
     # reads --------------------------------------------------------------------------------
     def _get_args(self, config: RunnableConfig) -> tuple[str, str, str | None, str | None]:

@@ -77,6 +77,7 @@ class ThreadState:
     max_id: int
     head_id: str | None
     epoch: str | None
+    due: bool = False  # the session is marked as owed a checkpoint's messages
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,6 +31,7 @@ from harombe_core.owners import check_owner
 from harombe_core.store.sql_body import Body, SqlRunner
 from langchain_harombe.checkpoint_mirror import Head, Mirror, ThreadState, reconcile
 from langchain_harombe.checkpoint_rows import (
+    HASH_SIZE,
     REFS_TYPE,
     BlobCache,
     PutPlan,
@@ -60,7 +61,16 @@ _NEW_SESSION = (
 _STATE = (
     "SELECT s.user_id, s.message_count, (SELECT MAX(m.id) FROM messages m "
     "WHERE m.session_id = s.id), (SELECT MAX(c.checkpoint_id) FROM checkpoints c "
-    "WHERE c.thread_id = s.id AND c.checkpoint_ns = ''), t.blob_epoch "
+    "WHERE c.thread_id = s.id AND c.checkpoint_ns = ''), t.blob_epoch, "
+    "EXISTS (SELECT 1 FROM checkpoint_mirror_due d WHERE d.thread_id = s.id) "
+    "FROM sessions s LEFT JOIN checkpoint_threads t ON t.thread_id = s.id WHERE s.id = ?"
+)
+#: ``_STATE`` as a put needs it: without the session's message count and newest message (zeros),
+#: which only the background job that writes the session reads.
+_PUT_STATE = (
+    "SELECT s.user_id, 0, 0, (SELECT MAX(c.checkpoint_id) FROM checkpoints c "
+    "WHERE c.thread_id = s.id AND c.checkpoint_ns = ''), t.blob_epoch, "
+    "EXISTS (SELECT 1 FROM checkpoint_mirror_due d WHERE d.thread_id = s.id) "
     "FROM sessions s LEFT JOIN checkpoint_threads t ON t.thread_id = s.id WHERE s.id = ?"
 )
 _COPY = {
@@ -125,7 +135,7 @@ class CheckpointTables:
         """Store a checkpoint; when it becomes the thread's newest, mirror its messages."""
         step = self.runner.step
         thread_id = plan.thread_id
-        state = yield from self._state(thread_id, create=(plan.user_id, now))
+        state = yield from self._state(thread_id, create=(plan.user_id, now), sql=_PUT_STATE)
         _check_owner(state.owner, plan.user_id, thread_id)
         if state.epoch is None:
             # On PostgreSQL a put of the same new thread that committed while this one waited
@@ -168,7 +178,7 @@ class CheckpointTables:
         head = plan.namespace == "" and (
             state.head_id is None or plan.checkpoint_id >= state.head_id
         )
-        if head:
+        if head and not state.due:
             # The session now owes this head's messages: written by :meth:`mirror` in the
             # background, and found by the next open if this process dies first.
             yield step(
@@ -184,12 +194,19 @@ class CheckpointTables:
             "channels": [list(r) for r in inserted],
         }
 
-    def mirror(self, thread_id: str, head: Head | None) -> Body[list[Any] | None]:
+    def mirror(
+        self,
+        thread_id: str,
+        head: Head | None,
+        converted: dict[int, Message] | None = None,
+    ) -> Body[list[Any] | None]:
         """Make the thread's session hold the messages of its newest checkpoint (main
         namespace) and clear the thread's mark of an owed session, in one transaction.
 
         ``head``: that checkpoint's messages as a put of this process had them in memory
-        (used if it is still the newest; else they are read back). Returns what the session
+        (used if it is still the newest; else they are read back); ``converted``: harombe
+        messages made from some of them before the transaction (by ``id()`` of the LangChain
+        message), so the write lock is not held while converting. Returns what the session
         then mirrors (None when the thread is gone or has no checkpoint)."""
         step = self.runner.step
         rows = (yield step(_STATE + self.runner.for_update("s"), (thread_id,))).rows
@@ -198,11 +215,23 @@ class CheckpointTables:
             state = _thread_state(rows[0])
             if state.head_id is not None:
                 if head is not None and head.checkpoint_id == state.head_id:
-                    mirror = yield from self._reconcile(thread_id, state, head)
+                    mirror = yield from self._reconcile(thread_id, state, head, converted)
                 else:
                     mirror = yield from self._reconcile_stored(thread_id, state)
         yield step("DELETE FROM checkpoint_mirror_due WHERE thread_id = ?", (thread_id,))
         return _mirror_json(mirror)
+
+    def convert_ahead(self, thread_id: str, head: Head | None) -> dict[int, Message]:
+        """The messages of ``head`` that :meth:`mirror` will likely append (those after the
+        list this process last mirrored, when the head extends it), converted now, outside
+        any transaction."""
+        cached = self.cache.mirror(thread_id)
+        if head is None or head.messages is None or head.refs is None or cached is None:
+            return {}
+        if not head.refs.startswith(cached.refs):
+            return {}
+        tail = head.messages[len(cached.refs) // HASH_SIZE :]
+        return {id(message): self.convert(message) for message in tail}
 
     def due(self) -> Body[list[str]]:
         """The threads whose session is owed the messages of their newest checkpoint."""
@@ -395,11 +424,14 @@ class CheckpointTables:
 
     # helpers ------------------------------------------------------------------------------
     def _state(
-        self, thread_id: str, create: tuple[str | None, int] | None = None
+        self,
+        thread_id: str,
+        create: tuple[str | None, int] | None = None,
+        sql: str = _STATE,
     ) -> Body[ThreadState]:
         """The thread, locked until the transaction ends; with ``create`` (owner, now) its
         session is created first if it does not exist (else it must exist)."""
-        sql = _STATE + self.runner.for_update("s")
+        sql = sql + self.runner.for_update("s")
         rows = (yield self.runner.step(sql, (thread_id,))).rows
         if not rows and create is not None:
             owner, now = create
@@ -437,14 +469,28 @@ class CheckpointTables:
             ).rows
         return out
 
-    def _reconcile(self, thread_id: str, state: ThreadState, head: Head) -> Body[Mirror]:
+    def _reconcile(
+        self,
+        thread_id: str,
+        state: ThreadState,
+        head: Head,
+        converted: dict[int, Message] | None = None,
+    ) -> Body[Mirror]:
+        convert = self.convert
+        if converted:
+            ready = dict(converted)  # a retried transaction converts again what it used
+
+            def convert(message: BaseMessage) -> Message:
+                found = ready.pop(id(message), None)
+                return found if found is not None else self.convert(message)
+
         mirror: Mirror = yield from reconcile(
             self.runner,
             thread_id,
             state,
             head,
             cached=self.cache.mirror(thread_id),
-            convert=self.convert,
+            convert=convert,
             load_refs=lambda version: self._refs(thread_id, version),
             load_messages=lambda hashes: self._messages(thread_id, hashes),
         )
@@ -685,6 +731,7 @@ def _thread_state(row: Sequence[Any]) -> ThreadState:
         max_id=int(row[2] or 0),
         head_id=row[3],
         epoch=row[4],
+        due=bool(row[5]),
     )
 
 

@@ -218,3 +218,34 @@ def test_a_reopened_saver_writes_owed_sessions_in_the_background(tmp_path: Path)
         saver = HarombeSaver(mm)
         saver._mirrors.flush()  # the background thread, not a read, writes it
         assert _owed(saver, "o") == (False, 2)
+
+
+_EXITS = """
+import sys
+from langchain_core.messages import HumanMessage
+from harombe_core.manager import MemoryManager
+from langchain_harombe import HarombeSaver
+from tests.langchain.test_checkpoint_background import _agent
+
+mm = MemoryManager(sys.argv[1], embedding=None)  # never closed
+_agent(HarombeSaver(mm)).invoke(
+    {"messages": [HumanMessage("last words")]}, {"configurable": {"thread_id": "e"}}
+)
+"""
+
+
+def test_a_program_that_exits_without_closing_leaves_its_sessions_written(
+    tmp_path: Path,
+) -> None:
+    db = str(tmp_path / "exits.db")
+    root = Path(__file__).resolve().parents[2]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]),
+    }
+    subprocess.run([sys.executable, "-c", _EXITS, db], check=True, env=env, cwd=root)
+    with sqlite3.connect(db) as raw:
+        assert raw.execute("SELECT COUNT(*) FROM checkpoint_mirror_due").fetchone()[0] == 0
+        contents = raw.execute("SELECT content FROM messages ORDER BY id").fetchall()
+    raw.close()
+    assert contents == [("last words",), ("answer number 0",)]
