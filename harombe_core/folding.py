@@ -53,30 +53,41 @@ _stopping = False
 class SummaryFolder:
     """The sessions one context builder has handed to the background, and their fold step."""
 
-    def __init__(self, step: FoldStep, *, linger: float = 0.0, drain_at_exit: bool = False) -> None:
+    def __init__(
+        self,
+        step: FoldStep,
+        *,
+        linger: float = 0.0,
+        priority: int = 0,
+        drain_at_exit: bool = False,
+    ) -> None:
         """``linger``: seconds a job waits after it is first asked for, so that the requests
-        of a burst (the puts of an agent turn) become one job. ``drain_at_exit``: the jobs
-        still waiting when the interpreter exits are done then (cheap jobs only: the exit
+        of a burst (the puts of an agent turn) become one job. ``priority``: a ready job of a
+        folder with a higher one goes first (equal ones take turns). ``drain_at_exit``: the
+        jobs still waiting when the interpreter exits are done then (cheap jobs only: the exit
         waits for them)."""
         self._step = step
         self._linger = linger
+        self.priority = priority
         #: Session id -> the message id its summary must reach (insertion order: round robin).
         self._wanted: dict[str, int] = {}
-        #: Session id -> when its job may start (``time.monotonic()``), with a linger.
+        #: Session id -> when its job may start (``time.monotonic()``), if not at once.
         self._ready: dict[str, float] = {}
         self._busy = False
         self._closed = False
         if drain_at_exit:
             _drained_at_exit.add(self)
 
-    def request(self, session_id: str, until_id: int) -> None:
-        """Fold ``session_id``'s summary up to message ``until_id`` in the background."""
+    def request(self, session_id: str, until_id: int, *, delay: float | None = None) -> None:
+        """Fold ``session_id``'s summary up to message ``until_id`` in the background (a job
+        not waiting yet starts after the folder's linger, or after ``delay`` seconds)."""
         with _cond:
             if self._closed or _stopping:
                 return
             new = session_id not in self._wanted
-            if self._linger and new:
-                self._ready[session_id] = time.monotonic() + self._linger
+            wait = self._linger if delay is None else delay
+            if new and wait > 0:
+                self._ready[session_id] = time.monotonic() + wait
             self._wanted[session_id] = max(until_id, self._wanted.get(session_id, until_id))
             if self not in _queue and not self._busy:
                 _queue.append(self)
@@ -157,7 +168,7 @@ def _ensure_thread() -> threading.Thread | None:
     global _thread
     if _thread is not None and (_thread.is_alive() or _thread.ident is None):
         return None
-    _thread = threading.Thread(target=_run, name="harombe-summary-folder", daemon=True)
+    _thread = threading.Thread(target=_run, name="harombe-worker", daemon=True)
     _register_exit_hook()
     return _thread
 
@@ -175,8 +186,8 @@ def _run() -> None:
             if _stopping:
                 return
             folder, session_id, soonest = _next_job()
-            if folder is None:
-                if soonest is not None:  # every job waiting still lingers
+            if folder is None:  # every job waiting still lingers (or none is left)
+                if soonest is not None:
                     _cond.wait(max(0.0, soonest - time.monotonic()))
                 continue
             until_id = folder._wanted.pop(session_id)
@@ -186,7 +197,7 @@ def _run() -> None:
         try:
             more = folder._step(session_id, until_id)
         except Exception as exc:  # a failed fold is retried by the next call that asks for it
-            log.warning("session %s: background summary failed (%s)", session_id, exc)
+            log.warning("%s: background job failed (%s)", session_id, exc)
         finally:
             with _cond:
                 folder._busy = False
@@ -200,21 +211,26 @@ def _run() -> None:
 
 
 def _next_job() -> tuple[SummaryFolder | None, str, float | None]:
-    """The next (folder, session) whose job may start, round robin over the folders, or
-    (None, "", when the soonest lingering job may start). Caller holds ``_cond``."""
+    """The next (folder, session) whose job may start: of the folders with a ready job, the
+    first in line of the highest priority (the line turns round robin), and its oldest ready
+    session; or (None, "", when the soonest waiting job may start). Caller holds ``_cond``."""
     now = time.monotonic()
     soonest: float | None = None
-    for _ in range(len(_queue)):
-        folder = _queue.popleft()
-        if not folder._wanted:
-            continue
-        session_id = next(iter(folder._wanted))  # the oldest: the first to be ready
-        ready = folder._ready.get(session_id, 0.0)
-        if ready <= now:
-            return folder, session_id, None
-        _queue.append(folder)
-        soonest = ready if soonest is None else min(soonest, ready)
-    return None, "", soonest
+    best: tuple[int, int, SummaryFolder, str] | None = None
+    for position, folder in enumerate(_queue):
+        for session_id in folder._wanted:
+            ready = folder._ready.get(session_id, 0.0)
+            if ready <= now:
+                if best is None or folder.priority > best[0]:
+                    best = (folder.priority, position, folder, session_id)
+                break
+            soonest = ready if soonest is None else min(soonest, ready)
+    for empty in [f for f in _queue if not f._wanted]:
+        _queue.remove(empty)
+    if best is None:
+        return None, "", soonest
+    _queue.remove(best[2])
+    return best[2], best[3], None
 
 
 def _stop_at_exit(wait: float = EXIT_WAIT) -> None:

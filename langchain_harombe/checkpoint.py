@@ -84,7 +84,12 @@ from harombe_core.manager import MemoryManager
 from harombe_core.store import pending
 from harombe_core.store.closing import ClosesOnExit
 from harombe_core.store.sql_body import Body, SqlRunner, sql_runner
-from langchain_harombe.checkpoint_mirror import Head, convert_with
+from langchain_harombe.checkpoint_mirror import (
+    Head,
+    convert_ahead,
+    convert_with,
+    mirror_from_json,
+)
 from langchain_harombe.checkpoint_rows import (
     BlobCache,
     PutPlan,
@@ -98,7 +103,7 @@ from langchain_harombe.checkpoint_rows import (
     thread_key,
 )
 from langchain_harombe.checkpoint_serde import HarombeSerializer
-from langchain_harombe.checkpoint_sql import CheckpointTables, Loaded, mirror_from_json
+from langchain_harombe.checkpoint_sql import CheckpointTables, Loaded
 from langchain_harombe.history import resolve_manager
 
 __all__ = ["HarombeSaver"]
@@ -280,7 +285,7 @@ class HarombeSaver(ClosesOnExit, BaseCheckpointSaver[str]):
         messages (from the head a put left in memory when it is still the newest)."""
         with self._heads_lock:
             head = self._heads.pop(thread_id, None)
-        converted = self._tables.convert_ahead(thread_id, head)
+        converted = convert_ahead(self._cache.mirror(thread_id), head, self._tables.convert)
         result = self._runner.run(
             lambda: self._tables.mirror(thread_id, head, converted), exactly_once=True
         )

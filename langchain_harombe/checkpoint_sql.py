@@ -29,9 +29,8 @@ from harombe_core.errors import InvalidInputError
 from harombe_core.models import Message
 from harombe_core.owners import check_owner
 from harombe_core.store.sql_body import Body, SqlRunner
-from langchain_harombe.checkpoint_mirror import Head, Mirror, ThreadState, reconcile
+from langchain_harombe.checkpoint_mirror import Head, Mirror, ThreadState, mirror_json, reconcile
 from langchain_harombe.checkpoint_rows import (
-    HASH_SIZE,
     REFS_TYPE,
     BlobCache,
     PutPlan,
@@ -65,13 +64,10 @@ _STATE = (
     "EXISTS (SELECT 1 FROM checkpoint_mirror_due d WHERE d.thread_id = s.id) "
     "FROM sessions s LEFT JOIN checkpoint_threads t ON t.thread_id = s.id WHERE s.id = ?"
 )
-#: ``_STATE`` as a put needs it: without the session's message count and newest message (zeros),
-#: which only the background job that writes the session reads.
-_PUT_STATE = (
-    "SELECT s.user_id, 0, 0, (SELECT MAX(c.checkpoint_id) FROM checkpoints c "
-    "WHERE c.thread_id = s.id AND c.checkpoint_ns = ''), t.blob_epoch, "
-    "EXISTS (SELECT 1 FROM checkpoint_mirror_due d WHERE d.thread_id = s.id) "
-    "FROM sessions s LEFT JOIN checkpoint_threads t ON t.thread_id = s.id WHERE s.id = ?"
+#: ``_STATE`` as a put needs it: the session's message count and newest message (which only the
+#: background job that writes the session reads) as zeros.
+_PUT_STATE = _STATE.replace(
+    "s.message_count, (SELECT MAX(m.id) FROM messages m WHERE m.session_id = s.id)", "0, 0"
 )
 _COPY = {
     "checkpoints": "checkpoint_ns, checkpoint_id, parent_checkpoint_id, run_id, type, "
@@ -195,10 +191,7 @@ class CheckpointTables:
         }
 
     def mirror(
-        self,
-        thread_id: str,
-        head: Head | None,
-        converted: dict[int, Message] | None = None,
+        self, thread_id: str, head: Head | None, converted: dict[int, Message]
     ) -> Body[list[Any] | None]:
         """Make the thread's session hold the messages of its newest checkpoint (main
         namespace) and clear the thread's mark of an owed session, in one transaction.
@@ -212,26 +205,14 @@ class CheckpointTables:
         rows = (yield step(_STATE + self.runner.for_update("s"), (thread_id,))).rows
         mirror: Mirror | None = None
         if rows:
-            state = _thread_state(rows[0])
+            state = ThreadState.from_row(rows[0])
             if state.head_id is not None:
                 if head is not None and head.checkpoint_id == state.head_id:
                     mirror = yield from self._reconcile(thread_id, state, head, converted)
                 else:
                     mirror = yield from self._reconcile_stored(thread_id, state)
         yield step("DELETE FROM checkpoint_mirror_due WHERE thread_id = ?", (thread_id,))
-        return _mirror_json(mirror)
-
-    def convert_ahead(self, thread_id: str, head: Head | None) -> dict[int, Message]:
-        """The messages of ``head`` that :meth:`mirror` will likely append (those after the
-        list this process last mirrored, when the head extends it), converted now, outside
-        any transaction."""
-        cached = self.cache.mirror(thread_id)
-        if head is None or head.messages is None or head.refs is None or cached is None:
-            return {}
-        if not head.refs.startswith(cached.refs):
-            return {}
-        tail = head.messages[len(cached.refs) // HASH_SIZE :]
-        return {id(message): self.convert(message) for message in tail}
+        return mirror_json(mirror)
 
     def due(self) -> Body[list[str]]:
         """The threads whose session is owed the messages of their newest checkpoint."""
@@ -313,7 +294,7 @@ class CheckpointTables:
             )
         state = yield from self._state(target)
         mirror = yield from self._reconcile_stored(target, state)
-        return {"mirror": _mirror_json(mirror)}
+        return {"mirror": mirror_json(mirror)}
 
     def prune(self, thread_ids: Sequence[str], epoch: str) -> Body[None]:
         """Keep only the newest checkpoint of each namespace of these threads."""
@@ -364,7 +345,7 @@ class CheckpointTables:
                 emptied += yield from self.delete_threads([thread_id])
                 continue
             mirror = yield from self._reconcile_stored(thread_id, state)
-            mirrors[thread_id] = _mirror_json(mirror)
+            mirrors[thread_id] = mirror_json(mirror)
         return emptied, mirrors
 
     # reads --------------------------------------------------------------------------------
@@ -424,10 +405,7 @@ class CheckpointTables:
 
     # helpers ------------------------------------------------------------------------------
     def _state(
-        self,
-        thread_id: str,
-        create: tuple[str | None, int] | None = None,
-        sql: str = _STATE,
+        self, thread_id: str, create: tuple[str | None, int] | None = None, sql: str = _STATE
     ) -> Body[ThreadState]:
         """The thread, locked until the transaction ends; with ``create`` (owner, now) its
         session is created first if it does not exist (else it must exist)."""
@@ -437,7 +415,7 @@ class CheckpointTables:
             owner, now = create
             yield self.runner.step(_NEW_SESSION, (thread_id, owner, now, now))
             rows = (yield self.runner.step(sql, (thread_id,))).rows
-        return _thread_state(rows[0])
+        return ThreadState.from_row(rows[0])
 
     def _lock(self, thread_id: str) -> Body[None]:
         """Take the session's row, so no put of this thread interleaves."""
@@ -476,21 +454,14 @@ class CheckpointTables:
         head: Head,
         converted: dict[int, Message] | None = None,
     ) -> Body[Mirror]:
-        convert = self.convert
-        if converted:
-            ready = dict(converted)  # a retried transaction converts again what it used
-
-            def convert(message: BaseMessage) -> Message:
-                found = ready.pop(id(message), None)
-                return found if found is not None else self.convert(message)
-
         mirror: Mirror = yield from reconcile(
             self.runner,
             thread_id,
             state,
             head,
             cached=self.cache.mirror(thread_id),
-            convert=convert,
+            convert=self.convert,
+            converted=converted,
             load_refs=lambda version: self._refs(thread_id, version),
             load_messages=lambda hashes: self._messages(thread_id, hashes),
         )
@@ -721,29 +692,3 @@ class CheckpointTables:
                 "UPDATE checkpoint_threads SET blob_epoch = ? WHERE thread_id = ?",
                 (epoch, thread_id),
             )
-
-
-def _thread_state(row: Sequence[Any]) -> ThreadState:
-    """A row of ``_STATE`` as a ThreadState."""
-    return ThreadState(
-        owner=row[0],
-        message_count=int(row[1]),
-        max_id=int(row[2] or 0),
-        head_id=row[3],
-        epoch=row[4],
-        due=bool(row[5]),
-    )
-
-
-def _mirror_json(mirror: Mirror | None) -> list[Any] | None:
-    """A mirror as JSON (a write's result is recorded for exactly-once retries)."""
-    if mirror is None:
-        return None
-    return [mirror.head_id, mirror.version, mirror.message_count, mirror.max_id,
-            mirror.refs.hex()]
-
-
-def mirror_from_json(value: list[Any] | None) -> Mirror | None:
-    if value is None:
-        return None
-    return Mirror(value[0], value[1], int(value[2]), int(value[3]), bytes.fromhex(value[4]))

@@ -18,11 +18,13 @@ writes through the same store, and must not wait for itself.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import weakref
 from collections.abc import Callable
+from typing import Any
 
-__all__ = ["owed", "register", "settle", "settling"]
+__all__ = ["asettle", "owed", "register", "settle", "settling"]
 
 _lock = threading.Lock()
 #: location -> drains registered for it (weak references to bound methods or functions).
@@ -56,9 +58,13 @@ def owed(location: str) -> bool:
     return location in _drains and not getattr(_local, "active", False)
 
 
-def settle(location: str) -> None:
-    """Apply (or wait for) every derived write owed to ``location`` by this process's jobs."""
+def settle(location: str, block: Any = None) -> None:
+    """Apply (or wait for) every derived write owed to ``location`` by this process's jobs;
+    not inside an ``atomic()`` block (``block``, the store's ``AtomicBlock``, has a handle on
+    this thread): a job waiting for the block's lock would never run."""
     if location not in _drains or getattr(_local, "active", False):
+        return
+    if block is not None and block.handle is not None:
         return
     with _lock:
         refs = list(_drains.get(location, ()))
@@ -82,3 +88,9 @@ def settle(location: str) -> None:
 def settling() -> bool:
     """Whether this thread is running a drain (its reads must not settle again)."""
     return bool(getattr(_local, "active", False))
+
+
+async def asettle(location: str, block: Any = None) -> None:
+    """:func:`settle` off the event loop (a drain writes), when anything is owed."""
+    if owed(location):
+        await asyncio.to_thread(settle, location, block)

@@ -52,26 +52,12 @@ from harombe_core.errors import (
 )
 from harombe_core.models import Message
 from harombe_core.store import pending
-from harombe_core.store.base import (
-    AtomicBlock,
-    KeywordHit,
-    SearchScope,
-)
+from harombe_core.store.base import AtomicBlock, KeywordHit, SearchScope
 from harombe_core.store.context_sql import ContextReads
 from harombe_core.store.methods import NativeAsyncMethods
-from harombe_core.store.rows import (
-    MESSAGE_COLUMNS,
-    check_id,
-    dumps,
-    row_to_message,
-    scope_sql,
-)
+from harombe_core.store.rows import MESSAGE_COLUMNS, check_id, dumps, row_to_message, scope_sql
 from harombe_core.store.runner import POSTGRES, Body, Op, Step, StepResult, adrive, drive
-from harombe_core.store.schema import (
-    PG_MIGRATIONS,
-    PG_SCHEMA_VERSION,
-    TS_CONFIG,
-)
+from harombe_core.store.schema import PG_MIGRATIONS, PG_SCHEMA_VERSION, TS_CONFIG
 
 try:
     import psycopg
@@ -445,15 +431,13 @@ class PostgresStore(NativeAsyncMethods, ContextReads):
 
     def run(self, op: Op[T]) -> T:
         """Run one operation (:mod:`harombe_core.store.ops`) in one transaction: a write is
-        applied exactly once however often a lost connection makes it retry. Derived rows this
-        process still owes the database are written first (:mod:`~harombe_core.store.pending`).
-        """
-        self._settle()
+        applied exactly once however often a lost connection makes it retry."""
+        pending.settle(self.location, self._block)  # derived rows owed are written first
         return self._run(lambda: op.body(POSTGRES), write=op.write, keyed=op.exactly_once)
 
     async def arun(self, op: Op[T]) -> T:
         """:meth:`run` on the async pool: native async, no thread hop."""
-        await self._asettle()
+        await pending.asettle(self.location, self._block)
         return await self._arun(
             lambda: op.body(POSTGRES), write=op.write, keyed=op.exactly_once
         )
@@ -474,19 +458,8 @@ class PostgresStore(NativeAsyncMethods, ContextReads):
         """The native async twin of :meth:`run_body`."""
         return await self._arun(factory, write=exactly_once, keyed=exactly_once)
 
-    async def _asettle(self) -> None:
-        """:func:`~harombe_core.store.pending.settle` off the event loop (a drain writes)."""
-        if pending.owed(self.location):
-            await asyncio.to_thread(self._settle)
-
-    def _settle(self) -> None:
-        """Write the derived rows this process owes the database (read your writes), unless
-        inside an :meth:`atomic` block: a job waiting for the block's lock would never run."""
-        if self._block.handle is None:
-            pending.settle(self.location)
-
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        self._settle()
+        pending.settle(self.location, self._block)
 
         def body() -> Body[list[tuple[Any, ...]]]:
             return (yield Step(sql, params)).rows
@@ -552,7 +525,7 @@ class PostgresStore(NativeAsyncMethods, ContextReads):
     def iter_newest(self, session_id: str) -> Iterator[Message]:
         """Newest first, a page at a time: a token window stops reading as soon as it is full."""
         check_id(session_id, "session_id")
-        self._settle()
+        pending.settle(self.location, self._block)
         before: int | None = None
         while True:
             page = self._run(
@@ -565,7 +538,7 @@ class PostgresStore(NativeAsyncMethods, ContextReads):
 
     async def aiter_newest(self, session_id: str) -> AsyncIterator[Message]:
         check_id(session_id, "session_id")
-        await self._asettle()
+        await pending.asettle(self.location, self._block)
         before: int | None = None
         while True:
             page = await self._arun(
@@ -600,7 +573,7 @@ class PostgresStore(NativeAsyncMethods, ContextReads):
         text = _ts_query_text(query) if isinstance(query, str) else None
         if text is None or limit <= 0:
             return []
-        self._settle()
+        pending.settle(self.location, self._block)
         return self._run(lambda: self._keyword_body(text, limit, scope), write=False)
 
     async def akeyword_search(
@@ -609,7 +582,7 @@ class PostgresStore(NativeAsyncMethods, ContextReads):
         text = _ts_query_text(query) if isinstance(query, str) else None
         if text is None or limit <= 0:
             return []
-        await self._asettle()
+        await pending.asettle(self.location, self._block)
         return await self._arun(lambda: self._keyword_body(text, limit, scope), write=False)
 
     def pending_embeddings(self, limit: int) -> list[tuple[Message, str]]:

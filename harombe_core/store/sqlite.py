@@ -276,7 +276,7 @@ class SQLiteStore(StoreMethods, ContextReads):
         snapshot that never takes it. Inside :meth:`atomic` it joins that block. Derived rows
         this process still owes the file are written first (:mod:`~harombe_core.store.pending`).
         """
-        self._settle()
+        pending.settle(self.location, self._file.block)
         if op.write:
             return self._write(lambda c: drive(c, op.body(SQLITE)), adds=op.adds_messages)
         return self._open_file().snapshot(lambda c: drive(c, op.body(SQLITE)))
@@ -285,14 +285,8 @@ class SQLiteStore(StoreMethods, ContextReads):
         """:meth:`run` on a worker thread (SQLite has no async driver): one hop per op."""
         return await asyncio.to_thread(self.run, op)
 
-    def _settle(self) -> None:
-        """Write the derived rows this process owes the database (read your writes), unless
-        inside an :meth:`atomic` block: a job waiting for the block's lock would never run."""
-        if self._file.block.handle is None:
-            pending.settle(self.location)
-
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
-        self._settle()
+        pending.settle(self.location, self._file.block)
         return self._open_file().read(sql, params)
 
     # sessions -----------------------------------------------------------------------------
@@ -335,7 +329,7 @@ class SQLiteStore(StoreMethods, ContextReads):
         words = query_words(query)
         if not words or limit <= 0:
             return []
-        self._settle()
+        pending.settle(self.location, self._file.block)
         where, params = scope_sql(scope)
         id_range, range_params = _fts_id_range(scope)
         size = None if scope is None else self.scope_size(scope)

@@ -1,8 +1,9 @@
 """A thread's session is written by a background job after its checkpoint, and nothing shows it.
 
 A put stores the checkpoint and marks the thread's session as owed; the process's background
-thread writes the session later. These tests hold that thread (it serves one job at a time, so
-a job that waits keeps every other one queued) to show, without depending on timing, that:
+worker writes the session later. These tests hold the worker (``hold_background``: it serves
+one job at a time, so a job that waits keeps every other one queued) to show, without
+depending on timing, that:
 
 * a read of this process sees the turn's messages anyway (read your writes), sync and async;
 * ``flush()`` writes what is owed;
@@ -19,9 +20,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -29,31 +27,9 @@ from langchain.agents import create_agent
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
-from harombe_core.folding import SummaryFolder
 from harombe_core.manager import MemoryManager
+from harombe_core.testing import hold_background
 from langchain_harombe import HarombeChatMessageHistory, HarombeSaver, to_langchain
-
-
-@contextmanager
-def background_held() -> Iterator[None]:
-    """Keep the process's background thread busy with a job that waits until the block ends,
-    so every job handed over meanwhile stays queued."""
-    entered, gate = threading.Event(), threading.Event()
-
-    def hold(_session: str, _until: int) -> bool:
-        entered.set()
-        gate.wait()
-        return False
-
-    blocker = SummaryFolder(hold)
-    blocker.request("hold", 0)
-    assert entered.wait(60), "the background thread never took the holding job"
-    try:
-        yield
-    finally:
-        gate.set()
-        blocker.flush()
-        blocker.close()
 
 
 def _agent(saver: HarombeSaver) -> Any:
@@ -91,7 +67,7 @@ def test_reads_of_this_process_see_a_turn_whose_session_is_owed(
     saver = HarombeSaver(mm)
     agent = _agent(saver)
     config = {"configurable": {"thread_id": "t"}}
-    with background_held():
+    with hold_background():
         result = agent.invoke({"messages": [HumanMessage("first question")]}, config)
         assert _owed(saver, "t") == (True, 0)  # the session is not written by the turn
         assert _texts([to_langchain(m) for m in mm.get_messages("t")]) == _texts(result["messages"])
@@ -118,7 +94,7 @@ def test_async_reads_see_an_ainvoke_turn(backend_manager: MemoryManager) -> None
         result = await agent.ainvoke({"messages": [HumanMessage("a question")]}, config)
         return result["messages"], await mm.aget_messages("a")
 
-    with background_held():
+    with hold_background():
         messages, session = asyncio.run(turn())
     assert _texts([to_langchain(m) for m in session]) == _texts(messages)
 
@@ -127,7 +103,7 @@ def test_flush_writes_every_owed_session(backend_manager: MemoryManager) -> None
     mm = backend_manager
     saver = HarombeSaver(mm)
     agent = _agent(saver)
-    with background_held():
+    with hold_background():
         for thread in ("x", "y"):
             agent.invoke(
                 {"messages": [HumanMessage("hello")]}, {"configurable": {"thread_id": thread}}
@@ -145,15 +121,16 @@ _CHILD = """
 import sys, time
 from langchain_core.messages import HumanMessage
 from harombe_core.manager import MemoryManager
+from harombe_core.testing import hold_background
 from langchain_harombe import HarombeSaver
-from tests.langchain.test_checkpoint_background import _agent, background_held
+from tests.langchain.test_checkpoint_background import _agent
 
 mm = MemoryManager(sys.argv[1], embedding=None)
 agent = _agent(HarombeSaver(mm))
 config = {"configurable": {"thread_id": "k", "user_id": "ann"}}
 agent.invoke({"messages": [HumanMessage("before the hold")]}, config)
 mm.flush()
-with background_held():
+with hold_background():
     agent.invoke({"messages": [HumanMessage("in the hold")]}, config)
     print("returned", flush=True)
     time.sleep(3600)
@@ -207,7 +184,7 @@ def test_a_reopened_saver_writes_owed_sessions_in_the_background(tmp_path: Path)
     db = str(tmp_path / "owed.db")
     with MemoryManager(db, embedding=None) as mm:
         saver = HarombeSaver(mm)
-        with background_held():
+        with hold_background():
             _agent(saver).invoke(
                 {"messages": [HumanMessage("hi")]}, {"configurable": {"thread_id": "o"}}
             )
