@@ -1,21 +1,32 @@
-"""Summary backlogs folded off the request path, on one background thread per process.
+"""The process's background worker: derived work off the request path, on one thread.
 
-A long imported session has a backlog of thousands of messages no summary covers yet. Folding
-it on ``get_context`` made the first calls pay for it (20-100 ms per step of
-``memory.summary_chunk`` messages, or an LLM call with an LLM summariser). Instead the request
-path hands the session to its builder's :class:`SummaryFolder` and uses the summary folded so
-far. One thread serves every folder of the process: it folds one step at a time, round robin
-over the folders and, within one, over the sessions waiting, each step stored as it is done
-(what it finished survives a kill). ``flush()`` waits until every session handed to a folder
-is folded up to what was asked; ``close()`` drops what is still waiting and waits for the step
-in hand, so the store can be closed after it.
+Each kind of job is a :class:`SummaryFolder` (named for the first kind it served) with its own
+step, linger and priority; one thread (``harombe-worker``) serves every folder of the process,
+one job at a time, the ready job of the highest priority first and, among equals, round robin
+over the folders and, within one, over the keys waiting. Its kinds today:
+
+* summary backlogs (:mod:`harombe_core.context`): a long imported session has a backlog of
+  thousands of messages no summary covers yet. Folding it on ``get_context`` made the first
+  calls pay for it (20-100 ms per step of ``memory.summary_chunk`` messages, or an LLM call
+  with an LLM summariser). Instead the request path hands the session over and uses the
+  summary folded so far; each step is stored as it is done (what it finished survives a
+  kill);
+* the sessions of checkpointed LangGraph threads (``langchain_harombe.checkpoint``), lingering
+  so that the puts of a turn become one job, and done at exit;
+* fact extraction (:mod:`harombe_core.facts.memory`), below the others as it may call an LLM.
+
+``flush()`` waits until every key handed to a folder is done as far as asked; ``drain()`` does
+the waiting jobs on the calling thread (a read that must see its own writes); ``close()`` drops
+what is still waiting and waits for the job in hand, so the store can be closed after it. (The
+embedding worker of semantic memory and SQLite's keyword indexer still run their own threads.)
 
 **Exit.** The thread is a daemon, started on the first hand-over of the process (so the cost of
 starting a thread is paid once, not by every manager's first call). A step may be inside
 native code (a summary embedded by ONNX Runtime, an LLM client), and a daemon thread cut off
 there while the interpreter finalises can abort the process; so when the interpreter starts
-to shut down the thread is told to stop and waited for (at most :data:`EXIT_WAIT` seconds),
-as the embedding worker is. What it had not folded is folded by a later call.
+to shut down the jobs of folders made with ``drain_at_exit`` are done, then the thread is told
+to stop and waited for (at most :data:`EXIT_WAIT` seconds), as the embedding worker is. What
+it had not done is done by a later call (or, for checkpointed sessions, the next saver).
 """
 
 from __future__ import annotations
