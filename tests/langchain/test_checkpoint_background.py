@@ -117,6 +117,13 @@ def test_flush_writes_every_owed_session(backend_manager: MemoryManager) -> None
         assert _owed(saver, "x") == (False, 4)
 
 
+def _child() -> dict[str, Any]:
+    """Where a child process runs: the repository, with its packages first on the path."""
+    root = Path(__file__).resolve().parents[2]
+    path = os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])
+    return {"env": {**os.environ, "PYTHONPATH": path}, "cwd": root}
+
+
 _CHILD = """
 import sys, time
 from langchain_core.messages import HumanMessage
@@ -141,17 +148,8 @@ def test_a_process_killed_before_its_sessions_were_written_loses_nothing(
     tmp_path: Path,
 ) -> None:
     db = str(tmp_path / "killed.db")
-    root = Path(__file__).resolve().parents[2]
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]),
-    }
     child = subprocess.Popen(
-        [sys.executable, "-c", _CHILD, db],
-        stdout=subprocess.PIPE,
-        text=True,
-        env=env,
-        cwd=root,
+        [sys.executable, "-c", _CHILD, db], stdout=subprocess.PIPE, text=True, **_child()
     )
     try:
         assert child.stdout is not None
@@ -215,12 +213,7 @@ def test_a_program_that_exits_without_closing_leaves_its_sessions_written(
     tmp_path: Path,
 ) -> None:
     db = str(tmp_path / "exits.db")
-    root = Path(__file__).resolve().parents[2]
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]),
-    }
-    subprocess.run([sys.executable, "-c", _EXITS, db], check=True, env=env, cwd=root)
+    subprocess.run([sys.executable, "-c", _EXITS, db], check=True, **_child())
     with sqlite3.connect(db) as raw:
         assert raw.execute("SELECT COUNT(*) FROM checkpoint_mirror_due").fetchone()[0] == 0
         contents = raw.execute("SELECT content FROM messages ORDER BY id").fetchall()
