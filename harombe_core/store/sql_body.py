@@ -61,9 +61,7 @@ class SqlRunner:
         """Run the body ``factory()`` makes, in one transaction (``factory`` may run again on
         a retry, so it must build a fresh generator each time). ``adds_messages=False``: the
         body adds no message, so SQLite's keyword indexer is not woken for it."""
-        return self.store.transaction(
-            lambda c: drive(c, factory()), adds_messages=adds_messages
-        )
+        return self.store.transaction(lambda c: drive(c, factory()), adds_messages=adds_messages)
 
     async def arun(
         self,
