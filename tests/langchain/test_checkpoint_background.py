@@ -28,6 +28,7 @@ from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
 from harombe_core.manager import MemoryManager
+from harombe_core.migrate import migrate
 from harombe_core.testing import hold_background
 from langchain_harombe import HarombeChatMessageHistory, HarombeSaver, to_langchain
 
@@ -179,7 +180,8 @@ def test_a_process_killed_before_its_sessions_were_written_loses_nothing(
 
 
 def test_a_reopened_saver_writes_owed_sessions_in_the_background(tmp_path: Path) -> None:
-    db = str(tmp_path / "owed.db")
+    """Also in a copy made by ``harombe migrate``, which carries the marks."""
+    db, copy = str(tmp_path / "owed.db"), str(tmp_path / "copy.db")
     with MemoryManager(db, embedding=None) as mm:
         saver = HarombeSaver(mm)
         with hold_background():
@@ -189,10 +191,12 @@ def test_a_reopened_saver_writes_owed_sessions_in_the_background(tmp_path: Path)
             # What a killed process leaves: the mark, and no session rows.
             saver._mirrors.close()
         assert _owed(saver, "o") == (True, 0)
-    with MemoryManager(db, embedding=None) as mm:
-        saver = HarombeSaver(mm)
-        saver._mirrors.flush()  # the background thread, not a read, writes it
-        assert _owed(saver, "o") == (False, 2)
+    migrate(db, copy, progress=False)
+    for path in (db, copy):
+        with MemoryManager(path, embedding=None) as mm:
+            saver = HarombeSaver(mm)
+            saver._mirrors.flush()  # the background thread, not a read, writes it
+            assert _owed(saver, "o") == (False, 2)
 
 
 _EXITS = """
