@@ -195,8 +195,9 @@ class HarombeSaver(ClosesOnExit, BaseCheckpointSaver[str]):
             self._mirror_step, linger=MIRROR_LINGER, drain_at_exit=True
         )
         self._unregister = pending.register(self.manager.store.location, self._mirrors.drain)
-        for thread_id in self._runner.read(self._tables.due):  # owed by a process that died
-            self._mirrors.request(thread_id, 0)
+        if not getattr(self.manager.store, "read_only", False):  # (nothing can be written)
+            for thread_id in self._runner.read(self._tables.due):  # owed by a dead process
+                self._mirrors.request(thread_id, 0)
 
     @classmethod
     @contextmanager
