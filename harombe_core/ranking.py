@@ -117,12 +117,12 @@ class RetrievalSettings:
     rrf_k: int = 60
     candidates: int = 4
     min_candidates: int = 40
-    neighbor_weight: float = 0.7
+    neighbor_weight: float = 0.4
     session_weight: float = 0.7
     speaker_weight: float = 0.2
     time_weight: float = 0.8
     time_slack_days: float = 7.0
-    length_weight: float = 0.6
+    length_weight: float = 0.4
     length_tokens: int = 80
     statement_weight: float = 0.2
     person_weight: float = 0.2
