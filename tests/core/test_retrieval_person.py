@@ -16,16 +16,8 @@ from harombe_core.ranking import EVIDENCE, RetrievalSettings, asks_judgement, ev
 from harombe_core.store.base import SearchScope
 
 WHEN = datetime(2024, 4, 2, 18, 0, tzinfo=UTC)
-#: Every context weight off, so a test sees person_weight alone.
-OFF = {
-    "neighbor_weight": 0.0,
-    "session_weight": 0.0,
-    "speaker_weight": 0.0,
-    "time_weight": 0.0,
-    "length_weight": 0.0,
-    "statement_weight": 0.0,
-    "person_weight": 0.0,
-}
+#: Every context weight off (one per evidence column), so a test sees person_weight alone.
+OFF = {f"{column}_weight": 0.0 for column in EVIDENCE[1:]}
 #: Ann talks about the mountains in the question's words; Bo tells what he likes in his own.
 ANN = "You should join the camping trip in the mountains, Bo, the whole club is going to camp."
 BO = "I spend every weekend hiking up steep trails and sleeping in my tent under the stars."
