@@ -29,7 +29,6 @@ _HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 
 import argparse  # noqa: E402
-import importlib.util  # noqa: E402
 import itertools  # noqa: E402
 import json  # noqa: E402
 import pickle  # noqa: E402
@@ -53,13 +52,12 @@ GRID: dict[str, tuple[float, ...]] = {
 
 
 def _locomo() -> Any:
-    spec = importlib.util.spec_from_file_location("locomo_recall", _HERE / "locomo_recall.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["locomo_recall"] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    """``locomo_recall.py`` as a module (its data shapes and scoring are this script's too),
+    found at the end of the path, after the standard library it must not shadow."""
+    sys.path.append(str(_HERE))
+    import locomo_recall
+
+    return locomo_recall
 
 
 def pools(ks: list[int], candidates: int, least: int) -> dict[int, int]:
@@ -147,11 +145,7 @@ def rank_grid(args: argparse.Namespace, lr: Any) -> None:
                 messages, table = evidence(candidates, settings[members[0]])
                 if not messages:
                     continue
-                ids = np.array([m.id for m in messages], dtype=np.int64)
-                hit = np.array([m.metadata.get("dia_id") in q.evidence for m in messages])
-                scores = (table @ weights[:, members]).T
-                order = np.lexsort((np.broadcast_to(-ids, scores.shape), -scores), axis=-1)
-                found_at = np.cumsum(hit[order], axis=1)
+                ids, _, found_at = lr.ranked_hits(messages, table, weights[:, members], q)
                 for k in wanted:
                     got = found_at[:, min(k, len(ids)) - 1]
                     recall_at[members, qi, ks.index(k)] = got / len(q.evidence)

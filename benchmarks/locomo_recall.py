@@ -346,12 +346,7 @@ def grid_scores(
                 messages, table_ = evidence(found, point_settings[members[0]])
                 if not messages:
                     continue
-                ids = np.array([m.id for m in messages], dtype=np.int64)
-                hit = np.array([m.metadata.get("dia_id") in q.evidence for m in messages])
-                scores = (table_ @ weights[:, members]).T  # [point, candidate]
-                # Best score first, then the newest, per point (rank()'s order).
-                order = np.lexsort((np.broadcast_to(-ids, scores.shape), -scores), axis=-1)
-                found_at = np.cumsum(hit[order], axis=1)
+                ids, order, found_at = ranked_hits(messages, table_, weights[:, members], q)
                 if qi < 2:  # the grid's order is rank()'s, checked on a sample of its points
                     for row in range(0, len(members), max(len(members) // 16, 1)):
                         expected = [h.message.id for h in rank(found, point_settings[members[row]])]
@@ -360,6 +355,19 @@ def grid_scores(
                     got = found_at[:, min(k, len(ids)) - 1]
                     recall_at[members, qi, column[k]] = got / len(q.evidence)
     return {p: recall_at[n] for n, p in enumerate(points)}
+
+
+def ranked_hits(
+    messages: list[Any], table_: np.ndarray, weights: np.ndarray, question: Question
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The candidates ranked under each point (``weights``: one column per point), in
+    ``rank()``'s order (best score first, then the newest): their ids, each point's order,
+    and how many of the question's evidence turns each point has in its top 1, 2, ..."""
+    ids = np.array([m.id for m in messages], dtype=np.int64)
+    hit = np.array([m.metadata.get("dia_id") in question.evidence for m in messages])
+    scores = (table_ @ weights).T  # [point, candidate]
+    order = np.lexsort((np.broadcast_to(-ids, scores.shape), -scores), axis=-1)
+    return ids, order, np.cumsum(hit[order], axis=1)
 
 
 def index_choice_rank(index_choice: dict[str, Any]) -> dict[str, Any]:
