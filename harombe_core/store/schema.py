@@ -315,6 +315,15 @@ MIGRATIONS: list[list[str]] = [
             CHECK ((admin = 1) = (user_id IS NULL))
         )""",
     ],
+    # 9: the LangGraph checkpointer's threads whose session is not yet written to hold their
+    # newest checkpoint's messages (langchain_harombe/checkpoint_mirror.py): marked in the put's
+    # transaction, cleared by the background job's, so a killed process's owed sessions are
+    # found (and written) at the next open.
+    [
+        """CREATE TABLE checkpoint_mirror_due (
+            thread_id TEXT PRIMARY KEY REFERENCES sessions(id) ON DELETE CASCADE
+        ) WITHOUT ROWID""",
+    ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -473,6 +482,12 @@ PG_MIGRATIONS: list[list[str]] = [
             created_at BIGINT NOT NULL,
             revoked_at BIGINT,
             CHECK ((admin = 1) = (user_id IS NULL))
+        )""",
+    ],
+    # 9: the checkpointer's threads whose session is owed, as SQLite migration 9.
+    [
+        """CREATE TABLE checkpoint_mirror_due (
+            thread_id TEXT COLLATE "C" PRIMARY KEY REFERENCES sessions (id) ON DELETE CASCADE
         )""",
     ],
 ]
