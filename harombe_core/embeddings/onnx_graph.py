@@ -18,9 +18,9 @@ the same arithmetic. Writing the layers with onnxruntime's own ``Attention`` and
 fewer texts per CPU-second on its CPU kernels (onnxruntime 1.32, 1 and 2 threads, chat texts of
 26 and 49 tokens on average: ``benchmarks/bench_embeddings.py``), so the graph is left plain;
 the same graph also feeds int8 quantisation, whose quantiser knows only standard operators.
-Any BERT-style
-model (``BertModel`` in ``config.json``, absolute positions) can be built; others are refused
-with an :class:`~harombe_core.errors.EmbeddingError` that names the alternative.
+Any BERT-style model (``BertModel`` in ``config.json``, absolute positions) can be built;
+others are refused with an :class:`~harombe_core.errors.EmbeddingError` that names the
+alternative.
 """
 
 from __future__ import annotations
