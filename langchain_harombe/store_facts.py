@@ -24,9 +24,9 @@ from typing import Any
 
 from langgraph.store.base import GetOp, Item, Op, PutOp, Result, SearchItem, SearchOp
 
+from harombe_core import MemoryManager
 from harombe_core.errors import InvalidInputError
-from harombe_core.manager import MemoryManager
-from harombe_core.store import items
+from harombe_core.integration import items
 
 __all__ = ["FACTS_NAMESPACE", "is_fact_op", "run_fact_op"]
 

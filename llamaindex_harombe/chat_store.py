@@ -27,8 +27,8 @@ from llama_index.core.storage.chat_store import loading
 from llama_index.core.storage.chat_store.base import BaseChatStore
 from llama_index.core.storage.chat_store.base_db import AsyncDBChatStore, MessageStatus
 
+from harombe_core import MemoryManager
 from harombe_core.errors import InvalidInputError
-from harombe_core.manager import MemoryManager
 from harombe_core.models import Message, Session
 from harombe_core.validate import (
     MAX_COUNT,

@@ -33,11 +33,10 @@ from llama_index.core.llms.llm import LLM
 from llama_index.core.memory.types import BaseMemory
 from llama_index.core.storage.chat_store.base_db import MessageStatus
 
-from harombe_core.errors import Fix, InvalidBudgetError, InvalidInputError
-from harombe_core.manager import MemoryManager
+from harombe_core import MemoryManager
+from harombe_core.errors import InvalidBudgetError, InvalidInputError
+from harombe_core.integration import Fix, Threader, resolve_selector
 from harombe_core.models import Message, Session
-from harombe_core.threader import Threader
-from harombe_core.threads import resolve_selector
 from harombe_core.tokens import TextTokenCounter
 from harombe_core.validate import (
     MAX_TOP_K,

@@ -18,7 +18,8 @@ placed on purpose):
 4. retrieval, threads, context
 5. manager (composing its parts: context.ContextBuilder, manager_search.Searcher)
 6. chat_memory, export, migrate, demo, graph_render, testing
-7. cli, server/* (``harombe serve``), the ``harombe_core`` package itself
+7. cli, server/* (``harombe serve``), integration (the adapters' toolkit), the ``harombe_core``
+   package itself
 8. the adapters: langchain_harombe, llamaindex_harombe
 """
 
@@ -114,6 +115,8 @@ LAYERS: dict[str, int] = {
     "cli_app": 7,
     "cli_facts": 7,  # `harombe facts` and `harombe profile` (user memory)
     "cli_forget": 7,  # `harombe forget --user U` (erasure)
+    # the integration toolkit: what the adapters may use beyond harombe_core's __all__
+    "integration": 7,
     # harombe serve: the JSON API, MCP server, inspector and client, beside the command line
     "server": 7,
     "server.": 7,
