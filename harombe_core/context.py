@@ -426,7 +426,8 @@ class ContextBuilder:
         session = self.check_owner(session_id, user_id)  # the one read of the session
         if session is None:
             return []
-        charge, slack = stored, 0
+        charge: Charge = stored
+        slack: int | None = 0
         if token_counter is not None:
             charge = _charge_with(token_counter)
             slack = getattr(token_counter, "stored_slack", None)
