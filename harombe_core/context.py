@@ -316,9 +316,11 @@ class ContextBuilder:
         """Sessions whose stored summary matches ``query`` best: by meaning when semantic memory
         is on (the stored summary embeddings), else by shared words. Best first.
 
-        Only the summarised sessions in scope are read (with ``user_id``, that user's, through
-        an index), and only their summaries; the ``top_k`` winners are then read whole. The
-        exact scores are computed over that scope, so the cost follows it, not the store.
+        With ``user_id``, only that user's summarised sessions are read (through an index),
+        and only their summaries; without one, a search by words reads only the sessions whose
+        summary holds a word of ``query``, found through the summaries' keyword index. The
+        ``top_k`` winners are then read whole. The exact scores are computed over what was
+        read, so the cost follows the user's sessions or the matches, never the store.
         """
         import json
         import re
@@ -328,11 +330,14 @@ class ContextBuilder:
         query = check_query(query)
         top_k = check_count(top_k, "top_k", high=MAX_TOP_K)
         user_id = optional_id(user_id, "user_id")
-        rows = self.store.run(ops.summarised_sessions(user_id))
         embedder = self.search.embedder
+        words = set(re.findall(r"\w+", query.lower()))
+        if embedder is None and user_id is None:
+            rows = self.store.run(ops.summaries_matching(sorted(words)))
+        else:
+            rows = self.store.run(ops.summarised_sessions(user_id))
         scored: list[tuple[str, float]] = []
         q = None if embedder is None else embedder.embed_query(query)
-        words = set(re.findall(r"\w+", query.lower()))
         for session_id, summary, raw in rows:
             data = json.loads(raw) if raw else {}
             if embedder is not None and q is not None:
