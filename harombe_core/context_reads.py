@@ -1,4 +1,9 @@
-"""The hybrid and threaded windows read from a store in O(window) rows.
+"""The windows read from a store in O(window) rows.
+
+The token window reads the newest messages up to the first that does not fit
+(:func:`newest_until`, from the store's lazy ``iter_newest`` pages, or :func:`anewest_until`
+from its async ``aiter_newest`` pages where it has them, so an async window on PostgreSQL needs
+no thread).
 
 Each read takes ``charge``: what a message costs against the budget, as a copy of it carrying
 that cost in ``token_count`` (the stored count by default, or a framework's own counting, see
@@ -17,7 +22,7 @@ from __future__ import annotations
 
 import itertools
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 
 from harombe_core.models import Message
 from harombe_core.store.base import MessageStore
@@ -33,9 +38,11 @@ from harombe_core.strategies import (
 
 __all__ = [
     "Charge",
+    "anewest_until",
     "charged",
     "hybrid_from_store",
     "newest_messages",
+    "newest_until",
     "thread_newest_first",
     "thread_window_from_store",
 ]
@@ -163,3 +170,27 @@ def thread_window_from_store(
     if path is None:
         return None
     return window_newest(path, max_tokens, reserved_tokens=reserved, start_on_user=start_on_user)
+
+
+def newest_until(newest_first: Iterable[Message], spend: int) -> list[Message]:
+    """The newest messages up to and including the first that does not fit ``spend`` tokens."""
+    taken: list[Message] = []
+    used = 0
+    for message in newest_first:
+        taken.append(message)
+        used += message.token_count or 0
+        if used > spend:
+            break
+    return taken
+
+
+async def anewest_until(newest_first: AsyncIterator[Message], spend: int) -> list[Message]:
+    """:func:`newest_until` over async pages."""
+    taken: list[Message] = []
+    used = 0
+    async for message in newest_first:
+        taken.append(message)
+        used += message.token_count or 0
+        if used > spend:
+            break
+    return taken

@@ -18,6 +18,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from harombe_core.context import ContextBuilder
+from harombe_core.context_reads import anewest_until, newest_until
 from harombe_core.derive import converted, forwarded, in_thread, part_property
 from harombe_core.erasing import delete_user_sessions, erase, prune_cutoff
 from harombe_core.errors import InvalidInputError
@@ -25,7 +26,6 @@ from harombe_core.flows import Call, Flow, Work, twins
 from harombe_core.manager_facts import UserMemoryMethods
 from harombe_core.manager_search import Searcher
 from harombe_core.models import Message, Session
-from harombe_core.newest import anewest_until, newest_until
 from harombe_core.owned import named_owner, owned_session
 from harombe_core.owners import legacy_session_key, session_key
 from harombe_core.progress import Progress, check_progress
