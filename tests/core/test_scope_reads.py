@@ -167,11 +167,8 @@ def test_search_summaries_of_every_user_reads_only_the_matches(tmp_path: Path) -
             mm.save_messages(sid, [Message(role="user", content=f"Lunch plans for week {n}.")])
             mm.end_session(sid)
         after, steps_after, statements_after = work_of(mm, search)
-        assert {s.id for s, _ in before} == {s.id for s, _ in after} == {
-            "alice-0",
-            "alice-1",
-            "bob-0",
-        }
+        billing = {"alice-0", "alice-1", "bob-0"}
+        assert {s.id for s, _ in before} == {s.id for s, _ in after} == billing
         assert statements_after == statements == 1 + len(before)
         # FTS5's pages grow a little with the index, but nowhere near reading every summary.
         _, every, _ = work_of(mm, lambda: mm.store.run(ops.summarised_sessions(None)))
