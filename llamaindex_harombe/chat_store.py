@@ -17,6 +17,7 @@ only sessions that have no owner. (``ChatMemoryBuffer``'s default key is the sam
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 from collections.abc import Sequence
 from typing import Any, cast
@@ -155,13 +156,21 @@ class HarombeChatStore(_ManagedStore, BaseChatStore):
         self._manager.delete_session(key, user_id=self.user_id)
         return removed
 
+    def _at(self, key: str, idx: int) -> Message | None:
+        """The message at ``idx`` (negative counts from the end), None if out of range; reads
+        the session only as far as that message, from its start or from its end."""
+        self._check(key)
+        if idx >= 0:
+            head = self._manager.get_messages(key, limit=idx + 1, user_id=self.user_id)
+            return head[idx] if len(head) > idx else None
+        tail = list(itertools.islice(self._manager.store.iter_newest(key), -idx))
+        return tail[-1] if len(tail) == -idx else None
+
     def delete_message(self, key: str, idx: int) -> ChatMessage | None:
         """Remove the message at ``idx`` (negative counts from the end); None if out of range."""
-        idx = _index(idx)
-        stored = self._stored(key)
-        if not -len(stored) <= idx < len(stored):
+        doomed = self._at(key, _index(idx))
+        if doomed is None:
             return None
-        doomed = stored[idx]
         self._manager.replace_messages(
             key, [doomed.id] if doomed.id is not None else [], [], user_id=self.user_id
         )
