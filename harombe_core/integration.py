@@ -30,13 +30,23 @@ if TYPE_CHECKING:
     from harombe_core.embeddings.base import NativeAsyncEmbedder, validate_vectors
     from harombe_core.errors import Fix, install_command, requires_extra
     from harombe_core.export.hits import hit_metadata
+    from harombe_core.facts.models import (
+        FactProposal,
+        check_fact_text,
+        check_kind,
+        check_subject,
+        check_user,
+    )
+    from harombe_core.facts.ops import forget_current, users_with_facts
+    from harombe_core.flows import Flow, adrive, drive
     from harombe_core.owners import check_owner, check_search_scope
     from harombe_core.retrieval import context_message
     from harombe_core.store import items
     from harombe_core.store.closing import ClosesOnExit
     from harombe_core.store.items import check_key, check_namespace
     from harombe_core.store.rows import to_micros
-    from harombe_core.store.sql_body import Body, SqlRunner, sql_runner
+    from harombe_core.store.runner import Body, Dialect, Op
+    from harombe_core.store.sql_body import SqlRunner, sql_runner
     from harombe_core.text import plural
     from harombe_core.threader import Threader, shared_threader
     from harombe_core.threads import resolve_selector
@@ -46,8 +56,11 @@ _LAZY: dict[str, str] = {
     "Fix": "harombe_core.errors",
     "install_command": "harombe_core.errors",
     "requires_extra": "harombe_core.errors",
-    # the SQL runner for an integration's own tables (one body of steps, both dialects)
-    "Body": "harombe_core.store.sql_body",
+    # the SQL runner for an integration's own tables (one body of steps, both dialects), and
+    # the store operations it can join to a transaction
+    "Body": "harombe_core.store.runner",
+    "Dialect": "harombe_core.store.runner",
+    "Op": "harombe_core.store.runner",
     "SqlRunner": "harombe_core.store.sql_body",
     "sql_runner": "harombe_core.store.sql_body",
     "ClosesOnExit": "harombe_core.store.closing",
@@ -63,6 +76,18 @@ _LAZY: dict[str, str] = {
     "TypePolicy": "harombe_core.checkpoint_safety",
     "check_row": "harombe_core.checkpoint_safety",
     "refused_tag": "harombe_core.checkpoint_safety",
+    # flows: an operation written once, driven in place or on the event loop
+    "Flow": "harombe_core.flows",
+    "drive": "harombe_core.flows",
+    "adrive": "harombe_core.flows",
+    # user memory as a framework's namespace shows it (LangGraph's store: the facts namespace)
+    "FactProposal": "harombe_core.facts.models",
+    "check_fact_text": "harombe_core.facts.models",
+    "check_kind": "harombe_core.facts.models",
+    "check_subject": "harombe_core.facts.models",
+    "check_user": "harombe_core.facts.models",
+    "forget_current": "harombe_core.facts.ops",
+    "users_with_facts": "harombe_core.facts.ops",
     # embedders a framework supplies
     "NativeAsyncEmbedder": "harombe_core.embeddings.base",
     "validate_vectors": "harombe_core.embeddings.base",
@@ -83,17 +108,28 @@ __all__ = [
     "AllowList",
     "Body",
     "ClosesOnExit",
+    "Dialect",
+    "FactProposal",
     "Fix",
+    "Flow",
     "NativeAsyncEmbedder",
+    "Op",
     "SqlRunner",
     "Threader",
     "TypePolicy",
+    "adrive",
+    "check_fact_text",
     "check_key",
+    "check_kind",
     "check_namespace",
     "check_owner",
     "check_row",
     "check_search_scope",
+    "check_subject",
+    "check_user",
     "context_message",
+    "drive",
+    "forget_current",
     "hit_metadata",
     "install_command",
     "items",
@@ -105,6 +141,7 @@ __all__ = [
     "shared_threader",
     "sql_runner",
     "to_micros",
+    "users_with_facts",
     "validate_vectors",
 ]
 

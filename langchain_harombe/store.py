@@ -39,6 +39,7 @@ import json
 import logging
 import math
 import os
+import sys
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -62,7 +63,8 @@ from langgraph.store.base.embed import ensure_embeddings, get_text_at_path, toke
 from harombe_core import MemoryManager
 from harombe_core.embeddings import Embedder
 from harombe_core.errors import HarombeError, InvalidInputError, MissingExtraError
-from harombe_core.integration import Body, items, sql_runner, to_micros
+from harombe_core.integration import Body, adrive, drive, items, sql_runner, to_micros
+from harombe_core.integration import Op as StoreOp
 from harombe_core.validate import (
     check_list,
     check_number,
@@ -76,7 +78,12 @@ from langchain_harombe.store_checks import (
     check_ttl_config,
     with_tuple_prefixes,
 )
-from langchain_harombe.store_facts import is_fact_op, run_fact_op
+from langchain_harombe.store_facts import (
+    fact_namespaces,
+    is_fact_op,
+    plan_fact_write,
+    read_fact_op,
+)
 
 __all__ = ["HarombeStore"]
 
@@ -183,22 +190,25 @@ class HarombeStore(BaseStore):
     # batch --------------------------------------------------------------------------------
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         """Run ``ops`` in one transaction: reads first (they see the store as it was before
-        the batch), then the puts, the last put of a key winning (as LangGraph's stores do).
+        the batch), then the writes in batch order, the last put of a key winning (as
+        LangGraph's stores do); the facts namespace's writes join the same transaction.
         Embedding happens before the transaction starts."""
         ops = [
             with_tuple_prefixes(op)
             for op in check_list(ops, "batch", of="store operations", single=_OPS)
         ]
-        if any(is_fact_op(op) for op in ops):  # a user's facts: store_facts.py
-            return self._with_facts(ops, self.batch)
         plan = self._plan(ops)
+        facts = _Facts(
+            {i: drive(read_fact_op(self.manager, op)) for i, op in _fact_reads(ops)},
+            {i: drive(plan_fact_write(self.manager, op)) for i, op in _fact_writes(ops)},
+        )
         docs = self._embed_texts(plan)
         if docs:
             plan = _with_vectors(plan, docs, self._embedder.embed([t for _, _, t in docs]))
         queries = {q: self._embedder.embed_query(q) for q in _queries(ops, self._embedder)}
         plan = plan._replace(queries=queries)
-        raw = self._backend.run(lambda: self._body(ops, plan), exactly_once=_writes(ops))
-        return _results(ops, raw)
+        raw = self._backend.run(lambda: self._body(ops, plan, facts), exactly_once=_writes(ops))
+        return _results(ops, raw, facts.reads)
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         """:meth:`batch` with the embedder's own async methods and the database's async path."""
@@ -206,9 +216,10 @@ class HarombeStore(BaseStore):
             with_tuple_prefixes(op)
             for op in check_list(ops, "abatch", of="store operations", single=_OPS)
         ]
-        if any(is_fact_op(op) for op in ops):  # a user's facts: store_facts.py
-            return await asyncio.to_thread(self._with_facts, ops, self.batch)
         plan = self._plan(ops)
+        reads = {i: await adrive(read_fact_op(self.manager, op)) for i, op in _fact_reads(ops)}
+        writes = {i: await adrive(plan_fact_write(self.manager, op)) for i, op in _fact_writes(ops)}
+        facts = _Facts(reads, writes)
         docs = self._embed_texts(plan)
         if docs:
             vectors = await self._embedder.aembed([t for _, _, t in docs])
@@ -216,20 +227,17 @@ class HarombeStore(BaseStore):
         texts = _queries(ops, self._embedder)
         found = await asyncio.gather(*(self._embedder.aembed_query(q) for q in texts))
         plan = plan._replace(queries=dict(zip(texts, found, strict=True)))
-        raw = await self._backend.arun(lambda: self._body(ops, plan), exactly_once=_writes(ops))
-        return _results(ops, raw)
-
-    def _with_facts(self, ops: Sequence[Op], rest: Any) -> list[Result]:
-        """A batch holding fact operations: those through the manager's user memory, the
-        others as a batch of their own; the results in the order of ``ops``."""
-        others = [op for op in ops if not is_fact_op(op)]
-        done = iter(rest(others) if others else [])
-        return [run_fact_op(self.manager, op) if is_fact_op(op) else next(done) for op in ops]
+        raw = await self._backend.arun(
+            lambda: self._body(ops, plan, facts), exactly_once=_writes(ops)
+        )
+        return _results(ops, raw, facts.reads)
 
     def _plan(self, ops: Sequence[Op]) -> _Plan:
         """Check the ops and serialise what they write (outside the transaction)."""
         puts: dict[_Key, PutOp] = {}
         for op in ops:
+            if is_fact_op(op):  # a user's facts: checked as it is planned (store_facts.py)
+                continue
             check_op(op)
             if isinstance(op, SearchOp) and op.filter:
                 items.check_filter(op.filter)
@@ -258,12 +266,23 @@ class HarombeStore(BaseStore):
                     out.append((key, path if len(texts) == 1 else f"{path}.{i}", text))
         return out
 
-    def _body(self, ops: Sequence[Op], plan: _Plan) -> Body[list[Any]]:
-        """The batch's statements; returns plain rows (JSON-serialisable), one entry per op."""
+    def _body(self, ops: Sequence[Op], plan: _Plan, facts: _Facts) -> Body[list[Any]]:
+        """The batch's statements; returns plain rows (JSON-serialisable), one entry per op
+        (None for a put, and for a fact read, done before: ``facts.reads``)."""
         out: list[Any] = []
         for op in ops:
-            out.append(None if isinstance(op, PutOp) else (yield from self._read(op, plan)))
-        for key, op in plan.puts.items():
+            done = isinstance(op, PutOp) or is_fact_op(op)
+            out.append(None if done else (yield from self._read(op, plan)))
+        dialect = self.manager.store.dialect
+        for i, op in enumerate(ops):
+            if i in facts.writes:
+                yield from facts.writes[i].body(dialect)
+                continue
+            if not isinstance(op, PutOp):
+                continue
+            key = (op.namespace, op.key)
+            if plan.puts.get(key) is not op:  # a later put of the key wins
+                continue
             yield from items.put(
                 self._backend,
                 op.namespace,
@@ -297,15 +316,22 @@ class HarombeStore(BaseStore):
                 refresh=refresh,
             )
         assert isinstance(op, ListNamespacesOp)  # check_op refused any other kind
-        return items.list_namespaces(
-            sql,
-            now=_now(),
-            match=[(m.match_type, m.path) for m in op.match_conditions or ()],
-            max_depth=op.max_depth,
-            offset=op.offset,
-            limit=op.limit,
-            omit_expired=omit,
+        return self._namespaces(op)
+
+    def _namespaces(self, op: ListNamespacesOp) -> Body[list[tuple[str, ...]]]:
+        """The item namespaces and the facts namespaces of users with facts, matched, cut to
+        ``max_depth`` and paged together (as LangGraph's stores page one list)."""
+        every: list[tuple[str, ...]] = yield from items.list_namespaces(
+            self._backend, now=_now(), limit=sys.maxsize, omit_expired=self._omit_expired
         )
+        every += yield from fact_namespaces(self.manager.store.dialect)
+        match = [(m.match_type, m.path) for m in op.match_conditions or ()]
+        found = {
+            ns[: op.max_depth] if op.max_depth is not None else ns
+            for ns in every
+            if all(items.ns_matches(kind, path, ns) for kind, path in match)
+        }
+        return sorted(found)[op.offset : op.offset + op.limit]
 
     # TTL settings, read live (LangGraph's own tests change ttl_config on a running store) --
     @property
@@ -479,11 +505,29 @@ def _writes(ops: Sequence[Op]) -> bool:
     return any(isinstance(op, PutOp) for op in ops)
 
 
-def _results(ops: Sequence[Op], raw: Sequence[Any]) -> list[Result]:
-    """The batch's results from the plain rows its body returned."""
+class _Facts(NamedTuple):
+    """A batch's fact operations by their place in it: the results of its reads (run before
+    the transaction) and the store operations of its writes (run inside it)."""
+
+    reads: dict[int, Result]
+    writes: dict[int, StoreOp[Any]]
+
+
+def _fact_reads(ops: Sequence[Op]) -> list[tuple[int, Op]]:
+    return [(i, op) for i, op in enumerate(ops) if is_fact_op(op) and not isinstance(op, PutOp)]
+
+
+def _fact_writes(ops: Sequence[Op]) -> list[tuple[int, PutOp]]:
+    return [(i, op) for i, op in enumerate(ops) if is_fact_op(op) and isinstance(op, PutOp)]
+
+
+def _results(ops: Sequence[Op], raw: Sequence[Any], facts: Mapping[int, Result]) -> list[Result]:
+    """The batch's results from the plain rows its body returned (and the fact reads')."""
     out: list[Result] = []
-    for op, value in zip(ops, raw, strict=True):
-        if isinstance(op, GetOp):
+    for i, (op, value) in enumerate(zip(ops, raw, strict=True)):
+        if i in facts:
+            out.append(facts[i])
+        elif isinstance(op, GetOp):
             out.append(None if value is None else Item(**items.to_item(value)))
         elif isinstance(op, SearchOp):
             out.append([SearchItem(**items.to_item(row), score=score) for row, score in value])

@@ -14,8 +14,12 @@ So that LangGraph code and LangMem's memory tools (``create_manage_memory_tool``
 * ``search`` with a query finds facts by meaning and keyword (``score`` as harombe ranks them),
   without one lists the current facts; ``filter`` matches on the value as for other items.
 
-These namespaces hold no rows of the item tables, so ``list_namespaces`` does not show them,
-and a batch's fact operations are applied beside (not inside) its item transaction.
+``list_namespaces`` lists ``("harombe", "facts", user_id)`` for every user with current facts,
+beside the item namespaces (prefix, suffix, ``max_depth``, ``limit`` and ``offset`` apply to
+both). A batch's fact reads run before its transaction (as every read of a batch sees the store
+as it was before it); its fact writes are planned (embedded) before it too, then applied inside
+the batch's one transaction, in batch order with its item puts: a failure anywhere leaves
+neither facts nor items half-written.
 """
 
 from __future__ import annotations
@@ -26,9 +30,22 @@ from langgraph.store.base import GetOp, Item, Op, PutOp, Result, SearchItem, Sea
 
 from harombe_core import MemoryManager
 from harombe_core.errors import InvalidInputError
-from harombe_core.integration import items
+from harombe_core.integration import (
+    Body,
+    Dialect,
+    FactProposal,
+    Flow,
+    check_fact_text,
+    check_kind,
+    check_subject,
+    check_user,
+    forget_current,
+    items,
+    users_with_facts,
+)
+from harombe_core.integration import Op as StoreOp
 
-__all__ = ["FACTS_NAMESPACE", "is_fact_op", "run_fact_op"]
+__all__ = ["FACTS_NAMESPACE", "fact_namespaces", "is_fact_op", "plan_fact_write", "read_fact_op"]
 
 #: The namespace prefix of the facts: ``("harombe", "facts", user_id)``.
 FACTS_NAMESPACE = ("harombe", "facts")
@@ -45,6 +62,13 @@ def is_fact_op(op: Op) -> bool:
         and namespace[:2] == FACTS_NAMESPACE
         and isinstance(op, (GetOp, PutOp, SearchOp))
     )
+
+
+def fact_namespaces(dialect: Dialect) -> Body[list[tuple[str, ...]]]:
+    """The facts namespaces of the users with current facts, as steps of the caller's body
+    (what ``list_namespaces`` adds to the item namespaces)."""
+    users: list[str] = yield from users_with_facts().body(dialect)
+    return [(*FACTS_NAMESPACE, user) for user in users]
 
 
 def _value(fact: Any) -> dict[str, Any]:
@@ -69,10 +93,9 @@ def _fields(namespace: tuple[str, ...], fact: Any) -> dict[str, Any]:
     }
 
 
-def _find(manager: MemoryManager, user: str, key: str) -> Any:
-    """The current fact a key names: its subject, else its id."""
+def _find(facts: list[Any], key: str) -> Any:
+    """The current fact a key names among ``facts``: its subject, else its id."""
     wanted = " ".join(key.lower().split())
-    facts = manager.get_facts(user)
     for fact in facts:
         if fact.subject == wanted:
             return fact
@@ -81,37 +104,48 @@ def _find(manager: MemoryManager, user: str, key: str) -> Any:
     return None
 
 
-def run_fact_op(manager: MemoryManager, op: Op) -> Result:
-    """Apply one fact operation (see the module docstring); its LangGraph result."""
+def read_fact_op(manager: MemoryManager, op: Op) -> Flow[Result]:
+    """The result of a fact read (a get, or a search: see the module docstring), as a flow of
+    the manager's user memory (driven in place by ``batch``, on the event loop by ``abatch``)."""
+    memory = manager.user_memory
     if isinstance(op, SearchOp):
         user = op.namespace_prefix[2]
         found: list[tuple[Any, float | None]]
         if op.query:
-            hits = manager.search_facts(user, op.query, top_k=max(op.limit + op.offset, 1))
+            top_k = max(op.limit + op.offset, 1)
+            hits = yield from memory.search(user, op.query, top_k=top_k)
             found = [(h.fact, h.score) for h in hits]
         else:
-            found = [(f, None) for f in reversed(manager.get_facts(user))]
+            current = yield from memory.facts(user)
+            found = [(f, None) for f in reversed(current)]
         if op.filter:
             items.check_filter(op.filter)
             found = [(f, s) for f, s in found if items.matches_filter(_value(f), op.filter)]
         page = found[op.offset : op.offset + op.limit]
         return [SearchItem(**_fields(op.namespace_prefix, f), score=s) for f, s in page]
-    assert isinstance(op, (GetOp, PutOp))  # is_fact_op admits nothing else
+    assert isinstance(op, GetOp)  # is_fact_op admits nothing else; puts are planned
+    fact = _find((yield from memory.facts(op.namespace[2])), op.key)
+    return None if fact is None else Item(**_fields(op.namespace, fact))
+
+
+def plan_fact_write(manager: MemoryManager, op: PutOp) -> Flow[StoreOp[Any]]:
+    """The store operation a fact put (or delete: ``value`` None) applies, checked and
+    embedded now, to run inside the batch's transaction (see the module docstring)."""
     user = op.namespace[2]
-    if isinstance(op, GetOp):
-        fact = _find(manager, user, op.key)
-        return None if fact is None else Item(**_fields(op.namespace, fact))
+    subject = None if op.key.isdigit() else check_subject(op.key)
     if op.value is None:
-        fact = _find(manager, user, op.key)
-        if fact is not None:
-            manager.forget_fact(user, fact.id)
-        return None
+        return forget_current(check_user(user), subject, int(op.key) if op.key.isdigit() else None)
     text = op.value.get("content", op.value.get("text"))
     if not isinstance(text, str):
         raise InvalidInputError(
             'a fact item needs {"content": "what is true of the user"} (a str), got '
             f"{type(text).__name__}."
         )
-    subject = None if op.key.isdigit() else op.key
-    manager.add_fact(user, text, kind=op.value.get("kind") or "fact", subject=subject)
-    return None
+    proposal = FactProposal(
+        "add",
+        check_fact_text(text),
+        kind=check_kind(op.value.get("kind") or "fact"),
+        subject=subject,
+    )
+    planned: StoreOp[Any] = yield from manager.user_memory.prepare(user, [proposal], origin="user")
+    return planned

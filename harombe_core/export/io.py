@@ -15,9 +15,14 @@ from harombe_core.errors import (
     ImportFormatError,
     InvalidInputError,
 )
-from harombe_core.export.openai_jsonl import session_from_openai, session_to_openai
-from harombe_core.export.records import EXPORT_FORMATS, SessionRecord, check_version
-from harombe_core.export.text import transcript
+from harombe_core.export.openai_jsonl import (
+    facts_line,
+    line_facts,
+    session_from_openai,
+    session_to_openai,
+)
+from harombe_core.export.records import EXPORT_FORMATS, SessionRecord, check_version, place_facts
+from harombe_core.export.text import facts_transcript, transcript
 from harombe_core.export.unified_json import (
     bundle_to_dict,
     records_from_json,
@@ -39,19 +44,29 @@ def dumps(
     """Records as the text of an export file in ``fmt`` (``json``, ``jsonl`` or ``text``).
 
     JSON of a single record is one session document unless ``bundle=True``; several records are
-    always a bundle, which also carries ``facts`` (user memory) when given.
+    always a bundle. ``facts`` (user memory, ``Fact.to_dict()`` records) are carried by every
+    format: under a bundle's (or a lone session document's) ``"facts"``, under the
+    ``"harombe"`` key of a JSONL line of their user, and as a section of the text.
     """
     fmt = check_format(fmt)
     if fmt == "jsonl":
+        placed, left = place_facts([(r.session_id, r.user_id) for r in records], facts)
+        lines = [session_to_openai(r, f) for r, f in zip(records, placed, strict=True)]
+        if left:
+            lines.append(facts_line(left))
         return "".join(
-            json.dumps(session_to_openai(r), ensure_ascii=False, allow_nan=False) + "\n"
-            for r in records
+            json.dumps(line, ensure_ascii=False, allow_nan=False) + "\n" for line in lines
         )
     if fmt == "text":
-        return "\n".join(transcript(r) for r in records)
+        return "\n".join([*(transcript(r) for r in records), *facts_transcript(facts)])
     if bundle is None:
         bundle = len(records) != 1
-    data = bundle_to_dict(records, facts) if bundle else session_to_dict(records[0])
+    if bundle:
+        data = bundle_to_dict(records, facts)
+    else:
+        data = session_to_dict(records[0])
+        if facts:
+            data["facts"] = [dict(f) for f in facts]
     return json.dumps(data, ensure_ascii=False, allow_nan=False, indent=2) + "\n"
 
 
@@ -71,7 +86,7 @@ def read_handle(
 ) -> Iterator[SessionRecord]:
     """Validated records from an export file, one at a time (see :func:`iter_records`).
 
-    ``extras`` (when given) receives, once every record has been read, what a store's bundle
+    ``extras`` (when given) receives, once every record has been read, what a store's export
     carries besides its sessions: ``"facts"``, the user-memory facts (a list, maybe empty)."""
     if fmt is not None and check_format(fmt) == "text":
         raise ImportFormatError("text transcripts cannot be imported; export as json or jsonl.")
@@ -79,8 +94,14 @@ def read_handle(
     if kind == "empty":
         return  # what an export of an empty store writes in JSONL
     if (fmt or kind) == "jsonl":
+        facts: list[Any] = []
         for number, data in jsonl_values(handle):
-            yield session_from_openai(data, where=f"line {number}")
+            carried, alone = line_facts(data, f"line {number}")
+            facts += carried
+            if not alone:
+                yield session_from_openai(data, where=f"line {number}")
+        if extras is not None:
+            extras["facts"] = facts
         return
     parts = json_parts(handle, "sessions")
     try:
@@ -121,12 +142,13 @@ def _records_from_parts(
         yield session_from_dict(value, where=f"sessions[{index}]")
     if streamed and not checked:
         check_version(top, "file")
+    carried, alone = line_facts(top, "file")  # a one-line JSONL export reads as JSON
     if whole:
         yield from records_from_json(whole[0])
-    elif not (listed or streamed):
+    elif not (listed or streamed or alone):
         yield from records_from_json(top)
     if extras is not None:
-        facts = top.get("facts") or []
+        facts = top.get("facts") or carried
         if not isinstance(facts, list):
             raise ImportFormatError('"facts" must be a list of fact records.')
         extras["facts"] = facts

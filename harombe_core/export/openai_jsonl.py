@@ -1,12 +1,17 @@
 """The ``jsonl`` format: one OpenAI fine-tuning conversation per line. What that format has no
 place for goes under the line's ``"harombe"`` key, so the line is still valid fine-tuning
 data and importing it back restores everything.
+
+A store's export also carries its users' facts (user memory): each fact record rides under
+``"harombe": {"facts": [...]}`` of a line of its user (see
+:func:`~harombe_core.export.records.place_facts`). Only an export with facts and no session
+at all has a line without ``"messages"`` (:func:`facts_line`); drop it for fine-tuning.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from harombe_core.export import records
@@ -18,7 +23,7 @@ from harombe_core.export.records import (
 )
 from harombe_core.models import Message
 
-__all__ = ["session_from_openai", "session_to_openai"]
+__all__ = ["facts_line", "line_facts", "session_from_openai", "session_to_openai"]
 
 
 def _openai_tool_call(call: Mapping[str, Any]) -> dict[str, Any]:
@@ -42,10 +47,13 @@ def _openai_tool_call(call: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def session_to_openai(record: SessionRecord) -> dict[str, Any]:
+def session_to_openai(
+    record: SessionRecord, facts: Sequence[Mapping[str, Any]] = ()
+) -> dict[str, Any]:
     """One session as one OpenAI fine-tuning example, with a ``"harombe"`` key for the rest.
 
     The session's system prompt becomes the leading ``system`` message, as the format expects.
+    ``facts`` (``Fact.to_dict()`` records) ride under ``"harombe": {"facts": ...}``.
     """
     out_messages: list[dict[str, Any]] = []
     if record.system_prompt is not None:
@@ -84,10 +92,38 @@ def session_to_openai(record: SessionRecord) -> dict[str, Any]:
         "summary_data": record.summary_data,
         "summary_until_id": record.summary_until_id,
     }
-    return {
-        "messages": out_messages,
-        EXTRAS_KEY: {"version": FORMAT_VERSION, "session": session, "messages": extras_messages},
+    if record.state is not None:
+        session["state"] = record.state
+    extras: dict[str, Any] = {
+        "version": FORMAT_VERSION,
+        "session": session,
+        "messages": extras_messages,
     }
+    if facts:
+        extras["facts"] = [dict(f) for f in facts]
+    return {"messages": out_messages, EXTRAS_KEY: extras}
+
+
+def facts_line(facts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The line of an export that has facts but no session to carry them."""
+    return {EXTRAS_KEY: {"version": FORMAT_VERSION, "facts": [dict(f) for f in facts]}}
+
+
+def line_facts(data: Any, where: str) -> tuple[list[Any], bool]:
+    """The fact records a line (or a one-line file read as JSON) carries, and whether it is
+    only that (:func:`facts_line`: no session to import)."""
+    if not isinstance(data, Mapping):
+        return [], False
+    extras = data.get(EXTRAS_KEY)
+    if not isinstance(extras, Mapping) or "facts" not in extras:
+        return [], False
+    facts = extras["facts"]
+    if not isinstance(facts, list):
+        raise records.format_error(where, f'"{EXTRAS_KEY}.facts" must be a list of fact records.')
+    alone = "messages" not in data
+    if alone:
+        records.check_version(extras, f"{where}.{EXTRAS_KEY}")
+    return facts, alone
 
 
 def _openai_content(value: Any, metadata: dict[str, Any], at: str) -> str:

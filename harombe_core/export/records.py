@@ -31,7 +31,9 @@ __all__ = [
     "optional_int",
     "optional_str",
     "parse_time",
+    "place_facts",
     "session_fields",
+    "state_field",
     "summary_field",
 ]
 
@@ -54,6 +56,9 @@ class SessionRecord:
     ``messages`` keep the ids they had where they came from (``id`` and ``parent_id`` describe the
     thread inside the file); importing assigns new ids and rewires ``parent_id`` to them.
     ``message_summaries`` maps those ids to the per-message ``{"title", "summary"}``.
+    ``state``: what user memory keeps of the session (``outcome``, ``important``, and
+    ``facts_until_id``, the file's id of the last message its facts were extracted from, so
+    an import does not extract them twice), or None.
     """
 
     messages: list[Message]
@@ -67,6 +72,7 @@ class SessionRecord:
     summary_data: dict[str, Any] | None = None
     summary_until_id: int | None = None
     message_summaries: dict[int, dict[str, Any]] = field(default_factory=dict)
+    state: dict[str, Any] | None = None
 
     @classmethod
     def from_session(
@@ -101,6 +107,33 @@ class ImportResult:
     messages: int = 0
     skipped: list[str] = field(default_factory=list)
     facts: int = 0  # user-memory facts the file carried (a store export's "facts")
+
+
+def place_facts(
+    records: Sequence[tuple[str | None, str | None]], facts: Sequence[Mapping[str, Any]]
+) -> tuple[list[list[dict[str, Any]]], list[dict[str, Any]]]:
+    """Which record carries each user-memory fact, in formats that have no place for facts
+    beside the sessions (a JSONL line, a file per session): ``(per record, left over)``.
+    ``records``: the ``(session id, user id)`` of each record, in order.
+
+    A fact rides with the newest exported session it came from, so that importing that one
+    file keeps its sources; a fact with no exported source (one the user added) with its
+    user's newest session; a fact of a user with no exported session with the last record.
+    Only when there are no records at all is anything left over (the caller writes it on its
+    own). Fact records carry their ``user_id``, so where one rides changes nothing on import.
+    """
+    placed: list[list[dict[str, Any]]] = [[] for _ in records]
+    by_session = {sid: i for i, (sid, _) in enumerate(records) if sid is not None}
+    by_user = {uid: i for i, (_, uid) in enumerate(records) if uid is not None}
+    left: list[dict[str, Any]] = []
+    for fact in facts:
+        sessions = [s[0] for s in fact.get("sources") or [] if s and s[0] in by_session]
+        if sessions:
+            at = max(by_session[s] for s in sessions)
+        else:
+            at = by_user.get(str(fact.get("user_id")), len(records) - 1)
+        (placed[at] if at >= 0 else left).append(dict(fact))
+    return placed, left
 
 
 def iso_time(value: datetime | None) -> str | None:
@@ -192,4 +225,22 @@ def session_fields(fields: Mapping[str, Any], at: str, metadata_key: str) -> dic
         "summary": optional_str(fields.get("summary"), f"{at}.summary"),
         "summary_data": summary_field(fields.get("summary_data"), f"{at}.summary_data"),
         "summary_until_id": optional_int(fields.get("summary_until_id"), f"{at}.summary_until_id"),
+        "state": state_field(fields.get("state"), f"{at}.state"),
     }
+
+
+def state_field(value: Any, where: str) -> dict[str, Any] | None:
+    """A session's user-memory state as a file gives it, checked (see :class:`SessionRecord`)."""
+    from harombe_core.facts.models import OUTCOMES  # lazily: the export reads it rarely
+
+    if value is None:
+        return None
+    state = json_object(value, where)
+    outcome = state.get("outcome")
+    if outcome is not None and outcome not in OUTCOMES:
+        raise format_error(f"{where}.outcome", f"must be one of {', '.join(OUTCOMES)} or null.")
+    important = state.get("important", False)
+    if not isinstance(important, bool):
+        raise format_error(f"{where}.important", "must be true or false.")
+    until = optional_int(state.get("facts_until_id"), f"{where}.facts_until_id")
+    return {"outcome": outcome, "important": important, "facts_until_id": until}

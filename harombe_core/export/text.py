@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from harombe_core.export.records import SessionRecord
 
-__all__ = ["describe_tool_call", "transcript"]
+__all__ = ["describe_tool_call", "facts_transcript", "transcript"]
 
 
 def describe_tool_call(call: Mapping[str, Any]) -> str:
@@ -46,3 +46,27 @@ def transcript(record: SessionRecord) -> str:
         for call in m.tool_calls or []:
             lines.append(f"    -> tool call {describe_tool_call(call)}")
     return "\n".join(lines) + "\n"
+
+
+def facts_transcript(facts: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The user-memory section of a store's transcript: each user's facts (history included,
+    with when each held and where it came from); empty without facts."""
+    if not facts:
+        return []
+    lines = ["User memory"]
+    for fact in facts:
+        kind = fact.get("kind")
+        label = (
+            ""
+            if kind == "fact"
+            else f" ({kind}{', ' + fact['status'] if fact.get('status') else ''})"
+        )
+        held = f"from {str(fact.get('valid_from'))[:10]}"
+        if fact.get("valid_to") is not None:
+            held += f" to {str(fact['valid_to'])[:10]}"
+        sources = ", ".join(
+            f"{s}#{m}" if m is not None else str(s) for s, m in fact.get("sources") or []
+        )
+        line = f"- [{fact.get('user_id')}] {fact.get('text')}{label}, {held}"
+        lines.append(line + (f" (from {sources})" if sources else ""))
+    return ["\n".join(lines) + "\n"]

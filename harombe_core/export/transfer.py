@@ -21,7 +21,7 @@ from harombe_core.errors import (
 )
 from harombe_core.export.files import iter_records, resolve_output_path, safe_filename, write_text
 from harombe_core.export.io import check_format, dumps
-from harombe_core.export.records import EXTENSIONS, ImportResult, SessionRecord
+from harombe_core.export.records import EXTENSIONS, ImportResult, SessionRecord, place_facts
 from harombe_core.models import Message
 
 if TYPE_CHECKING:
@@ -53,12 +53,27 @@ def read_session(manager: MemoryManager, session_id: str) -> SessionRecord:
     messages = manager.get_messages(session_id)
     ids = [m.id for m in messages if m.id is not None]
     summaries = manager.store.get_message_summaries(ids) if ids else {}
-    return SessionRecord.from_session(session, messages, summaries)
+    record = SessionRecord.from_session(session, messages, summaries)
+    record.state = _state(manager, session_id)
+    return record
 
 
-def _session_ids(manager: MemoryManager, user_id: str | None) -> list[str]:
-    # Oldest activity first, so an export reads (and re-imports) in the order it happened.
-    return [s.id for s in reversed(manager.list_sessions(limit=None, user_id=user_id))]
+def _state(manager: MemoryManager, session_id: str) -> dict[str, Any] | None:
+    """What user memory keeps of the session, or None when it keeps nothing."""
+    from harombe_core.facts.ops import extracted_until
+
+    state = manager.get_session_state(session_id)
+    until = manager.store.run(extracted_until(session_id)) or None
+    if state.outcome is None and not state.important and until is None:
+        return None
+    return {"outcome": state.outcome, "important": state.important, "facts_until_id": until}
+
+
+def _sessions(manager: MemoryManager, user_id: str | None) -> list[tuple[str, str | None]]:
+    """``(session id, owner)`` of every session (of ``user_id``), oldest activity first, so an
+    export reads (and re-imports) in the order it happened."""
+    found = reversed(manager.list_sessions(limit=None, user_id=user_id))
+    return [(s.id, s.user_id) for s in found]
 
 
 def export_store(
@@ -70,21 +85,23 @@ def export_store(
 ) -> str:
     """The text of an export: one session (``session_id``) or every session (of ``user_id``).
 
-    A single session in JSON is one session document; a store export is a bundle.
+    A single session in JSON is one session document; a store export is a bundle. A store's
+    (or a user's) export carries their facts too, in every format (see :func:`dumps`).
     """
     check_format(fmt)
     if session_id is not None:
         return dumps([read_session(manager, session_id)], fmt, bundle=False)
-    records = [read_session(manager, sid) for sid in _session_ids(manager, user_id)]
-    return dumps(records, fmt, bundle=True, facts=_facts_of(manager, records, user_id))
+    sessions = _sessions(manager, user_id)
+    records = [read_session(manager, sid) for sid, _ in sessions]
+    return dumps(records, fmt, bundle=True, facts=_facts_of(manager, sessions, user_id))
 
 
 def _facts_of(
-    manager: MemoryManager, records: Sequence[SessionRecord], user_id: str | None
+    manager: MemoryManager, sessions: Sequence[tuple[str, str | None]], user_id: str | None
 ) -> list[dict[str, Any]]:
     """The user-memory facts (history included) of the exported sessions' owners, or of
-    ``user_id``: what a store's JSON export carries besides its sessions."""
-    users = [user_id] if user_id is not None else sorted({r.user_id for r in records if r.user_id})
+    ``user_id``: what a store's export carries besides its sessions."""
+    users = [user_id] if user_id is not None else sorted({u for _, u in sessions if u})
     return [
         fact.to_dict() for uid in users for fact in manager.get_facts(uid, include_history=True)
     ]
@@ -98,13 +115,28 @@ def export_to_directory(
     user_id: str | None = None,
     session_ids: Sequence[str] | None = None,
 ) -> list[Path]:
-    """One file per session in ``directory``, named from the session id by :func:`safe_filename`."""
+    """One file per session in ``directory``, named from the session id by :func:`safe_filename`.
+
+    Exporting a whole store or user (no ``session_ids``) also carries their facts: each in
+    the file of the newest session it came from (its user's newest otherwise), so importing
+    that file brings it back; facts with no session to ride with go to ``facts`` + extension.
+    """
     check_format(fmt)
-    ids = list(session_ids) if session_ids is not None else _session_ids(manager, user_id)
+    if session_ids is not None:
+        sessions: list[tuple[str, str | None]] = [(sid, None) for sid in session_ids]
+        facts: list[dict[str, Any]] = []
+    else:
+        sessions = _sessions(manager, user_id)
+        facts = _facts_of(manager, sessions, user_id)
+    placed, left = place_facts(sessions, facts)
     written = []
-    for sid in ids:
+    for (sid, _), carried in zip(sessions, placed, strict=True):
         path = resolve_output_path(safe_filename(sid, EXTENSIONS[fmt]), directory)
-        written.append(write_text(path, dumps([read_session(manager, sid)], fmt, bundle=False)))
+        text = dumps([read_session(manager, sid)], fmt, bundle=False, facts=carried)
+        written.append(write_text(path, text))
+    if left:
+        path = resolve_output_path(safe_filename("facts", EXTENSIONS[fmt]), directory)
+        written.append(write_text(path, dumps([], fmt, bundle=True, facts=left)))
     return written
 
 
@@ -297,7 +329,24 @@ def _write_record(
             if record.summary_until_id is not None
             else None,
         )
+    if record.state is not None:
+        _write_state(manager, sid, record.state, mapping)
     return mapping
+
+
+def _write_state(
+    manager: MemoryManager, sid: str, state: dict[str, Any], mapping: dict[int, int]
+) -> None:
+    """The session's outcome, importance and extraction progress, its message id mapped to
+    the imported ones (the newest imported message at or before it)."""
+    from harombe_core.facts.ops import mark_extracted, set_session_state
+
+    store = manager.store
+    store.run(set_session_state(sid, outcome=state["outcome"], important=state["important"]))
+    until = state["facts_until_id"]
+    done = [new for old, new in mapping.items() if until is not None and old <= until]
+    if done:
+        store.run(mark_extracted(sid, max(done)))
 
 
 def import_file(

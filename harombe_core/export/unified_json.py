@@ -90,6 +90,8 @@ def session_to_dict(
         "summary_data": record.summary_data,
         "summary_until_id": record.summary_until_id,
     }
+    if record.state is not None:
+        metadata["state"] = record.state
     return {
         "version": FORMAT_VERSION,
         "metadata": metadata,

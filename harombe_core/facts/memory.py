@@ -155,6 +155,34 @@ class UserMemory:
         rows = np.asarray(vectors, dtype=np.float32)
         return [row.tobytes() for row in rows], str(embedder.name)
 
+    def prepare(
+        self,
+        user_id: str,
+        proposals: Sequence[FactProposal],
+        *,
+        origin: str = "extracted",
+        progress: tuple[str, int] | None = None,
+    ) -> Flow[Op[list[int]]]:
+        """Embed the proposals (outside any transaction) and return the one store operation
+        that consolidates them, to run on its own or inside a larger transaction (a
+        LangGraph store batch): its result is the ids touched, in proposal order."""
+        texts = [p.text for p in proposals if p.action != "close"]
+        blobs, model = yield from self._embed(texts)
+        it = iter(blobs)
+        vectors = [None if p.action == "close" else next(it) for p in proposals]
+        now = _micros(None)
+        times = [now if p.at is None else min(_micros(p.at), now) for p in proposals]
+        return ops.consolidate(
+            check_user(user_id),
+            proposals,
+            times,
+            vectors,
+            model=model,
+            now=now,
+            origin=origin,
+            progress=progress,
+        )
+
     def _apply(
         self,
         user_id: str,
@@ -164,22 +192,7 @@ class UserMemory:
         progress: tuple[str, int] | None = None,
     ) -> Flow[list[int]]:
         """Embed the proposals (outside any transaction), then consolidate them in one."""
-        texts = [p.text for p in proposals if p.action != "close"]
-        blobs, model = yield from self._embed(texts)
-        it = iter(blobs)
-        vectors = [None if p.action == "close" else next(it) for p in proposals]
-        now = _micros(None)
-        times = [now if p.at is None else min(_micros(p.at), now) for p in proposals]
-        op = ops.consolidate(
-            user_id,
-            proposals,
-            times,
-            vectors,
-            model=model,
-            now=now,
-            origin=origin,
-            progress=progress,
-        )
+        op = yield from self.prepare(user_id, proposals, origin=origin, progress=progress)
         touched: list[int] = yield _run(self.store, op)
         return touched
 

@@ -30,6 +30,7 @@ __all__ = [
     "delete_user_facts",
     "extracted_until",
     "fact_vectors",
+    "forget_current",
     "forget_fact",
     "get_session_state",
     "import_facts",
@@ -39,6 +40,7 @@ __all__ = [
     "pending_sessions",
     "ranked_sessions",
     "set_session_state",
+    "users_with_facts",
 ]
 
 FACT_COLUMNS = (
@@ -255,6 +257,31 @@ def forget_fact(user_id: str, fact_id: int) -> Op[bool]:
     return Op(body, write=True)
 
 
+def forget_current(user_id: str, subject: str | None, fact_id: int | None) -> Op[int]:
+    """Forget ``user_id``'s current fact of ``subject`` (else the current fact ``fact_id``):
+    what deleting a LangGraph store item of the facts namespace does. Its id, or 0 if there
+    was none. Written as one operation so that it can join a larger transaction."""
+
+    def body(d: Dialect) -> Body[int]:
+        sql = "SELECT id FROM facts WHERE user_id = ? AND valid_to IS NULL AND "
+        if subject is not None:
+            found = (yield d.step(sql + "subject = ? ORDER BY id", (user_id, subject))).rows
+            if found or fact_id is None:
+                return (yield from _forget_found(d, user_id, found))
+        found = (yield d.step(sql + "id = ?", (user_id, fact_id))).rows
+        return (yield from _forget_found(d, user_id, found))
+
+    return Op(body, write=True)
+
+
+def _forget_found(d: Dialect, user_id: str, rows: Sequence[Any]) -> Body[int]:
+    if not rows:
+        return 0
+    fact_id = int(rows[0][0])
+    yield from forget_fact(user_id, fact_id).body(d)
+    return fact_id
+
+
 def delete_user_facts(user_id: str) -> Op[int]:
     """Delete every fact of ``user_id`` (current and history); how many."""
 
@@ -369,6 +396,16 @@ def list_facts(
     return Op(body)
 
 
+def users_with_facts() -> Op[list[str]]:
+    """The users with current facts, sorted (a LangGraph store lists their namespaces)."""
+
+    def body(d: Dialect) -> Body[list[str]]:
+        sql = "SELECT DISTINCT user_id FROM facts WHERE valid_to IS NULL ORDER BY user_id"
+        return [str(r[0]) for r in (yield d.step(sql)).rows]
+
+    return Op(body)
+
+
 def keyword_facts(
     user_id: str, query: str, *, limit: int, current: bool = True
 ) -> Op[list[tuple[int, float]]]:
@@ -382,9 +419,12 @@ def keyword_facts(
         if match is None:
             return []
         if d.name == "sqlite":
+            # The user's facts first (CROSS JOIN keeps that order), each looked up in the
+            # keyword index by rowid: the statement visits the user's facts, not every fact
+            # of every user with the query's words (BM25's word statistics stay global).
             sql = (
-                "SELECT f.id, -bm25(facts_fts) FROM facts_fts JOIN facts f ON f.id = "
-                f"facts_fts.rowid WHERE facts_fts MATCH ? AND f.user_id = ?{alive} "
+                "SELECT f.id, -bm25(facts_fts) FROM facts f CROSS JOIN facts_fts ON "
+                f"facts_fts.rowid = f.id WHERE facts_fts MATCH ? AND f.user_id = ?{alive} "
                 "ORDER BY bm25(facts_fts) LIMIT ?"
             )
             rows = (yield d.step(sql, (match, user_id, limit))).rows

@@ -4,6 +4,7 @@ memory tools (manage and search) working against them."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -55,3 +56,138 @@ async def test_langmem_tools_manage_and_search_the_users_facts(tmp_path: Path) -
         await manage.ainvoke({"action": "delete", "id": key})
         assert mm.get_facts("ann") == []
         assert [f.text for f in mm.get_facts("ann", include_history=True)] == ["Prefers green tea"]
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def location(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "postgres":
+        return str(request.getfixturevalue("pg_url"))
+    return str(tmp_path / "m.db")
+
+
+def test_list_namespaces_shows_users_with_facts_as_langgraph_would(location: str) -> None:
+    """The same items in LangGraph's InMemoryStore (where facts are plain items) and in
+    HarombeStore (where they are harombe's user memory) list the same namespaces, with every
+    prefix, suffix, depth and page."""
+    from langgraph.store.base import ListNamespacesOp, MatchCondition
+    from langgraph.store.memory import InMemoryStore
+
+    theirs = InMemoryStore()
+    with MemoryManager(location, embedding=None) as mm:
+        ours = HarombeStore(mm)
+        for namespace in [("app", "notes"), ("app", "notes", "ann"), ("users", "bob", "prefs")]:
+            ours.put(namespace, "k", {"text": "an item"})
+            theirs.put(namespace, "k", {"text": "an item"})
+        for user in ("ann", "bob"):
+            mm.add_fact(user, "Lives in Lisbon", subject="home city")
+            theirs.put(("harombe", "facts", user), "home city", {"content": "Lives in Lisbon"})
+        done = mm.add_fact("carol", "Book the flights", kind="task")
+        mm.complete_task("carol", done.id)  # only history left: no current facts to list
+        forgotten = mm.add_fact("dave", "Likes tea")
+        mm.forget_fact("dave", forgotten.id)
+        cases: list[dict[str, Any]] = [
+            {},
+            {"prefix": ("harombe",)},
+            {"prefix": ("harombe", "facts")},
+            {"prefix": ("harombe", "*", "bob")},
+            {"suffix": ("ann",)},
+            {"prefix": ("app",), "suffix": ("ann",)},
+            {"max_depth": 1},
+            {"max_depth": 2},
+            {"prefix": ("harombe",), "max_depth": 2},
+            {"limit": 2},
+            {"limit": 2, "offset": 2},
+            {"offset": 4},
+            {"prefix": ("nothing",)},
+        ]
+        for case in cases:
+            assert ours.list_namespaces(**case) == theirs.list_namespaces(**case), case
+        assert ("harombe", "facts", "ann") in ours.list_namespaces()
+        # and inside a batch, beside other operations
+        op = ListNamespacesOp(match_conditions=(MatchCondition("prefix", ("harombe",)),))
+        assert ours.batch([op]) == theirs.batch([op])
+
+
+def _item_put_failing_on(monkeypatch: pytest.MonkeyPatch, failing_key: str) -> None:
+    from harombe_core.store import items
+
+    real = items.put
+
+    def put(sql: Any, namespace: Any, key: str, *args: Any, **kw: Any) -> Any:
+        if key == failing_key:
+            raise RuntimeError("the disk failed in the middle of the batch")
+        return (yield from real(sql, namespace, key, *args, **kw))
+
+    monkeypatch.setattr(items, "put", put)
+
+
+async def _run(store: HarombeStore, run: str, ops: list[Any]) -> list[Any]:
+    return store.batch(ops) if run == "batch" else await store.abatch(ops)
+
+
+@pytest.mark.parametrize("run", ["batch", "abatch"])
+async def test_a_batch_of_items_and_facts_is_one_transaction(
+    location: str, monkeypatch: pytest.MonkeyPatch, run: str
+) -> None:
+    """A batch writes its items and its facts together or not at all: an operation failing
+    in the middle (after a fact was written in it) leaves neither."""
+    from langgraph.store.base import PutOp
+
+    with MemoryManager(location, embedding=None) as mm:
+        store = HarombeStore(mm)
+        mm.add_fact("ann", "Lives in Lisbon", subject="home city")
+        ops = [
+            PutOp(("app", "notes"), "a", {"text": "first"}),
+            PutOp(ANN, "home city", {"content": "Lives in Berlin"}),
+            PutOp(ANN, "diet", {"content": "Is vegan", "kind": "preference"}),
+            PutOp(("app", "notes"), "b", {"text": "fails"}),
+        ]
+        _item_put_failing_on(monkeypatch, "b")
+        with pytest.raises(RuntimeError, match="middle of the batch"):
+            await _run(store, run, ops)
+        monkeypatch.undo()
+        assert store.get(("app", "notes"), "a") is None
+        history = mm.get_facts("ann", include_history=True)
+        assert [(f.text, f.current) for f in history] == [("Lives in Lisbon", True)]
+        # the same batch, nothing failing: all of it
+        results = await _run(store, run, ops)
+        assert results == [None] * 4
+        assert store.get(("app", "notes"), "b") is not None
+        assert sorted(f.text for f in mm.get_facts("ann")) == ["Is vegan", "Lives in Berlin"]
+
+
+def test_a_fact_failing_inside_the_batch_takes_its_items_with_it(
+    location: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from langgraph.store.base import PutOp
+
+    from harombe_core.facts import ops as fact_ops
+
+    with MemoryManager(location, embedding=None) as mm:
+        store = HarombeStore(mm)
+        mm.add_fact("ann", "Lives in Lisbon", subject="home city")
+
+        def close(*args: Any) -> Any:
+            raise RuntimeError("the fact write failed")
+            yield  # a body
+
+        monkeypatch.setattr(fact_ops, "_close", close)
+        with pytest.raises(RuntimeError, match="fact write failed"):
+            store.batch(
+                [
+                    PutOp(("app", "notes"), "a", {"text": "first"}),
+                    PutOp(ANN, "home city", {"content": "Lives in Berlin"}),
+                    PutOp(("app", "notes"), "b", {"text": "after"}),
+                ]
+            )
+        assert store.search(("app",)) == []
+        assert [f.text for f in mm.get_facts("ann", include_history=True)] == ["Lives in Lisbon"]
+        # a bad fact is refused before anything runs, with a typed error
+        with pytest.raises(InvalidInputError, match="kind"):
+            store.batch(
+                [
+                    PutOp(("app", "notes"), "a", {"text": "first"}),
+                    PutOp(ANN, "diet", {"content": "Is vegan", "kind": "rumour"}),
+                ]
+            )
+        assert store.search(("app",)) == []
