@@ -510,9 +510,11 @@ PG_MIGRATIONS: list[list[str]] = [
     # 9: the keyword index of session summaries, as SQLite migration 9: a tsvector of the
     # summary and its topics (the 'simple' configuration over runs of word characters: every
     # word, as the summary search scores them), set by a trigger from whatever writes them.
+    # It may meet its objects already there (a schema history rewound by hand), so it does not
+    # insist.
     [
-        "ALTER TABLE sessions ADD COLUMN summary_fts TSVECTOR",
-        """CREATE FUNCTION harombe_summary_fts() RETURNS trigger LANGUAGE plpgsql AS $$
+        "ALTER TABLE sessions ADD COLUMN IF NOT EXISTS summary_fts TSVECTOR",
+        """CREATE OR REPLACE FUNCTION harombe_summary_fts() RETURNS trigger LANGUAGE plpgsql AS $$
         DECLARE
             topics TEXT;
         BEGIN
@@ -528,10 +530,11 @@ PG_MIGRATIONS: list[list[str]] = [
                 END;
             RETURN NEW;
         END $$""",
+        "DROP TRIGGER IF EXISTS sessions_summary_fts ON sessions",
         "CREATE TRIGGER sessions_summary_fts BEFORE INSERT OR UPDATE OF summary, summary_json "
         "ON sessions FOR EACH ROW EXECUTE FUNCTION harombe_summary_fts()",
         "UPDATE sessions SET summary = summary WHERE summary <> ''",
-        "CREATE INDEX sessions_summary_fts ON sessions USING GIN (summary_fts)",
+        "CREATE INDEX IF NOT EXISTS sessions_summary_fts ON sessions USING GIN (summary_fts)",
     ],
 ]
 PG_SCHEMA_VERSION = len(PG_MIGRATIONS)
