@@ -15,18 +15,18 @@ The JSON file written by :meth:`ChatMemory.save` is the unified chat-memory form
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import networkx as nx
 
 from harombe_core.errors import InvalidInputError, InvalidMessageError, SummarizationError
-from harombe_core.models import Message, MessageSummary, Session
+from harombe_core.flows import Call, Flow, Work, adrive, drive
+from harombe_core.models import Message, MessageSummary, SearchHit, Session
 from harombe_core.store.closing import ClosesOnExit
 from harombe_core.threader import Threader, selector_mode
 from harombe_core.threads import (
@@ -228,9 +228,7 @@ class ChatMemory(ClosesOnExit):
         human_id, assistant_id = self._threader.append(
             self._exchange(human_message, assistant_message)
         )
-        if self.summarizer is not None:
-            for node_id in (human_id, assistant_id):
-                self._summarize_node(node_id)
+        drive(self._summarize_nodes((human_id, assistant_id)))
         return human_id, assistant_id
 
     async def aappend(self, human_message: Any, assistant_message: Any) -> tuple[int, int]:
@@ -238,9 +236,7 @@ class ChatMemory(ClosesOnExit):
         human_id, assistant_id = await self._threader.aappend(
             self._exchange(human_message, assistant_message)
         )
-        if self.summarizer is not None:
-            for node_id in (human_id, assistant_id):
-                await self._asummarize_node(node_id)
+        await adrive(self._summarize_nodes((human_id, assistant_id)))
         return human_id, assistant_id
 
     def _set_summary(self, node_id: int, summary: MessageSummary) -> None:
@@ -249,27 +245,21 @@ class ChatMemory(ClosesOnExit):
         )
         node_of(self.graph, node_id).summary = summary
 
-    def _summarize_node(self, node_id: int) -> None:
-        message = node_of(self.graph, node_id).message
-        try:
-            summary = self.summarizer.summarize_message(message)
-        except SummarizationError as exc:
-            log.warning("message %s kept without a summary: %s", node_id, exc)
+    def _summarize_nodes(self, node_ids: Sequence[int]) -> Flow[None]:
+        """Summarise and store each node (with a summariser): its async method when it has
+        one; a failure is logged and the node keeps no summary."""
+        summarizer = self.summarizer
+        if summarizer is None:
             return
-        self._set_summary(node_id, summary)
-
-    async def _asummarize_node(self, node_id: int) -> None:
-        message = node_of(self.graph, node_id).message
-        asummarize = getattr(self.summarizer, "asummarize_message", None)
-        try:
-            if asummarize is not None:
-                summary = await asummarize(message)
-            else:
-                summary = await asyncio.to_thread(self.summarizer.summarize_message, message)
-        except SummarizationError as exc:
-            log.warning("message %s kept without a summary: %s", node_id, exc)
-            return
-        await asyncio.to_thread(self._set_summary, node_id, summary)
+        asummarize = getattr(summarizer, "asummarize_message", None)  # optional
+        for node_id in node_ids:
+            message = node_of(self.graph, node_id).message
+            try:
+                summary = yield Call(summarizer.summarize_message, message, native=asummarize)
+            except SummarizationError as exc:
+                log.warning("message %s kept without a summary: %s", node_id, exc)
+                continue
+            yield Work(self._set_summary, node_id, summary)
 
     # reading ------------------------------------------------------------------------------
     @property
@@ -294,17 +284,19 @@ class ChatMemory(ClosesOnExit):
             raise InvalidInputError(f"no node {leaf} in this memory.")
         return [node_of(self.graph, i).message for i in ancestors_path(self.graph, leaf, depth)]
 
-    def _hits(self, query: str, n_results: int) -> list[int]:
+    def _hits(self, query: str, n_results: int) -> Flow[list[int]]:
         """Ids of the messages most relevant to ``query`` in this session, best first."""
-        if self.memory.semantic_enabled:
-            self.memory.flush()  # what was just appended must be findable
-            hits = self.memory.search(query, top_k=n_results, session_id=self.session_id)
+        mm = self.memory
+        if mm.semantic_enabled:
+            yield Call(mm.flush, native=mm.aflush)  # what was just appended must be findable
+            hits: list[SearchHit] = yield Call(
+                mm.search, query, top_k=n_results, session_id=self.session_id, native=mm.asearch
+            )
             return [h.message.id for h in hits if h.message.id is not None]
         from harombe_core.store.base import SearchScope
 
-        found = self.memory.store.keyword_search(
-            query, limit=n_results, scope=SearchScope(session_id=self.session_id)
-        )
+        scope = SearchScope(session_id=self.session_id)
+        found = yield Work(mm.store.keyword_search, query, limit=n_results, scope=scope)
         return [h.message.id for h in found if h.message.id is not None]
 
     def retrieve(
@@ -317,6 +309,17 @@ class ChatMemory(ClosesOnExit):
         adds up to ``context_depth`` ancestors of each (default: the memory's), and returns the
         union without duplicates, oldest first.
         """
+        return drive(self._retrieve(query, n_results, context_depth))
+
+    async def aretrieve(
+        self, query: str, n_results: int = 10, context_depth: int | None = None
+    ) -> list[Message]:
+        """Async twin of :meth:`retrieve`."""
+        return await adrive(self._retrieve(query, n_results, context_depth))
+
+    def _retrieve(
+        self, query: str, n_results: int, context_depth: int | None
+    ) -> Flow[list[Message]]:
         query = check_query(query)
         n_results = check_count(n_results, "n_results", high=MAX_TOP_K)
         context_depth = optional_count(context_depth, "context_depth")
@@ -324,16 +327,10 @@ class ChatMemory(ClosesOnExit):
             return self.get_recent_messages(n_results)
         depth = self.context_depth if context_depth is None else context_depth
         chosen: set[int] = set()
-        for hit in self._hits(query, n_results):
+        for hit in (yield from self._hits(query, n_results)):
             if hit in self.graph:
                 chosen.update(ancestors_path(self.graph, hit, depth))
         return [node_of(self.graph, i).message for i in sorted(chosen)]
-
-    async def aretrieve(
-        self, query: str, n_results: int = 10, context_depth: int | None = None
-    ) -> list[Message]:
-        """Async twin of :meth:`retrieve`."""
-        return await asyncio.to_thread(self.retrieve, query, n_results, context_depth)
 
     # housekeeping -------------------------------------------------------------------------
     def reset(self) -> None:

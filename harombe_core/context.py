@@ -27,7 +27,7 @@ from harombe_core.context_reads import (
     thread_window_from_store,
 )
 from harombe_core.errors import InvalidInputError
-from harombe_core.flows import drive
+from harombe_core.flows import Flow, Run, Work, drive
 from harombe_core.folding import SummaryFolder
 from harombe_core.limits import current_limits
 from harombe_core.manager_search import Searcher
@@ -217,11 +217,18 @@ class ContextBuilder:
         With ``user_id``, only that user's session (else SessionOwnershipError).
         """
 
+        return drive(self.summarize_flow(session_id, until_id, user_id))
+
+    def summarize_flow(
+        self, session_id: str, until_id: int | None, user_id: str | None
+    ) -> Flow[Any]:
+        """:meth:`summarize_session` as a flow: the owner check reads the session as a store
+        operation, and the folding (locked, with the summariser) is one request of work."""
         until_id = optional_count(until_id, "until_id")
-        session = self.check_owner(session_id, user_id)
+        session = yield from owned_session(self.store, session_id, user_id)
         if session is None:  # an unknown session has nothing to summarise
             return None
-        return self._summarize(session, until_id, None)
+        return (yield Work(self._summarize, session, until_id, None))
 
     def _summarize(self, session: Session, until_id: int | None, max_messages: int | None) -> Any:
         """:meth:`summarize_session` of a session already read (and its owner checked)."""
@@ -296,23 +303,9 @@ class ContextBuilder:
                 for stale in list(marks)[: FOLD_MARKS // 2]:
                     del marks[stale]
 
-    def end_session(self, session_id: str, *, user_id: str | None = None) -> Any:
-        """The session-end pipeline: summary, facts, topics, outcome, and (with semantic memory)
-        the summary's embedding, stored on the session; returns the ``SessionSummary`` (None
-        when there is nothing to summarise, as for an unknown session).
-
-        Then, when the session has an owner, the facts, preferences and tasks of its messages
-        not yet extracted go into the owner's user memory, and the session's outcome is
-        recorded unless the application set one: ongoing while it left open tasks, else
-        resolved."""
-        summary = self.summarize_session(session_id, user_id=user_id)
-        if self.user_memory is not None:
-            drive(self.user_memory.end_session(session_id))
-        return summary
-
     def search_summaries(
         self, query: str, top_k: int = 5, user_id: str | None = None
-    ) -> list[tuple[Session, float]]:
+    ) -> Flow[list[tuple[Session, float]]]:
         """Sessions whose stored summary matches ``query`` best: by meaning when semantic memory
         is on (the stored summary embeddings), else by shared words. Best first.
 
@@ -333,11 +326,11 @@ class ContextBuilder:
         embedder = self.search.embedder
         words = set(re.findall(r"\w+", query.lower()))
         if embedder is None and user_id is None:
-            rows = self.store.run(ops.summaries_matching(sorted(words)))
+            rows = yield Run(self.store, ops.summaries_matching(sorted(words)))
         else:
-            rows = self.store.run(ops.summarised_sessions(user_id))
+            rows = yield Run(self.store, ops.summarised_sessions(user_id))
         scored: list[tuple[str, float]] = []
-        q = None if embedder is None else embedder.embed_query(query)
+        q = None if embedder is None else (yield Work(embedder.embed_query, query))
         for session_id, summary, raw in rows:
             data = json.loads(raw) if raw else {}
             if embedder is not None and q is not None:
@@ -354,7 +347,8 @@ class ContextBuilder:
         scored.sort(key=lambda pair: -pair[1])
         hits: list[tuple[Session, float]] = []
         for session_id, score in scored[:top_k]:
-            session = self.store.get_session(session_id)  # gone or moved meanwhile: left out
+            # gone or moved meanwhile: left out
+            session = yield Run(self.store, ops.get_session(session_id))
             if session is not None and session.summary and user_id in (None, session.user_id):
                 hits.append((session, score))
         return hits
@@ -540,8 +534,8 @@ class ContextBuilder:
         if query and ranked:
             relevance = {
                 s.id: score
-                for s, score in self.search_summaries(
-                    query, top_k=len(ranked), user_id=session.user_id
+                for s, score in drive(
+                    self.search_summaries(query, top_k=len(ranked), user_id=session.user_id)
                 )
             }
         scores = {

@@ -7,15 +7,27 @@ that *yields* the I/O it needs and *receives* its result (the shape of httpx's `
 .. code-block:: python
 
     def _window(self, session_id: str) -> Flow[list[Message]]:
-        session = yield Call(self.store.get_session, session_id, native=self.store.aget_session)
+        session = yield Run(self.store, ops.get_session(session_id))
         messages = yield Work(expensive_pure_function, session)
         return messages
 
 :func:`drive` runs such a flow on the calling thread; :func:`adrive` runs it on the event loop,
 where each request uses its native async form when it has one (the Postgres store's
-``aget_session``, a model's ``acall``) and otherwise runs in a worker thread, so async never
+``arun``, a model's ``acall``) and otherwise runs in a worker thread, so async never
 blocks the loop. The logic, the checks and the error handling exist once, so the twins cannot
-drift apart; :func:`twins` makes the pair of public methods from one flow method.
+drift apart. A public pair is written out where it is read, two short methods:
+
+.. code-block:: python
+
+    def get_window(self, session_id: str) -> Window:
+        return drive(self._window(session_id))
+
+    async def aget_window(self, session_id: str) -> Window:
+        return await adrive(self._window(session_id))
+
+A store operation (:mod:`harombe_core.store.ops`, a body of SQL steps) is the request
+:class:`Run`: ``store.run(op)`` on the sync path, ``await store.arun(op)`` on the async one
+(native on PostgreSQL, one worker thread on SQLite).
 
 An exception raised by a request is thrown into the flow at its ``yield``, so a flow handles
 failures with an ordinary ``try``/``except`` on both paths alike.
@@ -24,16 +36,18 @@ failures with an ordinary ``try``/``except`` on both paths alike.
 from __future__ import annotations
 
 import asyncio
-import functools
-import inspect
-from collections.abc import Awaitable, Callable, Coroutine, Generator
-from typing import Any, Concatenate, Generic, ParamSpec, TypeVar
+import concurrent.futures
+import threading
+from collections.abc import Awaitable, Callable, Generator
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-__all__ = ["Call", "Flow", "Parallel", "Request", "Work", "adrive", "drive", "twins"]
+if TYPE_CHECKING:
+    from harombe_core.store.base import MessageStore
+    from harombe_core.store.runner import Op
+
+__all__ = ["Call", "Flow", "Parallel", "Request", "Run", "Work", "adrive", "drive"]
 
 T = TypeVar("T")
-S = TypeVar("S")
-P = ParamSpec("P")
 
 
 class Request:
@@ -73,15 +87,6 @@ class Call(Request, Generic[T]):
         self.kwargs = kwargs
         self.native = native
 
-    @classmethod
-    def method(cls, obj: Any, name: str, *args: Any, **kwargs: Any) -> Call[Any]:
-        """``obj.<name>(...)``, with ``obj.a<name>`` as the native form if it is a coroutine
-        function (the Postgres store's ``aget_session``; SQLite has none and hops a thread)."""
-        native = getattr(obj, "a" + name, None)
-        if not inspect.iscoroutinefunction(native):
-            native = None
-        return Call(getattr(obj, name), *args, native=native, **kwargs)
-
     def run(self) -> T:
         return self.fn(*self.args, **self.kwargs)
 
@@ -104,11 +109,33 @@ class Work(Call[T]):
         super().__init__(fn, *args, **kwargs)
 
 
-class Parallel(Request):
-    """Several requests whose results the flow needs together, as a list in the same order.
+class Run(Request, Generic[T]):
+    """One store operation: ``store.run(op)``, or ``await store.arun(op)`` when async (native
+    on PostgreSQL; SQLite, which has no async driver, runs it in a worker thread)."""
 
-    Async runs them concurrently (``asyncio.gather``), which overlaps, for example, a keyword
-    search with the embedding of the query; sync runs them one after the other.
+    __slots__ = ("op", "store")
+
+    def __init__(self, store: MessageStore, op: Op[T]) -> None:
+        self.store = store
+        self.op = op
+
+    def run(self) -> T:
+        return self.store.run(self.op)
+
+    async def arun(self) -> T:
+        return await self.store.arun(self.op)
+
+    def __repr__(self) -> str:
+        return f"Run({self.op.body.__qualname__})"
+
+
+class Parallel(Request):
+    """Several requests whose results the caller needs together, as a list in the same order.
+
+    Both paths overlap them, for example a keyword search (SQLite releases the GIL) with the
+    embedding of the query: async runs them concurrently (``asyncio.gather``); sync runs the
+    first on the calling thread and the others on the flows' shared worker threads, waiting
+    for all of them before it returns or raises.
     """
 
     __slots__ = ("requests",)
@@ -117,10 +144,31 @@ class Parallel(Request):
         self.requests = requests
 
     def run(self) -> list[Any]:
-        return [request.run() for request in self.requests]
+        if not self.requests:
+            return []
+        first, *others = self.requests
+        pending = [_workers().submit(request.run) for request in others]
+        try:
+            results = [first.run()]
+        finally:
+            concurrent.futures.wait(pending)
+        return results + [future.result() for future in pending]
 
     async def arun(self) -> list[Any]:
         return list(await asyncio.gather(*(request.arun() for request in self.requests)))
+
+
+_WORKERS: concurrent.futures.ThreadPoolExecutor | None = None
+_WORKERS_LOCK = threading.Lock()
+
+
+def _workers() -> concurrent.futures.ThreadPoolExecutor:
+    """The threads :class:`Parallel` overlaps sync requests on (shared, made on first use)."""
+    global _WORKERS
+    with _WORKERS_LOCK:
+        if _WORKERS is None:
+            _WORKERS = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="harombe-flow")
+        return _WORKERS
 
 
 class _Steps(Generic[T]):
@@ -164,45 +212,3 @@ async def adrive(flow: Flow[T]) -> T:
         except Exception as exc:  # thrown into the flow, which handles or re-raises it
             steps.outcome = (False, exc)
     return steps.value
-
-
-def _public_name(flow_name: str) -> str:
-    return flow_name.removeprefix("_").removesuffix("_flow")
-
-
-def _result_signature(flow: Callable[..., Any]) -> inspect.Signature:
-    """The flow's signature returning what the flow returns (``Flow[X]`` shown as ``X``)."""
-    signature = inspect.signature(flow)
-    result = signature.return_annotation
-    if isinstance(result, str) and result.startswith("Flow[") and result.endswith("]"):
-        signature = signature.replace(return_annotation=result[len("Flow[") : -1])
-    return signature
-
-
-def twins(
-    flow: Callable[Concatenate[S, P], Flow[T]],
-) -> tuple[
-    Callable[Concatenate[S, P], T], Callable[Concatenate[S, P], Coroutine[Any, Any, T]]
-]:
-    """The sync and async methods of one flow method, with its signature and docstring.
-
-    ``get_window, aget_window = twins(_get_window)`` in a class body: both take exactly the
-    flow's arguments (type checkers see them), and both share its docstring.
-    """
-    name = _public_name(flow.__name__)
-    owner = flow.__qualname__.rpartition(".")[0]
-
-    @functools.wraps(flow)
-    def sync(self: S, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        return drive(flow(self, *args, **kwargs))
-
-    @functools.wraps(flow)
-    async def asynchronous(self: S, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        return await adrive(flow(self, *args, **kwargs))
-
-    signature = _result_signature(flow)
-    for method, method_name in ((sync, name), (asynchronous, "a" + name)):
-        setattr(method, "__signature__", signature)  # noqa: B010 - not a declared attribute
-        method.__name__ = method_name
-        method.__qualname__ = f"{owner}.{method_name}" if owner else method_name
-    return sync, asynchronous

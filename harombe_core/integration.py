@@ -38,7 +38,7 @@ if TYPE_CHECKING:
         check_user,
     )
     from harombe_core.facts.ops import forget_current, users_with_facts
-    from harombe_core.flows import Flow, adrive, drive
+    from harombe_core.flows import Call, Flow, adrive, drive
     from harombe_core.owners import check_owner, check_search_scope
     from harombe_core.retrieval import context_message
     from harombe_core.store import items
@@ -77,6 +77,7 @@ _LAZY: dict[str, str] = {
     "check_row": "harombe_core.checkpoint_safety",
     "refused_tag": "harombe_core.checkpoint_safety",
     # flows: an operation written once, driven in place or on the event loop
+    "Call": "harombe_core.flows",
     "Flow": "harombe_core.flows",
     "drive": "harombe_core.flows",
     "adrive": "harombe_core.flows",
@@ -107,6 +108,7 @@ _MODULES: dict[str, str] = {"items": "harombe_core.store.items"}
 __all__ = [
     "AllowList",
     "Body",
+    "Call",
     "ClosesOnExit",
     "Dialect",
     "FactProposal",

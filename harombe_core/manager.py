@@ -1,10 +1,10 @@
 """MemoryManager: the façade an application (or an adapter) talks to.
 
 It owns one store and, when semantic memory is on, the embedder, vector index and background
-indexer derived from it. Every I/O method has an ``a``-prefixed async twin; both are made from
-one flow (:mod:`harombe_core.flows`), so they check and do the same things. The async twin runs
-the store's own async methods where it has them (PostgreSQL) and otherwise does the blocking
-work (SQLite, models) in a worker thread, so the event loop is never blocked.
+indexer derived from it. Every I/O method has an ``a``-prefixed async twin, written out beside
+it; both drive one flow (:mod:`harombe_core.flows`), so they check and do the same things. The
+async twin runs the store's operations on its async runner (native on PostgreSQL) and otherwise
+does the blocking work (SQLite, models) in a worker thread, so the event loop is never blocked.
 """
 
 from __future__ import annotations
@@ -15,17 +15,16 @@ import os
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from harombe_core.context import ContextBuilder
 from harombe_core.context_reads import anewest_until, newest_until
-from harombe_core.derive import converted, forwarded, in_thread, part_property
 from harombe_core.erasing import delete_user_sessions, erase, prune_cutoff
 from harombe_core.errors import InvalidInputError
-from harombe_core.flows import Call, Flow, Work, twins
+from harombe_core.flows import Call, Flow, Run, Work, adrive, drive
 from harombe_core.manager_facts import UserMemoryMethods
 from harombe_core.manager_search import Searcher
-from harombe_core.models import Message, Session
+from harombe_core.models import Message, SearchHit, Session
 from harombe_core.owned import named_owner, owned_session
 from harombe_core.owners import legacy_session_key, session_key
 from harombe_core.progress import Progress, check_progress
@@ -33,6 +32,7 @@ from harombe_core.store import ops
 from harombe_core.store.base import UNSET, MessageStore
 from harombe_core.store.closing import ClosesOnExit
 from harombe_core.store.encryption import check_key
+from harombe_core.store.methods import check_created, create_session_op
 from harombe_core.strategies import Window, window_newest
 from harombe_core.tokens import TokenCounter, resolve_token_counter
 from harombe_core.validate import (
@@ -50,6 +50,7 @@ from harombe_core.write_inputs import as_message, costed, id_list, message_list,
 
 if TYPE_CHECKING:
     from harombe_core.config import MemoryConfig
+    from harombe_core.retrieval import Retriever
 
 __all__ = ["MemoryManager", "open_store"]
 
@@ -58,8 +59,6 @@ log = logging.getLogger(__name__)
 #: Longest wait flush() accepts, in seconds (a day; the clock cannot represent much more).
 MAX_WAIT_SECONDS = 86_400.0
 T = TypeVar("T")
-R = TypeVar("R")
-P = ParamSpec("P")
 
 
 def open_store(
@@ -85,11 +84,6 @@ def open_store(
     from harombe_core.store.sqlite import SQLiteStore
 
     return SQLiteStore(location, encryption_key=encryption_key)
-
-
-def _on(part: str, template: Callable[Concatenate[Any, P], R]) -> Callable[Concatenate[Any, P], R]:
-    """The manager's method running ``template`` on its composed ``part`` (same signature)."""
-    return forwarded(template, part, owner="MemoryManager")
 
 
 class MemoryManager(UserMemoryMethods, ClosesOnExit):
@@ -186,18 +180,67 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
         """The store's semantic memory (None when off), held by the search side."""
         return self._searcher.semantic
 
-    config = part_property("_searcher", Searcher.config)
-    embedder = part_property("_searcher", Searcher.embedder)
-    vector_store = part_property("_searcher", Searcher.vector_store)
-    retriever = part_property("_searcher", Searcher.retriever)
-    summarizer = part_property("_context", ContextBuilder.summarizer)
-    summary_chunk = part_property("_context", ContextBuilder.summary_chunk)
-    max_history_tokens: int = part_property(
-        "_context", "max_history_tokens", doc="The default token budget.", settable=True
-    )
-    token_counter: TokenCounter = part_property(
-        "_context", "token_counter", doc="What counts tokens (a TokenCounter).", settable=True
-    )
+    # The parts' settings, read (and set) where they live, so both always agree.
+    @property
+    def config(self) -> MemoryConfig:
+        """The configuration in force (defaults if none was given)."""
+        return self._searcher.config
+
+    @property
+    def embedder(self) -> Any:
+        """The embedder of semantic memory (an ``Embedder``), or None when it is off."""
+        return self._searcher.embedder
+
+    @property
+    def vector_store(self) -> str | None:
+        """The vector store semantic search uses, as named: ``"database"`` (the default: the
+        vectors inside the database), ``"chroma"``, ``"pgvector"``, ``"custom"`` (an index
+        object); None when semantic memory is off."""
+        return self._searcher.vector_store
+
+    @property
+    def retriever(self) -> Retriever:
+        """The hybrid retriever over this store; keyword-only when semantic memory is off."""
+        return self._searcher.retriever
+
+    @property
+    def summarizer(self) -> Any:
+        """What summarises sessions: extractive (no model) unless set to a Summarizer or an LLM."""
+        return self._context.summarizer
+
+    @summarizer.setter
+    def summarizer(self, value: Any) -> None:
+        self._context.summarizer = value
+
+    @property
+    def summary_chunk(self) -> int:
+        """At most this many messages are summarised per step (``memory.summary_chunk``).
+
+        How a backlog is folded: :attr:`harombe_core.context.ContextBuilder.summary_chunk`.
+        """
+        return self._context.summary_chunk
+
+    @summary_chunk.setter
+    def summary_chunk(self, value: int) -> None:
+        self._context.summary_chunk = value
+
+    @property
+    def max_history_tokens(self) -> int:
+        """The default token budget."""
+        return self._context.max_history_tokens
+
+    @max_history_tokens.setter
+    def max_history_tokens(self, value: int) -> None:
+        self._context.max_history_tokens = value
+
+    @property
+    def token_counter(self) -> TokenCounter:
+        """What counts tokens (a TokenCounter)."""
+        return self._context.token_counter
+
+    @token_counter.setter
+    def token_counter(self, value: TokenCounter) -> None:
+        self._context.token_counter = value
 
     @property
     def semantic_enabled(self) -> bool:
@@ -223,40 +266,53 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
         return f"MemoryManager({', '.join(parts)})"
 
     # sessions -----------------------------------------------------------------------------
-    # Each operation is one flow (harombe_core.flows): its store calls are requests, so the
-    # sync method runs them in place and the async one uses the store's own async methods
-    # where it has them (Postgres) and a worker thread otherwise. Written once, they agree.
-    def _call(self, name: str, *args: Any, **kwargs: Any) -> Call[Any]:
-        """The store's method ``name`` as a request (its native ``a``-method when async)."""
-        return Call.method(self._store, name, *args, **kwargs)
-
-    def _create_session(
+    # Each operation is one flow (harombe_core.flows) whose store work is requests (a store
+    # operation is a Run: the store's own async runner on PostgreSQL, a worker thread on
+    # SQLite); its sync method drives it in place, its a-twin on the event loop. Written
+    # once, the two agree; written out, an editor follows both.
+    def create_session(
         self,
         system_prompt: str | None = None,
         metadata: Mapping[str, Any] | None = None,
         user_id: str | None = None,
         *,
         session_id: str | None = None,
-    ) -> Flow[str]:
+    ) -> str:
         """Create a session and return its id (a new UUID unless ``session_id`` is given).
 
         Raises InvalidInputError for a malformed id, metadata or an id already in use.
         """
+        return drive(self._create_session(system_prompt, metadata, user_id, session_id))
+
+    async def acreate_session(
+        self,
+        system_prompt: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        user_id: str | None = None,
+        *,
+        session_id: str | None = None,
+    ) -> str:
+        """Create a session and return its id (async twin of :meth:`create_session`)."""
+        return await adrive(self._create_session(system_prompt, metadata, user_id, session_id))
+
+    def _create_session(
+        self,
+        system_prompt: str | None,
+        metadata: Mapping[str, Any] | None,
+        user_id: str | None,
+        session_id: str | None,
+    ) -> Flow[str]:
         sid = optional_id(session_id, "session_id") or uuid.uuid4().hex
         optional_id(user_id, "user_id")
         session_fields(system_prompt, metadata)
-        tokens = self._system_prompt_tokens(system_prompt)
-        yield self._call(
-            "create_session",
-            sid,
-            user_id=user_id,
-            system_prompt=system_prompt,
-            system_prompt_tokens=tokens,
-            metadata=metadata,
-        )
+        fields = {
+            "user_id": user_id,
+            "system_prompt": system_prompt,
+            "system_prompt_tokens": self._system_prompt_tokens(system_prompt),
+            "metadata": metadata,
+        }
+        check_created((yield Run(self._store, create_session_op(sid, None, fields))), sid)
         return sid
-
-    create_session, acreate_session = twins(_create_session)
 
     def _system_prompt_tokens(self, system_prompt: str | None) -> int:
         if system_prompt is None:
@@ -270,37 +326,44 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
         system: list[Message] = yield Work(self._context.system_prompt_message, session)
         return system
 
-    def _get_session(self, session_id: str, *, user_id: str | None = None) -> Flow[Session | None]:
+    def get_session(self, session_id: str, *, user_id: str | None = None) -> Session | None:
         """The session's record (owner, system prompt, metadata, counts, summary), or None for
         an unknown session. Raises SessionOwnershipError if ``user_id`` is given and does not
         own it."""
-        return (yield from self._check_owner(session_id, user_id))
+        return drive(owned_session(self._store, session_id, user_id))
 
-    get_session, aget_session = twins(_get_session)
+    async def aget_session(self, session_id: str, *, user_id: str | None = None) -> Session | None:
+        """The session's record, or None (async twin of :meth:`get_session`)."""
+        return await adrive(owned_session(self._store, session_id, user_id))
 
-    def _load_session(self, session_id: str, *, user_id: str | None = None) -> Flow[list[Message]]:
+    def load_session(self, session_id: str, *, user_id: str | None = None) -> list[Message]:
         """The session's conversation history: its system prompt first (when it has one), then
         every message in order. An unknown session has no history: ``[]``.
 
         For the newest messages that fit a token budget, use :meth:`get_recent_messages`.
         Raises SessionOwnershipError if ``user_id`` is given and does not own the session.
         """
-        session = yield from self._check_owner(session_id, user_id)
+        return drive(self._load_session(session_id, user_id))
+
+    async def aload_session(self, session_id: str, *, user_id: str | None = None) -> list[Message]:
+        """The session's history (async twin of :meth:`load_session`)."""
+        return await adrive(self._load_session(session_id, user_id))
+
+    def _load_session(self, session_id: str, user_id: str | None) -> Flow[list[Message]]:
+        session = yield from owned_session(self._store, session_id, user_id)
         if session is None:
             return []
         system = yield from self._system_prompt(session)
-        messages: list[Message] = yield self._call("get_messages", session_id)
+        messages: list[Message] = yield Run(self._store, ops.get_messages(session_id))
         return system + messages
-
-    load_session, aload_session = twins(_load_session)
 
     def session_exists(self, session_id: str) -> bool:
         """True if a session with this id is stored."""
         return self._store.get_session(check_id(session_id, "session_id")) is not None
 
-    def _check_owner(
+    def check_owner(
         self, session_id: str, user_id: str | None, *, exact: bool = False
-    ) -> Flow[Session | None]:
+    ) -> Session | None:
         """The session (None if it does not exist yet), if ``user_id`` may use it.
 
         A session belongs to the user it was created for. ``user_id=None`` (the application
@@ -311,9 +374,13 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
         ``user_id`` itself, so ``None`` reaches only sessions without an owner: what an adapter
         acting for nobody may use.
         """
-        return (yield from owned_session(self._store, session_id, user_id, exact=exact))
+        return drive(owned_session(self._store, session_id, user_id, exact=exact))
 
-    check_owner, acheck_owner = twins(_check_owner)
+    async def acheck_owner(
+        self, session_id: str, user_id: str | None, *, exact: bool = False
+    ) -> Session | None:
+        """The session, if ``user_id`` may use it (async twin of :meth:`check_owner`)."""
+        return await adrive(owned_session(self._store, session_id, user_id, exact=exact))
 
     def conversation_session_id(self, user_id: str, conversation_id: str) -> str:
         """The session id of ``user_id``'s conversation ``conversation_id``.
@@ -331,19 +398,35 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
                 return legacy
         return key
 
-    def _update_session(
+    def update_session(
         self,
         session_id: str,
         *,
         system_prompt: Any = UNSET,
         metadata: Any = UNSET,
         user_id: Any = UNSET,
-    ) -> Flow[None]:
+    ) -> None:
         """Change a session's system prompt, metadata or owner (unset arguments are kept).
 
         Like every write, it creates an unknown session (with these values), in one
         transaction with the check.
         """
+        drive(self._update_session(session_id, system_prompt, metadata, user_id))
+
+    async def aupdate_session(
+        self,
+        session_id: str,
+        *,
+        system_prompt: Any = UNSET,
+        metadata: Any = UNSET,
+        user_id: Any = UNSET,
+    ) -> None:
+        """Change a session's fields (async twin of :meth:`update_session`)."""
+        await adrive(self._update_session(session_id, system_prompt, metadata, user_id))
+
+    def _update_session(
+        self, session_id: str, system_prompt: Any, metadata: Any, user_id: Any
+    ) -> Flow[None]:
         check_id(session_id, "session_id")
         session_fields(
             None if system_prompt is UNSET else system_prompt,
@@ -372,18 +455,21 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
             # file its vectors under the new owner
             yield Work(self._semantic.session_moved, session_id, user_id)
 
-    update_session, aupdate_session = twins(_update_session)
-
-    def _list_sessions(
-        self, limit: int | None = 10, user_id: str | None = None
-    ) -> Flow[list[Session]]:
+    def list_sessions(self, limit: int | None = 10, user_id: str | None = None) -> list[Session]:
         """Sessions with the most recent activity first."""
+        return drive(self._list_sessions(limit, user_id))
+
+    async def alist_sessions(
+        self, limit: int | None = 10, user_id: str | None = None
+    ) -> list[Session]:
+        """Sessions, most recent activity first (async twin of :meth:`list_sessions`)."""
+        return await adrive(self._list_sessions(limit, user_id))
+
+    def _list_sessions(self, limit: int | None, user_id: str | None) -> Flow[list[Session]]:
         limit = optional_count(limit, "limit")
         user_id = optional_id(user_id, "user_id")
-        sessions: list[Session] = yield self._call("list_sessions", limit=limit, user_id=user_id)
+        sessions: list[Session] = yield Run(self._store, ops.list_sessions(limit, user_id, 0))
         return sessions
-
-    list_sessions, alist_sessions = twins(_list_sessions)
 
     def _drop(self, delete: Callable[[str], T], session_id: str, user_id: str | None) -> Flow[T]:
         """Delete a session's rows with the store's ``delete``, and the vectors of what went."""
@@ -391,38 +477,52 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
         sid = check_id(session_id, "session_id")
         return (yield Work(erase, self._semantic, lambda: delete(sid), lambda g: [sid] * bool(g)))
 
-    def _delete_session(self, session_id: str, *, user_id: str | None = None) -> Flow[bool]:
+    def delete_session(self, session_id: str, *, user_id: str | None = None) -> bool:
         """Delete a session and all its messages (and their vectors). True if it existed.
         Once it returns no search finds them; once the store is closed no byte of them is left
         in its files (docs/deletion.md). With ``user_id``, only that user's session."""
-        return bool((yield from self._drop(self._store.delete_session, session_id, user_id)))
+        return bool(drive(self._drop(self._store.delete_session, session_id, user_id)))
 
-    delete_session, adelete_session = twins(_delete_session)
+    async def adelete_session(self, session_id: str, *, user_id: str | None = None) -> bool:
+        """Delete a session and its messages (async twin of :meth:`delete_session`)."""
+        return bool(await adrive(self._drop(self._store.delete_session, session_id, user_id)))
 
-    def _clear_session(self, session_id: str, *, user_id: str | None = None) -> Flow[int]:
+    def clear_session(self, session_id: str, *, user_id: str | None = None) -> int:
         """Delete a session's messages but keep the session; returns how many were removed.
         With ``user_id``, only that user's session (else SessionOwnershipError)."""
-        return int((yield from self._drop(self._store.clear_session, session_id, user_id)))
+        return int(drive(self._drop(self._store.clear_session, session_id, user_id)))
 
-    clear_session, aclear_session = twins(_clear_session)
+    async def aclear_session(self, session_id: str, *, user_id: str | None = None) -> int:
+        """Delete a session's messages (async twin of :meth:`clear_session`)."""
+        return int(await adrive(self._drop(self._store.clear_session, session_id, user_id)))
+
+    def prune_old_sessions(self, days: float) -> int:
+        """Delete sessions with no activity in the last ``days`` days; returns how many."""
+        return drive(self._prune_old_sessions(days))
+
+    async def aprune_old_sessions(self, days: float) -> int:
+        """Delete inactive sessions (async twin of :meth:`prune_old_sessions`)."""
+        return await adrive(self._prune_old_sessions(days))
 
     def _prune_old_sessions(self, days: float) -> Flow[int]:
-        """Delete sessions with no activity in the last ``days`` days; returns how many."""
         cutoff, store = prune_cutoff(days), self._store
         gone = yield Work(erase, self._semantic, lambda: store.delete_sessions_before(cutoff), list)
         return len(gone)
 
-    prune_old_sessions, aprune_old_sessions = twins(_prune_old_sessions)
-
-    def _forget_user(self, user_id: str) -> Flow[int]:
+    def forget_user(self, user_id: str) -> int:
         """Delete everything of ``user_id`` (GDPR erasure) in one transaction, erased as
         :meth:`delete_session` erases: sessions, messages, vectors, keywords, summaries,
         checkpoints, facts (not LangGraph store items: no user owns them). Returns sessions."""
+        return drive(self._forget_user(user_id))
+
+    async def aforget_user(self, user_id: str) -> int:
+        """Delete everything of ``user_id`` (async twin of :meth:`forget_user`)."""
+        return await adrive(self._forget_user(user_id))
+
+    def _forget_user(self, user_id: str) -> Flow[int]:
         uid, store = check_id(user_id, "user_id"), self._store
         gone = yield Work(erase, self._semantic, lambda: delete_user_sessions(store, uid), list)
         return len(gone)
-
-    forget_user, aforget_user = twins(_forget_user)
 
     # messages -----------------------------------------------------------------------------
     def _write(
@@ -440,10 +540,8 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
         prepared = yield from costed(messages, what, self.token_counter)
         if not prepared and not doomed:
             return []
-        extra = {"replace_ids": doomed} if doomed else {}
-        ids: list[int] = yield self._call(
-            "add_messages", session_id, prepared, user_id=user_id, **extra
-        )
+        add = ops.add_messages(session_id, prepared, user_id=user_id, replace_ids=doomed)
+        ids: list[int] = yield Run(self._store, add)
         if doomed and self._semantic is not None:
             yield Work(self._semantic.forget_messages, doomed)
         if self._semantic is not None and prepared:
@@ -451,9 +549,9 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
         self._facts.notify(session_id)  # wakes the background fact extractor (if on)
         return ids
 
-    def _save_message(
+    def save_message(
         self, session_id: str, message: Message | Mapping[str, Any], *, user_id: str | None = None
-    ) -> Flow[int]:
+    ) -> int:
         """Store one message and return its id; an unknown session id is created.
 
         Returns as soon as the row is committed; embedding happens in the background (see
@@ -461,85 +559,135 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
         SessionOwnershipError if ``user_id`` is given and the session is not that user's (a
         new session is created for ``user_id``).
         """
-        ids = yield from self._save_messages(session_id, [message], user_id=user_id)
-        return ids[0]
+        return drive(self._write(session_id, (), [message], user_id, "save_messages"))[0]
 
-    save_message, asave_message = twins(_save_message)
+    async def asave_message(
+        self, session_id: str, message: Message | Mapping[str, Any], *, user_id: str | None = None
+    ) -> int:
+        """Store one message and return its id (async twin of :meth:`save_message`)."""
+        return (await adrive(self._write(session_id, (), [message], user_id, "save_messages")))[0]
 
-    def _save_messages(
+    def save_messages(
         self,
         session_id: str,
         messages: Iterable[Message | Mapping[str, Any]],
         *,
         user_id: str | None = None,
-    ) -> Flow[list[int]]:
+    ) -> list[int]:
         """Store many messages in one transaction (all or none); returns their ids in order."""
-        return (yield from self._write(session_id, (), messages, user_id, "save_messages"))
+        return drive(self._write(session_id, (), messages, user_id, "save_messages"))
 
-    save_messages, asave_messages = twins(_save_messages)
+    async def asave_messages(
+        self,
+        session_id: str,
+        messages: Iterable[Message | Mapping[str, Any]],
+        *,
+        user_id: str | None = None,
+    ) -> list[int]:
+        """Store many messages in one transaction (async twin of :meth:`save_messages`)."""
+        return await adrive(self._write(session_id, (), messages, user_id, "save_messages"))
 
-    def _replace_messages(
+    def replace_messages(
         self,
         session_id: str,
         delete_ids: Sequence[int],
         messages: Iterable[Message | Mapping[str, Any]] = (),
         *,
         user_id: str | None = None,
-    ) -> Flow[list[int]]:
+    ) -> list[int]:
         """Delete ``delete_ids`` of a session and append ``messages``, in one transaction.
 
         What a framework's "set the history" or "delete message i" needs without ever leaving
         half a history; returns the new messages' ids. Ids of other sessions are ignored.
         """
-        return (
-            yield from self._write(session_id, delete_ids, messages, user_id, "replace_messages")
-        )
+        return drive(self._write(session_id, delete_ids, messages, user_id, "replace_messages"))
 
-    replace_messages, areplace_messages = twins(_replace_messages)
+    async def areplace_messages(
+        self,
+        session_id: str,
+        delete_ids: Sequence[int],
+        messages: Iterable[Message | Mapping[str, Any]] = (),
+        *,
+        user_id: str | None = None,
+    ) -> list[int]:
+        """Delete and append in one transaction (async twin of :meth:`replace_messages`)."""
+        write = self._write(session_id, delete_ids, messages, user_id, "replace_messages")
+        return await adrive(write)
 
-    def _get_messages(
+    def get_messages(
         self,
         session_id: str,
         *,
         limit: int | None = None,
         after_id: int | None = None,
         user_id: str | None = None,
-    ) -> Flow[list[Message]]:
+    ) -> list[Message]:
         """Every message of a session in order (or ``limit`` of them after ``after_id``).
 
         With ``user_id``, only that user's session (else SessionOwnershipError)."""
+        return drive(self._get_messages(session_id, limit, after_id, user_id))
+
+    async def aget_messages(
+        self,
+        session_id: str,
+        *,
+        limit: int | None = None,
+        after_id: int | None = None,
+        user_id: str | None = None,
+    ) -> list[Message]:
+        """A session's messages in order (async twin of :meth:`get_messages`)."""
+        return await adrive(self._get_messages(session_id, limit, after_id, user_id))
+
+    def _get_messages(
+        self, session_id: str, limit: int | None, after_id: int | None, user_id: str | None
+    ) -> Flow[list[Message]]:
         limit = optional_count(limit, "limit")
         after_id = optional_count(after_id, "after_id")
         yield from named_owner(self._store, session_id, user_id)
-        messages: list[Message] = yield self._call(
-            "get_messages", check_id(session_id, "session_id"), after_id=after_id, limit=limit
-        )
+        read = ops.get_messages(check_id(session_id, "session_id"), after_id, limit)
+        messages: list[Message] = yield Run(self._store, read)
         return messages
 
-    get_messages, aget_messages = twins(_get_messages)
-
-    def _count_messages(
+    def count_messages(
         self,
         session_id: str,
         *,
         after_id: int | None = None,
         unless_metadata: Mapping[str, str] | None = None,
         user_id: str | None = None,
-    ) -> Flow[int]:
+    ) -> int:
         """How many messages the session holds (0 for an unknown session), by one SQL ``COUNT``
         over its own index range (:func:`~harombe_core.store.ops.count_session_messages`):
         ``after_id`` counts only newer ones, ``unless_metadata`` leaves out those whose
         metadata holds any of these key -> string pairs. With ``user_id``, only that user's
         session (else SessionOwnershipError)."""
+        return drive(self._count_messages(session_id, after_id, unless_metadata, user_id))
+
+    async def acount_messages(
+        self,
+        session_id: str,
+        *,
+        after_id: int | None = None,
+        unless_metadata: Mapping[str, str] | None = None,
+        user_id: str | None = None,
+    ) -> int:
+        """How many messages the session holds (async twin of :meth:`count_messages`)."""
+        return await adrive(self._count_messages(session_id, after_id, unless_metadata, user_id))
+
+    def _count_messages(
+        self,
+        session_id: str,
+        after_id: int | None,
+        unless_metadata: Mapping[str, str] | None,
+        user_id: str | None,
+    ) -> Flow[int]:
         op = ops.count_session_messages(session_id, after_id, unless_metadata)
-        if (yield from self._check_owner(session_id, user_id)) is None:
+        if (yield from owned_session(self._store, session_id, user_id)) is None:
             return 0
-        count: int = yield Call(self._store.run, op, native=self._store.arun)
+        count: int = yield Run(self._store, op)
         return count
 
-    count_messages, acount_messages = twins(_count_messages)
-
-    def _get_window(
+    def get_window(
         self,
         session_id: str,
         max_tokens: int | None = None,
@@ -547,12 +695,72 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
         include_system: bool = True,
         start_on_user: bool = False,
         user_id: str | None = None,
-    ) -> Flow[Window]:
+    ) -> Window:
         """Like :meth:`get_recent_messages`, with the token total the window costs."""
+        return drive(
+            self._get_window(session_id, max_tokens, include_system, start_on_user, user_id)
+        )
+
+    async def aget_window(
+        self,
+        session_id: str,
+        max_tokens: int | None = None,
+        *,
+        include_system: bool = True,
+        start_on_user: bool = False,
+        user_id: str | None = None,
+    ) -> Window:
+        """The window with its token total (async twin of :meth:`get_window`)."""
+        return await adrive(
+            self._get_window(session_id, max_tokens, include_system, start_on_user, user_id)
+        )
+
+    def get_recent_messages(
+        self,
+        session_id: str,
+        max_tokens: int | None = None,
+        *,
+        include_system: bool = True,
+        start_on_user: bool = False,
+        user_id: str | None = None,
+    ) -> list[Message]:
+        """The newest messages that fit ``max_tokens`` (default ``max_history_tokens``).
+
+        Oldest first; the session's system prompt leads and is counted. Reads only the rows it
+        returns (plus one), whatever the session's length. With ``user_id``, only that user's
+        session (else SessionOwnershipError).
+        """
+        return drive(
+            self._get_window(session_id, max_tokens, include_system, start_on_user, user_id)
+        ).messages
+
+    async def aget_recent_messages(
+        self,
+        session_id: str,
+        max_tokens: int | None = None,
+        *,
+        include_system: bool = True,
+        start_on_user: bool = False,
+        user_id: str | None = None,
+    ) -> list[Message]:
+        """The newest messages that fit (async twin of :meth:`get_recent_messages`)."""
+        window = await adrive(
+            self._get_window(session_id, max_tokens, include_system, start_on_user, user_id)
+        )
+        return window.messages
+
+    def _get_window(
+        self,
+        session_id: str,
+        max_tokens: int | None,
+        include_system: bool,
+        start_on_user: bool,
+        user_id: str | None,
+    ) -> Flow[Window]:
         budget = self.max_history_tokens if max_tokens is None else check_budget(max_tokens)
         check_flag(include_system, "include_system")
         check_flag(start_on_user, "start_on_user")
-        session = yield from self._check_owner(session_id, user_id)
+        session = yield from owned_session(self._store, session_id, user_id)
         if session is None:
             return Window(messages=[], tokens=0)
         system = (yield from self._system_prompt(session)) if include_system else []
@@ -573,23 +781,6 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
             newest, budget, reserved_tokens=reserved, start_on_user=start_on_user
         )
         return Window(messages=system + window.messages, tokens=window.tokens)
-
-    get_window, aget_window = twins(_get_window)
-
-    get_recent_messages, aget_recent_messages = twins(
-        converted(
-            _get_window,
-            lambda window: window.messages,
-            list[Message],
-            name="_get_recent_messages",
-            doc="""The newest messages that fit ``max_tokens`` (default ``max_history_tokens``).
-
-            Oldest first; the session's system prompt leads and is counted. Reads only the rows it
-            returns (plus one), whatever the session's length. With ``user_id``, only that user's
-            session (else SessionOwnershipError).
-            """,
-        )
-    )
 
     def count_tokens(self, messages: Sequence[Message]) -> int:
         """Tokens these messages cost under this manager's counter (overhead included)."""
@@ -613,28 +804,289 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
             self._semantic.notify()
         return result
 
-    # the search side (Searcher) and the context side (ContextBuilder) ---------------------
-    search, asearch = twins(_on("_searcher", Searcher.search_flow))
-    search_similar, asearch_similar = twins(_on("_searcher", Searcher.search_similar_flow))
-    search_by_topic, asearch_by_topic = twins(_on("_searcher", Searcher.search_by_topic_flow))
-    get_relevant_context, aget_relevant_context = twins(
-        _on("_searcher", Searcher.get_relevant_context_flow)
-    )
-    format_context = staticmethod(Searcher.format_context)
-    backfill_embeddings, abackfill_embeddings = twins(
-        _on("_searcher", Searcher.backfill_embeddings_flow)
-    )
-    reindex, areindex = twins(_on("_searcher", Searcher.reindex_flow))
+    # the search side (Searcher) ------------------------------------------------------------
+    def search(
+        self,
+        query: str,
+        top_k: int | None = None,
+        session_id: str | None = None,
+        user_id: str | None = None,
+        min_similarity: float | None = None,
+        **options: Any,
+    ) -> list[SearchHit]:
+        """Hybrid (vector + keyword) search, best first, with scores; see ``Retriever.search``.
 
-    # Each async twin runs its sync method (a subclass's override too) in a worker thread.
-    get_context = _on("_context", ContextBuilder.get_context)
-    aget_context = in_thread(get_context)
-    summarize_session = _on("_context", ContextBuilder.summarize_session)
-    asummarize_session = in_thread(summarize_session)
-    end_session = _on("_context", ContextBuilder.end_session)
-    aend_session = in_thread(end_session)
-    search_summaries = _on("_context", ContextBuilder.search_summaries)
-    asearch_summaries = in_thread(search_summaries)
+        ``top_k``, ``min_similarity``, ``temporal_decay`` and the weights default to the
+        ``rag:`` config. Options: ``roles``, ``since``, ``until``, ``exclude_session_id``,
+        ``temporal_decay``, ``mmr_lambda``, ``vector_weight``, ``keyword_weight``, and the
+        context evidence weights ``neighbor_weight``, ``session_weight``, ``speaker_weight``,
+        ``time_weight``, ``length_weight``, ``statement_weight`` and ``feedback_weight`` (see
+        :class:`~harombe_core.retrieval.RetrievalSettings`); ``now`` anchors relative times in
+        the query ("last week"). Without semantic memory this is keyword (BM25) search and
+        ``retriever.mode == "keyword"``. Given both ``session_id`` and ``user_id``, the session
+        must be that user's (else SessionOwnershipError), as everywhere a user names a session.
+        """
+        search = self._searcher.search
+        return drive(search(query, top_k, session_id, user_id, min_similarity, **options))
+
+    async def asearch(
+        self,
+        query: str,
+        top_k: int | None = None,
+        session_id: str | None = None,
+        user_id: str | None = None,
+        min_similarity: float | None = None,
+        **options: Any,
+    ) -> list[SearchHit]:
+        """Hybrid search with scores (async twin of :meth:`search`)."""
+        search = self._searcher.search
+        return await adrive(search(query, top_k, session_id, user_id, min_similarity, **options))
+
+    def search_similar(
+        self,
+        query: str,
+        top_k: int | None = None,
+        session_id: str | None = None,
+        user_id: str | None = None,
+        min_similarity: float | None = None,
+        **options: Any,
+    ) -> list[Message]:
+        """The messages most relevant to ``query``, best first, as saved."""
+        search = self._searcher.search
+        hits = drive(search(query, top_k, session_id, user_id, min_similarity, **options))
+        return [hit.message for hit in hits]
+
+    async def asearch_similar(
+        self,
+        query: str,
+        top_k: int | None = None,
+        session_id: str | None = None,
+        user_id: str | None = None,
+        min_similarity: float | None = None,
+        **options: Any,
+    ) -> list[Message]:
+        """The most relevant messages (async twin of :meth:`search_similar`)."""
+        search = self._searcher.search
+        hits = await adrive(search(query, top_k, session_id, user_id, min_similarity, **options))
+        return [hit.message for hit in hits]
+
+    def search_by_topic(
+        self, topic: str, top_k: int | None = None, user_id: str | None = None, **options: Any
+    ) -> list[Session]:
+        """Sessions that talk most about ``topic``, best first."""
+        return drive(self._searcher.search_by_topic(topic, top_k, user_id, **options))
+
+    async def asearch_by_topic(
+        self, topic: str, top_k: int | None = None, user_id: str | None = None, **options: Any
+    ) -> list[Session]:
+        """Sessions about ``topic`` (async twin of :meth:`search_by_topic`)."""
+        return await adrive(self._searcher.search_by_topic(topic, top_k, user_id, **options))
+
+    def get_relevant_context(
+        self,
+        query: str,
+        max_tokens: int | None = None,
+        session_id: str | None = None,
+        user_id: str | None = None,
+        exclude_session_id: str | None = None,
+        **options: Any,
+    ) -> list[Message]:
+        """Relevant past messages that fit ``max_tokens`` (default ``rag.max_context_tokens``)."""
+        context = self._searcher.get_relevant_context
+        return drive(context(query, max_tokens, session_id, user_id, exclude_session_id, **options))
+
+    async def aget_relevant_context(
+        self,
+        query: str,
+        max_tokens: int | None = None,
+        session_id: str | None = None,
+        user_id: str | None = None,
+        exclude_session_id: str | None = None,
+        **options: Any,
+    ) -> list[Message]:
+        """Relevant past messages (async twin of :meth:`get_relevant_context`)."""
+        context = self._searcher.get_relevant_context
+        flow = context(query, max_tokens, session_id, user_id, exclude_session_id, **options)
+        return await adrive(flow)
+
+    format_context = staticmethod(Searcher.format_context)
+
+    def backfill_embeddings(self, batch_size: int = 100, *, progress: Progress = True) -> int:
+        """Embed every message not yet embedded (with a progress bar); returns how many.
+
+        ``progress`` as for :meth:`flush`. Raises InvalidInputError when semantic memory is off
+        (nothing to embed with).
+        """
+        return drive(self._searcher.backfill_embeddings(batch_size, progress))
+
+    async def abackfill_embeddings(
+        self, batch_size: int = 100, *, progress: Progress = True
+    ) -> int:
+        """Embed what is not embedded yet (async twin of :meth:`backfill_embeddings`)."""
+        return await adrive(self._searcher.backfill_embeddings(batch_size, progress))
+
+    def reindex(
+        self,
+        batch_size: int = 100,
+        *,
+        embedding: Any = None,
+        vector_store: Any = "database",
+        progress: Progress = True,
+        reembed: bool = False,
+    ) -> dict[str, int]:
+        """Rebuild the keyword and vector indexes from the store; safe to repeat.
+
+        Pass ``embedding`` to switch to another model (every message is embedded again);
+        otherwise vectors kept in SQLite are re-inserted without running the model.
+        ``progress`` as for :meth:`flush` (a bar by default).
+        """
+        rebuild = self._searcher.reindex
+        return drive(rebuild(batch_size, embedding, vector_store, progress, reembed))
+
+    async def areindex(
+        self,
+        batch_size: int = 100,
+        *,
+        embedding: Any = None,
+        vector_store: Any = "database",
+        progress: Progress = True,
+        reembed: bool = False,
+    ) -> dict[str, int]:
+        """Rebuild the keyword and vector indexes (async twin of :meth:`reindex`)."""
+        rebuild = self._searcher.reindex
+        return await adrive(rebuild(batch_size, embedding, vector_store, progress, reembed))
+
+    # the context side (ContextBuilder) -------------------------------------------------------
+    def get_context(
+        self,
+        session_id: str,
+        strategy: str = "simple",
+        max_tokens: int | None = None,
+        *,
+        start_on_user: bool = False,
+        keep_last: int = 6,
+        query: str | None = None,
+        budget: Any = None,
+        user_profile: str | None = None,
+        user_id: str | None = None,
+        token_counter: TokenCounter | None = None,
+        keep_newest_turn: bool = False,
+    ) -> list[Message]:
+        """The messages to send a model for ``session_id``, never over ``max_tokens``.
+
+        See :meth:`ContextBuilder.get_context <harombe_core.context.ContextBuilder.get_context>`
+        for the strategies (``simple``, ``summarization``, ``hybrid``, ``threaded``), the
+        ``budget`` with the user's profile, open tasks, past summaries and recall, and the
+        adapters' options: ``token_counter`` (charge as a framework counts) and
+        ``keep_newest_turn`` (send the newest turn even when it does not fit).
+        """
+        return self._context.get_context(
+            session_id,
+            strategy,
+            max_tokens,
+            start_on_user=start_on_user,
+            keep_last=keep_last,
+            query=query,
+            budget=budget,
+            user_profile=user_profile,
+            user_id=user_id,
+            token_counter=token_counter,
+            keep_newest_turn=keep_newest_turn,
+        )
+
+    async def aget_context(
+        self,
+        session_id: str,
+        strategy: str = "simple",
+        max_tokens: int | None = None,
+        *,
+        start_on_user: bool = False,
+        keep_last: int = 6,
+        query: str | None = None,
+        budget: Any = None,
+        user_profile: str | None = None,
+        user_id: str | None = None,
+        token_counter: TokenCounter | None = None,
+        keep_newest_turn: bool = False,
+    ) -> list[Message]:
+        """The messages to send a model (async twin of :meth:`get_context`; the strategies
+        read the store synchronously, so it is one request of work off the event loop)."""
+        get_context = Work(
+            self.get_context,
+            session_id,
+            strategy,
+            max_tokens,
+            start_on_user=start_on_user,
+            keep_last=keep_last,
+            query=query,
+            budget=budget,
+            user_profile=user_profile,
+            user_id=user_id,
+            token_counter=token_counter,
+            keep_newest_turn=keep_newest_turn,
+        )
+        return await adrive(self._one(get_context))
+
+    def summarize_session(
+        self, session_id: str, *, until_id: int | None = None, user_id: str | None = None
+    ) -> Any:
+        """Bring the session's stored summary up to date, incrementally; returns it.
+
+        See :meth:`ContextBuilder.summarize_session
+        <harombe_core.context.ContextBuilder.summarize_session>`: nothing is summarised twice,
+        and a failing summariser falls back to the extractive one. With ``user_id``, only that
+        user's session (else SessionOwnershipError).
+        """
+        return self._context.summarize_session(session_id, until_id=until_id, user_id=user_id)
+
+    async def asummarize_session(
+        self, session_id: str, *, until_id: int | None = None, user_id: str | None = None
+    ) -> Any:
+        """Bring the session's summary up to date (async twin of :meth:`summarize_session`)."""
+        return await adrive(self._context.summarize_flow(session_id, until_id, user_id))
+
+    def end_session(self, session_id: str, *, user_id: str | None = None) -> Any:
+        """The session-end pipeline: summary, facts, topics, outcome, and (with semantic memory)
+        the summary's embedding, stored on the session; returns the ``SessionSummary`` (None
+        when there is nothing to summarise, as for an unknown session).
+
+        Then, when the session has an owner, the facts, preferences and tasks of its messages
+        not yet extracted go into the owner's user memory, and the session's outcome is
+        recorded unless the application set one: ongoing while it left open tasks, else
+        resolved."""
+        return drive(self._end_session(session_id, user_id))
+
+    async def aend_session(self, session_id: str, *, user_id: str | None = None) -> Any:
+        """The session-end pipeline (async twin of :meth:`end_session`)."""
+        return await adrive(self._end_session(session_id, user_id))
+
+    def _end_session(self, session_id: str, user_id: str | None) -> Flow[Any]:
+        summary = yield from self._context.summarize_flow(session_id, None, user_id)
+        yield from self._facts.end_session(session_id)
+        return summary
+
+    def search_summaries(
+        self, query: str, top_k: int = 5, user_id: str | None = None
+    ) -> list[tuple[Session, float]]:
+        """Sessions whose stored summary matches ``query`` best: by meaning when semantic memory
+        is on (the stored summary embeddings), else by shared words. Best first.
+
+        Only the summarised sessions in scope are read (with ``user_id``, that user's, through
+        an index), and only their summaries; the ``top_k`` winners are then read whole.
+        """
+        return drive(self._context.search_summaries(query, top_k, user_id))
+
+    async def asearch_summaries(
+        self, query: str, top_k: int = 5, user_id: str | None = None
+    ) -> list[tuple[Session, float]]:
+        """Sessions whose summary matches ``query`` (async twin of :meth:`search_summaries`)."""
+        return await adrive(self._context.search_summaries(query, top_k, user_id))
+
+    @staticmethod
+    def _one(request: Work[T]) -> Flow[T]:
+        """A flow of one request of work (a sync method the async twin runs off the loop)."""
+        result: T = yield request
+        return result
 
     # semantic memory lifecycle ------------------------------------------------------------
     def notify_written(self, *, deleted_sessions: Iterable[str] = ()) -> None:
@@ -656,13 +1108,20 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
             self._semantic.forget_sessions(deleted)
         self._semantic.notify()
 
-    def _flush(self, timeout: float | None = None, *, progress: Progress = None) -> Flow[None]:
+    def flush(self, timeout: float | None = None, *, progress: Progress = None) -> None:
         """Block until every saved message is in the keyword index and (with semantic memory)
         embedded, and summary backlogs are folded (all in the background), so searches and
         summaries then repeat exactly. ``progress``: ``None`` shows a bar on stderr when it is a
         terminal and the backlog is large, ``True`` always, ``False`` never; a callable
         ``progress(done, total)`` is called as batches complete. Raises EmbeddingError if the
         model fails or ``timeout`` (seconds) passes first."""
+        drive(self._flush(timeout, progress))
+
+    async def aflush(self, timeout: float | None = None, *, progress: Progress = None) -> None:
+        """Wait until background work has caught up (async twin of :meth:`flush`)."""
+        await adrive(self._flush(timeout, progress))
+
+    def _flush(self, timeout: float | None, progress: Progress) -> Flow[None]:
         check_progress(progress)
         timeout = optional_number(timeout, "timeout", low=0, high=MAX_WAIT_SECONDS)
         if self._semantic is not None:
@@ -673,16 +1132,15 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
             yield Work(keywords)
         yield from self._flush_facts()
 
-    flush, aflush = twins(_flush)
-
-    def _stats(self) -> Flow[dict[str, Any]]:
+    def stats(self) -> dict[str, Any]:
         """Counts of sessions, users, messages, tokens and pending embeddings, and file size."""
-        stats: dict[str, Any] = yield self._call("stats")
-        return stats
+        return self._store.stats()
 
-    stats, astats = twins(_stats)
+    async def astats(self) -> dict[str, Any]:
+        """Counts and file size (async twin of :meth:`stats`)."""
+        return await adrive(self._one(Work(self._store.stats)))
 
-    def _close(self) -> Flow[None]:
+    def close(self) -> None:
         """Give back this manager's share of semantic memory, then close the store.
 
         The last manager (or adapter) on a database in this process stops the background
@@ -690,10 +1148,12 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
         not embedded now (they are committed: the next open embeds them; call :meth:`flush`
         first to have them searchable before closing). Safe to call twice.
         """
-        if not self._closed:
-            yield Work(self._release)
+        self._release()
 
-    close, aclose = twins(_close)
+    async def aclose(self) -> None:
+        """Close the manager (async twin of :meth:`close`)."""
+        if not self._closed:
+            await adrive(self._one(Work(self._release)))
 
     def _release(self) -> None:
         if self._closed:

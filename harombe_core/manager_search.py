@@ -8,11 +8,9 @@ retriever's own parameters (defined once, there); the manager's public methods f
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
-from harombe_core.derive import annotation_text, named_like
 from harombe_core.errors import InvalidInputError
 from harombe_core.flows import Flow, Work
 from harombe_core.models import Message, SearchHit, Session
@@ -29,63 +27,6 @@ if TYPE_CHECKING:
     from harombe_core.config import MemoryConfig
 
 __all__ = ["Searcher"]
-
-P = ParamSpec("P")
-T = TypeVar("T")
-
-_SEARCH_DOC = """\
-Hybrid (vector + keyword) search, best first, with scores; see ``Retriever.search``.
-
-``top_k``, ``min_similarity``, ``temporal_decay`` and the weights default to the
-``rag:`` config. Options: ``roles``, ``since``, ``until``, ``exclude_session_id``,
-``temporal_decay``, ``mmr_lambda``, ``vector_weight``, ``keyword_weight``, and the
-context evidence weights ``neighbor_weight``, ``session_weight``, ``speaker_weight``,
-``time_weight``, ``length_weight``, ``statement_weight`` and ``feedback_weight`` (see
-:class:`~harombe_core.retrieval.RetrievalSettings`); ``now``
-anchors relative times in the query ("last week"). Without semantic memory this is
-keyword (BM25) search and ``retriever.mode == "keyword"``.
-Given both ``session_id`` and ``user_id``, the session must be that user's (else
-SessionOwnershipError), as everywhere a user names a session.
-"""
-
-
-def _on_retriever(
-    template: Callable[Concatenate[Retriever, P], Any],
-    result: type[T],
-    *,
-    doc: str,
-    call: str | None = None,
-    options_first: bool = False,
-) -> Callable[Concatenate[Searcher, P], Flow[T]]:
-    """The flow for the retriever's entry point ``template``, with its parameters (the
-    retriever defines them once), run on :attr:`Searcher.retriever` in a worker.
-
-    ``call`` names the retriever method to run when it is not ``template`` itself: the
-    manager's ``search`` takes ``search_similar``'s arguments (the options as keywords) and
-    runs ``search``, which keeps the scores. ``result`` is what the flow returns. A search
-    naming a session first checks that the session is the user's, as every manager method
-    does (the store scopes the hits either way; this makes the mistake an error instead of no
-    hits); ``options_first`` refuses an unknown option before that check. Everything else is
-    checked where it is used, by the retriever.
-    """
-    signature = inspect.signature(template)
-    method = call or template.__name__
-
-    def flow(self: Searcher, /, *args: P.args, **kwargs: P.kwargs) -> Flow[T]:
-        try:
-            given = signature.bind(self, *args, **kwargs).arguments
-        except TypeError as exc:  # what Python says of a bad call, naming the method
-            raise TypeError(f"{method}() {exc}") from None
-        if options_first:
-            check_search_options(given.get("options", {}))
-        if given.get("session_id") is not None:
-            yield from named_owner(self.store, given["session_id"], given.get("user_id"))
-        found: T = yield Work(getattr(self.retriever, method), *args, **kwargs)
-        return found
-
-    returns = f"Flow[{annotation_text(result)}]"
-    named_like(flow, template, name=method + "_flow", doc=doc, returns=returns, owner="Searcher")
-    return flow
 
 
 class Searcher:
@@ -136,29 +77,55 @@ class Searcher:
             self._retriever = cached
         return cached
 
-    search_flow = _on_retriever(
-        Retriever.search_similar,
-        list[SearchHit],
-        call="search",
-        options_first=True,
-        doc=_SEARCH_DOC,
-    )
-    search_similar_flow = _on_retriever(
-        Retriever.search_similar,
-        list[Message],
-        options_first=True,
-        doc="The messages most relevant to ``query``, best first, as saved.",
-    )
-    search_by_topic_flow = _on_retriever(
-        Retriever.search_by_topic,
-        list[Session],
-        doc="Sessions that talk most about ``topic``, best first.",
-    )
-    get_relevant_context_flow = _on_retriever(
-        Retriever.get_relevant_context,
-        list[Message],
-        doc="Relevant past messages that fit ``max_tokens`` (default ``rag.max_context_tokens``).",
-    )
+    def search(
+        self,
+        query: str,
+        top_k: int | None,
+        session_id: str | None,
+        user_id: str | None,
+        min_similarity: float | None,
+        **options: Any,
+    ) -> Flow[list[SearchHit]]:
+        """The flow of ``MemoryManager.search``: an unknown option is refused first, then a
+        session named for a user must be that user's (the store scopes the hits either way;
+        this makes the mistake an error instead of no hits)."""
+        check_search_options(options)
+        yield from self._owned(session_id, user_id)
+        search = self.retriever.search
+        hits: list[SearchHit] = yield Work(
+            search, query, top_k, session_id, user_id, min_similarity, **options
+        )
+        return hits
+
+    def search_by_topic(
+        self, topic: str, top_k: int | None, user_id: str | None, **options: Any
+    ) -> Flow[list[Session]]:
+        """The flow of ``MemoryManager.search_by_topic``."""
+        found: list[Session] = yield Work(
+            self.retriever.search_by_topic, topic, top_k, user_id, **options
+        )
+        return found
+
+    def get_relevant_context(
+        self,
+        query: str,
+        max_tokens: int | None,
+        session_id: str | None,
+        user_id: str | None,
+        exclude_session_id: str | None,
+        **options: Any,
+    ) -> Flow[list[Message]]:
+        """The flow of ``MemoryManager.get_relevant_context``."""
+        yield from self._owned(session_id, user_id)
+        context = self.retriever.get_relevant_context
+        found: list[Message] = yield Work(
+            context, query, max_tokens, session_id, user_id, exclude_session_id, **options
+        )
+        return found
+
+    def _owned(self, session_id: str | None, user_id: str | None) -> Flow[None]:
+        if session_id is not None:
+            yield from named_owner(self.store, session_id, user_id)
 
     @staticmethod
     def format_context(messages: Sequence[Message]) -> str:
@@ -170,35 +137,25 @@ class Searcher:
             raise InvalidInputError("format_context takes harombe Message objects only.")
         return format_context(messages)
 
-    def backfill_embeddings_flow(
-        self, batch_size: int = 100, *, progress: Progress = True
-    ) -> Flow[int]:
-        """Embed every message not yet embedded (with a progress bar); returns how many.
-
-        ``progress`` as for :meth:`flush`. Raises InvalidInputError when semantic memory is off
-        (nothing to embed with).
-        """
+    def backfill_embeddings(self, batch_size: int, progress: Progress) -> Flow[int]:
+        """The flow of ``MemoryManager.backfill_embeddings`` (InvalidInputError when semantic
+        memory is off: nothing to embed with)."""
         check_count(batch_size, "batch_size", low=1, high=MAX_BATCH_SIZE)
         check_progress(progress)
         semantic = self._require_semantic("backfill_embeddings")
         embedded: int = yield Work(semantic.backfill, batch_size, progress=progress)
         return embedded
 
-    def reindex_flow(
+    def reindex(
         self,
-        batch_size: int = 100,
-        *,
-        embedding: Any = None,
-        vector_store: Any = "database",
-        progress: Progress = True,
-        reembed: bool = False,
+        batch_size: int,
+        embedding: Any,
+        vector_store: Any,
+        progress: Progress,
+        reembed: bool,
     ) -> Flow[dict[str, int]]:
-        """Rebuild the keyword and vector indexes from the store; safe to repeat.
-
-        Pass ``embedding`` to switch to another model (every message is embedded again);
-        otherwise vectors kept in SQLite are re-inserted without running the model.
-        ``progress`` as for :meth:`flush` (a bar by default).
-        """
+        """The flow of ``MemoryManager.reindex``: the keyword and vector indexes rebuilt from
+        the store (with ``embedding``, by another model)."""
         check_count(batch_size, "batch_size", low=1, high=MAX_BATCH_SIZE)
         check_progress(progress)
         check_flag(reembed, "reembed")

@@ -3,14 +3,15 @@
 Every manager method that takes ``user_id`` next to a session id checks it this way, and so do
 the manager's composed parts (its search side and its context builder), each with only the
 store in hand. Written as a flow (:mod:`harombe_core.flows`), the check reads the session with
-the store's own async method where it has one (PostgreSQL) and in a worker thread otherwise.
+the store's own async runner where it has one (PostgreSQL) and in a worker thread otherwise.
 """
 
 from __future__ import annotations
 
-from harombe_core.flows import Call, Flow
+from harombe_core.flows import Flow, Run
 from harombe_core.models import Session
 from harombe_core.owners import check_owner
+from harombe_core.store import ops
 from harombe_core.store.base import MessageStore
 from harombe_core.validate import check_flag, check_id, optional_id
 
@@ -28,9 +29,7 @@ def owned_session(
     """
     optional_id(user_id, "user_id")
     check_flag(exact, "exact")
-    session: Session | None = yield Call.method(
-        store, "get_session", check_id(session_id, "session_id")
-    )
+    session: Session | None = yield Run(store, ops.get_session(check_id(session_id, "session_id")))
     if session is not None:
         check_owner(session_id, session.user_id, user_id, exact=exact)
     return session

@@ -35,14 +35,13 @@ from __future__ import annotations
 
 import logging
 import math
-import threading
 from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from harombe_core.errors import EmbeddingError
+from harombe_core.flows import Call, Parallel
 from harombe_core.models import Message, SearchHit, Session
 from harombe_core.query_time import query_time_ranges
 from harombe_core.store.base import KeywordHit, MessageStore, SearchScope
@@ -113,19 +112,6 @@ CONTEXT_HEADER = "Relevant context from past conversations:"
 #: At least this many of each side's best candidates have their neighbours read (``top_k`` if
 #: larger): enough for the top of the ranking, a fraction of what every candidate would cost.
 NEIGHBOR_SEEDS = 10
-
-
-_EXECUTOR: ThreadPoolExecutor | None = None
-_EXECUTOR_LOCK = threading.Lock()
-
-
-def _background() -> ThreadPoolExecutor:
-    """Threads for the keyword side of searches (shared, created on first use)."""
-    global _EXECUTOR
-    with _EXECUTOR_LOCK:
-        if _EXECUTOR is None:
-            _EXECUTOR = ThreadPoolExecutor(max_workers=4, thread_name_prefix="harombe-keyword")
-        return _EXECUTOR
 
 
 def keyword_query(query: str) -> str:
@@ -338,45 +324,22 @@ class Retriever:
             scope = replace(scope, exclude_session_id=exclude_session_id)
         want_keyword = wk > 0 or self.semantic is None
         keyword_text = keyword_query(query)
-        pending: Future[list[KeywordHit]] | None = None
-        if want_keyword and self.semantic is not None:
-            # SQLite runs the keyword query with the GIL released, so it overlaps with
-            # embedding the query and the vector search instead of adding to them.
-            pending = _background().submit(
-                self.store.keyword_search, keyword_text, limit=pool, scope=scope
-            )
-
         found = Candidates(times=query_time_ranges(query, now) if s.time_weight > 0 else [])
-        vector_messages: list[Message] = []
-        semantic = self.semantic
-        if semantic is not None:
-            try:
-                found.query_vector = semantic.embed_query(query)
-            except EmbeddingError as exc:
-                # An embedding outage must not take search down: the keyword side still works.
-                log.warning("query embedding failed, searching by keyword only: %s", exc)
-                semantic = None
-        query_vector = found.query_vector
         wants_vectors = wv > 0 or min_similarity is not None or mmr_lambda is not None
-        if semantic is not None and query_vector is not None and wants_vectors:
-            matches = semantic.nearest(query_vector, pool, scope)
-            # The store decides what is in scope; the index only proposed.
-            vector_messages = self.store.get_messages_by_ids([m.message_id for m in matches], scope)
-            allowed = {int(m.id or 0) for m in vector_messages}
-            rank_ = 0
-            for match in matches:
-                if match.message_id in allowed:
-                    found.cosine[match.message_id] = match.similarity
-                    if wv > 0:
-                        found.vector_rank[match.message_id] = rank_
-                        rank_ += 1
-
-        if pending is not None:
-            keyword = pending.result()
-        elif want_keyword:
-            keyword = self.store.keyword_search(keyword_text, limit=pool, scope=scope)
+        semantic: Any = None
+        vector_messages: list[Message] = []
+        keyword: list[KeywordHit] = []
+        keyword_side = Call(self.store.keyword_search, keyword_text, limit=pool, scope=scope)
+        if self.semantic is None:
+            keyword = keyword_side.run()
         else:
-            keyword = []
+            vector_side = Call(self._vector_side, query, pool, scope, found, wants_vectors, wv)
+            if want_keyword:
+                # SQLite runs the keyword query with the GIL released, so it overlaps with
+                # embedding the query and the vector search instead of adding to them.
+                (semantic, vector_messages), keyword = Parallel(vector_side, keyword_side).run()
+            else:
+                semantic, vector_messages = vector_side.run()
         for message in vector_messages:
             found.messages.setdefault(int(message.id or 0), message)
         for hit in keyword:
@@ -403,6 +366,41 @@ class Retriever:
             self._add_neighbors(found, scope, max(k, NEIGHBOR_SEEDS))
             _add_cosines(found, semantic, feedback)
         return found
+
+    def _vector_side(
+        self,
+        query: str,
+        pool: int,
+        scope: SearchScope,
+        found: Candidates,
+        wanted: bool,
+        weight: float,
+    ) -> tuple[Any, list[Message]]:
+        """Embed the query (into ``found``) and, if ``wanted``, read its nearest messages in
+        scope (their cosines, and with a vector ``weight`` their ranks, into ``found``): the
+        semantic memory still usable (None after an embedding outage) and those messages."""
+        semantic = self.semantic
+        assert semantic is not None
+        try:
+            found.query_vector = semantic.embed_query(query)
+        except EmbeddingError as exc:
+            # An embedding outage must not take search down: the keyword side still works.
+            log.warning("query embedding failed, searching by keyword only: %s", exc)
+            return None, []
+        if not wanted or found.query_vector is None:
+            return semantic, []
+        matches = semantic.nearest(found.query_vector, pool, scope)
+        # The store decides what is in scope; the index only proposed.
+        vector_messages = self.store.get_messages_by_ids([m.message_id for m in matches], scope)
+        allowed = {int(m.id or 0) for m in vector_messages}
+        rank_ = 0
+        for match in matches:
+            if match.message_id in allowed:
+                found.cosine[match.message_id] = match.similarity
+                if weight > 0:
+                    found.vector_rank[match.message_id] = rank_
+                    rank_ += 1
+        return semantic, vector_messages
 
     def _add_neighbors(self, found: Candidates, scope: SearchScope, seeds: int) -> None:
         """Read the turns just before and after the best candidates (their context).

@@ -17,7 +17,6 @@ same view through :func:`shared_threader`.
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import weakref
 from collections import OrderedDict
@@ -27,6 +26,7 @@ from typing import Any, Protocol, TypeVar
 
 import networkx as nx
 
+from harombe_core.flows import Call, Flow, Work, adrive, drive
 from harombe_core.models import ConversationNode, Message, MessageSummary
 from harombe_core.store.base import MessageStore
 from harombe_core.threads import ThreadRuleError, add_node, node_of
@@ -256,28 +256,23 @@ class Threader:
     def append(self, batch: Sequence[Message]) -> list[int]:
         """Thread and store ``batch`` in one transaction; returns the new ids in order."""
         with self._lock:
-            self.refresh()
-            chosen = {
-                index: self._check(self.selector.select_parent(self.graph, batch[index], **extra))
-                for index, extra in self._requests(batch)
-            }
-            return self._write(batch, chosen)
+            return drive(self._append(batch))
 
     async def aappend(self, batch: Sequence[Message]) -> list[int]:
         """Async twin of :meth:`append`: the selector's async method when it has one, and the
         store off the event loop."""
-        await asyncio.to_thread(self.refresh)
+        return await adrive(self._append(batch))
+
+    def _append(self, batch: Sequence[Message]) -> Flow[list[int]]:
+        yield Work(self.refresh)
         chosen: dict[int, int | None] = {}
-        aselect = getattr(self.selector, "aselect_parent", None)
+        select = self.selector.select_parent
+        aselect = getattr(self.selector, "aselect_parent", None)  # optional for a selector
         for index, extra in self._requests(batch):
-            if aselect is not None:
-                answer = await aselect(self.graph, batch[index], **extra)
-            else:
-                answer = await asyncio.to_thread(
-                    self.selector.select_parent, self.graph, batch[index], **extra
-                )
+            answer = yield Call(select, self.graph, batch[index], native=aselect, **extra)
             chosen[index] = self._check(answer)
-        return await asyncio.to_thread(self._write, batch, chosen)
+        ids: list[int] = yield Work(self._write, batch, chosen)
+        return ids
 
 
 _shared: weakref.WeakKeyDictionary[Any, OrderedDict[tuple[Any, ...], Threader]] = (

@@ -9,7 +9,6 @@ history from its input. Writes go through one transaction per batch.
 
 from __future__ import annotations
 
-import asyncio
 import os
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
@@ -20,7 +19,7 @@ from langchain_core.runnables.utils import ConfigurableFieldSpec
 
 from harombe_core import MemoryManager
 from harombe_core.errors import InvalidInputError, InvalidMessageError
-from harombe_core.integration import Threader
+from harombe_core.integration import Call, Flow, Threader, adrive, drive
 from harombe_core.models import Message, Session
 from harombe_core.validate import (
     check_budget,
@@ -180,29 +179,28 @@ class HarombeChatMessageHistory(BaseChatMessageHistory):
     def view(self) -> list[Message]:
         """The strategy's view of the session as harombe messages (what :attr:`messages`
         converts), each with its store id."""
-        self._check()
+        return drive(self._view())
+
+    def _view(self) -> Flow[list[Message]]:
+        """:meth:`view` written once for both paths, over the manager's sync/async pairs."""
+        m, sid, uid = self.manager, self.session_id, self.user_id
+        yield Call(m.check_owner, sid, uid, exact=True, native=m.acheck_owner)
         if self.strategy == "all":
-            return self.manager.get_messages(self.session_id, user_id=self.user_id)
-        get_context: Callable[..., list[Message]] | None = getattr(
-            self.manager, "get_context", None
-        )
-        if get_context is not None:
-            return get_context(
-                self.session_id,
-                strategy=self.strategy,
-                max_tokens=self.max_tokens,
-                start_on_user=self.start_on_user,
-                user_id=self.user_id,
-                **self.context_options,
+            stored: list[Message] = yield Call(
+                m.get_messages, sid, user_id=uid, native=m.aget_messages
             )
-        if self.strategy != "simple":
-            raise InvalidInputError(
-                f"strategy {self.strategy!r} needs MemoryManager.get_context, which this "
-                "harombe-memory does not have; upgrade it or use strategy='simple'."
-            )
-        return self.manager.get_recent_messages(
-            self.session_id, self.max_tokens, start_on_user=self.start_on_user, user_id=self.user_id
+            return stored
+        context: list[Message] = yield Call(
+            m.get_context,
+            sid,
+            strategy=self.strategy,
+            max_tokens=self.max_tokens,
+            start_on_user=self.start_on_user,
+            user_id=uid,
+            native=m.aget_context,
+            **self.context_options,
         )
+        return context
 
     @property
     def messages(self) -> list[BaseMessage]:  # type: ignore[override]
@@ -210,7 +208,7 @@ class HarombeChatMessageHistory(BaseChatMessageHistory):
         return [to_langchain(m) for m in self.view()]
 
     async def aget_messages(self) -> list[BaseMessage]:
-        return await asyncio.to_thread(lambda: self.messages)
+        return [to_langchain(m) for m in await adrive(self._view())]
 
     def get_all_messages(self) -> list[BaseMessage]:
         """Every stored message of the session, whatever the strategy."""

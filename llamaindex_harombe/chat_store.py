@@ -16,8 +16,6 @@ only sessions that have no owner. (``ChatMemoryBuffer``'s default key is the sam
 
 from __future__ import annotations
 
-import asyncio
-import itertools
 import os
 from collections.abc import Sequence
 from typing import Any, cast
@@ -30,6 +28,7 @@ from llama_index.core.storage.chat_store.base_db import AsyncDBChatStore, Messag
 
 from harombe_core import MemoryManager
 from harombe_core.errors import InvalidInputError
+from harombe_core.integration import Call, Flow, adrive, drive
 from harombe_core.models import Message, Session
 from harombe_core.validate import (
     MAX_COUNT,
@@ -84,22 +83,43 @@ class _ManagedStore(OwnedManager, BaseModel):
         optional_id(self.user_id, "user_id")
         self._take_manager(manager, self.storage_path, self.embedding, self.vector_store)
 
-    def _check(self, key: str) -> Session | None:
+    # Each operation is written once, as a flow (harombe_core.flows) over the manager's public
+    # sync/async pairs: a sync method drives it on the calling thread, an async one with the
+    # manager's async methods (native on PostgreSQL), so the event loop never blocks.
+    def _check(self, key: str) -> Flow[Session | None]:
         """The key's session if this store may use it (None if new); else
         SessionOwnershipError."""
-        return self._manager.check_owner(key, self.user_id, exact=True)
+        m = self._manager
+        owned = Call(m.check_owner, key, self.user_id, exact=True, native=m.acheck_owner)
+        session: Session | None = yield owned
+        return session
 
-    async def _acheck(self, key: str) -> Session | None:
-        return await self._manager.acheck_owner(key, self.user_id, exact=True)
+    def _read(
+        self, key: str, *, after_id: int | None = None, limit: int | None = None
+    ) -> Flow[list[Message]]:
+        """The key's messages (``limit`` of them after ``after_id``), without the owner check."""
+        m = self._manager
+        options = {"after_id": after_id, "limit": limit, "user_id": self.user_id}
+        messages: list[Message] = yield Call(m.get_messages, key, native=m.aget_messages, **options)
+        return messages
 
-    def _stored(self, key: str) -> list[Message]:
-        self._check(key)
-        return self._manager.get_messages(key, user_id=self.user_id)
+    def _stored(self, key: str) -> Flow[list[Message]]:
+        yield from self._check(key)
+        return (yield from self._read(key))
 
-    def _keys(self, *, with_messages: bool = False) -> list[str]:
+    def _rewrite(
+        self, key: str, doomed: Sequence[int], messages: Sequence[Message] = ()
+    ) -> Flow[None]:
+        m = self._manager
+        replace = m.replace_messages
+        yield Call(replace, key, doomed, messages, user_id=self.user_id, native=m.areplace_messages)
+
+    def _keys(self, *, with_messages: bool = False) -> Flow[list[str]]:
         """The sessions this store may list (no user: unowned ones), oldest first like the
         insertion order of LlamaIndex's stores; ``with_messages``: only those holding any."""
-        sessions = self._manager.list_sessions(limit=None, user_id=self.user_id)
+        m = self._manager
+        listed = Call(m.list_sessions, limit=None, user_id=self.user_id, native=m.alist_sessions)
+        sessions: list[Session] = yield listed
         mine = [
             s
             for s in sessions
@@ -121,101 +141,95 @@ class HarombeChatStore(_ManagedStore, BaseChatStore):
         return "HarombeChatStore"
 
     def set_messages(self, key: str, messages: list[ChatMessage]) -> None:
+        drive(self._set(key, messages))
+
+    async def aset_messages(self, key: str, messages: list[ChatMessage]) -> None:
+        await adrive(self._set(key, messages))
+
+    def _set(self, key: str, messages: list[ChatMessage]) -> Flow[None]:
         converted = from_llamaindex_list(messages, "set_messages")
-        old = [m.id for m in self._stored(key) if m.id is not None]
-        self._manager.replace_messages(key, old, converted, user_id=self.user_id)
+        old = [m.id for m in (yield from self._stored(key)) if m.id is not None]
+        yield from self._rewrite(key, old, converted)
 
     def get_messages(self, key: str) -> list[ChatMessage]:
-        return [to_llamaindex(m) for m in self._stored(key)]
+        return [to_llamaindex(m) for m in drive(self._stored(key))]
+
+    async def aget_messages(self, key: str) -> list[ChatMessage]:
+        return [to_llamaindex(m) for m in await adrive(self._stored(key))]
 
     def add_message(self, key: str, message: ChatMessage, idx: int | None = None) -> None:
         """Append ``message``; with ``idx``, insert it before the message now at ``idx``."""
-        converted = from_llamaindex(message)
-        self._check(key)
-        if idx is None:
-            self._manager.save_message(key, converted, user_id=self.user_id)
-            return
-        idx = _index(idx)
-        stored = self._stored(key)
-        position = min(idx, len(stored)) if idx >= 0 else max(len(stored) + idx, 0)
-        tail = stored[position:]
-        # Ids are the order, so the messages after the insertion point are written again after
-        # the new one, in the same transaction.
-        self._manager.replace_messages(
-            key,
-            [m.id for m in tail if m.id is not None],
-            [converted, *(_fresh(m) for m in tail)],
-            user_id=self.user_id,
-        )
-
-    def delete_messages(self, key: str) -> list[ChatMessage] | None:
-        """Remove the key and its messages; returns them, or None if the key is unknown."""
-        if self._check(key) is None:
-            return None
-        removed = [to_llamaindex(m) for m in self._stored(key)]
-        self._manager.delete_session(key, user_id=self.user_id)
-        return removed
-
-    def _at(self, key: str, idx: int) -> Message | None:
-        """The message at ``idx`` (negative counts from the end), None if out of range; reads
-        the session only as far as that message, from its start or from its end."""
-        self._check(key)
-        if idx >= 0:
-            head = self._manager.get_messages(key, limit=idx + 1, user_id=self.user_id)
-            return head[idx] if len(head) > idx else None
-        tail = list(itertools.islice(self._manager.store.iter_newest(key), -idx))
-        return tail[-1] if len(tail) == -idx else None
-
-    def delete_message(self, key: str, idx: int) -> ChatMessage | None:
-        """Remove the message at ``idx`` (negative counts from the end); None if out of range."""
-        doomed = self._at(key, _index(idx))
-        if doomed is None:
-            return None
-        self._manager.replace_messages(
-            key, [doomed.id] if doomed.id is not None else [], [], user_id=self.user_id
-        )
-        return to_llamaindex(doomed)
-
-    def delete_last_message(self, key: str) -> ChatMessage | None:
-        return self.delete_message(key, -1)
-
-    def get_keys(self) -> list[str]:
-        """Every key (session), oldest first, like the insertion order of SimpleChatStore."""
-        return self._keys()
-
-    # Native async twins: store work runs on a worker thread, never on the event loop.
-    async def aset_messages(self, key: str, messages: list[ChatMessage]) -> None:
-        await asyncio.to_thread(self.set_messages, key, messages)
-
-    async def aget_messages(self, key: str) -> list[ChatMessage]:
-        await self._acheck(key)
-        stored = await self._manager.aget_messages(key, user_id=self.user_id)
-        return [to_llamaindex(m) for m in stored]
+        drive(self._add(key, message, idx))
 
     async def async_add_message(
         self, key: str, message: ChatMessage, idx: int | None = None
     ) -> None:
-        if idx is None:
-            await self._acheck(key)
-            await self._manager.asave_message(key, from_llamaindex(message), user_id=self.user_id)
-        else:
-            await asyncio.to_thread(self.add_message, key, message, idx)
+        """:meth:`add_message` without blocking the event loop."""
+        await adrive(self._add(key, message, idx))
 
     async def aadd_message(self, key: str, message: ChatMessage, idx: int | None = None) -> None:
         """The ``a``-prefixed name for :meth:`async_add_message`."""
-        await self.async_add_message(key, message, idx)
+        await adrive(self._add(key, message, idx))
+
+    def _add(self, key: str, message: ChatMessage, idx: int | None) -> Flow[None]:
+        converted = from_llamaindex(message)
+        yield from self._check(key)
+        if idx is None:
+            m = self._manager
+            yield Call(m.save_message, key, converted, user_id=self.user_id, native=m.asave_message)
+            return
+        idx = _index(idx)
+        stored = yield from self._read(key)
+        position = min(idx, len(stored)) if idx >= 0 else max(len(stored) + idx, 0)
+        tail = stored[position:]
+        # Ids are the order, so the messages after the insertion point are written again after
+        # the new one, in the same transaction.
+        doomed = [m.id for m in tail if m.id is not None]
+        yield from self._rewrite(key, doomed, [converted, *(_fresh(m) for m in tail)])
+
+    def delete_messages(self, key: str) -> list[ChatMessage] | None:
+        """Remove the key and its messages; returns them, or None if the key is unknown."""
+        return drive(self._delete_key(key))
 
     async def adelete_messages(self, key: str) -> list[ChatMessage] | None:
-        return await asyncio.to_thread(self.delete_messages, key)
+        return await adrive(self._delete_key(key))
+
+    def _delete_key(self, key: str) -> Flow[list[ChatMessage] | None]:
+        if (yield from self._check(key)) is None:
+            return None
+        removed = [to_llamaindex(m) for m in (yield from self._read(key))]
+        m = self._manager
+        yield Call(m.delete_session, key, user_id=self.user_id, native=m.adelete_session)
+        return removed
+
+    def delete_message(self, key: str, idx: int) -> ChatMessage | None:
+        """Remove the message at ``idx`` (negative counts from the end); None if out of range."""
+        return drive(self._delete_at(key, idx))
 
     async def adelete_message(self, key: str, idx: int) -> ChatMessage | None:
-        return await asyncio.to_thread(self.delete_message, key, idx)
+        return await adrive(self._delete_at(key, idx))
+
+    def delete_last_message(self, key: str) -> ChatMessage | None:
+        return drive(self._delete_at(key, -1))
 
     async def adelete_last_message(self, key: str) -> ChatMessage | None:
-        return await asyncio.to_thread(self.delete_last_message, key)
+        return await adrive(self._delete_at(key, -1))
+
+    def _delete_at(self, key: str, idx: int) -> Flow[ChatMessage | None]:
+        idx = _index(idx)
+        stored = yield from self._stored(key)
+        if not -len(stored) <= idx < len(stored):
+            return None
+        doomed = stored[idx]
+        yield from self._rewrite(key, [doomed.id] if doomed.id is not None else [])
+        return to_llamaindex(doomed)
+
+    def get_keys(self) -> list[str]:
+        """Every key (session), oldest first, like the insertion order of SimpleChatStore."""
+        return drive(self._keys())
 
     async def aget_keys(self) -> list[str]:
-        return await asyncio.to_thread(self.get_keys)
+        return await adrive(self._keys())
 
 
 def _index(value: Any, what: str = "idx") -> int:
@@ -266,8 +280,8 @@ class HarombeDBChatStore(_ManagedStore, AsyncDBChatStore):
         return "HarombeDBChatStore"
 
     # status bookkeeping ---------------------------------------------------------------------
-    def _archived_through(self, key: str) -> int:
-        session = self._check(key)
+    def _archived_through(self, key: str) -> Flow[int]:
+        session = yield from self._check(key)
         if session is None:
             return 0
         value = session.metadata.get(ARCHIVED_THROUGH_KEY, 0)
@@ -280,32 +294,36 @@ class HarombeDBChatStore(_ManagedStore, AsyncDBChatStore):
             return MessageStatus.ARCHIVED
         return MessageStatus.ACTIVE
 
-    def _select(self, key: str, status: MessageStatus | None) -> list[Message]:
+    def _select(self, key: str, status: MessageStatus | None) -> Flow[list[Message]]:
         status = _status_arg(status, optional=True)
         if status is None:
-            return self._stored(key)
-        through = self._archived_through(key)
+            return (yield from self._stored(key))
+        through = yield from self._archived_through(key)
         if status == MessageStatus.ACTIVE:
             # Memory reads the active queue on every put: read only the rows after the archived
             # prefix, so the cost follows the queue, not the whole history.
-            stored = self._manager.get_messages(key, after_id=through or None, user_id=self.user_id)
+            stored = yield from self._read(key, after_id=through or None)
         else:
-            stored = self._stored(key)
+            stored = yield from self._stored(key)
         return [m for m in stored if self._status(m, through) == status]
 
-    def _count(self, key: str, status: MessageStatus | None) -> int:
+    def _count(self, key: str, status: MessageStatus | None) -> Flow[int]:
         """:meth:`_select`'s length counted in SQL: the active messages are those after the
         archived prefix without the ARCHIVED mark, the archived ones all the others."""
         status = _status_arg(status, optional=True)
-        through = self._archived_through(key)  # checks the key is this store's to read
-        total = self._manager.count_messages(key, user_id=self.user_id)
+        through = yield from self._archived_through(key)  # checks the key is this store's
+        m = self._manager
+        count, acount = m.count_messages, m.acount_messages
+        total: int = yield Call(count, key, user_id=self.user_id, native=acount)
         if status is None:
             return total
-        active = self._manager.count_messages(
+        active: int = yield Call(
+            count,
             key,
             after_id=through or None,
             unless_metadata={STATUS_KEY: MessageStatus.ARCHIVED.value},
             user_id=self.user_id,
+            native=acount,
         )
         return active if status == MessageStatus.ACTIVE else total - active
 
@@ -314,61 +332,69 @@ class HarombeDBChatStore(_ManagedStore, AsyncDBChatStore):
         extra = {STATUS_KEY: status.value} if status == MessageStatus.ARCHIVED else None
         return from_llamaindex_list(messages, "add_messages", metadata=extra)
 
-    # sync implementations, run on a worker thread by the async API ---------------------------
+    # the operations, each a flow the async API drives ----------------------------------------
     def _get(
         self, key: str, status: MessageStatus | None, limit: int | None, offset: int | None
-    ) -> list[ChatMessage]:
+    ) -> Flow[list[ChatMessage]]:
         limit = optional_count(limit, "limit")
         start = optional_count(offset, "offset") or 0
-        selected = self._select(key, status)
+        selected = yield from self._select(key, status)
         end = None if limit is None else start + limit
         return [to_llamaindex(m) for m in selected[start:end]]
 
-    def _set(self, key: str, messages: Sequence[ChatMessage], status: MessageStatus) -> None:
+    def _add(self, key: str, messages: Sequence[ChatMessage], status: MessageStatus) -> Flow[None]:
+        yield from self._check(key)
+        m = self._manager
+        converted = self._convert(messages, status)
+        yield Call(m.save_messages, key, converted, user_id=self.user_id, native=m.asave_messages)
+
+    def _set(self, key: str, messages: Sequence[ChatMessage], status: MessageStatus) -> Flow[None]:
         """The key's whole history becomes ``messages`` (archived ones go too, as in
         ``SQLAlchemyChatStore``: ``Memory.set`` means "this is the conversation")."""
         converted = self._convert(messages, status)
-        doomed = [m.id for m in self._stored(key) if m.id is not None]
-        self._manager.replace_messages(key, doomed, converted, user_id=self.user_id)
+        doomed = [m.id for m in (yield from self._stored(key)) if m.id is not None]
+        yield from self._rewrite(key, doomed, converted)
 
-    def _delete_ids(self, key: str, victims: list[Message]) -> list[ChatMessage]:
-        doomed = [m.id for m in victims if m.id is not None]
-        self._manager.replace_messages(key, doomed, [], user_id=self.user_id)
+    def _delete_ids(self, key: str, victims: list[Message]) -> Flow[list[ChatMessage]]:
+        yield from self._rewrite(key, [m.id for m in victims if m.id is not None])
         return [to_llamaindex(m) for m in victims]
 
-    def _delete_id(self, key: str, row_id: int) -> ChatMessage | None:
+    def _delete_id(self, key: str, row_id: int) -> Flow[ChatMessage | None]:
         """The message whose id is ``row_id``, if it is the key's, deleted and returned."""
         row_id = check_count(
             row_id, "delete_message's message id (from get_messages)", low=-MAX_COUNT
         )
-        if self._check(key) is None or row_id < 1:
+        if (yield from self._check(key)) is None or row_id < 1:
             return None
-        found = self._manager.get_messages(key, after_id=row_id - 1, limit=1, user_id=self.user_id)
+        found = yield from self._read(key, after_id=row_id - 1, limit=1)
         if not found or found[0].id != row_id:
             return None
-        return self._delete_ids(key, found)[0]
+        return (yield from self._delete_ids(key, found))[0]
 
-    def _delete_status(self, key: str, status: MessageStatus | None) -> None:
+    def _delete_status(self, key: str, status: MessageStatus | None) -> Flow[None]:
         status = _status_arg(status, optional=True)
         if status is None:
-            self._check(key)
-            self._manager.clear_session(key, user_id=self.user_id)
+            yield from self._check(key)
+            m = self._manager
+            yield Call(m.clear_session, key, user_id=self.user_id, native=m.aclear_session)
             return
-        self._delete_ids(key, self._select(key, status))
+        yield from self._delete_ids(key, (yield from self._select(key, status)))
 
-    def _delete_oldest(self, key: str, n: int) -> list[ChatMessage]:
+    def _delete_oldest(self, key: str, n: int) -> Flow[list[ChatMessage]]:
         if _index(n, "n") <= 0:
             return []
-        return self._delete_ids(key, self._select(key, MessageStatus.ACTIVE)[:n])
+        active = yield from self._select(key, MessageStatus.ACTIVE)
+        return (yield from self._delete_ids(key, active[:n]))
 
-    def _archive_oldest(self, key: str, n: int) -> list[ChatMessage]:
-        active = self._select(key, MessageStatus.ACTIVE)[: max(_index(n, "n"), 0)]
+    def _archive_oldest(self, key: str, n: int) -> Flow[list[ChatMessage]]:
+        active = (yield from self._select(key, MessageStatus.ACTIVE))[: max(_index(n, "n"), 0)]
         if not active:
             return []
-        session = self._manager.get_session(key, user_id=self.user_id)
+        mm = self._manager
+        session = yield Call(mm.get_session, key, user_id=self.user_id, native=mm.aget_session)
         metadata = {} if session is None else dict(session.metadata)
         metadata[ARCHIVED_THROUGH_KEY] = max(m.id or 0 for m in active)
-        self._manager.update_session(key, metadata=metadata)
+        yield Call(mm.update_session, key, metadata=metadata, native=mm.aupdate_session)
         return [to_llamaindex(m) for m in active]
 
     # AsyncDBChatStore -------------------------------------------------------------------------
@@ -379,20 +405,17 @@ class HarombeDBChatStore(_ManagedStore, AsyncDBChatStore):
         limit: int | None = None,
         offset: int | None = None,
     ) -> list[ChatMessage]:
-        return await asyncio.to_thread(self._get, key, status, limit, offset)
+        return await adrive(self._get(key, status, limit, offset))
 
     async def count_messages(
         self, key: str, status: MessageStatus | None = MessageStatus.ACTIVE
     ) -> int:
-        return await asyncio.to_thread(self._count, key, status)
+        return await adrive(self._count(key, status))
 
     async def add_message(
         self, key: str, message: ChatMessage, status: MessageStatus = MessageStatus.ACTIVE
     ) -> None:
-        await self._acheck(key)
-        await self._manager.asave_messages(
-            key, self._convert([message], status), user_id=self.user_id
-        )
+        await adrive(self._add(key, [message], status))
 
     async def add_messages(
         self,
@@ -400,10 +423,7 @@ class HarombeDBChatStore(_ManagedStore, AsyncDBChatStore):
         messages: list[ChatMessage],
         status: MessageStatus = MessageStatus.ACTIVE,
     ) -> None:
-        await self._acheck(key)
-        await self._manager.asave_messages(
-            key, self._convert(messages, status), user_id=self.user_id
-        )
+        await adrive(self._add(key, messages, status))
 
     async def set_messages(
         self,
@@ -411,26 +431,26 @@ class HarombeDBChatStore(_ManagedStore, AsyncDBChatStore):
         messages: list[ChatMessage],
         status: MessageStatus = MessageStatus.ACTIVE,
     ) -> None:
-        await asyncio.to_thread(self._set, key, messages, status)
+        await adrive(self._set(key, messages, status))
 
     async def delete_message(self, key: str, idx: int) -> ChatMessage | None:
         """Delete the message whose id is ``idx`` and return it (None if the key has no such
         message), as ``SQLAlchemyChatStore`` does with its row ids. The ids are harombe's
         message ids (``store.manager.get_messages(key)``)."""
-        return await asyncio.to_thread(self._delete_id, key, idx)
+        return await adrive(self._delete_id(key, idx))
 
     async def delete_messages(self, key: str, status: MessageStatus | None = None) -> None:
-        await asyncio.to_thread(self._delete_status, key, status)
+        await adrive(self._delete_status(key, status))
 
     async def delete_oldest_messages(self, key: str, n: int) -> list[ChatMessage]:
-        return await asyncio.to_thread(self._delete_oldest, key, n)
+        return await adrive(self._delete_oldest(key, n))
 
     async def archive_oldest_messages(self, key: str, n: int) -> list[ChatMessage]:
-        return await asyncio.to_thread(self._archive_oldest, key, n)
+        return await adrive(self._archive_oldest(key, n))
 
     async def get_keys(self) -> list[str]:
         """Keys holding messages, as ``SQLAlchemyChatStore`` lists them (its keys are rows)."""
-        return await asyncio.to_thread(lambda: self._keys(with_messages=True))
+        return await adrive(self._keys(with_messages=True))
 
 
 # ChatMemoryBuffer.from_dict finds its chat store's class by name in LlamaIndex's registry, which

@@ -207,8 +207,8 @@ class UserMemory:
         after: int = yield _run(self.store, ops.extracted_until(session_id))
         read = 0
         while True:
-            batch: list[Message] = yield Call.method(
-                self.store, "get_messages", session_id, after_id=after, limit=self.batch_size
+            batch: list[Message] = yield _run(
+                self.store, _get_messages(session_id, after, self.batch_size)
             )
             if until_id is not None:
                 batch = [m for m in batch if m.id is not None and m.id <= until_id]
@@ -517,6 +517,12 @@ def _get_session(session_id: str) -> Op[Any]:
     from harombe_core.store import ops as store_ops
 
     return store_ops.get_session(session_id)
+
+
+def _get_messages(session_id: str, after_id: int, limit: int) -> Op[Any]:
+    from harombe_core.store import ops as store_ops
+
+    return store_ops.get_messages(session_id, after_id, limit)
 
 
 def _kinds(kinds: Sequence[str] | None) -> list[str] | None:

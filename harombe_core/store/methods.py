@@ -19,7 +19,7 @@ from harombe_core.store.base import SearchScope
 from harombe_core.store.rows import check_id, session_changes
 from harombe_core.store.runner import Body, Dialect, Op
 
-__all__ = ["NativeAsyncMethods", "StoreMethods"]
+__all__ = ["StoreMethods", "check_created", "create_session_op"]
 
 T = TypeVar("T")
 
@@ -47,7 +47,7 @@ class StoreMethods:
         """A new session with the given ``user_id``, ``system_prompt``,
         ``system_prompt_tokens`` and ``metadata`` (each checked as :meth:`update_session`
         checks it); InvalidInputError if the id is taken (the stored session is kept)."""
-        _created(self.run(_create_op(session_id, created_at, fields)), session_id)
+        check_created(self.run(create_session_op(session_id, created_at, fields)), session_id)
         session = self.get_session(session_id)
         assert session is not None
         return session
@@ -151,39 +151,11 @@ class StoreMethods:
         self.run(ops.set_meta(key, value))
 
 
-class NativeAsyncMethods(StoreMethods):
-    """Async forms of the methods the manager's flows call, for a store whose ``arun`` is
-    native (PostgreSQL): an async manager call then needs no thread. A store without them
-    (SQLite) runs the whole sync method on one worker thread instead."""
-
-    async def acreate_session(
-        self, session_id: str, *, created_at: datetime | None = None, **fields: Any
-    ) -> Session:
-        _created(await self.arun(_create_op(session_id, created_at, fields)), session_id)
-        session = await self.aget_session(session_id)
-        assert session is not None
-        return session
-
-    async def aget_session(self, session_id: str) -> Session | None:
-        return await self.arun(ops.get_session(session_id))
-
-    async def alist_sessions(
-        self, *, limit: int | None = 10, user_id: str | None = None, offset: int = 0
-    ) -> list[Session]:
-        return await self.arun(ops.list_sessions(limit, user_id, offset))
-
-    async def aadd_messages(
-        self, session_id: str, messages: Sequence[Message], **options: Any
-    ) -> list[int]:
-        return await self.arun(ops.add_messages(session_id, messages, **options))
-
-    async def aget_messages(
-        self, session_id: str, *, after_id: int | None = None, limit: int | None = None
-    ) -> list[Message]:
-        return await self.arun(ops.get_messages(session_id, after_id, limit))
-
-
-def _create_op(session_id: str, created_at: datetime | None, fields: dict[str, Any]) -> Op[bool]:
+def create_session_op(
+    session_id: str, created_at: datetime | None, fields: Mapping[str, Any]
+) -> Op[bool]:
+    """The operation that creates a session with ``fields`` (``user_id``, ``system_prompt``,
+    ``system_prompt_tokens``, ``metadata``); it returns False if the id is taken."""
     unknown = set(fields) - _CREATE_FIELDS
     if unknown:
         raise TypeError(f"create_session() got unexpected keyword arguments {sorted(unknown)}")
@@ -191,7 +163,8 @@ def _create_op(session_id: str, created_at: datetime | None, fields: dict[str, A
     return ops.create_session(session_id, session_changes(**fields), when)
 
 
-def _created(done: bool, session_id: str) -> None:
+def check_created(done: bool, session_id: str) -> None:
+    """InvalidInputError unless :func:`create_session_op` created the session."""
     if not done:
         raise InvalidInputError(
             f"session {session_id!r} already exists; load it with load_session() or "

@@ -57,7 +57,7 @@ from harombe_core.store.base import (
     SearchScope,
 )
 from harombe_core.store.context_sql import ContextReads
-from harombe_core.store.methods import NativeAsyncMethods
+from harombe_core.store.methods import StoreMethods
 from harombe_core.store.rows import (
     MESSAGE_COLUMNS,
     check_id,
@@ -65,7 +65,7 @@ from harombe_core.store.rows import (
     row_to_message,
     scope_sql,
 )
-from harombe_core.store.runner import POSTGRES, Body, Op, Step, StepResult, adrive, drive
+from harombe_core.store.runner import POSTGRES, Body, Op, Step, adrive, drive
 from harombe_core.store.schema import (
     PG_MIGRATIONS,
     PG_SCHEMA_VERSION,
@@ -164,7 +164,7 @@ def _ts_query_text(text: str) -> str | None:
     return " or ".join(words[:64])
 
 
-class PostgresStore(NativeAsyncMethods, ContextReads):
+class PostgresStore(StoreMethods, ContextReads):
     """A :class:`~harombe_core.store.base.MessageStore` on PostgreSQL (extra ``postgres``).
 
     ``url`` is a libpq URL (``postgresql://user:pass@host:5432/db``). ``retry_seconds`` is how long
@@ -279,28 +279,6 @@ class PostgresStore(NativeAsyncMethods, ContextReads):
             return delay * (1 + random.random())
         return None
 
-    @staticmethod
-    def _drive(cur: psycopg.Cursor[Any], body: Body[T]) -> T:
-        """Run ``body``'s steps on ``cur`` (inside the caller's transaction)."""
-
-        def execute(step: Step) -> StepResult:
-            cur.execute(step.sql, step.params)
-            rows = cur.fetchall() if cur.description is not None else []
-            return StepResult(rows, cur.rowcount)
-
-        return drive(execute, body)
-
-    @staticmethod
-    async def _adrive(cur: psycopg.AsyncCursor[Any], body: Body[T]) -> T:
-        """The async twin of :meth:`_drive`."""
-
-        async def execute(step: Step) -> StepResult:
-            await cur.execute(step.sql, step.params)
-            rows = await cur.fetchall() if cur.description is not None else []
-            return StepResult(rows, cur.rowcount)
-
-        return await adrive(execute, body)
-
     def _keyed(
         self, factory: Callable[[], Body[T]], key: uuid.UUID, attempt: int, started: float
     ) -> Body[T]:
@@ -366,9 +344,9 @@ class PostgresStore(NativeAsyncMethods, ContextReads):
                 with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
                     body = tries.body()
                     if not pin:
-                        return self._drive(cur, body)
+                        return drive(cur, body)
                     with self._block.open(cur):
-                        return self._drive(cur, body)
+                        return drive(cur, body)
             except (psycopg.Error, UnicodeError) as exc:
                 time.sleep(tries.wait(exc))
 
@@ -380,7 +358,7 @@ class PostgresStore(NativeAsyncMethods, ContextReads):
         """
         with self._block.call():
             try:
-                return self._drive(cur, factory())
+                return drive(cur, factory())
             except (psycopg.Error, UnicodeError) as exc:
                 if isinstance(exc, psycopg.Error) and self._transient(exc):
                     raise
@@ -438,7 +416,7 @@ class PostgresStore(NativeAsyncMethods, ContextReads):
         while True:
             try:
                 async with pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
-                    return await self._adrive(cur, tries.body())
+                    return await adrive(cur, tries.body())
             except (psycopg.Error, UnicodeError) as exc:
                 await asyncio.sleep(tries.wait(exc))
 

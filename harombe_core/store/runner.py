@@ -1,15 +1,16 @@
 """Store operations as bodies: one generator of SQL steps, run by any dialect's driver.
 
 An operation is written once as a *body*: a generator that yields :class:`Step` s and receives
-each one's :class:`StepResult`. A driver runs it on a connection inside the transaction the
-store opened, with the store's locking, retries and error types: :func:`drive` for a blocking
-cursor, :func:`adrive` for an async one. So the logic of an operation exists once, and its
-sync and async runs cannot drift apart.
+each one's :class:`StepResult`. The one pair of drivers runs it on a connection inside the
+transaction the store opened (the store brings its locking, retries and error types):
+:func:`drive` on a blocking connection or cursor (a ``sqlite3.Connection``, a psycopg
+``Cursor``), :func:`adrive` on an async one (a psycopg ``AsyncCursor``). So the logic of an
+operation exists once, on both backends, and its sync and async runs cannot drift apart.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, NamedTuple, TypeVar
 
@@ -53,20 +54,27 @@ def _send(body: Body[T], result: StepResult | None) -> tuple[bool, Any]:
         return False, stop.value
 
 
-def drive(execute: Callable[[Step], StepResult], body: Body[T]) -> T:
-    """Run ``body``, each step through ``execute``; its return value."""
+def drive(cursor: Any, body: Body[T]) -> T:
+    """Run ``body`` on ``cursor`` (anything whose ``execute(sql, params)`` returns a cursor:
+    a ``sqlite3.Connection``, a psycopg ``Cursor``), inside the caller's transaction; its
+    return value."""
     more, value = _send(body, None)
     while more:
-        more, value = _send(body, execute(value))
+        done = cursor.execute(value.sql, value.params)
+        rows = done.fetchall() if done.description is not None else []
+        more, value = _send(body, StepResult(rows, done.rowcount))
     result: T = value
     return result
 
 
-async def adrive(execute: Callable[[Step], Awaitable[StepResult]], body: Body[T]) -> T:
-    """:func:`drive` with an async ``execute``: the body never blocks the event loop."""
+async def adrive(cursor: Any, body: Body[T]) -> T:
+    """:func:`drive` on an async cursor (a psycopg ``AsyncCursor``): the body never blocks
+    the event loop."""
     more, value = _send(body, None)
     while more:
-        more, value = _send(body, await execute(value))
+        done = await cursor.execute(value.sql, value.params)
+        rows = await done.fetchall() if done.description is not None else []
+        more, value = _send(body, StepResult(rows, done.rowcount))
     result: T = value
     return result
 

@@ -16,13 +16,11 @@ own ``add_messages``, as steps).
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from harombe_core.errors import InvalidInputError
-from harombe_core.store.runner import Body, Step, StepResult
-from harombe_core.store.runner import drive as run_body
+from harombe_core.store.runner import Body, Step, StepResult, drive
 
 if TYPE_CHECKING:
     from harombe_core.models import Message
@@ -35,8 +33,6 @@ T = TypeVar("T")
 class SqlRunner:
     """Runs bodies on one store; :meth:`step` writes a ``?`` statement in its dialect."""
 
-    placeholder = "?"
-
     def for_update(self, alias: str) -> str:
         """The clause that locks the rows a SELECT of table ``alias`` reads until the
         transaction ends ("" on SQLite, whose write transactions lock the whole file)."""
@@ -46,10 +42,10 @@ class SqlRunner:
         self.store = store
 
     def step(self, sql: str, params: Sequence[Any] = ()) -> Step:
-        """A statement written with ``?`` placeholders, in this backend's style."""
-        if self.placeholder == "?":
-            return Step(sql, params)
-        return Step(sql.replace("?", self.placeholder), params)
+        """A statement written with ``?`` placeholders, in this backend's style (the store's
+        :class:`~harombe_core.store.runner.Dialect` writes it)."""
+        step: Step = self.store.dialect.step(sql, params)
+        return step
 
     def run(self, factory: Callable[[], Body[T]], *, exactly_once: bool = False) -> T:
         """Run the body ``factory()`` makes, in one transaction (``factory`` may run again on
@@ -78,8 +74,6 @@ class SqlRunner:
 
 
 class _PostgresRunner(SqlRunner):
-    placeholder = "%s"
-
     def for_update(self, alias: str) -> str:
         return f" FOR UPDATE OF {alias}"
 
@@ -94,17 +88,6 @@ class _PostgresRunner(SqlRunner):
 
     async def aread(self, factory: Callable[[], Body[T]]) -> T:
         return await self.store.arun_body(factory)
-
-
-def drive(c: sqlite3.Connection, body: Body[T]) -> T:
-    """Run ``body`` on a SQLite connection (inside the caller's transaction)."""
-
-    def execute(step: Step) -> StepResult:
-        cursor = c.execute(step.sql, step.params)
-        rows = cursor.fetchall() if cursor.description is not None else []
-        return StepResult(rows, cursor.rowcount)
-
-    return run_body(execute, body)
 
 
 def sql_runner(store: Any) -> SqlRunner:

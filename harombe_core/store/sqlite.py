@@ -65,10 +65,9 @@ from harombe_core.store.rows import (
     scope_sql,
     to_micros,
 )
-from harombe_core.store.runner import SQLITE, Op
+from harombe_core.store.runner import SQLITE, Op, drive
 from harombe_core.store.schema import MIGRATIONS, SCHEMA_VERSION
 from harombe_core.store.shared import Lease
-from harombe_core.store.sql_body import drive
 from harombe_core.store.sqlite_checks import APPLICATION_ID
 from harombe_core.store.sqlite_file import (
     SQLiteFile,

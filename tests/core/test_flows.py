@@ -1,20 +1,21 @@
 """One flow, two drivers: the sync and async twins of an operation run the same logic.
 
-Covers harombe_core.flows (requests, drive/adrive, twins) and harombe_core.llm's prompt flows,
-including the summariser and the LLM node selector, whose sync and async paths must agree.
+Covers harombe_core.flows (requests, store operations, drive/adrive) and harombe_core.llm's
+prompt flows, including the summariser and the LLM node selector, whose sync and async paths
+must agree.
 """
 
 from __future__ import annotations
 
 import asyncio
-import inspect
 import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from harombe_core.errors import InvalidInputError, SummarizationError
-from harombe_core.flows import Call, Flow, Parallel, Work, adrive, drive, twins
+from harombe_core.flows import Call, Flow, Parallel, Run, Work, adrive, drive
 from harombe_core.llm import PromptFlow, arun_prompts, run_prompts
 from harombe_core.models import Message
 from harombe_core.summarize import LLMSummarizer
@@ -100,29 +101,82 @@ async def test_parallel_runs_concurrently_when_async() -> None:
     assert await adrive(flow()) == [2, 2]
 
 
-class _Counter:
+def test_parallel_requests_overlap_on_the_sync_path_too() -> None:
+    # Each request waits for the other at a barrier: they finish only if they run together
+    # (the timeout only stops a broken build from hanging; it is not a speed threshold).
+    barrier = threading.Barrier(2, timeout=60)
+
+    def meet(value: int) -> int:
+        barrier.wait()
+        return value
+
+    def flow() -> Flow[list[int]]:
+        results: list[int] = yield Parallel(Work(meet, 1), Work(meet, 2))
+        return results
+
+    assert drive(flow()) == [1, 2]
+
+
+def test_a_failing_parallel_request_fails_the_flow_after_the_others_finish() -> None:
+    finished: list[int] = []
+
+    def later(value: int) -> int:
+        finished.append(value)
+        return value
+
+    def flow() -> Flow[list[int]]:
+        results: list[int] = yield Parallel(Work(_fails, 1), Work(later, 2))
+        return results
+
+    with pytest.raises(KeyError):
+        drive(flow())
+    assert finished == [2]
+
+
+class _Recording:
+    """A store's runner that records which path ran each operation."""
+
     def __init__(self) -> None:
-        self.total = 0
+        self.paths: list[str] = []
 
-    def _add_flow(self, amount: int, *, times: int = 1) -> Flow[int]:
-        """Add ``amount`` ``times`` times and return the total."""
-        for _ in range(times):
-            self.total = yield Call(lambda: self.total + amount)
-        return self.total
+    def run(self, op: str) -> str:
+        self.paths.append("run")
+        return op.upper()
 
-    add, aadd = twins(_add_flow)
+    async def arun(self, op: str) -> str:
+        self.paths.append("arun")
+        return op.upper()
 
 
-async def test_twins_make_a_sync_and_an_async_method_from_one_flow() -> None:
-    counter = _Counter()
-    assert counter.add(2, times=2) == 4
-    assert await counter.aadd(1) == 5
-    assert (_Counter.add.__name__, _Counter.aadd.__name__) == ("add", "aadd")
-    assert _Counter.add.__qualname__ == "_Counter.add"
-    assert _Counter.aadd.__doc__ == _Counter._add_flow.__doc__
-    assert inspect.iscoroutinefunction(_Counter.aadd)
-    assert list(inspect.signature(counter.aadd).parameters) == ["amount", "times"]
-    assert inspect.signature(_Counter.add).return_annotation == "int"  # not Flow[int]
+async def test_a_store_operation_runs_on_the_stores_own_runner_on_each_path() -> None:
+    store = _Recording()
+
+    def flow() -> Flow[str]:
+        first: str = yield Run(store, "a")  # type: ignore[arg-type]
+        second: str = yield Run(store, "b")  # type: ignore[arg-type]
+        return first + second
+
+    assert drive(flow()) == "AB"
+    assert await adrive(flow()) == "AB"
+    assert store.paths == ["run", "run", "arun", "arun"]
+
+
+def test_a_real_store_operation_runs_in_a_flow(tmp_path: Path) -> None:
+    from harombe_core import SQLiteStore
+    from harombe_core.store import ops
+
+    store = SQLiteStore(str(tmp_path / "m.db"))
+    try:
+        store.create_session("s1", user_id="u1")
+
+        def flow() -> Flow[str | None]:
+            session = yield Run(store, ops.get_session("s1"))
+            return None if session is None else session.user_id
+
+        assert drive(flow()) == "u1"
+        assert asyncio.run(adrive(flow())) == "u1"
+    finally:
+        store.close()
 
 
 # ---- prompt flows -------------------------------------------------------------------------

@@ -10,8 +10,8 @@ until it is removed from its list.
 Modules are sized by cohesion: one module per job, split where the job splits and merged where
 two modules do one job, not at a line count. A 700-line cap split modules mid-thought (files at
 698 and 699 lines, shims and one-function modules), so the ceiling is now an alarm for a module
-that has become several things at once (the 3,000-line class of the anti-patterns), with no
-module allowed past it.
+that has become several things at once (the 3,000-line class of the anti-patterns); the one
+module past it (the manager: the public API written out) is listed with its reason.
 
 The layers, low to high (a module not listed makes the test fail, so every new module is
 placed on purpose):
@@ -132,7 +132,10 @@ ADAPTER_LAYER = 8
 ALLOWED_UPWARD: set[tuple[str, str]] = set()
 ALLOWED_CYCLES: set[frozenset[str]] = set()
 ALLOWED_PRIVATE: set[tuple[str, str]] = set()
-ALLOWED_LONG: set[str] = set()
+# manager: one job (the public API: every method and its async twin written out where an
+# editor and a type checker can follow them, each a short call into the part that does the
+# work); long by breadth, not by mixing jobs.
+ALLOWED_LONG: set[str] = {"harombe_core.manager"}
 
 
 @dataclass

@@ -1,9 +1,9 @@
 """The manager's async methods run the store's own async path: on PostgreSQL no thread hop.
 
 Each manager operation is one flow (harombe_core.flows); its async twin awaits the store's
-native ``a``-methods where the store has them. With ``asyncio.to_thread`` made to fail, every
-async method below must still work on PostgreSQL; on SQLite the same calls must go through
-worker threads, since its I/O blocks.
+operations on the store's async runner (``arun``), native on PostgreSQL. With
+``asyncio.to_thread`` made to fail, every async method below must still work on PostgreSQL; on
+SQLite the same calls must go through worker threads, since its I/O blocks.
 """
 
 from __future__ import annotations
@@ -74,4 +74,5 @@ async def test_the_same_calls_on_sqlite_run_in_worker_threads(
     monkeypatch.setattr(asyncio, "to_thread", counting)
     with MemoryManager(str(tmp_path / "m.db"), embedding=None) as mm:
         await _exercise(mm)
-    assert {"create_session", "add_messages", "get_messages", "get_session"} <= set(hops)
+    # every store operation hops once, through the store's own runner
+    assert hops.count("run") >= 10
