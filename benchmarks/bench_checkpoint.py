@@ -8,8 +8,9 @@ a ``summary`` string; a task's pending write (the new message) is stored before 
 as the loop does. At each measured length (default 10 and 1,000 steps) it times, per step:
 
 * ``put``: storing the next checkpoint (median and mean of the ``--window`` steps that end at
-  that length; the mean includes SQLite's periodic WAL checkpoints; for harombe a put includes
-  recording the new message in the thread's harombe session);
+  that length; the mean includes SQLite's periodic WAL checkpoints; for harombe the new message
+  is written into the thread's harombe session by a background job after the put, on the same
+  process's cores, and the run checks at the end that every message is there);
 * ``get_tuple``: reading the newest checkpoint back (best of ``--repeat``);
 * ``list``: listing the newest ``--list-limit`` checkpoints (best of ``--repeat``).
 
@@ -28,7 +29,9 @@ What a user feels is a whole agent turn, so the benchmark also times ``create_ag
 checkpointer=...)`` with a fake chat model, one turn being one ``invoke`` (and one ``ainvoke``
 with the async savers: LangGraph's ``AsyncSqliteSaver`` beside ``HarombeSaver``), over
 ``--agent-threads`` threads of ``--agent-turns`` turns each (default: 5 threads of 10 turns, and
-1 thread of 200). The two agents take turns in alternating order, so load changes hit both.
+1 thread of 200). The two agents take turns in alternating order, so load changes hit both;
+``--agent-runs N`` repeats each shape in fresh databases and reports the median over runs and
+the range of the ratio.
 Run ``python benchmarks/bench_checkpoint.py --help``.
 """
 
@@ -53,6 +56,7 @@ import statistics
 import tempfile
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -339,12 +343,25 @@ async def aagent_turns(workdir: str, threads: int, turns: int) -> TurnRow:
 
 
 def print_turns(rows: list[TurnRow]) -> None:
+    """One line per call and shape: the median over runs of each run's median turn, and of
+    each run's ratio; with several runs, the lowest and highest ratio too."""
     print("\n# a whole agent turn: create_agent(fake model, [], checkpointer); median ms per turn")
-    print(f"{'call':<9}{'threads x turns':>16}{'SqliteSaver':>13}{'HarombeSaver':>14}{'ratio':>8}")
+    runs = max(Counter((r.mode, r.threads, r.turns) for r in rows).values(), default=1)
+    spread = f"{'ratio runs':>15}" if runs > 1 else ""
+    print(f"{'call':<9}{'threads x turns':>16}{'SqliteSaver':>13}{'HarombeSaver':>14}{'ratio':>8}"
+          f"{spread}")
+    groups: dict[tuple[str, int, int], list[TurnRow]] = {}
     for row in rows:
-        ours, theirs = row.medians["HarombeSaver"], row.medians["SqliteSaver"]
-        shape = f"{row.threads} x {row.turns}"
-        print(f"{row.mode:<9}{shape:>16}{theirs:13.2f}{ours:14.2f}{ours / theirs:8.2f}")
+        groups.setdefault((row.mode, row.threads, row.turns), []).append(row)
+    for (mode, threads, turns), group in groups.items():
+        ours = statistics.median(r.medians["HarombeSaver"] for r in group)
+        theirs = statistics.median(r.medians["SqliteSaver"] for r in group)
+        ratios = [r.medians["HarombeSaver"] / r.medians["SqliteSaver"] for r in group]
+        shape = f"{threads} x {turns}"
+        line = f"{mode:<9}{shape:>16}{theirs:13.2f}{ours:14.2f}{statistics.median(ratios):8.2f}"
+        if runs > 1:
+            line += f"{f'{min(ratios):.2f}-{max(ratios):.2f}':>15}"
+        print(line)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -365,6 +382,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", default=None, help="also write the rows to this JSON file")
     parser.add_argument("--agent-shapes", nargs="*", default=["5x10", "1x200"],
                         help="agent-turn runs as THREADSxTURNS (default 5x10 1x200; none: skip)")
+    parser.add_argument("--agent-runs", type=int, default=1,
+                        help="runs of each agent shape, each in fresh databases; the table "
+                             "shows the median over runs and the range of the ratio (default 1)")
     args = parser.parse_args(argv)
     lengths = sorted(set(args.steps))
     if lengths[0] < 1:
@@ -420,10 +440,13 @@ def main(argv: list[str] | None = None) -> int:
         turn_dir = args.dir or tempfile.mkdtemp(prefix="harombe-bench-turns-")
         os.makedirs(turn_dir, exist_ok=True)
         try:
-            for shape in args.agent_shapes:
-                threads, _, turns = shape.partition("x")
-                turn_rows.append(agent_turns(turn_dir, int(threads), int(turns)))
-                turn_rows.append(asyncio.run(aagent_turns(turn_dir, int(threads), int(turns))))
+            for _ in range(max(1, args.agent_runs)):
+                for shape in args.agent_shapes:
+                    threads, _, turns = shape.partition("x")
+                    turn_rows.append(agent_turns(turn_dir, int(threads), int(turns)))
+                    turn_rows.append(
+                        asyncio.run(aagent_turns(turn_dir, int(threads), int(turns)))
+                    )
         finally:
             if args.dir is None:
                 shutil.rmtree(turn_dir, ignore_errors=True)

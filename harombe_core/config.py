@@ -138,14 +138,15 @@ class RagSection(_Section):
     max_context_tokens: int = Field(default=2048, ge=0)
     # Context evidence (see harombe_core.retrieval.RetrievalSettings); the defaults are the
     # weights chosen by cross-validation on held-out conversations.
-    neighbor_weight: float = Field(default=0.7, ge=0.0)
+    neighbor_weight: float = Field(default=0.4, ge=0.0)
     session_weight: float = Field(default=0.7, ge=0.0)
     speaker_weight: float = Field(default=0.2, ge=0.0)
     time_weight: float = Field(default=0.8, ge=0.0)
     time_slack_days: float = Field(default=7.0, ge=0.0)
-    length_weight: float = Field(default=0.6, ge=0.0)
+    length_weight: float = Field(default=0.4, ge=0.0)
     length_tokens: int = Field(default=80, ge=1)
     statement_weight: float = Field(default=0.2, ge=0.0)
+    person_weight: float = Field(default=0.2, ge=0.0)
     names_as_keywords: bool = False
     # Pseudo-relevance feedback on the vector side (RetrievalSettings): off, as it added
     # nothing under cross-validation once the length prior was on.

@@ -1,21 +1,32 @@
-"""Summary backlogs folded off the request path, on one background thread per process.
+"""The process's background worker: derived work off the request path, on one thread.
 
-A long imported session has a backlog of thousands of messages no summary covers yet. Folding
-it on ``get_context`` made the first calls pay for it (20-100 ms per step of
-``memory.summary_chunk`` messages, or an LLM call with an LLM summariser). Instead the request
-path hands the session to its builder's :class:`SummaryFolder` and uses the summary folded so
-far. One thread serves every folder of the process: it folds one step at a time, round robin
-over the folders and, within one, over the sessions waiting, each step stored as it is done
-(what it finished survives a kill). ``flush()`` waits until every session handed to a folder
-is folded up to what was asked; ``close()`` drops what is still waiting and waits for the step
-in hand, so the store can be closed after it.
+Each kind of job is a :class:`SummaryFolder` (named for the first kind it served) with its own
+step, linger and priority; one thread (``harombe-worker``) serves every folder of the process,
+one job at a time, the ready job of the highest priority first and, among equals, round robin
+over the folders and, within one, over the keys waiting. Its kinds today:
+
+* summary backlogs (:mod:`harombe_core.context`): a long imported session has a backlog of
+  thousands of messages no summary covers yet. Folding it on ``get_context`` made the first
+  calls pay for it (20-100 ms per step of ``memory.summary_chunk`` messages, or an LLM call
+  with an LLM summariser). Instead the request path hands the session over and uses the
+  summary folded so far; each step is stored as it is done (what it finished survives a
+  kill);
+* the sessions of checkpointed LangGraph threads (``langchain_harombe.checkpoint``), lingering
+  so that the puts of a turn become one job, and done at exit;
+* fact extraction (:mod:`harombe_core.facts.memory`), below the others as it may call an LLM.
+
+``flush()`` waits until every key handed to a folder is done as far as asked; ``drain()`` does
+the waiting jobs on the calling thread (a read that must see its own writes); ``close()`` drops
+what is still waiting and waits for the job in hand, so the store can be closed after it. (The
+embedding worker of semantic memory and SQLite's keyword indexer still run their own threads.)
 
 **Exit.** The thread is a daemon, started on the first hand-over of the process (so the cost of
 starting a thread is paid once, not by every manager's first call). A step may be inside
 native code (a summary embedded by ONNX Runtime, an LLM client), and a daemon thread cut off
 there while the interpreter finalises can abort the process; so when the interpreter starts
-to shut down the thread is told to stop and waited for (at most :data:`EXIT_WAIT` seconds),
-as the embedding worker is. What it had not folded is folded by a later call.
+to shut down the jobs of folders made with ``drain_at_exit`` are done, then the thread is told
+to stop and waited for (at most :data:`EXIT_WAIT` seconds), as the embedding worker is. What
+it had not done is done by a later call (or, for checkpointed sessions, the next saver).
 """
 
 from __future__ import annotations
@@ -25,6 +36,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable
 
@@ -44,6 +56,7 @@ EXIT_WAIT = 30.0
 
 _cond = threading.Condition()
 _queue: deque[SummaryFolder] = deque()  # folders with sessions waiting, round robin
+_drained_at_exit: weakref.WeakSet[SummaryFolder] = weakref.WeakSet()
 _thread: threading.Thread | None = None
 _stopping = False
 
@@ -51,23 +64,47 @@ _stopping = False
 class SummaryFolder:
     """The sessions one context builder has handed to the background, and their fold step."""
 
-    def __init__(self, step: FoldStep) -> None:
+    def __init__(
+        self,
+        step: FoldStep,
+        *,
+        linger: float = 0.0,
+        priority: int = 0,
+        drain_at_exit: bool = False,
+    ) -> None:
+        """``linger``: seconds a job waits after it is first asked for, so that the requests
+        of a burst (the puts of an agent turn) become one job. ``priority``: a ready job of a
+        folder with a higher one goes first (equal ones take turns). ``drain_at_exit``: the
+        jobs still waiting when the interpreter exits are done then (cheap jobs only: the exit
+        waits for them)."""
         self._step = step
+        self._linger = linger
+        self.priority = priority
         #: Session id -> the message id its summary must reach (insertion order: round robin).
         self._wanted: dict[str, int] = {}
+        #: Session id -> when its job may start (``time.monotonic()``), if not at once.
+        self._ready: dict[str, float] = {}
         self._busy = False
         self._closed = False
+        if drain_at_exit:
+            _drained_at_exit.add(self)
 
-    def request(self, session_id: str, until_id: int) -> None:
-        """Fold ``session_id``'s summary up to message ``until_id`` in the background."""
+    def request(self, session_id: str, until_id: int, *, delay: float | None = None) -> None:
+        """Fold ``session_id``'s summary up to message ``until_id`` in the background (a job
+        not waiting yet starts after the folder's linger, or after ``delay`` seconds)."""
         with _cond:
             if self._closed or _stopping:
                 return
+            new = session_id not in self._wanted
+            wait = self._linger if delay is None else delay
+            if new and wait > 0:
+                self._ready[session_id] = time.monotonic() + wait
             self._wanted[session_id] = max(until_id, self._wanted.get(session_id, until_id))
             if self not in _queue and not self._busy:
                 _queue.append(self)
             start = _ensure_thread()
-            _cond.notify_all()
+            if new:  # a job already waiting is not due sooner: the thread sleeps on
+                _cond.notify_all()
         if start is not None:  # outside the lock: the new thread takes it at once
             start.start()
 
@@ -88,11 +125,48 @@ class SummaryFolder:
                 _cond.wait(left)
         return True
 
+    def drain(self) -> None:
+        """Do now, on the calling thread, every job waiting, after the one in hand: for a
+        reader that must see what the background still owes (a job that fails is logged and
+        handed back to the background)."""
+        with _cond:
+            if not self._wanted and not self._busy:
+                return
+            on_thread = threading.current_thread() is _thread
+            while self._busy and not on_thread and not self._closed:
+                _cond.wait()
+            if self._closed or self._busy:  # the worker's own job reads: it has it in hand
+                return
+            waiting = dict(self._wanted)
+            self._wanted.clear()
+            self._ready.clear()
+            if self in _queue:
+                _queue.remove(self)
+            self._busy = True
+        failed: dict[str, int] = {}
+        try:
+            for session_id, until_id in waiting.items():
+                try:
+                    while self._step(session_id, until_id):
+                        pass
+                except Exception as exc:
+                    log.warning("session %s: background job failed (%s)", session_id, exc)
+                    failed[session_id] = until_id
+        finally:
+            with _cond:
+                self._busy = False
+                for session_id, until_id in failed.items():
+                    self._wanted[session_id] = max(until_id, self._wanted.get(session_id, 0))
+                if self._wanted and self not in _queue and not self._closed:
+                    _queue.append(self)
+                _cond.notify_all()
+
     def close(self) -> None:
         """Drop what is waiting and wait for the step in hand (the rest is folded later)."""
         with _cond:
             self._closed = True
             self._wanted.clear()
+            self._ready.clear()
             if self in _queue:
                 _queue.remove(self)
             on_thread = threading.current_thread() is _thread
@@ -105,7 +179,7 @@ def _ensure_thread() -> threading.Thread | None:
     global _thread
     if _thread is not None and (_thread.is_alive() or _thread.ident is None):
         return None
-    _thread = threading.Thread(target=_run, name="harombe-summary-folder", daemon=True)
+    _thread = threading.Thread(target=_run, name="harombe-worker", daemon=True)
     _register_exit_hook()
     return _thread
 
@@ -122,19 +196,19 @@ def _run() -> None:
                     _cond.wait(left)
             if _stopping:
                 return
-            if not _queue:
+            folder, session_id, soonest = _next_job()
+            if folder is None:  # every job waiting still lingers (or none is left)
+                if soonest is not None:
+                    _cond.wait(max(0.0, soonest - time.monotonic()))
                 continue
-            folder = _queue.popleft()
-            if not folder._wanted:
-                continue
-            session_id = next(iter(folder._wanted))
             until_id = folder._wanted.pop(session_id)
+            folder._ready.pop(session_id, None)
             folder._busy = True
         more = False
         try:
             more = folder._step(session_id, until_id)
         except Exception as exc:  # a failed fold is retried by the next call that asks for it
-            log.warning("session %s: background summary failed (%s)", session_id, exc)
+            log.warning("%s: background job failed (%s)", session_id, exc)
         finally:
             with _cond:
                 folder._busy = False
@@ -147,9 +221,35 @@ def _run() -> None:
                 _cond.notify_all()
 
 
+def _next_job() -> tuple[SummaryFolder | None, str, float | None]:
+    """The next (folder, session) whose job may start: of the folders with a ready job, the
+    first in line of the highest priority (the line turns round robin), and its oldest ready
+    session; or (None, "", when the soonest waiting job may start). Caller holds ``_cond``."""
+    now = time.monotonic()
+    soonest: float | None = None
+    best: tuple[int, int, SummaryFolder, str] | None = None
+    for position, folder in enumerate(_queue):
+        for session_id in folder._wanted:
+            ready = folder._ready.get(session_id, 0.0)
+            if ready <= now:
+                if best is None or folder.priority > best[0]:
+                    best = (folder.priority, position, folder, session_id)
+                break
+            soonest = ready if soonest is None else min(soonest, ready)
+    for empty in [f for f in _queue if not f._wanted]:
+        _queue.remove(empty)
+    if best is None:
+        return None, "", soonest
+    _queue.remove(best[2])
+    return best[2], best[3], None
+
+
 def _stop_at_exit(wait: float = EXIT_WAIT) -> None:
-    """Stop the thread after the step in hand, waiting at most ``wait`` seconds."""
+    """Do the waiting jobs of folders that asked for it, then stop the thread after the step
+    in hand, waiting at most ``wait`` seconds."""
     global _stopping
+    for folder in list(_drained_at_exit):
+        folder.drain()
     with _cond:
         _stopping = True
         _cond.notify_all()
@@ -180,6 +280,7 @@ def _forget_in_child() -> None:
     global _cond, _thread
     _cond = threading.Condition()
     _queue.clear()
+    _drained_at_exit.clear()  # the parent's jobs are the parent's to do
     _thread = None
 
 

@@ -39,9 +39,10 @@ if TYPE_CHECKING:
     )
     from harombe_core.facts.ops import forget_current, users_with_facts
     from harombe_core.flows import Call, Flow, adrive, drive
+    from harombe_core.folding import SummaryFolder
     from harombe_core.owners import check_owner, check_search_scope
     from harombe_core.retrieval import context_message
-    from harombe_core.store import items
+    from harombe_core.store import items, pending
     from harombe_core.store.closing import ClosesOnExit
     from harombe_core.store.items import check_key, check_namespace
     from harombe_core.store.rows import to_micros
@@ -80,6 +81,8 @@ _LAZY: dict[str, str] = {
     "Call": "harombe_core.flows",
     "Flow": "harombe_core.flows",
     "drive": "harombe_core.flows",
+    # the process's background worker, and the work a store owes after a crash
+    "SummaryFolder": "harombe_core.folding",
     "adrive": "harombe_core.flows",
     # user memory as a framework's namespace shows it (LangGraph's store: the facts namespace)
     "FactProposal": "harombe_core.facts.models",
@@ -103,7 +106,10 @@ _LAZY: dict[str, str] = {
     "plural": "harombe_core.text",
 }
 #: Modules offered as namespaces (``items.put(...)``), imported on first use.
-_MODULES: dict[str, str] = {"items": "harombe_core.store.items"}
+_MODULES: dict[str, str] = {
+    "items": "harombe_core.store.items",
+    "pending": "harombe_core.store.pending",
+}
 
 __all__ = [
     "AllowList",
@@ -117,6 +123,7 @@ __all__ = [
     "NativeAsyncEmbedder",
     "Op",
     "SqlRunner",
+    "SummaryFolder",
     "Threader",
     "TypePolicy",
     "adrive",
@@ -136,6 +143,7 @@ __all__ = [
     "install_command",
     "items",
     "lazy_attributes",
+    "pending",
     "plural",
     "refused_tag",
     "requires_extra",

@@ -33,6 +33,7 @@ from harombe_core.store.base import UNSET, MessageStore
 from harombe_core.store.closing import ClosesOnExit
 from harombe_core.store.encryption import check_key
 from harombe_core.store.methods import check_created, create_session_op
+from harombe_core.store.pending import settle
 from harombe_core.strategies import Window, window_newest
 from harombe_core.tokens import TokenCounter, resolve_token_counter
 from harombe_core.validate import (
@@ -820,11 +821,12 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
         ``rag:`` config. Options: ``roles``, ``since``, ``until``, ``exclude_session_id``,
         ``temporal_decay``, ``mmr_lambda``, ``vector_weight``, ``keyword_weight``, and the
         context evidence weights ``neighbor_weight``, ``session_weight``, ``speaker_weight``,
-        ``time_weight``, ``length_weight``, ``statement_weight`` and ``feedback_weight`` (see
-        :class:`~harombe_core.retrieval.RetrievalSettings`); ``now`` anchors relative times in
-        the query ("last week"). Without semantic memory this is keyword (BM25) search and
-        ``retriever.mode == "keyword"``. Given both ``session_id`` and ``user_id``, the session
-        must be that user's (else SessionOwnershipError), as everywhere a user names a session.
+        ``time_weight``, ``length_weight``, ``statement_weight``, ``person_weight`` and
+        ``feedback_weight`` (see :class:`~harombe_core.retrieval.RetrievalSettings`); ``now``
+        anchors relative times in the query ("last week"). Without semantic memory this is
+        keyword (BM25) search and ``retriever.mode == "keyword"``. Given both ``session_id``
+        and ``user_id``, the session must be that user's (else SessionOwnershipError), as
+        everywhere a user names a session.
         """
         search = self._searcher.search
         return drive(search(query, top_k, session_id, user_id, min_similarity, **options))
@@ -1124,6 +1126,7 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
     def _flush(self, timeout: float | None, progress: Progress) -> Flow[None]:
         check_progress(progress)
         timeout = optional_number(timeout, "timeout", low=0, high=MAX_WAIT_SECONDS)
+        yield Work(settle, getattr(self._store, "location", ""))  # derived rows still owed
         if self._semantic is not None:
             yield Work(self._semantic.flush, timeout, progress=progress)
         yield Work(self._context.flush_summaries, timeout)
@@ -1159,6 +1162,7 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
         if self._closed:
             return
         self._closed = True
+        settle(getattr(self._store, "location", ""))  # derived rows owed are written first
         self._facts.close()
         self._context.close()  # the background folder stops before the store closes
         semantic, self._searcher.semantic = self._searcher.semantic, None

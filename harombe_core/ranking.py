@@ -32,6 +32,7 @@ __all__ = [
     "WORDS",
     "Candidates",
     "RetrievalSettings",
+    "asks_judgement",
     "evidence",
     "evidence_weights",
     "mmr_select",
@@ -89,6 +90,13 @@ class RetrievalSettings:
     * ``statement_weight``: when the message states rather than asks (its last sentence does
       not end with a question mark). Asked questions ("What did you paint?") share the words
       of later searches but hold no answer; the reply does.
+    * ``person_weight``: when the query asks for a judgement about a person it names (a
+      yes/no or speculative question: "Would Ann enjoy ...?", "Is Bo likely to ...?",
+      :func:`asks_judgement`) and the message is that person's. Such a question is answered
+      from what the person said of themselves across the conversation, rarely in the
+      question's words; on top of ``speaker_weight``, which holds for every question naming
+      a speaker (a higher one for all of them would bury the turns of questions that name a
+      person only to ask about what they were told).
 
     Pseudo-relevance feedback (Rocchio, on the vector side): ``feedback_weight`` moves the
     query's vector toward the mean vector of the ``feedback_docs`` best candidates by fused
@@ -109,14 +117,15 @@ class RetrievalSettings:
     rrf_k: int = 60
     candidates: int = 4
     min_candidates: int = 40
-    neighbor_weight: float = 0.7
+    neighbor_weight: float = 0.4
     session_weight: float = 0.7
     speaker_weight: float = 0.2
     time_weight: float = 0.8
     time_slack_days: float = 7.0
-    length_weight: float = 0.6
+    length_weight: float = 0.4
     length_tokens: int = 80
     statement_weight: float = 0.2
+    person_weight: float = 0.2
     names_as_keywords: bool = False
     feedback_weight: float = 0.0
     feedback_docs: int = 3
@@ -149,6 +158,7 @@ class Candidates:
     adjacent: dict[int, set[int]] = field(default_factory=dict)
     outside: frozenset[int] = frozenset()
     speakers: frozenset[str] = frozenset()
+    judgement: bool = False
     times: list[TimeRange] = field(default_factory=list)
     query_vector: Any = None
     unembedded: frozenset[int] = frozenset()
@@ -180,7 +190,7 @@ def _speaks(message: Message, speakers: frozenset[str]) -> bool:
 
 #: The columns of :func:`evidence`, in order; each but the first is scaled by the setting
 #: ``<name>_weight`` and added to the fused score.
-EVIDENCE = ("fused", "neighbor", "session", "speaker", "time", "length", "statement")
+EVIDENCE = ("fused", "neighbor", "session", "speaker", "time", "length", "statement", "person")
 
 
 def evidence(
@@ -194,7 +204,8 @@ def evidence(
     session's candidates. ``speaker``: 1 if the query names its speaker. ``time``: 1 if it was
     written in a time the query names (or up to ``time_slack_days`` after). ``length``: its
     token count over ``length_tokens``, at most 1 (:func:`length_prior`). ``statement``: 1
-    unless its last sentence asks (:func:`asks`).
+    unless its last sentence asks (:func:`asks`). ``person``: 1 if the query asks for a
+    judgement about a person (:func:`asks_judgement`) and names its speaker.
 
     Neighbours are candidates only when ``neighbor_weight > 0`` (as ``search`` gathers them);
     ``min_similarity`` drops rows here (an excluded session never reaches the candidates:
@@ -242,6 +253,7 @@ def evidence(
                 float(when),
                 length_prior(message, s.length_tokens),
                 0.0 if asks(message.content) else 1.0,
+                float(speaker and found.judgement),
             )
         )
         messages.append(message)
@@ -269,6 +281,26 @@ def asks(text: str) -> bool:
     return bool(ends) and ends[-1] in "?\uff1f"
 
 
+#: A question that asks for a judgement rather than a recorded fact: one that opens with an
+#: auxiliary verb (a yes/no question: "Would ...", "Does ...", "Is ...") or speculates
+#: ("likely", "might", "probably").
+_JUDGEMENT = re.compile(
+    r"^\W*(?:would|could|might|will|can|does|do|did|is|are|was|were|has|have)\b"
+    r"|\b(?:likely|might|probably)\b",
+    re.IGNORECASE,
+)
+
+
+def asks_judgement(query: str) -> bool:
+    """Whether ``query`` asks for a judgement (yes/no or speculative) rather than a fact.
+
+    "Would Ann enjoy a pottery class?", "Is Bo likely to move?", "What might Ann like?" do;
+    "What did Ann paint?" and "When did Bo move?" do not. About a person the query names, such
+    a question is answered by what that person said of themselves (``person_weight``).
+    """
+    return bool(_JUDGEMENT.search(query))
+
+
 def evidence_weights(settings: RetrievalSettings) -> npt.NDArray[np.float64]:
     """The weight of each :data:`EVIDENCE` column under ``settings``."""
     s = settings
@@ -281,6 +313,7 @@ def evidence_weights(settings: RetrievalSettings) -> npt.NDArray[np.float64]:
             s.time_weight,
             s.length_weight,
             s.statement_weight,
+            s.person_weight,
         ],
         dtype=np.float64,
     )
@@ -307,6 +340,7 @@ def rank(
     applicable = weights.copy()
     applicable[EVIDENCE.index("speaker")] *= bool(found.speakers)
     applicable[EVIDENCE.index("time")] *= bool(found.times)
+    applicable[EVIDENCE.index("person")] *= bool(found.speakers) and found.judgement
     scores = table @ weights / (applicable.sum() or 1.0)
     best_keyword = max(found.keyword_score.values(), default=0.0) or 1.0
     if settings.temporal_decay > 0:

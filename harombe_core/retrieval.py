@@ -19,7 +19,8 @@ How a query is answered:
 4. Each candidate's fused score is weighed with its context (:func:`evidence`): the turns
    just before and after it (which join the candidates), its session, whether the query names
    its speaker, whether it was written in a time the query names, how long it is and whether
-   it states rather than asks (the long statements are where people tell things). Each kind
+   it states rather than asks (the long statements are where people tell things), and whether
+   it is the turn of a person the query asks a judgement about ("Would Ann ...?"). Each kind
    has a weight in :class:`RetrievalSettings`; the defaults are the ones that recalled best on
    conversations the choice was not made on (``benchmarks/locomo_recall.py --cv``).
 5. Scores are then optionally decayed by age (``temporal_decay`` per day), filtered by
@@ -141,6 +142,7 @@ SEARCH_OPTIONS = frozenset(
         "feedback_weight",
         "length_weight",
         "statement_weight",
+        "person_weight",
         "now",
     }
 )
@@ -222,6 +224,7 @@ class Retriever:
         feedback_weight: float | None = None,
         length_weight: float | None = None,
         statement_weight: float | None = None,
+        person_weight: float | None = None,
         now: datetime | None = None,
     ) -> list[SearchHit]:
         """The best ``top_k`` messages for ``query`` inside the scope, best first, with scores.
@@ -250,6 +253,7 @@ class Retriever:
             "feedback_weight": feedback_weight,
             "length_weight": length_weight,
             "statement_weight": statement_weight,
+            "person_weight": person_weight,
         }
         for name, value in overrides.items():
             if value is not None:
@@ -313,7 +317,7 @@ class Retriever:
         ``neighbors`` (default: whether ``settings.neighbor_weight > 0``) also reads the
         adjacent turns of the best candidates, which become candidates themselves.
         """
-        from harombe_core.ranking import WORDS, Candidates, named_speakers
+        from harombe_core.ranking import WORDS, Candidates, asks_judgement, named_speakers
 
         s = settings
         wv, wk = s.vector_weight, s.keyword_weight
@@ -345,6 +349,7 @@ class Retriever:
         for hit in keyword:
             found.messages.setdefault(int(hit.message.id or 0), hit.message)
         found.speakers = named_speakers(query, found.messages.values())
+        found.judgement = asks_judgement(query)
         if keyword and found.speakers and not s.names_as_keywords:
             # The query names who spoke: that is matched against each message's speaker
             # (speaker_weight), not as a word. As a word, a name is rare in the whole store

@@ -10,15 +10,18 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import re
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
 import numpy as np
 
 from harombe_core.embeddings.base import BaseEmbedder, FloatArray
 from harombe_core.errors import EmbeddingError, InvalidInputError
+from harombe_core.folding import SummaryFolder
 from harombe_core.vectors.memory import InMemoryVectorIndex
 
-__all__ = ["FailingEmbedder", "FakeEmbedder", "InMemoryVectorIndex"]
+__all__ = ["FailingEmbedder", "FakeEmbedder", "InMemoryVectorIndex", "hold_background"]
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 
@@ -98,3 +101,31 @@ class FailingEmbedder(BaseEmbedder):
     async def aembed(self, texts: Sequence[str]) -> FloatArray:
         await asyncio.sleep(0)
         return self.embed(texts)
+
+
+@contextmanager
+def hold_background(timeout: float = 60.0) -> Iterator[None]:
+    """Keep the process's background worker busy until the block ends, so every job handed
+    to it meanwhile (a checkpointed thread's session, a summary backlog, fact extraction)
+    waits: a test can then show, without depending on timing, what a read sees before the
+    background has run (it must see its own writes) and what ``flush()`` does. ``timeout``
+    bounds the wait for the worker to take the holding job (it finishes its job in hand
+    first)."""
+    entered, gate = threading.Event(), threading.Event()
+
+    def hold(_key: str, _until: int) -> bool:
+        entered.set()
+        gate.wait()
+        return False
+
+    blocker = SummaryFolder(hold, priority=1 << 30)
+    blocker.request("hold", 0)
+    if not entered.wait(timeout):
+        blocker.close()
+        raise TimeoutError(f"the background worker did not take the holding job in {timeout}s")
+    try:
+        yield
+    finally:
+        gate.set()
+        blocker.flush()
+        blocker.close()

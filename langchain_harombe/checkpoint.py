@@ -59,6 +59,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -78,8 +79,21 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from harombe_core import MemoryManager
 from harombe_core.errors import InvalidInputError
-from harombe_core.integration import AllowList, Body, ClosesOnExit, SqlRunner, sql_runner
-from langchain_harombe.checkpoint_mirror import convert_with
+from harombe_core.integration import (
+    AllowList,
+    Body,
+    ClosesOnExit,
+    SqlRunner,
+    SummaryFolder,
+    pending,
+    sql_runner,
+)
+from langchain_harombe.checkpoint_mirror import (
+    Head,
+    convert_ahead,
+    convert_with,
+    mirror_from_json,
+)
 from langchain_harombe.checkpoint_rows import (
     BlobCache,
     PutPlan,
@@ -93,13 +107,18 @@ from langchain_harombe.checkpoint_rows import (
     thread_key,
 )
 from langchain_harombe.checkpoint_serde import HarombeSerializer
-from langchain_harombe.checkpoint_sql import CheckpointTables, Loaded, mirror_from_json
+from langchain_harombe.checkpoint_sql import CheckpointTables, Loaded
 from langchain_harombe.history import resolve_manager
 
 __all__ = ["HarombeSaver"]
 
 #: Checkpoints read per statement when listing.
 _PAGE = 64
+
+#: Seconds a thread's session waits to be written after the put that made it owed, so that
+#: the puts of a turn or several (one every few milliseconds) become one background job.
+#: Reads of this process never wait for it: they write what is owed first.
+MIRROR_LINGER = 0.1
 
 
 def _now() -> int:
@@ -171,6 +190,18 @@ class HarombeSaver(ClosesOnExit, BaseCheckpointSaver[str]):
         self.messages_key = messages_key
         self._cache = BlobCache(cache_bytes)
         self._tables = self._make_tables()
+        # Threads' sessions are written by a background job after their checkpoints (see
+        # checkpoint_mirror): the newest head each put had in memory, the jobs, and the
+        # database's reads made to apply what is owed first.
+        self._heads: dict[str, Head] = {}
+        self._heads_lock = threading.Lock()
+        self._mirrors = SummaryFolder(
+            self._mirror_step, linger=MIRROR_LINGER, drain_at_exit=True
+        )
+        self._unregister = pending.register(self.manager.store.location, self._mirrors.drain)
+        if not getattr(self.manager.store, "read_only", False):  # (nothing can be written)
+            for thread_id in self._runner.read(self._tables.due):  # owed by a dead process
+                self._mirrors.request(thread_id, 0)
 
     @classmethod
     @contextmanager
@@ -213,7 +244,8 @@ class HarombeSaver(ClosesOnExit, BaseCheckpointSaver[str]):
         session) in one transaction. Raises SessionOwnershipError for another user's thread."""
         plan = plan_put(self.serde, self._cache, config, checkpoint, metadata, new_versions)
         result = self._runner.run(
-            lambda: self._tables.put(plan, _now(), _epoch()), exactly_once=True
+            lambda: self._tables.put(plan, _now(), _epoch()), exactly_once=True,
+            adds_messages=False,
         )
         return self._after_put(plan, result)
 
@@ -223,13 +255,15 @@ class HarombeSaver(ClosesOnExit, BaseCheckpointSaver[str]):
     ) -> RunnableConfig:
         plan = plan_put(self.serde, self._cache, config, checkpoint, metadata, new_versions)
         result = await self._runner.arun(
-            lambda: self._tables.put(plan, _now(), _epoch()), exactly_once=True
+            lambda: self._tables.put(plan, _now(), _epoch()), exactly_once=True,
+            adds_messages=False,
         )
         return self._after_put(plan, result)
 
     def _after_put(self, plan: PutPlan, result: dict[str, Any]) -> RunnableConfig:
         """What :meth:`put` and :meth:`aput` do once the transaction has committed: cache what
-        it wrote, refresh the thread's messages, and answer the stored checkpoint's config."""
+        it wrote, hand the thread's session to the background job if the checkpoint is the
+        thread's newest, and answer the stored checkpoint's config."""
         self._cache.remember(
             plan.thread_id,
             plan.written,
@@ -242,11 +276,29 @@ class HarombeSaver(ClosesOnExit, BaseCheckpointSaver[str]):
             result["epoch"],
             [(plan.namespace, *blob) for blob in plan.blobs if blob[:2] in stored],
         )
-        mirror = mirror_from_json(result["mirror"])
-        if mirror is not None:
-            self._cache.set_mirror(plan.thread_id, mirror)
-            self.manager.notify_written()
+        if result["head"]:
+            head = self._tables.plan_head(plan)
+            with self._heads_lock:
+                known = self._heads.get(plan.thread_id)
+                if known is None or known.checkpoint_id <= head.checkpoint_id:
+                    self._heads[plan.thread_id] = head
+            self._mirrors.request(plan.thread_id, 0)
         return _next_config(plan)
+
+    def _mirror_step(self, thread_id: str, _: int) -> bool:
+        """The background job of one thread: its session made to hold its newest checkpoint's
+        messages (from the head a put left in memory when it is still the newest)."""
+        with self._heads_lock:
+            head = self._heads.pop(thread_id, None)
+        converted = convert_ahead(self._cache.mirror(thread_id), head, self._tables.convert)
+        result = self._runner.run(
+            lambda: self._tables.mirror(thread_id, head, converted), exactly_once=True
+        )
+        mirror = mirror_from_json(result)
+        if mirror is not None:
+            self._cache.set_mirror(thread_id, mirror)
+            self.manager.notify_written()
+        return False
 
     # put_writes ---------------------------------------------------------------------------
     def _writes_op(
@@ -279,14 +331,14 @@ class HarombeSaver(ClosesOnExit, BaseCheckpointSaver[str]):
     ) -> None:
         """Store a task's intermediate writes for the checkpoint ``config`` names."""
         if (write := self._writes_op(config, writes, task_id, task_path)) is not None:
-            self._runner.run(write, exactly_once=True)
+            self._runner.run(write, exactly_once=True, adds_messages=False)
 
     async def aput_writes(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
         task_path: str = "",
     ) -> None:
         if (write := self._writes_op(config, writes, task_id, task_path)) is not None:
-            await self._runner.arun(write, exactly_once=True)
+            await self._runner.arun(write, exactly_once=True, adds_messages=False)
 
     # reads --------------------------------------------------------------------------------
     def _get_args(self, config: RunnableConfig) -> tuple[str, str, str | None, str | None]:
@@ -470,8 +522,17 @@ class HarombeSaver(ClosesOnExit, BaseCheckpointSaver[str]):
             number = int(str(current).split(".")[0])
         return f"{number + 1:032}.{random.random():016}"
 
+    def flush(self) -> None:
+        """Write every thread's session that this saver's puts still owe (reads of this
+        process do so by themselves; ``MemoryManager.flush()`` does it too)."""
+        self._mirrors.drain()
+
     def close(self) -> None:
-        """Close the manager if this saver opened it from ``storage_path``."""
+        """Write the sessions still owed, then close the manager if this saver opened it from
+        ``storage_path``."""
+        self._mirrors.drain()
+        self._mirrors.close()
+        self._unregister()
         if self._owns_manager:
             self.manager.close()
 

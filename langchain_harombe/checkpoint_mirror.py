@@ -16,9 +16,25 @@ alone). :func:`reconcile` moves the session to a new head in the head's own tran
   inserted before a kept one, the rest is rewritten.
 
 What this process last mirrored is trusted only while the database agrees nothing else happened
-since: the thread's newest checkpoint is the one it mirrored, and the session has the message
-count and newest message id it left (any write or delete in the session changes one of them),
-so other processes and ``harombe`` commands never leave it stale.
+since: the session has the message count and newest message id it left (message ids are never
+reused, so any write or delete in the session changes one of them), so other processes and
+``harombe`` commands never leave it stale.
+
+When it runs
+============
+
+A put does not write the session: it marks the thread in ``checkpoint_mirror_due`` (in its own
+transaction) and hands it to :class:`MirrorJobs`, which runs :meth:`CheckpointTables.mirror` on
+the process's background thread (the one that folds summary backlogs): the session is made to
+hold the thread's newest checkpoint and the mark is cleared, in one transaction. Several puts
+of a turn become one such transaction. The session's messages are derived data, like their
+vectors, so:
+
+* **read your writes**: every read of messages or sessions through the store of this process
+  first applies what is owed (:mod:`harombe_core.store.pending`), on the reading thread;
+* ``MemoryManager.flush()`` and ``close()`` apply it too;
+* **a kill loses nothing**: the mark commits with the checkpoint, and the next saver opened on
+  the database hands every marked thread to its own jobs (and its reads apply them).
 """
 
 from __future__ import annotations
@@ -35,7 +51,18 @@ from harombe_core.models import Message
 from langchain_harombe.checkpoint_rows import HASH_SIZE, split_refs
 from langchain_harombe.convert import storable_message
 
-__all__ = ["MIRROR_KEY", "Head", "Mirror", "ThreadState", "convert_with", "diff", "reconcile"]
+__all__ = [
+    "MIRROR_KEY",
+    "Head",
+    "Mirror",
+    "ThreadState",
+    "convert_ahead",
+    "convert_with",
+    "diff",
+    "mirror_from_json",
+    "mirror_json",
+    "reconcile",
+]
 
 #: Metadata key of a session message that mirrors a checkpoint message (its hash, in hex).
 MIRROR_KEY = "langgraph_message"
@@ -61,6 +88,21 @@ class ThreadState:
     max_id: int
     head_id: str | None
     epoch: str | None
+    due: bool = False  # the session is marked as owed a checkpoint's messages
+
+    @classmethod
+    def from_row(cls, row: Sequence[object]) -> ThreadState:
+        """The thread as a row ``(owner, message count, newest message id, newest checkpoint
+        id, blob epoch, owed)`` gives it."""
+        owner, count, max_id, head_id, epoch, due = row[:6]
+        return cls(
+            owner=None if owner is None else str(owner),
+            message_count=int(str(count)),
+            max_id=int(str(max_id or 0)),
+            head_id=None if head_id is None else str(head_id),
+            epoch=None if epoch is None else str(epoch),
+            due=bool(due),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,12 +151,13 @@ def reconcile(
     convert: Callable[[BaseMessage], Message],
     load_refs: Callable[[str | None], Body[bytes]],
     load_messages: Callable[[list[bytes]], Body[list[BaseMessage]]],
+    converted: dict[int, Message] | None = None,
 ) -> Body[Mirror]:
-    """Make the session hold ``head``'s messages; returns what it then mirrors."""
+    """Make the session hold ``head``'s messages; returns what it then mirrors.
+    ``converted``: some of ``head.messages`` converted ahead (see :func:`convert_ahead`)."""
     step = runner.step
     trusted = (
         cached is not None
-        and cached.head_id == state.head_id
         and cached.message_count == state.message_count
         and cached.max_id == state.max_id
     )
@@ -142,8 +185,10 @@ def reconcile(
     else:
         appended = yield from load_messages(tail)
     prepared = []
+    ready = dict(converted or {})  # a retried transaction converts again what it used
     for message, digest in zip(appended, tail, strict=True):
-        row = convert(message)
+        row = ready.pop(id(message), None)
+        row = convert(message) if row is None else row
         row.metadata[MIRROR_KEY] = digest.hex()
         prepared.append(row)
     ids: list[int] = []
@@ -163,6 +208,39 @@ def reconcile(
         ).rows[0]
         count, max_id = int(found[0]), int(found[1] or 0)
     return Mirror(head.checkpoint_id, head.version, count, max_id, refs)
+
+
+def mirror_json(mirror: Mirror | None) -> list[object] | None:
+    """A mirror as JSON (a write's result is recorded for exactly-once retries)."""
+    if mirror is None:
+        return None
+    return [*mirror[:4], mirror.refs.hex()]
+
+
+def mirror_from_json(value: Sequence[object] | None) -> Mirror | None:
+    if value is None:
+        return None
+    head_id, version, count, max_id, refs = value
+    return Mirror(
+        str(head_id),
+        None if version is None else str(version),
+        int(str(count)),
+        int(str(max_id)),
+        bytes.fromhex(str(refs)),
+    )
+
+
+def convert_ahead(
+    cached: Mirror | None, head: Head | None, convert: Callable[[BaseMessage], Message]
+) -> dict[int, Message]:
+    """The messages of ``head`` that :func:`reconcile` will likely append (those after the
+    list last mirrored, ``cached``, when the head extends it), converted now, outside any
+    transaction; by ``id()`` of the LangChain message."""
+    if head is None or head.messages is None or head.refs is None or cached is None:
+        return {}
+    if not head.refs.startswith(cached.refs):
+        return {}
+    return {id(m): convert(m) for m in head.messages[len(cached.refs) // HASH_SIZE :]}
 
 
 def _mirrored(rows: Sequence[Sequence[object]]) -> list[tuple[bytes, int]]:

@@ -256,17 +256,26 @@ class BlobCache:
         call's argument dict edited in place, is not seen: LangGraph state is updated by
         returning new messages, not by mutating stored ones.)
         """
-        values = [(type(m), *m.__dict__.values()) for m in messages]
         with self._lock:
             previous = self._thread(thread_id).lists.get(key)
         same = 0
         hashes: list[bytes] = []
         dumped: list[tuple[str, bytes]] = []
+        values: list[tuple[type, dict[str, Any]]] = []
         if previous is not None:
-            same = min(len(previous.values), len(values))
-            if values[:same] != previous.values[:same]:
-                same = next(i for i in range(same) if values[i] != previous.values[i])
+            # Compared in place (a snapshot of each message's fields was kept when it was
+            # serialised): a step allocates for its new messages only, not for the whole list.
+            kept = previous.values
+            limit = min(len(kept), len(messages))
+            while (
+                same < limit
+                and type(messages[same]) is kept[same][0]
+                and messages[same].__dict__ == kept[same][1]
+            ):
+                same += 1
+            values = kept[:same]
             hashes, dumped = previous.hashes[:same], previous.blobs[:same]
+        values += [(type(m), dict(m.__dict__)) for m in messages[same:]]
         fresh = list(range(same, len(messages)))
         for index in fresh:
             type_, blob = serde.dumps_typed(messages[index])
@@ -417,10 +426,11 @@ class BlobCache:
 
 @dataclass(slots=True)
 class Serialised:
-    """A message list as last serialised: each message's class and field values, hashes and
-    blobs, position by position, its references blob, and (once read) the whole list's bytes."""
+    """A message list as last serialised: each message's class and a snapshot of its fields,
+    hashes and blobs, position by position, its references blob, and (once read) the whole
+    list's bytes."""
 
-    values: list[tuple[Any, ...]]
+    values: list[tuple[type, dict[str, Any]]]
     hashes: list[bytes]
     blobs: list[tuple[str, bytes]]
     refs: bytes

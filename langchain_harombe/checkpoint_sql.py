@@ -28,7 +28,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from harombe_core.errors import InvalidInputError
 from harombe_core.integration import Body, SqlRunner, check_owner
 from harombe_core.models import Message
-from langchain_harombe.checkpoint_mirror import Head, Mirror, ThreadState, reconcile
+from langchain_harombe.checkpoint_mirror import Head, Mirror, ThreadState, mirror_json, reconcile
 from langchain_harombe.checkpoint_rows import (
     REFS_TYPE,
     BlobCache,
@@ -59,8 +59,14 @@ _NEW_SESSION = (
 _STATE = (
     "SELECT s.user_id, s.message_count, (SELECT MAX(m.id) FROM messages m "
     "WHERE m.session_id = s.id), (SELECT MAX(c.checkpoint_id) FROM checkpoints c "
-    "WHERE c.thread_id = s.id AND c.checkpoint_ns = ''), t.blob_epoch "
+    "WHERE c.thread_id = s.id AND c.checkpoint_ns = ''), t.blob_epoch, "
+    "EXISTS (SELECT 1 FROM checkpoint_mirror_due d WHERE d.thread_id = s.id) "
     "FROM sessions s LEFT JOIN checkpoint_threads t ON t.thread_id = s.id WHERE s.id = ?"
+)
+#: ``_STATE`` as a put needs it: the session's message count and newest message (which only the
+#: background job that writes the session reads) as zeros.
+_PUT_STATE = _STATE.replace(
+    "s.message_count, (SELECT MAX(m.id) FROM messages m WHERE m.session_id = s.id)", "0, 0"
 )
 _COPY = {
     "checkpoints": "checkpoint_ns, checkpoint_id, parent_checkpoint_id, run_id, type, "
@@ -124,7 +130,7 @@ class CheckpointTables:
         """Store a checkpoint; when it becomes the thread's newest, mirror its messages."""
         step = self.runner.step
         thread_id = plan.thread_id
-        state = yield from self._state(thread_id, create=(plan.user_id, now))
+        state = yield from self._state(thread_id, create=(plan.user_id, now), sql=_PUT_STATE)
         _check_owner(state.owner, plan.user_id, thread_id)
         if state.epoch is None:
             # On PostgreSQL a put of the same new thread that committed while this one waited
@@ -164,16 +170,53 @@ class CheckpointTables:
             (thread_id, plan.namespace, plan.checkpoint_id, plan.parent_id, plan.run_id,
              plan.type, plan.checkpoint, plan.metadata),
         )
-        mirror: Mirror | None = None
-        if plan.namespace == "" and (state.head_id is None or plan.checkpoint_id >= state.head_id):
-            mirror = yield from self._reconcile(plan.thread_id, state, self._plan_head(plan))
+        head = plan.namespace == "" and (
+            state.head_id is None or plan.checkpoint_id >= state.head_id
+        )
+        if head and not state.due:
+            # The session now owes this head's messages: written by :meth:`mirror` in the
+            # background, and found by the next open if this process dies first.
+            yield step(
+                "INSERT INTO checkpoint_mirror_due (thread_id) VALUES (?) "
+                "ON CONFLICT (thread_id) DO NOTHING",
+                (thread_id,),
+            )
         return {
             "epoch": state.epoch,
-            "mirror": _mirror_json(mirror),
+            "head": head,
             # The blobs this put stored (not those a same-keyed earlier put had): the values
             # this process may keep as the stored ones.
             "channels": [list(r) for r in inserted],
         }
+
+    def mirror(
+        self, thread_id: str, head: Head | None, converted: dict[int, Message]
+    ) -> Body[list[Any] | None]:
+        """Make the thread's session hold the messages of its newest checkpoint (main
+        namespace) and clear the thread's mark of an owed session, in one transaction.
+
+        ``head``: that checkpoint's messages as a put of this process had them in memory
+        (used if it is still the newest; else they are read back); ``converted``: harombe
+        messages made from some of them before the transaction (by ``id()`` of the LangChain
+        message), so the write lock is not held while converting. Returns what the session
+        then mirrors (None when the thread is gone or has no checkpoint)."""
+        step = self.runner.step
+        rows = (yield step(_STATE + self.runner.for_update("s"), (thread_id,))).rows
+        mirror: Mirror | None = None
+        if rows:
+            state = ThreadState.from_row(rows[0])
+            if state.head_id is not None:
+                if head is not None and head.checkpoint_id == state.head_id:
+                    mirror = yield from self._reconcile(thread_id, state, head, converted)
+                else:
+                    mirror = yield from self._reconcile_stored(thread_id, state)
+        yield step("DELETE FROM checkpoint_mirror_due WHERE thread_id = ?", (thread_id,))
+        return mirror_json(mirror)
+
+    def due(self) -> Body[list[str]]:
+        """The threads whose session is owed the messages of their newest checkpoint."""
+        rows = (yield self.runner.step("SELECT thread_id FROM checkpoint_mirror_due")).rows
+        return [r[0] for r in rows]
 
     def put_writes(
         self,
@@ -250,7 +293,7 @@ class CheckpointTables:
             )
         state = yield from self._state(target)
         mirror = yield from self._reconcile_stored(target, state)
-        return {"mirror": _mirror_json(mirror)}
+        return {"mirror": mirror_json(mirror)}
 
     def prune(self, thread_ids: Sequence[str], epoch: str) -> Body[None]:
         """Keep only the newest checkpoint of each namespace of these threads."""
@@ -301,7 +344,7 @@ class CheckpointTables:
                 emptied += yield from self.delete_threads([thread_id])
                 continue
             mirror = yield from self._reconcile_stored(thread_id, state)
-            mirrors[thread_id] = _mirror_json(mirror)
+            mirrors[thread_id] = mirror_json(mirror)
         return emptied, mirrors
 
     # reads --------------------------------------------------------------------------------
@@ -361,24 +404,17 @@ class CheckpointTables:
 
     # helpers ------------------------------------------------------------------------------
     def _state(
-        self, thread_id: str, create: tuple[str | None, int] | None = None
+        self, thread_id: str, create: tuple[str | None, int] | None = None, sql: str = _STATE
     ) -> Body[ThreadState]:
         """The thread, locked until the transaction ends; with ``create`` (owner, now) its
         session is created first if it does not exist (else it must exist)."""
-        sql = _STATE + self.runner.for_update("s")
+        sql = sql + self.runner.for_update("s")
         rows = (yield self.runner.step(sql, (thread_id,))).rows
         if not rows and create is not None:
             owner, now = create
             yield self.runner.step(_NEW_SESSION, (thread_id, owner, now, now))
             rows = (yield self.runner.step(sql, (thread_id,))).rows
-        row = rows[0]
-        return ThreadState(
-            owner=row[0],
-            message_count=int(row[1]),
-            max_id=int(row[2] or 0),
-            head_id=row[3],
-            epoch=row[4],
-        )
+        return ThreadState.from_row(rows[0])
 
     def _lock(self, thread_id: str) -> Body[None]:
         """Take the session's row, so no put of this thread interleaves."""
@@ -410,7 +446,13 @@ class CheckpointTables:
             ).rows
         return out
 
-    def _reconcile(self, thread_id: str, state: ThreadState, head: Head) -> Body[Mirror]:
+    def _reconcile(
+        self,
+        thread_id: str,
+        state: ThreadState,
+        head: Head,
+        converted: dict[int, Message] | None = None,
+    ) -> Body[Mirror]:
         mirror: Mirror = yield from reconcile(
             self.runner,
             thread_id,
@@ -418,12 +460,13 @@ class CheckpointTables:
             head,
             cached=self.cache.mirror(thread_id),
             convert=self.convert,
+            converted=converted,
             load_refs=lambda version: self._refs(thread_id, version),
             load_messages=lambda hashes: self._messages(thread_id, hashes),
         )
         return mirror
 
-    def _plan_head(self, plan: PutPlan) -> Head:
+    def plan_head(self, plan: PutPlan) -> Head:
         """The messages of the checkpoint being put (in memory, or an unchanged list)."""
         entry = plan.lists.get(self.messages_key)
         if entry is not None:
@@ -648,17 +691,3 @@ class CheckpointTables:
                 "UPDATE checkpoint_threads SET blob_epoch = ? WHERE thread_id = ?",
                 (epoch, thread_id),
             )
-
-
-def _mirror_json(mirror: Mirror | None) -> list[Any] | None:
-    """A mirror as JSON (a write's result is recorded for exactly-once retries)."""
-    if mirror is None:
-        return None
-    return [mirror.head_id, mirror.version, mirror.message_count, mirror.max_id,
-            mirror.refs.hex()]
-
-
-def mirror_from_json(value: list[Any] | None) -> Mirror | None:
-    if value is None:
-        return None
-    return Mirror(value[0], value[1], int(value[2]), int(value[3]), bytes.fromhex(value[4]))

@@ -39,6 +39,7 @@ from harombe_core.facts.models import (
     check_user,
 )
 from harombe_core.flows import Call, Flow, Work, drive
+from harombe_core.folding import SummaryFolder
 from harombe_core.models import Message
 from harombe_core.store.base import MessageStore
 from harombe_core.store.rows import to_micros
@@ -68,6 +69,9 @@ POLL_SECONDS = 5.0
 #: Seconds the background extractor lingers once woken, so that a burst of saves is
 #: extracted in one transaction (fewer waits on the write lock for the savers).
 LINGER_SECONDS = 0.5
+#: The background job that looks for every owned session's pending messages (no session id
+#: holds a NUL character, so none is taken for it).
+_SCAN = "\x00scan"
 #: How keyword and vector rankings are fused (reciprocal rank fusion's constant).
 RRF_K = 60
 
@@ -123,10 +127,8 @@ class UserMemory:
         self.background = background
         self._lock = threading.Lock()
         self._extracting = threading.Lock()
-        self._touched: set[str] = set()
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._jobs: SummaryFolder | None = None  # on the process's background worker
+        self._backoff = POLL_SECONDS
         self.last_error: BaseException | None = None
 
     @property
@@ -240,51 +242,39 @@ class UserMemory:
 
     # the background extractor --------------------------------------------------------------
     def notify(self, session_id: str | None = None) -> None:
-        """New messages were saved (in ``session_id``): wake the background extractor. Never
-        waits: it notes the session and sets an event."""
+        """New messages were saved (in ``session_id``): have them extracted by the process's
+        background worker (:mod:`harombe_core.folding`). Never waits."""
         if not self.background:
             return
-        if self._thread is None:
-            self._start()
-        if session_id is not None:
-            with self._lock:
-                self._touched.add(session_id)
-        self._wake.set()
+        jobs = self._jobs if self._jobs is not None else self._start()
+        jobs.request(session_id if session_id is not None else _SCAN, 0)
 
-    def _start(self) -> None:
+    def _start(self) -> SummaryFolder:
+        """The background jobs, the first time: a look for sessions with messages not yet
+        extracted (left by another process, or by a failed round) comes first."""
         with self._lock:
-            if self._thread is not None:
-                return
-            thread = threading.Thread(target=self._loop, name="harombe-facts", daemon=True)
-            self._thread = thread
-            thread.start()
+            if self._jobs is None:
+                # Below summary folds and checkpointed sessions: extraction may call an LLM.
+                self._jobs = SummaryFolder(self._job, linger=LINGER_SECONDS, priority=-1)
+                self._jobs.request(_SCAN, 0, delay=0)
+            return self._jobs
 
-    def _loop(self) -> None:
-        """Woken by a save: extract the sessions saved to (O(their new messages)). Every
-        :data:`POLL_SECONDS` of quiet, and at start: look for any session with messages not
-        yet extracted (left by another process, or by a failed round)."""
-        wait, scan = POLL_SECONDS, True
-        while not self._stop.is_set():
-            if not scan:
-                scan = not self._wake.wait(wait)
-                if not scan:  # messages come one by one: let a batch gather, one write for it
-                    self._stop.wait(LINGER_SECONDS)
-            self._wake.clear()
-            if self._stop.is_set():
-                return
-            with self._lock:
-                touched, self._touched = self._touched, set()
-            try:
-                with self._extracting:
-                    if scan:
-                        drive(self.extract_pending())
-                    for session_id in sorted(touched):
-                        drive(self.extract_session(session_id))
-                wait, scan = POLL_SECONDS, False
-            except Exception as exc:  # logged and retried by the next scan; flush() raises it
-                self.last_error = exc
-                log.warning("background fact extraction failed, will retry: %s", exc)
-                wait, scan = min(wait * 2, 60.0), False
+    def _job(self, key: str, _until: int) -> bool:
+        """One job: extract a session saved to (O(its new messages)), or (``_SCAN``) every
+        owned session's pending messages, which is looked for again every
+        :data:`POLL_SECONDS` (longer after a failure, which is logged and kept for
+        ``flush()`` to raise)."""
+        try:
+            with self._extracting:
+                drive(self.extract_pending() if key == _SCAN else self.extract_session(key))
+            self._backoff = POLL_SECONDS
+        except Exception as exc:
+            self.last_error = exc
+            log.warning("background fact extraction failed, will retry: %s", exc)
+            self._backoff = min(self._backoff * 2, 60.0)
+        if self._jobs is not None and (key == _SCAN or self._backoff > POLL_SECONDS):
+            self._jobs.request(_SCAN, 0, delay=self._backoff)
+        return False
 
     def run_pending(self) -> int:
         """Extract everything pending on this thread (``flush``), one extractor at a time in
@@ -293,12 +283,12 @@ class UserMemory:
             return drive(self.extract_pending())
 
     def close(self) -> None:
-        """Stop the background extractor (what it has not extracted stays pending)."""
-        self._stop.set()
-        self._wake.set()
-        thread, self._thread = self._thread, None
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout=30)
+        """Stop the background extraction, after the job in hand (what it has not extracted
+        stays pending)."""
+        with self._lock:
+            jobs, self._jobs = self._jobs, None
+        if jobs is not None:
+            jobs.close()
 
     # reading ------------------------------------------------------------------------------
     def facts(

@@ -33,6 +33,7 @@ from harombe_core.migrate.facts import copy_facts, verify_facts
 from harombe_core.migrate.items import copy_store_items, verify_store_items
 from harombe_core.migrate.sessions import all_sessions, copy_session, finish_session
 from harombe_core.migrate.tables import (
+    CHECKPOINT_MARKS,
     CHECKPOINT_TABLES,
     check_tables,
     copy_tables,
@@ -144,6 +145,7 @@ def migrate(
         report.checkpoint_rows, report.copied_checkpoint_rows = copy_tables(
             src, dst, CHECKPOINT_TABLES, batch_size=batch_size
         )
+        copy_tables(src, dst, CHECKPOINT_MARKS, batch_size=batch_size)
         report.facts, report.copied_facts = copy_facts(src, dst)
         _verify(src, dst, sessions, report)
     finally:

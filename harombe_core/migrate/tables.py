@@ -29,7 +29,14 @@ from harombe_core.checkpoint_safety import TypePolicy, check_row
 from harombe_core.errors import Fix, InvalidInputError, MigrationError, UnsafeCheckpointError
 from harombe_core.store.sql_body import Body, SqlRunner, sql_runner
 
-__all__ = ["CHECKPOINT_TABLES", "Table", "check_tables", "copy_tables", "verify_tables"]
+__all__ = [
+    "CHECKPOINT_MARKS",
+    "CHECKPOINT_TABLES",
+    "Table",
+    "check_tables",
+    "copy_tables",
+    "verify_tables",
+]
 
 # Rows per page at most: a page's keys are bound as parameters (up to five each).
 _PAGE_CAP = 500
@@ -63,6 +70,10 @@ CHECKPOINT_TABLES = (
     Table("checkpoint_message_blobs", ("thread_id", "hash"), ("type", "blob"),
           ("type", "blob")),
 )
+
+#: Threads whose session is still owed its newest checkpoint's messages (schema migration 9):
+#: copied too, so the destination's first checkpointer writes those sessions.
+CHECKPOINT_MARKS = (Table("checkpoint_mirror_due", ("thread_id",), ()),)
 
 Row = tuple[Any, ...]
 

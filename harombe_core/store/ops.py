@@ -179,7 +179,7 @@ def summarised_sessions(user_id: str | None) -> Op[list[tuple[str, str, str | No
 def summaries_matching(words: Sequence[str]) -> Op[list[tuple[str, str, str | None]]]:
     """``(id, summary, summary_json)`` of the sessions, of every user, whose summary or topics
     hold any of ``words``, in :func:`list_sessions`' order. They are found through the
-    summaries' keyword index (migration 9), so the cost follows the sessions that match, not
+    summaries' keyword index (migration 10), so the cost follows the sessions that match, not
     the store. The index matches at least every session that holds one of the words as a word
     (SQLite's also finds other forms of it): the caller scores what comes back."""
     terms = sorted({str(w) for w in words if str(w)})

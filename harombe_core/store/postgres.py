@@ -51,26 +51,13 @@ from harombe_core.errors import (
     StoreUnavailableError,
 )
 from harombe_core.models import Message
-from harombe_core.store.base import (
-    AtomicBlock,
-    KeywordHit,
-    SearchScope,
-)
+from harombe_core.store import pending
+from harombe_core.store.base import AtomicBlock, KeywordHit, SearchScope
 from harombe_core.store.context_sql import ContextReads
 from harombe_core.store.methods import StoreMethods
-from harombe_core.store.rows import (
-    MESSAGE_COLUMNS,
-    check_id,
-    dumps,
-    row_to_message,
-    scope_sql,
-)
+from harombe_core.store.rows import MESSAGE_COLUMNS, check_id, dumps, row_to_message, scope_sql
 from harombe_core.store.runner import POSTGRES, Body, Op, Step, adrive, drive
-from harombe_core.store.schema import (
-    PG_MIGRATIONS,
-    PG_SCHEMA_VERSION,
-    TS_CONFIG,
-)
+from harombe_core.store.schema import PG_MIGRATIONS, PG_SCHEMA_VERSION, TS_CONFIG
 
 try:
     import psycopg
@@ -423,10 +410,12 @@ class PostgresStore(StoreMethods, ContextReads):
     def run(self, op: Op[T]) -> T:
         """Run one operation (:mod:`harombe_core.store.ops`) in one transaction: a write is
         applied exactly once however often a lost connection makes it retry."""
+        pending.settle(self.location, self._block)  # derived rows owed are written first
         return self._run(lambda: op.body(POSTGRES), write=op.write, keyed=op.exactly_once)
 
     async def arun(self, op: Op[T]) -> T:
         """:meth:`run` on the async pool: native async, no thread hop."""
+        await pending.asettle(self.location, self._block)
         return await self._arun(
             lambda: op.body(POSTGRES), write=op.write, keyed=op.exactly_once
         )
@@ -448,6 +437,8 @@ class PostgresStore(StoreMethods, ContextReads):
         return await self._arun(factory, write=exactly_once, keyed=exactly_once)
 
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        pending.settle(self.location, self._block)
+
         def body() -> Body[list[tuple[Any, ...]]]:
             return (yield Step(sql, params)).rows
 
@@ -512,6 +503,7 @@ class PostgresStore(StoreMethods, ContextReads):
     def iter_newest(self, session_id: str) -> Iterator[Message]:
         """Newest first, a page at a time: a token window stops reading as soon as it is full."""
         check_id(session_id, "session_id")
+        pending.settle(self.location, self._block)
         before: int | None = None
         while True:
             page = self._run(
@@ -524,6 +516,7 @@ class PostgresStore(StoreMethods, ContextReads):
 
     async def aiter_newest(self, session_id: str) -> AsyncIterator[Message]:
         check_id(session_id, "session_id")
+        await pending.asettle(self.location, self._block)
         before: int | None = None
         while True:
             page = await self._arun(
@@ -558,6 +551,7 @@ class PostgresStore(StoreMethods, ContextReads):
         text = _ts_query_text(query) if isinstance(query, str) else None
         if text is None or limit <= 0:
             return []
+        pending.settle(self.location, self._block)
         return self._run(lambda: self._keyword_body(text, limit, scope), write=False)
 
     async def akeyword_search(
@@ -566,6 +560,7 @@ class PostgresStore(StoreMethods, ContextReads):
         text = _ts_query_text(query) if isinstance(query, str) else None
         if text is None or limit <= 0:
             return []
+        await pending.asettle(self.location, self._block)
         return await self._arun(lambda: self._keyword_body(text, limit, scope), write=False)
 
     def pending_embeddings(self, limit: int) -> list[tuple[Message, str]]:

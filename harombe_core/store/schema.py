@@ -324,7 +324,16 @@ MIGRATIONS: list[list[str]] = [
             CHECK ((admin = 1) = (user_id IS NULL))
         )""",
     ],
-    # 9: the keyword index of session summaries (summary and topics), so a search of every
+    # 9: the LangGraph checkpointer's threads whose session is not yet written to hold their
+    # newest checkpoint's messages (langchain_harombe/checkpoint_mirror.py): marked in the put's
+    # transaction, cleared by the background job's, so a killed process's owed sessions are
+    # found (and written) at the next open.
+    [
+        """CREATE TABLE checkpoint_mirror_due (
+            thread_id TEXT PRIMARY KEY REFERENCES sessions(id) ON DELETE CASCADE
+        ) WITHOUT ROWID""",
+    ],
+    # 10: the keyword index of session summaries (summary and topics), so a search of every
     # user's summaries reads the sessions that match, not the store (ops.summaries_matching).
     # Kept by triggers in the transaction that writes a summary, whichever code writes it.
     [
@@ -507,7 +516,13 @@ PG_MIGRATIONS: list[list[str]] = [
             CHECK ((admin = 1) = (user_id IS NULL))
         )""",
     ],
-    # 9: the keyword index of session summaries, as SQLite migration 9: a tsvector of the
+    # 9: the checkpointer's threads whose session is owed, as SQLite migration 9.
+    [
+        """CREATE TABLE checkpoint_mirror_due (
+            thread_id TEXT COLLATE "C" PRIMARY KEY REFERENCES sessions (id) ON DELETE CASCADE
+        )""",
+    ],
+    # 10: the keyword index of session summaries, as SQLite migration 10: a tsvector of the
     # summary and its topics (the 'simple' configuration over runs of word characters: every
     # word, as the summary search scores them), set by a trigger from whatever writes them.
     # It may meet its objects already there (a schema history rewound by hand), so it does not

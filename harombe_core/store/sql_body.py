@@ -47,14 +47,29 @@ class SqlRunner:
         step: Step = self.store.dialect.step(sql, params)
         return step
 
-    def run(self, factory: Callable[[], Body[T]], *, exactly_once: bool = False) -> T:
+    def run(
+        self,
+        factory: Callable[[], Body[T]],
+        *,
+        exactly_once: bool = False,
+        adds_messages: bool = True,
+    ) -> T:
         """Run the body ``factory()`` makes, in one transaction (``factory`` may run again on
-        a retry, so it must build a fresh generator each time)."""
-        return self.store.transaction(lambda c: drive(c, factory()))
+        a retry, so it must build a fresh generator each time). ``adds_messages=False``: the
+        body adds no message, so SQLite's keyword indexer is not woken for it."""
+        return self.store.transaction(lambda c: drive(c, factory()), adds_messages=adds_messages)
 
-    async def arun(self, factory: Callable[[], Body[T]], *, exactly_once: bool = False) -> T:
+    async def arun(
+        self,
+        factory: Callable[[], Body[T]],
+        *,
+        exactly_once: bool = False,
+        adds_messages: bool = True,
+    ) -> T:
         """:meth:`run` without blocking the event loop."""
-        return await asyncio.to_thread(self.run, factory, exactly_once=exactly_once)
+        return await asyncio.to_thread(
+            self.run, factory, exactly_once=exactly_once, adds_messages=adds_messages
+        )
 
     def read(self, factory: Callable[[], Body[T]]) -> T:
         """Run a body that only reads, in one consistent snapshot (no write lock on SQLite)."""
@@ -77,10 +92,22 @@ class _PostgresRunner(SqlRunner):
     def for_update(self, alias: str) -> str:
         return f" FOR UPDATE OF {alias}"
 
-    def run(self, factory: Callable[[], Body[T]], *, exactly_once: bool = False) -> T:
+    def run(
+        self,
+        factory: Callable[[], Body[T]],
+        *,
+        exactly_once: bool = False,
+        adds_messages: bool = True,
+    ) -> T:
         return self.store.run_body(factory, exactly_once=exactly_once)
 
-    async def arun(self, factory: Callable[[], Body[T]], *, exactly_once: bool = False) -> T:
+    async def arun(
+        self,
+        factory: Callable[[], Body[T]],
+        *,
+        exactly_once: bool = False,
+        adds_messages: bool = True,
+    ) -> T:
         return await self.store.arun_body(factory, exactly_once=exactly_once)
 
     def read(self, factory: Callable[[], Body[T]]) -> T:

@@ -35,6 +35,7 @@ from typing import Any, TypeVar
 
 from harombe_core.errors import SchemaTooNewError, StoreError
 from harombe_core.models import Message
+from harombe_core.store import pending
 from harombe_core.store.base import KeywordHit, SearchScope
 from harombe_core.store.context_sql import ContextReads
 from harombe_core.store.erasure import ERASED_KEYWORDS, compact_keywords, owed
@@ -271,7 +272,10 @@ class SQLiteStore(StoreMethods, ContextReads):
     def run(self, op: Op[T]) -> T:
         """Run one operation (:mod:`harombe_core.store.ops`) in one transaction: a write under
         the write lock (waking the keyword indexer if it added messages), a read in a read
-        snapshot that never takes it. Inside :meth:`atomic` it joins that block."""
+        snapshot that never takes it. Inside :meth:`atomic` it joins that block. Derived rows
+        this process still owes the file are written first (:mod:`~harombe_core.store.pending`).
+        """
+        pending.settle(self.location, self._file.block)
         if op.write:
             return self._write(lambda c: drive(c, op.body(SQLITE)), adds=op.adds_messages)
         return self._open_file().snapshot(lambda c: drive(c, op.body(SQLITE)))
@@ -281,6 +285,7 @@ class SQLiteStore(StoreMethods, ContextReads):
         return await asyncio.to_thread(self.run, op)
 
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        pending.settle(self.location, self._file.block)
         return self._open_file().read(sql, params)
 
     # sessions -----------------------------------------------------------------------------
@@ -323,6 +328,7 @@ class SQLiteStore(StoreMethods, ContextReads):
         words = query_words(query)
         if not words or limit <= 0:
             return []
+        pending.settle(self.location, self._file.block)
         where, params = scope_sql(scope)
         id_range, range_params = _fts_id_range(scope)
         size = None if scope is None else self.scope_size(scope)

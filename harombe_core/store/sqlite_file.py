@@ -159,6 +159,7 @@ class SQLiteFile:
         self._busy_timeout_ms = busy_timeout_ms
         self._memory = memory
         self._cond = threading.Condition(threading.Lock())
+        self._writer = threading.Lock()
         self._local = threading.local()
         self._connections: list[Any] = []  # every open connection, idle or in use
         self._idle: list[Any] = []  # connections no operation holds, ready for any thread
@@ -307,6 +308,7 @@ class SQLiteFile:
         delay = 0.005
         for attempt in range(retries + 1):
             conn = self._enter()  # held per attempt, so a fork never waits for a backoff
+            queued = self._writer.acquire(timeout=self._busy_timeout_ms / 1000)
             try:
                 try:
                     conn.execute("BEGIN IMMEDIATE")
@@ -329,6 +331,8 @@ class SQLiteFile:
                                 raise self._typed(exc) from exc
                             raise
             finally:
+                if queued:
+                    self._writer.release()
                 self._exit()
             time.sleep(delay * (1 + random.random()))
             delay = min(delay * 2, 1.0)
@@ -494,6 +498,7 @@ class SQLiteFile:
 
     def _after_fork_in_child(self) -> None:
         self._cond = threading.Condition(threading.Lock())
+        self._writer = threading.Lock()
         self._local = threading.local()
         self.block = AtomicBlock()
         self._idle = []

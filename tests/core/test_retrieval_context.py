@@ -139,6 +139,7 @@ OFF = {
     "time_weight": 0.0,
     "length_weight": 0.0,
     "statement_weight": 0.0,
+    "person_weight": 0.0,
 }
 
 

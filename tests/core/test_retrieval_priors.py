@@ -32,6 +32,7 @@ OFF = RetrievalSettings(
     time_weight=0.0,
     length_weight=0.0,
     statement_weight=0.0,
+    person_weight=0.0,
 )
 
 

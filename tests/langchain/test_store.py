@@ -410,10 +410,10 @@ def test_postgres_keeps_items_beside_the_messages(pg_url: str) -> None:
     with MemoryManager(pg_url, embedding=None) as manager:
         manager.save_message("s", {"role": "user", "content": "hello"})
     with psycopg.connect(pg_url, autocommit=True) as conn:  # a database from before the store
-        for table in ("checkpoint_threads", "checkpoint_message_blobs", "checkpoint_writes",
-                      "checkpoint_blobs", "checkpoints", "store_vectors", "store_items",
-                      "fact_sources", "session_state", "facts", "api_keys"):
-            conn.execute(f"DROP TABLE {table}")  # migrations 5, 3, 7 (user memory), 8 (keys)
+        for table in ("checkpoint_mirror_due", "checkpoint_threads", "checkpoint_message_blobs",
+                      "checkpoint_writes", "checkpoint_blobs", "checkpoints", "store_vectors",
+                      "store_items", "fact_sources", "session_state", "facts", "api_keys"):
+            conn.execute(f"DROP TABLE {table}")  # migrations 5, 3, 7 (user memory), 8 (keys), 9
         conn.execute("DROP FUNCTION harombe_fact_orphan()")  # migration 7
         conn.execute("ALTER TABLE harombe_writes DROP COLUMN forget_after")  # migration 4
         conn.execute("DELETE FROM harombe_schema WHERE version >= 3")

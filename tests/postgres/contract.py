@@ -235,7 +235,8 @@ def context_evidence_in_keyword_search(mm: MemoryManager) -> None:
     ], user_id="u")
 
     off = {"neighbor_weight": 0.0, "session_weight": 0.0, "speaker_weight": 0.0,
-           "time_weight": 0.0, "length_weight": 0.0, "statement_weight": 0.0}
+           "time_weight": 0.0, "length_weight": 0.0, "statement_weight": 0.0,
+           "person_weight": 0.0}
 
     def order(query: str, **options: float) -> list[str]:
         hits = mm.search(query, top_k=4, user_id="u", **{**off, **options})
