@@ -38,7 +38,7 @@ if TYPE_CHECKING:
         check_user,
     )
     from harombe_core.facts.ops import forget_current, users_with_facts
-    from harombe_core.flows import Call, Flow, adrive, drive
+    from harombe_core.flows import Call, Flow, Work, adrive, drive
     from harombe_core.folding import SummaryFolder
     from harombe_core.owners import check_owner, check_search_scope
     from harombe_core.retrieval import context_message
@@ -80,10 +80,11 @@ _LAZY: dict[str, str] = {
     # flows: an operation written once, driven in place or on the event loop
     "Call": "harombe_core.flows",
     "Flow": "harombe_core.flows",
+    "Work": "harombe_core.flows",
+    "adrive": "harombe_core.flows",
     "drive": "harombe_core.flows",
     # the process's background worker, and the work a store owes after a crash
     "SummaryFolder": "harombe_core.folding",
-    "adrive": "harombe_core.flows",
     # user memory as a framework's namespace shows it (LangGraph's store: the facts namespace)
     "FactProposal": "harombe_core.facts.models",
     "check_fact_text": "harombe_core.facts.models",
@@ -126,6 +127,7 @@ __all__ = [
     "SummaryFolder",
     "Threader",
     "TypePolicy",
+    "Work",
     "adrive",
     "check_fact_text",
     "check_key",
