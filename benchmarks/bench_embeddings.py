@@ -55,9 +55,19 @@ from harombe_core.embeddings.base import Embedder  # noqa: E402
 NAMES = ["Ann", "Bob", "Caroline", "Melanie", "Dev", "Priya", "Tom", "Jo"]
 PLACES = ["Lisbon", "the lake", "my parents' place", "the office", "Kyoto", "the gym", "Berlin"]
 THINGS = [
-    "the pottery class", "my new job", "the adoption agency", "a road trip", "the concert",
-    "my daughter's recital", "the camping trip", "that book you lent me", "the charity run",
-    "our landlord", "the vet appointment", "the painting I started", "my sister's wedding",
+    "the pottery class",
+    "my new job",
+    "the adoption agency",
+    "a road trip",
+    "the concert",
+    "my daughter's recital",
+    "the camping trip",
+    "that book you lent me",
+    "the charity run",
+    "our landlord",
+    "the vet appointment",
+    "the painting I started",
+    "my sister's wedding",
 ]
 FEELINGS = ["excited", "nervous", "tired", "really happy", "a bit stressed", "proud", "relieved"]
 TIMES = ["yesterday", "last week", "this morning", "two weeks ago", "on Saturday", "last summer"]
@@ -73,11 +83,15 @@ def chat_texts(n: int, seed: int = 0) -> list[str]:
             lambda: f"I went to {rng.choice(PLACES)} {rng.choice(TIMES)} for {rng.choice(THINGS)}.",
             lambda: f"I'm {rng.choice(FEELINGS)} about {rng.choice(THINGS)}.",
             lambda: f"How did {rng.choice(THINGS)} go, {rng.choice(NAMES)}?",
-            lambda: f"{rng.choice(NAMES)} told me {rng.choice(TIMES)} that {rng.choice(THINGS)} "
-            f"was moved to {rng.choice(PLACES)}.",
+            lambda: (
+                f"{rng.choice(NAMES)} told me {rng.choice(TIMES)} that {rng.choice(THINGS)} "
+                f"was moved to {rng.choice(PLACES)}."
+            ),
             lambda: f"Do you think I should sign up for {rng.choice(THINGS)} before it fills up?",
-            lambda: f"Honestly {rng.choice(THINGS)} made me feel {rng.choice(FEELINGS)}, "
-            f"especially after what happened {rng.choice(TIMES)}.",
+            lambda: (
+                f"Honestly {rng.choice(THINGS)} made me feel {rng.choice(FEELINGS)}, "
+                f"especially after what happened {rng.choice(TIMES)}."
+            ),
         ]
         return rng.choice(forms)()
 
@@ -100,12 +114,25 @@ def build(backend: str, threads: int | None, batch_size: int) -> Embedder:
     from harombe_core.embeddings import OnnxEmbedder, SentenceTransformerEmbedder
 
     if backend == "st":
+        if threads is not None:
+            import torch
+
+            torch.set_num_threads(threads)  # the same thread count as onnxruntime's, for fairness
         return SentenceTransformerEmbedder(batch_size=batch_size)
     if backend == "onnx":
         return OnnxEmbedder(threads=threads, batch_size=batch_size)
     if backend == "onnx-int8":
         return OnnxEmbedder(quantize=True, threads=threads, batch_size=batch_size)
     raise SystemExit(f"unknown backend {backend!r}; choose from st, onnx, onnx-int8")
+
+
+def backend_threads(backend: str, threads: int | None) -> int:
+    """The threads ``backend`` computes with: ``--threads``, else its library's default."""
+    if backend == "st":
+        import torch
+
+        return int(torch.get_num_threads())
+    return threads or os.cpu_count() or 1
 
 
 def neighbour_overlap(reference: np.ndarray, other: np.ndarray, queries: int, k: int) -> float:
@@ -125,23 +152,37 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n", type=int, default=1000, help="messages per round (default 1000)")
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds per backend")
     parser.add_argument(
-        "--backends", nargs="+", default=["st", "onnx", "onnx-int8"],
+        "--backends",
+        nargs="+",
+        default=["st", "onnx", "onnx-int8"],
         help="any of: st (sentence-transformers fp32), onnx (ONNX Runtime fp32), onnx-int8",
     )
-    parser.add_argument("--threads", type=int, default=None, help="onnxruntime threads")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="threads of every backend: onnxruntime's intra-op threads and torch's "
+        "(torch.set_num_threads); default: each library's own (all cores)",
+    )
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--ingest", action="store_true", help="also time save_messages+flush")
     parser.add_argument(
-        "--ingest-store", choices=["file", "memory"], default="file",
+        "--ingest-store",
+        choices=["file", "memory"],
+        default="file",
         help="ingest into a database file (default) or an in-memory store",
     )
     parser.add_argument(
-        "--index", default="database",
+        "--index",
+        default="database",
         help="the vector index ingestion fills: database (the default) or chroma",
     )
     parser.add_argument(
-        "--ref-batch-sizes", type=int, nargs="+", default=[16, 32, 64],
+        "--ref-batch-sizes",
+        type=int,
+        nargs="+",
+        default=[16, 32, 64],
         help="batch sizes tried for the ingest reference; the best counts (default 16 32 64)",
     )
     args = parser.parse_args(argv)
@@ -149,15 +190,22 @@ def main(argv: list[str] | None = None) -> int:
 
     texts = chat_texts(args.n, args.seed)
     words = [len(t.split()) for t in texts]
-    print(f"corpus: {len(texts)} synthetic chat messages, words/message median "
-          f"{statistics.median(words):.0f}, max {max(words)}; cores: {os.cpu_count()}")
+    print(
+        f"corpus: {len(texts)} synthetic chat messages, words/message median "
+        f"{statistics.median(words):.0f}, max {max(words)}; cores: {os.cpu_count()}"
+    )
+    if args.threads is not None and args.threads < 1:
+        raise SystemExit("--threads must be >= 1")
     embedders: dict[str, Embedder] = {}
     for backend in args.backends:
         start = time.perf_counter()
         embedders[backend] = build(backend, args.threads, args.batch_size)
         embedders[backend].embed(texts[:8])  # load, export if first use, warm up
-        print(f"{backend:>10}: ready in {time.perf_counter() - start:.1f}s "
-              f"({embedders[backend].name}, dim {embedders[backend].dimension})")
+        print(
+            f"{backend:>10}: ready in {time.perf_counter() - start:.1f}s "
+            f"({embedders[backend].name}, dim {embedders[backend].dimension}, "
+            f"{backend_threads(backend, args.threads)} threads)"
+        )
     peer = "onnx" if "onnx" in embedders else args.backends[0]
     conversation = chat_messages(texts)
     embedded_texts = ingest_texts(conversation)
@@ -194,8 +242,10 @@ def main(argv: list[str] | None = None) -> int:
 
     # Wall-clock msg/s is what a user sees; msg per CPU-second is the same work measured in
     # CPU time, which other processes on a shared machine do not inflate.
-    print("\nbackend      best msg/s  median msg/s  msg/cpu-s  cosine vs st (min/mean)  "
-          "top-10 overlap")
+    print(
+        "\nbackend      best msg/s  median msg/s  msg/cpu-s  cosine vs st (min/mean)  "
+        "top-10 overlap"
+    )
     reference = vectors.get("st")
     for backend in args.backends:
         agreement = ""
@@ -220,8 +270,10 @@ def report_against_st(rates: dict[str, list[float]], cpu_rates: dict[str, list[f
     st_wall, st_cpu = statistics.median(rates["st"]), max(cpu_rates["st"])
     for label, what in (("ingest", "embed_context on"), ("ingest-plain", "embed_context off")):
         wall, cpu = statistics.median(rates[label]), max(cpu_rates[label])
-        print(f"{label} / st ({what}): wall median {wall / st_wall:.2f}x, per cpu-s "
-              f"{cpu / st_cpu:.2f}x")
+        print(
+            f"{label} / st ({what}): wall median {wall / st_wall:.2f}x, per cpu-s "
+            f"{cpu / st_cpu:.2f}x"
+        )
 
 
 def report_ingest(
@@ -234,26 +286,36 @@ def report_ingest(
     """The ingest rows and their ratios to the embedder's own throughput (see the docstring)."""
     for size in sizes:
         label = f"ref@{size}"
-        print(f"{peer + ' @' + str(size):<12}{max(rates[label]):>10.0f}  "
-              f"{statistics.median(rates[label]):>12.0f}  {max(cpu_rates[label]):>9.0f}  "
-              "the texts ingestion embeds (with context), one embed() call")
+        print(
+            f"{peer + ' @' + str(size):<12}{max(rates[label]):>10.0f}  "
+            f"{statistics.median(rates[label]):>12.0f}  {max(cpu_rates[label]):>9.0f}  "
+            "the texts ingestion embeds (with context), one embed() call"
+        )
     best_wall = max(sizes, key=lambda b: statistics.median(rates[f"ref@{b}"]))
     best_cpu = max(sizes, key=lambda b: max(cpu_rates[f"ref@{b}"]))
     wall_ref = rates[f"ref@{best_wall}"]
     cpu_ref = max(cpu_rates[f"ref@{best_cpu}"])
     ingest_wall, ingest_cpu = rates["ingest"], max(cpu_rates["ingest"])
-    print(f"{'ingest':<12}{max(ingest_wall):>10.0f}  {statistics.median(ingest_wall):>12.0f}  "
-          f"{ingest_cpu:>9.0f}  save_messages + flush with {peer} ({store} store)")
+    print(
+        f"{'ingest':<12}{max(ingest_wall):>10.0f}  {statistics.median(ingest_wall):>12.0f}  "
+        f"{ingest_cpu:>9.0f}  save_messages + flush with {peer} ({store} store)"
+    )
     plain = rates["ingest-plain"]
-    print(f"{'ingest-plain':<12}{max(plain):>10.0f}  {statistics.median(plain):>12.0f}  "
-          f"{max(cpu_rates['ingest-plain']):>9.0f}  the same with embed_context off")
-    print(f"ingest / {peer} on the same texts (batch {best_wall} wall, {best_cpu} cpu): "
-          f"wall best {max(ingest_wall) / max(wall_ref):.0%}, median "
-          f"{statistics.median(ingest_wall) / statistics.median(wall_ref):.0%}; "
-          f"per cpu-s {ingest_cpu / cpu_ref:.0%}")
-    print(f"ingest / {peer} on the plain texts (context included in the cost): wall median "
-          f"{statistics.median(ingest_wall) / statistics.median(rates[peer]):.0%}, per cpu-s "
-          f"{ingest_cpu / max(cpu_rates[peer]):.0%}")
+    print(
+        f"{'ingest-plain':<12}{max(plain):>10.0f}  {statistics.median(plain):>12.0f}  "
+        f"{max(cpu_rates['ingest-plain']):>9.0f}  the same with embed_context off"
+    )
+    print(
+        f"ingest / {peer} on the same texts (batch {best_wall} wall, {best_cpu} cpu): "
+        f"wall best {max(ingest_wall) / max(wall_ref):.0%}, median "
+        f"{statistics.median(ingest_wall) / statistics.median(wall_ref):.0%}; "
+        f"per cpu-s {ingest_cpu / cpu_ref:.0%}"
+    )
+    print(
+        f"ingest / {peer} on the plain texts (context included in the cost): wall median "
+        f"{statistics.median(ingest_wall) / statistics.median(rates[peer]):.0%}, per cpu-s "
+        f"{ingest_cpu / max(cpu_rates[peer]):.0%}"
+    )
 
 
 def chat_messages(texts: list[str]) -> list[Any]:

@@ -18,8 +18,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from harombe_core.context_reads import (
+    Charge,
+    charged,
     hybrid_from_store,
     newest_messages,
+    stored,
+    thread_newest_first,
     thread_window_from_store,
 )
 from harombe_core.errors import InvalidInputError
@@ -33,8 +37,10 @@ from harombe_core.retrieval import format_context
 from harombe_core.store.base import MessageStore, SearchScope
 from harombe_core.strategies import (
     ContextBudget,
+    newest_turn,
     summarization_window,
     window_newest,
+    with_newest_turn,
 )
 from harombe_core.tokens import TokenCounter
 from harombe_core.validate import (
@@ -303,9 +309,11 @@ class ContextBuilder:
         """Sessions whose stored summary matches ``query`` best: by meaning when semantic memory
         is on (the stored summary embeddings), else by shared words. Best first.
 
-        Only the summarised sessions in scope are read (with ``user_id``, that user's, through
-        an index), and only their summaries; the ``top_k`` winners are then read whole. The
-        exact scores are computed over that scope, so the cost follows it, not the store.
+        With ``user_id``, only that user's summarised sessions are read (through an index),
+        and only their summaries; without one, a search by words reads only the sessions whose
+        summary holds a word of ``query``, found through the summaries' keyword index. The
+        ``top_k`` winners are then read whole. The exact scores are computed over what was
+        read, so the cost follows the user's sessions or the matches, never the store.
         """
         import json
         import re
@@ -315,11 +323,14 @@ class ContextBuilder:
         query = check_query(query)
         top_k = check_count(top_k, "top_k", high=MAX_TOP_K)
         user_id = optional_id(user_id, "user_id")
-        rows = yield Run(self.store, ops.summarised_sessions(user_id))
         embedder = self.search.embedder
+        words = set(re.findall(r"\w+", query.lower()))
+        if embedder is None and user_id is None:
+            rows = yield Run(self.store, ops.summaries_matching(sorted(words)))
+        else:
+            rows = yield Run(self.store, ops.summarised_sessions(user_id))
         scored: list[tuple[str, float]] = []
         q = None if embedder is None else (yield Work(embedder.embed_query, query))
-        words = set(re.findall(r"\w+", query.lower()))
         for session_id, summary, raw in rows:
             data = json.loads(raw) if raw else {}
             if embedder is not None and q is not None:
@@ -354,6 +365,8 @@ class ContextBuilder:
         budget: Any = None,
         user_profile: str | None = None,
         user_id: str | None = None,
+        token_counter: TokenCounter | None = None,
+        keep_newest_turn: bool = False,
     ) -> list[Message]:
         """The messages to send a model for ``session_id``, never over ``max_tokens``.
 
@@ -370,6 +383,15 @@ class ContextBuilder:
         the session owner's other sessions; a session without an owner gets none (nothing
         outside it is known to be the same user's). With ``user_id``, only that user's session
         (else SessionOwnershipError).
+
+        This is the one window of the library, for adapters too: ``token_counter`` charges the
+        system prompt, the summary and the session's messages as a framework counts them (for
+        example :class:`~harombe_core.tokens.TextTokenCounter`, LlamaIndex's counting) instead
+        of by the counts stored with them, and each message returned carries what it was
+        charged in ``token_count``. ``keep_newest_turn`` sends the newest turn (from its user
+        message on) even when it does not fit, instead of refusing a budget that cannot hold
+        the system prompt or leaving the turn out: a model is never sent nothing. Whatever
+        the strategy, only the rows the window can use are read, never the whole session.
         """
         from harombe_core.strategies import fit_block, reserve_system
 
@@ -381,6 +403,13 @@ class ContextBuilder:
             )
         keep_last = check_count(keep_last, "keep_last", high=MAX_TOP_K)
         check_flag(start_on_user, "start_on_user")
+        check_flag(keep_newest_turn, "keep_newest_turn")
+        if token_counter is not None and not isinstance(token_counter, TokenCounter):
+            raise InvalidInputError(
+                f"token_counter must be a TokenCounter (count_text, count_message, "
+                f"count_messages), got {type(token_counter).__name__}; for LlamaIndex's "
+                "counting pass harombe_core.tokens.TextTokenCounter(manager.token_counter)."
+            )
         query = None if query is None else check_query(query)
         optional_text(
             user_profile,
@@ -396,18 +425,41 @@ class ContextBuilder:
         session = self.check_owner(session_id, user_id)  # the one read of the session
         if session is None:
             return []
-        system = self.system_prompt_message(session)
-        reserve_system(system, total)
-        extra: list[Message] = []
-        if budget is not None:
-            extra = self._budget_blocks(session, total, system, budget, query, user_profile)
-            total -= sum(m.token_count or 0 for m in extra)
-            total -= int(budget.buffer * total)
-        request = ContextRequest(session, system, total, start_on_user, keep_last)
-        messages = STRATEGIES[strategy](self, request)
-        if extra:
-            messages = messages[: len(system)] + fit_block(extra, 10**9) + messages[len(system) :]
+        charge: Charge = stored
+        slack: int | None = 0
+        if token_counter is not None:
+            charge = _charge_with(token_counter)
+            slack = getattr(token_counter, "stored_slack", None)
+        system = [charge(m) for m in self.system_prompt_message(session)]
+        if keep_newest_turn and sum(m.token_count or 0 for m in system) > total:
+            messages = list(system)  # no room for the conversation: the newest turn only
+        else:
+            reserve_system(system, total)
+            extra: list[Message] = []
+            if budget is not None:
+                extra = self._budget_blocks(session, total, system, budget, query, user_profile)
+                total -= sum(m.token_count or 0 for m in extra)
+                total -= int(budget.buffer * total)
+            request = ContextRequest(
+                session, system, total, start_on_user, keep_last, charge, slack
+            )
+            messages = STRATEGIES[strategy](self, request)
+            if extra:
+                head = len(system)
+                messages = messages[:head] + fit_block(extra, 10**9) + messages[head:]
+        if keep_newest_turn:
+            messages = with_newest_turn(messages, self._newest_turn(session.id, strategy, charge))
         return messages
+
+    def _newest_turn(self, session_id: str, strategy: str, charge: Charge) -> list[Message]:
+        """The session's newest turn (on the newest message's thread for ``"threaded"``),
+        read newest first only as far as it goes."""
+        path = None
+        if strategy == "threaded":
+            path = thread_newest_first(self.store, session_id, 0, charge, whole_turn=True)
+        if path is None:
+            return newest_turn(charged(self.store.iter_newest(session_id), charge))
+        return newest_turn(path)
 
     def _budget_blocks(
         self,
@@ -508,13 +560,16 @@ class ContextBuilder:
 class ContextRequest:
     """What get_context hands a strategy: the session (read once, owner checked), its system
     prompt message(s), the tokens the session's messages may take (system included) and the
-    caller's options."""
+    caller's options, and what a message costs against ``total`` (``charge``; ``slack`` is
+    how far below its stored count that can be, None when unknown)."""
 
     session: Session
     system: list[Message]
     total: int
     start_on_user: bool
     keep_last: int
+    charge: Charge = stored
+    slack: int | None = 0
 
 
 Strategy = Callable[[ContextBuilder, ContextRequest], list[Message]]
@@ -523,7 +578,7 @@ Strategy = Callable[[ContextBuilder, ContextRequest], list[Message]]
 def _simple(ctx: ContextBuilder, request: ContextRequest) -> list[Message]:
     """The token window: the newest messages that fit, read newest first until it is full."""
     window = window_newest(
-        ctx.store.iter_newest(request.session.id),
+        charged(ctx.store.iter_newest(request.session.id), request.charge),
         request.total,
         reserved_tokens=sum(m.token_count or 0 for m in request.system),
         start_on_user=request.start_on_user,
@@ -539,6 +594,7 @@ def _threaded(ctx: ContextBuilder, request: ContextRequest) -> list[Message]:
         request.total,
         system=request.system,
         start_on_user=request.start_on_user,
+        charge=request.charge,
     )
     return _simple(ctx, request) if window is None else request.system + window.messages
 
@@ -568,7 +624,8 @@ def _summary_of_older(
             ctx.folder.request(session.id, boundary)
     if not text:
         return None
-    return ctx.context_message("Summary of the earlier conversation:\n" + text, "summary")
+    summary = ctx.context_message("Summary of the earlier conversation:\n" + text, "summary")
+    return request.charge(summary)
 
 
 def _summarization(ctx: ContextBuilder, request: ContextRequest) -> list[Message]:
@@ -578,7 +635,13 @@ def _summarization(ctx: ContextBuilder, request: ContextRequest) -> list[Message
 
 def _hybrid(ctx: ContextBuilder, request: ContextRequest) -> list[Message]:
     """As summarization, plus the important older messages that fit (read through an index)."""
-    read = functools.partial(hybrid_from_store, ctx.store, request.session.id)
+    read = functools.partial(
+        hybrid_from_store,
+        ctx.store,
+        request.session.id,
+        charge=request.charge,
+        slack=request.slack,
+    )
     return _with_summary(ctx, request, read)
 
 
@@ -587,7 +650,7 @@ def _with_summary(
 ) -> list[Message]:
     """``window`` given the session's newest ``keep_last + 1`` messages and the summary of
     the older ones (the one extra message tells whether anything older exists)."""
-    newest = newest_messages(ctx.store, request.session.id, request.keep_last + 1)
+    newest = newest_messages(ctx.store, request.session.id, request.keep_last + 1, request.charge)
     return window(
         newest,
         request.total,
@@ -596,6 +659,15 @@ def _with_summary(
         keep_last=request.keep_last,
         start_on_user=request.start_on_user,
     ).messages
+
+
+def _charge_with(counter: TokenCounter) -> Charge:
+    """A message -> a copy of it carrying what ``counter`` charges for it."""
+
+    def charge(message: Message) -> Message:
+        return message.with_ids(token_count=counter.count_message(message))
+
+    return charge
 
 
 #: get_context's strategies by name (the order is the one its error message lists).

@@ -18,13 +18,13 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from harombe_core.context import ContextBuilder
+from harombe_core.context_reads import anewest_until, newest_until
 from harombe_core.erasing import delete_user_sessions, erase, prune_cutoff
 from harombe_core.errors import InvalidInputError
 from harombe_core.flows import Call, Flow, Run, Work, adrive, drive
 from harombe_core.manager_facts import UserMemoryMethods
 from harombe_core.manager_search import Searcher
 from harombe_core.models import Message, SearchHit, Session
-from harombe_core.newest import anewest_until, newest_until
 from harombe_core.owned import named_owner, owned_session
 from harombe_core.owners import legacy_session_key, session_key
 from harombe_core.progress import Progress, check_progress
@@ -971,12 +971,16 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
         budget: Any = None,
         user_profile: str | None = None,
         user_id: str | None = None,
+        token_counter: TokenCounter | None = None,
+        keep_newest_turn: bool = False,
     ) -> list[Message]:
         """The messages to send a model for ``session_id``, never over ``max_tokens``.
 
         See :meth:`ContextBuilder.get_context <harombe_core.context.ContextBuilder.get_context>`
-        for the strategies (``simple``, ``summarization``, ``hybrid``, ``threaded``) and the
-        ``budget`` with the user's profile, open tasks, past summaries and recall.
+        for the strategies (``simple``, ``summarization``, ``hybrid``, ``threaded``), the
+        ``budget`` with the user's profile, open tasks, past summaries and recall, and the
+        adapters' options: ``token_counter`` (charge as a framework counts) and
+        ``keep_newest_turn`` (send the newest turn even when it does not fit).
         """
         return self._context.get_context(
             session_id,
@@ -988,6 +992,8 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
             budget=budget,
             user_profile=user_profile,
             user_id=user_id,
+            token_counter=token_counter,
+            keep_newest_turn=keep_newest_turn,
         )
 
     async def aget_context(
@@ -1002,6 +1008,8 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
         budget: Any = None,
         user_profile: str | None = None,
         user_id: str | None = None,
+        token_counter: TokenCounter | None = None,
+        keep_newest_turn: bool = False,
     ) -> list[Message]:
         """The messages to send a model (async twin of :meth:`get_context`; the strategies
         read the store synchronously, so it is one request of work off the event loop)."""
@@ -1016,6 +1024,8 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
             budget=budget,
             user_profile=user_profile,
             user_id=user_id,
+            token_counter=token_counter,
+            keep_newest_turn=keep_newest_turn,
         )
         return await adrive(self._one(get_context))
 

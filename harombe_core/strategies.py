@@ -28,10 +28,12 @@ __all__ = [
     "hybrid_recent",
     "hybrid_window",
     "is_important",
+    "newest_turn",
     "reserve_system",
     "summarization_window",
     "thread_path_newest_first",
     "window_newest",
+    "with_newest_turn",
 ]
 
 
@@ -231,6 +233,33 @@ def thread_path_newest_first(
         path.append(current)
         current = by_id.get(current.parent_id) if current.parent_id is not None else None
     return path
+
+
+def newest_turn(newest_first: Iterable[Message]) -> list[Message]:
+    """The newest turn, oldest first: the newest user message and everything after it.
+
+    A session without a user message gives its newest message that is not a tool result, with
+    the results that follow it (a tool result alone would be refused by a model API). Reads
+    ``newest_first`` only as far as the turn goes.
+    """
+    taken: list[Message] = []
+    for message in newest_first:
+        taken.append(message)
+        if message.role == "user":
+            return taken[::-1]
+    start = next((i for i, m in enumerate(taken) if m.role != "tool"), 0)
+    return taken[: start + 1][::-1]
+
+
+def with_newest_turn(window: list[Message], turn: list[Message]) -> list[Message]:
+    """``window``, or, when its newest message is not ``turn``'s, the window with ``turn``
+    appended whole (after the system prompt and summary; what the window kept of the turn
+    moves with it). A model is never sent nothing: LlamaIndex's ``Memory`` never flushes its
+    last turn and ``ChatMemoryBuffer`` returns its last message, whatever the budget."""
+    if not turn or turn[-1].id in {m.id for m in window}:
+        return window
+    ids = {m.id for m in turn}
+    return [m for m in window if m.id is None or m.id not in ids] + turn
 
 
 @dataclass(slots=True)

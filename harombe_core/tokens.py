@@ -26,6 +26,7 @@ __all__ = [
     "MESSAGE_OVERHEAD",
     "ApproximateTokenCounter",
     "CallableTokenCounter",
+    "TextTokenCounter",
     "TiktokenCounter",
     "TokenCounter",
     "resolve_token_counter",
@@ -174,6 +175,56 @@ class CallableTokenCounter(_TextCounterBase):
         if self._takes_messages:
             return self._as_int(self._fn(list(messages)))
         return super().count_messages(messages)
+
+
+class TextTokenCounter:
+    """Counts a message as LlamaIndex's memories charge it: text, name and tool calls, without
+    the few tokens of framing per message that a chat API bills.
+
+    harombe stores what ``base`` bills for each message (framing included). A window budgeted
+    in LlamaIndex's terms would keep fewer messages than ``ChatMemoryBuffer`` or ``Memory`` do
+    for the same ``token_limit`` if charged that way, so this counter takes the framing back
+    off: a message costs its count (the stored one when it carries it, so nothing is counted
+    twice) less what an empty message of its role costs. Pass it as ``token_counter=`` to
+    :meth:`~harombe_core.manager.MemoryManager.get_context`.
+
+    ``stored_slack`` is the most a count here can fall below the stored one (the largest
+    framing): windows use it to let the store skip rows that cannot fit.
+    """
+
+    def __init__(self, base: TokenCounter) -> None:
+        if not isinstance(base, TokenCounter):
+            raise InvalidInputError(
+                f"TextTokenCounter wraps a TokenCounter, got {type(base).__name__}; pass "
+                "manager.token_counter."
+            )
+        self.base = base
+        self.name = f"text:{base.name}"
+        self._framing: dict[str, int] = {}
+
+    def framing(self, role: str) -> int:
+        """What ``base`` bills a message of ``role`` beyond its content."""
+        cost = self._framing.get(role)
+        if cost is None:
+            empty = Message(role=role, content="")  # type: ignore[arg-type]
+            cost = self._framing[role] = self.base.count_message(empty)
+        return cost
+
+    @property
+    def stored_slack(self) -> int:
+        return max(self.framing(role) for role in ("system", "user", "assistant", "tool"))
+
+    def count_text(self, text: str) -> int:
+        return self.base.count_text(text)
+
+    def count_message(self, message: Message) -> int:
+        billed = message.token_count
+        if billed is None:
+            billed = self.base.count_message(message)
+        return max(billed - self.framing(message.role), 0)
+
+    def count_messages(self, messages: Sequence[Message]) -> int:
+        return sum(self.count_message(m) for m in messages)
 
 
 def _takes_messages(fn: Callable[..., Any]) -> bool:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from harombe_core.lazy import lazy_attributes as _lazy_attributes
+from harombe_core.integration import lazy_attributes as _lazy_attributes
 
 if TYPE_CHECKING:
     from langchain_harombe.checkpoint import HarombeSaver

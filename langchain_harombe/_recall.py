@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # `harombe chat --help` reads the default without loading the manager
-    from harombe_core.manager import MemoryManager
+    from harombe_core import MemoryManager
     from harombe_core.models import Message
 
 __all__ = ["DEFAULT_RECALL_TOKENS", "recall"]

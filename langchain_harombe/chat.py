@@ -30,11 +30,11 @@ from typing import Any, TextIO
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
-from harombe_core.errors import HarombeError, InvalidInputError, MissingExtraError, requires_extra
-from harombe_core.manager import MemoryManager
+from harombe_core import MemoryManager
+from harombe_core.errors import HarombeError, InvalidInputError, MissingExtraError
+from harombe_core.integration import plural, requires_extra
 from harombe_core.models import Message, Session
-from harombe_core.strategies import check_budget
-from harombe_core.text import plural
+from harombe_core.validate import check_budget
 from langchain_harombe._packages import missing_package, package_of
 from langchain_harombe._recall import DEFAULT_RECALL_TOKENS, recall
 from langchain_harombe.convert import from_langchain, to_langchain

@@ -15,7 +15,7 @@ import typer
 
 from harombe_core.cli_app import Command, DbOption, check_db_folder, clean_errors
 from harombe_core.errors import MissingExtraError
-from harombe_core.lazy import lazy_attributes as _lazy_attributes
+from harombe_core.integration import lazy_attributes as _lazy_attributes
 from langchain_harombe._recall import DEFAULT_RECALL_TOKENS
 
 if TYPE_CHECKING:

@@ -77,13 +77,17 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from harombe_core.checkpoint_safety import AllowList
+from harombe_core import MemoryManager
 from harombe_core.errors import InvalidInputError
-from harombe_core.folding import SummaryFolder
-from harombe_core.manager import MemoryManager
-from harombe_core.store import pending
-from harombe_core.store.closing import ClosesOnExit
-from harombe_core.store.sql_body import Body, SqlRunner, sql_runner
+from harombe_core.integration import (
+    AllowList,
+    Body,
+    ClosesOnExit,
+    SqlRunner,
+    SummaryFolder,
+    pending,
+    sql_runner,
+)
 from langchain_harombe.checkpoint_mirror import (
     Head,
     convert_ahead,

@@ -46,8 +46,8 @@ from typing import NamedTuple
 
 from langchain_core.messages import BaseMessage
 
+from harombe_core.integration import Body, SqlRunner
 from harombe_core.models import Message
-from harombe_core.store.sql_body import Body, SqlRunner
 from langchain_harombe.checkpoint_rows import HASH_SIZE, split_refs
 from langchain_harombe.convert import storable_message
 

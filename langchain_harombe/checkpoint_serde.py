@@ -26,8 +26,8 @@ import ormsgpack
 from langgraph.checkpoint.serde.event_hooks import SerdeEvent, register_serde_event_listener
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer, _create_msgpack_ext_hook
 
-from harombe_core.checkpoint_safety import AllowList, TypePolicy, check_row, refused_tag
 from harombe_core.errors import UnsafeCheckpointError
+from harombe_core.integration import AllowList, TypePolicy, check_row, refused_tag
 
 __all__ = ["HarombeSerializer"]
 

@@ -26,9 +26,8 @@ from langgraph.checkpoint.base import Checkpoint
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from harombe_core.errors import InvalidInputError
+from harombe_core.integration import Body, SqlRunner, check_owner
 from harombe_core.models import Message
-from harombe_core.owners import check_owner
-from harombe_core.store.sql_body import Body, SqlRunner
 from langchain_harombe.checkpoint_mirror import Head, Mirror, ThreadState, mirror_json, reconcile
 from langchain_harombe.checkpoint_rows import (
     REFS_TYPE,

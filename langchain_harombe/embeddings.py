@@ -16,8 +16,9 @@ from collections.abc import Sequence
 import numpy as np
 from langchain_core.embeddings import Embeddings
 
-from harombe_core.embeddings.base import FloatArray, NativeAsyncEmbedder
+from harombe_core.embeddings import FloatArray
 from harombe_core.errors import EmbeddingError, InvalidInputError
+from harombe_core.integration import NativeAsyncEmbedder
 
 __all__ = ["LangChainEmbedder", "as_embedder"]
 

@@ -17,11 +17,10 @@ from langchain_core.chat_history import BaseChatMessageHistory
 from langchain_core.messages import BaseMessage
 from langchain_core.runnables.utils import ConfigurableFieldSpec
 
+from harombe_core import MemoryManager
 from harombe_core.errors import InvalidInputError, InvalidMessageError
-from harombe_core.flows import Call, Flow, adrive, drive
-from harombe_core.manager import MemoryManager
+from harombe_core.integration import Call, Flow, Threader, adrive, drive
 from harombe_core.models import Message, Session
-from harombe_core.threader import Threader
 from harombe_core.validate import (
     check_budget,
     check_flag,
@@ -242,8 +241,7 @@ class HarombeChatMessageHistory(BaseChatMessageHistory):
     def _threader(self) -> Threader:
         """The session's Threader, shared by every history of this manager with the same
         selector (a history made per request reuses the view instead of re-reading it)."""
-        from harombe_core.threader import shared_threader
-        from harombe_core.threads import resolve_selector
+        from harombe_core.integration import resolve_selector, shared_threader
 
         spec = self.node_selector
         if spec is None:

@@ -69,13 +69,13 @@ def chat_model_callable(
 
 def summarizer(model: BaseChatModel, **options: Any) -> Any:
     """harombe's ``LLMSummarizer`` driven by a LangChain chat model."""
-    from harombe_core.summarize import LLMSummarizer
+    from harombe_core import LLMSummarizer
 
     return LLMSummarizer(llm=ChatModelCallable(model), **options)
 
 
 def node_selector(model: BaseChatModel, **options: Any) -> Any:
     """harombe's ``LLMNodeSelector`` (where a message hangs in the thread) on a chat model."""
-    from harombe_core.threads import LLMNodeSelector
+    from harombe_core import LLMNodeSelector
 
     return LLMNodeSelector(llm=ChatModelCallable(model), **options)

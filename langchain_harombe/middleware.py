@@ -40,8 +40,8 @@ from langgraph.config import get_config
 from langgraph.constants import CONFIG_KEY_CHECKPOINTER
 from langgraph.runtime import Runtime
 
+from harombe_core import MemoryManager
 from harombe_core.errors import InvalidInputError
-from harombe_core.manager import MemoryManager
 from harombe_core.models import Message
 from langchain_harombe._recall import DEFAULT_RECALL_TOKENS, recall
 from langchain_harombe.convert import from_langchain, to_langchain

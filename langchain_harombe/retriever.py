@@ -19,11 +19,10 @@ from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict, Field, PrivateAttr, field_validator
 
-from harombe_core.errors import InvalidInputError, install_command
-from harombe_core.export.hits import hit_metadata
-from harombe_core.manager import MemoryManager
+from harombe_core import MemoryManager
+from harombe_core.errors import InvalidInputError
+from harombe_core.integration import check_search_scope, hit_metadata, install_command
 from harombe_core.models import SearchHit
-from harombe_core.owners import check_search_scope
 from harombe_core.validate import check_count, pydantic_errors
 from langchain_harombe.history import resolve_manager
 

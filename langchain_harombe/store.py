@@ -60,14 +60,11 @@ from langgraph.store.base import (
 )
 from langgraph.store.base.embed import ensure_embeddings, get_text_at_path, tokenize_path
 
-from harombe_core.embeddings.base import Embedder
+from harombe_core import MemoryManager
+from harombe_core.embeddings import Embedder
 from harombe_core.errors import HarombeError, InvalidInputError, MissingExtraError
-from harombe_core.flows import adrive, drive
-from harombe_core.manager import MemoryManager
-from harombe_core.store import items
-from harombe_core.store.runner import Op as StoreOp
-from harombe_core.store.sql_body import Body, sql_runner
-from harombe_core.store.sqlite import to_micros
+from harombe_core.integration import Body, adrive, drive, items, sql_runner, to_micros
+from harombe_core.integration import Op as StoreOp
 from harombe_core.validate import (
     check_list,
     check_number,

@@ -19,9 +19,9 @@ from langgraph.store.base import (
     SearchOp,
 )
 
+from harombe_core import current_limits
 from harombe_core.errors import InvalidInputError
-from harombe_core.limits import current_limits
-from harombe_core.store.items import check_key, check_namespace
+from harombe_core.integration import check_key, check_namespace
 from harombe_core.validate import (
     check_count,
     check_flag,

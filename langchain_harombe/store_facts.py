@@ -28,20 +28,22 @@ from typing import Any
 
 from langgraph.store.base import GetOp, Item, Op, PutOp, Result, SearchItem, SearchOp
 
+from harombe_core import MemoryManager
 from harombe_core.errors import InvalidInputError
-from harombe_core.facts.models import (
+from harombe_core.integration import (
+    Body,
+    Dialect,
     FactProposal,
+    Flow,
     check_fact_text,
     check_kind,
     check_subject,
     check_user,
+    forget_current,
+    items,
+    users_with_facts,
 )
-from harombe_core.facts.ops import forget_current, users_with_facts
-from harombe_core.flows import Flow
-from harombe_core.manager import MemoryManager
-from harombe_core.store import items
-from harombe_core.store.runner import Body, Dialect
-from harombe_core.store.runner import Op as StoreOp
+from harombe_core.integration import Op as StoreOp
 
 __all__ = ["FACTS_NAMESPACE", "fact_namespaces", "is_fact_op", "plan_fact_write", "read_fact_op"]
 

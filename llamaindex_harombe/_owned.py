@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from harombe_core.manager import MemoryManager
+from harombe_core import MemoryManager
 from llamaindex_harombe.memory import open_manager
 
 __all__ = ["OwnedManager"]

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from harombe_core.manager import MemoryManager
+from harombe_core import MemoryManager
+from harombe_core.integration import context_message
 from harombe_core.models import Message
-from harombe_core.retrieval import context_message
 
 __all__ = ["fit_context"]
 

@@ -21,8 +21,8 @@ from llama_index.core.base.llms.types import ChatMessage
 from llama_index.core.bridge.pydantic import Field, PrivateAttr
 from llama_index.core.memory.memory import BaseMemoryBlock
 
+from harombe_core import MemoryManager
 from harombe_core.errors import InvalidInputError
-from harombe_core.manager import MemoryManager
 from harombe_core.models import Message
 from harombe_core.validate import check_location
 from llamaindex_harombe._owned import OwnedManager

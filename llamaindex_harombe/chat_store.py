@@ -16,6 +16,7 @@ only sessions that have no owner. (``ChatMemoryBuffer``'s default key is the sam
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Sequence
 from typing import Any, cast
@@ -26,9 +27,9 @@ from llama_index.core.storage.chat_store import loading
 from llama_index.core.storage.chat_store.base import BaseChatStore
 from llama_index.core.storage.chat_store.base_db import AsyncDBChatStore, MessageStatus
 
+from harombe_core import MemoryManager
 from harombe_core.errors import InvalidInputError
-from harombe_core.flows import Call, Flow, adrive, drive
-from harombe_core.manager import MemoryManager
+from harombe_core.integration import Call, Flow, Work, adrive, drive
 from harombe_core.models import Message, Session
 from harombe_core.validate import (
     MAX_COUNT,
@@ -215,12 +216,21 @@ class HarombeChatStore(_ManagedStore, BaseChatStore):
     async def adelete_last_message(self, key: str) -> ChatMessage | None:
         return await adrive(self._delete_at(key, -1))
 
+    def _at(self, key: str, idx: int) -> Flow[Message | None]:
+        """The message at ``idx`` (negative counts from the end), None if out of range; reads
+        the session only as far as that message, from its start or from its end."""
+        yield from self._check(key)
+        if idx >= 0:
+            head = yield from self._read(key, limit=idx + 1)
+            return head[idx] if len(head) > idx else None
+        newest = self._manager.store.iter_newest
+        tail: list[Message] = yield Work(lambda: list(itertools.islice(newest(key), -idx)))
+        return tail[-1] if len(tail) == -idx else None
+
     def _delete_at(self, key: str, idx: int) -> Flow[ChatMessage | None]:
-        idx = _index(idx)
-        stored = yield from self._stored(key)
-        if not -len(stored) <= idx < len(stored):
+        doomed = yield from self._at(key, _index(idx))
+        if doomed is None:
             return None
-        doomed = stored[idx]
         yield from self._rewrite(key, [doomed.id] if doomed.id is not None else [])
         return to_llamaindex(doomed)
 

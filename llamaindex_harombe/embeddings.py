@@ -15,8 +15,9 @@ from __future__ import annotations
 import numpy as np
 from llama_index.core.base.embeddings.base import BaseEmbedding
 
-from harombe_core.embeddings.base import FloatArray, NativeAsyncEmbedder, validate_vectors
+from harombe_core.embeddings import FloatArray
 from harombe_core.errors import EmbeddingError, InvalidInputError
+from harombe_core.integration import NativeAsyncEmbedder, validate_vectors
 
 __all__ = ["LlamaIndexEmbedder"]
 

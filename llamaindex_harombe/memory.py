@@ -8,7 +8,10 @@ LlamaIndex's own ``Memory`` does, so two users never share one by default.
 ``get`` returns the newest messages that fit the token limit, counted as LlamaIndex counts them
 (text, with tool calls and their results included), never starting on an assistant or tool
 turn, and never nothing: when even the newest turn does not fit, it is returned whole, as
-LlamaIndex's ``Memory`` keeps its last turn (see :mod:`llamaindex_harombe._window`). When the
+LlamaIndex's ``Memory`` keeps its last turn. The window is the core's
+(:meth:`~harombe_core.manager.MemoryManager.get_context` with
+:class:`~harombe_core.tokens.TextTokenCounter`, LlamaIndex's counting): it reads only the rows
+it can use, never the whole session. When the
 engine passes the user's input, the most relevant turns of the user's earlier sessions come
 first as one system message (only with a ``user_id``: recall never reaches sessions not known
 to be the same user's), found by meaning and by keyword with the bundled offline model.
@@ -30,12 +33,11 @@ from llama_index.core.llms.llm import LLM
 from llama_index.core.memory.types import BaseMemory
 from llama_index.core.storage.chat_store.base_db import MessageStatus
 
-from harombe_core.errors import Fix, InvalidBudgetError, InvalidInputError
-from harombe_core.manager import MemoryManager
+from harombe_core import MemoryManager
+from harombe_core.errors import InvalidBudgetError, InvalidInputError
+from harombe_core.integration import Fix, Threader, resolve_selector
 from harombe_core.models import Message, Session
-from harombe_core.strategies import Window
-from harombe_core.threader import Threader
-from harombe_core.threads import resolve_selector
+from harombe_core.tokens import TextTokenCounter
 from harombe_core.validate import (
     MAX_TOP_K,
     check_budget,
@@ -46,7 +48,6 @@ from harombe_core.validate import (
     pydantic_errors,
 )
 from llamaindex_harombe._recall import fit_context
-from llamaindex_harombe._window import LlamaIndexCosts, conversation_window
 from llamaindex_harombe.convert import from_llamaindex_list, to_llamaindex
 from llamaindex_harombe.llm import LlamaIndexLLM
 
@@ -387,8 +388,8 @@ class HarombeMemory(BaseMemory):
     def count_tokens(self, messages: Sequence[ChatMessage]) -> int:
         """Tokens ``messages`` take from ``token_limit``: their text, names and tool calls,
         counted as LlamaIndex's memories count (no per-message framing)."""
-        costs = LlamaIndexCosts(self._manager.token_counter)
-        return costs.total(from_llamaindex_list(messages, "count_tokens"))
+        counter = TextTokenCounter(self._manager.token_counter)
+        return counter.count_messages(from_llamaindex_list(messages, "count_tokens"))
 
     def _budget(self, initial_token_count: int) -> int:
         check_budget(initial_token_count, "initial_token_count")
@@ -449,21 +450,26 @@ class HarombeMemory(BaseMemory):
         """
         if session is None:  # deleted behind this memory's back (e.g. by a chat store)
             return []
-        spent = LlamaIndexCosts(self._manager.token_counter).total(context)
-        window = self._window(session, max(budget - spent, 0))
-        if context and window.tokens + spent > budget:
+        counter = TextTokenCounter(self._manager.token_counter)
+        spent = counter.count_messages(context)
+        window = self._window(counter, max(budget - spent, 0))
+        if context and sum(m.token_count or 0 for m in window) + spent > budget:
             context = []
-            window = self._window(session, budget)
-        return [to_llamaindex(m) for m in _merge_system(context, window.messages)]
+            window = self._window(counter, budget)
+        return [to_llamaindex(m) for m in _merge_system(context, window)]
 
-    def _window(self, session: Session, budget: int) -> Window:
-        return conversation_window(
-            self._manager,
-            session,
-            strategy=self.strategy,
-            max_tokens=budget,
+    def _window(self, counter: TextTokenCounter, budget: int) -> list[Message]:
+        """The core's window of this session in LlamaIndex's counting (each message carries
+        its cost), never empty while the session has a message."""
+        return self._manager.get_context(
+            self.session_id,
+            self.strategy,
+            budget,
+            start_on_user=True,
             keep_last=self.keep_last,
             user_id=self.user_id,
+            token_counter=counter,
+            keep_newest_turn=True,
         )
 
     # BaseMemory ---------------------------------------------------------------------------

@@ -16,11 +16,10 @@ from llama_index.core.base.base_retriever import BaseRetriever
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.schema import NodeWithScore, QueryBundle, QueryType, TextNode
 
+from harombe_core import MemoryManager
 from harombe_core.errors import InvalidInputError
-from harombe_core.export.hits import hit_metadata
-from harombe_core.manager import MemoryManager
+from harombe_core.integration import check_search_scope, hit_metadata
 from harombe_core.models import SearchHit
-from harombe_core.owners import check_search_scope
 from harombe_core.validate import check_count, check_query, optional_id
 from llamaindex_harombe._owned import OwnedManager
 from llamaindex_harombe.memory import (

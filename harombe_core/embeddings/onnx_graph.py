@@ -11,10 +11,16 @@ it in the test suite), with pooling and normalisation inside:
     per layer:   x = LayerNorm(x + Attention(x, mask));  x = LayerNorm(x + FFN(x))
     output:      L2-normalise(mean of x over the unmasked tokens)   (or the first token)
 
-Only the standard ONNX operators (opset 17) are used; onnxruntime's transformer optimizer
-then fuses attention, layer norms and GELU as it does for an exported graph. Any BERT-style
-model (``BertModel`` in ``config.json``, absolute positions) can be built; others are refused
-with an :class:`~harombe_core.errors.EmbeddingError` that names the alternative.
+Only the standard ONNX operators (opset 17) are used. onnxruntime fuses them itself when it
+loads the graph (``ORT_ENABLE_ALL``: GELU with its bias, the attention's scaled product), with
+the same arithmetic. Writing the layers with onnxruntime's own ``Attention`` and
+``SkipLayerNormalization`` operators instead, as its transformer optimizer does, measured 15-20%
+fewer texts per CPU-second on its CPU kernels (onnxruntime 1.32, 1 and 2 threads, chat texts of
+26 and 49 tokens on average: ``benchmarks/bench_embeddings.py``), so the graph is left plain;
+the same graph also feeds int8 quantisation, whose quantiser knows only standard operators.
+Any BERT-style model (``BertModel`` in ``config.json``, absolute positions) can be built;
+others are refused with an :class:`~harombe_core.errors.EmbeddingError` that names the
+alternative.
 """
 
 from __future__ import annotations
@@ -74,10 +80,6 @@ class _Builder:
         self.nodes.append(self.onnx.helper.make_node(kind, list(inputs), [out], **attributes))
         return out
 
-    def ms(self, kind: str, *inputs: str, **attributes: Any) -> str:
-        """One of onnxruntime's own (``com.microsoft``) operators."""
-        return self.op(kind, *inputs, domain="com.microsoft", **attributes)
-
     def weight(self, name: str) -> np.ndarray:
         try:
             return self.weights[name].astype(np.float32)
@@ -98,15 +100,10 @@ class _Builder:
     def ints(self, name: str, *values: int) -> str:
         return self.const(name, np.array(values, dtype=np.int64))
 
-    def dense(self, x: str, prefix: str) -> tuple[str, str]:
-        """``x @ W`` and the bias, apart (the fused operators take the bias themselves)."""
-        return (
-            self.op("MatMul", x, self.param(f"{prefix}.weight", transpose=True)),
-            self.param(f"{prefix}.bias"),
-        )
-
     def linear(self, x: str, prefix: str) -> str:
-        return self.op("Add", *self.dense(x, prefix))
+        """``x @ W + bias``; torch's Linear stores W as [out, in]."""
+        weight = self.param(f"{prefix}.weight", transpose=True)
+        return self.op("Add", self.op("MatMul", x, weight), self.param(f"{prefix}.bias"))
 
     def layer_norm(self, x: str, prefix: str) -> str:
         return self.op(
@@ -141,7 +138,7 @@ class _Builder:
         summed = self.op("Add", self.op("Add", words, places), types)
         return self.layer_norm(summed, "embeddings.LayerNorm")
 
-    def plain_layers(self, x: str, mask: str, count: int) -> str:
+    def layers(self, x: str, mask: str, count: int) -> str:
         """The encoder layers in standard operators."""
         heads, size = self.heads, self.hidden // self.heads
         # Padding gets a score that softmax turns into exactly 0: [B, 1, 1, S].
@@ -175,45 +172,6 @@ class _Builder:
             out = self.linear(inner, f"{p}.output.dense")
             x = self.layer_norm(self.op("Add", out, x), f"{p}.output.LayerNorm")
         return x
-
-    def fused_layers(self, x: str, count: int) -> str:
-        """The same layers with onnxruntime's fused operators (the same arithmetic: scaled
-        dot-product attention over the unmasked tokens, exact GELU)."""
-        from onnx import TensorProto
-
-        mask = self.op("Cast", "attention_mask", to=TensorProto.INT32)
-        for i in range(count):
-            p = f"encoder.layer.{i}"
-            att = f"{p}.attention.self"
-            names = ("query", "key", "value")
-            qkv_w = np.concatenate([self.weight(f"{att}.{n}.weight").T for n in names], axis=1)
-            qkv_b = np.concatenate([self.weight(f"{att}.{n}.bias") for n in names])
-            context = self.ms(
-                "Attention",
-                x,
-                self.const(f"{att}.qkv.weight", qkv_w),
-                self.const(f"{att}.qkv.bias", qkv_b),
-                mask,
-                num_heads=self.heads,
-            )
-            x = self.skip_norm(context, x, f"{p}.attention.output")
-            inner, bias = self.dense(x, f"{p}.intermediate.dense")
-            x = self.skip_norm(self.ms("BiasGelu", inner, bias), x, f"{p}.output")
-
-        return x
-
-    def skip_norm(self, value: str, skip: str, prefix: str) -> str:
-        """LayerNorm(value @ W + bias + skip), the residual block's end, as one operator."""
-        product, bias = self.dense(value, f"{prefix}.dense")
-        return self.ms(
-            "SkipLayerNormalization",
-            product,
-            skip,
-            self.param(f"{prefix}.LayerNorm.weight"),
-            self.param(f"{prefix}.LayerNorm.bias"),
-            bias,
-            epsilon=self.eps,
-        )
 
     def pool(self, x: str, mask: str, pooling: str) -> None:
         """Mean over the unmasked tokens (or the first token), L2-normalised: ``embedding``."""
@@ -263,20 +221,13 @@ def _weights(model_dir: Path) -> dict[str, np.ndarray]:
     return {name.removeprefix("bert."): value for name, value in weights.items()}
 
 
-def build_bert_graph(
-    model_dir: Path, pooling: str = "mean", *, fused: bool = True
-) -> onnx.ModelProto:
+def build_bert_graph(model_dir: Path, pooling: str = "mean") -> onnx.ModelProto:
     """The ONNX model of the sentence-transformers BERT encoder in ``model_dir``.
 
     Inputs are :data:`INPUTS`; the output ``embedding`` ([batch, hidden], float32) is pooled
-    (``mean`` over the attention mask, or ``cls``) and L2-normalised. Needs the ``onnx`` and
-    ``safetensors`` packages (the ``onnx`` extra), not torch.
-
-    ``fused`` writes each layer with onnxruntime's fused operators (``Attention``,
-    ``SkipLayerNormalization``, ``BiasGelu``), what its transformer optimizer makes of an
-    exported graph, with the same vectors; such a graph runs only on onnxruntime.
-    ``fused=False`` gives the plain standard-operator graph (for int8 quantisation, whose
-    quantiser knows only standard operators).
+    (``mean`` over the attention mask, or ``cls``) and L2-normalised. Standard operators only
+    (see the module docstring for why), so any ONNX runtime runs it and the int8 quantiser
+    reads it. Needs the ``onnx`` and ``safetensors`` packages (the ``onnx`` extra), not torch.
     """
     with requires_extra("building the ONNX model (done once, then cached)", "onnx", "onnx"):
         import onnx
@@ -286,7 +237,7 @@ def build_bert_graph(
     layers = int(config["num_hidden_layers"])
     x = b.embeddings()
     mask = b.op("Cast", "attention_mask", to=TensorProto.FLOAT)
-    x = b.fused_layers(x, layers) if fused else b.plain_layers(x, mask, layers)
+    x = b.layers(x, mask, layers)
     b.pool(x, mask, pooling)
 
     inputs = [
@@ -295,11 +246,9 @@ def build_bert_graph(
     ]
     output = helper.make_tensor_value_info("embedding", TensorProto.FLOAT, ["batch", b.hidden])
     graph = helper.make_graph(b.nodes, "sentence_encoder", inputs, [output], b.initializers)
-    opsets = [helper.make_opsetid("", OPSET)]
-    if fused:
-        opsets.append(helper.make_opsetid("com.microsoft", 1))
-    model = helper.make_model(graph, opset_imports=opsets, producer_name="harombe")
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="harombe"
+    )
     model.ir_version = min(model.ir_version, 8)  # readable by onnxruntime >= 1.14
-    if not fused:  # the checker does not know onnxruntime's operators
-        onnx.checker.check_model(model)
+    onnx.checker.check_model(model)
     return model

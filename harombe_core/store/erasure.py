@@ -60,8 +60,8 @@ _PG_RELINK = (
 
 
 #: The FTS5 tables compacted after a deletion, where the file has them: the messages' keyword
-#: index and user memory's (facts).
-KEYWORD_TABLES = ("messages_fts", "facts_fts")
+#: index, user memory's (facts) and the session summaries'.
+KEYWORD_TABLES = ("messages_fts", "facts_fts", "sessions_fts")
 
 #: The value of a key once its erasure is done.
 DONE = "0"

@@ -58,6 +58,7 @@ __all__ = [
     "set_message_summary",
     "set_meta",
     "set_parent",
+    "summaries_matching",
     "summarised_sessions",
     "system_prompt_tokens",
     "update_session",
@@ -169,6 +170,43 @@ def summarised_sessions(user_id: str | None) -> Op[list[tuple[str, str, str | No
             sql += " AND user_id = ?"
             params.append(user_id)
         sql += f" ORDER BY updated_at DESC, {d.session_order} DESC"
+        rows = (yield d.step(sql, params)).rows
+        return [(str(r[0]), str(r[1]), r[2]) for r in rows]
+
+    return Op(body)
+
+
+def summaries_matching(words: Sequence[str]) -> Op[list[tuple[str, str, str | None]]]:
+    """``(id, summary, summary_json)`` of the sessions, of every user, whose summary or topics
+    hold any of ``words``, in :func:`list_sessions`' order. They are found through the
+    summaries' keyword index (migration 10), so the cost follows the sessions that match, not
+    the store. The index matches at least every session that holds one of the words as a word
+    (SQLite's also finds other forms of it): the caller scores what comes back."""
+    terms = sorted({str(w) for w in words if str(w)})
+
+    def body(d: Dialect) -> Body[list[tuple[str, str, str | None]]]:
+        if not terms:
+            return []
+        if d.name == "sqlite":
+            match = " OR ".join('"' + term.replace('"', '""') + '"' for term in terms)
+            sql = (
+                "SELECT s.id, s.summary, s.summary_json FROM sessions_fts f "
+                "JOIN sessions s ON s.rowid = f.rowid "
+                "WHERE sessions_fts MATCH ? AND s.summary <> '' "
+                "ORDER BY s.updated_at DESC, s.rowid DESC"
+            )
+            params: list[Any] = [match]
+        else:
+            # Each word as the trigger indexed the text: runs of word characters (as the
+            # database's locale has them), the 'simple' configuration.
+            word = "plainto_tsquery('simple', regexp_replace(?, '[^[:alnum:]_]+', ' ', 'g'))"
+            query = " || ".join([word] * len(terms))
+            sql = (
+                "SELECT id, summary, summary_json FROM sessions "
+                f"WHERE summary_fts @@ ({query}) AND summary <> '' "
+                f"ORDER BY updated_at DESC, {d.session_order} DESC"
+            )
+            params = list(terms)
         rows = (yield d.step(sql, params)).rows
         return [(str(r[0]), str(r[1]), r[2]) for r in rows]
 

@@ -174,6 +174,15 @@ def _core_tables(dialect: str) -> list[str]:
     ]
 
 
+def _summary_text(row: str) -> str:
+    """SQLite: what the summaries' keyword index holds for session ``row``: the summary and
+    its topics (``summary_json``'s list, when it is valid JSON)."""
+    return (
+        f"{row}.summary || ' ' || COALESCE((SELECT group_concat(value, ' ') FROM json_each("
+        f"CASE WHEN json_valid({row}.summary_json) THEN {row}.summary_json END, '$.topics')), '')"
+    )
+
+
 # Each migration is a list of statements run in one transaction with the version bump.
 MIGRATIONS: list[list[str]] = [
     [
@@ -323,6 +332,29 @@ MIGRATIONS: list[list[str]] = [
         """CREATE TABLE checkpoint_mirror_due (
             thread_id TEXT PRIMARY KEY REFERENCES sessions(id) ON DELETE CASCADE
         ) WITHOUT ROWID""",
+    ],
+    # 10: the keyword index of session summaries (summary and topics), so a search of every
+    # user's summaries reads the sessions that match, not the store (ops.summaries_matching).
+    # Kept by triggers in the transaction that writes a summary, whichever code writes it.
+    [
+        """CREATE VIRTUAL TABLE sessions_fts USING fts5(
+            summary, tokenize = 'porter unicode61 remove_diacritics 2'
+        )""",
+        f"""CREATE TRIGGER sessions_fts_insert AFTER INSERT ON sessions
+        WHEN new.summary <> '' BEGIN
+            INSERT INTO sessions_fts (rowid, summary) VALUES (new.rowid, {_summary_text("new")});
+        END""",
+        f"""CREATE TRIGGER sessions_fts_update AFTER UPDATE OF summary, summary_json ON sessions
+        BEGIN
+            DELETE FROM sessions_fts WHERE rowid = old.rowid;
+            INSERT INTO sessions_fts (rowid, summary)
+                SELECT new.rowid, {_summary_text("new")} WHERE new.summary <> '';
+        END""",
+        """CREATE TRIGGER sessions_fts_delete AFTER DELETE ON sessions BEGIN
+            DELETE FROM sessions_fts WHERE rowid = old.rowid;
+        END""",
+        f"INSERT INTO sessions_fts (rowid, summary) SELECT rowid, {_summary_text('sessions')} "
+        "FROM sessions WHERE summary <> ''",
     ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -489,6 +521,35 @@ PG_MIGRATIONS: list[list[str]] = [
         """CREATE TABLE checkpoint_mirror_due (
             thread_id TEXT COLLATE "C" PRIMARY KEY REFERENCES sessions (id) ON DELETE CASCADE
         )""",
+    ],
+    # 10: the keyword index of session summaries, as SQLite migration 10: a tsvector of the
+    # summary and its topics (the 'simple' configuration over runs of word characters: every
+    # word, as the summary search scores them), set by a trigger from whatever writes them.
+    # It may meet its objects already there (a schema history rewound by hand), so it does not
+    # insist.
+    [
+        "ALTER TABLE sessions ADD COLUMN IF NOT EXISTS summary_fts TSVECTOR",
+        """CREATE OR REPLACE FUNCTION harombe_summary_fts() RETURNS trigger LANGUAGE plpgsql AS $$
+        DECLARE
+            topics TEXT;
+        BEGIN
+            BEGIN
+                SELECT string_agg(t, ' ') INTO topics
+                FROM jsonb_array_elements_text(NEW.summary_json::jsonb -> 'topics') AS t;
+            EXCEPTION WHEN others THEN
+                topics := NULL;  -- no topics, or not a list of them
+            END;
+            NEW.summary_fts := CASE WHEN COALESCE(NEW.summary, '') = '' THEN NULL
+                ELSE to_tsvector('simple', regexp_replace(
+                    NEW.summary || ' ' || COALESCE(topics, ''), '[^[:alnum:]_]+', ' ', 'g'))
+                END;
+            RETURN NEW;
+        END $$""",
+        "DROP TRIGGER IF EXISTS sessions_summary_fts ON sessions",
+        "CREATE TRIGGER sessions_summary_fts BEFORE INSERT OR UPDATE OF summary, summary_json "
+        "ON sessions FOR EACH ROW EXECUTE FUNCTION harombe_summary_fts()",
+        "UPDATE sessions SET summary = summary WHERE summary <> ''",
+        "CREATE INDEX IF NOT EXISTS sessions_summary_fts ON sessions USING GIN (summary_fts)",
     ],
 ]
 PG_SCHEMA_VERSION = len(PG_MIGRATIONS)

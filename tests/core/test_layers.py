@@ -3,9 +3,15 @@
 A module imports only from its own layer or a lower one (imports inside functions count too:
 a lazy import is still a dependency), no import cycle exists between library modules, no
 module uses another module's ``_``-prefixed name (``store._run``, ``from x import _helper``),
-and no module grows past 700 lines. Each rule has an allow-list of the violations that exist
-today; the lists may only shrink, so a fixed violation fails the test until it is removed from
-its list.
+and no module grows into a giant (over 1,000 lines). Each rule has an allow-list of the
+violations that exist today; the lists may only shrink, so a fixed violation fails the test
+until it is removed from its list.
+
+Modules are sized by cohesion: one module per job, split where the job splits and merged where
+two modules do one job, not at a line count. A 700-line cap split modules mid-thought (files at
+698 and 699 lines, shims and one-function modules), so the ceiling is now an alarm for a module
+that has become several things at once (the 3,000-line class of the anti-patterns); the one
+module past it (the manager: the public API written out) is listed with its reason.
 
 The layers, low to high (a module not listed makes the test fail, so every new module is
 placed on purpose):
@@ -18,7 +24,8 @@ placed on purpose):
 4. retrieval, threads, context
 5. manager (composing its parts: context.ContextBuilder, manager_search.Searcher)
 6. chat_memory, export, migrate, demo, graph_render, testing
-7. cli, server/* (``harombe serve``), the ``harombe_core`` package itself
+7. cli, server/* (``harombe serve``), integration (the adapters' toolkit), the ``harombe_core``
+   package itself
 8. the adapters: langchain_harombe, llamaindex_harombe
 """
 
@@ -33,7 +40,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("harombe_core", "langchain_harombe", "llamaindex_harombe")
-MAX_LINES = 700
+#: A module past this holds several jobs: split it by job (not at this line).
+MAX_LINES = 1000
 
 # Module (or package prefix, ending in ".") -> layer. The longest matching entry wins.
 LAYERS: dict[str, int] = {
@@ -79,7 +87,6 @@ LAYERS: dict[str, int] = {
             "llm",
             "strategies",
             "context_reads",
-            "newest",
             "owned",
             "write_inputs",
             "erasing",
@@ -102,8 +109,6 @@ LAYERS: dict[str, int] = {
             "export.",
             "migrate",
             "migrate.",
-            "migrate_items",
-            "migrate_tables",
             "demo",
             "graph_render",
             "testing",
@@ -114,6 +119,8 @@ LAYERS: dict[str, int] = {
     "cli_app": 7,
     "cli_facts": 7,  # `harombe facts` and `harombe profile` (user memory)
     "cli_forget": 7,  # `harombe forget --user U` (erasure)
+    # the integration toolkit: what the adapters may use beyond harombe_core's __all__
+    "integration": 7,
     # harombe serve: the JSON API, MCP server, inspector and client, beside the command line
     "server": 7,
     "server.": 7,
@@ -125,8 +132,9 @@ ADAPTER_LAYER = 8
 ALLOWED_UPWARD: set[tuple[str, str]] = set()
 ALLOWED_CYCLES: set[frozenset[str]] = set()
 ALLOWED_PRIVATE: set[tuple[str, str]] = set()
-# manager: its public methods are written out (count_messages/acount_messages included);
-# issue 19 sizes modules by cohesion rather than by this cap.
+# manager: one job (the public API: every method and its async twin written out where an
+# editor and a type checker can follow them, each a short call into the part that does the
+# work); long by breadth, not by mixing jobs.
 ALLOWED_LONG: set[str] = {"harombe_core.manager"}
 
 
@@ -388,13 +396,13 @@ def test_no_module_uses_another_modules_private_names() -> None:
     assert ALLOWED_PRIVATE - uses == set(), "fixed: remove them from ALLOWED_PRIVATE"
 
 
-def test_no_module_over_700_lines() -> None:
+def test_no_giant_module() -> None:
     long = {
         name
         for name, module in MODULES.items()
         if len(module.path.read_text(encoding="utf-8").splitlines()) > MAX_LINES
     }
-    assert long - ALLOWED_LONG == set(), f"modules over {MAX_LINES} lines: split them"
+    assert long - ALLOWED_LONG == set(), f"modules over {MAX_LINES} lines: split them by job"
     assert ALLOWED_LONG - long == set(), "under the limit now: remove them from ALLOWED_LONG"
 
 

@@ -7,6 +7,7 @@ second where the bundled model takes tens (that one is covered by test_embedding
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -55,6 +56,40 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     )
     BertModel(config).save_pretrained(target)
     return target
+
+
+def test_a_model_that_is_not_bert_is_exported_with_torch_and_embeds_as_sentence_transformers(
+    tiny_model: Path, cache: Path, tmp_path: Path
+) -> None:
+    """The fallback for encoders the graph builder does not know (here a small RoBERTa): one
+    cached file, exported by torch in standard operators, the reference's vectors."""
+    if importlib.util.find_spec("sentence_transformers") is None:
+        pytest.skip("the reference needs the st extra")
+    import torch
+    from sentence_transformers import SentenceTransformer
+    from transformers import RobertaConfig, RobertaModel
+
+    target = tmp_path / "roberta"
+    shutil.copytree(tiny_model, target)
+    (target / "config.json").unlink()
+    (target / "model.safetensors").unlink()
+    torch.manual_seed(0)
+    config = RobertaConfig(
+        vocab_size=30522,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        pad_token_id=0,
+    )
+    RobertaModel(config).save_pretrained(target)
+    texts = ["hello there", "a longer sentence about a trip to Lisbon in May", "ok"]
+    vectors = OnnxEmbedder(target).embed(texts)
+    assert [p.name for p in _model_files(cache)] == ["model.onnx"]
+    reference = SentenceTransformer(str(target), device="cpu").encode(
+        texts, normalize_embeddings=True
+    )
+    assert (vectors * reference).sum(axis=1).min() >= 0.9999
 
 
 @pytest.fixture

@@ -3,9 +3,9 @@ exactly as sentence-transformers does.
 
 The reference is sentence-transformers itself (the ``st`` extra); the texts cover what chat
 holds: one word, empty and blank strings, punctuation, accents, CJK and emoji, code, text at
-the model's 256-token limit and far beyond it. Both the fused graph (the default) and the
-plain one (quantisation's source) must give cosine >= 0.9999 to it, one text at a time and in
-padded batches.
+the model's 256-token limit and far beyond it. The built graph, and the default embedder that
+runs it as onnxruntime optimises it (fusions at ``ORT_ENABLE_ALL``, texts batched by length),
+must give cosine >= 0.9999 to it, one text at a time and in padded batches.
 """
 
 from __future__ import annotations
@@ -79,15 +79,26 @@ def reference() -> np.ndarray:
     return np.asarray(model.encode(VARIED, normalize_embeddings=True))
 
 
-@pytest.mark.parametrize("fused", [True, False], ids=["fused", "plain"])
-def test_built_graph_equals_sentence_transformers(reference: np.ndarray, fused: bool) -> None:
-    session = _session(build_bert_graph(bundled_model_path(), fused=fused))
-    batched = _run(session, VARIED)  # padded to the longest
-    alone = np.concatenate([_run(session, [text]) for text in VARIED])
-    for vectors in (batched, alone):
-        cosine = (vectors * reference).sum(axis=1)
-        assert cosine.min() >= 0.9999, dict(zip(VARIED, cosine.round(6), strict=True))
-        np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+def _assert_same(vectors: np.ndarray, reference: np.ndarray) -> None:
+    cosine = (vectors * reference).sum(axis=1)
+    assert cosine.min() >= 0.9999, dict(zip(VARIED, cosine.round(6), strict=True))
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+
+
+def test_built_graph_equals_sentence_transformers(reference: np.ndarray) -> None:
+    session = _session(build_bert_graph(bundled_model_path()))
+    _assert_same(_run(session, VARIED), reference)  # padded to the longest
+    _assert_same(np.concatenate([_run(session, [text]) for text in VARIED]), reference)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_default_embedder_equals_sentence_transformers(
+    reference: np.ndarray, threads: int
+) -> None:
+    """What ingestion runs: the cached graph, optimised by onnxruntime as it loads."""
+    embedder = OnnxEmbedder(threads=threads, batch_size=4, batch_tokens=64)
+    _assert_same(embedder.embed(VARIED), reference)
+    _assert_same(np.concatenate([embedder.embed([text]) for text in VARIED]), reference)
 
 
 def test_the_default_embedder_builds_and_runs_without_torch(tmp_path: Path) -> None:

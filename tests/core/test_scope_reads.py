@@ -19,6 +19,7 @@ import pytest
 from harombe_core.errors import InvalidInputError, SessionOwnershipError
 from harombe_core.manager import MemoryManager
 from harombe_core.models import Message
+from harombe_core.store import ops
 from harombe_core.testing import FakeEmbedder, InMemoryVectorIndex
 
 
@@ -145,5 +146,44 @@ def test_count_messages_counts_in_sql_within_the_session(tmp_path: Path) -> None
             mm.count_messages(sid, unless_metadata={"status": 1})  # type: ignore[dict-item]
         with pytest.raises(InvalidInputError):
             mm.count_messages(sid, after_id=-1)
+    finally:
+        mm.close()
+
+
+def test_search_summaries_of_every_user_reads_only_the_matches(tmp_path: Path) -> None:
+    """Without a user, a search by words goes through the summaries' keyword index: sessions
+    whose summary shares no word with the query are never read, however many there are."""
+    mm = MemoryManager(str(tmp_path / "m.db"), embedding=None)
+    try:
+        summarised(mm, "alice", "billing", 2)
+        summarised(mm, "bob", "billing", 1)
+
+        def search() -> list[Any]:
+            return mm.search_summaries("billing", top_k=10)
+
+        before, _, statements = work_of(mm, search)
+        for n in range(200):  # other users, other words: no summary holds "billing"
+            sid = mm.create_session(user_id=f"user{n}", session_id=f"user{n}")
+            mm.save_messages(sid, [Message(role="user", content=f"Lunch plans for week {n}.")])
+            mm.end_session(sid)
+        after, steps_after, statements_after = work_of(mm, search)
+        billing = {"alice-0", "alice-1", "bob-0"}
+        assert {s.id for s, _ in before} == {s.id for s, _ in after} == billing
+        assert statements_after == statements == 1 + len(before)
+        # FTS5's pages grow a little with the index, but nowhere near reading every summary.
+        _, every, _ = work_of(mm, lambda: mm.store.run(ops.summarised_sessions(None)))
+        assert steps_after * 4 < every
+        rows = mm.store.run(ops.summaries_matching(["billing"]))
+        assert sorted(r[0] for r in rows) == ["alice-0", "alice-1", "bob-0"]
+        assert mm.store.run(ops.summaries_matching([])) == []
+        # the index follows the summaries: a new summary is found, a deleted session is not
+        mm.delete_session("bob-0")
+        assert {s.id for s, _ in mm.search_summaries("billing", top_k=10)} == {
+            "alice-0",
+            "alice-1",
+        }
+        assert {s.id for s, _ in mm.search_summaries("lunch", top_k=500)} == {
+            f"user{n}" for n in range(200)
+        }
     finally:
         mm.close()

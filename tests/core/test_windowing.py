@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
-from harombe_core import InvalidBudgetError, MemoryManager, Message
+from harombe_core import InvalidBudgetError, InvalidInputError, MemoryManager, Message
 from harombe_core.strategies import window_newest
+from harombe_core.tokens import TextTokenCounter
 
 COST = 10
 
@@ -197,3 +198,36 @@ def test_window_newest_needs_nothing_but_an_iterable() -> None:
     assert _contents(reserved.messages) == ["9", "10"]
     assert reserved.tokens == 26
     assert window_newest(iter([]), 100).messages == []
+
+
+# a framework's own counting (the adapters' window) ------------------------------------------
+def test_get_context_charges_with_a_frameworks_counter() -> None:
+    """``token_counter`` charges each message its way; each returned message carries it."""
+    with MemoryManager(":memory:", embedding=None, token_counter="approximate") as manager:
+        sid = manager.create_session("Be brief.")
+        manager.save_messages(sid, [_user(i) if i % 2 == 0 else _assistant(i) for i in range(20)])
+        text = TextTokenCounter(manager.token_counter)
+        for strategy in ("simple", "summarization", "hybrid", "threaded"):
+            billed = manager.get_context(sid, strategy, 40)
+            charged = manager.get_context(sid, strategy, 40, token_counter=text)
+            assert len(charged) >= len(billed), strategy  # the framing is not charged
+            assert sum(m.token_count or 0 for m in charged) <= 40
+            for message in charged:
+                assert message.token_count == text.count_message(
+                    message.with_ids(token_count=None)
+                ), strategy
+        with pytest.raises(InvalidInputError, match="TokenCounter"):
+            manager.get_context(sid, token_counter=len)  # type: ignore[arg-type]
+
+
+def test_keep_newest_turn_sends_the_turn_that_does_not_fit(mm: MemoryManager) -> None:
+    sid = mm.create_session("system")  # 10 tokens
+    mm.save_messages(sid, [_user(0), _assistant(1), _call("c1"), _result("c1")])
+    with pytest.raises(InvalidBudgetError):
+        mm.get_context(sid, max_tokens=5)
+    tight = mm.get_context(sid, max_tokens=5, keep_newest_turn=True)
+    assert _contents(tight) == ["system", "u0", "a1", "", "result c1"]
+    assert _contents(mm.get_context(sid, max_tokens=25, start_on_user=True)) == ["system"]
+    kept = mm.get_context(sid, max_tokens=25, start_on_user=True, keep_newest_turn=True)
+    assert _contents(kept) == ["system", "u0", "a1", "", "result c1"]
+    assert mm.get_context("nowhere", keep_newest_turn=True) == []

@@ -13,7 +13,7 @@ from langchain_core.messages import AIMessage, HumanMessage
 
 from harombe_core.manager import MemoryManager
 from harombe_core.migrate import MigrationError, migrate
-from harombe_core.migrate_tables import CHECKPOINT_TABLES
+from harombe_core.migrate.tables import CHECKPOINT_TABLES
 from langchain_harombe import HarombeSaver, RecordingChatModel
 
 CONFIG = {"configurable": {"thread_id": "t1", "user_id": "ann"}}

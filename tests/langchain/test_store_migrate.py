@@ -14,7 +14,7 @@ from langgraph.store.base import GetOp, ListNamespacesOp, SearchOp
 
 from harombe_core.manager import MemoryManager
 from harombe_core.migrate import MigrationError, migrate
-from harombe_core.migrate_items import copy_store_items
+from harombe_core.migrate.items import copy_store_items
 from harombe_core.testing import FakeEmbedder
 from langchain_harombe import HarombeStore
 
@@ -126,7 +126,7 @@ def test_a_different_item_at_the_destination_is_never_overwritten(
 
 
 def test_verification_notices_an_item_lost_after_the_copy(source: str, tmp_path: Path) -> None:
-    from harombe_core.migrate_items import verify_store_items
+    from harombe_core.migrate.items import verify_store_items
 
     target = str(tmp_path / "target.db")
     migrate(source, target, progress=False)

@@ -4,10 +4,13 @@
 from __future__ import annotations
 
 import itertools
+import json
+import re
 from typing import Any
 
 from harombe_core.manager import MemoryManager
 from harombe_core.models import Message
+from harombe_core.store import ops
 
 _sessions = itertools.count()
 
@@ -52,3 +55,47 @@ def test_search_summaries_stays_in_the_users_sessions(manager: MemoryManager) ->
     assert [s.id for s, _ in hits] == [f"sum{n}ann"]
     everyone = {s.id for s, _ in manager.search_summaries("billing database", top_k=50)}
     assert {f"sum{n}ann", f"sum{n}bob"} <= everyone
+
+
+def _by_words(manager: MemoryManager, query: str) -> set[str]:
+    """The sessions the word scoring of search_summaries keeps, from every summary read."""
+    words = set(re.findall(r"\w+", query.lower()))
+    kept = set()
+    for sid, summary, raw in manager.store.run(ops.summarised_sessions(None)):
+        topics = (json.loads(raw) if raw else {}).get("topics", [])
+        if words & set(re.findall(r"\w+", (summary + " " + " ".join(topics)).lower())):
+            kept.add(sid)
+    return kept
+
+
+def test_search_summaries_of_every_user_finds_what_the_words_find(manager: MemoryManager) -> None:
+    """Without a user the summaries' keyword index picks the sessions; it must miss none that
+    shares a word with the query, whatever the punctuation, case, digits or accents."""
+    n = next(_sessions)
+    texts = [
+        "We moved the Billing database to postgres 3.5 on Friday.",
+        "Café opening: the e-mail list_name and don't-forget items.",
+        "Nothing in common here at all.",
+    ]
+    made = []
+    for i, text in enumerate(texts):
+        sid = manager.create_session(session_id=f"words{n}-{i}", user_id=f"u{i}")
+        manager.save_messages(sid, [Message(role="user", content=text)])
+        manager.end_session(sid)
+        made.append(sid)
+    for query in [
+        "billing",
+        "BILLING database",
+        "3",
+        "5",
+        "café",
+        "list_name",
+        "don",
+        "t",
+        "e mail",
+        "friday? postgres!",
+        "unrelated words",
+    ]:
+        expected = _by_words(manager, query) & set(made)
+        found = {s.id for s, _ in manager.search_summaries(query, top_k=50)} & set(made)
+        assert found == expected, query

@@ -50,6 +50,7 @@ from harombe_core import (
 from harombe_core.chat_memory import ChatMemory
 from harombe_core.retrieval import SEARCH_OPTIONS
 from harombe_core.testing import FakeEmbedder
+from harombe_core.tokens import ApproximateTokenCounter, TextTokenCounter
 from langchain_harombe.history import HarombeChatMessageHistory
 from langchain_harombe.retriever import HarombeRetriever as LangChainRetriever
 from langchain_harombe.store import HarombeStore
@@ -510,6 +511,10 @@ def common_kinds(world: World) -> dict[str, st.SearchStrategy[Any]]:
             [lambda: None, partial(_write_then_fail, world.semantic), 3, "x", None]
         ),
         "start_on_user": flags,
+        "keep_newest_turn": flags,
+        "token_counter": st.sampled_from(
+            [None, TextTokenCounter(ApproximateTokenCounter()), "nope", 3, len]
+        ),
         "progress": flags,
         "reembed": flags,
         "rag": flags,
