@@ -60,6 +60,7 @@ from typing import Any
 
 from harombe_core.manager import MemoryManager
 from harombe_core.models import Message
+from harombe_core.store import ops
 from harombe_core.strategies import ContextBudget
 from harombe_core.tokens import ApproximateTokenCounter
 
@@ -149,13 +150,13 @@ def build(size: int, cache_dir: Path) -> Path:
                 batch.append(
                     message.with_ids(token_count=counter.count_message(message), parent_id=parent)
                 )
-            ids = store.add_messages(SESSION, batch)
+            ids = store.run(ops.add_messages(SESSION, batch))
             if first_id is None:  # the ids of a fresh file are consecutive: link the first batch
                 first_id = ids[0]
                 for offset, message_id in enumerate(ids):
                     parent = _parent(offset, first_id)
                     if parent is not None:
-                        store.set_parent(message_id, parent)
+                        store.run(ops.set_parent(message_id, parent))
             if ids != list(range(first_id + start, first_id + start + len(ids))):
                 raise RuntimeError("message ids are not consecutive; cannot link threads")
         store.rebuild_keyword_index()
@@ -292,7 +293,7 @@ def _prefill(mm: MemoryManager, session_id: str, count: int) -> None:
     for index in range(count):
         message = Message(role="user" if index % 2 == 0 else "assistant", content=_text(rng))
         prepared = message.with_ids(token_count=counter.count_message(message), parent_id=previous)
-        previous = mm.store.add_messages(session_id, [prepared])[0]
+        previous = mm.store.run(ops.add_messages(session_id, [prepared]))[0]
 
 
 def append_median(count: int, selector: str, appends: int = 20) -> float:

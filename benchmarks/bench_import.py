@@ -40,6 +40,7 @@ from pathlib import Path
 from harombe_core import export as ex
 from harombe_core.manager import MemoryManager
 from harombe_core.models import Message
+from harombe_core.store import ops
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 
@@ -65,9 +66,9 @@ def make_export(path: Path, sessions: int, per_session: int, fmt: str = "json") 
                 ],
             )
             for i in range(1, len(ids), 3):
-                mm.store.set_parent(ids[i], ids[i - 1])
-            mm.store.set_message_summary(ids[0], {"title": "t", "summary": f"s{s}"})
-            mm.store.update_session(sid, summary=f"summary {s}", summary_until_id=ids[-1])
+                mm.store.run(ops.set_parent(ids[i], ids[i - 1]))
+            mm.store.run(ops.set_message_summary(ids[0], {"title": "t", "summary": f"s{s}"}))
+            mm.store.run(ops.update_session(sid, summary=f"summary {s}", summary_until_id=ids[-1]))
         return ex.write_text(path, ex.export_store(mm, fmt))
 
 

@@ -84,7 +84,7 @@ async def measure(url: str, rounds: int, calls: int, concurrency: int) -> dict[s
     peer = CallerLoopPool(url)
     await peer.open()
     try:
-        store.create_session("bench", user_id="u")
+        store.run(ops.create_session("bench", user_id="u"))
         read = lambda: ops.get_session("bench").body(POSTGRES)  # noqa: E731
         write = _append("bench")
         runs: dict[str, Callable[[Callable[[], Body[Any]]], Awaitable[Any]]] = {

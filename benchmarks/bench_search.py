@@ -34,6 +34,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from harombe_core.store import ops
+
 # Run as a script, this folder comes first on sys.path: keep the other benchmark scripts in it
 # from shadowing standard-library modules that harombe imports later.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
@@ -154,11 +156,13 @@ def bench_search(args: argparse.Namespace, folder: Path) -> None:
 
     build = MemoryConfig.model_validate({"vector_store": {"batch_size": 512}})
     with MemoryManager(str(db), embedding=corpus_embedder, config=build) as mm:
-        for s in range(args.sessions if mm.store.count_messages() == 0 else 0):
+        for s in range(args.sessions if mm.store.run(ops.count_messages()) == 0 else 0):
             mm.save_messages(
                 f"s{s}",
-                [Message(role="user" if i % 2 == 0 else "assistant", content=sentence(rng))
-                 for i in range(per_session)],
+                [
+                    Message(role="user" if i % 2 == 0 else "assistant", content=sentence(rng))
+                    for i in range(per_session)
+                ],
                 user_id=f"u{s % args.users}",
             )
         mm.flush()

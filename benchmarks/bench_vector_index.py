@@ -52,6 +52,8 @@ from typing import Any  # noqa: E402
 
 import numpy as np  # noqa: E402
 
+from harombe_core.store import ops  # noqa: E402
+
 DIM = 384
 LOCOMO = Path("/work/shared/data/locomo/locomo_dev.json")
 
@@ -113,8 +115,8 @@ def build_store(path: Path, size: int, users: int, per_session: int, seed: int) 
             stored.write(ids, vectors[done : done + count], [user] * count)
             done += count
             session += 1
-        mm.store.set_meta("embedding_model", "bench/random")
-        mm.store.set_meta("embedding_dimension", str(DIM))
+        mm.store.run(ops.set_meta("embedding_model", "bench/random"))
+        mm.store.run(ops.set_meta("embedding_dimension", str(DIM)))
     return vectors
 
 

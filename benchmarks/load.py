@@ -40,9 +40,26 @@ import tempfile  # noqa: E402
 import time  # noqa: E402
 from typing import Any  # noqa: E402
 
+from harombe_core.store import ops  # noqa: E402
+
 WORDS = [
-    "apple", "river", "engine", "garden", "piano", "rocket", "winter", "coffee", "market",
-    "silver", "window", "harbour", "lantern", "meadow", "forest", "cinema", "ticket",
+    "apple",
+    "river",
+    "engine",
+    "garden",
+    "piano",
+    "rocket",
+    "winter",
+    "coffee",
+    "market",
+    "silver",
+    "window",
+    "harbour",
+    "lantern",
+    "meadow",
+    "forest",
+    "cinema",
+    "ticket",
 ]
 
 
@@ -172,7 +189,7 @@ def run(
             stored = [m.id for m in mm.get_messages(sid)]
             if stored != ids:  # present, exactly once, in acknowledged order
                 problems += 1
-        total = mm.store.count_messages()
+        total = mm.store.run(ops.count_messages())
     idle_p95 = _ms(idle, 95)
     report = {
         "backend": label,

@@ -27,6 +27,7 @@ import networkx as nx
 from harombe_core.errors import InvalidInputError, InvalidMessageError, SummarizationError
 from harombe_core.flows import Call, Flow, Work, adrive, drive
 from harombe_core.models import Message, MessageSummary, SearchHit, Session
+from harombe_core.store import ops
 from harombe_core.store.closing import ClosesOnExit
 from harombe_core.threader import Threader, selector_mode
 from harombe_core.threads import (
@@ -240,8 +241,8 @@ class ChatMemory(ClosesOnExit):
         return human_id, assistant_id
 
     def _set_summary(self, node_id: int, summary: MessageSummary) -> None:
-        self.memory.store.set_message_summary(
-            node_id, {"title": summary.title, "summary": summary.summary}
+        self.memory.store.run(
+            ops.set_message_summary(node_id, {"title": summary.title, "summary": summary.summary})
         )
         node_of(self.graph, node_id).summary = summary
 

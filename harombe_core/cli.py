@@ -46,6 +46,7 @@ from harombe_core.errors import (
     InvalidInputError,
     MissingExtraError,
 )
+from harombe_core.store import ops
 from harombe_core.text import plural
 
 if TYPE_CHECKING:
@@ -329,7 +330,8 @@ def _searches_by_meaning(db: str) -> bool:
     """Whether an existing database was indexed by meaning (or is still empty)."""
     with open_memory(db) as plain:
         return (
-            plain.store.get_meta("embedding_model") is not None or plain.store.count_messages() == 0
+            plain.store.run(ops.get_meta("embedding_model")) is not None
+            or plain.store.run(ops.count_messages()) == 0
         )
 
 
@@ -527,7 +529,7 @@ def search_command(
 
     with clean_errors(), open_memory(db) as plain:
         location = plain.store.location
-        semantic = not keyword and plain.store.get_meta("embedding_model") is not None
+        semantic = not keyword and plain.store.run(ops.get_meta("embedding_model")) is not None
     with clean_errors():
         manager = MemoryManager(location, embedding=embedding if semantic else None)
         with manager:

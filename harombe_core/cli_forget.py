@@ -15,6 +15,7 @@ import typer
 from rich.markup import escape
 
 from harombe_core.cli_app import DbOption, clean_errors, command, console, open_memory
+from harombe_core.store import ops
 from harombe_core.text import plural
 
 __all__ = ["forget_command"]
@@ -45,7 +46,7 @@ def forget_command(
 
     with clean_errors():
         with open_memory(db) as plain:
-            indexed = plain.store.get_meta("embedding_model") is not None
+            indexed = plain.store.run(ops.get_meta("embedding_model")) is not None
             location = plain.store.location
         # An embedded Chroma folder beside the database holds the user's vectors and ids too:
         # opened, so that closing it erases them (docs/deletion.md).

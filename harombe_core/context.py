@@ -34,6 +34,7 @@ from harombe_core.manager_search import Searcher
 from harombe_core.models import Message, Session
 from harombe_core.owned import owned_session
 from harombe_core.retrieval import format_context
+from harombe_core.store import ops
 from harombe_core.store.base import MessageStore, SearchScope
 from harombe_core.strategies import (
     ContextBudget,
@@ -130,7 +131,7 @@ class ContextBuilder:
 
     def _fold_step(self, session_id: str, until_id: int) -> bool:
         """One background step of a session's backlog up to ``until_id``; True if more is left."""
-        session = self.store.get_session(session_id)
+        session = self.store.run(ops.get_session(session_id))
         if session is None or (session.summary_until_id or 0) >= until_id:
             return False
         before = self._folded_until.get(session_id)
@@ -171,7 +172,7 @@ class ContextBuilder:
                 content=session.system_prompt,
                 session_id=session.id,
                 created_at=session.created_at,
-                token_count=self.store.system_prompt_tokens(session.id),
+                token_count=self.store.run(ops.system_prompt_tokens(session.id)),
             )
         ]
 
@@ -235,7 +236,8 @@ class ContextBuilder:
         with self._fold_lock:
             known = self._folded_until.get(session.id)
             if known is not None and (session.summary_until_id or 0) < known:
-                session = self.store.get_session(session.id) or session  # folded since read
+                # folded since read
+                session = self.store.run(ops.get_session(session.id)) or session
             return self._summarize_locked(session, until_id, max_messages)
 
     def _summarize_locked(
@@ -251,7 +253,7 @@ class ContextBuilder:
         after = session.summary_until_id
         step = max_messages or self.summary_chunk
         while True:
-            fresh = self.store.get_messages(session_id, after_id=after, limit=step)
+            fresh = self.store.run(ops.get_messages(session_id, after_id=after, limit=step))
             complete = len(fresh) < step
             if until_id is not None:
                 complete = complete or any(m.id is not None and m.id >= until_id for m in fresh)
@@ -288,10 +290,17 @@ class ContextBuilder:
             # summary was being made (a background fold takes a while) gets no summary of
             # the erased messages.
             scope = SearchScope(session_id=session_id)
-            if until_id is not None and not self.store.get_messages_by_ids([until_id], scope):
+            if until_id is not None and not self.store.run(
+                ops.get_messages_by_ids([until_id], scope)
+            ):
                 return False
-            self.store.update_session(
-                session_id, summary=summary.summary, summary_data=data, summary_until_id=until_id
+            self.store.run(
+                ops.update_session(
+                    session_id,
+                    summary=summary.summary,
+                    summary_data=data,
+                    summary_until_id=until_id,
+                )
             )
             return True
 
@@ -317,8 +326,6 @@ class ContextBuilder:
         """
         import json
         import re
-
-        from harombe_core.store import ops
 
         query = check_query(query)
         top_k = check_count(top_k, "top_k", high=MAX_TOP_K)
@@ -546,7 +553,7 @@ class ContextBuilder:
             for rank, (sid, important, outcome) in enumerate(ranked)
         }
         picked = sorted(scores, key=lambda sid: -scores[sid])[:5]
-        sessions = [self.store.get_session(sid) for sid in picked]
+        sessions = [self.store.run(ops.get_session(sid)) for sid in picked]
         found = [s for s in sessions if s is not None]
         found.sort(key=lambda s: s.updated_at, reverse=True)
         return found
@@ -613,8 +620,8 @@ def _summary_of_older(
     session, boundary = request.session, older[0].id
     text = session.summary
     if boundary is not None and (session.summary_until_id or 0) < boundary:
-        head = ctx.store.get_messages(
-            session.id, after_id=session.summary_until_id, limit=SYNC_FOLD + 1
+        head = ctx.store.run(
+            ops.get_messages(session.id, after_id=session.summary_until_id, limit=SYNC_FOLD + 1)
         )
         if len(head) <= SYNC_FOLD or any(m.id is not None and m.id >= boundary for m in head):
             folded = ctx._summarize(session, boundary, SYNC_FOLD + 1)

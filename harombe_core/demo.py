@@ -32,6 +32,7 @@ from rich.table import Table
 
 from harombe_core.manager import MemoryManager
 from harombe_core.models import Message, SearchHit, utc_now
+from harombe_core.store import ops
 from harombe_core.text import plural
 
 __all__ = ["DEMO_USER", "SAMPLE", "DemoResult", "DemoSession", "run_demo", "write_sample"]
@@ -175,15 +176,17 @@ def write_sample(manager: MemoryManager, *, now: datetime | None = None) -> bool
             continue
         start = now - timedelta(days=session.days_ago)
         prompt = session.system_prompt
-        manager.store.create_session(
-            session.id,
-            user_id=DEMO_USER,
-            system_prompt=prompt,
-            system_prompt_tokens=0
-            if prompt is None
-            else manager.token_counter.count_message(Message(role="system", content=prompt)),
-            metadata={"source": "harombe demo"},
-            created_at=start,
+        manager.store.run(
+            ops.create_session(
+                session.id,
+                user_id=DEMO_USER,
+                system_prompt=prompt,
+                system_prompt_tokens=0
+                if prompt is None
+                else manager.token_counter.count_message(Message(role="system", content=prompt)),
+                metadata={"source": "harombe demo"},
+                created_at=start,
+            )
         )
         messages = [
             Message(created_at=start + timedelta(minutes=2 * i), **turn)
@@ -319,7 +322,7 @@ def _show_window(console: Console, manager: MemoryManager, result: DemoResult) -
         table.add_row(
             "-",
             "system",
-            str(manager.store.system_prompt_tokens(sid)),
+            str(manager.store.run(ops.system_prompt_tokens(sid))),
             "[green]always[/green]",
             _preview(session.system_prompt, 70),
         )

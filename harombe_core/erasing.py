@@ -12,6 +12,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
+from harombe_core.store import ops
 from harombe_core.store.base import MessageStore
 from harombe_core.validate import check_number
 
@@ -36,8 +37,8 @@ def delete_user_sessions(store: MessageStore, user_id: str) -> list[str]:
     from harombe_core.facts.ops import delete_user_facts
 
     def block() -> list[str]:
-        owned = store.list_sessions(limit=None, user_id=user_id)
-        gone = [s.id for s in owned if store.delete_session(s.id)]
+        owned = store.run(ops.list_sessions(limit=None, user_id=user_id))
+        gone = [s.id for s in owned if store.run(ops.delete_session(s.id))]
         store.run(delete_user_facts(user_id))
         return gone
 

@@ -9,6 +9,7 @@ does the blocking work (SQLite, models) in a worker thread, so the event loop is
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import os
@@ -32,7 +33,6 @@ from harombe_core.store import ops
 from harombe_core.store.base import UNSET, MessageStore
 from harombe_core.store.closing import ClosesOnExit
 from harombe_core.store.encryption import check_key
-from harombe_core.store.methods import check_created, create_session_op
 from harombe_core.store.pending import settle
 from harombe_core.strategies import Window, window_newest
 from harombe_core.tokens import TokenCounter, resolve_token_counter
@@ -52,6 +52,7 @@ from harombe_core.write_inputs import as_message, costed, id_list, message_list,
 if TYPE_CHECKING:
     from harombe_core.config import MemoryConfig
     from harombe_core.retrieval import Retriever
+    from harombe_core.store.runner import Op
 
 __all__ = ["MemoryManager", "open_store"]
 
@@ -306,13 +307,17 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
         sid = optional_id(session_id, "session_id") or uuid.uuid4().hex
         optional_id(user_id, "user_id")
         session_fields(system_prompt, metadata)
-        fields = {
-            "user_id": user_id,
-            "system_prompt": system_prompt,
-            "system_prompt_tokens": self._system_prompt_tokens(system_prompt),
-            "metadata": metadata,
-        }
-        check_created((yield Run(self._store, create_session_op(sid, None, fields))), sid)
+        tokens = self._system_prompt_tokens(system_prompt)
+        yield Run(
+            self._store,
+            ops.create_session(
+                sid,
+                user_id=user_id,
+                system_prompt=system_prompt,
+                system_prompt_tokens=tokens,
+                metadata=metadata,
+            ),
+        )
         return sid
 
     def _system_prompt_tokens(self, system_prompt: str | None) -> int:
@@ -360,7 +365,7 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
 
     def session_exists(self, session_id: str) -> bool:
         """True if a session with this id is stored."""
-        return self._store.get_session(check_id(session_id, "session_id")) is not None
+        return self._store.run(ops.get_session(check_id(session_id, "session_id"))) is not None
 
     def check_owner(
         self, session_id: str, user_id: str | None, *, exact: bool = False
@@ -393,8 +398,8 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
         """
         key = session_key(user_id, conversation_id)
         legacy = legacy_session_key(user_id, conversation_id)
-        if legacy != key and self._store.get_session(key) is None:
-            old = self._store.get_session(legacy)
+        if legacy != key and self._store.run(ops.get_session(key)) is None:
+            old = self._store.run(ops.get_session(legacy))
             if old is not None and old.user_id == user_id:
                 return legacy
         return key
@@ -440,15 +445,17 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
             tokens = self._system_prompt_tokens(system_prompt)
 
         def apply() -> None:
-            if self._store.get_session(session_id) is None:
+            if self._store.run(ops.get_session(session_id)) is None:
                 owner = None if user_id is UNSET else user_id
-                self._store.create_session(session_id, user_id=owner)
-            self._store.update_session(
-                session_id,
-                system_prompt=system_prompt,
-                system_prompt_tokens=tokens,
-                metadata=metadata,
-                user_id=user_id,
+                self._store.run(ops.create_session(session_id, user_id=owner))
+            self._store.run(
+                ops.update_session(
+                    session_id,
+                    system_prompt=system_prompt,
+                    system_prompt_tokens=tokens,
+                    metadata=metadata,
+                    user_id=user_id,
+                )
             )
 
         yield Work(self._store.atomic, apply)
@@ -472,30 +479,34 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
         sessions: list[Session] = yield Run(self._store, ops.list_sessions(limit, user_id, 0))
         return sessions
 
-    def _drop(self, delete: Callable[[str], T], session_id: str, user_id: str | None) -> Flow[T]:
-        """Delete a session's rows with the store's ``delete``, and the vectors of what went."""
+    def _drop(
+        self, delete: Callable[[str], Op[T]], session_id: str, user_id: str | None
+    ) -> Flow[T]:
+        """Delete a session's rows with the operation ``delete(session_id)``, and the vectors
+        of what went."""
         yield from named_owner(self._store, session_id, user_id)
         sid = check_id(session_id, "session_id")
-        return (yield Work(erase, self._semantic, lambda: delete(sid), lambda g: [sid] * bool(g)))
+        run = functools.partial(self._store.run, delete(sid))
+        return (yield Work(erase, self._semantic, run, lambda g: [sid] * bool(g)))
 
     def delete_session(self, session_id: str, *, user_id: str | None = None) -> bool:
         """Delete a session and all its messages (and their vectors). True if it existed.
         Once it returns no search finds them; once the store is closed no byte of them is left
         in its files (docs/deletion.md). With ``user_id``, only that user's session."""
-        return bool(drive(self._drop(self._store.delete_session, session_id, user_id)))
+        return bool(drive(self._drop(ops.delete_session, session_id, user_id)))
 
     async def adelete_session(self, session_id: str, *, user_id: str | None = None) -> bool:
         """Delete a session and its messages (async twin of :meth:`delete_session`)."""
-        return bool(await adrive(self._drop(self._store.delete_session, session_id, user_id)))
+        return bool(await adrive(self._drop(ops.delete_session, session_id, user_id)))
 
     def clear_session(self, session_id: str, *, user_id: str | None = None) -> int:
         """Delete a session's messages but keep the session; returns how many were removed.
         With ``user_id``, only that user's session (else SessionOwnershipError)."""
-        return int(drive(self._drop(self._store.clear_session, session_id, user_id)))
+        return int(drive(self._drop(ops.clear_session, session_id, user_id)))
 
     async def aclear_session(self, session_id: str, *, user_id: str | None = None) -> int:
         """Delete a session's messages (async twin of :meth:`clear_session`)."""
-        return int(await adrive(self._drop(self._store.clear_session, session_id, user_id)))
+        return int(await adrive(self._drop(ops.clear_session, session_id, user_id)))
 
     def prune_old_sessions(self, days: float) -> int:
         """Delete sessions with no activity in the last ``days`` days; returns how many."""
@@ -507,7 +518,9 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
 
     def _prune_old_sessions(self, days: float) -> Flow[int]:
         cutoff, store = prune_cutoff(days), self._store
-        gone = yield Work(erase, self._semantic, lambda: store.delete_sessions_before(cutoff), list)
+        gone = yield Work(
+            erase, self._semantic, lambda: store.run(ops.delete_sessions_before(cutoff)), list
+        )
         return len(gone)
 
     def forget_user(self, user_id: str) -> int:
@@ -1105,7 +1118,7 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
         if self._semantic is None:
             return
         # Only sessions that are really gone: a live session's vectors are never dropped here.
-        deleted = [sid for sid in named if self._store.get_session(sid) is None]
+        deleted = [sid for sid in named if self._store.run(ops.get_session(sid)) is None]
         if deleted:
             self._semantic.forget_sessions(deleted)
         self._semantic.notify()

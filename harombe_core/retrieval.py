@@ -45,6 +45,7 @@ from harombe_core.errors import EmbeddingError
 from harombe_core.flows import Call, Parallel
 from harombe_core.models import Message, SearchHit, Session
 from harombe_core.query_time import query_time_ranges
+from harombe_core.store import ops
 from harombe_core.store.base import KeywordHit, MessageStore, SearchScope
 from harombe_core.validate import (
     MAX_TOP_K,
@@ -396,7 +397,9 @@ class Retriever:
             return semantic, []
         matches = semantic.nearest(found.query_vector, pool, scope)
         # The store decides what is in scope; the index only proposed.
-        vector_messages = self.store.get_messages_by_ids([m.message_id for m in matches], scope)
+        vector_messages = self.store.run(
+            ops.get_messages_by_ids([m.message_id for m in matches], scope)
+        )
         allowed = {int(m.id or 0) for m in vector_messages}
         rank_ = 0
         for match in matches:
@@ -420,7 +423,7 @@ class Retriever:
         by_cosine = sorted(pooled, key=lambda m: -found.cosine.get(m, -math.inf))[:seeds]
         by_keyword = [m for m in pooled if found.keyword_rank.get(m, seeds) < seeds]
         best = sorted({*by_cosine, *by_keyword})
-        for mid, pair in self.store.adjacent_ids(best).items():
+        for mid, pair in self.store.run(ops.adjacent_ids(best)).items():
             for other in pair:
                 if other is not None:
                     found.adjacent.setdefault(mid, set()).add(other)
@@ -428,7 +431,7 @@ class Retriever:
         wanted = found.adjacent.keys() - found.messages.keys()
         if not wanted:
             return
-        for message in self.store.get_messages_by_ids(sorted(wanted), scope):
+        for message in self.store.run(ops.get_messages_by_ids(sorted(wanted), scope)):
             found.messages[int(message.id or 0)] = message
         found.outside = frozenset(wanted - found.messages.keys())
 
@@ -465,7 +468,7 @@ class Retriever:
         for hit in hits:
             totals[hit.session_id] = totals.get(hit.session_id, 0.0) + hit.score
         ranked = sorted(totals, key=lambda sid: -totals[sid])[:k]
-        sessions = [self.store.get_session(sid) for sid in ranked]
+        sessions = [self.store.run(ops.get_session(sid)) for sid in ranked]
         return [session for session in sessions if session is not None]
 
     def get_relevant_context(

@@ -28,6 +28,7 @@ import networkx as nx
 
 from harombe_core.flows import Call, Flow, Work, adrive, drive
 from harombe_core.models import ConversationNode, Message, MessageSummary
+from harombe_core.store import ops
 from harombe_core.store.base import MessageStore
 from harombe_core.threads import ThreadRuleError, add_node, node_of
 
@@ -100,9 +101,9 @@ class Threader:
             if self._graph is None:
                 return self._load()
             store = self.host.store
-            session = store.get_session(self.session_id)
+            session = store.run(ops.get_session(self.session_id))
             count = session.message_count if session is not None else 0
-            new = store.get_messages(self.session_id, after_id=self._newest)
+            new = store.run(ops.get_messages(self.session_id, after_id=self._newest))
             if self._count + len(new) != count:
                 return self._load()
             for message in new:
@@ -116,9 +117,9 @@ class Threader:
         right after a user message (a crash between an exchange's two writes, in an older
         file) answers that message, and is repaired in the store."""
         store = self.host.store
-        messages = store.get_messages(self.session_id)
+        messages = store.run(ops.get_messages(self.session_id))
         summaries = (
-            store.get_message_summaries([m.id for m in messages if m.id is not None])
+            store.run(ops.get_message_summaries([m.id for m in messages if m.id is not None]))
             if self.with_summaries
             else {}
         )
@@ -142,7 +143,7 @@ class Threader:
                 and previous.role == "user"
             ):
                 parent = previous.id
-                store.set_parent(message.id, parent)
+                store.run(ops.set_parent(message.id, parent))
             raw = summaries.get(message.id)
             summary = MessageSummary(**raw) if raw and {"title", "summary"} <= set(raw) else None
             self._add(message, parent, summary)
@@ -239,11 +240,11 @@ class Threader:
 
             def write() -> list[int]:
                 for message_id, parent_id in links:
-                    store.set_parent(message_id, parent_id)
+                    store.run(ops.set_parent(message_id, parent_id))
                 ids = self.host.save_messages(self.session_id, prepared, user_id=self.user_id)
                 for new_id, (_, in_batch) in zip(ids, parents, strict=True):
                     if in_batch is not None:
-                        store.set_parent(new_id, ids[in_batch])
+                        store.run(ops.set_parent(new_id, ids[in_batch]))
                 return ids
 
             ids = self.host.atomic(write)

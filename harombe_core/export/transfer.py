@@ -23,6 +23,7 @@ from harombe_core.export.files import iter_records, resolve_output_path, safe_fi
 from harombe_core.export.io import check_format, dumps
 from harombe_core.export.records import EXTENSIONS, ImportResult, SessionRecord, place_facts
 from harombe_core.models import Message
+from harombe_core.store import ops
 
 if TYPE_CHECKING:
     from harombe_core.manager import MemoryManager
@@ -52,7 +53,7 @@ def read_session(manager: MemoryManager, session_id: str) -> SessionRecord:
         raise SessionNotFoundError.of(session_id, manager.store.location)
     messages = manager.get_messages(session_id)
     ids = [m.id for m in messages if m.id is not None]
-    summaries = manager.store.get_message_summaries(ids) if ids else {}
+    summaries = manager.store.run(ops.get_message_summaries(ids)) if ids else {}
     record = SessionRecord.from_session(session, messages, summaries)
     record.state = _state(manager, session_id)
     return record
@@ -299,13 +300,15 @@ def _write_record(
             Message(role="system", content=record.system_prompt)
         )
     )
-    store.create_session(
-        sid,
-        user_id=user_id,
-        system_prompt=record.system_prompt,
-        system_prompt_tokens=prompt_tokens,
-        metadata=record.metadata,
-        created_at=record.created_at,
+    store.run(
+        ops.create_session(
+            sid,
+            user_id=user_id,
+            system_prompt=record.system_prompt,
+            system_prompt_tokens=prompt_tokens,
+            metadata=record.metadata,
+            created_at=record.created_at,
+        )
     )
     unlinked = [
         m.with_ids(id=None, session_id=None, parent_id=None, token_count=None)
@@ -317,17 +320,19 @@ def _write_record(
     }
     for message, new_id in zip(record.messages, new_ids, strict=True):
         if message.parent_id is not None:
-            store.set_parent(new_id, mapping[message.parent_id])
+            store.run(ops.set_parent(new_id, mapping[message.parent_id]))
         if message.id is not None and message.id in record.message_summaries:
-            store.set_message_summary(new_id, record.message_summaries[message.id])
+            store.run(ops.set_message_summary(new_id, record.message_summaries[message.id]))
     if record.summary is not None or record.summary_data is not None:
-        store.update_session(
-            sid,
-            summary=record.summary,
-            summary_data=record.summary_data,
-            summary_until_id=mapping.get(record.summary_until_id)
-            if record.summary_until_id is not None
-            else None,
+        store.run(
+            ops.update_session(
+                sid,
+                summary=record.summary,
+                summary_data=record.summary_data,
+                summary_until_id=mapping.get(record.summary_until_id)
+                if record.summary_until_id is not None
+                else None,
+            )
         )
     if record.state is not None:
         _write_state(manager, sid, record.state, mapping)

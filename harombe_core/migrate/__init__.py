@@ -40,6 +40,7 @@ from harombe_core.migrate.tables import (
     verify_tables,
 )
 from harombe_core.models import Session
+from harombe_core.store import ops
 from harombe_core.store.base import MessageStore
 
 __all__ = ["MigrationError", "MigrationReport", "migrate", "session_checksum"]
@@ -115,12 +116,12 @@ def migrate(
     forward: list[Session] = []
     try:
         sessions = all_sessions(src)
-        total = src.count_messages()
+        total = src.run(ops.count_messages())
         report.sessions, report.messages = len(sessions), total
         with tqdm(total=total, unit="msg", desc="migrating", disable=not progress) as bar:
             for session in sessions:
                 marker = _DONE_KEY + session.id
-                if dst.get_meta(marker) == "1":
+                if dst.run(ops.get_meta(marker)) == "1":
                     report.skipped_sessions += 1
                     bar.update(session.message_count)
                     continue
@@ -130,12 +131,12 @@ def migrate(
                     if on_batch is not None:
                         on_batch(n)
 
-                already = dst.count_messages(session.id)
+                already = dst.run(ops.count_messages(session.id))
                 bar.update(already)
                 report.copied_messages += copy_session(src, dst, session, batch_size, step)
                 if not finish_session(src, dst, session):
                     forward.append(session)
-                dst.set_meta(marker, "1")
+                dst.run(ops.set_meta(marker, "1"))
         # Threads across sessions may point forward: redo those once everything is copied.
         for session in forward:
             finish_session(src, dst, session)
@@ -222,20 +223,21 @@ def _verify(
 ) -> None:
     problems = []
     for session in sessions:
-        copy = dst.get_session(session.id)
+        copy = dst.run(ops.get_session(session.id))
         if copy is None:
             problems.append(f"{session.id}: missing")
             continue
         want = session_checksum(src, session)
         got = session_checksum(dst, copy)
         if want != got:
-            problems.append(f"{session.id}: source {want[0]} messages {want[1][:12]}, "
-                            f"destination {got[0]} messages {got[1][:12]}")
+            problems.append(
+                f"{session.id}: source {want[0]} messages {want[1][:12]}, "
+                f"destination {got[0]} messages {got[1][:12]}"
+            )
         report.checksums[session.id] = want[1]
-    if src.count_messages() > dst.count_messages():
-        problems.append(
-            f"source has {src.count_messages()} messages, destination {dst.count_messages()}"
-        )
+    have, copied = src.run(ops.count_messages()), dst.run(ops.count_messages())
+    if have > copied:
+        problems.append(f"source has {have} messages, destination {copied}")
     problems += verify_store_items(src, dst)
     problems += verify_tables(src, dst, CHECKPOINT_TABLES)
     problems += verify_facts(src, dst)

@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 from harombe_core.models import Message, Session
+from harombe_core.store import ops
 from harombe_core.store.base import MessageStore
 
 __all__ = ["session_checksum"]
@@ -34,15 +35,15 @@ def _canonical(message: Message, position: dict[int, int], summary: Any) -> list
 
 def session_checksum(store: MessageStore, session: Session) -> tuple[int, str]:
     """(message count, SHA-256) of a session, independent of the ids the backend assigned."""
-    messages = store.get_messages(session.id)
+    messages = store.run(ops.get_messages(session.id))
     position = {int(m.id or 0): n for n, m in enumerate(messages)}
-    summaries = store.get_message_summaries([int(m.id or 0) for m in messages])
+    summaries = store.run(ops.get_message_summaries([int(m.id or 0) for m in messages]))
     digest = hashlib.sha256()
     head = [
         session.id,
         session.user_id,
         session.system_prompt,
-        store.system_prompt_tokens(session.id),
+        store.run(ops.system_prompt_tokens(session.id)),
         session.metadata,
         session.created_at.isoformat(),
         session.summary,

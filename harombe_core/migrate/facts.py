@@ -15,6 +15,7 @@ from typing import Any
 
 from harombe_core.facts import ops
 from harombe_core.facts.models import Fact, FactSource
+from harombe_core.store import ops as store_ops
 from harombe_core.store.base import MessageStore
 from harombe_core.store.runner import Body, Dialect, Op
 
@@ -43,7 +44,7 @@ def _states() -> Op[list[tuple[str, str | None, bool, int | None]]]:
 
 
 def _positions(store: MessageStore, session_id: str) -> list[int]:
-    return [int(m.id or 0) for m in store.get_messages(session_id)]
+    return [int(m.id or 0) for m in store.run(store_ops.get_messages(session_id))]
 
 
 def _translate(src: MessageStore, dst: MessageStore, facts: list[Fact]) -> list[Fact]:

@@ -12,13 +12,14 @@ from collections.abc import Callable
 
 from harombe_core.errors import InvalidInputError, MigrationError
 from harombe_core.models import Message, Session
+from harombe_core.store import ops
 from harombe_core.store.base import MessageStore
 
 __all__ = ["all_sessions", "copy_session", "finish_session"]
 
 
 def all_sessions(store: MessageStore) -> list[Session]:
-    sessions = store.list_sessions(limit=None)
+    sessions = store.run(ops.list_sessions(limit=None))
     return sorted(sessions, key=lambda s: (s.created_at, s.id))
 
 
@@ -36,26 +37,26 @@ def copy_session(
     on_batch: Callable[[int], None],
 ) -> int:
     sid = session.id
-    existing = dst.get_session(sid)
+    existing = dst.run(ops.get_session(sid))
     if existing is None:
-        dst.create_session(
-            sid,
-            user_id=session.user_id,
-            system_prompt=session.system_prompt,
-            system_prompt_tokens=src.system_prompt_tokens(sid),
-            metadata=session.metadata,
-            created_at=session.created_at,
+        dst.run(
+            ops.create_session(
+                sid,
+                user_id=session.user_id,
+                system_prompt=session.system_prompt,
+                system_prompt_tokens=src.system_prompt_tokens(sid),
+                metadata=session.metadata,
+                created_at=session.created_at,
+            )
         )
     elif existing.user_id != session.user_id or existing.created_at != session.created_at:
         raise MigrationError(
             f"the destination already has a different session {sid!r}; migrate into an empty "
             "database or delete that session first."
         )
-    source = src.get_messages(sid)
-    done = dst.get_messages(sid)
-    if len(done) > len(source) or not all(
-        _same(a, b) for a, b in zip(source, done, strict=False)
-    ):
+    source = src.run(ops.get_messages(sid))
+    done = dst.run(ops.get_messages(sid))
+    if len(done) > len(source) or not all(_same(a, b) for a, b in zip(source, done, strict=False)):
         raise MigrationError(
             f"session {sid!r} in the destination does not continue the source's messages; "
             "migrate into an empty database or delete that session first."
@@ -69,7 +70,7 @@ def copy_session(
             parent = message.parent_id
             mapped = id_map.get(parent) if parent is not None else None
             rows.append(message.with_ids(id=None, session_id=None, parent_id=mapped))
-        new_ids = dst.add_messages(sid, rows, user_id=session.user_id)
+        new_ids = dst.run(ops.add_messages(sid, rows, user_id=session.user_id))
         id_map.update({int(m.id or 0): n for m, n in zip(batch, new_ids, strict=True)})
         copied += len(batch)
         on_batch(len(batch))
@@ -83,8 +84,8 @@ def finish_session(src: MessageStore, dst: MessageStore, session: Session) -> bo
     """
     complete = True
     sid = session.id
-    source = src.get_messages(sid)
-    target = dst.get_messages(sid)
+    source = src.run(ops.get_messages(sid))
+    target = dst.run(ops.get_messages(sid))
     id_map = {int(a.id or 0): int(b.id or 0) for a, b in zip(source, target, strict=True)}
     for a, b in zip(source, target, strict=True):
         wanted = None if a.parent_id is None else id_map.get(a.parent_id)
@@ -92,18 +93,20 @@ def finish_session(src: MessageStore, dst: MessageStore, session: Session) -> bo
             wanted = _foreign_parent(src, dst, a.parent_id)
             complete = complete and wanted is not None
         if b.parent_id != wanted:
-            dst.set_parent(int(b.id or 0), wanted)
-    summaries = src.get_message_summaries(list(id_map))
-    have = dst.get_message_summaries(list(id_map.values()))
+            dst.run(ops.set_parent(int(b.id or 0), wanted))
+    summaries = src.run(ops.get_message_summaries(list(id_map)))
+    have = dst.run(ops.get_message_summaries(list(id_map.values())))
     for old_id, summary in summaries.items():
         if have.get(id_map[old_id]) != summary:
-            dst.set_message_summary(id_map[old_id], summary)
+            dst.run(ops.set_message_summary(id_map[old_id], summary))
     until = session.summary_until_id
-    dst.update_session(
-        sid,
-        summary=session.summary,
-        summary_data=session.summary_data,
-        summary_until_id=None if until is None else id_map.get(until),
+    dst.run(
+        ops.update_session(
+            sid,
+            summary=session.summary,
+            summary_data=session.summary_data,
+            summary_until_id=None if until is None else id_map.get(until),
+        )
     )
     _set_updated_at(dst, sid, session)
     return complete
@@ -111,12 +114,12 @@ def finish_session(src: MessageStore, dst: MessageStore, session: Session) -> bo
 
 def _foreign_parent(src: MessageStore, dst: MessageStore, parent_id: int) -> int | None:
     """A parent in another session: find its copy by that session's position."""
-    found = src.get_messages_by_ids([parent_id])
+    found = src.run(ops.get_messages_by_ids([parent_id]))
     if not found or found[0].session_id is None:
         return None
     other = found[0].session_id
-    source = src.get_messages(other)
-    target = dst.get_messages(other)
+    source = src.run(ops.get_messages(other))
+    target = dst.run(ops.get_messages(other))
     for a, b in zip(source, target, strict=False):
         if a.id == parent_id:
             return b.id

@@ -2,20 +2,20 @@
 
 Everything else (vector index, keyword index, thread graph, summaries) is derived from what a
 store returns, so a backend only has to get these operations right, each in one transaction.
-The protocol is synchronous; :class:`~harombe_core.manager.MemoryManager` gives every call an
-async twin that runs it off the event loop.
+Every operation is an :class:`~harombe_core.store.runner.Op` of :mod:`harombe_core.store.ops`
+that a store runs with ``run`` (or ``arun``, without blocking the event loop).
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
-from harombe_core.models import Message, Session
+from harombe_core.models import Message
 from harombe_core.store.context_sql import ContextReads
 
 if TYPE_CHECKING:
@@ -105,7 +105,7 @@ class AtomicBlock(threading.local):
 
 
 def adjacent_ids_sql(id_condition: str) -> str:
-    """The statement behind :meth:`MessageStore.adjacent_ids`, for both SQL dialects.
+    """The statement behind :func:`harombe_core.store.ops.adjacent_ids`, for both SQL dialects.
 
     ``id_condition`` selects the wanted rows of ``messages m`` (``m.id IN (?, ?)`` or
     ``m.id = ANY(%s)``). Each neighbour is one seek on the ``(session_id, id)`` index, so the
@@ -123,9 +123,17 @@ def adjacent_ids_sql(id_condition: str) -> str:
 
 @runtime_checkable
 class MessageStore(ContextReads, Protocol):
-    """What every backend (SQLite, Postgres) implements, with identical meaning; the context
-    strategies' O(window) reads (:class:`~harombe_core.store.context_sql.ContextReads`)
-    included."""
+    """What every backend (SQLite, Postgres) implements, with identical meaning.
+
+    As narrow as LangGraph's ``BaseStore``: every operation on sessions and messages is an
+    :class:`~harombe_core.store.runner.Op` of :mod:`harombe_core.store.ops`, written once for
+    both dialects, and a store only runs it (``store.run(ops.get_session(sid))``, ``await
+    store.arun(...)``) in one transaction with its own locking, retries and error types. What
+    is left here differs by backend in more than its SQL: the keyword index (FTS5 with a
+    tail scored in Python, or PostgreSQL full text), its rebuild, and the statistics of the
+    files or relations. The context strategies' O(window) reads
+    (:class:`~harombe_core.store.context_sql.ContextReads`) are included.
+    """
 
     location: str
     #: Which SQL the store speaks: ``dialect.name`` is "sqlite" or "postgres".
@@ -139,104 +147,6 @@ class MessageStore(ContextReads, Protocol):
         """:meth:`run` without blocking the event loop (native async on PostgreSQL)."""
         ...
 
-    # sessions -----------------------------------------------------------------------------
-    def create_session(
-        self,
-        session_id: str,
-        *,
-        user_id: str | None = None,
-        system_prompt: str | None = None,
-        system_prompt_tokens: int = 0,
-        metadata: Mapping[str, Any] | None = None,
-        created_at: datetime | None = None,
-    ) -> Session: ...
-
-    def get_session(self, session_id: str) -> Session | None: ...
-
-    def update_session(
-        self,
-        session_id: str,
-        *,
-        user_id: Any = UNSET,
-        system_prompt: Any = UNSET,
-        system_prompt_tokens: Any = UNSET,
-        metadata: Any = UNSET,
-        summary: Any = UNSET,
-        summary_data: Any = UNSET,
-        summary_until_id: Any = UNSET,
-    ) -> None: ...
-
-    def system_prompt_tokens(self, session_id: str) -> int: ...
-
-    def list_sessions(
-        self, *, limit: int | None = 10, user_id: str | None = None, offset: int = 0
-    ) -> list[Session]: ...
-
-    def delete_session(self, session_id: str) -> bool: ...
-
-    def delete_sessions_before(self, cutoff: datetime) -> list[str]: ...
-
-    # messages -----------------------------------------------------------------------------
-    def add_messages(
-        self,
-        session_id: str,
-        messages: Sequence[Message],
-        *,
-        user_id: str | None = None,
-        replace_ids: Sequence[int] = (),
-    ) -> list[int]:
-        """Append ``messages``; ``replace_ids`` (of this session) go in the same transaction."""
-        ...
-
-    def get_messages(
-        self,
-        session_id: str,
-        *,
-        after_id: int | None = None,
-        limit: int | None = None,
-    ) -> list[Message]: ...
-
-    def iter_newest(self, session_id: str) -> Iterator[Message]: ...
-
-    def get_messages_by_ids(
-        self, ids: Sequence[int], scope: SearchScope | None = None
-    ) -> list[Message]: ...
-
-    def adjacent_ids(self, ids: Sequence[int]) -> dict[int, tuple[int | None, int | None]]:
-        """For each existing id: the ids just before and after it in its session (or None)."""
-        ...
-
-    def count_messages(self, session_id: str | None = None) -> int: ...
-
-    def clear_session(self, session_id: str) -> int: ...
-
-    def set_parent(self, message_id: int, parent_id: int | None) -> None: ...
-
-    def set_message_summary(self, message_id: int, summary: Mapping[str, Any] | None) -> None: ...
-
-    def get_message_summaries(self, ids: Sequence[int]) -> dict[int, dict[str, Any]]: ...
-
-    # derived indexes ------------------------------------------------------------------------
-    def keyword_search(
-        self, query: str, *, limit: int = 10, scope: SearchScope | None = None
-    ) -> list[KeywordHit]: ...
-
-    def pending_embeddings(self, limit: int) -> list[tuple[Message, str]]: ...
-
-    def pending_count(self) -> int: ...
-
-    def mark_embedded(self, ids: Sequence[int]) -> None: ...
-
-    def reset_embedded(self) -> int: ...
-
-    def rebuild_keyword_index(self) -> int: ...
-
-    def get_meta(self, key: str) -> str | None: ...
-
-    def set_meta(self, key: str, value: str) -> None: ...
-
-    def stats(self) -> dict[str, Any]: ...
-
     def atomic(self, fn: Callable[[], T]) -> T:
         """Run ``fn()`` as one transaction that every store call it makes on this thread joins:
         its writes commit together or not at all. ``fn`` may be run again (a retried
@@ -244,3 +154,21 @@ class MessageStore(ContextReads, Protocol):
         ...
 
     def close(self) -> None: ...
+
+    def iter_newest(self, session_id: str) -> Iterator[Message]:
+        """The session's messages newest first, read lazily a page at a time."""
+        ...
+
+    def keyword_search(
+        self, query: str, *, limit: int = 10, scope: SearchScope | None = None
+    ) -> list[KeywordHit]:
+        """Messages in ``scope`` matching ``query`` by keyword, best first."""
+        ...
+
+    def rebuild_keyword_index(self) -> int:
+        """Recreate the keyword index from the messages (idempotent); rows indexed."""
+        ...
+
+    def stats(self) -> dict[str, Any]:
+        """Counts (sessions, users, messages, tokens, pending embeddings) and bytes on disk."""
+        ...

@@ -9,17 +9,15 @@ the :class:`~harombe_core.store.base.MessageStore` protocol, written once for bo
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from harombe_core.errors import InvalidInputError, SessionNotFoundError
 from harombe_core.models import Message, Session
 from harombe_core.store import ops
 from harombe_core.store.base import SearchScope
-from harombe_core.store.rows import check_id, session_changes
 from harombe_core.store.runner import Body, Dialect, Op
 
-__all__ = ["StoreMethods", "check_created", "create_session_op"]
+__all__ = ["StoreMethods"]
 
 T = TypeVar("T")
 
@@ -44,10 +42,7 @@ class StoreMethods:
     def create_session(
         self, session_id: str, *, created_at: datetime | None = None, **fields: Any
     ) -> Session:
-        """A new session with the given ``user_id``, ``system_prompt``,
-        ``system_prompt_tokens`` and ``metadata`` (each checked as :meth:`update_session`
-        checks it); InvalidInputError if the id is taken (the stored session is kept)."""
-        check_created(self.run(create_session_op(session_id, created_at, fields)), session_id)
+        self.run(ops.create_session(session_id, created_at=created_at, **fields))
         session = self.get_session(session_id)
         assert session is not None
         return session
@@ -56,14 +51,7 @@ class StoreMethods:
         return self.run(ops.get_session(session_id))
 
     def update_session(self, session_id: str, **fields: Any) -> None:
-        """Change the given fields of a session (``user_id``, ``system_prompt``,
-        ``system_prompt_tokens``, ``metadata``, ``summary``, ``summary_data``,
-        ``summary_until_id``); each is checked as :meth:`create_session` checks it.
-        SessionNotFoundError if there is no such session."""
-        check_id(session_id, "session_id")
-        changes = session_changes(**fields)
-        if changes and self.run(ops.update_session(session_id, changes)) == 0:
-            raise SessionNotFoundError(f"no session {session_id!r} in {self.location}")
+        self.run(ops.update_session(session_id, **fields))
 
     def system_prompt_tokens(self, session_id: str) -> int:
         return self.run(ops.system_prompt_tokens(session_id))
@@ -141,6 +129,12 @@ class StoreMethods:
         if len(ids):
             self.run(op)
 
+    def pending_embeddings(self, limit: int) -> list[tuple[Message, str]]:
+        return self.run(ops.pending_embeddings(limit))
+
+    def pending_count(self) -> int:
+        return self.run(ops.pending_count())
+
     def reset_embedded(self) -> int:
         return int(self.run(ops.reset_embedded()))
 
@@ -151,22 +145,3 @@ class StoreMethods:
         self.run(ops.set_meta(key, value))
 
 
-def create_session_op(
-    session_id: str, created_at: datetime | None, fields: Mapping[str, Any]
-) -> Op[bool]:
-    """The operation that creates a session with ``fields`` (``user_id``, ``system_prompt``,
-    ``system_prompt_tokens``, ``metadata``); it returns False if the id is taken."""
-    unknown = set(fields) - _CREATE_FIELDS
-    if unknown:
-        raise TypeError(f"create_session() got unexpected keyword arguments {sorted(unknown)}")
-    when = created_at or datetime.now(UTC)
-    return ops.create_session(session_id, session_changes(**fields), when)
-
-
-def check_created(done: bool, session_id: str) -> None:
-    """InvalidInputError unless :func:`create_session_op` created the session."""
-    if not done:
-        raise InvalidInputError(
-            f"session {session_id!r} already exists; load it with load_session() or "
-            "choose another id."
-        )

@@ -12,14 +12,16 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
-from harombe_core.errors import InvalidInputError
+from harombe_core.errors import InvalidInputError, SessionNotFoundError
 from harombe_core.models import Message, Session
 from harombe_core.owners import check_owner
-from harombe_core.store.base import SearchScope, adjacent_ids_sql
+from harombe_core.store.base import UNSET, SearchScope, adjacent_ids_sql
+from harombe_core.store.context_sql import important_before_sql, is_threaded_sql, thread_path_sql
 from harombe_core.store.erasure import mark_erased, relink_successors
+from harombe_core.store.fts import CONTEXT_SQL
 from harombe_core.store.rows import (
     MESSAGE_COLUMNS,
     SESSION_COLUMNS,
@@ -30,6 +32,7 @@ from harombe_core.store.rows import (
     row_to_message,
     row_to_session,
     scope_sql,
+    session_changes,
     session_span,
     to_micros,
 )
@@ -51,8 +54,13 @@ __all__ = [
     "get_messages_by_ids",
     "get_meta",
     "get_session",
+    "important_before",
+    "is_threaded",
     "list_sessions",
     "mark_embedded",
+    "newest_page",
+    "pending_count",
+    "pending_embeddings",
     "reset_embedded",
     "scope_size",
     "set_message_summary",
@@ -61,6 +69,7 @@ __all__ = [
     "summaries_matching",
     "summarised_sessions",
     "system_prompt_tokens",
+    "thread_path",
     "update_session",
 ]
 
@@ -73,20 +82,38 @@ def _chunks(ids: list[int]) -> list[list[int]]:
 
 
 # sessions -------------------------------------------------------------------------------------
-def create_session(session_id: str, fields: Mapping[str, Any], created_at: datetime) -> Op[bool]:
-    """Insert a session with ``fields`` (column -> checked value, from
-    ``rows.session_changes``); the op's result is False when the id is taken (nothing is
-    changed then), never an error that could mean something else."""
+def create_session(
+    session_id: str,
+    *,
+    user_id: str | None = None,
+    system_prompt: str | None = None,
+    system_prompt_tokens: int = 0,
+    metadata: Mapping[str, Any] | None = None,
+    created_at: datetime | None = None,
+) -> Op[None]:
+    """Insert a session with these fields (each checked as :func:`update_session` checks it;
+    ``created_at`` defaults to now). InvalidInputError if the id is taken: nothing is changed
+    then, and the stored session is kept."""
     check_id(session_id, "session_id")
-    now = to_micros(created_at)
+    fields = session_changes(
+        user_id=user_id,
+        system_prompt=system_prompt,
+        system_prompt_tokens=system_prompt_tokens,
+        metadata=metadata,
+    )
+    now = to_micros(created_at or datetime.now(UTC))
     columns = ", ".join(["id", *fields, "created_at", "updated_at"])
 
-    def body(d: Dialect) -> Body[bool]:
+    def body(d: Dialect) -> Body[None]:
         sql = (
             f"INSERT INTO sessions ({columns}) "
             f"VALUES ({d.marks(len(fields) + 3)}) ON CONFLICT (id) DO NOTHING"
         )
-        return (yield d.step(sql, (session_id, *fields.values(), now, now))).rowcount == 1
+        if (yield d.step(sql, (session_id, *fields.values(), now, now))).rowcount != 1:
+            raise InvalidInputError(
+                f"session {session_id!r} already exists; load it with load_session() or "
+                "choose another id."
+            )
 
     return Op(body, write=True)
 
@@ -102,9 +129,20 @@ def get_session(session_id: str) -> Op[Session | None]:
     return Op(body)
 
 
-def update_session(session_id: str, changes: Mapping[str, Any]) -> Op[int]:
-    """Set ``changes`` (column -> checked value, from ``rows.session_changes``) on a session;
-    the op's result is how many sessions it changed (0: no such session).
+def update_session(
+    session_id: str,
+    *,
+    user_id: Any = UNSET,
+    system_prompt: Any = UNSET,
+    system_prompt_tokens: Any = UNSET,
+    metadata: Any = UNSET,
+    summary: Any = UNSET,
+    summary_data: Any = UNSET,
+    summary_until_id: Any = UNSET,
+) -> Op[None]:
+    """Change the given fields of a session (UNSET ones are kept; each is checked against its
+    kind and size limit before the transaction starts). SessionNotFoundError if there is no
+    such session; with no field given, nothing is read or written.
 
     On SQLite a change of owner also puts the session's vectors back on the tail, in the same
     transaction: its vector index files each vector under its owner, and the tail is searched
@@ -112,28 +150,43 @@ def update_session(session_id: str, changes: Mapping[str, Any]) -> Op[int]:
     the session row, so it needs nothing).
     """
     check_id(session_id, "session_id")
+    changes = session_changes(
+        user_id=user_id,
+        system_prompt=system_prompt,
+        system_prompt_tokens=system_prompt_tokens,
+        metadata=metadata,
+        summary=summary,
+        summary_data=summary_data,
+        summary_until_id=summary_until_id,
+    )
     # Column names come from session_changes' fixed table, never from the caller.
     assignments = ", ".join(f"{column} = ?" for column in changes)
 
-    def body(d: Dialect) -> Body[int]:
+    def body(d: Dialect) -> Body[None]:
+        if not changes:
+            return
         moved = False
         if "user_id" in changes and d.name == "sqlite":
             sql = "SELECT user_id FROM sessions WHERE id = ?"
             owner = (yield d.step(sql, (session_id,))).rows
             moved = bool(owner) and owner[0][0] != changes["user_id"]
         sql = f"UPDATE sessions SET {assignments} WHERE id = ?"
-        updated = (yield d.step(sql, (*changes.values(), session_id))).rowcount
+        if (yield d.step(sql, (*changes.values(), session_id))).rowcount == 0:
+            raise SessionNotFoundError(
+                f"no session {session_id!r}; create it first (MemoryManager.create_session)."
+            )
         if moved:
             yield d.step(
                 "UPDATE messages SET embedded = FALSE WHERE session_id = ? AND embedded",
                 (session_id,),
             )
-        return int(updated)
 
-    return Op(body, write=True)
+    return Op(body, write=True, empty=not changes)
 
 
 def system_prompt_tokens(session_id: str) -> Op[int]:
+    """The tokens of the session's system prompt, as counted when it was set (0 if none)."""
+
     def body(d: Dialect) -> Body[int]:
         sql = "SELECT system_prompt_tokens FROM sessions WHERE id = ?"
         rows = (yield d.step(sql, (session_id,))).rows
@@ -142,7 +195,11 @@ def system_prompt_tokens(session_id: str) -> Op[int]:
     return Op(body)
 
 
-def list_sessions(limit: int | None, user_id: str | None, offset: int) -> Op[list[Session]]:
+def list_sessions(
+    limit: int | None = 10, user_id: str | None = None, offset: int = 0
+) -> Op[list[Session]]:
+    """Sessions (of ``user_id`` only, if given) with the most recent activity first."""
+
     def body(d: Dialect) -> Body[list[Session]]:
         sql = f"SELECT {SESSION_COLUMNS} FROM sessions"
         params: list[Any] = []
@@ -226,6 +283,7 @@ def delete_session(session_id: str) -> Op[bool]:
 
 
 def delete_sessions_before(cutoff: datetime) -> Op[list[str]]:
+    """Delete sessions with no activity since ``cutoff``; the op's result is their ids."""
     limit = to_micros(cutoff)
 
     def body(d: Dialect) -> Body[list[str]]:
@@ -348,7 +406,7 @@ def get_messages(
     return Op(body)
 
 
-def get_messages_by_ids(ids: Sequence[int], scope: SearchScope | None) -> Op[list[Message]]:
+def get_messages_by_ids(ids: Sequence[int], scope: SearchScope | None = None) -> Op[list[Message]]:
     """Messages with these ids that fall inside ``scope``, in the order of ``ids``."""
     wanted = message_ids(ids)
     where, scope_params = scope_sql(scope)
@@ -364,7 +422,7 @@ def get_messages_by_ids(ids: Sequence[int], scope: SearchScope | None) -> Op[lis
                 found[int(row[0])] = row_to_message(row)
         return [found[i] for i in wanted if i in found]
 
-    return Op(body)
+    return Op(body, empty=not wanted)
 
 
 def adjacent_ids(ids: Sequence[int]) -> Op[dict[int, tuple[int | None, int | None]]]:
@@ -379,16 +437,93 @@ def adjacent_ids(ids: Sequence[int]) -> Op[dict[int, tuple[int | None, int | Non
                 out[int(mid)] = (before, after)
         return out
 
-    return Op(body)
+    return Op(body, empty=not wanted)
 
 
-def count_messages(session_id: str | None) -> Op[int]:
+def count_messages(session_id: str | None = None) -> Op[int]:
+    """Messages of the session (its kept count), or of the whole store with None."""
+
     def body(d: Dialect) -> Body[int]:
         if session_id is None:
             return int((yield d.step("SELECT COUNT(*) FROM messages")).rows[0][0])
         sql = "SELECT message_count FROM sessions WHERE id = ?"
         rows = (yield d.step(sql, (session_id,))).rows
         return int(rows[0][0]) if rows else 0
+
+    return Op(body)
+
+
+def newest_page(session_id: str, before_id: int | None, size: int) -> Op[list[Message]]:
+    """Newest first, up to ``size`` messages of the session older than ``before_id`` (None:
+    the newest): one page of :func:`iter_newest`, one seek on the ``(session_id, id)`` index."""
+    check_id(session_id, "session_id")
+
+    def body(d: Dialect) -> Body[list[Message]]:
+        sql = f"SELECT {MESSAGE_COLUMNS} FROM messages m WHERE m.session_id = ?"
+        params: list[Any] = [session_id]
+        if before_id is not None:
+            sql += " AND m.id < ?"
+            params.append(int(before_id))
+        sql += " ORDER BY m.id DESC LIMIT ?"
+        return [row_to_message(r) for r in (yield d.step(sql, [*params, size])).rows]
+
+    return Op(body)
+
+
+def important_before(
+    session_id: str,
+    before_id: int | None,
+    threshold: float,
+    max_tokens: int,
+    limit: int = 64,
+) -> Op[list[Message]]:
+    """Newest first, up to ``limit`` important messages of the session older than
+    ``before_id`` (None: any), with importance >= ``threshold`` and at most ``max_tokens``
+    tokens each (through the ``messages_important`` partial index: the cost follows the
+    window, see :mod:`~harombe_core.store.context_sql`)."""
+    check_id(session_id, "session_id")
+    params: list[Any] = [session_id]
+    if before_id is not None:
+        params.append(int(before_id))
+    params += [float(threshold), int(max_tokens), int(limit)]
+
+    def body(d: Dialect) -> Body[list[Message]]:
+        sql = important_before_sql(d.name, MESSAGE_COLUMNS, "?", bounded=before_id is not None)
+        return [row_to_message(r) for r in (yield d.step(sql, params)).rows]
+
+    return Op(body)
+
+
+def is_threaded(session_id: str) -> Op[bool]:
+    """Whether any message of the session has a parent (else it is one linear thread)."""
+    check_id(session_id, "session_id")
+
+    def body(d: Dialect) -> Body[bool]:
+        return bool((yield d.step(is_threaded_sql("?"), (session_id,))).rows[0][0])
+
+    return Op(body)
+
+
+def thread_path(
+    session_id: str, max_tokens: int, *, max_depth: int = 100_000
+) -> Op[list[Message]]:
+    """The thread of the session's newest message, newest first, stopping at the first
+    message past ``max_tokens`` (included) or at ``max_depth`` messages. A link to a message
+    of another session ends the path, as a link to a deleted one does."""
+    check_id(session_id, "session_id")
+    params = [session_id, session_id, int(max_tokens), int(max_depth)]
+
+    def body(d: Dialect) -> Body[list[Message]]:
+        rows = (yield d.step(thread_path_sql(MESSAGE_COLUMNS, "?"), params)).rows
+        path: list[Message] = []
+        seen: set[int] = set()
+        for row in rows:  # a cycle of links (set_parent allows one) ends where it closes
+            message = row_to_message(row)
+            if message.id in seen:
+                break
+            seen.add(message.id)  # type: ignore[arg-type]
+            path.append(message)
+        return path
 
     return Op(body)
 
@@ -523,7 +658,7 @@ def get_message_summaries(ids: Sequence[int]) -> Op[dict[int, dict[str, Any]]]:
                 out[int(mid)] = json.loads(value)
         return out
 
-    return Op(body)
+    return Op(body, empty=not wanted)
 
 
 # derived indexes and metadata -----------------------------------------------------------------
@@ -535,7 +670,48 @@ def mark_embedded(ids: Sequence[int]) -> Op[None]:
             sql = f"UPDATE messages SET embedded = TRUE WHERE id IN ({d.marks(len(chunk))})"
             yield d.step(sql, chunk)
 
-    return Op(body, write=True)
+    return Op(body, write=True, empty=not wanted)
+
+
+#: A message (alias ``m``) whose vector is not stored yet: SQLite keeps the vectors in a table
+#: of their own, and a message flagged not embedded may already have one there (embedded, not
+#: yet in the vector index: :mod:`harombe_core.vectors.stored`).
+NO_VECTOR = "NOT EXISTS (SELECT 1 FROM message_vectors v WHERE v.message_id = m.id)"
+
+
+def pending_embeddings(limit: int) -> Op[list[tuple[Message, str]]]:
+    """The oldest ``limit`` messages not embedded yet, each with the turn it answers (the
+    text the vector is made of)."""
+
+    def body(d: Dialect) -> Body[list[tuple[Message, str]]]:
+        if d.name == "sqlite":
+            sql = (
+                f"SELECT {MESSAGE_COLUMNS}, {CONTEXT_SQL} FROM messages m WHERE m.embedded = 0 "
+                f"AND {NO_VECTOR} ORDER BY m.id LIMIT ?"
+            )
+        else:  # the turn is kept with each message (for its keyword vector)
+            sql = (
+                f"SELECT {MESSAGE_COLUMNS}, m.context FROM messages m WHERE NOT m.embedded "
+                "ORDER BY m.id LIMIT ?"
+            )
+        rows = (yield d.step(sql, (limit,))).rows
+        return [(row_to_message(r[:-1]), r[-1] or "") for r in rows]
+
+    return Op(body)
+
+
+def pending_count() -> Op[int]:
+    """How many messages are not embedded yet (read through the partial index of unflagged
+    rows, so it costs the backlog, not the store)."""
+
+    def body(d: Dialect) -> Body[int]:
+        if d.name == "sqlite":
+            sql = f"SELECT COUNT(*) FROM messages m WHERE m.embedded = 0 AND {NO_VECTOR}"
+        else:
+            sql = "SELECT COUNT(*) FROM messages WHERE NOT embedded"
+        return int((yield d.step(sql)).rows[0][0])
+
+    return Op(body)
 
 
 def reset_embedded() -> Op[int]:

@@ -397,11 +397,15 @@ class PostgresStore(StoreMethods, ContextReads):
     def run(self, op: Op[T]) -> T:
         """Run one operation (:mod:`harombe_core.store.ops`) in one transaction: a write is
         applied exactly once however often a lost connection makes it retry."""
+        if op.empty:
+            return op.result_without_sql(POSTGRES)
         pending.settle(self.location, self._block)  # derived rows owed are written first
         return self._run(lambda: op.body(POSTGRES), write=op.write, keyed=op.exactly_once)
 
     async def arun(self, op: Op[T]) -> T:
         """:meth:`run` on the async pool: native async, no thread hop."""
+        if op.empty:
+            return op.result_without_sql(POSTGRES)
         await pending.asettle(self.location, self._block)
         return await self._arun(lambda: op.body(POSTGRES), write=op.write, keyed=op.exactly_once)
 
@@ -537,15 +541,6 @@ class PostgresStore(StoreMethods, ContextReads):
         await pending.asettle(self.location, self._block)
         return await self._arun(lambda: self._keyword_body(text, limit, scope), write=False)
 
-    def pending_embeddings(self, limit: int) -> list[tuple[Message, str]]:
-        """Oldest messages not yet in the vector index, each with the turn it answers."""
-        rows = self._read(
-            f"SELECT {MESSAGE_COLUMNS}, m.context FROM messages m WHERE NOT m.embedded "
-            "ORDER BY m.id LIMIT %s",
-            (limit,),
-        )
-        return [(row_to_message(r[:-1]), r[-1] or "") for r in rows]
-
     def rebuild_keyword_index(self) -> int:
         """Recompute every message's context and tsvector from the messages (idempotent)."""
 
@@ -579,10 +574,6 @@ class PostgresStore(StoreMethods, ContextReads):
             ).rowcount
 
         return int(self._run(body, keyed=False))
-
-    def pending_count(self) -> int:
-        """Messages not embedded yet (read through the partial index of such rows)."""
-        return int(self._read("SELECT COUNT(*) FROM messages WHERE NOT embedded")[0][0])
 
     def stats(self) -> dict[str, Any]:
         sessions, users = self._read("SELECT COUNT(*), COUNT(DISTINCT user_id) FROM sessions")[0]

@@ -112,9 +112,17 @@ class Op(Generic[T]):
     ``adds_messages`` wakes SQLite's keyword indexer after the commit. A write is applied
     exactly once even when a lost connection makes PostgreSQL retry it (its result must then
     be JSON); ``exactly_once=False`` skips that bookkeeping for a write that is idempotent.
+    An ``empty`` op has nothing to ask the database (no ids were given, no field changes):
+    the store returns its body's result without opening a transaction.
     """
 
     body: Callable[[Dialect], Body[T]]
     write: bool = False
     adds_messages: bool = False
     exactly_once: bool = True
+    empty: bool = False
+
+    def result_without_sql(self, dialect: Dialect) -> T:
+        """What an ``empty`` op returns: its body run without a connection (it asks for no
+        statement)."""
+        return drive(None, self.body(dialect))

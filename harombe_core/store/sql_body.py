@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from harombe_core.errors import InvalidInputError
+from harombe_core.store import ops
 from harombe_core.store.runner import Body, Step, StepResult, drive
 
 if TYPE_CHECKING:
@@ -84,8 +85,7 @@ class SqlRunner:
     ) -> Body[list[int]]:
         """The store's ``add_messages`` (with its ``user_id`` and ``replace_ids`` options) as
         steps of the caller's body: same checks, same rows (token counts must be set)."""
-        body: Body[list[int]] = self.store.add_messages_body(session_id, messages, **options)
-        return body
+        return ops.add_messages(session_id, messages, **options).body(self.store.dialect)
 
 
 class _PostgresRunner(SqlRunner):

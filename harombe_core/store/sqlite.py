@@ -35,7 +35,7 @@ from typing import Any, TypeVar
 
 from harombe_core.errors import SchemaTooNewError, StoreError
 from harombe_core.models import Message
-from harombe_core.store import pending
+from harombe_core.store import ops, pending
 from harombe_core.store.base import KeywordHit, SearchScope
 from harombe_core.store.context_sql import ContextReads
 from harombe_core.store.erasure import ERASED_KEYWORDS, compact_keywords, owed
@@ -85,8 +85,6 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-#: A message (alias ``m``) whose vector is not stored yet.
-_NO_VECTOR = "NOT EXISTS (SELECT 1 FROM message_vectors v WHERE v.message_id = m.id)"
 
 def _migrate(file: SQLiteFile, retries: int) -> None:
     """Bring ``file`` to :data:`SCHEMA_VERSION` (run once, by the file's first opener)."""
@@ -275,6 +273,8 @@ class SQLiteStore(StoreMethods, ContextReads):
         snapshot that never takes it. Inside :meth:`atomic` it joins that block. Derived rows
         this process still owes the file are written first (:mod:`~harombe_core.store.pending`).
         """
+        if op.empty:
+            return op.result_without_sql(SQLITE)
         pending.settle(self.location, self._file.block)
         if op.write:
             return self._write(lambda c: drive(c, op.body(SQLITE)), adds=op.adds_messages)
@@ -282,6 +282,8 @@ class SQLiteStore(StoreMethods, ContextReads):
 
     async def arun(self, op: Op[T]) -> T:
         """:meth:`run` on a worker thread (SQLite has no async driver): one hop per op."""
+        if op.empty:
+            return op.result_without_sql(SQLITE)
         return await asyncio.to_thread(self.run, op)
 
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
@@ -331,7 +333,7 @@ class SQLiteStore(StoreMethods, ContextReads):
         pending.settle(self.location, self._file.block)
         where, params = scope_sql(scope)
         id_range, range_params = _fts_id_range(scope)
-        size = None if scope is None else self.scope_size(scope)
+        size = None if scope is None else self.run(ops.scope_size(scope))
         if size == 0:  # nothing is in scope (an unknown user, or only the excluded session)
             return []
 
@@ -501,25 +503,6 @@ class SQLiteStore(StoreMethods, ContextReads):
                 raise classify(exc, self.location) from exc
         return int(row[0]) if row else 0
 
-    def pending_embeddings(self, limit: int) -> list[tuple[Message, str]]:
-        """Oldest messages not embedded yet (no stored vector), each with the turn it answers.
-
-        A message with ``embedded = 0`` and a stored vector is embedded but not yet in the
-        vector index (see :mod:`harombe_core.vectors.stored`); it is not returned here.
-        """
-        rows = self._read(
-            f"SELECT {MESSAGE_COLUMNS}, {CONTEXT_SQL} FROM messages m WHERE m.embedded = 0 "
-            f"AND {_NO_VECTOR} ORDER BY m.id LIMIT ?",
-            (limit,),
-        )
-        return [(row_to_message(r[:-1]), r[-1] or "") for r in rows]
-
-    def pending_count(self) -> int:
-        """Messages with no stored vector yet (read through the partial index of unflagged
-        rows, so it costs the backlog and the tail, not the store)."""
-        rows = self._read(f"SELECT COUNT(*) FROM messages m WHERE m.embedded = 0 AND {_NO_VECTOR}")
-        return int(rows[0][0])
-
     def rebuild_keyword_index(self) -> int:
         """Recreate every FTS row from the messages table (idempotent)."""
 
@@ -560,7 +543,7 @@ class SQLiteStore(StoreMethods, ContextReads):
         sessions, users = self._read("SELECT COUNT(*), COUNT(DISTINCT user_id) FROM sessions")[0]
         messages, tokens, pending = self._read(
             "SELECT COUNT(*), COALESCE(SUM(token_count), 0), "
-            f"(SELECT COUNT(*) FROM messages m WHERE m.embedded = 0 AND {_NO_VECTOR}) "
+            f"(SELECT COUNT(*) FROM messages m WHERE m.embedded = 0 AND {ops.NO_VECTOR}) "
             "FROM messages"
         )[0]
         size = 0

@@ -58,6 +58,7 @@ from harombe_core.errors import (
     VectorIndexBusyError,
 )
 from harombe_core.progress import Progress, progress_reporter, silent
+from harombe_core.store import ops
 from harombe_core.store.base import MessageStore, SearchScope
 from harombe_core.vectors.base import FloatArray, VectorIndex, VectorMatch, scope_metadata_filter
 from harombe_core.vectors.choice import resolve_embedder_spec, resolve_index
@@ -103,8 +104,8 @@ MATRIX_SCOPE_LIMIT = 16_000
 
 def check_recorded_model(store: MessageStore, embedder: Embedder) -> bool:
     """True when the store's vectors were made by another model (or dimension)."""
-    recorded = store.get_meta(META_MODEL)
-    recorded_dim = store.get_meta(META_DIMENSION)
+    recorded = store.run(ops.get_meta(META_MODEL))
+    recorded_dim = store.run(ops.get_meta(META_DIMENSION))
     return recorded is not None and (
         recorded != embedder.name or recorded_dim != str(embedder.dimension)
     )
@@ -112,9 +113,10 @@ def check_recorded_model(store: MessageStore, embedder: Embedder) -> bool:
 
 def model_mismatch(store: MessageStore, embedder: Embedder) -> EmbeddingModelMismatchError:
     reindex = f"harombe reindex --db {shlex.quote(store.location)}"
+    model, dimension = store.run(ops.get_meta(META_MODEL)), store.run(ops.get_meta(META_DIMENSION))
     return EmbeddingModelMismatchError(
         f"{store.location} was indexed with the embedding model "
-        f"{store.get_meta(META_MODEL)!r} (dimension {store.get_meta(META_DIMENSION)}), but "
+        f"{model!r} (dimension {dimension}), but "
         f"{embedder.name!r} (dimension {embedder.dimension}) was asked for.",
         fix=Fix(
             api=f"Open it with the same model, or rebuild the index for the new one with "
@@ -178,7 +180,7 @@ def open_semantic_memory(
         semantic.try_open_index(raise_errors=True)
     semantic.vector_store = vector_store if isinstance(vector_store, str) else "custom"
     try:
-        if store.get_meta(META_MODEL) is None:
+        if store.run(ops.get_meta(META_MODEL)) is None:
             try:
                 semantic.record_model()
             except StoreReadOnlyError:
@@ -269,8 +271,8 @@ class SemanticMemory(EmbeddingWorker):
 
     # lifecycle ------------------------------------------------------------------------------
     def record_model(self) -> None:
-        self.store.set_meta(META_MODEL, self.embedder.name)
-        self.store.set_meta(META_DIMENSION, str(self.embedder.dimension))
+        self.store.run(ops.set_meta(META_MODEL, self.embedder.name))
+        self.store.run(ops.set_meta(META_DIMENSION, str(self.embedder.dimension)))
 
     def start(self) -> None:
         """Start the worker; it first checks the index, then embeds whatever is pending."""
@@ -384,7 +386,7 @@ class SemanticMemory(EmbeddingWorker):
         index = self.index
         if index is None or not len(ids):
             return
-        kept = {m.id for m in self.store.get_messages_by_ids(ids)}
+        kept = {m.id for m in self.store.run(ops.get_messages_by_ids(ids))}
         gone = sorted({int(i) for i in ids} - kept)
         try:
             index.delete(gone)
@@ -433,7 +435,7 @@ class SemanticMemory(EmbeddingWorker):
                         self.stored = StoredVectors(self.stored.store, embedder.dimension)
                 model_changed = check_recorded_model(self.store, self.embedder)
                 if self.stored is None:
-                    self.store.reset_embedded()
+                    self.store.run(ops.reset_embedded())
                     index.clear()
                     self.record_model()
                 elif model_changed or reembed:
@@ -516,7 +518,7 @@ class SemanticMemory(EmbeddingWorker):
         if self.in_database:
             return self._nearest_in_database(stored, query, k, scope)
         if scope is not None:
-            size = stored.store.scope_size(scope)
+            size = stored.store.run(ops.scope_size(scope))
             if size is not None and size <= self.exact_search_limit:
                 return stored.exact_search(query, k, scope)
         if index is not None and not self._checked and self._work_lock.acquire(blocking=False):
@@ -549,7 +551,7 @@ class SemanticMemory(EmbeddingWorker):
         (they read only that scope), anything wider (or a user with very many messages)
         through the in-process matrix, whose candidates the store checks against the scope."""
         if scope is not None and (scope.user_id is not None or scope.session_id is not None):
-            size = stored.store.scope_size(scope)
+            size = stored.store.run(ops.scope_size(scope))
             if size is None or size <= self.matrix_scope_limit:
                 return stored.exact_search(query, k, scope)
         matrix = self._matrix

@@ -43,6 +43,7 @@ from harombe_core.errors import (
 )
 from harombe_core.models import Message
 from harombe_core.progress import Progress, progress_reporter, silent
+from harombe_core.store import ops
 from harombe_core.store.base import MessageStore
 from harombe_core.store.sqlite import to_micros
 from harombe_core.vectors.base import FloatArray, VectorIndex
@@ -407,7 +408,7 @@ class EmbeddingWorker:
 
     def _embed_window(self, limit: int, batch_size: int, deadline: float | None) -> int:
         """Embed and store up to ``limit`` pending messages, in batches of similar length."""
-        pending = self.store.pending_embeddings(limit)
+        pending = self.store.run(ops.pending_embeddings(limit))
         if not pending:
             return 0
         texts = [
@@ -449,7 +450,7 @@ class EmbeddingWorker:
         for mid, message in zip(ids, messages, strict=True):
             sid = message.session_id or ""
             if sid not in owners:
-                session = self.store.get_session(sid)
+                session = self.store.run(ops.get_session(sid))
                 owners[sid] = session.user_id if session is not None else None
             created = to_micros(message.created_at)
             metas.append(index_metadata(mid, sid, owners[sid], message.role, created))
@@ -460,7 +461,7 @@ class EmbeddingWorker:
             if index is None:
                 raise VectorIndexError(f"{self.store.location}: the vector index is closed.")
             index.upsert(ids, vectors, metas)
-            self.store.mark_embedded(ids)
+            self.store.run(ops.mark_embedded(ids))
             return
         # Where the stored vectors are the index, storing one is indexing it.
         indexed = self.in_database or self._upsert(ids, vectors, metas)
@@ -491,7 +492,7 @@ class EmbeddingWorker:
 
     def pending_count(self) -> int:
         """Messages committed but not embedded yet (a stored vector counts as embedded)."""
-        return int(self.store.pending_count())
+        return int(self.store.run(ops.pending_count()))
 
     def backfill(self, batch_size: int = 100, *, progress: Progress = True) -> int:
         """Embed every pending message in batches of ``batch_size``; returns the count.

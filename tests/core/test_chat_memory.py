@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 from harombe_core.chat_memory import ChatMemory
 from harombe_core.errors import InvalidInputError, SummarizationError
 from harombe_core.models import Message, MessageSummary
+from harombe_core.store import ops
 from harombe_core.summarize import ExtractiveSummarizer, LLMSummarizer
 from harombe_core.testing import FakeEmbedder
 from harombe_core.threads import EmbeddingNodeSelector, check_thread_rules
@@ -82,7 +83,7 @@ def test_an_exchange_cut_between_its_two_writes_is_repaired_on_open(tmp_path: Pa
     memory = ChatMemory(storage_path=db, session_id="s")
     memory.append("q1", "a1")
     h, a = memory.append("q2", "a2")
-    memory.memory.store.set_parent(a, None)  # as if the process died before linking it
+    memory.memory.store.run(ops.set_parent(a, None))  # as if the process died before linking it
     memory.close()
     reopened = ChatMemory(storage_path=db, session_id="s")
     assert reopened.graph.nodes[a]["node"].parent_id == h
@@ -266,7 +267,7 @@ def test_llm_summaries_are_stored_per_node() -> None:
         llm=lambda prompt: '{"title": "Greeting", "summary": "Says hello."}'
     )
     h, a = memory.append("hello", "hi there")
-    summaries = memory.memory.store.get_message_summaries([h, a])
+    summaries = memory.memory.store.run(ops.get_message_summaries([h, a]))
     assert summaries[h] == {"title": "Greeting", "summary": "Says hello."}
     assert memory.graph.nodes[a]["node"].summary == MessageSummary("Greeting", "Says hello.")
     memory.close()

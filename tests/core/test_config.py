@@ -9,6 +9,7 @@ import pytest
 
 from harombe_core import ConfigError, MemoryConfig, MemoryManager, Message
 from harombe_core.config import DEFAULT_DB_PATH, load_config
+from harombe_core.store import ops
 from harombe_core.store.sqlite import SQLiteStore
 from harombe_core.tokens import ApproximateTokenCounter
 
@@ -92,8 +93,8 @@ def test_auto_prune_on_open(tmp_path: Path) -> None:
     db = tmp_path / "m.db"
     store = SQLiteStore(db)
     old = datetime.now(UTC) - timedelta(days=45)
-    store.create_session("stale", created_at=old)
-    store.create_session("lively", created_at=old)
+    store.run(ops.create_session("stale", created_at=old))
+    store.run(ops.create_session("lively", created_at=old))
     store.close()
     with MemoryManager(db, embedding=None) as mm:
         mm.save_message("lively", Message(role="user", content="still here"))
@@ -103,7 +104,7 @@ def test_auto_prune_on_open(tmp_path: Path) -> None:
         assert sorted(s.id for s in mm.list_sessions(limit=None)) == ["lively", "new"]
     # without auto_prune_days nothing is pruned on open
     store = SQLiteStore(db)
-    store.create_session("stale again", created_at=old)
+    store.run(ops.create_session("stale again", created_at=old))
     store.close()
     with MemoryManager.from_config({"memory": {"storage_path": str(db)}, **NO_VECTORS}) as mm:
         assert mm.session_exists("stale again")

@@ -12,6 +12,7 @@ import pytest
 from harombe_core.errors import InvalidInputError
 from harombe_core.manager import MemoryManager
 from harombe_core.models import Message
+from harombe_core.store import ops
 from harombe_core.testing import FakeEmbedder
 from harombe_core.vectors.indexer import BACKLOG_NOTICE, SemanticMemory
 
@@ -63,7 +64,7 @@ def test_pending_messages_are_embedded_in_batches_of_like_length(db_path: str) -
             assert semantic.embed_pending(100) == 30
         finally:
             semantic.close()
-        assert mm.store.pending_count() == 0
+        assert mm.store.run(ops.pending_count()) == 0
     lengths = [[len(text) for text in batch] for batch in embedder.batches]
     assert sum(len(batch) for batch in lengths) == 30
     assert all(len(batch) <= 4 for batch in lengths)
@@ -79,7 +80,7 @@ def test_a_stop_ends_the_window_after_the_batch_in_hand(db_path: str) -> None:
         semantic._listeners.append(lambda n: semantic._stop.set())  # stop after the first
         try:
             assert semantic.embed_pending(100) == 4
-            assert plain.store.pending_count() == 8  # the rest waits for the next round
+            assert plain.store.run(ops.pending_count()) == 8  # the rest waits for the next round
         finally:
             semantic._listeners.clear()
             semantic._stop.clear()

@@ -19,6 +19,7 @@ from harombe_core.errors import (
 )
 from harombe_core.manager import MemoryManager
 from harombe_core.models import Message
+from harombe_core.store import ops
 
 T0 = datetime(2024, 1, 15, 10, 30, tzinfo=UTC)
 OPENAI_MESSAGE_KEYS = {"role", "content", "name", "tool_calls", "tool_call_id"}
@@ -50,8 +51,10 @@ def fill(manager: MemoryManager, sid: str = "trip") -> list[int]:
             Message(role="assistant", content="21°C and sunny.\nPack light.", created_at=T0),
         ],
     )
-    manager.store.set_parent(ids[1], ids[0])
-    manager.store.set_message_summary(ids[0], {"title": "Weather", "summary": "Asks about it."})
+    manager.store.run(ops.set_parent(ids[1], ids[0]))
+    manager.store.run(
+        ops.set_message_summary(ids[0], {"title": "Weather", "summary": "Asks about it."})
+    )
     return ids
 
 
@@ -460,7 +463,7 @@ def test_pure_helpers_for_in_memory_conversations(tmp_path: Path) -> None:
 def test_imported_history_keeps_its_dates_as_last_activity(tmp_path: Path) -> None:
     """A conversation from 2024 imported today sorts and prunes by when it happened."""
     source = MemoryManager(":memory:", embedding=None)
-    source.store.create_session("old", user_id="sam", created_at=T0)
+    source.store.run(ops.create_session("old", user_id="sam", created_at=T0))
     source.save_messages("old", [Message(role="user", content="Lisbon?", created_at=T0)])
     path = tmp_path / "old.json"
     path.write_text(ex.export_store(source, "json"), encoding="utf-8")

@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from harombe_core import export as ex
 from harombe_core.manager import MemoryManager
 from harombe_core.models import Message
+from harombe_core.store import ops
 
 text = st.text(
     st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=30
@@ -89,20 +90,24 @@ def sessions(draw: st.DrawFn) -> dict[str, Any]:
 def store_session(mm: MemoryManager, spec: dict[str, Any]) -> None:
     sid = spec["session_id"]
     prompt = spec["system_prompt"]
-    mm.store.create_session(
-        sid,
-        system_prompt=prompt,
-        system_prompt_tokens=0 if prompt is None else mm.count_tokens([Message("system", prompt)]),
-        metadata=spec["metadata"],
-        user_id=spec["user_id"],
-        created_at=spec["created_at"],
+    mm.store.run(
+        ops.create_session(
+            sid,
+            system_prompt=prompt,
+            system_prompt_tokens=0
+            if prompt is None
+            else mm.count_tokens([Message("system", prompt)]),
+            metadata=spec["metadata"],
+            user_id=spec["user_id"],
+            created_at=spec["created_at"],
+        )
     )
     ids = mm.save_messages(sid, spec["messages"])
     for i, parent in enumerate(spec["parents"]):
         if parent is not None:
-            mm.store.set_parent(ids[i], ids[parent])
+            mm.store.run(ops.set_parent(ids[i], ids[parent]))
     for i, summary in spec["summaries"].items():
-        mm.store.set_message_summary(ids[i], summary)
+        mm.store.run(ops.set_message_summary(ids[i], summary))
 
 
 def comparable(record: ex.SessionRecord) -> dict[str, Any]:

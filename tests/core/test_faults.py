@@ -21,6 +21,7 @@ import pytest
 from harombe_core.errors import StoreReadOnlyError
 from harombe_core.manager import MemoryManager
 from harombe_core.models import Message
+from harombe_core.store import ops
 
 PY = sys.executable
 
@@ -184,5 +185,5 @@ def test_vector_index_lost_under_a_live_store_is_rebuilt(
         assert mm._semantic.index.count() == 30
         hits = mm.search_similar("note about topic 7", top_k=3)
         assert hits
-        assert mm.store.count_messages() == 30
+        assert mm.store.run(ops.count_messages()) == 30
     assert any("index" in r.getMessage().lower() for r in caplog.records)

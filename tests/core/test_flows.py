@@ -18,6 +18,7 @@ from harombe_core.errors import InvalidInputError, SummarizationError
 from harombe_core.flows import Call, Flow, Parallel, Run, Work, adrive, drive
 from harombe_core.llm import PromptFlow, arun_prompts, run_prompts
 from harombe_core.models import Message
+from harombe_core.store import ops
 from harombe_core.summarize import LLMSummarizer
 
 MESSAGE = Message(role="user", content="We chose Postgres for billing.")
@@ -163,11 +164,10 @@ async def test_a_store_operation_runs_on_the_stores_own_runner_on_each_path() ->
 
 def test_a_real_store_operation_runs_in_a_flow(tmp_path: Path) -> None:
     from harombe_core import SQLiteStore
-    from harombe_core.store import ops
 
     store = SQLiteStore(str(tmp_path / "m.db"))
     try:
-        store.create_session("s1", user_id="u1")
+        store.run(ops.create_session("s1", user_id="u1"))
 
         def flow() -> Flow[str | None]:
             session = yield Run(store, ops.get_session("s1"))

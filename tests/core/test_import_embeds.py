@@ -17,6 +17,7 @@ from harombe_core import export as ex
 from harombe_core.cli import app
 from harombe_core.manager import MemoryManager
 from harombe_core.models import Message
+from harombe_core.store import ops
 from harombe_core.testing import FakeEmbedder
 
 runner = CliRunner()
@@ -76,7 +77,7 @@ def test_harombe_import_embeds_with_a_progress_bar(
     assert "3/3" in result.stderr
     assert "search finds them by meaning" in _flat(result.stdout)
     with MemoryManager(fresh, embedding=None) as plain:
-        assert plain.store.get_meta("embedding_model") is not None
+        assert plain.store.run(ops.get_meta("embedding_model")) is not None
         assert plain.stats()["pending_embeddings"] == 0
     found = runner.invoke(app, ["search", "a new dog", "--db", fresh, "-k", "1"])
     assert found.exit_code == 0, found.output
@@ -90,7 +91,7 @@ def test_harombe_import_no_embed_and_keyword_only_stores(backup: Path, tmp_path:
     assert result.exit_code == 0, result.output
     assert "embedding" not in result.stderr
     with MemoryManager(plain_db, embedding=None) as plain:
-        assert plain.store.get_meta("embedding_model") is None
+        assert plain.store.run(ops.get_meta("embedding_model")) is None
         assert plain.stats()["pending_embeddings"] == 3
     # A store that searches by keyword only stays so, and the command says how to change it.
     again = runner.invoke(app, ["import", str(backup), "--db", plain_db, "--on-conflict", "new-id"])
@@ -160,4 +161,4 @@ def test_harombe_import_without_the_model_extras_imports_for_keyword_search(
     assert "Imported 1 session (3 messages)" in _flat(proc.stdout)
     with MemoryManager(str(target), embedding=None) as plain:
         assert plain.count_tokens(plain.get_messages("trip")) > 0
-        assert plain.store.get_meta("embedding_model") is None
+        assert plain.store.run(ops.get_meta("embedding_model")) is None

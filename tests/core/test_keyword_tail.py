@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from harombe_core import MemoryManager, Message
+from harombe_core.store import ops
 from harombe_core.store.base import SearchScope
 from harombe_core.store.sqlite import SQLiteStore
 from tests.reliability.test_read_only_folder import folder, unprivileged
@@ -189,14 +190,16 @@ def test_a_forked_child_indexes_with_its_own_thread(tmp_path: Path) -> None:
     path = tmp_path / "fork.db"
     store = SQLiteStore(path)
     try:
-        store.add_messages("s", [Message(role="user", content="parent kettle", token_count=2)])
+        store.run(
+            ops.add_messages("s", [Message(role="user", content="parent kettle", token_count=2)])
+        )
         store.index_keywords()
         pid = os.fork()
         if pid == 0:  # the child: never returns into pytest
             code = 1
             try:
                 child = Message(role="user", content="child kettle", token_count=2)
-                store.add_messages("s", [child])
+                store.run(ops.add_messages("s", [child]))
                 deadline = time.monotonic() + 20
                 while _unindexed(path) and time.monotonic() < deadline:
                     time.sleep(0.02)  # the child's own indexer thread catches up

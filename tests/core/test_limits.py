@@ -25,6 +25,7 @@ from harombe_core import (
     current_limits,
     set_limits,
 )
+from harombe_core.store import ops
 from harombe_core.testing import FakeEmbedder
 from langchain_harombe.history import HarombeChatMessageHistory
 from langchain_harombe.store import HarombeStore
@@ -124,20 +125,20 @@ SESSION_CALLS: list[tuple[str, Callable[[MemoryManager], Any], str]] = [
     ("create: system prompt", lambda m: m.create_session(system_prompt=BIG), "system_prompt"),
     ("update: metadata", lambda m: m.update_session("t", metadata={"b": BIG}), "session_metadata"),
     ("update: system prompt", lambda m: m.update_session("t", system_prompt=BIG), "system_prompt"),
-    ("summary text", lambda m: m.store.update_session("t", summary=BIG), "summary"),
+    ("summary text", lambda m: m.store.run(ops.update_session("t", summary=BIG)), "summary"),
     (
         "summary data",
-        lambda m: m.store.update_session("t", summary_data={"facts": [BIG]}),
+        lambda m: m.store.run(ops.update_session("t", summary_data={"facts": [BIG]})),
         "summary",
     ),
     (
         "message summary",
-        lambda m: m.store.set_message_summary(1, {"title": "t", "summary": BIG}),
+        lambda m: m.store.run(ops.set_message_summary(1, {"title": "t", "summary": BIG})),
         "summary",
     ),
     (
         "a store that is written directly (import, migration)",
-        lambda m: m.store.create_session("new", metadata={"b": BIG}),
+        lambda m: m.store.run(ops.create_session("new", metadata={"b": BIG})),
         "session_metadata",
     ),
 ]

@@ -16,6 +16,7 @@ from harombe_core import (
     Message,
     StoreError,
 )
+from harombe_core.store import ops
 from harombe_core.store.sqlite import SQLiteStore
 from harombe_core.strategies import Window
 
@@ -261,8 +262,8 @@ def test_clear_session_keeps_the_session(manager: MemoryManager) -> None:
 
 def test_prune_old_sessions(manager: MemoryManager) -> None:
     old = datetime.now(UTC) - timedelta(days=40)
-    manager.store.create_session("old", created_at=old)
-    manager.store.create_session("recent-ish", created_at=old + timedelta(days=15))
+    manager.store.run(ops.create_session("old", created_at=old))
+    manager.store.run(ops.create_session("recent-ish", created_at=old + timedelta(days=15)))
     manager.save_message("old-but-active", _user("now"))
     assert manager.prune_old_sessions(30) == 1
     assert not manager.session_exists("old")

@@ -13,6 +13,7 @@ import pytest
 from harombe_core.errors import EmbeddingError, EmbeddingModelMismatchError, InvalidInputError
 from harombe_core.manager import MemoryManager
 from harombe_core.models import Message
+from harombe_core.store import ops
 from harombe_core.testing import FailingEmbedder, FakeEmbedder
 
 
@@ -66,8 +67,8 @@ def test_model_recorded_and_mismatch_names_reindex(db_path: str) -> None:
     with pytest.raises(EmbeddingModelMismatchError, match="harombe reindex"):
         MemoryManager(db_path, embedding=FakeEmbedder(128))
     with MemoryManager(db_path, embedding=None) as plain:
-        assert plain.store.get_meta("embedding_dimension") == "64"
-        assert plain.store.get_meta("embedding_model") == FakeEmbedder(64).name
+        assert plain.store.run(ops.get_meta("embedding_dimension")) == "64"
+        assert plain.store.run(ops.get_meta("embedding_model")) == FakeEmbedder(64).name
 
 
 def test_reindex_switches_model_and_is_idempotent(db_path: str) -> None:

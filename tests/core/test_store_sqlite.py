@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from harombe_core import MemoryManager, Message, SchemaTooNewError, StoreBusyError, StoreError
+from harombe_core.store import ops
 from harombe_core.store import sqlite as sqlite_module
 from harombe_core.store.rows import MESSAGE_COLUMNS
 from harombe_core.store.sqlite import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION, SQLiteStore
@@ -69,7 +70,7 @@ def test_wal_and_file_mode_0600(tmp_path: Path) -> None:
     path = tmp_path / "deeper" / "dir" / "memory.db"  # parents are created
     store = SQLiteStore(path)
     try:
-        store.create_session("s")
+        store.run(ops.create_session("s"))
         with sqlite3.connect(path) as raw:
             assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         assert stat.S_IMODE(os.stat(path).st_mode) == 0o600

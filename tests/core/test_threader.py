@@ -22,6 +22,7 @@ from llama_index.core.base.llms.types import ChatMessage
 from harombe_core.chat_memory import ChatMemory
 from harombe_core.manager import MemoryManager
 from harombe_core.models import Message
+from harombe_core.store import ops
 from langchain_harombe import HarombeChatMessageHistory
 from llamaindex_harombe import HarombeMemory
 
@@ -34,12 +35,14 @@ KILLED_WRITER = textwrap.dedent(
     mm = MemoryManager(sys.argv[1], embedding=None)
     chat = ChatMemory(memory=mm, session_id="s")
     chat.append("first question", "first answer")
-    set_parent = mm.store.set_parent
+    run = mm.store.run
 
-    def die(message_id, parent_id):  # the exchange's link, after both rows went in
-        os.kill(os.getpid(), signal.SIGKILL)
+    def die_at_the_link(op):  # the exchange's link, after both rows went in
+        if op.body.__qualname__.startswith("set_parent"):
+            os.kill(os.getpid(), signal.SIGKILL)
+        return run(op)
 
-    mm.store.set_parent = die
+    mm.store.run = die_at_the_link
     chat.append("second question", "second answer")
     """
 )
@@ -93,19 +96,19 @@ def test_three_adapters_thread_the_same_batches_alike() -> None:
     assert shapes["li"] == shapes["core"]
 
 
-def test_a_history_per_request_reuses_the_view() -> None:
+def test_a_history_per_request_reuses_the_view(monkeypatch: pytest.MonkeyPatch) -> None:
     mm = MemoryManager(":memory:", embedding=None)
     try:
         first = HarombeChatMessageHistory("s", manager=mm, strategy="threaded")
         first.add_messages([HumanMessage("hello"), AIMessage("hi")])
         reads: list[Any] = []
-        original = mm.store.get_messages
+        original = ops.get_messages
 
-        def counting(session_id: str, **kwargs: Any) -> list[Message]:
-            reads.append(kwargs.get("after_id"))
-            return original(session_id, **kwargs)
+        def counting(session_id: str, after_id: int | None = None, **kwargs: Any) -> Any:
+            reads.append(after_id)
+            return original(session_id, after_id, **kwargs)
 
-        mm.store.get_messages = counting  # type: ignore[method-assign]
+        monkeypatch.setattr(ops, "get_messages", counting)
         for i in range(5):
             per_request = HarombeChatMessageHistory("s", manager=mm, strategy="threaded")
             per_request.add_messages([HumanMessage(f"more {i}"), AIMessage(f"sure {i}")])
@@ -116,7 +119,7 @@ def test_a_history_per_request_reuses_the_view() -> None:
             [HumanMessage("again"), AIMessage("yes")]
         )
         assert None in reads
-        assert _shape(original("s")) == [None, 0]
+        assert _shape(mm.store.run(original("s"))) == [None, 0]
     finally:
         mm.close()
 

@@ -18,6 +18,7 @@ import pytest
 from harombe_core.errors import HarombeError, InvalidInputError
 from harombe_core.manager import MemoryManager
 from harombe_core.models import Message
+from harombe_core.store import ops
 from harombe_core.store.base import SearchScope
 
 Behaviour = Callable[[MemoryManager], None]
@@ -78,9 +79,12 @@ def order_paging_and_counts(mm: MemoryManager) -> None:
     assert [m.content for m in mm.get_messages(sid, after_id=ids[9], limit=5)] == [
         f"m{i}" for i in range(10, 15)
     ]
-    assert mm.store.count_messages(sid) == 150
+    assert mm.store.run(ops.count_messages(sid)) == 150
     assert [m.id for m in mm.store.iter_newest(sid)] == ids[::-1]
-    assert [m.id for m in mm.store.get_messages_by_ids([ids[5], ids[2], 10**9])] == [ids[5], ids[2]]
+    assert [m.id for m in mm.store.run(ops.get_messages_by_ids([ids[5], ids[2], 10**9]))] == [
+        ids[5],
+        ids[2],
+    ]
 
 
 @behaviour
@@ -144,7 +148,7 @@ def replace_is_one_transaction(mm: MemoryManager) -> None:
 @behaviour
 def prune_old(mm: MemoryManager) -> None:
     old = datetime.now(UTC) - timedelta(days=40)
-    mm.store.create_session("old", created_at=old)
+    mm.store.run(ops.create_session("old", created_at=old))
     mm.create_session(session_id="fresh")
     assert mm.prune_old_sessions(30) == 1
     assert [s.id for s in mm.list_sessions()] == ["fresh"]
@@ -168,20 +172,28 @@ def activity_is_the_newest_message_time(mm: MemoryManager) -> None:
 @behaviour
 def threads_and_summaries(mm: MemoryManager) -> None:
     sid = mm.create_session()
-    root, child = mm.save_messages(sid, [Message(role="user", content="root"),
-                                         Message(role="assistant", content="child")])
-    mm.store.set_parent(child, root)
+    root, child = mm.save_messages(
+        sid, [Message(role="user", content="root"), Message(role="assistant", content="child")]
+    )
+    mm.store.run(ops.set_parent(child, root))
     assert mm.get_messages(sid)[1].parent_id == root
-    mm.store.set_message_summary(child, {"title": "T", "summary": "S"})
-    assert mm.store.get_message_summaries([root, child]) == {child: {"title": "T", "summary": "S"}}
-    mm.store.update_session(sid, summary="so far", summary_data={"k": 1}, summary_until_id=child)
+    mm.store.run(ops.set_message_summary(child, {"title": "T", "summary": "S"}))
+    assert mm.store.run(ops.get_message_summaries([root, child])) == {
+        child: {"title": "T", "summary": "S"}
+    }
+    mm.store.run(
+        ops.update_session(sid, summary="so far", summary_data={"k": 1}, summary_until_id=child)
+    )
     session = mm.get_session(sid)
     assert (session.summary, session.summary_data, session.summary_until_id) == (
-        "so far", {"k": 1}, child)
+        "so far",
+        {"k": 1},
+        child,
+    )
     with pytest.raises(InvalidInputError):
-        mm.store.set_parent(10**9, None)
+        mm.store.run(ops.set_parent(10**9, None))
     mm.delete_session(sid)
-    assert mm.store.get_message_summaries([child]) == {}
+    assert mm.store.run(ops.get_message_summaries([child])) == {}
 
 
 @behaviour
@@ -201,7 +213,7 @@ def keyword_search_scoped(mm: MemoryManager) -> None:
     assert [h.message.content for h in answer] == ["Behind the library."]
     assert mm.store.keyword_search("!!! ???") == []
     assert mm.store.keyword_search('" OR 1=1; DROP TABLE messages; --') is not None
-    assert mm.store.count_messages() == 3
+    assert mm.store.run(ops.count_messages()) == 3
 
 
 @behaviour
@@ -212,10 +224,14 @@ def adjacent_ids_stay_in_their_session(mm: MemoryManager) -> None:
     a2 = mm.save_message("a", Message(role="assistant", content="a two"))
     b2 = mm.save_message("b", Message(role="assistant", content="b two"))
     a3 = mm.save_message("a", Message(role="user", content="a three"))
-    assert mm.store.adjacent_ids([a2, b1, a1, a3, b2, a2, 10_000]) == {
-        a1: (None, a2), a2: (a1, a3), a3: (a2, None), b1: (None, b2), b2: (b1, None)
+    assert mm.store.run(ops.adjacent_ids([a2, b1, a1, a3, b2, a2, 10_000])) == {
+        a1: (None, a2),
+        a2: (a1, a3),
+        a3: (a2, None),
+        b1: (None, b2),
+        b2: (b1, None),
     }
-    assert mm.store.adjacent_ids([]) == {}
+    assert mm.store.run(ops.adjacent_ids([])) == {}
 
 
 @behaviour
@@ -262,23 +278,24 @@ def context_evidence_in_keyword_search(mm: MemoryManager) -> None:
 @behaviour
 def embedding_bookkeeping(mm: MemoryManager) -> None:
     sid = mm.create_session()
-    ids = mm.save_messages(sid, [Message(role="user", content="q"),
-                                 Message(role="assistant", content="a")])
-    pending = mm.store.pending_embeddings(10)
+    ids = mm.save_messages(
+        sid, [Message(role="user", content="q"), Message(role="assistant", content="a")]
+    )
+    pending = mm.store.run(ops.pending_embeddings(10))
     assert [m.id for m, _ in pending] == ids
     assert pending[1][1] == "q"  # each message comes with the turn it answers
-    assert mm.store.pending_count() == 2
-    mm.store.mark_embedded(ids[:1])
-    assert [m.id for m, _ in mm.store.pending_embeddings(10)] == ids[1:]
-    assert mm.store.pending_count() == 1
-    assert mm.store.reset_embedded() == 1
-    assert len(mm.store.pending_embeddings(10)) == 2
+    assert mm.store.run(ops.pending_count()) == 2
+    mm.store.run(ops.mark_embedded(ids[:1]))
+    assert [m.id for m, _ in mm.store.run(ops.pending_embeddings(10))] == ids[1:]
+    assert mm.store.run(ops.pending_count()) == 1
+    assert mm.store.run(ops.reset_embedded()) == 1
+    assert len(mm.store.run(ops.pending_embeddings(10))) == 2
     assert mm.store.rebuild_keyword_index() == 2
     assert {h.message.id for h in mm.store.keyword_search("q")} <= set(ids)
-    mm.store.set_meta("k", "v1")
-    mm.store.set_meta("k", "v2")
-    assert mm.store.get_meta("k") == "v2"
-    assert mm.store.get_meta("nope") is None
+    mm.store.run(ops.set_meta("k", "v1"))
+    mm.store.run(ops.set_meta("k", "v2"))
+    assert mm.store.run(ops.get_meta("k")) == "v2"
+    assert mm.store.run(ops.get_meta("nope")) is None
     stats = mm.stats()
     assert stats["messages"] == 2
     assert stats["sessions"] == 1
@@ -356,7 +373,7 @@ def sql_metacharacters_are_data(mm: MemoryManager) -> None:
         assert session.user_id == text
         assert [s.id for s in mm.list_sessions(user_id=text)] == [sid]
         mm.store.keyword_search(text, scope=SearchScope(user_id=text, session_id=sid))
-    assert mm.store.count_messages() == len(nasty)
+    assert mm.store.run(ops.count_messages()) == len(nasty)
     assert len(mm.list_sessions(limit=None)) == len(nasty)
 
 
@@ -388,7 +405,7 @@ def scope_isolation_fifty_users(mm: MemoryManager) -> None:
             assert owner[hit.message.session_id] == user
             if by_session:
                 assert hit.message.session_id == scope.session_id
-        for message in mm.store.get_messages_by_ids(rng.sample(all_ids, 10), scope):
+        for message in mm.store.run(ops.get_messages_by_ids(rng.sample(all_ids, 10), scope)):
             assert owner[message.session_id or ""] == user
 
 
@@ -422,8 +439,8 @@ def _block(mm: MemoryManager, sid: str, *, fail: bool) -> Callable[[], list[int]
     def block() -> list[int]:
         mm.create_session("prompt", {"k": 1}, user_id="u", session_id=sid)
         ids = mm.save_messages(sid, [Message(role="user", content=f"m{i}") for i in range(5)])
-        mm.store.set_parent(ids[1], ids[0])
-        mm.store.update_session(sid, summary="so far")
+        mm.store.run(ops.set_parent(ids[1], ids[0]))
+        mm.store.run(ops.update_session(sid, summary="so far"))
         assert mm.get_messages(sid)[1].parent_id == ids[0]  # the block sees its own writes
         if fail:
             raise RuntimeError("stop")
@@ -458,7 +475,7 @@ def a_failed_call_dooms_its_atomic_block_even_if_caught(mm: MemoryManager) -> No
     def block() -> int:
         mm.save_message("doomed", Message(role="user", content="x"))
         with contextlib.suppress(InvalidInputError):
-            mm.store.set_parent(10**12, None)  # no such message
+            mm.store.run(ops.set_parent(10**12, None))  # no such message
         return 1
 
     with pytest.raises(InvalidInputError, match="no message"):

@@ -21,6 +21,7 @@ from harombe_core.context_reads import (
 )
 from harombe_core.manager import MemoryManager
 from harombe_core.models import Message
+from harombe_core.store import ops
 from harombe_core.strategies import hybrid_window, thread_path_newest_first, window_newest
 
 _sessions = itertools.count()
@@ -62,9 +63,11 @@ def _fill(mm: MemoryManager, rows: list[tuple[Any, ...]], foreign: int | None) -
         linked = None if parent is None or not ids else ids[parent % len(ids)]
         if parent is not None and parent % 7 == 6 and foreign is not None:
             linked = foreign  # a link into another session ends the thread
-        ids += mm.store.add_messages(sid, [message.with_ids(token_count=tokens, parent_id=linked)])
+        ids += mm.store.run(
+            ops.add_messages(sid, [message.with_ids(token_count=tokens, parent_id=linked)])
+        )
     if len(ids) > 2 and rows[0][3] == 0:
-        mm.store.set_parent(ids[0], ids[-1])  # a cycle through the whole session
+        mm.store.run(ops.set_parent(ids[0], ids[-1]))  # a cycle through the whole session
     return sid
 
 
@@ -116,7 +119,7 @@ def test_thread_reads_equal_the_whole_session(
 ) -> None:
     sid = _fill(manager, rows, foreign)
     store = manager.store
-    every = store.get_messages(sid)
+    every = store.run(ops.get_messages(sid))
     got = thread_window_from_store(store, sid, budget, system=[], start_on_user=on_user)
     if not any(m.parent_id is not None for m in every):
         assert got is None
@@ -171,8 +174,8 @@ def test_get_context_reads_the_session_once(manager: MemoryManager, strategy: st
     previous = None
     for i in range(40):
         message = Message(role="user" if i % 2 == 0 else "assistant", content=f"turn {i}")
-        previous = manager.store.add_messages(
-            sid, [message.with_ids(token_count=5, parent_id=previous)]
+        previous = manager.store.run(
+            ops.add_messages(sid, [message.with_ids(token_count=5, parent_id=previous)])
         )[0]
     store = manager.store
     reads: list[str] = []

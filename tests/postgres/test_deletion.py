@@ -6,6 +6,7 @@ covered it is dropped; ``forget_user`` removes all of a user and nothing of anyo
 from __future__ import annotations
 
 from harombe_core import MemoryConfig, MemoryManager, Message
+from harombe_core.store import ops
 from harombe_core.testing import FakeEmbedder
 from tests.reliability.test_deletion import token
 
@@ -27,7 +28,9 @@ def test_a_deleted_message_is_found_through_no_neighbour(backend_url: str) -> No
             ],
         )
         mm.flush()
-        mm.store.update_session("chat", summary=f"password {secret}", summary_until_id=ids[2])
+        mm.store.run(
+            ops.update_session("chat", summary=f"password {secret}", summary_until_id=ids[2])
+        )
         assert {h.message.id for h in mm.store.keyword_search(secret, limit=5)} == set(ids[1:])
         vector_before = mm._semantic.vectors_for([ids[2]])[ids[2]]
         mm.replace_messages("chat", [ids[1]])

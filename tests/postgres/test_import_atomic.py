@@ -13,6 +13,7 @@ from harombe_core.errors import InvalidInputError, StorageFullError
 from harombe_core.manager import MemoryManager
 from harombe_core.migrate import session_checksum
 from harombe_core.models import Message
+from harombe_core.store import ops
 from tests.postgres.lost_commit import lose_first_commit_answer
 
 
@@ -22,13 +23,15 @@ def _export(tmp_path: Path, sessions: int = 40) -> Path:
             ids = source.save_messages(
                 f"s{s}", [Message(role="user", content=f"{s}.{i}") for i in range(5)]
             )
-            source.store.set_parent(ids[2], ids[0])
-            source.store.set_message_summary(ids[1], {"title": "t", "summary": str(s)})
+            source.store.run(ops.set_parent(ids[2], ids[0]))
+            source.store.run(ops.set_message_summary(ids[1], {"title": "t", "summary": str(s)}))
         return ex.write_text(tmp_path / "export.jsonl", ex.export_store(source, "jsonl"))
 
 
 def _state(mm: MemoryManager) -> dict[str, tuple[int, str]]:
-    return {s.id: session_checksum(mm.store, s) for s in mm.store.list_sessions(limit=None)}
+    return {
+        s.id: session_checksum(mm.store, s) for s in mm.store.run(ops.list_sessions(limit=None))
+    }
 
 
 def test_a_store_failure_part_way_leaves_nothing_and_the_import_reruns(
@@ -108,5 +111,5 @@ def test_an_import_whose_commit_answer_is_lost_is_applied_once(
             result = ex.import_file(mm, path)
         assert lost == [True]
         assert (sorted(result.session_ids), result.messages) == ([f"s{s}" for s in range(5)], 20)
-        assert mm.store.count_messages() == 20
+        assert mm.store.run(ops.count_messages()) == 20
         assert sorted(s.id for s in mm.list_sessions(limit=None)) == sorted(result.session_ids)

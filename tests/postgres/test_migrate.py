@@ -20,6 +20,7 @@ from harombe_core.errors import InvalidInputError, StoreNotFoundError
 from harombe_core.manager import MemoryManager
 from harombe_core.migrate import MigrationError, migrate, session_checksum
 from harombe_core.models import Message
+from harombe_core.store import ops
 from harombe_core.store.pg_server import EmbeddedPostgres
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
@@ -31,26 +32,40 @@ def _fill(url: str, sessions: int = 6, per_session: int = 40) -> dict[str, tuple
         for s in range(sessions):
             sid = mm.create_session(f"prompt {s}", {"n": s, "q": "it's"}, user_id=f"u{s % 3}",
                                     session_id=f"session-{s}")
-            ids = mm.save_messages(sid, [
-                Message(role="user" if i % 2 == 0 else "assistant", content=f"s{s} turn {i} ✓",
-                        metadata={"i": i}, created_at=T0 + timedelta(minutes=i))
-                for i in range(per_session)
-            ])
+            ids = mm.save_messages(
+                sid,
+                [
+                    Message(
+                        role="user" if i % 2 == 0 else "assistant",
+                        content=f"s{s} turn {i} ✓",
+                        metadata={"i": i},
+                        created_at=T0 + timedelta(minutes=i),
+                    )
+                    for i in range(per_session)
+                ],
+            )
             for i in range(1, len(ids)):
-                mm.store.set_parent(ids[i], ids[i - 1] if i % 5 else ids[0])  # a real tree
-            mm.store.set_message_summary(ids[3], {"title": "t", "summary": f"s{s}"})
-            mm.store.update_session(sid, summary=f"summary {s}", summary_data={"k": s},
-                                    summary_until_id=ids[10])
+                mm.store.run(ops.set_parent(ids[i], ids[i - 1] if i % 5 else ids[0]))  # a real tree
+            mm.store.run(ops.set_message_summary(ids[3], {"title": "t", "summary": f"s{s}"}))
+            mm.store.run(
+                ops.update_session(
+                    sid, summary=f"summary {s}", summary_data={"k": s}, summary_until_id=ids[10]
+                )
+            )
         # a thread that points into another session
         other = mm.get_messages("session-0")[0].id
         last = mm.get_messages(f"session-{sessions - 1}")[-1].id
-        mm.store.set_parent(int(last or 0), other)
-        return {s.id: session_checksum(mm.store, s) for s in mm.store.list_sessions(limit=None)}
+        mm.store.run(ops.set_parent(int(last or 0), other))
+        return {
+            s.id: session_checksum(mm.store, s) for s in mm.store.run(ops.list_sessions(limit=None))
+        }
 
 
 def _checksums(url: str) -> dict[str, tuple[int, str]]:
     with MemoryManager(url, embedding=None) as mm:
-        return {s.id: session_checksum(mm.store, s) for s in mm.store.list_sessions(limit=None)}
+        return {
+            s.id: session_checksum(mm.store, s) for s in mm.store.run(ops.list_sessions(limit=None))
+        }
 
 
 def test_sqlite_to_postgres_and_back(tmp_path: Path, pg_url: str) -> None:

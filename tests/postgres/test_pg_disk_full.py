@@ -19,6 +19,7 @@ import pytest
 
 from harombe_core.errors import StorageFullError
 from harombe_core.models import Message
+from harombe_core.store import ops
 from harombe_core.store.pg_server import EmbeddedPostgres
 from harombe_core.store.postgres import PostgresStore
 
@@ -87,8 +88,10 @@ def test_disk_full_is_typed_and_loses_nothing(full_url: str, small_volume: Path)
         for batch in range(400):  # 400 x 2 x 48 KiB is far beyond 8 MiB
             contents = [_incompressible(36_000, 2 * batch + i) for i in range(2)]
             try:
-                ids = store.add_messages(
-                    "s", [Message(role="user", content=c, token_count=1) for c in contents]
+                ids = store.run(
+                    ops.add_messages(
+                        "s", [Message(role="user", content=c, token_count=1) for c in contents]
+                    )
                 )
             except StorageFullError as exc:
                 failure = exc
@@ -100,14 +103,16 @@ def test_disk_full_is_typed_and_loses_nothing(full_url: str, small_volume: Path)
 
         # Reads still work while full, and return exactly what was acknowledged: nothing of
         # the failed batch, nothing half-written.
-        stored = [(m.id, m.content) for m in store.get_messages("s")]
+        stored = [(m.id, m.content) for m in store.run(ops.get_messages("s"))]
         assert stored == acked
 
         # Space comes back: the same store resumes writing without reopening.
         grown = _mount(small_volume, "64m", remount=True)
         assert grown.returncode == 0, grown.stderr
-        more = store.add_messages("s", [Message(role="user", content="after", token_count=1)])
-        assert [m.id for m in store.get_messages("s")][-1] == more[0]
-        assert len(store.get_messages("s")) == len(acked) + 1
+        more = store.run(
+            ops.add_messages("s", [Message(role="user", content="after", token_count=1)])
+        )
+        assert [m.id for m in store.run(ops.get_messages("s"))][-1] == more[0]
+        assert len(store.run(ops.get_messages("s"))) == len(acked) + 1
     finally:
         store.close()

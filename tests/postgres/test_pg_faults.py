@@ -10,6 +10,7 @@ import pytest
 
 from harombe_core.errors import StoreUnavailableError
 from harombe_core.models import Message
+from harombe_core.store import ops
 from harombe_core.store.pg_server import EmbeddedPostgres
 from harombe_core.store.postgres import PostgresStore
 
@@ -26,9 +27,14 @@ def test_server_restart_under_load(pg_server: EmbeddedPostgres, pg_url: str, mod
         try:
             while not stop.is_set():
                 content = f"{sid}-{n}"
-                ids = store.add_messages(
-                    sid, [Message(role="user", content=content, token_count=1),
-                          Message(role="assistant", content=content + "-a", token_count=1)]
+                ids = store.run(
+                    ops.add_messages(
+                        sid,
+                        [
+                            Message(role="user", content=content, token_count=1),
+                            Message(role="assistant", content=content + "-a", token_count=1),
+                        ],
+                    )
                 )
                 acked[sid].append((ids[0], content))
                 acked[sid].append((ids[1], content + "-a"))
@@ -57,9 +63,9 @@ def test_server_restart_under_load(pg_server: EmbeddedPostgres, pg_url: str, mod
     assert before > 0
     assert sum(len(v) for v in acked.values()) >= during + 40  # writers resumed
     for sid, written in acked.items():
-        stored = [(m.id, m.content) for m in store.get_messages(sid)]
+        stored = [(m.id, m.content) for m in store.run(ops.get_messages(sid))]
         assert stored == written  # every ack exactly once, in order, nothing unacknowledged
-        assert store.count_messages(sid) == len(written)
+        assert store.run(ops.count_messages(sid)) == len(written)
     store.close()
 
 

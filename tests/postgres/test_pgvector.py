@@ -22,6 +22,7 @@ import pytest
 from harombe_core.errors import InvalidInputError
 from harombe_core.manager import MemoryManager
 from harombe_core.models import Message
+from harombe_core.store import ops
 from harombe_core.store.base import SearchScope
 from harombe_core.store.postgres import PostgresStore
 from harombe_core.testing import FakeEmbedder
@@ -62,12 +63,12 @@ def _fill(store: PostgresStore, n: int, sessions: int = 6, users: int = 3) -> li
             created_at=T0 + timedelta(minutes=i),
             token_count=3,
         )
-        ids += store.add_messages(sid, [message], user_id=user)
+        ids += store.run(ops.add_messages(sid, [message], user_id=user))
     return ids
 
 
 def _in_scope(store: PostgresStore, ids: list[int], scope: SearchScope) -> set[int]:
-    return {int(m.id or 0) for m in store.get_messages_by_ids(ids, scope)}
+    return {int(m.id or 0) for m in store.run(ops.get_messages_by_ids(ids, scope))}
 
 
 # the protocol ---------------------------------------------------------------------------------
@@ -107,11 +108,11 @@ def test_upsert_is_idempotent_and_sets_the_embedded_flag(store: PostgresStore) -
     index = PgVectorIndex(store)
     ids = _fill(store, 10)
     vectors = _unit(np.random.default_rng(2), 10)
-    assert len(store.pending_embeddings(100)) == 10
+    assert len(store.run(ops.pending_embeddings(100))) == 10
     for _ in range(3):
         index.upsert(ids, vectors, [{}] * 10)
     assert index.count() == 10
-    assert store.pending_embeddings(100) == []
+    assert store.run(ops.pending_embeddings(100)) == []
     replacement = _unit(np.random.default_rng(3), 1)
     index.upsert([ids[4]], replacement, [{}])
     assert index.count() == 10
@@ -147,23 +148,23 @@ def test_delete_delete_where_and_clear_keep_the_flags_honest(store: PostgresStor
     index.upsert(ids, vectors, [{}] * 12)
     index.delete(ids[:2])
     assert index.count() == 10
-    assert [m.id for m, _ in store.pending_embeddings(100)] == ids[:2]
+    assert [m.id for m, _ in store.run(ops.pending_embeddings(100))] == ids[:2]
     index.delete_where({"session_id": "s2"})
     gone = [ids[i] for i in range(2, 12) if i % 6 == 2]
     assert index.count() == 10 - len(gone)
-    assert {m.id for m, _ in store.pending_embeddings(100)} == {*ids[:2], *gone}
+    assert {m.id for m, _ in store.run(ops.pending_embeddings(100))} == {*ids[:2], *gone}
     index.clear()
     assert index.count() == 0
     assert index.query(vectors[0], 5) == []
-    assert len(store.pending_embeddings(100)) == 12
+    assert len(store.run(ops.pending_embeddings(100))) == 12
 
 
 def test_deleting_messages_removes_their_vectors(store: PostgresStore) -> None:
     index = PgVectorIndex(store)
     ids = _fill(store, 12)
     index.upsert(ids, _unit(np.random.default_rng(6), 12), [{}] * 12)
-    assert store.delete_session("s0")
-    store.clear_session("s1")
+    assert store.run(ops.delete_session("s0"))
+    store.run(ops.clear_session("s1"))
     assert index.count() == 8  # ON DELETE CASCADE, in the same transaction as the rows
 
 
@@ -344,12 +345,15 @@ def test_isolation_fifty_users_thousand_random_scoped_queries(pg_url: str) -> No
             hits = mm.search(query, top_k=8, user_id=user, session_id=sid)
             # Below the store's re-check: the database alone must keep the index in scope.
             matches = semantic.index.query(
-                semantic.embed_query(query), 8,
+                semantic.embed_query(query),
+                8,
                 scope_metadata_filter(SearchScope(user_id=user, session_id=sid)),
             )
             sessions = [h.message.session_id for h in hits]
-            sessions += [m.session_id for m in mm.store.get_messages_by_ids(
-                [m.message_id for m in matches])]
+            sessions += [
+                m.session_id
+                for m in mm.store.run(ops.get_messages_by_ids([m.message_id for m in matches]))
+            ]
             returned += len(sessions)
             for s in sessions:
                 assert s is not None

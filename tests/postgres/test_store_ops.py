@@ -24,49 +24,49 @@ def test_update_session_checks_user_id_as_create_session_does(
 ) -> None:
     store = manager.store
     with pytest.raises(InvalidInputError, match="user_id"):
-        store.create_session("fresh", user_id=bad)
-    store.create_session("s", user_id="alice")
+        store.run(ops.create_session("fresh", user_id=bad))
+    store.run(ops.create_session("s", user_id="alice"))
     with pytest.raises(InvalidInputError, match="user_id"):
-        store.update_session("s", user_id=bad)
-    session = store.get_session("s")
+        store.run(ops.update_session("s", user_id=bad))
+    session = store.run(ops.get_session("s"))
     assert session is not None
     assert session.user_id == "alice"
-    assert store.get_session("fresh") is None
+    assert store.run(ops.get_session("fresh")) is None
 
 
 def test_update_session_can_still_clear_the_owner(manager: MemoryManager) -> None:
     store = manager.store
-    store.create_session("s", user_id="alice")
-    store.update_session("s", user_id="bob")
-    assert store.get_session("s").user_id == "bob"  # type: ignore[union-attr]
-    store.update_session("s", user_id=None)
-    assert store.get_session("s").user_id is None  # type: ignore[union-attr]
+    store.run(ops.create_session("s", user_id="alice"))
+    store.run(ops.update_session("s", user_id="bob"))
+    assert store.run(ops.get_session("s")).user_id == "bob"  # type: ignore[union-attr]
+    store.run(ops.update_session("s", user_id=None))
+    assert store.run(ops.get_session("s")).user_id is None  # type: ignore[union-attr]
 
 
 def test_message_ids_that_are_not_integers_are_refused_typed(manager: MemoryManager) -> None:
     store = manager.store
-    (mid,) = store.add_messages("s", [_message("hello")])
+    (mid,) = store.run(ops.add_messages("s", [_message("hello")]))
     for call in (
-        lambda: store.get_messages_by_ids(["x"]),
-        lambda: store.mark_embedded(["x"]),
-        lambda: store.add_messages("s", [_message("again")], replace_ids=["x"]),
-        lambda: store.set_parent("x", None),  # type: ignore[arg-type]
-        lambda: store.set_parent(mid, "x"),  # type: ignore[arg-type]
+        lambda: store.run(ops.get_messages_by_ids(["x"])),
+        lambda: store.run(ops.mark_embedded(["x"])),
+        lambda: store.run(ops.add_messages("s", [_message("again")], replace_ids=["x"])),
+        lambda: store.run(ops.set_parent("x", None)),  # type: ignore[arg-type]
+        lambda: store.run(ops.set_parent(mid, "x")),  # type: ignore[arg-type]
     ):
         with pytest.raises(InvalidInputError, match="message ids must be integers"):
             call()
-    assert [m.content for m in store.get_messages("s")] == ["hello"]
-    assert store.get_messages("s")[0].parent_id is None
+    assert [m.content for m in store.run(ops.get_messages("s"))] == ["hello"]
+    assert store.run(ops.get_messages("s"))[0].parent_id is None
 
 
 def test_a_taken_session_id_is_refused_and_the_stored_session_kept(
     manager: MemoryManager,
 ) -> None:
     store = manager.store
-    store.create_session("s", user_id="alice", system_prompt="first", metadata={"a": 1})
+    store.run(ops.create_session("s", user_id="alice", system_prompt="first", metadata={"a": 1}))
     with pytest.raises(InvalidInputError, match="already exists"):
-        store.create_session("s", user_id="bob", system_prompt="second")
-    session = store.get_session("s")
+        store.run(ops.create_session("s", user_id="bob", system_prompt="second"))
+    session = store.run(ops.get_session("s"))
     assert session is not None
     assert (session.user_id, session.system_prompt) == ("alice", "first")
     assert session.metadata == {"a": 1}
@@ -81,7 +81,7 @@ async def test_arun_is_native_async_on_postgres_and_one_hop_on_sqlite(
     manager: MemoryManager, backend_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store = manager.store
-    store.create_session("s", user_id="u", system_prompt="be brief")
+    store.run(ops.create_session("s", user_id="u", system_prompt="be brief"))
     hops: list[object] = []
     real = asyncio.to_thread
 
@@ -94,6 +94,6 @@ async def test_arun_is_native_async_on_postgres_and_one_hop_on_sqlite(
     assert session is not None
     assert session.system_prompt == "be brief"
     ids = await store.arun(ops.add_messages("s", [_message("hi")], user_id="u"))
-    assert [m.id for m in store.get_messages("s")] == ids
+    assert [m.id for m in store.run(ops.get_messages("s"))] == ids
     native = backend_url.startswith("postgresql://")
     assert len(hops) == (0 if native else 2)

@@ -17,7 +17,7 @@ import pytest
 
 from harombe_core.manager import MemoryManager
 from harombe_core.models import Message
-from harombe_core.store import postgres
+from harombe_core.store import ops, postgres
 from tests.postgres.lost_commit import lose_first_commit_answer
 
 
@@ -42,7 +42,7 @@ def test_many_writes_keep_the_log_bounded(pg_url: str) -> None:
             # Each round's writes deleted every expired key of the rounds before.
             assert _count(pg_url) == per_round
             _expire_all(pg_url)
-        assert mm.store.count_messages() == rounds * per_round
+        assert mm.store.run(ops.count_messages()) == rounds * per_round
 
 
 def test_keys_outlive_every_retry_of_their_write(pg_url: str) -> None:

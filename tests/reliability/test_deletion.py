@@ -24,6 +24,7 @@ import pytest
 
 from harombe_core.manager import MemoryManager
 from harombe_core.models import Message
+from harombe_core.store import ops
 from harombe_core.testing import FakeEmbedder
 from harombe_core.vectors.memory import InMemoryVectorIndex
 
@@ -84,7 +85,7 @@ def _fill(mm: MemoryManager, secret: str, control: str, sid: str, user: str) -> 
         ],
     )
     mm.update_session(sid, metadata={"topic": "passwords"})
-    mm.store.update_session(sid, summary=f"the user shared the password {secret}")
+    mm.store.run(ops.update_session(sid, summary=f"the user shared the password {secret}"))
     mm.save_message("keep", Message(role="user", content=f"the harbour code is {control}"))
     mm.flush()
     mm.store.index_keywords()

@@ -28,6 +28,7 @@ import pytest
 
 from harombe_core.manager import MemoryManager
 from harombe_core.migrate import session_checksum
+from harombe_core.store import ops
 
 SESSIONS, PER_SESSION = 300, 10
 _API = (
@@ -110,7 +111,9 @@ def _state(location: str) -> State:
     with MemoryManager(location, embedding=None) as mm:
         if not location.startswith("postgresql://"):
             assert mm.store.query("PRAGMA integrity_check") == [("ok",)]  # type: ignore[attr-defined]
-        return {s.id: session_checksum(mm.store, s) for s in mm.store.list_sessions(limit=None)}
+        return {
+            s.id: session_checksum(mm.store, s) for s in mm.store.run(ops.list_sessions(limit=None))
+        }
 
 
 def _kill(command: list[str], location: str, after: float | None) -> str:

@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 from harombe_core import MemoryManager, Message
 from harombe_core.cli import app
 from harombe_core.errors import EncryptionKeyError, StoreError
-from harombe_core.store import sqlite_file
+from harombe_core.store import ops, sqlite_file
 from harombe_core.store.sqlite import SQLiteStore
 from harombe_core.store.sqlite_file import SQLiteFile, open_files
 from tests.reliability.openers import integrity, stored_contents
@@ -364,6 +364,6 @@ def test_a_file_busy_at_fork_time_is_refused_in_the_child(
     holder.join()
     assert "was in use by another thread when this process was forked" in message
     mm.save_message("s", _say("the parent carries on"))
-    assert store.get_meta("held") == "yes"
+    assert store.run(ops.get_meta("held")) == "yes"
     mm.close()
     assert stored_contents(db) == {"the parent carries on": 1}
