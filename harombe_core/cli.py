@@ -132,6 +132,7 @@ def history_command(
     ] = None,
 ) -> None:
     """Show a session's messages and which of them fit a model's token window."""
+    from harombe_core.context_reads import newest_first
     from harombe_core.export import describe_tool_call
 
     with clean_errors(), open_memory(db) as manager:
@@ -139,7 +140,7 @@ def history_command(
         if last is None:
             messages = manager.get_messages(session_id)
         else:  # newest first, read lazily: a long session costs only the rows shown
-            messages = list(islice(manager.store.iter_newest(session_id), last))[::-1]
+            messages = list(islice(newest_first(manager.store, session_id), last))[::-1]
         budget = manager.max_history_tokens if max_tokens is None else max_tokens
         window = manager.get_window(session_id, budget)
         kept = {m.id for m in window.messages if m.id is not None}

@@ -21,6 +21,7 @@ from harombe_core.context_reads import (
     Charge,
     charged,
     hybrid_from_store,
+    newest_first,
     newest_messages,
     stored,
     thread_newest_first,
@@ -465,7 +466,7 @@ class ContextBuilder:
         if strategy == "threaded":
             path = thread_newest_first(self.store, session_id, 0, charge, whole_turn=True)
         if path is None:
-            return newest_turn(charged(self.store.iter_newest(session_id), charge))
+            return newest_turn(charged(newest_first(self.store, session_id), charge))
         return newest_turn(path)
 
     def _budget_blocks(
@@ -585,7 +586,7 @@ Strategy = Callable[[ContextBuilder, ContextRequest], list[Message]]
 def _simple(ctx: ContextBuilder, request: ContextRequest) -> list[Message]:
     """The token window: the newest messages that fit, read newest first until it is full."""
     window = window_newest(
-        charged(ctx.store.iter_newest(request.session.id), request.charge),
+        charged(newest_first(ctx.store, request.session.id), request.charge),
         request.total,
         reserved_tokens=sum(m.token_count or 0 for m in request.system),
         start_on_user=request.start_on_user,

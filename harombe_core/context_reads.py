@@ -1,9 +1,9 @@
 """The windows read from a store in O(window) rows.
 
 The token window reads the newest messages up to the first that does not fit
-(:func:`newest_until`, from the store's lazy ``iter_newest`` pages, or :func:`anewest_until`
-from its async ``aiter_newest`` pages where it has them, so an async window on PostgreSQL needs
-no thread).
+(:func:`newest_until` over the lazy pages of :func:`newest_first`, or :func:`anewest_until`
+over :func:`anewest_first`'s, each page a store operation, so an async window on PostgreSQL
+needs no thread).
 
 Each read takes ``charge``: what a message costs against the budget, as a copy of it carrying
 that cost in ``token_count`` (the stored count by default, or a framework's own counting, see
@@ -25,6 +25,7 @@ import sys
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 
 from harombe_core.models import Message
+from harombe_core.store import ops
 from harombe_core.store.base import MessageStore
 from harombe_core.strategies import (
     IMPORTANCE_THRESHOLD,
@@ -35,12 +36,15 @@ from harombe_core.strategies import (
     reserve_system,
     window_newest,
 )
+from harombe_core.validate import check_id
 
 __all__ = [
     "Charge",
+    "anewest_first",
     "anewest_until",
     "charged",
     "hybrid_from_store",
+    "newest_first",
     "newest_messages",
     "newest_until",
     "thread_newest_first",
@@ -49,6 +53,10 @@ __all__ = [
 
 #: Most important messages read per statement by :func:`hybrid_from_store`.
 IMPORTANT_PAGE = 256
+#: The first page of :func:`newest_first` (most windows fit in it); each next one is twice
+#: the size, up to :data:`NEWEST_PAGE_MAX`.
+NEWEST_PAGE = 32
+NEWEST_PAGE_MAX = 512
 
 #: A message -> the same message carrying what it costs against the budget in ``token_count``.
 Charge = Callable[[Message], Message]
@@ -64,11 +72,39 @@ def charged(messages: Iterable[Message], charge: Charge) -> Iterator[Message]:
     return messages if charge is stored else map(charge, messages)  # type: ignore[return-value]
 
 
+def newest_first(store: MessageStore, session_id: str) -> Iterator[Message]:
+    """The session's messages newest first, read lazily: a token window stops reading as
+    soon as it is full. Each page is its own statement (:func:`~harombe_core.store.ops.
+    newest_page`), so no statement stays open between pages and a closing store or a fork
+    never waits for a half-read window."""
+    check_id(session_id, "session_id")
+    before, size = None, NEWEST_PAGE
+    while True:
+        page = store.run(ops.newest_page(session_id, before, size))
+        yield from page
+        if len(page) < size:
+            return
+        before, size = page[-1].id, min(size * 2, NEWEST_PAGE_MAX)
+
+
+async def anewest_first(store: MessageStore, session_id: str) -> AsyncIterator[Message]:
+    """:func:`newest_first` with each page read by ``await store.arun(...)``."""
+    check_id(session_id, "session_id")
+    before, size = None, NEWEST_PAGE
+    while True:
+        page = await store.arun(ops.newest_page(session_id, before, size))
+        for message in page:
+            yield message
+        if len(page) < size:
+            return
+        before, size = page[-1].id, min(size * 2, NEWEST_PAGE_MAX)
+
+
 def newest_messages(
     store: MessageStore, session_id: str, count: int, charge: Charge = stored
 ) -> list[Message]:
     """The session's newest ``count`` messages, newest first."""
-    return list(itertools.islice(charged(store.iter_newest(session_id), charge), count))
+    return list(itertools.islice(charged(newest_first(store, session_id), charge), count))
 
 
 def hybrid_from_store(
@@ -105,7 +141,7 @@ def hybrid_from_store(
             # messages' size), so a full budget is read in one statement, without spare rows.
             size = min(max(left // typical + 4, 8), IMPORTANT_PAGE)
             bound = sys.maxsize if slack is None else left + slack
-            page = store.important_before(session_id, before, threshold, bound, size)
+            page = store.run(ops.important_before(session_id, before, threshold, bound, size))
             for message in charged(page, charge):
                 cost = message.token_count or 0
                 if cost <= left and is_important(message, threshold):
@@ -140,11 +176,11 @@ def thread_newest_first(
     The store walks the thread by stored counts; a charge below them needs more of it, so the
     walk is repeated with a doubled allowance until the charged path is long enough (once,
     with the stored counts)."""
-    if not store.is_threaded(session_id):
+    if not store.run(ops.is_threaded(session_id)):
         return None
     allowance = max(budget, 0)
     while True:
-        path = store.thread_path(session_id, allowance)
+        path = store.run(ops.thread_path(session_id, allowance))
         walked = sum(m.token_count or 0 for m in path)
         whole = not path or path[-1].parent_id is None or walked <= allowance
         costed = list(charged(path, charge))

@@ -10,7 +10,6 @@ does the blocking work (SQLite, models) in a worker thread, so the event loop is
 from __future__ import annotations
 
 import functools
-import inspect
 import logging
 import os
 import uuid
@@ -19,7 +18,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from harombe_core.context import ContextBuilder
-from harombe_core.context_reads import anewest_until, newest_until
+from harombe_core.context_reads import anewest_first, anewest_until, newest_first, newest_until
 from harombe_core.erasing import delete_user_sessions, erase, prune_cutoff
 from harombe_core.errors import InvalidInputError
 from harombe_core.flows import Call, Flow, Run, Work, adrive, drive
@@ -781,15 +780,12 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
         # The prompt is kept even when it alone exceeds the budget (``tokens`` then says so):
         # a window without its instructions would mislead the model more than an overrun.
         reserved = sum(m.token_count or 0 for m in system)
-        # The newest rows are read page by page until the budget is spent (the store's async
+        # The newest rows are read page by page until the budget is spent (natively async
         # pages on PostgreSQL), then the window is cut from them.
-        spend = budget - reserved
-        pages = getattr(self._store, "aiter_newest", None)
+        spend, store = budget - reserved, self._store
         newest: list[Message] = yield Call(
-            lambda: newest_until(self._store.iter_newest(session_id), spend),
-            native=(lambda: anewest_until(pages(session_id), spend))
-            if inspect.isasyncgenfunction(pages)
-            else None,
+            lambda: newest_until(newest_first(store, session_id), spend),
+            native=lambda: anewest_until(anewest_first(store, session_id), spend),
         )
         window = window_newest(
             newest, budget, reserved_tokens=reserved, start_on_user=start_on_user

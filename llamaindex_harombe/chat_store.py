@@ -29,7 +29,7 @@ from llama_index.core.storage.chat_store.base_db import AsyncDBChatStore, Messag
 
 from harombe_core import MemoryManager
 from harombe_core.errors import InvalidInputError
-from harombe_core.integration import Call, Flow, Work, adrive, drive
+from harombe_core.integration import Call, Flow, Work, adrive, drive, newest_first
 from harombe_core.models import Message, Session
 from harombe_core.validate import (
     MAX_COUNT,
@@ -223,8 +223,10 @@ class HarombeChatStore(_ManagedStore, BaseChatStore):
         if idx >= 0:
             head = yield from self._read(key, limit=idx + 1)
             return head[idx] if len(head) > idx else None
-        newest = self._manager.store.iter_newest
-        tail: list[Message] = yield Work(lambda: list(itertools.islice(newest(key), -idx)))
+        store = self._manager.store
+        tail: list[Message] = yield Work(
+            lambda: list(itertools.islice(newest_first(store, key), -idx))
+        )
         return tail[-1] if len(tail) == -idx else None
 
     def _delete_at(self, key: str, idx: int) -> Flow[ChatMessage | None]:

@@ -35,7 +35,7 @@ from llama_index.core.storage.chat_store.base_db import MessageStatus
 
 from harombe_core import MemoryManager
 from harombe_core.errors import InvalidBudgetError, InvalidInputError
-from harombe_core.integration import Fix, Threader, resolve_selector
+from harombe_core.integration import Fix, Threader, newest_first, resolve_selector
 from harombe_core.models import Message, Session
 from harombe_core.tokens import TextTokenCounter
 from harombe_core.validate import (
@@ -423,7 +423,7 @@ class HarombeMemory(BaseMemory):
             return None
         if input:
             return input.content or None if isinstance(input, ChatMessage) else input
-        for message in self._manager.store.iter_newest(self.session_id):
+        for message in newest_first(self._manager.store, self.session_id):
             if message.role == "user" and message.content.strip():
                 return message.content
         return None

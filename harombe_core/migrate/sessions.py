@@ -44,7 +44,7 @@ def copy_session(
                 sid,
                 user_id=session.user_id,
                 system_prompt=session.system_prompt,
-                system_prompt_tokens=src.system_prompt_tokens(sid),
+                system_prompt_tokens=src.run(ops.system_prompt_tokens(sid)),
                 metadata=session.metadata,
                 created_at=session.created_at,
             )

@@ -16,7 +16,6 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from harombe_core.models import Message
-from harombe_core.store.context_sql import ContextReads
 
 if TYPE_CHECKING:
     from harombe_core.store.runner import Dialect, Op
@@ -122,7 +121,7 @@ def adjacent_ids_sql(id_condition: str) -> str:
 
 
 @runtime_checkable
-class MessageStore(ContextReads, Protocol):
+class MessageStore(Protocol):
     """What every backend (SQLite, Postgres) implements, with identical meaning.
 
     As narrow as LangGraph's ``BaseStore``: every operation on sessions and messages is an
@@ -131,8 +130,9 @@ class MessageStore(ContextReads, Protocol):
     store.arun(...)``) in one transaction with its own locking, retries and error types. What
     is left here differs by backend in more than its SQL: the keyword index (FTS5 with a
     tail scored in Python, or PostgreSQL full text), its rebuild, and the statistics of the
-    files or relations. The context strategies' O(window) reads
-    (:class:`~harombe_core.store.context_sql.ContextReads`) are included.
+    files or relations. Reads that span several operations are functions over ``run``
+    (:func:`~harombe_core.context_reads.newest_first` reads a session newest first, a page
+    per operation).
     """
 
     location: str
@@ -154,10 +154,6 @@ class MessageStore(ContextReads, Protocol):
         ...
 
     def close(self) -> None: ...
-
-    def iter_newest(self, session_id: str) -> Iterator[Message]:
-        """The session's messages newest first, read lazily a page at a time."""
-        ...
 
     def keyword_search(
         self, query: str, *, limit: int = 10, scope: SearchScope | None = None

@@ -455,7 +455,8 @@ def count_messages(session_id: str | None = None) -> Op[int]:
 
 def newest_page(session_id: str, before_id: int | None, size: int) -> Op[list[Message]]:
     """Newest first, up to ``size`` messages of the session older than ``before_id`` (None:
-    the newest): one page of :func:`iter_newest`, one seek on the ``(session_id, id)`` index."""
+    the newest): one page of :func:`~harombe_core.context_reads.newest_first`, one seek on
+    the ``(session_id, id)`` index."""
     check_id(session_id, "session_id")
 
     def body(d: Dialect) -> Body[list[Message]]:

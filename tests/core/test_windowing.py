@@ -11,7 +11,15 @@ from typing import Any
 
 import pytest
 
-from harombe_core import InvalidBudgetError, InvalidInputError, MemoryManager, Message
+from harombe_core import (
+    InvalidBudgetError,
+    InvalidInputError,
+    MemoryManager,
+    Message,
+    context_reads,
+)
+from harombe_core import context as context_module
+from harombe_core import manager as manager_module
 from harombe_core.strategies import window_newest
 from harombe_core.tokens import TextTokenCounter
 
@@ -158,27 +166,29 @@ def test_bad_default_budget(bad: object) -> None:
 
 
 class _CountingStore:
-    """Counts the rows the window pulls from the store's newest-first iterator."""
+    """Counts the rows the window pulls from the store's newest-first pages."""
 
-    def __init__(self, mm: MemoryManager) -> None:
+    def __init__(self, mm: MemoryManager, monkeypatch: pytest.MonkeyPatch) -> None:
         self.rows = 0
-        store = mm.store
-        original = store.iter_newest
+        original = context_reads.newest_first
 
-        def counted(session_id: str) -> Iterator[Message]:
-            for message in original(session_id):
+        def counted(store: Any, session_id: str) -> Iterator[Message]:
+            for message in original(store, session_id):
                 self.rows += 1
                 yield message
 
-        store.iter_newest = counted  # type: ignore[method-assign]
+        for module in (context_reads, manager_module, context_module):  # every reader
+            monkeypatch.setattr(module, "newest_first", counted)
 
 
 @pytest.mark.parametrize("length", [100, 10_000])
-def test_rows_read_do_not_grow_with_the_session(mm: MemoryManager, length: int) -> None:
+def test_rows_read_do_not_grow_with_the_session(
+    mm: MemoryManager, length: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A 50-token window reads five rows and one more (the first that does not fit)."""
     mm.create_session(session_id="s", system_prompt="sys")
     _conversation(mm, length)
-    counter = _CountingStore(mm)
+    counter = _CountingStore(mm, monkeypatch)
     window = mm.get_window("s", 60)
     assert len(window.messages) == 6  # the prompt and five messages
     assert counter.rows == 6

@@ -40,6 +40,7 @@ from harombe_core.checkpoint_safety import LANGGRAPH_SAFE_TYPES, TypePolicy, che
 from harombe_core.errors import InvalidInputError, UnsafeCheckpointError
 from harombe_core.manager import MemoryManager
 from harombe_core.migrate import migrate
+from harombe_core.store import ops
 from langchain_harombe import HarombeSaver, HarombeSerializer, RecordingChatModel
 
 USER = "ann"
@@ -331,7 +332,7 @@ def test_migrate_into_postgres_refuses_it_and_writes_nothing_there(
         migrate(thread_db, pg_url, progress=False)
     with MemoryManager(pg_url, embedding=None) as mm:
         assert mm.list_sessions() == []
-        assert mm.store.count_messages() == 0
+        assert mm.store.run(ops.count_messages()) == 0
     assert markers.made() == []
 
 

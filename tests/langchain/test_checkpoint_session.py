@@ -22,6 +22,7 @@ from langgraph.graph import START, MessagesState, StateGraph
 
 from harombe_core.manager import MemoryManager
 from harombe_core.models import MAX_CONTENT_CHARS, Message
+from harombe_core.store import ops
 from langchain_harombe import (
     HarombeMemoryMiddleware,
     HarombeSaver,
@@ -55,7 +56,7 @@ def _session(mm: MemoryManager, thread: str) -> list[tuple[str, str, str | None]
 
 
 def _newest(saver: HarombeSaver, thread: str) -> list[tuple[str, str, str | None]]:
-    session = saver.manager.store.get_session(thread)
+    session = saver.manager.store.run(ops.get_session(thread))
     owner = {"user_id": session.user_id} if session and session.user_id else {}
     found = saver.get_tuple({"configurable": {"thread_id": thread, "checkpoint_ns": "", **owner}})
     if found is None:

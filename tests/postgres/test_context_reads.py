@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from harombe_core.context import SYNC_FOLD
 from harombe_core.context_reads import (
     hybrid_from_store,
+    newest_first,
     newest_messages,
     thread_window_from_store,
 )
@@ -91,7 +92,7 @@ def test_hybrid_reads_equal_the_whole_session(
     store = manager.store
     summary = Message(role="system", content="digest").with_ids(token_count=5)
     expected = hybrid_window(
-        list(store.iter_newest(sid)),
+        list(newest_first(store, sid)),
         budget,
         system=[],
         summary=summary,
@@ -130,7 +131,9 @@ def test_thread_reads_equal_the_whole_session(
     assert got.tokens == expected.tokens
 
 
-def test_context_strategies_read_only_the_window(manager: MemoryManager) -> None:
+def test_context_strategies_read_only_the_window(
+    manager: MemoryManager, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """get_context's hybrid and threaded strategies never load the whole session."""
     sid = manager.create_session("be brief")
     for i in range(300):
@@ -139,18 +142,17 @@ def test_context_strategies_read_only_the_window(manager: MemoryManager) -> None
             sid,
             Message(role="user" if i % 2 == 0 else "assistant", content=f"turn {i}", metadata=meta),
         )
-    store = manager.store
     calls: list[str] = []
     background: list[str] = []
-    original = store.get_messages
+    original = ops.get_messages
     caller = threading.get_ident()
 
-    def counting(*args: Any, **kwargs: Any) -> list[Message]:
+    def counting(*args: Any, **kwargs: Any) -> Any:
         # The background folder may start before get_context returns: its reads are its own.
         (calls if threading.get_ident() == caller else background).append(repr(kwargs))
         return original(*args, **kwargs)
 
-    store.get_messages = counting  # type: ignore[method-assign]
+    monkeypatch.setattr(ops, "get_messages", counting)
     manager.summary_chunk = 50
     hybrid = manager.get_context(sid, "hybrid", 200, keep_last=4)
     # the summary reads one bounded list to see the backlog is long, and leaves it to the
@@ -179,18 +181,13 @@ def test_get_context_reads_the_session_once(manager: MemoryManager, strategy: st
         )[0]
     store = manager.store
     reads: list[str] = []
-    original, run = store.get_session, store.run
+    run = store.run
 
-    def counting(session_id: str) -> Any:
-        reads.append(session_id)
-        return original(session_id)
-
-    def running(op: Any) -> Any:  # the session read as a store operation (in a flow)
+    def running(op: Any) -> Any:  # every read of the session is this store operation
         if op.body.__qualname__.startswith("get_session."):
             reads.append("op")
         return run(op)
 
-    store.get_session = counting  # type: ignore[method-assign]
     store.run = running  # type: ignore[method-assign]
     context = manager.get_context(sid, strategy, 100, keep_last=4)
     assert len(reads) == 1, reads
