@@ -159,10 +159,8 @@ def bench_search(args: argparse.Namespace, folder: Path) -> None:
         for s in range(args.sessions if mm.store.run(ops.count_messages()) == 0 else 0):
             mm.save_messages(
                 f"s{s}",
-                [
-                    Message(role="user" if i % 2 == 0 else "assistant", content=sentence(rng))
-                    for i in range(per_session)
-                ],
+                [Message(role="user" if i % 2 == 0 else "assistant", content=sentence(rng))
+                 for i in range(per_session)],
                 user_id=f"u{s % args.users}",
             )
         mm.flush()

@@ -43,23 +43,8 @@ from typing import Any  # noqa: E402
 from harombe_core.store import ops  # noqa: E402
 
 WORDS = [
-    "apple",
-    "river",
-    "engine",
-    "garden",
-    "piano",
-    "rocket",
-    "winter",
-    "coffee",
-    "market",
-    "silver",
-    "window",
-    "harbour",
-    "lantern",
-    "meadow",
-    "forest",
-    "cinema",
-    "ticket",
+    "apple", "river", "engine", "garden", "piano", "rocket", "winter", "coffee", "market",
+    "silver", "window", "harbour", "lantern", "meadow", "forest", "cinema", "ticket",
 ]
 
 

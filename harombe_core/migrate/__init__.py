@@ -230,10 +230,8 @@ def _verify(
         want = session_checksum(src, session)
         got = session_checksum(dst, copy)
         if want != got:
-            problems.append(
-                f"{session.id}: source {want[0]} messages {want[1][:12]}, "
-                f"destination {got[0]} messages {got[1][:12]}"
-            )
+            problems.append(f"{session.id}: source {want[0]} messages {want[1][:12]}, "
+                            f"destination {got[0]} messages {got[1][:12]}")
         report.checksums[session.id] = want[1]
     have, copied = src.run(ops.count_messages()), dst.run(ops.count_messages())
     if have > copied:

@@ -391,19 +391,30 @@ def _message_row(message: Message) -> tuple[Any, ...]:
 def get_messages(
     session_id: str, after_id: int | None = None, limit: int | None = None
 ) -> Op[list[Message]]:
+    """The session's messages in order, after ``after_id`` (None: from the first), at most
+    ``limit`` (None: all)."""
     check_id(session_id, "session_id")
+    after = None if after_id is None else (">", int(after_id))
 
     def body(d: Dialect) -> Body[list[Message]]:
-        sql = f"SELECT {MESSAGE_COLUMNS} FROM messages m WHERE m.session_id = ?"
-        params: list[Any] = [session_id]
-        if after_id is not None:
-            sql += " AND m.id > ?"
-            params.append(int(after_id))
-        sql += " ORDER BY m.id LIMIT ?"
-        params.append(d.no_limit if limit is None else limit)
-        return [row_to_message(r) for r in (yield d.step(sql, params)).rows]
+        return (yield from _session_messages(d, session_id, after, "", limit))
 
     return Op(body)
+
+
+def _session_messages(
+    d: Dialect, session_id: str, bound: tuple[str, int] | None, order: str, limit: int | None
+) -> Body[list[Message]]:
+    """Messages of a session by id (``order`` "" or " DESC"), those with ``id <op> value``
+    for a ``bound`` of ``(op, value)``: one range of the ``(session_id, id)`` index."""
+    sql = f"SELECT {MESSAGE_COLUMNS} FROM messages m WHERE m.session_id = ?"
+    params: list[Any] = [session_id]
+    if bound is not None:
+        sql += f" AND m.id {bound[0]} ?"
+        params.append(bound[1])
+    sql += f" ORDER BY m.id{order} LIMIT ?"
+    params.append(d.no_limit if limit is None else limit)
+    return [row_to_message(r) for r in (yield d.step(sql, params)).rows]
 
 
 def get_messages_by_ids(ids: Sequence[int], scope: SearchScope | None = None) -> Op[list[Message]]:
@@ -458,15 +469,10 @@ def newest_page(session_id: str, before_id: int | None, size: int) -> Op[list[Me
     the newest): one page of :func:`~harombe_core.context_reads.newest_first`, one seek on
     the ``(session_id, id)`` index."""
     check_id(session_id, "session_id")
+    before = None if before_id is None else ("<", int(before_id))
 
     def body(d: Dialect) -> Body[list[Message]]:
-        sql = f"SELECT {MESSAGE_COLUMNS} FROM messages m WHERE m.session_id = ?"
-        params: list[Any] = [session_id]
-        if before_id is not None:
-            sql += " AND m.id < ?"
-            params.append(int(before_id))
-        sql += " ORDER BY m.id DESC LIMIT ?"
-        return [row_to_message(r) for r in (yield d.step(sql, [*params, size])).rows]
+        return (yield from _session_messages(d, session_id, before, " DESC", size))
 
     return Op(body)
 

@@ -187,10 +187,7 @@ def threads_and_summaries(mm: MemoryManager) -> None:
     )
     session = mm.get_session(sid)
     assert (session.summary, session.summary_data, session.summary_until_id) == (
-        "so far",
-        {"k": 1},
-        child,
-    )
+        "so far", {"k": 1}, child)
     with pytest.raises(InvalidInputError):
         mm.store.run(ops.set_parent(10**9, None))
     mm.delete_session(sid)

@@ -32,18 +32,11 @@ def _fill(url: str, sessions: int = 6, per_session: int = 40) -> dict[str, tuple
         for s in range(sessions):
             sid = mm.create_session(f"prompt {s}", {"n": s, "q": "it's"}, user_id=f"u{s % 3}",
                                     session_id=f"session-{s}")
-            ids = mm.save_messages(
-                sid,
-                [
-                    Message(
-                        role="user" if i % 2 == 0 else "assistant",
-                        content=f"s{s} turn {i} ✓",
-                        metadata={"i": i},
-                        created_at=T0 + timedelta(minutes=i),
-                    )
-                    for i in range(per_session)
-                ],
-            )
+            ids = mm.save_messages(sid, [
+                Message(role="user" if i % 2 == 0 else "assistant", content=f"s{s} turn {i} ✓",
+                        metadata={"i": i}, created_at=T0 + timedelta(minutes=i))
+                for i in range(per_session)
+            ])
             for i in range(1, len(ids)):
                 mm.store.run(ops.set_parent(ids[i], ids[i - 1] if i % 5 else ids[0]))  # a real tree
             mm.store.run(ops.set_message_summary(ids[3], {"title": "t", "summary": f"s{s}"}))

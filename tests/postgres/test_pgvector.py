@@ -345,8 +345,7 @@ def test_isolation_fifty_users_thousand_random_scoped_queries(pg_url: str) -> No
             hits = mm.search(query, top_k=8, user_id=user, session_id=sid)
             # Below the store's re-check: the database alone must keep the index in scope.
             matches = semantic.index.query(
-                semantic.embed_query(query),
-                8,
+                semantic.embed_query(query), 8,
                 scope_metadata_filter(SearchScope(user_id=user, session_id=sid)),
             )
             sessions = [h.message.session_id for h in hits]
