@@ -27,6 +27,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from harombe_core.models import Message
 from harombe_core.store import ops
 from harombe_core.store.base import MessageStore
+from harombe_core.store.rows import row_to_message
 from harombe_core.strategies import (
     IMPORTANCE_THRESHOLD,
     Window,
@@ -81,10 +82,10 @@ def newest_first(store: MessageStore, session_id: str) -> Iterator[Message]:
     before, size = None, NEWEST_PAGE
     while True:
         page = store.run(ops.newest_page(session_id, before, size))
-        yield from page
+        yield from map(row_to_message, page)
         if len(page) < size:
             return
-        before, size = page[-1].id, min(size * 2, NEWEST_PAGE_MAX)
+        before, size = page[-1][0], min(size * 2, NEWEST_PAGE_MAX)
 
 
 async def anewest_first(store: MessageStore, session_id: str) -> AsyncIterator[Message]:
@@ -93,11 +94,11 @@ async def anewest_first(store: MessageStore, session_id: str) -> AsyncIterator[M
     before, size = None, NEWEST_PAGE
     while True:
         page = await store.arun(ops.newest_page(session_id, before, size))
-        for message in page:
-            yield message
+        for row in page:
+            yield row_to_message(row)
         if len(page) < size:
             return
-        before, size = page[-1].id, min(size * 2, NEWEST_PAGE_MAX)
+        before, size = page[-1][0], min(size * 2, NEWEST_PAGE_MAX)
 
 
 def newest_messages(

@@ -397,16 +397,33 @@ def get_messages(
     after = None if after_id is None else (">", int(after_id))
 
     def body(d: Dialect) -> Body[list[Message]]:
-        return (yield from _session_messages(d, session_id, after, "", limit))
+        rows = yield from _session_rows(d, session_id, after, "", limit)
+        return [row_to_message(r) for r in rows]
 
     return Op(body)
 
 
-def _session_messages(
+def newest_page(session_id: str, before_id: int | None, size: int) -> Op[list[Any]]:
+    """Newest first, the rows of up to ``size`` messages of the session older than
+    ``before_id`` (None: the newest), one seek on the ``(session_id, id)`` index: one page of
+    :func:`~harombe_core.context_reads.newest_first`. Rows, not messages: the reader converts
+    each (``rows.row_to_message``) as it takes it, so a window that stops early converts no
+    more than it used."""
+    check_id(session_id, "session_id")
+    before = None if before_id is None else ("<", int(before_id))
+
+    def body(d: Dialect) -> Body[list[Any]]:
+        return (yield from _session_rows(d, session_id, before, " DESC", size))
+
+    return Op(body)
+
+
+def _session_rows(
     d: Dialect, session_id: str, bound: tuple[str, int] | None, order: str, limit: int | None
-) -> Body[list[Message]]:
-    """Messages of a session by id (``order`` "" or " DESC"), those with ``id <op> value``
-    for a ``bound`` of ``(op, value)``: one range of the ``(session_id, id)`` index."""
+) -> Body[list[Any]]:
+    """Rows of a session's messages by id (``order`` "" or " DESC"), those with
+    ``id <op> value`` for a ``bound`` of ``(op, value)``: one range of the
+    ``(session_id, id)`` index."""
     sql = f"SELECT {MESSAGE_COLUMNS} FROM messages m WHERE m.session_id = ?"
     params: list[Any] = [session_id]
     if bound is not None:
@@ -414,7 +431,8 @@ def _session_messages(
         params.append(bound[1])
     sql += f" ORDER BY m.id{order} LIMIT ?"
     params.append(d.no_limit if limit is None else limit)
-    return [row_to_message(r) for r in (yield d.step(sql, params)).rows]
+    rows: list[Any] = (yield d.step(sql, params)).rows
+    return rows
 
 
 def get_messages_by_ids(ids: Sequence[int], scope: SearchScope | None = None) -> Op[list[Message]]:
@@ -460,19 +478,6 @@ def count_messages(session_id: str | None = None) -> Op[int]:
         sql = "SELECT message_count FROM sessions WHERE id = ?"
         rows = (yield d.step(sql, (session_id,))).rows
         return int(rows[0][0]) if rows else 0
-
-    return Op(body)
-
-
-def newest_page(session_id: str, before_id: int | None, size: int) -> Op[list[Message]]:
-    """Newest first, up to ``size`` messages of the session older than ``before_id`` (None:
-    the newest): one page of :func:`~harombe_core.context_reads.newest_first`, one seek on
-    the ``(session_id, id)`` index."""
-    check_id(session_id, "session_id")
-    before = None if before_id is None else ("<", int(before_id))
-
-    def body(d: Dialect) -> Body[list[Message]]:
-        return (yield from _session_messages(d, session_id, before, " DESC", size))
 
     return Op(body)
 
