@@ -9,8 +9,8 @@ error types: on SQLite through :meth:`SQLiteStore.transaction`, on PostgreSQL th
 :meth:`PostgresStore.run_body` (natively async for :meth:`SqlRunner.arun`, and applied exactly
 once when a retry follows a connection lost at COMMIT). :meth:`SqlRunner.read` runs a body that
 only reads in one consistent snapshot without taking SQLite's write lock, and a body can append
-messages to a session in its own transaction with :meth:`SqlRunner.add_messages` (each store's
-own ``add_messages``, as steps).
+messages to a session in its own transaction with :meth:`SqlRunner.add_messages` (the
+operation :func:`~harombe_core.store.ops.add_messages`, as steps).
 """
 
 from __future__ import annotations
@@ -83,8 +83,9 @@ class SqlRunner:
     def add_messages(
         self, session_id: str, messages: Sequence[Message], **options: Any
     ) -> Body[list[int]]:
-        """The store's ``add_messages`` (with its ``user_id`` and ``replace_ids`` options) as
-        steps of the caller's body: same checks, same rows (token counts must be set)."""
+        """:func:`~harombe_core.store.ops.add_messages` (with its ``user_id`` and
+        ``replace_ids`` options) as steps of the caller's body: same checks, same rows (token
+        counts must be set)."""
         return ops.add_messages(session_id, messages, **options).body(self.store.dialect)
 
 

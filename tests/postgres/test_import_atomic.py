@@ -41,20 +41,21 @@ def test_a_store_failure_part_way_leaves_nothing_and_the_import_reruns(
     manager.save_message("mine", Message(role="user", content="already here"))
     before = _state(manager)
     store: Any = manager.store
-    real = store.set_message_summary
-    calls: list[int] = []
+    real = store.run
+    calls: list[Any] = []
 
-    def full_after_thirty(message_id: int, summary: Any) -> None:
-        calls.append(message_id)
-        if len(calls) == 30:
-            raise StorageFullError("the disk is full")
-        real(message_id, summary)
+    def full_after_thirty(op: Any) -> Any:  # the 30th message summary written fails
+        if op.body.__qualname__.startswith("set_message_summary."):
+            calls.append(op)
+            if len(calls) == 30:
+                raise StorageFullError("the disk is full")
+        return real(op)
 
-    monkeypatch.setattr(store, "set_message_summary", full_after_thirty)
+    monkeypatch.setattr(store, "run", full_after_thirty)
     with pytest.raises(StorageFullError):
         ex.import_file(manager, path)
     assert _state(manager) == before
-    monkeypatch.setattr(store, "set_message_summary", real)
+    monkeypatch.setattr(store, "run", real)
     result = ex.import_file(manager, path)
     assert (len(result.session_ids), result.messages) == (40, 200)
     after = _state(manager)
