@@ -9,7 +9,6 @@ does the blocking work (SQLite, models) in a worker thread, so the event loop is
 
 from __future__ import annotations
 
-import inspect
 import logging
 import os
 import uuid
@@ -18,10 +17,10 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from harombe_core.context import ContextBuilder
-from harombe_core.context_reads import anewest_until, newest_until
+from harombe_core.context_reads import newest_until
 from harombe_core.erasing import delete_user_sessions, erase, prune_cutoff
 from harombe_core.errors import InvalidInputError
-from harombe_core.flows import Call, Flow, Run, Work, adrive, drive
+from harombe_core.flows import Flow, Run, Work, adrive, drive
 from harombe_core.manager_facts import UserMemoryMethods
 from harombe_core.manager_search import Searcher
 from harombe_core.models import Message, SearchHit, Session
@@ -320,13 +319,6 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
             return 0
         return self.token_counter.count_message(Message(role="system", content=system_prompt))
 
-    def _system_prompt(self, session: Session) -> Flow[list[Message]]:
-        """The message that leads the session's history (none without a system prompt)."""
-        if session.system_prompt is None:
-            return []
-        system: list[Message] = yield Work(self._context.system_prompt_message, session)
-        return system
-
     def get_session(self, session_id: str, *, user_id: str | None = None) -> Session | None:
         """The session's record (owner, system prompt, metadata, counts, summary), or None for
         an unknown session. Raises SessionOwnershipError if ``user_id`` is given and does not
@@ -354,7 +346,7 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
         session = yield from owned_session(self._store, session_id, user_id)
         if session is None:
             return []
-        system = yield from self._system_prompt(session)
+        system = yield from self._context.system_prompt(session)
         messages: list[Message] = yield Run(self._store, ops.get_messages(session_id))
         return system + messages
 
@@ -764,20 +756,13 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
         session = yield from owned_session(self._store, session_id, user_id)
         if session is None:
             return Window(messages=[], tokens=0)
-        system = (yield from self._system_prompt(session)) if include_system else []
+        system = (yield from self._context.system_prompt(session)) if include_system else []
         # The prompt is kept even when it alone exceeds the budget (``tokens`` then says so):
         # a window without its instructions would mislead the model more than an overrun.
         reserved = sum(m.token_count or 0 for m in system)
-        # The newest rows are read page by page until the budget is spent (the store's async
-        # pages on PostgreSQL), then the window is cut from them.
-        spend = budget - reserved
-        pages = getattr(self._store, "aiter_newest", None)
-        newest: list[Message] = yield Call(
-            lambda: newest_until(self._store.iter_newest(session_id), spend),
-            native=(lambda: anewest_until(pages(session_id), spend))
-            if inspect.isasyncgenfunction(pages)
-            else None,
-        )
+        # The newest rows are read page by page until the budget is spent (the reader of
+        # get_context too), then the window is cut from them.
+        newest = yield from newest_until(self._store, session_id, budget - reserved)
         window = window_newest(
             newest, budget, reserved_tokens=reserved, start_on_user=start_on_user
         )
@@ -982,18 +967,20 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
         adapters' options: ``token_counter`` (charge as a framework counts) and
         ``keep_newest_turn`` (send the newest turn even when it does not fit).
         """
-        return self._context.get_context(
-            session_id,
-            strategy,
-            max_tokens,
-            start_on_user=start_on_user,
-            keep_last=keep_last,
-            query=query,
-            budget=budget,
-            user_profile=user_profile,
-            user_id=user_id,
-            token_counter=token_counter,
-            keep_newest_turn=keep_newest_turn,
+        return drive(
+            self._context.context_flow(
+                session_id,
+                strategy,
+                max_tokens,
+                start_on_user=start_on_user,
+                keep_last=keep_last,
+                query=query,
+                budget=budget,
+                user_profile=user_profile,
+                user_id=user_id,
+                token_counter=token_counter,
+                keep_newest_turn=keep_newest_turn,
+            )
         )
 
     async def aget_context(
@@ -1011,23 +998,23 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
         token_counter: TokenCounter | None = None,
         keep_newest_turn: bool = False,
     ) -> list[Message]:
-        """The messages to send a model (async twin of :meth:`get_context`; the strategies
-        read the store synchronously, so it is one request of work off the event loop)."""
-        get_context = Work(
-            self.get_context,
-            session_id,
-            strategy,
-            max_tokens,
-            start_on_user=start_on_user,
-            keep_last=keep_last,
-            query=query,
-            budget=budget,
-            user_profile=user_profile,
-            user_id=user_id,
-            token_counter=token_counter,
-            keep_newest_turn=keep_newest_turn,
+        """The messages to send a model (async twin of :meth:`get_context`: its reads are
+        awaited on the store's async path, native on PostgreSQL)."""
+        return await adrive(
+            self._context.context_flow(
+                session_id,
+                strategy,
+                max_tokens,
+                start_on_user=start_on_user,
+                keep_last=keep_last,
+                query=query,
+                budget=budget,
+                user_profile=user_profile,
+                user_id=user_id,
+                token_counter=token_counter,
+                keep_newest_turn=keep_newest_turn,
+            )
         )
-        return await adrive(self._one(get_context))
 
     def summarize_session(
         self, session_id: str, *, until_id: int | None = None, user_id: str | None = None

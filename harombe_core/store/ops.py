@@ -53,6 +53,7 @@ __all__ = [
     "get_session",
     "list_sessions",
     "mark_embedded",
+    "newest_rows",
     "reset_embedded",
     "scope_size",
     "set_message_summary",
@@ -344,6 +345,25 @@ def get_messages(
         sql += " ORDER BY m.id LIMIT ?"
         params.append(d.no_limit if limit is None else limit)
         return [row_to_message(r) for r in (yield d.step(sql, params)).rows]
+
+    return Op(body)
+
+
+def newest_rows(session_id: str, before_id: int | None, limit: int) -> Op[list[Any]]:
+    """A page of the session's message rows, newest first, older than ``before_id`` (None:
+    from the newest): one seek and a short scan of the ``(session_id, id)`` index. Rows, not
+    messages: the newest-first reader (:mod:`harombe_core.context_reads`) turns into
+    messages only the rows a window takes."""
+    check_id(session_id, "session_id")
+    params: list[Any] = [session_id]
+    sql = f"SELECT {MESSAGE_COLUMNS} FROM messages m WHERE m.session_id = ?"
+    if before_id is not None:
+        sql += " AND m.id < ?"
+        params.append(int(before_id))
+    params.append(int(limit))
+
+    def body(d: Dialect) -> Body[list[Any]]:
+        return (yield d.step(f"{sql} ORDER BY m.id DESC LIMIT ?", params)).rows
 
     return Op(body)
 

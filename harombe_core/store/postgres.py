@@ -52,7 +52,6 @@ from harombe_core.errors import (
 from harombe_core.models import Message
 from harombe_core.store import pending
 from harombe_core.store.base import AtomicBlock, KeywordHit, SearchScope
-from harombe_core.store.context_sql import ContextReads
 from harombe_core.store.methods import StoreMethods
 from harombe_core.store.rows import MESSAGE_COLUMNS, check_id, dumps, row_to_message, scope_sql
 from harombe_core.store.runner import POSTGRES, Body, Op, Step, adrive, drive
@@ -152,7 +151,7 @@ def _ts_query_text(text: str) -> str | None:
     return " or ".join(words[:64])
 
 
-class PostgresStore(StoreMethods, ContextReads):
+class PostgresStore(StoreMethods):
     """A :class:`~harombe_core.store.base.MessageStore` on PostgreSQL (extra ``postgres``).
 
     ``url`` is a libpq URL (``postgresql://user:pass@host:5432/db``). ``retry_seconds`` is how long
@@ -608,13 +607,6 @@ class PostgresStore(StoreMethods, ContextReads):
             "pending_embeddings": int(pending),
             "bytes": int(size),
         }
-
-    # context reads (O(window)): important_before, is_threaded, thread_path ----------------
-    _context_dialect, _context_mark = "postgres", "%s"
-
-    @staticmethod
-    def _context_row(row: Sequence[Any]) -> Message:
-        return row_to_message(row)
 
 
 class _Attempts(Generic[T]):

@@ -37,7 +37,6 @@ from harombe_core.errors import SchemaTooNewError, StoreError
 from harombe_core.models import Message
 from harombe_core.store import pending
 from harombe_core.store.base import KeywordHit, SearchScope
-from harombe_core.store.context_sql import ContextReads
 from harombe_core.store.erasure import ERASED_KEYWORDS, compact_keywords, owed
 from harombe_core.store.fts import (
     BM25_WEIGHTS,
@@ -139,7 +138,7 @@ def _close_keywords(file: SQLiteFile, retries: int) -> None:
         file.checkpoint()
 
 
-class SQLiteStore(StoreMethods, ContextReads):
+class SQLiteStore(StoreMethods):
     """The default :class:`~harombe_core.store.base.MessageStore`.
 
     ``path`` is a file path (``~`` expanded, parent directories created, file mode 0600) or
@@ -578,12 +577,6 @@ class SQLiteStore(StoreMethods, ContextReads):
             "pending_embeddings": pending,
             "bytes": size,
         }
-
-    # context reads (O(window)): important_before, is_threaded, thread_path ----------------
-    _context_dialect, _context_mark = "sqlite", "?"
-    @staticmethod
-    def _context_row(row: Sequence[Any]) -> Message:
-        return row_to_message(row)
 
 
 #: Common words, see SQLiteStore._drop_common_words.
