@@ -30,7 +30,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from harombe_core.errors import SchemaTooNewError, StoreError
@@ -59,7 +59,6 @@ from harombe_core.store.fts import (
 from harombe_core.store.methods import StoreMethods
 from harombe_core.store.rows import (
     MESSAGE_COLUMNS,
-    check_id,
     from_micros,
     row_to_message,
     scope_sql,
@@ -289,28 +288,6 @@ class SQLiteStore(StoreMethods):
 
     # sessions -----------------------------------------------------------------------------
     # messages -----------------------------------------------------------------------------
-    def iter_newest(self, session_id: str) -> Iterator[Message]:
-        """Newest first, fetched lazily: a token window stops reading as soon as it is full.
-
-        Read in pages of 32 rows, each its own statement: no statement stays open between
-        pages, so a closing store or a fork never waits for a half-read window.
-        """
-        check_id(session_id, "session_id")
-        sql = f"SELECT {MESSAGE_COLUMNS} FROM messages m WHERE m.session_id = ?"
-        size, before = 32, None  # 32: most windows fit in one or two pages
-        while True:
-            if before is None:
-                rows = self._read(f"{sql} ORDER BY m.id DESC LIMIT ?", (session_id, size))
-            else:
-                rows = self._read(
-                    f"{sql} AND m.id < ? ORDER BY m.id DESC LIMIT ?", (session_id, before, size)
-                )
-            for row in rows:
-                yield row_to_message(row)
-            if len(rows) < size:
-                return
-            before = rows[-1][0]
-
     # derived indexes ----------------------------------------------------------------------
     def keyword_search(
         self, query: str, *, limit: int = 10, scope: SearchScope | None = None
