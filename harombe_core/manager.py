@@ -17,7 +17,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from harombe_core.context import ContextBuilder
-from harombe_core.context_reads import newest_until
+from harombe_core.context_reads import newest_until, read_newest
 from harombe_core.erasing import delete_user_sessions, erase, prune_cutoff
 from harombe_core.errors import InvalidInputError
 from harombe_core.flows import Flow, Run, Work, adrive, drive
@@ -741,6 +741,31 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
             self._get_window(session_id, max_tokens, include_system, start_on_user, user_id)
         )
         return window.messages
+
+    def get_newest_user_message(
+        self, session_id: str, *, user_id: str | None = None
+    ) -> Message | None:
+        """The session's newest user message that has text (what a memory recalls for when
+        it is not told the user's input), or None. Reads newest first only as far back as
+        that message. With ``user_id``, only that user's session (else
+        SessionOwnershipError)."""
+        return drive(self._newest_user_message(session_id, user_id))
+
+    async def aget_newest_user_message(
+        self, session_id: str, *, user_id: str | None = None
+    ) -> Message | None:
+        """The newest user message with text (async twin of :meth:`get_newest_user_message`)."""
+        return await adrive(self._newest_user_message(session_id, user_id))
+
+    def _newest_user_message(self, session_id: str, user_id: str | None) -> Flow[Message | None]:
+        if (yield from owned_session(self._store, session_id, user_id)) is None:
+            return None
+
+        def said(message: Message) -> bool:
+            return message.role == "user" and bool(message.content.strip())
+
+        newest = yield from read_newest(self._store, session_id, said, page=8)
+        return newest[-1] if newest and said(newest[-1]) else None
 
     def _get_window(
         self,

@@ -16,6 +16,7 @@ from harombe_core import (
     InvalidInputError,
     MemoryManager,
     Message,
+    SessionOwnershipError,
     context_reads,
 )
 from harombe_core.strategies import window_newest
@@ -247,3 +248,19 @@ def test_keep_newest_turn_sends_the_turn_that_does_not_fit(mm: MemoryManager) ->
     kept = mm.get_context(sid, max_tokens=25, start_on_user=True, keep_newest_turn=True)
     assert _contents(kept) == ["system", "u0", "a1", "", "result c1"]
     assert mm.get_context("nowhere", keep_newest_turn=True) == []
+
+
+async def test_newest_user_message_skips_turns_without_text(mm: MemoryManager) -> None:
+    sid = mm.create_session(user_id="ann")
+    assert mm.get_newest_user_message(sid) is None
+    mm.save_messages(
+        sid, [_user(0), _assistant(1), Message(role="user", content="  \n"), _call("c1")]
+    )
+    mm.save_messages(sid, [_result("c1"), _assistant(2)])
+    newest = mm.get_newest_user_message(sid, user_id="ann")
+    assert newest is not None
+    assert newest.content == "u0"
+    assert await mm.aget_newest_user_message(sid) == newest
+    assert mm.get_newest_user_message("nowhere") is None
+    with pytest.raises(SessionOwnershipError):
+        mm.get_newest_user_message(sid, user_id="bob")

@@ -9,6 +9,7 @@ newest turns) must read exactly the same number of rows, for every strategy.
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -22,6 +23,7 @@ from harombe_core.manager import MemoryManager
 from harombe_core.models import Message
 from harombe_core.store import rows
 from llamaindex_harombe import HarombeMemory
+from llamaindex_harombe import memory as memory_module
 
 
 @contextmanager
@@ -114,3 +116,49 @@ def test_window_reads_do_not_grow_with_the_session(tmp_path: Path, strategy: str
     # (The adapter's own copy of the strategies read 3,007 rows for hybrid and 3,000 for
     # threaded here; it is gone.)
     assert counts[3000] < 60, counts
+
+
+@pytest.mark.parametrize("strategy", ["simple", "summarization", "hybrid", "threaded"])
+async def test_aget_reads_on_postgres_async_path(
+    pg_url: str, strategy: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``aget`` is ``get``'s flow driven on the manager's async methods: on PostgreSQL its
+    owner check, its recall query (the newest user message) and the core's window are awaited
+    on the store's native async path. The one worker thread left is the core retriever's
+    ranking of the recalled messages (a request of work there, not the memory's)."""
+    mm = MemoryManager(pg_url, embedding=None)
+    try:
+        mm.save_messages("earlier", [Message(role="user", content="turn 29 of the migration")])
+        memory = HarombeMemory.from_defaults(
+            manager=mm,
+            session_id="long",
+            strategy=strategy,
+            thread_selector="linear",
+            token_limit=200,
+            keep_last=4,
+            rag_scope="all",  # recall from every session, with no input: the newest user turn
+            system_prompt="You are terse.",
+        )
+        memory.put_messages([to_chat(m) for m in history(60)])
+        mm.summarize_session("long")  # nothing left to fold on the request path
+        want = [(m.role, m.content) for m in memory.get()]
+        assert "turn 29 of the migration" in want[1][1]  # recalled from the earlier session
+        hops: list[str] = []
+
+        async def counting(fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+            hops.append(getattr(fn, "__name__", repr(fn)))
+            return fn(*args, **kwargs)
+
+        with monkeypatch.context() as patched:
+            patched.setattr(asyncio, "to_thread", counting)
+            got = [(m.role, m.content) for m in await memory.aget()]
+        assert got == want
+        assert hops == ["get_relevant_context"], hops
+    finally:
+        mm.close()
+
+
+def test_the_memory_runs_nothing_in_threads_itself() -> None:
+    """No ``asyncio.to_thread`` in the memory: its async methods are flows or awaits."""
+    source = Path(memory_module.__file__).read_text(encoding="utf-8")
+    assert "to_thread" not in source
