@@ -1,4 +1,8 @@
-"""The SQL of the context strategies' O(window) reads, for both dialects.
+"""The context strategies' O(window) reads, as store operations for both dialects.
+
+Each read (:func:`important_before`, :func:`is_threaded`, :func:`thread_path`) is an
+:class:`~harombe_core.store.runner.Op` that ``store.run`` / ``await store.arun`` runs, so the
+context flows yield them like every other store operation (native async on PostgreSQL).
 
 The hybrid strategy needs a session's important messages and the threaded one the path from
 the newest message up its ``parent_id`` links. Read from the whole session, both cost
