@@ -137,11 +137,6 @@ class ContextBuilder:
         reached = self._folded_until.get(session_id)
         return reached is not None and reached != before and reached < until_id
 
-    def check_owner(self, session_id: str, user_id: str | None) -> Session | None:
-        """The session (None if unknown), if ``user_id`` may use it (else
-        SessionOwnershipError); see :func:`~harombe_core.owned.owned_session`."""
-        return drive(owned_session(self.store, session_id, user_id))
-
     @property
     def summarizer(self) -> Any:
         """What summarises sessions: extractive (no model) unless set to a Summarizer or an LLM."""
@@ -354,7 +349,7 @@ class ContextBuilder:
                 hits.append((session, score))
         return hits
 
-    def get_context(
+    def context_flow(
         self,
         session_id: str,
         strategy: str = "simple",
@@ -368,7 +363,7 @@ class ContextBuilder:
         user_id: str | None = None,
         token_counter: TokenCounter | None = None,
         keep_newest_turn: bool = False,
-    ) -> list[Message]:
+    ) -> Flow[list[Message]]:
         """The messages to send a model for ``session_id``, never over ``max_tokens``.
 
         ``strategy``: ``"simple"`` (the token window), ``"summarization"`` (a summary of older
@@ -393,41 +388,12 @@ class ContextBuilder:
         message on) even when it does not fit, instead of refusing a budget that cannot hold
         the system prompt or leaving the turn out: a model is never sent nothing. Whatever
         the strategy, only the rows the window can use are read, never the whole session.
-        """
-        return drive(
-            self.context_flow(
-                session_id,
-                strategy,
-                max_tokens,
-                start_on_user=start_on_user,
-                keep_last=keep_last,
-                query=query,
-                budget=budget,
-                user_profile=user_profile,
-                user_id=user_id,
-                token_counter=token_counter,
-                keep_newest_turn=keep_newest_turn,
-            )
-        )
 
-    def context_flow(
-        self,
-        session_id: str,
-        strategy: str = "simple",
-        max_tokens: int | None = None,
-        *,
-        start_on_user: bool = False,
-        keep_last: int = 6,
-        query: str | None = None,
-        budget: Any = None,
-        user_profile: str | None = None,
-        user_id: str | None = None,
-        token_counter: TokenCounter | None = None,
-        keep_newest_turn: bool = False,
-    ) -> Flow[list[Message]]:
-        """:meth:`get_context` as a flow: every read is a store operation it yields (so the
-        async driver awaits them on the store's async path), and only work with no async form
-        (folding a short summary backlog, retrieving the relevant past) is a request of work."""
+        A flow (``MemoryManager.get_context`` drives it, ``aget_context`` awaits it): every
+        read is a store operation it yields, so async reads go the store's async path; only
+        work with no async form (folding a short summary backlog, ranking the relevant past)
+        is a request of work.
+        """
         from harombe_core.strategies import fit_block, reserve_system
 
         total = self.max_history_tokens if max_tokens is None else check_budget(max_tokens)

@@ -986,7 +986,7 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
     ) -> list[Message]:
         """The messages to send a model for ``session_id``, never over ``max_tokens``.
 
-        See :meth:`ContextBuilder.get_context <harombe_core.context.ContextBuilder.get_context>`
+        See :meth:`ContextBuilder.context_flow <harombe_core.context.ContextBuilder.context_flow>`
         for the strategies (``simple``, ``summarization``, ``hybrid``, ``threaded``), the
         ``budget`` with the user's profile, open tasks, past summaries and recall, and the
         adapters' options: ``token_counter`` (charge as a framework counts) and
