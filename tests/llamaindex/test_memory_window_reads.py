@@ -63,17 +63,20 @@ def history(length: int) -> list[Message]:
     return out
 
 
-def build(path: Path, length: int, strategy: str) -> tuple[MemoryManager, HarombeMemory]:
+def build(
+    path: Path | str, length: int, strategy: str, **options: Any
+) -> tuple[MemoryManager, HarombeMemory]:
+    """A memory of ``length`` messages (:func:`history`) on ``path`` (a file or a URL)."""
     mm = MemoryManager(str(path), embedding=None)
+    fields: dict[str, Any] = {"token_limit": 120, "rag": False, **options}
     memory = HarombeMemory.from_defaults(
         manager=mm,
         session_id="long",
         strategy=strategy,
         thread_selector="linear",
-        token_limit=120,
         keep_last=4,
-        rag=False,
         system_prompt="You are terse.",
+        **fields,
     )
     messages = history(length)
     if strategy == "threaded":
@@ -126,20 +129,10 @@ async def test_aget_reads_on_postgres_async_path(
     owner check, its recall query (the newest user message) and the core's window are awaited
     on the store's native async path. The one worker thread left is the core retriever's
     ranking of the recalled messages (a request of work there, not the memory's)."""
-    mm = MemoryManager(pg_url, embedding=None)
+    # recall from every session, with no input: for the newest user turn
+    mm, memory = build(pg_url, 60, strategy, token_limit=200, rag=True, rag_scope="all")
     try:
         mm.save_messages("earlier", [Message(role="user", content="turn 29 of the migration")])
-        memory = HarombeMemory.from_defaults(
-            manager=mm,
-            session_id="long",
-            strategy=strategy,
-            thread_selector="linear",
-            token_limit=200,
-            keep_last=4,
-            rag_scope="all",  # recall from every session, with no input: the newest user turn
-            system_prompt="You are terse.",
-        )
-        memory.put_messages([to_chat(m) for m in history(60)])
         mm.summarize_session("long")  # nothing left to fold on the request path
         want = [(m.role, m.content) for m in memory.get()]
         assert "turn 29 of the migration" in want[1][1]  # recalled from the earlier session
