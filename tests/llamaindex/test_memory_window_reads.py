@@ -91,23 +91,36 @@ def to_chat(message: Message) -> ChatMessage:
     return ChatMessage(role=message.role, content=message.content)
 
 
-def reads_of(memory: HarombeMemory) -> tuple[list[ChatMessage], int]:
+def reads_of(memory: HarombeMemory) -> tuple[list[ChatMessage], int, list[str]]:
+    """The window, the rows it read and the store operations it ran (by name)."""
     memory.get()
     memory.manager.flush()  # a long backlog is summarised in the background: wait for it
     memory.get()
-    with rows_read() as seen:
-        window = memory.get()
-    return window, seen[0]
+    store, ran = memory.manager.store, []
+    run = store.run
+
+    def running(op: Any) -> Any:
+        ran.append(op.body.__qualname__.split(".")[0])
+        return run(op)
+
+    store.run = running  # type: ignore[method-assign]
+    try:
+        with rows_read() as seen:
+            window = memory.get()
+    finally:
+        del store.run
+    return window, seen[0], ran
 
 
 @pytest.mark.parametrize("strategy", ["simple", "summarization", "hybrid", "threaded"])
 def test_window_reads_do_not_grow_with_the_session(tmp_path: Path, strategy: str) -> None:
     counts = {}
     windows = {}
+    statements = {}
     for length in (30, 3000):
         mm, memory = build(tmp_path / f"{length}.db", length, strategy)
         try:
-            window, read = reads_of(memory)
+            window, read, statements[length] = reads_of(memory)
             counts[length] = read
             windows[length] = [m.content for m in window if m.role.value != "system"]
         finally:
@@ -115,6 +128,7 @@ def test_window_reads_do_not_grow_with_the_session(tmp_path: Path, strategy: str
     assert windows[30], strategy
     assert windows[3000] == windows[30]  # the same newest turns, the same window
     assert counts[3000] == counts[30], counts
+    assert statements[3000] == statements[30], statements  # the same reads, one by one
     # A 120-token window of ~10-token messages: a few dozen rows at most, never the session.
     # (The adapter's own copy of the strategies read 3,007 rows for hybrid and 3,000 for
     # threaded here; it is gone.)
