@@ -17,7 +17,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from harombe_core.context import ContextBuilder
-from harombe_core.context_reads import newest_until, read_newest
+from harombe_core.context_reads import newest_messages, newest_until, read_newest
 from harombe_core.erasing import delete_user_sessions, erase, prune_cutoff
 from harombe_core.errors import InvalidInputError
 from harombe_core.flows import Flow, Run, Work, adrive, drive
@@ -38,6 +38,7 @@ from harombe_core.tokens import TokenCounter, resolve_token_counter
 from harombe_core.validate import (
     check_budget,
     check_config,
+    check_count,
     check_flag,
     check_id,
     check_list,
@@ -741,6 +742,29 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
             self._get_window(session_id, max_tokens, include_system, start_on_user, user_id)
         )
         return window.messages
+
+    def get_newest_messages(
+        self, session_id: str, count: int, *, user_id: str | None = None
+    ) -> list[Message]:
+        """The session's newest ``count`` messages, oldest first (``messages[-count:]``),
+        read from the end in one statement, whatever the session's length. With ``user_id``,
+        only that user's session (else SessionOwnershipError)."""
+        return drive(self._newest_messages(session_id, count, user_id))
+
+    async def aget_newest_messages(
+        self, session_id: str, count: int, *, user_id: str | None = None
+    ) -> list[Message]:
+        """The newest ``count`` messages (async twin of :meth:`get_newest_messages`)."""
+        return await adrive(self._newest_messages(session_id, count, user_id))
+
+    def _newest_messages(
+        self, session_id: str, count: int, user_id: str | None
+    ) -> Flow[list[Message]]:
+        count = check_count(count, "count")
+        if (yield from owned_session(self._store, session_id, user_id)) is None:
+            return []
+        newest = yield from newest_messages(self._store, session_id, count)
+        return newest[::-1]
 
     def get_newest_user_message(
         self, session_id: str, *, user_id: str | None = None

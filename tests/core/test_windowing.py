@@ -264,3 +264,21 @@ async def test_newest_user_message_skips_turns_without_text(mm: MemoryManager) -
     assert mm.get_newest_user_message("nowhere") is None
     with pytest.raises(SessionOwnershipError):
         mm.get_newest_user_message(sid, user_id="bob")
+
+
+async def test_newest_messages_are_the_end_of_the_session(
+    mm: MemoryManager, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sid = mm.create_session(user_id="ann")
+    mm.save_messages(sid, [_user(i) for i in range(200)])
+    every = mm.get_messages(sid)
+    counter = _CountingStore(mm, monkeypatch)
+    assert mm.get_newest_messages(sid, 3, user_id="ann") == every[-3:]
+    assert (counter.rows, counter.pages) == (3, 1)  # one statement, the rows it returns
+    assert await mm.aget_newest_messages(sid, 500) == every
+    assert mm.get_newest_messages(sid, 0) == []
+    assert mm.get_newest_messages("nowhere", 3) == []
+    with pytest.raises(SessionOwnershipError):
+        mm.get_newest_messages(sid, 3, user_id="bob")
+    with pytest.raises(InvalidInputError, match="count"):
+        mm.get_newest_messages(sid, -1)
