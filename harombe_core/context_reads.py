@@ -30,7 +30,6 @@ from harombe_core.flows import Flow, Run
 from harombe_core.models import Message
 from harombe_core.store import ops
 from harombe_core.store.base import MessageStore
-from harombe_core.store.context_sql import important_before, is_threaded, thread_path
 from harombe_core.store.rows import row_to_message
 from harombe_core.strategies import (
     IMPORTANCE_THRESHOLD,
@@ -177,7 +176,7 @@ def hybrid_from_store(
             # messages' size), so a full budget is read in one statement, without spare rows.
             size = min(max(left // typical + 4, 8), IMPORTANT_PAGE)
             bound = sys.maxsize if slack is None else left + slack
-            op = important_before(session_id, before, threshold, bound, size)
+            op = ops.important_before(session_id, before, threshold, bound, size)
             page: list[Message] = yield Run(store, op)
             for message in charged(page, charge):
                 cost = message.token_count or 0
@@ -213,11 +212,11 @@ def thread_newest_first(
     The store walks the thread by stored counts; a charge below them needs more of it, so the
     walk is repeated with a doubled allowance until the charged path is long enough (once,
     with the stored counts)."""
-    if not (yield Run(store, is_threaded(session_id))):
+    if not (yield Run(store, ops.is_threaded(session_id))):
         return None
     allowance = max(budget, 0)
     while True:
-        path: list[Message] = yield Run(store, thread_path(session_id, allowance))
+        path: list[Message] = yield Run(store, ops.thread_path(session_id, allowance))
         walked = sum(m.token_count or 0 for m in path)
         whole = not path or path[-1].parent_id is None or walked <= allowance
         costed = list(charged(path, charge))

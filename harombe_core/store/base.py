@@ -124,7 +124,7 @@ def adjacent_ids_sql(id_condition: str) -> str:
 class MessageStore(Protocol):
     """What every backend (SQLite, Postgres) implements, with identical meaning. Reads and
     writes beyond these are operations run by :meth:`run` / :meth:`arun` (the context
-    strategies' O(window) reads are in :mod:`~harombe_core.store.context_sql`)."""
+    strategies' O(window) reads are in :mod:`~harombe_core.store.ops`, their SQL in :mod:`~harombe_core.store.context_sql`)."""
 
     location: str
     #: Which SQL the store speaks: ``dialect.name`` is "sqlite" or "postgres".

@@ -1,7 +1,7 @@
-"""The context strategies' O(window) reads, as store operations for both dialects.
+"""The SQL of the context strategies' O(window) reads, for both dialects.
 
-Each read (:func:`important_before`, :func:`is_threaded`, :func:`thread_path`) is an
-:class:`~harombe_core.store.runner.Op` that ``store.run`` / ``await store.arun`` runs, so the
+The reads themselves are operations of :mod:`harombe_core.store.ops` (``important_before``,
+``is_threaded``, ``thread_path``) that ``store.run`` / ``await store.arun`` runs, so the
 context flows yield them like every other store operation (native async on PostgreSQL).
 
 The hybrid strategy needs a session's important messages and the threaded one the path from
@@ -17,22 +17,12 @@ no extra column, no change to how messages are written and no backfill.
 
 from __future__ import annotations
 
-from typing import Any
-
-from harombe_core.models import Message
-from harombe_core.store.rows import MESSAGE_COLUMNS, row_to_message
-from harombe_core.store.runner import Body, Dialect, Op
-from harombe_core.validate import check_id
-
 __all__ = [
     "IMPORTANCE",
     "IMPORTANT_WHERE",
     "context_indexes",
-    "important_before",
     "important_before_sql",
-    "is_threaded",
     "is_threaded_sql",
-    "thread_path",
     "thread_path_sql",
 ]
 
@@ -109,58 +99,3 @@ def thread_path_sql(columns: str, mark: str) -> str:
         f"WHERE n.session_id = {mark} AND p.spent <= {mark} AND p.depth < {mark}) "
         f"SELECT {columns} FROM path JOIN messages m ON m.id = path.id ORDER BY path.depth"
     )
-
-
-def important_before(
-    session_id: str,
-    before_id: int | None,
-    threshold: float,
-    max_tokens: int,
-    limit: int = 64,
-) -> Op[list[Message]]:
-    """Newest first, up to ``limit`` important messages of the session older than
-    ``before_id`` (None: any), with importance >= ``threshold`` and at most ``max_tokens``
-    tokens each."""
-    check_id(session_id, "session_id")
-    params: list[Any] = [session_id]
-    if before_id is not None:
-        params.append(int(before_id))
-    params += [float(threshold), int(max_tokens), int(limit)]
-
-    def body(d: Dialect) -> Body[list[Message]]:
-        sql = important_before_sql(d.name, MESSAGE_COLUMNS, "?", bounded=before_id is not None)
-        return [row_to_message(row) for row in (yield d.step(sql, params)).rows]
-
-    return Op(body)
-
-
-def is_threaded(session_id: str) -> Op[bool]:
-    """Whether any message of the session has a parent (else it is one linear thread)."""
-    check_id(session_id, "session_id")
-
-    def body(d: Dialect) -> Body[bool]:
-        return bool((yield d.step(is_threaded_sql("?"), [session_id])).rows[0][0])
-
-    return Op(body)
-
-
-def thread_path(session_id: str, max_tokens: int, max_depth: int = 100_000) -> Op[list[Message]]:
-    """The thread of the session's newest message, newest first, stopping at the first
-    message past ``max_tokens`` (included) or at ``max_depth`` messages. A link to a
-    message of another session ends the path, as a link to a deleted one does."""
-    check_id(session_id, "session_id")
-    params = [session_id, session_id, int(max_tokens), int(max_depth)]
-
-    def body(d: Dialect) -> Body[list[Message]]:
-        rows = (yield d.step(thread_path_sql(MESSAGE_COLUMNS, "?"), params)).rows
-        path: list[Message] = []
-        seen: set[int] = set()
-        for row in rows:  # a cycle of links (set_parent allows one) ends where it closes
-            message = row_to_message(row)
-            if message.id in seen:
-                break
-            seen.add(message.id)  # type: ignore[arg-type]
-            path.append(message)
-        return path
-
-    return Op(body)
