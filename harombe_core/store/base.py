@@ -123,8 +123,8 @@ def adjacent_ids_sql(id_condition: str) -> str:
 @runtime_checkable
 class MessageStore(Protocol):
     """What every backend (SQLite, Postgres) implements, with identical meaning. Reads and
-    writes beyond these are operations run by :meth:`run` / :meth:`arun` (the context
-    strategies' O(window) reads are in :mod:`~harombe_core.store.ops`, their SQL in :mod:`~harombe_core.store.context_sql`)."""
+    writes beyond these are operations of :mod:`~harombe_core.store.ops` run by :meth:`run`
+    / :meth:`arun`, the context strategies' O(window) reads among them."""
 
     location: str
     #: Which SQL the store speaks: ``dialect.name`` is "sqlite" or "postgres".
