@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -97,10 +98,11 @@ def reads_of(memory: HarombeMemory) -> tuple[list[ChatMessage], int, list[str]]:
     memory.manager.flush()  # a long backlog is summarised in the background: wait for it
     memory.get()
     store, ran = memory.manager.store, []
-    run = store.run
+    run, caller = store.run, threading.get_ident()
 
     def running(op: Any) -> Any:
-        ran.append(op.body.__qualname__.split(".")[0])
+        if threading.get_ident() == caller:  # not a background thread's work
+            ran.append(op.body.__qualname__.split(".")[0])
         return run(op)
 
     store.run = running  # type: ignore[method-assign]
