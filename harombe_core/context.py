@@ -36,6 +36,7 @@ from harombe_core.manager_search import Searcher
 from harombe_core.models import Message, Session
 from harombe_core.owned import owned_session
 from harombe_core.retrieval import format_context
+from harombe_core.store import ops
 from harombe_core.store.base import MessageStore, SearchScope
 from harombe_core.strategies import (
     ContextBudget,
@@ -157,8 +158,6 @@ class ContextBuilder:
     def system_prompt(self, session: Session) -> Flow[list[Message]]:
         """The session's system prompt as the message that leads its history (none without
         one), costed with the token count stored beside it."""
-        from harombe_core.store import ops
-
         if session.system_prompt is None:
             return []
         tokens: int = yield Run(self.store, ops.system_prompt_tokens(session.id))
@@ -313,8 +312,6 @@ class ContextBuilder:
         """
         import json
         import re
-
-        from harombe_core.store import ops
 
         query = check_query(query)
         top_k = check_count(top_k, "top_k", high=MAX_TOP_K)
@@ -535,7 +532,6 @@ class ContextBuilder:
         to ``query`` and importance (the application's flag, an ongoing outcome), then shown
         newest first."""
         from harombe_core.facts import ops as fact_ops
-        from harombe_core.store import ops
 
         assert session.user_id is not None
         ranked = yield Run(self.store, fact_ops.ranked_sessions(session.user_id, session.id, 20))
@@ -625,8 +621,6 @@ def _summary_of_older(
     session, boundary = request.session, older[0].id
     text = session.summary
     if boundary is not None and (session.summary_until_id or 0) < boundary:
-        from harombe_core.store import ops
-
         backlog = ops.get_messages(session.id, session.summary_until_id, SYNC_FOLD + 1)
         head: list[Message] = yield Run(ctx.store, backlog)
         if len(head) <= SYNC_FOLD or any(m.id is not None and m.id >= boundary for m in head):
