@@ -46,8 +46,7 @@ _STRATEGIES: frozenset[str] = frozenset(("simple", "threaded", "summarization", 
 _CONTEXT_OPTIONS: frozenset[str] = frozenset(("keep_last", "query", "budget", "user_profile"))
 #: What ``manager_options`` may set: ``MemoryManager``'s keyword arguments.
 _MANAGER_OPTIONS: frozenset[str] = frozenset(
-    ("max_history_tokens", "embedding", "vector_store", "token_counter", "config",
-     "encryption_key")
+    ("max_history_tokens", "embedding", "vector_store", "token_counter", "config", "encryption_key")
 )
 
 
@@ -139,6 +138,50 @@ class HarombeChatMessageHistory(BaseChatMessageHistory):
         context_options: dict[str, Any] | None = None,
         node_selector: Any = None,
     ) -> None:
+        self._configure(
+            session_id,
+            manager=manager,
+            storage_path=storage_path,
+            user_id=user_id,
+            strategy=strategy,
+            max_tokens=max_tokens,
+            start_on_user=start_on_user,
+            manager_options=manager_options,
+            context_options=context_options,
+            node_selector=node_selector,
+        )
+        existing = self._check()
+        if system_prompt is not None and existing is None:
+            self.manager.create_session(system_prompt, None, user_id, session_id=session_id)
+
+    @classmethod
+    def _unchecked(
+        cls, session_id: str, *, manager: MemoryManager, **options: Any
+    ) -> HarombeChatMessageHistory:
+        """A history over a shared manager whose owner check is left to the flow that uses
+        it (every read and write checks again), so an async caller (the agent middleware) makes
+        one without a store read on the event loop."""
+        history = cls.__new__(cls)
+        history._configure(
+            session_id, manager=manager, storage_path=None, manager_options=None, **options
+        )
+        return history
+
+    def _configure(
+        self,
+        session_id: str,
+        *,
+        manager: MemoryManager | None,
+        storage_path: str | os.PathLike[str] | None,
+        user_id: str | None,
+        strategy: Strategy,
+        max_tokens: int | None,
+        start_on_user: bool,
+        manager_options: dict[str, Any] | None,
+        context_options: dict[str, Any] | None,
+        node_selector: Any,
+    ) -> None:
+        """Check and keep the arguments (everything ``__init__`` does but read the store)."""
         check_id(session_id, "session_id")
         optional_id(user_id, "user_id")
         if not isinstance(strategy, str) or strategy not in _STRATEGIES:
@@ -164,9 +207,6 @@ class HarombeChatMessageHistory(BaseChatMessageHistory):
         self.start_on_user = start_on_user
         self.context_options = dict(context_options or {})
         self.node_selector = node_selector
-        existing = self._check()
-        if system_prompt is not None and existing is None:
-            self.manager.create_session(system_prompt, None, user_id, session_id=session_id)
 
     def _check(self) -> Session | None:
         """The session if this history may use it (None if new); SessionOwnershipError if not."""
@@ -219,24 +259,23 @@ class HarombeChatMessageHistory(BaseChatMessageHistory):
     # writes -------------------------------------------------------------------------------
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
         """Store ``messages`` in one transaction (all or none), threading them if asked."""
-        batch = _converted(messages)
-        if not batch:
-            return
-        self._check()
-        if self.strategy == "threaded":
-            self._add_threaded(batch)
-        else:
-            self.manager.save_messages(self.session_id, batch, user_id=self.user_id)
+        drive(self._add(messages))
 
     async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
+        await adrive(self._add(messages))
+
+    def _add(self, messages: Sequence[BaseMessage]) -> Flow[None]:
+        """:meth:`add_messages` written once for both paths, over the manager's pairs."""
         batch = _converted(messages)
         if not batch:
             return
-        await self._acheck()
+        m, sid, uid = self.manager, self.session_id, self.user_id
+        yield Call(m.check_owner, sid, uid, exact=True, native=m.acheck_owner)
         if self.strategy == "threaded":
-            await self._threader().aappend(batch)
+            threader = self._threader()
+            yield Call(threader.append, batch, native=threader.aappend)
         else:
-            await self.manager.asave_messages(self.session_id, batch, user_id=self.user_id)
+            yield Call(m.save_messages, sid, batch, user_id=uid, native=m.asave_messages)
 
     def _threader(self) -> Threader:
         """The session's Threader, shared by every history of this manager with the same
@@ -254,11 +293,6 @@ class HarombeChatMessageHistory(BaseChatMessageHistory):
             return resolve_selector(spec)
 
         return shared_threader(self.manager, self.session_id, key, make, user_id=self.user_id)
-
-    def _add_threaded(self, batch: list[Message]) -> None:
-        """Thread a batch and store it with its links in one transaction: each user message
-        hangs where the selector says, the rest follow the message before them."""
-        self._threader().append(batch)
 
     def clear(self) -> None:
         """Delete the session's messages (the session itself, its owner and prompt stay)."""
@@ -315,9 +349,7 @@ def conversation_history_factory(
 
     def get_session_history(user_id: str, conversation_id: str) -> HarombeChatMessageHistory:
         session_id = manager.conversation_session_id(user_id, conversation_id)
-        return HarombeChatMessageHistory(
-            session_id, manager=manager, user_id=user_id, **options
-        )
+        return HarombeChatMessageHistory(session_id, manager=manager, user_id=user_id, **options)
 
     return get_session_history
 
@@ -326,8 +358,12 @@ def conversation_history_fields() -> list[ConfigurableFieldSpec]:
     """``history_factory_config`` matching :func:`conversation_history_factory`."""
     return [
         ConfigurableFieldSpec(
-            id=f"{what}_id", annotation=str, name=name,
-            description=f"Unique identifier for the {what}.", default="", is_shared=True,
+            id=f"{what}_id",
+            annotation=str,
+            name=name,
+            description=f"Unique identifier for the {what}.",
+            default="",
+            is_shared=True,
         )
         for what, name in (("user", "User ID"), ("conversation", "Conversation ID"))
     ]
