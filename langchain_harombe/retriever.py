@@ -131,7 +131,9 @@ class HarombeRetriever(BaseRetriever):
         """:meth:`search_hits` written once, over the manager's sync/async pairs (so the async
         path reads the store natively on PostgreSQL)."""
         # Opening a manager from storage_path opens files: off the event loop when async.
-        manager = self._manager if self._manager is not None else (yield Work(self._memory))
+        if self._manager is None and self.storage_path is not None:
+            yield Work(self._memory)
+        manager = self._memory()
         if k == 0:
             return []
         if self.session_id is not None and not self.all_users:
