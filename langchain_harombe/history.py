@@ -154,19 +154,6 @@ class HarombeChatMessageHistory(BaseChatMessageHistory):
         if system_prompt is not None and existing is None:
             self.manager.create_session(system_prompt, None, user_id, session_id=session_id)
 
-    @classmethod
-    def _unchecked(
-        cls, session_id: str, *, manager: MemoryManager, **options: Any
-    ) -> HarombeChatMessageHistory:
-        """A history over a shared manager whose owner check is left to the flow that uses
-        it (every read and write checks again), so an async caller (the agent middleware) makes
-        one without a store read on the event loop."""
-        history = cls.__new__(cls)
-        history._configure(
-            session_id, manager=manager, storage_path=None, manager_options=None, **options
-        )
-        return history
-
     def _configure(
         self,
         session_id: str,
@@ -219,28 +206,7 @@ class HarombeChatMessageHistory(BaseChatMessageHistory):
     def view(self) -> list[Message]:
         """The strategy's view of the session as harombe messages (what :attr:`messages`
         converts), each with its store id."""
-        return drive(self._view())
-
-    def _view(self) -> Flow[list[Message]]:
-        """:meth:`view` written once for both paths, over the manager's sync/async pairs."""
-        m, sid, uid = self.manager, self.session_id, self.user_id
-        yield Call(m.check_owner, sid, uid, exact=True, native=m.acheck_owner)
-        if self.strategy == "all":
-            stored: list[Message] = yield Call(
-                m.get_messages, sid, user_id=uid, native=m.aget_messages
-            )
-            return stored
-        context: list[Message] = yield Call(
-            m.get_context,
-            sid,
-            strategy=self.strategy,
-            max_tokens=self.max_tokens,
-            start_on_user=self.start_on_user,
-            user_id=uid,
-            native=m.aget_context,
-            **self.context_options,
-        )
-        return context
+        return drive(viewing(self))
 
     @property
     def messages(self) -> list[BaseMessage]:  # type: ignore[override]
@@ -248,7 +214,7 @@ class HarombeChatMessageHistory(BaseChatMessageHistory):
         return [to_langchain(m) for m in self.view()]
 
     async def aget_messages(self) -> list[BaseMessage]:
-        return [to_langchain(m) for m in await adrive(self._view())]
+        return [to_langchain(m) for m in await adrive(viewing(self))]
 
     def get_all_messages(self) -> list[BaseMessage]:
         """Every stored message of the session, whatever the strategy."""
@@ -259,23 +225,10 @@ class HarombeChatMessageHistory(BaseChatMessageHistory):
     # writes -------------------------------------------------------------------------------
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
         """Store ``messages`` in one transaction (all or none), threading them if asked."""
-        drive(self._add(messages))
+        drive(saving(self, messages))
 
     async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
-        await adrive(self._add(messages))
-
-    def _add(self, messages: Sequence[BaseMessage]) -> Flow[None]:
-        """:meth:`add_messages` written once for both paths, over the manager's pairs."""
-        batch = _converted(messages)
-        if not batch:
-            return
-        m, sid, uid = self.manager, self.session_id, self.user_id
-        yield Call(m.check_owner, sid, uid, exact=True, native=m.acheck_owner)
-        if self.strategy == "threaded":
-            threader = self._threader()
-            yield Call(threader.append, batch, native=threader.aappend)
-        else:
-            yield Call(m.save_messages, sid, batch, user_id=uid, native=m.asave_messages)
+        await adrive(saving(self, messages))
 
     def _threader(self) -> Threader:
         """The session's Threader, shared by every history of this manager with the same
@@ -313,6 +266,55 @@ class HarombeChatMessageHistory(BaseChatMessageHistory):
             f"HarombeChatMessageHistory(session_id={self.session_id!r}, "
             f"user_id={self.user_id!r}, strategy={self.strategy!r}, max_tokens={self.max_tokens})"
         )
+
+
+def viewing(history: HarombeChatMessageHistory) -> Flow[list[Message]]:
+    """``history.view()`` written once for both paths, over the manager's sync/async pairs
+    (the agent middleware runs it as part of its own flow)."""
+    m, sid, uid = history.manager, history.session_id, history.user_id
+    yield Call(m.check_owner, sid, uid, exact=True, native=m.acheck_owner)
+    if history.strategy == "all":
+        stored: list[Message] = yield Call(m.get_messages, sid, user_id=uid, native=m.aget_messages)
+        return stored
+    context: list[Message] = yield Call(
+        m.get_context,
+        sid,
+        strategy=history.strategy,
+        max_tokens=history.max_tokens,
+        start_on_user=history.start_on_user,
+        user_id=uid,
+        native=m.aget_context,
+        **history.context_options,
+    )
+    return context
+
+
+def saving(history: HarombeChatMessageHistory, messages: Sequence[BaseMessage]) -> Flow[None]:
+    """``history.add_messages(messages)`` written once for both paths, over the manager's
+    pairs: one transaction, all or none."""
+    batch = _converted(messages)
+    if not batch:
+        return
+    m, sid, uid = history.manager, history.session_id, history.user_id
+    yield Call(m.check_owner, sid, uid, exact=True, native=m.acheck_owner)
+    if history.strategy == "threaded":
+        threader = history._threader()
+        yield Call(threader.append, batch, native=threader.aappend)
+    else:
+        yield Call(m.save_messages, sid, batch, user_id=uid, native=m.asave_messages)
+
+
+def unchecked_history(
+    session_id: str, *, manager: MemoryManager, **options: Any
+) -> HarombeChatMessageHistory:
+    """A history over a shared manager whose owner check is left to the flows that use it
+    (:func:`viewing` and :func:`saving` check it again), so an async caller (the agent
+    middleware) makes one without a store read on the event loop."""
+    history = HarombeChatMessageHistory.__new__(HarombeChatMessageHistory)
+    history._configure(
+        session_id, manager=manager, storage_path=None, manager_options=None, **options
+    )
+    return history
 
 
 def session_history_factory(

@@ -45,7 +45,13 @@ from harombe_core.integration import Call, Flow, adrive, drive
 from harombe_core.models import Message
 from langchain_harombe._recall import DEFAULT_RECALL_TOKENS, recalling
 from langchain_harombe.convert import from_langchain, to_langchain
-from langchain_harombe.history import HarombeChatMessageHistory, Strategy
+from langchain_harombe.history import (
+    HarombeChatMessageHistory,
+    Strategy,
+    saving,
+    unchecked_history,
+    viewing,
+)
 
 __all__ = ["HarombeMemoryMiddleware", "HarombeMemoryState"]
 
@@ -64,7 +70,7 @@ class _Pending(NamedTuple):
     total: int
 
     def saving(self) -> Flow[dict[str, Any]]:
-        yield from self.history._add(self.messages)
+        yield from saving(self.history, self.messages)
         return {"harombe_saved": self.total}
 
 
@@ -154,7 +160,7 @@ class HarombeMemoryMiddleware(AgentMiddleware[HarombeMemoryState, Any, Any]):
     def _history(self, session_id: str, user_id: str | None) -> HarombeChatMessageHistory:
         """The session's history; its owner is checked by every read and write of it (on the
         async path natively, so making one reads nothing)."""
-        return HarombeChatMessageHistory._unchecked(
+        return unchecked_history(
             session_id,
             manager=self.manager,
             user_id=user_id,
@@ -223,7 +229,7 @@ class HarombeMemoryMiddleware(AgentMiddleware[HarombeMemoryState, Any, Any]):
         """The request the model is sent, written once for both paths: the session's view,
         recalled turns and the user's profile, each read over the manager's sync/async pair."""
         session_id, user_id = self._keys(request.runtime)
-        view = yield from self._history(session_id, user_id)._view()
+        view = yield from viewing(self._history(session_id, user_id))
         recall = yield from self._recall(request.messages, session_id, user_id, view)
         profile = yield from self._profile(request.messages, user_id)
         notes = "\n\n".join(n for n in (profile, recall) if n)
