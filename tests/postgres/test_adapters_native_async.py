@@ -10,6 +10,7 @@ cancelled save must leave nothing half-written.
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -193,3 +194,22 @@ async def test_a_cancelled_async_save_writes_nothing(
     assert mm.get_messages(sid) == []
     assert await middleware.abefore_model(state, None) == {"harombe_saved": 3}
     assert [m.content for m in mm.get_messages(sid)] == ["one", "two", "three"]
+
+
+async def test_async_export_reads_natively_and_matches_the_sync_export(
+    mm: MemoryManager, hops: list[str]
+) -> None:
+    from harombe_core import export as ex
+
+    def undated(text: str) -> str:  # the time of the export itself differs between runs
+        return re.sub(r'"(exported_at|last_modified)": ?"[^"]*"', "", text)
+
+    sid = _conversation(mm)
+    mm.set_session_state(sid, outcome="resolved", important=True)
+    for fmt in ("json", "jsonl"):
+        expected = ex.export_store(mm, fmt)
+        hops.clear()
+        assert undated(await ex.aexport_store(mm, fmt)) == undated(expected)
+        assert set(hops) <= {"dumps"}, hops  # formatting is CPU work; every read is native
+        one = await ex.aexport_store(mm, fmt, session_id=sid)
+        assert undated(one) == undated(ex.export_store(mm, fmt, session_id=sid))
