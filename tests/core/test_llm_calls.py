@@ -7,7 +7,6 @@ driver's); both paths return the same text.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import pytest
@@ -19,39 +18,26 @@ from harombe_core.flows import adrive, drive
 from harombe_core.llm import acall_llm, ask, call_llm
 
 
-@pytest.fixture
-def hops(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    seen: list[str] = []
-    real = asyncio.to_thread
-
-    async def counting(fn: Any, /, *args: Any, **kwargs: Any) -> Any:
-        seen.append(getattr(fn, "__qualname__", repr(fn)))
-        return await real(fn, *args, **kwargs)
-
-    monkeypatch.setattr(asyncio, "to_thread", counting)
-    return seen
-
-
-async def test_a_langchain_chat_model_is_awaited_natively(hops: list[str]) -> None:
+async def test_a_langchain_chat_model_is_awaited_natively(thread_hops: list[str]) -> None:
     model = FakeListChatModel(responses=["sync answer", "async answer"])
     assert call_llm(model, "hello") == "sync answer"
     assert await acall_llm(model, "hello") == "async answer"
-    assert hops == []
+    assert thread_hops == []
 
 
-async def test_a_llamaindex_llm_is_awaited_natively(hops: list[str]) -> None:
+async def test_a_llamaindex_llm_is_awaited_natively(thread_hops: list[str]) -> None:
     llm = MockLLM()
     expected = call_llm(llm, "echo me")
     assert await acall_llm(llm, "echo me") == expected == "echo me"
-    assert hops == []
+    assert thread_hops == []
 
 
-async def test_a_plain_function_takes_one_thread_hop(hops: list[str]) -> None:
+async def test_a_plain_function_takes_one_thread_hop(thread_hops: list[str]) -> None:
     assert await acall_llm(lambda prompt: prompt.upper(), "hi") == "HI"
-    assert len(hops) == 1
+    assert len(thread_hops) == 1
 
 
-async def test_ask_hands_the_models_failure_to_the_flow(hops: list[str]) -> None:
+async def test_ask_hands_the_models_failure_to_the_flow(thread_hops: list[str]) -> None:
     def broken(prompt: str) -> str:
         raise RuntimeError("down")
 

@@ -41,20 +41,6 @@ def mm(pg_url: str) -> Iterator[MemoryManager]:
         manager.close()
 
 
-@pytest.fixture
-def hops(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The name of every function run through ``asyncio.to_thread`` from now on."""
-    seen: list[str] = []
-    real = asyncio.to_thread
-
-    async def counting(fn: Any, /, *args: Any, **kwargs: Any) -> Any:
-        seen.append(getattr(fn, "__qualname__", repr(fn)))
-        return await real(fn, *args, **kwargs)
-
-    monkeypatch.setattr(asyncio, "to_thread", counting)
-    return seen
-
-
 def _no_blocking_store_calls(monkeypatch: pytest.MonkeyPatch) -> None:
     """Make every synchronous PostgreSQL transaction fail: what remains must be async."""
 
@@ -81,7 +67,7 @@ def _conversation(mm: MemoryManager) -> str:
 
 
 async def test_langchain_retriever_ainvoke_adds_no_thread_hop(
-    mm: MemoryManager, hops: list[str]
+    mm: MemoryManager, thread_hops: list[str]
 ) -> None:
     sid = _conversation(mm)
     for retriever in (
@@ -89,30 +75,30 @@ async def test_langchain_retriever_ainvoke_adds_no_thread_hop(
         LangChainRetriever(manager=mm, user_id="ann", k=3, exclude_session_id=sid),
     ):
         expected = retriever.invoke("tea")
-        hops.clear()
+        thread_hops.clear()
         found = await retriever.ainvoke("tea")
         assert found == expected
         assert found
-        assert set(hops) <= CORE_HOPS, hops
+        assert set(thread_hops) <= CORE_HOPS, thread_hops
 
 
 async def test_llamaindex_retriever_aretrieve_adds_no_thread_hop(
-    mm: MemoryManager, hops: list[str]
+    mm: MemoryManager, thread_hops: list[str]
 ) -> None:
     sid = _conversation(mm)
     retriever = LlamaIndexRetriever(manager=mm, user_id="ann", session_id=sid, top_k=2)
     expected = retriever.retrieve(QueryBundle("tea"))
-    hops.clear()
+    thread_hops.clear()
     found = await retriever.aretrieve(QueryBundle("tea"))
     assert [(n.node.get_content(), n.score) for n in found] == [
         (n.node.get_content(), n.score) for n in expected
     ]
     assert found
-    assert set(hops) <= CORE_HOPS, hops
+    assert set(thread_hops) <= CORE_HOPS, thread_hops
 
 
 async def test_middleware_async_hooks_read_and_write_natively(
-    mm: MemoryManager, hops: list[str], monkeypatch: pytest.MonkeyPatch
+    mm: MemoryManager, thread_hops: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sid = _conversation(mm)
     middleware = HarombeMemoryMiddleware(
@@ -122,12 +108,12 @@ async def test_middleware_async_hooks_read_and_write_natively(
     _no_blocking_store_calls(monkeypatch)
     assert await middleware.abefore_model(state, None) == {"harombe_saved": 1}
     monkeypatch.undo()
-    assert hops == []
+    assert thread_hops == []
     assert mm.get_messages(sid)[-1].content == "what did I order?"
 
 
 async def test_an_agent_turn_builds_the_model_request_natively(
-    mm: MemoryManager, hops: list[str]
+    mm: MemoryManager, thread_hops: list[str]
 ) -> None:
     """The whole async agent turn: saves, the stored view, the user's profile; the same
     request reaches the model as on the sync path."""
@@ -148,7 +134,7 @@ async def test_an_agent_turn_builds_the_model_request_natively(
     question = {"messages": [HumanMessage("what did I order?")]}
     agent("sync").invoke(question, config={"configurable": {"thread_id": "t-sync"}})
     await agent("async").ainvoke(question, config={"configurable": {"thread_id": "t-async"}})
-    assert hops == []
+    assert thread_hops == []
     assert sent["async"] == sent["sync"]
     assert [m.content for m in mm.get_messages("t-async")] == [
         m.content for m in mm.get_messages("t-sync")
@@ -197,7 +183,7 @@ async def test_a_cancelled_async_save_writes_nothing(
 
 
 async def test_async_export_reads_natively_and_matches_the_sync_export(
-    mm: MemoryManager, hops: list[str]
+    mm: MemoryManager, thread_hops: list[str]
 ) -> None:
     from harombe_core import export as ex
 
@@ -208,8 +194,10 @@ async def test_async_export_reads_natively_and_matches_the_sync_export(
     mm.set_session_state(sid, outcome="resolved", important=True)
     for fmt in ("json", "jsonl"):
         expected = ex.export_store(mm, fmt)
-        hops.clear()
+        thread_hops.clear()
         assert undated(await ex.aexport_store(mm, fmt)) == undated(expected)
-        assert set(hops) <= {"dumps"}, hops  # formatting is CPU work; every read is native
+        assert set(thread_hops) <= {"dumps"}, (
+            thread_hops
+        )  # formatting is CPU work; every read is native
         one = await ex.aexport_store(mm, fmt, session_id=sid)
         assert undated(one) == undated(ex.export_store(mm, fmt, session_id=sid))
