@@ -126,7 +126,7 @@ def _facts_of(
     """The user-memory facts (history included) of the exported sessions' owners, or of
     ``user_id``: what a store's export carries besides its sessions."""
     users = [user_id] if user_id is not None else sorted({u for _, u in sessions if u})
-    found = []
+    found: list[dict[str, Any]] = []
     for uid in users:
         facts = yield Call(manager.get_facts, uid, include_history=True, native=manager.aget_facts)
         found.extend(fact.to_dict() for fact in facts)
