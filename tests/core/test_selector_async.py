@@ -41,7 +41,7 @@ class AsyncClient(NativeAsyncEmbedder):
 
 def _graph() -> nx.DiGraph:
     graph = nx.DiGraph()
-    turns = [
+    turns: list[tuple[Any, str, int | None]] = [
         ("user", "how do I bake sourdough bread", None),
         ("assistant", "feed the starter, then bake the bread hot", 1),
         ("user", "what is the capital of France", None),

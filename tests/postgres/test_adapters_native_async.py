@@ -28,6 +28,8 @@ from langchain_harombe import HarombeMemoryMiddleware
 from langchain_harombe import HarombeRetriever as LangChainRetriever
 from llamaindex_harombe import HarombeRetriever as LlamaIndexRetriever
 
+#: The hooks are called directly, outside a graph run (the session and user are fixed).
+NO_RUNTIME: Any = None
 #: Work the core itself still runs in a thread on the async path (not the adapters').
 CORE_HOPS = {"Retriever.search", "MemoryManager.get_context"}
 
@@ -106,7 +108,7 @@ async def test_middleware_async_hooks_read_and_write_natively(
     )
     state: Any = {"messages": [HumanMessage("what did I order?")]}
     _no_blocking_store_calls(monkeypatch)
-    assert await middleware.abefore_model(state, None) == {"harombe_saved": 1}
+    assert await middleware.abefore_model(state, NO_RUNTIME) == {"harombe_saved": 1}
     monkeypatch.undo()
     assert thread_hops == []
     assert mm.get_messages(sid)[-1].content == "what did I order?"
@@ -171,14 +173,14 @@ async def test_a_cancelled_async_save_writes_nothing(
         return await real_adrive(Stalling(cursor), body)
 
     monkeypatch.setattr(postgres, "adrive", stalling)
-    task = asyncio.ensure_future(middleware.abefore_model(state, None))
+    task = asyncio.ensure_future(middleware.abefore_model(state, NO_RUNTIME))
     await asyncio.get_running_loop().run_in_executor(None, reached.wait)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
     monkeypatch.undo()
     assert mm.get_messages(sid) == []
-    assert await middleware.abefore_model(state, None) == {"harombe_saved": 3}
+    assert await middleware.abefore_model(state, NO_RUNTIME) == {"harombe_saved": 3}
     assert [m.content for m in mm.get_messages(sid)] == ["one", "two", "three"]
 
 
