@@ -5,14 +5,15 @@ A model is anything the adapters can hand over: a LangChain chat model or runnab
 ``llm(prompt) -> str`` callable, an object with an async ``acall(prompt)``, or an async
 callable. :func:`call_llm` and :func:`acall_llm` call one and return its answer as text,
 whatever shape the framework returns (a string, a LangChain message, a LlamaIndex response).
-Both drive one flow, :func:`ask`: the async path awaits the model's own async method when it
+Both drive the flow of one prompt (which :func:`ask` composes into larger flows): the async path awaits the model's own async method when it
 has one, and runs a plain function in a worker thread (the flow driver's one blocking hop).
 
-Code that talks to a model (a summariser, the LLM node selector) is written once as a
-:data:`PromptFlow`: a generator that yields prompts and receives the model's answers. The
-drivers :func:`run_prompts` and :func:`arun_prompts` send the flow every answer, *or the
-exception the model raised*, so the flow alone decides what a failure means (retry, fall back,
-or raise); the sync and async paths therefore cannot behave differently.
+Code that talks to a model (a summariser, the LLM node selector) is an ordinary flow that asks
+with ``answer = yield from ask(llm, prompt)``: it receives every answer, *or the exception the
+model raised*, so the flow alone decides what a failure means (retry, fall back, or raise), and
+``drive`` / ``adrive`` run it, so the sync and async paths cannot behave differently. A
+:data:`PromptFlow` (a generator yielding bare prompts) is the same idea for code that does no
+other I/O; :func:`run_prompts` / :func:`arun_prompts` drive one through :func:`ask`.
 """
 
 from __future__ import annotations

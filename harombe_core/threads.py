@@ -41,7 +41,7 @@ import networkx as nx
 
 from harombe_core.errors import InvalidInputError, ThreadRuleError
 from harombe_core.flows import Call, Flow, Work, adrive, drive
-from harombe_core.llm import PromptFlow, arun_prompts, run_prompts
+from harombe_core.llm import ask
 from harombe_core.models import ConversationNode, Message
 from harombe_core.validate import show
 
@@ -471,8 +471,8 @@ class LLMNodeSelector:
             ids=", ".join(map(str, candidates)),
         )
 
-    def _flow(self, graph: nx.DiGraph, message: Message) -> PromptFlow[int | None]:
-        """The selection algorithm: yields prompts, receives answers (or the model's error)."""
+    def _flow(self, graph: nx.DiGraph, message: Message) -> Flow[int | None]:
+        """The selection algorithm: asks the model, reads its answers (or its error)."""
         self.last_fallback_reason = None
         every = candidate_nodes(graph)
         if not every:
@@ -483,7 +483,7 @@ class LLMNodeSelector:
         prompt = self._prompt(graph, message, candidates)
         problem = ""
         for _attempt in range(self.max_attempts):
-            answer = yield prompt + problem
+            answer = yield from ask(self.llm, prompt + problem)
             if isinstance(answer, BaseException):
                 self.last_fallback_reason = f"the model failed: {answer!r}"
                 break
@@ -502,10 +502,10 @@ class LLMNodeSelector:
         return every[-1]
 
     def select_parent(self, graph: nx.DiGraph, message: Message) -> int | None:
-        return run_prompts(self._flow(graph, message), self.llm)
+        return drive(self._flow(graph, message))
 
     async def aselect_parent(self, graph: nx.DiGraph, message: Message) -> int | None:
-        return await arun_prompts(self._flow(graph, message), self.llm)
+        return await adrive(self._flow(graph, message))
 
 
 def resolve_selector(selector: Any = "embedding", **options: Any) -> Any:
