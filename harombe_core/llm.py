@@ -5,8 +5,9 @@ A model is anything the adapters can hand over: a LangChain chat model or runnab
 ``llm(prompt) -> str`` callable, an object with an async ``acall(prompt)``, or an async
 callable. :func:`call_llm` and :func:`acall_llm` call one and return its answer as text,
 whatever shape the framework returns (a string, a LangChain message, a LlamaIndex response).
-Both drive the flow of one prompt (which :func:`ask` composes into larger flows): the async path awaits the model's own async method when it
-has one, and runs a plain function in a worker thread (the flow driver's one blocking hop).
+Both drive the flow of one prompt (which :func:`ask` composes into larger flows): the async
+path awaits the model's own async method when it has one, and runs a plain function in a
+worker thread (the flow driver's one blocking hop).
 
 Code that talks to a model (a summariser, the LLM node selector) is an ordinary flow that asks
 with ``answer = yield from ask(llm, prompt)``: it receives every answer, *or the exception the
