@@ -63,20 +63,12 @@ async def test_async_methods_on_postgres_never_hop_a_thread(
 
 
 async def test_the_same_calls_on_sqlite_run_in_worker_threads(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, thread_hops: list[str]
 ) -> None:
-    hops: list[str] = []
-    real = asyncio.to_thread
-
-    async def counting(fn: Any, /, *args: Any, **kwargs: Any) -> Any:
-        hops.append(getattr(fn, "__name__", repr(fn)))
-        return await real(fn, *args, **kwargs)
-
-    monkeypatch.setattr(asyncio, "to_thread", counting)
     with MemoryManager(str(tmp_path / "m.db"), embedding=None) as mm:
         await _exercise(mm)
     # every store operation hops once, through the store's own runner
-    assert hops.count("run") >= 10
+    assert thread_hops.count("SQLiteStore.run") >= 10
 
 
 def _context_session(mm: MemoryManager) -> str:
