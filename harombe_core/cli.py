@@ -13,7 +13,6 @@ import sys
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from datetime import UTC, datetime, timedelta
-from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -132,15 +131,14 @@ def history_command(
     ] = None,
 ) -> None:
     """Show a session's messages and which of them fit a model's token window."""
-    from harombe_core.context_reads import newest_first
     from harombe_core.export import describe_tool_call
 
     with clean_errors(), open_memory(db) as manager:
         session = existing_session(manager, session_id)
         if last is None:
             messages = manager.get_messages(session_id)
-        else:  # newest first, read lazily: a long session costs only the rows shown
-            messages = list(islice(newest_first(manager.store, session_id), last))[::-1]
+        else:  # read from the end: a long session costs only the rows shown
+            messages = manager.get_newest_messages(session_id, last)
         budget = manager.max_history_tokens if max_tokens is None else max_tokens
         window = manager.get_window(session_id, budget)
         kept = {m.id for m in window.messages if m.id is not None}

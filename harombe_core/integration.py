@@ -27,7 +27,6 @@ from harombe_core.lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from harombe_core.checkpoint_safety import AllowList, TypePolicy, check_row, refused_tag
-    from harombe_core.context_reads import newest_first
     from harombe_core.embeddings.base import NativeAsyncEmbedder, validate_vectors
     from harombe_core.errors import Fix, install_command, requires_extra
     from harombe_core.export.hits import hit_metadata
@@ -102,8 +101,6 @@ _LAZY: dict[str, str] = {
     "shared_threader": "harombe_core.threader",
     "resolve_selector": "harombe_core.threads",
     "context_message": "harombe_core.retrieval",
-    # a session read newest first, a page at a time (a window stops reading once it is full)
-    "newest_first": "harombe_core.context_reads",
     "hit_metadata": "harombe_core.export.hits",
     # small helpers an adapter's package and messages use
     "lazy_attributes": "harombe_core.lazy",
@@ -148,7 +145,6 @@ __all__ = [
     "install_command",
     "items",
     "lazy_attributes",
-    "newest_first",
     "pending",
     "plural",
     "refused_tag",

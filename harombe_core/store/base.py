@@ -130,9 +130,9 @@ class MessageStore(Protocol):
     store.arun(...)``) in one transaction with its own locking, retries and error types. What
     is left here differs by backend in more than its SQL: the keyword index (FTS5 with a
     tail scored in Python, or PostgreSQL full text), its rebuild, and the statistics of the
-    files or relations. Reads that span several operations are functions over ``run``
-    (:func:`~harombe_core.context_reads.newest_first` reads a session newest first, a page
-    per operation).
+    files or relations. A read that spans several operations is a flow of them
+    (:func:`~harombe_core.context_reads.read_newest` reads a session newest first, a page per
+    operation).
     """
 
     location: str

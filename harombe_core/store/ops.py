@@ -58,7 +58,7 @@ __all__ = [
     "is_threaded",
     "list_sessions",
     "mark_embedded",
-    "newest_page",
+    "newest_rows",
     "pending_count",
     "pending_embeddings",
     "reset_embedded",
@@ -403,17 +403,16 @@ def get_messages(
     return Op(body)
 
 
-def newest_page(session_id: str, before_id: int | None, size: int) -> Op[list[Any]]:
-    """Newest first, the rows of up to ``size`` messages of the session older than
-    ``before_id`` (None: the newest), one seek on the ``(session_id, id)`` index: one page of
-    :func:`~harombe_core.context_reads.newest_first`. Rows, not messages: the reader converts
-    each (``rows.row_to_message``) as it takes it, so a window that stops early converts no
-    more than it used."""
+def newest_rows(session_id: str, before_id: int | None, limit: int) -> Op[list[Any]]:
+    """A page of the session's message rows, newest first, older than ``before_id`` (None:
+    from the newest): one seek and a short scan of the ``(session_id, id)`` index. Rows, not
+    messages: the newest-first reader (:mod:`harombe_core.context_reads`) turns into
+    messages only the rows a window takes."""
     check_id(session_id, "session_id")
     before = None if before_id is None else ("<", int(before_id))
 
     def body(d: Dialect) -> Body[list[Any]]:
-        return (yield from _session_rows(d, session_id, before, " DESC", size))
+        return (yield from _session_rows(d, session_id, before, " DESC", int(limit)))
 
     return Op(body)
 
@@ -433,6 +432,62 @@ def _session_rows(
     params.append(d.no_limit if limit is None else limit)
     rows: list[Any] = (yield d.step(sql, params)).rows
     return rows
+
+
+def important_before(
+    session_id: str,
+    before_id: int | None,
+    threshold: float,
+    max_tokens: int,
+    limit: int = 64,
+) -> Op[list[Message]]:
+    """Newest first, up to ``limit`` important messages of the session older than
+    ``before_id`` (None: any), with importance >= ``threshold`` and at most ``max_tokens``
+    tokens each (through the ``messages_important`` partial index: the cost follows the
+    window, see :mod:`~harombe_core.store.context_sql`)."""
+    check_id(session_id, "session_id")
+    params: list[Any] = [session_id]
+    if before_id is not None:
+        params.append(int(before_id))
+    params += [float(threshold), int(max_tokens), int(limit)]
+
+    def body(d: Dialect) -> Body[list[Message]]:
+        sql = important_before_sql(d.name, MESSAGE_COLUMNS, "?", bounded=before_id is not None)
+        return [row_to_message(r) for r in (yield d.step(sql, params)).rows]
+
+    return Op(body)
+
+
+def is_threaded(session_id: str) -> Op[bool]:
+    """Whether any message of the session has a parent (else it is one linear thread)."""
+    check_id(session_id, "session_id")
+
+    def body(d: Dialect) -> Body[bool]:
+        return bool((yield d.step(is_threaded_sql("?"), (session_id,))).rows[0][0])
+
+    return Op(body)
+
+
+def thread_path(session_id: str, max_tokens: int, *, max_depth: int = 100_000) -> Op[list[Message]]:
+    """The thread of the session's newest message, newest first, stopping at the first
+    message past ``max_tokens`` (included) or at ``max_depth`` messages. A link to a message
+    of another session ends the path, as a link to a deleted one does."""
+    check_id(session_id, "session_id")
+    params = [session_id, session_id, int(max_tokens), int(max_depth)]
+
+    def body(d: Dialect) -> Body[list[Message]]:
+        rows = (yield d.step(thread_path_sql(MESSAGE_COLUMNS, "?"), params)).rows
+        path: list[Message] = []
+        seen: set[int] = set()
+        for row in rows:  # a cycle of links (set_parent allows one) ends where it closes
+            message = row_to_message(row)
+            if message.id in seen:
+                break
+            seen.add(message.id)  # type: ignore[arg-type]
+            path.append(message)
+        return path
+
+    return Op(body)
 
 
 def get_messages_by_ids(ids: Sequence[int], scope: SearchScope | None = None) -> Op[list[Message]]:
@@ -478,64 +533,6 @@ def count_messages(session_id: str | None = None) -> Op[int]:
         sql = "SELECT message_count FROM sessions WHERE id = ?"
         rows = (yield d.step(sql, (session_id,))).rows
         return int(rows[0][0]) if rows else 0
-
-    return Op(body)
-
-
-def important_before(
-    session_id: str,
-    before_id: int | None,
-    threshold: float,
-    max_tokens: int,
-    limit: int = 64,
-) -> Op[list[Message]]:
-    """Newest first, up to ``limit`` important messages of the session older than
-    ``before_id`` (None: any), with importance >= ``threshold`` and at most ``max_tokens``
-    tokens each (through the ``messages_important`` partial index: the cost follows the
-    window, see :mod:`~harombe_core.store.context_sql`)."""
-    check_id(session_id, "session_id")
-    params: list[Any] = [session_id]
-    if before_id is not None:
-        params.append(int(before_id))
-    params += [float(threshold), int(max_tokens), int(limit)]
-
-    def body(d: Dialect) -> Body[list[Message]]:
-        sql = important_before_sql(d.name, MESSAGE_COLUMNS, "?", bounded=before_id is not None)
-        return [row_to_message(r) for r in (yield d.step(sql, params)).rows]
-
-    return Op(body)
-
-
-def is_threaded(session_id: str) -> Op[bool]:
-    """Whether any message of the session has a parent (else it is one linear thread)."""
-    check_id(session_id, "session_id")
-
-    def body(d: Dialect) -> Body[bool]:
-        return bool((yield d.step(is_threaded_sql("?"), (session_id,))).rows[0][0])
-
-    return Op(body)
-
-
-def thread_path(
-    session_id: str, max_tokens: int, *, max_depth: int = 100_000
-) -> Op[list[Message]]:
-    """The thread of the session's newest message, newest first, stopping at the first
-    message past ``max_tokens`` (included) or at ``max_depth`` messages. A link to a message
-    of another session ends the path, as a link to a deleted one does."""
-    check_id(session_id, "session_id")
-    params = [session_id, session_id, int(max_tokens), int(max_depth)]
-
-    def body(d: Dialect) -> Body[list[Message]]:
-        rows = (yield d.step(thread_path_sql(MESSAGE_COLUMNS, "?"), params)).rows
-        path: list[Message] = []
-        seen: set[int] = set()
-        for row in rows:  # a cycle of links (set_parent allows one) ends where it closes
-            message = row_to_message(row)
-            if message.id in seen:
-                break
-            seen.add(message.id)  # type: ignore[arg-type]
-            path.append(message)
-        return path
 
     return Op(body)
 

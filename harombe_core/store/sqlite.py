@@ -21,7 +21,6 @@ Why it looks the way it does:
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
 import itertools
@@ -34,6 +33,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from harombe_core.errors import SchemaTooNewError, StoreError
+from harombe_core.flows import off_loop
 from harombe_core.store import ops, pending
 from harombe_core.store.base import KeywordHit, SearchScope
 from harombe_core.store.erasure import ERASED_KEYWORDS, compact_keywords, owed
@@ -280,7 +280,7 @@ class SQLiteStore:
         """:meth:`run` on a worker thread (SQLite has no async driver): one hop per op."""
         if op.empty:
             return op.result_without_sql(SQLITE)
-        return await asyncio.to_thread(self.run, op)
+        return await off_loop(self.run, op)
 
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         pending.settle(self.location, self._file.block)

@@ -15,8 +15,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from harombe_core.context_reads import newest_first
+from harombe_core.context_reads import read_newest
 from harombe_core.errors import HarombeError, InvalidInputError
+from harombe_core.flows import drive
 from harombe_core.manager import MemoryManager
 from harombe_core.models import Message
 from harombe_core.store import ops
@@ -81,7 +82,7 @@ def order_paging_and_counts(mm: MemoryManager) -> None:
         f"m{i}" for i in range(10, 15)
     ]
     assert mm.store.run(ops.count_messages(sid)) == 150
-    assert [m.id for m in newest_first(mm.store, sid)] == ids[::-1]
+    assert [m.id for m in drive(read_newest(mm.store, sid, lambda m: False))] == ids[::-1]
     assert [m.id for m in mm.store.run(ops.get_messages_by_ids([ids[5], ids[2], 10**9]))] == [
         ids[5],
         ids[2],
