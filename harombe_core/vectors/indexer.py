@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import shlex
 import threading
 import time
@@ -263,6 +264,7 @@ class SemanticMemory(EmbeddingWorker):
         # The embedder's jobs on the process's background worker, and the window of pending
         # messages its batches are taken from (see harombe_core.vectors.worker).
         self._jobs: SummaryFolder | None = None
+        self._pid = os.getpid()
         self._window: deque[tuple[Message, str]] = deque()
         self._owners: dict[str, str | None] = {}
         self._backoff = self.poll or 0.0

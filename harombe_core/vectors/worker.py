@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import re
 import threading
 import time
@@ -143,6 +144,7 @@ class EmbeddingWorker:
     _work_lock: threading.RLock
     _stop: threading.Event
     _jobs: SummaryFolder | None
+    _pid: int
     _window: deque[tuple[Message, str]]
     _owners: dict[str, str | None]
     _backoff: float
@@ -270,12 +272,15 @@ class EmbeddingWorker:
         """Hand the embedder to the process's background worker; it first checks the index,
         then embeds whatever is pending."""
         if self._jobs is None:
+            self._pid = os.getpid()
             self._jobs = SummaryFolder(self._background_step, linger=self.linger, priority=VECTORS)
             self._jobs.request(_NEW, 0, delay=0)
 
     def _notify_jobs(self) -> None:
         jobs = self._jobs
-        if jobs is not None:
+        # In a child after fork() the parent's embedder (its index client above all) stays
+        # the parent's: the child embeds through its own semantic memory, or on flush().
+        if jobs is not None and self._pid == os.getpid():
             jobs.request(_NEW, 0)  # after the linger: a burst of saves becomes one batch
 
     def _stop_jobs(self) -> None:
@@ -296,6 +301,8 @@ class EmbeddingWorker:
         the look for work other processes left is handed over again, ``poll`` seconds on
         (longer after a failure, which is logged and kept for ``flush()`` to raise)."""
         jobs = self._jobs
+        if self._pid != os.getpid():
+            return False
         try:
             more = self._step()
         except Exception as exc:
