@@ -32,13 +32,15 @@ def test_managers_on_one_database_share_one_semantic_memory(tmp_path: Path) -> N
         assert w.embedders() == before + 1  # one embedder, however many openers
         index = first._semantic.index
         assert index is not None
-        ids = first.save_messages("s", [Message(role="user", content=w.text("s", i))
-                                        for i in range(10)])
+        ids = first.save_messages(
+            "s", [Message(role="user", content=w.text("s", i)) for i in range(10)]
+        )
         first.close()
         second.close()
         assert third._semantic.index is index  # still open for the last opener
-        ids += third.save_messages("s", [Message(role="user", content=w.text("s", i))
-                                         for i in range(10, 20)])
+        ids += third.save_messages(
+            "s", [Message(role="user", content=w.text("s", i)) for i in range(10, 20)]
+        )
         third.flush()
         assert sorted(index.ids()) == sorted(ids)
         assert w.missing_from_search(third, ids) == []
@@ -168,12 +170,13 @@ def test_adapters_on_one_database_share_it_and_find_each_others_messages(
     path = str(tmp_path / "memory.db")
     before = w.embedders()
     options = {"embedding": FakeEmbedder(), "token_counter": "approximate"}
-    history = HarombeChatMessageHistory("chat", storage_path=path, user_id="ann",
-                                        manager_options={"embedding": None})  # no vectors
-    similar = HarombeRetriever(storage_path=path, user_id="ann", search_type="similarity", k=5,
-                               manager_options=options)
-    hybrid = HarombeRetriever(storage_path=path, user_id="ann", k=5,
-                              manager_options=dict(options))
+    history = HarombeChatMessageHistory(
+        "chat", storage_path=path, user_id="ann", manager_options={"embedding": None}
+    )  # no vectors
+    similar = HarombeRetriever(
+        storage_path=path, user_id="ann", search_type="similarity", k=5, manager_options=options
+    )
+    hybrid = HarombeRetriever(storage_path=path, user_id="ann", k=5, manager_options=dict(options))
     try:
         history.add_messages([HumanMessage(content=w.text("chat", i)) for i in range(10)])
         assert similar._memory()._semantic is hybrid._memory()._semantic
