@@ -40,15 +40,18 @@ FRESH = "a zeppelin landed by the lake this morning"
 
 
 def _killed_writer(path: Path, texts: list[str], session: str = "fresh") -> None:
-    """Save ``texts`` in a real process that is SIGKILLed as soon as the save returns."""
+    """Save ``texts`` in a real process that is SIGKILLed as soon as the save returns, with
+    the background worker held so that it cannot index them first."""
     script = textwrap.dedent(
         f"""
         import os, signal
         from harombe_core import MemoryManager, Message
+        from harombe_core.testing import hold_background
         mm = MemoryManager({str(path)!r}, embedding=None, token_counter="approximate")
-        mm.save_messages({session!r}, [Message(role="user", content=t) for t in {texts!r}],
-                         user_id="u")
-        os.kill(os.getpid(), signal.SIGKILL)
+        with hold_background():
+            mm.save_messages({session!r}, [Message(role="user", content=t) for t in {texts!r}],
+                             user_id="u")
+            os.kill(os.getpid(), signal.SIGKILL)
         """
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
