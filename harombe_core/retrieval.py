@@ -143,6 +143,7 @@ SEARCH_OPTIONS = frozenset(
         "length_weight",
         "statement_weight",
         "person_weight",
+        "name_free_weight",
         "now",
     }
 )
@@ -178,6 +179,29 @@ def _add_cosines(
             if keep_vectors:
                 found.vectors[mid] = vec
         found.unembedded |= pending
+
+
+def _add_name_free_cosines(found: Candidates, semantic: SemanticMemory | None, query: str) -> None:
+    """Every candidate's (and neighbour's) cosine to ``query`` without the names of the
+    speakers it names (``name_free_weight``): one more query embedding and one read of the
+    candidates' stored vectors, only for a query that names a speaker. An embedding outage
+    leaves them out (the query's own cosines still rank)."""
+    from harombe_core.ranking import without_names
+
+    if semantic is None or found.query_vector is None:
+        return
+    text = without_names(query, found.speakers)
+    if not text or text == query:
+        return
+    try:
+        free = semantic.embed_query(text)
+    except EmbeddingError as exc:
+        log.warning("name-free query embedding failed, ranking without it: %s", exc)
+        return
+    wanted = [i for i in (*found.messages, *found.outside) if i in found.cosine]
+    missing = [i for i in wanted if i not in found.vectors]
+    vectors = {**found.vectors, **(semantic.vectors_for(missing) if missing else {})}
+    found.name_free_cosine = {mid: float(vectors[mid] @ free) for mid in wanted if mid in vectors}
 
 
 class Retriever:
@@ -225,6 +249,7 @@ class Retriever:
         length_weight: float | None = None,
         statement_weight: float | None = None,
         person_weight: float | None = None,
+        name_free_weight: float | None = None,
         now: datetime | None = None,
     ) -> list[SearchHit]:
         """The best ``top_k`` messages for ``query`` inside the scope, best first, with scores.
@@ -254,6 +279,7 @@ class Retriever:
             "length_weight": length_weight,
             "statement_weight": statement_weight,
             "person_weight": person_weight,
+            "name_free_weight": name_free_weight,
         }
         for name, value in overrides.items():
             if value is not None:
@@ -370,6 +396,8 @@ class Retriever:
         if neighbors if neighbors is not None else s.neighbor_weight > 0:
             self._add_neighbors(found, scope, max(k, NEIGHBOR_SEEDS))
             _add_cosines(found, semantic, feedback)
+        if s.name_free_weight > 0 and wv > 0 and found.speakers:
+            _add_name_free_cosines(found, semantic, query)
         return found
 
     def _vector_side(
