@@ -96,3 +96,19 @@ def test_name_free_weight_is_configured_and_checked() -> None:
         pytest.raises(InvalidInputError, match="name_free_weight"),
     ):
         mm.search("What does Bo paint?", name_free_weight=-0.5)
+
+
+def test_a_name_named_before_is_embedded_beside_the_query(chat: MemoryManager) -> None:
+    settings = RetrievalSettings(**OFF)
+    scope = SearchScope(user_id="u")
+    retriever = chat.retriever
+    retriever.named.clear()
+    first = retriever.gather(QUERY, 3, scope, settings)  # the name-free text embedded apart
+    assert retriever.named == {"bo"}
+    again = retriever.gather("What art does Bo like?", 3, scope, settings)  # in one call
+    alone = chat.retriever.semantic.embed_query("What art does like?")
+    assert again.name_free_cosine.keys() == first.name_free_cosine.keys()
+    vectors = chat.retriever.semantic.vectors_for(list(again.name_free_cosine))
+    assert again.name_free_cosine == pytest.approx(
+        {mid: float(vector @ alone) for mid, vector in vectors.items()}, abs=1e-5
+    )
