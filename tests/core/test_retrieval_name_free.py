@@ -45,16 +45,11 @@ def test_without_names_drops_the_named_speakers_words(
 
 @pytest.fixture(scope="module")
 def chat() -> Iterator[MemoryManager]:
+    roles = {"Ann": "user", "Bo": "assistant"}
+    turns = [("Ann", ANN), ("Bo", BO), ("Ann", OTHER)]
     with MemoryManager(":memory:") as mm:
-        sid = mm.create_session(user_id="u", session_id="club")
-        mm.save_messages(
-            sid,
-            [
-                Message(role="user", name="Ann", content=ANN, created_at=WHEN),
-                Message(role="assistant", name="Bo", content=BO, created_at=WHEN),
-                Message(role="user", name="Ann", content=OTHER, created_at=WHEN),
-            ],
-        )
+        messages = [Message(role=roles[n], name=n, content=t, created_at=WHEN) for n, t in turns]
+        mm.save_messages("club", messages, user_id="u")
         mm.flush()
         yield mm
 
