@@ -30,7 +30,7 @@ from harombe_core.context_reads import (
 )
 from harombe_core.errors import InvalidInputError
 from harombe_core.flows import Flow, Run, Work, drive
-from harombe_core.folding import SummaryFolder
+from harombe_core.folding import SUMMARIES, SummaryFolder
 from harombe_core.limits import current_limits
 from harombe_core.manager_search import Searcher
 from harombe_core.models import Message, Session
@@ -109,7 +109,7 @@ class ContextBuilder:
     def folder(self) -> SummaryFolder:
         """The background folder of long summary backlogs (its thread starts on first use)."""
         if self._folder is None:
-            self._folder = SummaryFolder(self._fold_step)
+            self._folder = SummaryFolder(self._fold_step, priority=SUMMARIES)
         return self._folder
 
     def flush_summaries(self, timeout: float | None = None) -> None:

@@ -17,7 +17,7 @@ The layers, low to high (a module not listed makes the test fail, so every new m
 placed on purpose):
 
 0. errors, limits, validate, models, config, tokens, owners, query_time, text, jsonstream,
-   checkpoint_safety
+   checkpoint_safety, folding (the background worker)
 1. store/*, embeddings/*, flows
 2. vectors/*
 3. llm, strategies, summarize, thread_graph, selectors, ranking
@@ -59,6 +59,7 @@ LAYERS: dict[str, int] = {
             "jsonstream",
             "progress",
             "lazy",
+            "folding",  # the background worker (stdlib only): stores and indexes hand it jobs
             "checkpoint_safety",
         ],
         0,
@@ -84,7 +85,6 @@ LAYERS: dict[str, int] = {
     "vectors": 2,
     **dict.fromkeys(
         [
-            "folding",
             "derive",
             "llm",
             "strategies",
