@@ -34,8 +34,8 @@ failures with an ordinary ``try``/``except`` on both paths alike.
 
 Work with no async form runs in a worker thread through :func:`off_loop`, the library's one
 thread hop: the async driver's for :class:`Call` and :class:`Work`, and below the flows, the
-store's ``arun`` (SQLite and PostgreSQL alike, over their sync drivers) and the drain of
-derived rows owed to a database.
+store's ``arun`` (SQLite and PostgreSQL alike, over their sync drivers, which first settle
+derived rows owed to the database).
 """
 
 from __future__ import annotations
