@@ -855,12 +855,13 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
         ``rag:`` config. Options: ``roles``, ``since``, ``until``, ``exclude_session_id``,
         ``temporal_decay``, ``mmr_lambda``, ``vector_weight``, ``keyword_weight``, and the
         context evidence weights ``neighbor_weight``, ``session_weight``, ``speaker_weight``,
-        ``time_weight``, ``length_weight``, ``statement_weight``, ``person_weight`` and
-        ``feedback_weight`` (see :class:`~harombe_core.retrieval.RetrievalSettings`); ``now``
-        anchors relative times in the query ("last week"). Without semantic memory this is
-        keyword (BM25) search and ``retriever.mode == "keyword"``. Given both ``session_id``
-        and ``user_id``, the session must be that user's (else SessionOwnershipError), as
-        everywhere a user names a session.
+        ``time_weight``, ``length_weight``, ``statement_weight``, ``person_weight``,
+        ``name_free_weight`` and ``feedback_weight`` (see
+        :class:`~harombe_core.retrieval.RetrievalSettings`); ``now`` anchors relative times in
+        the query ("last week"). Without semantic memory this is keyword (BM25) search and
+        ``retriever.mode == "keyword"``. Given both ``session_id`` and ``user_id``, the
+        session must be that user's (else SessionOwnershipError), as everywhere a user names
+        a session.
         """
         search = self._searcher.search
         return drive(search(query, top_k, session_id, user_id, min_similarity, **options))
