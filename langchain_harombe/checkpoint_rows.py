@@ -214,6 +214,9 @@ class PutPlan:
     versions: dict[str, str] = field(default_factory=dict)
     #: Channels whose value is kept in the checkpoint row itself.
     inline: frozenset[str] = frozenset()
+    #: (channel, version) of the channels this checkpoint changed that have no blob: kept
+    #: inline, or already consumed (a trigger channel); no put ever stores a blob for them.
+    unstored: list[tuple[str, str]] = field(default_factory=list)
 
     #: The message blobs the put's transaction wrote (set by it, for the cache).
     written: list[tuple[bytes, str, bytes]] = field(default_factory=list)
@@ -484,6 +487,12 @@ def plan_put(
             plan_blobs.append((channel, str(version), REFS_TYPE, refs))
         else:
             plan_blobs.append((channel, str(version), *serde.dumps_typed(value)))
+    values = checkpoint["channel_values"]
+    unstored = [
+        (channel, str(version))
+        for channel, version in new_versions.items()
+        if channel in inline or channel not in values
+    ]
     stored = dict(checkpoint)
     stored["channel_values"] = inline
     type_, blob = serde.dumps_typed(stored)
@@ -507,6 +516,7 @@ def plan_put(
         lists=lists,
         versions={k: str(v) for k, v in checkpoint["channel_versions"].items()},
         inline=frozenset(inline),
+        unstored=unstored,
     )
 
 
