@@ -228,13 +228,18 @@ class CheckpointTables:
         replace: bool,
         now: int,
     ) -> Body[None]:
-        """Store a task's pending writes (replacing earlier ones only for special channels)."""
+        """Store a task's pending writes (replacing earlier ones only for special channels).
+
+        The common case is one statement: the rows go in only if the thread's session exists
+        and is ``user_id``'s (so its owner is checked by the insert itself). When nothing went
+        in (no such session yet, another owner, or every row already stored) the session is
+        read, created or refused, and the rows are inserted again (the same rows: idempotent).
+        """
         step = self.runner.step
-        owner = (yield step("SELECT user_id FROM sessions WHERE id = ?", (thread_id,))).rows
-        if not owner:
-            yield step(_NEW_SESSION, (thread_id, user_id, now, now))
-            owner = (yield step("SELECT user_id FROM sessions WHERE id = ?", (thread_id,))).rows
-        _check_owner(owner[0][0], user_id, thread_id)
+        into = (
+            "checkpoint_writes (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, "
+            "task_path, channel, type, blob)"
+        )
         conflict = (
             "(thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO UPDATE SET "
             "channel = excluded.channel, type = excluded.type, blob = excluded.blob, "
@@ -242,12 +247,28 @@ class CheckpointTables:
             if replace
             else "(thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO NOTHING"
         )
-        yield from self._insert(
-            "checkpoint_writes (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, "
-            "task_path, channel, type, blob)",
-            [(thread_id, namespace, checkpoint_id, *row) for row in rows],
-            conflict,
-        )
+        full = [(thread_id, namespace, checkpoint_id, *row) for row in rows]
+        if len(full) <= _CHUNK:
+            owned = "s.user_id IS NULL" if user_id is None else "s.user_id = ?"
+            marks = "(" + ", ".join("?" * len(full[0])) + ")"
+            done = yield step(
+                f"INSERT INTO {into} SELECT * FROM (VALUES {', '.join([marks] * len(full))}) "
+                f"AS v WHERE EXISTS (SELECT 1 FROM sessions s WHERE s.id = ? AND {owned}) "
+                f"ON CONFLICT {conflict}",
+                [
+                    *(value for row in full for value in row),
+                    thread_id,
+                    *(() if user_id is None else (user_id,)),
+                ],
+            )
+            if done.rowcount > 0:
+                return
+        owner = (yield step("SELECT user_id FROM sessions WHERE id = ?", (thread_id,))).rows
+        if not owner:
+            yield step(_NEW_SESSION, (thread_id, user_id, now, now))
+            owner = (yield step("SELECT user_id FROM sessions WHERE id = ?", (thread_id,))).rows
+        _check_owner(owner[0][0], user_id, thread_id)
+        yield from self._insert(into, full, conflict)
 
     def delete_threads(self, thread_ids: Sequence[str]) -> Body[list[str]]:
         """Delete threads and their sessions (everything cascades); returns those deleted."""
