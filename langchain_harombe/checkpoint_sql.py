@@ -68,6 +68,19 @@ _STATE = (
 _PUT_STATE = _STATE.replace(
     "s.message_count, (SELECT MAX(m.id) FROM messages m WHERE m.session_id = s.id)", "0, 0"
 )
+#: A query of checkpoint rows (``{head}``, at most one row) as rows ``(0, *row, NULL...)``
+#: followed by its pending writes as ``(1, NULL..., task_path, task_id, idx, channel, type,
+#: blob)`` in LangGraph's order: a checkpoint and its writes from one statement.
+_WITH_WRITES = (
+    "WITH head AS ({head}) "
+    "SELECT 0 AS part, h.*, NULL AS task_path, NULL AS task_id, NULL AS idx, NULL AS channel, "
+    "NULL AS wtype, NULL AS wblob FROM head h "
+    "UNION ALL SELECT 1, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, w.task_path, "
+    "w.task_id, w.idx, w.channel, w.type, w.blob FROM head h JOIN checkpoint_writes w "
+    "ON w.thread_id = h.thread_id AND w.checkpoint_ns = h.checkpoint_ns "
+    "AND w.checkpoint_id = h.checkpoint_id "
+    "ORDER BY part, task_path, task_id, idx"
+)
 _COPY = {
     "checkpoints": "checkpoint_ns, checkpoint_id, parent_checkpoint_id, run_id, type, "
     "checkpoint, metadata",
@@ -372,7 +385,11 @@ class CheckpointTables:
     def get(
         self, thread_id: str, namespace: str, checkpoint_id: str | None, user_id: str | None
     ) -> Body[list[Loaded]]:
-        """The checkpoint ``checkpoint_id`` (or the newest) of a thread's namespace."""
+        """The checkpoint ``checkpoint_id`` (or the newest) of a thread's namespace.
+
+        Its row and its pending writes come from one statement (the row first, then the writes
+        in order), so the read at the start of an agent turn, whose channel blobs this process
+        usually holds, is that statement alone."""
         sql = f"SELECT {_ROW} {_FROM} WHERE c.thread_id = ? AND c.checkpoint_ns = ?"
         params: list[Any] = [thread_id, namespace]
         if checkpoint_id:
@@ -380,10 +397,15 @@ class CheckpointTables:
             params.append(checkpoint_id)
         else:
             sql += " ORDER BY c.checkpoint_id DESC LIMIT 1"
-        rows = (yield self.runner.step(sql, params)).rows
+        found = (yield self.runner.step(_WITH_WRITES.format(head=sql), params)).rows
+        rows = [r[1:10] for r in found if r[0] == 0]
         if rows:
             _check_owner(rows[0][7], user_id, thread_id)
-        return (yield from self._load(rows))
+        writes = {
+            (r[0], r[1], r[2]): [(w[11], w[13], w[14], bytes(w[15])) for w in found[1:]]
+            for r in rows
+        }
+        return (yield from self._load(rows, writes))
 
     def page(
         self,
@@ -566,8 +588,13 @@ class CheckpointTables:
             fetched.update((bytes(r[0]), (r[1], bytes(r[2]))) for r in rows)
         return ({**cached, **fetched} if fetched else cached), fetched
 
-    def _load(self, rows: Sequence[Any]) -> Body[list[Loaded]]:
-        """Blobs, message blobs and pending writes of these checkpoint rows."""
+    def _load(
+        self,
+        rows: Sequence[Any],
+        writes: dict[tuple[str, str, str], list[tuple[str, str, str, bytes]]] | None = None,
+    ) -> Body[list[Loaded]]:
+        """Blobs, message blobs and pending writes of these checkpoint rows (``writes``: their
+        pending writes, when the caller read them already)."""
         if not rows:
             return []
         step = self.runner.step
@@ -623,8 +650,10 @@ class CheckpointTables:
         messages: dict[str, tuple[Mapping[bytes, tuple[str, bytes]], dict[bytes, Any]]] = {}
         for thread_id, hashes in threads.items():
             messages[thread_id] = yield from self._message_blobs(thread_id, hashes)
-        keys = list(dict.fromkeys((item.row[0], item.row[1], item.row[2]) for item in loaded))
-        writes: dict[tuple[str, str, str], list[tuple[str, str, str, bytes]]] = {}
+        keys = [] if writes is not None else list(
+            dict.fromkeys((item.row[0], item.row[1], item.row[2]) for item in loaded)
+        )
+        writes = {} if writes is None else writes
         for chunk in _chunks(keys):
             found = (
                 yield step(
