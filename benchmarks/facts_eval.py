@@ -15,7 +15,7 @@ to it, and the held-out counts are summed. No model is involved, nothing is down
 ``--pipeline`` the chosen threshold is also run through a real MemoryManager (save, end_session,
 consolidation), and coverage and precision are measured again on the stored facts' sources.
 
-    python benchmarks/facts_eval.py --data /work/shared/data/locomo/locomo_dev.json
+    python benchmarks/facts_eval.py --data ../shared/data/locomo/locomo_dev.json
 """
 
 # ruff: noqa: E402  (imports follow the sys.path guard below)
@@ -34,6 +34,11 @@ import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
+
+#: The development split in the ``shared`` folder beside the repository.
+DEV_SPLIT = os.path.join(
+    os.path.dirname(os.path.dirname(_HERE)), "shared", "data", "locomo", "locomo_dev.json"
+)
 
 THRESHOLDS = [0.0, 0.3, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95]
 
@@ -151,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--data",
-        default="/work/shared/data/locomo/locomo_dev.json",
+        default=str(DEV_SPLIT),
         help="LoCoMo JSON (default: the development split)",
     )
     parser.add_argument(

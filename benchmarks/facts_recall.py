@@ -9,7 +9,7 @@ weighted ``w``; recall@k is the share of evidence turns in the top k. ``w = 0`` 
 conversations) and reported cross-validated beside plain search. No model unless
 ``--embedding`` names one (default: keyword search only).
 
-    python benchmarks/facts_recall.py --data /work/shared/data/locomo/locomo_dev.json
+    python benchmarks/facts_recall.py --data ../shared/data/locomo/locomo_dev.json
 """
 
 # ruff: noqa: E402  (imports follow the sys.path guard below)
@@ -28,6 +28,11 @@ import tempfile
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
+
+#: The development split in the ``shared`` folder beside the repository.
+DEV_SPLIT = os.path.join(
+    os.path.dirname(os.path.dirname(_HERE)), "shared", "data", "locomo", "locomo_dev.json"
+)
 
 WEIGHTS = [0.0, 0.25, 0.5, 1.0, 2.0]
 RRF_K = 60
@@ -87,7 +92,7 @@ def mean_recall(rows: list[tuple[Any, list, list]], weight: float, ks: list[int]
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="LoCoMo recall@k with facts as extra keys.")
-    parser.add_argument("--data", default="/work/shared/data/locomo/locomo_dev.json")
+    parser.add_argument("--data", default=str(DEV_SPLIT))
     parser.add_argument("--k", type=int, nargs="+", default=[5, 10, 25])
     parser.add_argument("--embedding", default="none", help="embedder spec ('none': keyword)")
     parser.add_argument("--json", help="write the results to this file")
