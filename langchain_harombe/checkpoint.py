@@ -283,8 +283,10 @@ class HarombeSaver(ClosesOnExit, BaseCheckpointSaver[str]):
             plan.thread_id,
             result["epoch"],
             [(plan.namespace, *blob) for blob in plan.blobs if blob[:2] in stored]
-            + [(plan.namespace, channel, version, _NO_BLOB, None)
-               for channel, version in plan.unstored],
+            + [
+                (plan.namespace, channel, version, _NO_BLOB, None)
+                for channel, version in plan.unstored
+            ],
         )
         if result["head"]:
             head = self._tables.plan_head(plan)

@@ -23,8 +23,11 @@ memory can never leave a reference without its blob.
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import itertools
 import json
+import operator
 import struct
 import threading
 from collections import OrderedDict
@@ -179,7 +182,18 @@ def config_user(config: RunnableConfig | None) -> str | None:
 
 
 def _is_message_list(value: Any) -> bool:
-    return type(value) is list and all(isinstance(m, BaseMessage) for m in value)
+    # By class, each class once: an isinstance per message (an ABC check, as pydantic models
+    # are) would cost every put the length of the thread in Python calls.
+    return type(value) is list and all(_is_message_class(t) for t in set(map(type, value)))
+
+
+@functools.lru_cache(maxsize=256)
+def _is_message_class(cls: type) -> bool:
+    return issubclass(cls, BaseMessage)
+
+
+#: A message's fields (its ``__dict__``), as ``map`` calls it.
+_FIELDS = operator.attrgetter("__dict__")
 
 
 @dataclass(slots=True)
@@ -266,16 +280,15 @@ class BlobCache:
         dumped: list[tuple[str, bytes]] = []
         values: list[tuple[type, dict[str, Any]]] = []
         if previous is not None:
-            # Compared in place (a snapshot of each message's fields was kept when it was
-            # serialised): a step allocates for its new messages only, not for the whole list.
+            # Compared in place (a snapshot of each message's (class, fields) was kept when it
+            # was serialised), by iterators that run in C: a step allocates for its new
+            # messages only, and the comparison of a long unchanged prefix costs no Python
+            # bytecode per message.
             kept = previous.values
             limit = min(len(kept), len(messages))
-            while (
-                same < limit
-                and type(messages[same]) is kept[same][0]
-                and messages[same].__dict__ == kept[same][1]
-            ):
-                same += 1
+            current = zip(map(type, messages), map(_FIELDS, messages), strict=True)
+            differs = map(operator.ne, current, kept)
+            same = next(itertools.compress(itertools.count(), differs), limit)
             values = kept[:same]
             hashes, dumped = previous.hashes[:same], previous.blobs[:same]
         values += [(type(m), dict(m.__dict__)) for m in messages[same:]]

@@ -650,10 +650,10 @@ class CheckpointTables:
         messages: dict[str, tuple[Mapping[bytes, tuple[str, bytes]], dict[bytes, Any]]] = {}
         for thread_id, hashes in threads.items():
             messages[thread_id] = yield from self._message_blobs(thread_id, hashes)
-        keys = [] if writes is not None else list(
-            dict.fromkeys((item.row[0], item.row[1], item.row[2]) for item in loaded)
-        )
-        writes = {} if writes is None else writes
+        keys: list[tuple[str, str, str]] = []
+        if writes is None:  # not read with the rows: read them now
+            keys = list(dict.fromkeys((item.row[0], item.row[1], item.row[2]) for item in loaded))
+            writes = {}
         for chunk in _chunks(keys):
             found = (
                 yield step(
