@@ -302,6 +302,12 @@ class BlobCache:
                                                             b"".join(hashes))
         return hashes, dumped, fresh
 
+    def knows(self, thread_id: str) -> bool:
+        """Whether a put of this process stored blobs of the thread (under some epoch)."""
+        with self._lock:
+            entry = self._threads.get(thread_id)
+            return entry is not None and entry.epoch is not None
+
     def unwritten(
         self, thread_id: str, epoch: str, plan: PutPlan
     ) -> list[tuple[bytes, str, bytes]]:

@@ -81,6 +81,16 @@ _WITH_WRITES = (
     "AND w.checkpoint_id = h.checkpoint_id "
     "ORDER BY part, task_path, task_id, idx"
 )
+#: The checkpoint row a put writes, and what a put of the same checkpoint id replaces.
+_CHECKPOINT_ROW = (
+    "checkpoints (thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, run_id, type, "
+    "checkpoint, metadata)"
+)
+_CHECKPOINT_CONFLICT = (
+    "(thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET "
+    "parent_checkpoint_id = excluded.parent_checkpoint_id, run_id = excluded.run_id, "
+    "type = excluded.type, checkpoint = excluded.checkpoint, metadata = excluded.metadata"
+)
 _COPY = {
     "checkpoints": "checkpoint_ns, checkpoint_id, parent_checkpoint_id, run_id, type, "
     "checkpoint, metadata",
@@ -118,6 +128,20 @@ def _chunks(items: Sequence[Any], size: int = _CHUNK) -> Iterable[Sequence[Any]]
         yield items[start : start + size]
 
 
+def _checkpoint_values(plan: PutPlan) -> tuple[Any, ...]:
+    """The values of :data:`_CHECKPOINT_ROW` for ``plan``."""
+    return (
+        plan.thread_id,
+        plan.namespace,
+        plan.checkpoint_id,
+        plan.parent_id,
+        plan.run_id,
+        plan.type,
+        plan.checkpoint,
+        plan.metadata,
+    )
+
+
 def _check_owner(owner: str | None, user_id: str | None, thread_id: str) -> None:
     """A call for ``user_id`` (``configurable["user_id"]``, None: for nobody) may use only a
     thread of that owner: a saver is an adapter acting for the run's user."""
@@ -143,7 +167,14 @@ class CheckpointTables:
         """Store a checkpoint; when it becomes the thread's newest, mirror its messages."""
         step = self.runner.step
         thread_id = plan.thread_id
-        state = yield from self._state(thread_id, create=(plan.user_id, now), sql=_PUT_STATE)
+        state: ThreadState | None = None
+        if not self.runner.for_update("s") and self.cache.knows(thread_id):
+            # SQLite, on a thread this process has put before: the checkpoint row first, its
+            # thread's state returned by the same statement (see :meth:`_put_row`).
+            state = yield from self._put_row(plan)
+        stored_row = state is not None
+        if state is None:
+            state = yield from self._state(thread_id, create=(plan.user_id, now), sql=_PUT_STATE)
         _check_owner(state.owner, plan.user_id, thread_id)
         if state.epoch is None:
             # On PostgreSQL a put of the same new thread that committed while this one waited
@@ -173,16 +204,12 @@ class CheckpointTables:
             "(thread_id, checkpoint_ns, channel, version) DO NOTHING",
             returning="channel, version",
         )
-        yield step(
-            "INSERT INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, "
-            "parent_checkpoint_id, run_id, type, checkpoint, metadata) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (thread_id, checkpoint_ns, "
-            "checkpoint_id) DO UPDATE SET parent_checkpoint_id = excluded.parent_checkpoint_id, "
-            "run_id = excluded.run_id, type = excluded.type, checkpoint = excluded.checkpoint, "
-            "metadata = excluded.metadata",
-            (thread_id, plan.namespace, plan.checkpoint_id, plan.parent_id, plan.run_id,
-             plan.type, plan.checkpoint, plan.metadata),
-        )
+        if not stored_row:
+            yield step(
+                f"INSERT INTO {_CHECKPOINT_ROW} VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+                f"ON CONFLICT {_CHECKPOINT_CONFLICT}",
+                _checkpoint_values(plan),
+            )
         head = plan.namespace == "" and (
             state.head_id is None or plan.checkpoint_id >= state.head_id
         )
@@ -201,6 +228,39 @@ class CheckpointTables:
             # this process may keep as the stored ones.
             "channels": [list(r) for r in inserted],
         }
+
+    def _put_row(self, plan: PutPlan) -> Body[ThreadState | None]:
+        """Insert the checkpoint row if the thread's session exists and is the run's user's,
+        and return the thread's state as the put needs it (the owner being the run's user);
+        None when it did not go in (then the put reads, creates or refuses the session as for
+        a thread it has not seen). Only where a write transaction holds the whole database
+        (SQLite): nothing can change the thread between this statement and the commit, and
+        the newest checkpoint it returns counts this one (so it is the head if it is that)."""
+        thread_id = plan.thread_id
+        owned = "s.user_id IS NULL" if plan.user_id is None else "s.user_id = ?"
+        rows = (
+            yield self.runner.step(
+                f"INSERT INTO {_CHECKPOINT_ROW} SELECT * FROM (VALUES (?, ?, ?, ?, ?, ?, ?, ?)) "
+                f"AS v WHERE EXISTS (SELECT 1 FROM sessions s WHERE s.id = ? AND {owned}) "
+                f"ON CONFLICT {_CHECKPOINT_CONFLICT} RETURNING "
+                "(SELECT t.blob_epoch FROM checkpoint_threads t WHERE t.thread_id = ?), "
+                "(SELECT MAX(c.checkpoint_id) FROM checkpoints c WHERE c.thread_id = ? "
+                "AND c.checkpoint_ns = ''), "
+                "EXISTS (SELECT 1 FROM checkpoint_mirror_due d WHERE d.thread_id = ?)",
+                [
+                    *_checkpoint_values(plan),
+                    thread_id,
+                    *(() if plan.user_id is None else (plan.user_id,)),
+                    thread_id,
+                    thread_id,
+                    thread_id,
+                ],
+            )
+        ).rows
+        if not rows:
+            return None
+        epoch, newest, due = rows[0]
+        return ThreadState.from_row((plan.user_id, 0, 0, newest, epoch, due))
 
     def mirror(
         self, thread_id: str, head: Head | None, converted: dict[int, Message]
