@@ -132,7 +132,7 @@ def rank_grid(args: argparse.Namespace, lr: Any) -> None:
     # evidence table (as in locomo_recall.grid_scores).
     groups: dict[tuple[float, ...], list[int]] = {}
     for n, s in enumerate(settings):
-        key = (s.vector_weight, s.keyword_weight, float(s.neighbor_weight > 0))
+        key = (s.vector_weight, s.keyword_weight, float(s.neighbor_weight > 0), s.name_free_weight)
         groups.setdefault(key, []).append(n)
     ks = args.k
     pool_of = pools(ks, base.candidates, base.min_candidates)

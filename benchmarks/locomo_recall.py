@@ -84,9 +84,12 @@ BASELINE: dict[str, Any] = {
     "length_weight": 0.0,
     "statement_weight": 0.0,
     "person_weight": 0.0,
+    "name_free_weight": 0.0,
 }
 RANK_GRID: dict[str, tuple[float, ...]] = {
-    "vector_weight": (0.5, 1.0),
+    # 1.0 in every fold of every grid so far (0.5 was the other value): held there, so that
+    # name_free_weight (off, or the share the lab chose in every fold) fits in the same size.
+    "vector_weight": (1.0,),
     # Each weight's off value and the values folds chose before (neighbor 0.4 and 0.7,
     # session 0.7, speaker 0.2, time 0.8, length 0.4 and 0.6, statement 0.2 and 0.3 in every
     # fold of the 16,384-point grid), with one step between: the grid stays near its old size
@@ -100,6 +103,7 @@ RANK_GRID: dict[str, tuple[float, ...]] = {
     "length_weight": (0.0, 0.2, 0.4, 0.6),
     "statement_weight": (0.0, 0.2, 0.3),
     "person_weight": (0.0, 0.1, 0.2, 0.4),
+    "name_free_weight": (0.0, 1.0),
 }
 #: The hybrid's two halves, each ranked alone with the shipped context weights: ``search``
 #: options that turn the other side off.
@@ -320,17 +324,30 @@ def grid_scores(
     base = replace(retriever.settings, **index_choice_rank(index_choice))
     # Every kind of evidence gathered (vectors too when the grid tries feedback).
     feedback = max(RANK_GRID.get("feedback_weight", (base.feedback_weight,)))
-    gather_settings = replace(base, time_weight=1.0, neighbor_weight=1.0, feedback_weight=feedback)
+    name_free = max(RANK_GRID.get("name_free_weight", (base.name_free_weight,)))
+    gather_settings = replace(
+        base,
+        time_weight=1.0,
+        neighbor_weight=1.0,
+        feedback_weight=feedback,
+        name_free_weight=name_free,
+    )
     pools: dict[int, list[int]] = defaultdict(list)
     for k in ks:
         pools[max(k * base.candidates, base.min_candidates)].append(k)
     names = list(RANK_GRID)
     points = list(itertools.product(*RANK_GRID.values()))
     point_settings = [replace(base, **dict(zip(names, p, strict=True))) for p in points]
-    # Points that share a fusion weight, feedback and neighbours on/off share one evidence table.
-    groups: dict[tuple[float, float, bool], list[int]] = defaultdict(list)
+    # Points that share the fusion weights (the name-free cosine's too), feedback and
+    # neighbours on/off share one evidence table.
+    groups: dict[tuple[float, float, bool, float], list[int]] = defaultdict(list)
     for n, settings in enumerate(point_settings):
-        key = (settings.vector_weight, settings.feedback_weight, settings.neighbor_weight > 0)
+        key = (
+            settings.vector_weight,
+            settings.feedback_weight,
+            settings.neighbor_weight > 0,
+            settings.name_free_weight,
+        )
         groups[key].append(n)
     weights = np.stack([evidence_weights(s) for s in point_settings], axis=1)  # [column, point]
     recall_at = np.zeros((len(points), len(questions), len(ks)))  # [point, question, k]

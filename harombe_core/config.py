@@ -147,6 +147,7 @@ class RagSection(_Section):
     length_tokens: int = Field(default=80, ge=1)
     statement_weight: float = Field(default=0.2, ge=0.0)
     person_weight: float = Field(default=0.2, ge=0.0)
+    name_free_weight: float = Field(default=1.0, ge=0.0)
     names_as_keywords: bool = False
     # Pseudo-relevance feedback on the vector side (RetrievalSettings): off, as it added
     # nothing under cross-validation once the length prior was on.

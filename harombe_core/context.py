@@ -1,39 +1,42 @@
 """ContextBuilder: session summaries and the context-assembly strategies.
 
 What goes into a model's prompt (a token window, a summary plus the newest turns, important
-messages, a thread, or the seed's full budget) is decided here. ``get_context`` reads the
-session once and hands it to the strategy named in :data:`STRATEGIES`; each strategy reads
-only the rows its window can use (:mod:`harombe_core.context_reads`), the window arithmetic is
-in :mod:`harombe_core.strategies` and the summarisers in :mod:`harombe_core.summarize`.
+messages, a thread, or the seed's full budget) is decided here. ``get_context`` is one flow
+(:mod:`harombe_core.flows`): it reads the session once and hands it to the strategy named in
+:data:`STRATEGIES`; each strategy reads only the rows its window can use
+(:mod:`harombe_core.context_reads`), every read a store operation the flow yields, so
+``aget_context`` awaits them on the store's async path. The window arithmetic is in
+:mod:`harombe_core.strategies` and the summarisers in :mod:`harombe_core.summarize`.
 :class:`~harombe_core.manager.MemoryManager` composes a builder and forwards to it.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from harombe_core.context_reads import (
     Charge,
-    charged,
     hybrid_from_store,
     newest_messages,
+    newest_turn_from_store,
+    newest_until,
     stored,
     thread_newest_first,
     thread_window_from_store,
 )
 from harombe_core.errors import InvalidInputError
 from harombe_core.flows import Flow, Run, Work, drive
-from harombe_core.folding import SummaryFolder
+from harombe_core.folding import SUMMARIES, SummaryFolder
 from harombe_core.limits import current_limits
 from harombe_core.manager_search import Searcher
 from harombe_core.models import Message, Session
 from harombe_core.owned import owned_session
 from harombe_core.retrieval import format_context
+from harombe_core.store import ops
 from harombe_core.store.base import MessageStore, SearchScope
 from harombe_core.strategies import (
     ContextBudget,
@@ -54,9 +57,6 @@ from harombe_core.validate import (
     optional_text,
     show,
 )
-
-if TYPE_CHECKING:
-    from harombe_core.strategies import Window
 
 __all__ = ["STRATEGIES", "ContextBuilder", "ContextRequest", "Strategy"]
 
@@ -109,7 +109,7 @@ class ContextBuilder:
     def folder(self) -> SummaryFolder:
         """The background folder of long summary backlogs (its thread starts on first use)."""
         if self._folder is None:
-            self._folder = SummaryFolder(self._fold_step)
+            self._folder = SummaryFolder(self._fold_step, priority=SUMMARIES)
         return self._folder
 
     def flush_summaries(self, timeout: float | None = None) -> None:
@@ -138,11 +138,6 @@ class ContextBuilder:
         reached = self._folded_until.get(session_id)
         return reached is not None and reached != before and reached < until_id
 
-    def check_owner(self, session_id: str, user_id: str | None) -> Session | None:
-        """The session (None if unknown), if ``user_id`` may use it (else
-        SessionOwnershipError); see :func:`~harombe_core.owned.owned_session`."""
-        return drive(owned_session(self.store, session_id, user_id))
-
     @property
     def summarizer(self) -> Any:
         """What summarises sessions: extractive (no model) unless set to a Summarizer or an LLM."""
@@ -160,20 +155,20 @@ class ContextBuilder:
 
         self._summarizer = resolve_summarizer(value)
 
-    def system_prompt_message(self, session: Session) -> list[Message]:
+    def system_prompt(self, session: Session) -> Flow[list[Message]]:
         """The session's system prompt as the message that leads its history (none without
         one), costed with the token count stored beside it."""
         if session.system_prompt is None:
             return []
-        return [
-            Message(
-                role="system",
-                content=session.system_prompt,
-                session_id=session.id,
-                created_at=session.created_at,
-                token_count=self.store.system_prompt_tokens(session.id),
-            )
-        ]
+        tokens: int = yield Run(self.store, ops.system_prompt_tokens(session.id))
+        prompt = Message(
+            role="system",
+            content=session.system_prompt,
+            session_id=session.id,
+            created_at=session.created_at,
+            token_count=tokens,
+        )
+        return [prompt]
 
     def context_message(self, text: str, kind: str) -> Message:
         message = Message(role="system", content=text, metadata={"harombe": kind})
@@ -318,8 +313,6 @@ class ContextBuilder:
         import json
         import re
 
-        from harombe_core.store import ops
-
         query = check_query(query)
         top_k = check_count(top_k, "top_k", high=MAX_TOP_K)
         user_id = optional_id(user_id, "user_id")
@@ -353,7 +346,7 @@ class ContextBuilder:
                 hits.append((session, score))
         return hits
 
-    def get_context(
+    def context_flow(
         self,
         session_id: str,
         strategy: str = "simple",
@@ -367,7 +360,7 @@ class ContextBuilder:
         user_id: str | None = None,
         token_counter: TokenCounter | None = None,
         keep_newest_turn: bool = False,
-    ) -> list[Message]:
+    ) -> Flow[list[Message]]:
         """The messages to send a model for ``session_id``, never over ``max_tokens``.
 
         ``strategy``: ``"simple"`` (the token window), ``"summarization"`` (a summary of older
@@ -392,6 +385,11 @@ class ContextBuilder:
         message on) even when it does not fit, instead of refusing a budget that cannot hold
         the system prompt or leaving the turn out: a model is never sent nothing. Whatever
         the strategy, only the rows the window can use are read, never the whole session.
+
+        A flow (``MemoryManager.get_context`` drives it, ``aget_context`` awaits it): every
+        read is a store operation it yields, so async reads go the store's async path; only
+        work with no async form (folding a short summary backlog, ranking the relevant past)
+        is a request of work.
         """
         from harombe_core.strategies import fit_block, reserve_system
 
@@ -422,7 +420,8 @@ class ContextBuilder:
                 f"budget must be a ContextBudget, got {type(budget).__name__}; build one with "
                 "harombe_core.ContextBudget(relevant_past=0.3, ...)."
             )
-        session = self.check_owner(session_id, user_id)  # the one read of the session
+        # the one read of the session
+        session = yield from owned_session(self.store, session_id, user_id)
         if session is None:
             return []
         charge: Charge = stored
@@ -430,35 +429,40 @@ class ContextBuilder:
         if token_counter is not None:
             charge = _charge_with(token_counter)
             slack = getattr(token_counter, "stored_slack", None)
-        system = [charge(m) for m in self.system_prompt_message(session)]
+        system = [charge(m) for m in (yield from self.system_prompt(session))]
         if keep_newest_turn and sum(m.token_count or 0 for m in system) > total:
             messages = list(system)  # no room for the conversation: the newest turn only
         else:
             reserve_system(system, total)
             extra: list[Message] = []
             if budget is not None:
-                extra = self._budget_blocks(session, total, system, budget, query, user_profile)
+                extra = yield from self._budget_blocks(
+                    session, total, system, budget, query, user_profile
+                )
                 total -= sum(m.token_count or 0 for m in extra)
                 total -= int(budget.buffer * total)
             request = ContextRequest(
                 session, system, total, start_on_user, keep_last, charge, slack
             )
-            messages = STRATEGIES[strategy](self, request)
+            messages = yield from STRATEGIES[strategy](self, request)
             if extra:
                 head = len(system)
                 messages = messages[:head] + fit_block(extra, 10**9) + messages[head:]
         if keep_newest_turn:
-            messages = with_newest_turn(messages, self._newest_turn(session.id, strategy, charge))
+            turn = yield from self._newest_turn(session.id, strategy, charge)
+            messages = with_newest_turn(messages, turn)
         return messages
 
-    def _newest_turn(self, session_id: str, strategy: str, charge: Charge) -> list[Message]:
+    def _newest_turn(self, session_id: str, strategy: str, charge: Charge) -> Flow[list[Message]]:
         """The session's newest turn (on the newest message's thread for ``"threaded"``),
         read newest first only as far as it goes."""
         path = None
         if strategy == "threaded":
-            path = thread_newest_first(self.store, session_id, 0, charge, whole_turn=True)
+            path = yield from thread_newest_first(
+                self.store, session_id, 0, charge, whole_turn=True
+            )
         if path is None:
-            return newest_turn(charged(self.store.iter_newest(session_id), charge))
+            path = yield from newest_turn_from_store(self.store, session_id, charge)
         return newest_turn(path)
 
     def _budget_blocks(
@@ -469,7 +473,7 @@ class ContextBuilder:
         budget: Any,
         query: str | None,
         user_profile: str | None,
-    ) -> list[Message]:
+    ) -> Flow[list[Message]]:
         """User profile, recent session summaries and relevant past messages, each in its share."""
         from harombe_core.strategies import fit_block
 
@@ -477,19 +481,20 @@ class ContextBuilder:
         blocks: list[Message] = []
         share = int(budget.user_profile * rest)
         if user_profile is None and session.user_id is not None and self.user_memory:
-            blocks += self._user_blocks(session.user_id, share, query)
+            blocks += yield from self._user_blocks(session.user_id, share, query)
         elif user_profile:
             profile = self.context_message("User profile:\n" + user_profile, "profile")
             blocks += fit_block([profile], share)
         if session.user_id is None:  # whose other sessions? none is known to be this user's
             return blocks
-        others = self._past_sessions(session, query)
+        others = yield from self._past_sessions(session, query)
         if others:
             lines = [f"- {s.updated_at:%Y-%m-%d}: {s.summary}" for s in others]
             note = self.context_message("Recent sessions:\n" + "\n".join(lines), "summaries")
             blocks += fit_block([note], int(budget.session_summaries * rest))
-        if query:
-            past = self.search.retriever.get_relevant_context(
+        if query:  # embedding and ranking: one request of work, as get_relevant_context
+            past: list[Message] = yield Work(
+                self.search.retriever.get_relevant_context,
                 query,
                 max_tokens=max(int(budget.relevant_past * rest) - 20, 0),
                 user_id=session.user_id,
@@ -500,44 +505,42 @@ class ContextBuilder:
                 blocks += fit_block([note], int(budget.relevant_past * rest))
         return blocks
 
-    def _user_blocks(self, user_id: str, share: int, query: str | None) -> list[Message]:
+    def _user_blocks(self, user_id: str, share: int, query: str | None) -> Flow[list[Message]]:
         """The owner's profile (most relevant to ``query`` first) and open tasks, within
         ``share`` tokens together: the tasks first (they are few and must not be dropped),
         then the profile in what is left."""
         from harombe_core.strategies import fit_block
 
         blocks: list[Message] = []
-        tasks = drive(self.user_memory.open_tasks(user_id))
+        tasks = yield from self.user_memory.open_tasks(user_id)
         if tasks:
             lines = "\n".join(f"- {t.text}" for t in tasks)
             blocks += fit_block([self.context_message("Open tasks:\n" + lines, "tasks")], share)
         left = share - sum(m.token_count or 0 for m in blocks)
         header = self.context_message("User profile:\n", "profile").token_count or 0
         if left > header:
-            profile = drive(
-                self.user_memory.profile(user_id, max_tokens=left - header, query=query)
+            profile = yield from self.user_memory.profile(
+                user_id, max_tokens=left - header, query=query
             )
             if profile.text:
                 note = self.context_message("User profile:\n" + profile.text, "profile")
                 blocks = fit_block([note], left) + blocks
         return blocks
 
-    def _past_sessions(self, session: Session, query: str | None) -> list[Session]:
+    def _past_sessions(self, session: Session, query: str | None) -> Flow[list[Session]]:
         """Up to five of the owner's other summarised sessions, picked by recency, relevance
         to ``query`` and importance (the application's flag, an ongoing outcome), then shown
         newest first."""
         from harombe_core.facts import ops as fact_ops
 
         assert session.user_id is not None
-        ranked = self.store.run(fact_ops.ranked_sessions(session.user_id, session.id, 20))
+        ranked = yield Run(self.store, fact_ops.ranked_sessions(session.user_id, session.id, 20))
         relevance: dict[str, float] = {}
         if query and ranked:
-            relevance = {
-                s.id: score
-                for s, score in drive(
-                    self.search_summaries(query, top_k=len(ranked), user_id=session.user_id)
-                )
-            }
+            found = yield from self.search_summaries(
+                query, top_k=len(ranked), user_id=session.user_id
+            )
+            relevance = {s.id: score for s, score in found}
         scores = {
             sid: 1.0 / (1 + rank)
             + relevance.get(sid, 0.0)
@@ -546,10 +549,13 @@ class ContextBuilder:
             for rank, (sid, important, outcome) in enumerate(ranked)
         }
         picked = sorted(scores, key=lambda sid: -scores[sid])[:5]
-        sessions = [self.store.get_session(sid) for sid in picked]
-        found = [s for s in sessions if s is not None]
-        found.sort(key=lambda s: s.updated_at, reverse=True)
-        return found
+        sessions: list[Session] = []
+        for sid in picked:
+            other = yield Run(self.store, ops.get_session(sid))
+            if other is not None:
+                sessions.append(other)
+        sessions.sort(key=lambda s: s.updated_at, reverse=True)
+        return sessions
 
 
 # --------------------------------------------------------------------------------------------
@@ -572,23 +578,23 @@ class ContextRequest:
     slack: int | None = 0
 
 
-Strategy = Callable[[ContextBuilder, ContextRequest], list[Message]]
+Strategy = Callable[[ContextBuilder, ContextRequest], Flow[list[Message]]]
 
 
-def _simple(ctx: ContextBuilder, request: ContextRequest) -> list[Message]:
+def _simple(ctx: ContextBuilder, request: ContextRequest) -> Flow[list[Message]]:
     """The token window: the newest messages that fit, read newest first until it is full."""
+    reserved = sum(m.token_count or 0 for m in request.system)
+    spend = request.total - reserved
+    newest = yield from newest_until(ctx.store, request.session.id, spend, request.charge)
     window = window_newest(
-        charged(ctx.store.iter_newest(request.session.id), request.charge),
-        request.total,
-        reserved_tokens=sum(m.token_count or 0 for m in request.system),
-        start_on_user=request.start_on_user,
+        newest, request.total, reserved_tokens=reserved, start_on_user=request.start_on_user
     )
     return request.system + window.messages
 
 
-def _threaded(ctx: ContextBuilder, request: ContextRequest) -> list[Message]:
+def _threaded(ctx: ContextBuilder, request: ContextRequest) -> Flow[list[Message]]:
     """The newest message's thread (a session never threaded is one thread: the window)."""
-    window = thread_window_from_store(
+    window = yield from thread_window_from_store(
         ctx.store,
         request.session.id,
         request.total,
@@ -596,12 +602,14 @@ def _threaded(ctx: ContextBuilder, request: ContextRequest) -> list[Message]:
         start_on_user=request.start_on_user,
         charge=request.charge,
     )
-    return _simple(ctx, request) if window is None else request.system + window.messages
+    if window is None:
+        return (yield from _simple(ctx, request))
+    return request.system + window.messages
 
 
 def _summary_of_older(
     ctx: ContextBuilder, request: ContextRequest, newest: list[Message]
-) -> Message | None:
+) -> Flow[Message | None]:
     """The stored summary of what is older than the newest ``keep_last`` messages.
 
     If it does not reach them yet, a backlog of at most ``SYNC_FOLD`` messages is folded here;
@@ -613,11 +621,12 @@ def _summary_of_older(
     session, boundary = request.session, older[0].id
     text = session.summary
     if boundary is not None and (session.summary_until_id or 0) < boundary:
-        head = ctx.store.get_messages(
-            session.id, after_id=session.summary_until_id, limit=SYNC_FOLD + 1
-        )
+        backlog = ops.get_messages(session.id, session.summary_until_id, SYNC_FOLD + 1)
+        head: list[Message] = yield Run(ctx.store, backlog)
         if len(head) <= SYNC_FOLD or any(m.id is not None and m.id >= boundary for m in head):
-            folded = ctx._summarize(session, boundary, SYNC_FOLD + 1)
+            # a short backlog is folded here: the summariser's work (and its writes, under
+            # the builder's fold lock) is one request of work
+            folded = yield Work(ctx._summarize, session, boundary, SYNC_FOLD + 1)
             if folded is not None and folded.summary:
                 text = folded.summary
         else:
@@ -628,37 +637,47 @@ def _summary_of_older(
     return request.charge(summary)
 
 
-def _summarization(ctx: ContextBuilder, request: ContextRequest) -> list[Message]:
+def _summarization(ctx: ContextBuilder, request: ContextRequest) -> Flow[list[Message]]:
     """The summary of older messages, then the newest ``keep_last``."""
-    return _with_summary(ctx, request, summarization_window)
-
-
-def _hybrid(ctx: ContextBuilder, request: ContextRequest) -> list[Message]:
-    """As summarization, plus the important older messages that fit (read through an index)."""
-    read = functools.partial(
-        hybrid_from_store,
-        ctx.store,
-        request.session.id,
-        charge=request.charge,
-        slack=request.slack,
-    )
-    return _with_summary(ctx, request, read)
-
-
-def _with_summary(
-    ctx: ContextBuilder, request: ContextRequest, window: Callable[..., Window]
-) -> list[Message]:
-    """``window`` given the session's newest ``keep_last + 1`` messages and the summary of
-    the older ones (the one extra message tells whether anything older exists)."""
-    newest = newest_messages(ctx.store, request.session.id, request.keep_last + 1, request.charge)
-    return window(
+    newest, summary = yield from _newest_and_summary(ctx, request)
+    return summarization_window(
         newest,
         request.total,
         system=request.system,
-        summary=_summary_of_older(ctx, request, newest),
+        summary=summary,
         keep_last=request.keep_last,
         start_on_user=request.start_on_user,
     ).messages
+
+
+def _hybrid(ctx: ContextBuilder, request: ContextRequest) -> Flow[list[Message]]:
+    """As summarization, plus the important older messages that fit (read through an index)."""
+    newest, summary = yield from _newest_and_summary(ctx, request)
+    window = yield from hybrid_from_store(
+        ctx.store,
+        request.session.id,
+        newest,
+        request.total,
+        system=request.system,
+        summary=summary,
+        keep_last=request.keep_last,
+        start_on_user=request.start_on_user,
+        charge=request.charge,
+        slack=request.slack,
+    )
+    return window.messages
+
+
+def _newest_and_summary(
+    ctx: ContextBuilder, request: ContextRequest
+) -> Flow[tuple[list[Message], Message | None]]:
+    """The session's newest ``keep_last + 1`` messages and the summary of the older ones
+    (the one extra message tells whether anything older exists)."""
+    newest = yield from newest_messages(
+        ctx.store, request.session.id, request.keep_last + 1, request.charge
+    )
+    summary = yield from _summary_of_older(ctx, request, newest)
+    return newest, summary
 
 
 def _charge_with(counter: TokenCounter) -> Charge:

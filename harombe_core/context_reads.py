@@ -1,9 +1,12 @@
-"""The windows read from a store in O(window) rows.
+"""The windows read from a store in O(window) rows, as flows.
 
-The token window reads the newest messages up to the first that does not fit
-(:func:`newest_until`, from the store's lazy ``iter_newest`` pages, or :func:`anewest_until`
-from its async ``aiter_newest`` pages where it has them, so an async window on PostgreSQL needs
-no thread).
+Every read here is a store operation yielded as a :class:`~harombe_core.flows.Run` request,
+so the one code runs on both paths: ``drive`` calls ``store.run``, ``adrive`` awaits
+``store.arun`` (native async on PostgreSQL, one worker-thread hop per read on SQLite). The
+token window, ``get_window``/``get_recent_messages`` and every strategy of ``get_context``
+share one newest-first reader (:func:`read_newest`): it reads a session's rows newest first, a
+page at a time, and stops at the first message its caller has enough with (the first that does
+not fit a budget, the ``count``-th, the newest user message).
 
 Each read takes ``charge``: what a message costs against the budget, as a copy of it carrying
 that cost in ``token_count`` (the stored count by default, or a framework's own counting, see
@@ -20,12 +23,14 @@ message past the budget.
 
 from __future__ import annotations
 
-import itertools
 import sys
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
+from harombe_core.flows import Flow, Run
 from harombe_core.models import Message
+from harombe_core.store import ops
 from harombe_core.store.base import MessageStore
+from harombe_core.store.rows import row_to_message
 from harombe_core.strategies import (
     IMPORTANCE_THRESHOLD,
     Window,
@@ -38,17 +43,22 @@ from harombe_core.strategies import (
 
 __all__ = [
     "Charge",
-    "anewest_until",
     "charged",
     "hybrid_from_store",
     "newest_messages",
+    "newest_turn_from_store",
     "newest_until",
+    "read_newest",
     "thread_newest_first",
     "thread_window_from_store",
 ]
 
 #: Most important messages read per statement by :func:`hybrid_from_store`.
 IMPORTANT_PAGE = 256
+#: The first page of :func:`newest_until` (most windows fit in one), and the largest page
+#: (each next page doubles until then, so a long window takes a few statements, not dozens).
+FIRST_PAGE = 32
+LAST_PAGE = 256
 
 #: A message -> the same message carrying what it costs against the budget in ``token_count``.
 Charge = Callable[[Message], Message]
@@ -64,11 +74,72 @@ def charged(messages: Iterable[Message], charge: Charge) -> Iterator[Message]:
     return messages if charge is stored else map(charge, messages)  # type: ignore[return-value]
 
 
+def read_newest(
+    store: MessageStore,
+    session_id: str,
+    enough: Callable[[Message], bool],
+    charge: Charge = stored,
+    *,
+    page: int = FIRST_PAGE,
+) -> Flow[list[Message]]:
+    """The session's messages newest first, each charged, up to and including the first for
+    which ``enough`` is true (or to the oldest): the one newest-first reader of the library.
+
+    Pages of ``page`` rows, then twice as many each time up to :data:`LAST_PAGE`; only the rows
+    taken are turned into messages."""
+    taken: list[Message] = []
+    before: int | None = None
+    size = max(int(page), 1)
+    while True:
+        rows = yield Run(store, ops.newest_rows(session_id, before, size))
+        for row in rows:
+            message = charge(row_to_message(row))
+            taken.append(message)
+            if enough(message):
+                return taken
+        if len(rows) < size:
+            return taken
+        before = int(rows[-1][0])
+        size = min(size * 2, max(LAST_PAGE, size))
+
+
+def newest_until(
+    store: MessageStore, session_id: str, spend: int, charge: Charge = stored
+) -> Flow[list[Message]]:
+    """The newest messages up to and including the first that does not fit ``spend`` tokens:
+    all a token window (:func:`~harombe_core.strategies.window_newest`) can use."""
+    used = 0
+
+    def full(message: Message) -> bool:
+        nonlocal used
+        used += message.token_count or 0
+        return used > spend
+
+    return (yield from read_newest(store, session_id, full, charge))
+
+
 def newest_messages(
     store: MessageStore, session_id: str, count: int, charge: Charge = stored
-) -> list[Message]:
-    """The session's newest ``count`` messages, newest first."""
-    return list(itertools.islice(charged(store.iter_newest(session_id), charge), count))
+) -> Flow[list[Message]]:
+    """The session's newest ``count`` messages, newest first (one statement)."""
+    if count <= 0:
+        return []
+    taken = 0
+
+    def full(message: Message) -> bool:
+        nonlocal taken
+        taken += 1
+        return taken >= count
+
+    return (yield from read_newest(store, session_id, full, charge, page=count))
+
+
+def newest_turn_from_store(
+    store: MessageStore, session_id: str, charge: Charge = stored
+) -> Flow[list[Message]]:
+    """The session's messages newest first, back to its newest user message: what
+    :func:`~harombe_core.strategies.newest_turn` needs (a few rows, read a small page)."""
+    return (yield from read_newest(store, session_id, lambda m: m.role == "user", charge, page=8))
 
 
 def hybrid_from_store(
@@ -84,7 +155,7 @@ def hybrid_from_store(
     threshold: float = IMPORTANCE_THRESHOLD,
     charge: Charge = stored,
     slack: int | None = 0,
-) -> Window:
+) -> Flow[Window]:
     """``hybrid_window`` over the whole session, given its newest ``keep_last + 1`` messages
     (charged).
 
@@ -105,7 +176,8 @@ def hybrid_from_store(
             # messages' size), so a full budget is read in one statement, without spare rows.
             size = min(max(left // typical + 4, 8), IMPORTANT_PAGE)
             bound = sys.maxsize if slack is None else left + slack
-            page = store.important_before(session_id, before, threshold, bound, size)
+            op = ops.important_before(session_id, before, threshold, bound, size)
+            page: list[Message] = yield Run(store, op)
             for message in charged(page, charge):
                 cost = message.token_count or 0
                 if cost <= left and is_important(message, threshold):
@@ -132,7 +204,7 @@ def thread_newest_first(
     charge: Charge = stored,
     *,
     whole_turn: bool = False,
-) -> list[Message] | None:
+) -> Flow[list[Message] | None]:
     """The newest message's thread, newest first and charged, at least one message past
     ``budget`` (or to its root); with ``whole_turn``, also back to its newest user message.
     None for a session that was never threaded (it is one linear thread).
@@ -140,11 +212,11 @@ def thread_newest_first(
     The store walks the thread by stored counts; a charge below them needs more of it, so the
     walk is repeated with a doubled allowance until the charged path is long enough (once,
     with the stored counts)."""
-    if not store.is_threaded(session_id):
+    if not (yield Run(store, ops.is_threaded(session_id))):
         return None
     allowance = max(budget, 0)
     while True:
-        path = store.thread_path(session_id, allowance)
+        path: list[Message] = yield Run(store, ops.thread_path(session_id, allowance))
         walked = sum(m.token_count or 0 for m in path)
         whole = not path or path[-1].parent_id is None or walked <= allowance
         costed = list(charged(path, charge))
@@ -162,35 +234,11 @@ def thread_window_from_store(
     system: list[Message],
     start_on_user: bool = False,
     charge: Charge = stored,
-) -> Window | None:
+) -> Flow[Window | None]:
     """``window_newest`` over the newest message's thread, or None for a session that was
     never threaded (no message has a parent: it is one linear thread, the simple window)."""
     reserved = sum(m.token_count or 0 for m in system)
-    path = thread_newest_first(store, session_id, max(max_tokens - reserved, 0), charge)
+    path = yield from thread_newest_first(store, session_id, max(max_tokens - reserved, 0), charge)
     if path is None:
         return None
     return window_newest(path, max_tokens, reserved_tokens=reserved, start_on_user=start_on_user)
-
-
-def newest_until(newest_first: Iterable[Message], spend: int) -> list[Message]:
-    """The newest messages up to and including the first that does not fit ``spend`` tokens."""
-    taken: list[Message] = []
-    used = 0
-    for message in newest_first:
-        taken.append(message)
-        used += message.token_count or 0
-        if used > spend:
-            break
-    return taken
-
-
-async def anewest_until(newest_first: AsyncIterator[Message], spend: int) -> list[Message]:
-    """:func:`newest_until` over async pages."""
-    taken: list[Message] = []
-    used = 0
-    async for message in newest_first:
-        taken.append(message)
-        used += message.token_count or 0
-        if used > spend:
-            break
-    return taken

@@ -31,6 +31,10 @@ A store operation (:mod:`harombe_core.store.ops`, a body of SQL steps) is the re
 
 An exception raised by a request is thrown into the flow at its ``yield``, so a flow handles
 failures with an ordinary ``try``/``except`` on both paths alike.
+
+Work with no async form runs in a worker thread through :func:`off_loop`, the library's one
+thread hop: the async driver's for :class:`Call` and :class:`Work`, and below the flows, the
+store's for SQLite (which has no async driver) and for derived rows owed to a database.
 """
 
 from __future__ import annotations
@@ -45,9 +49,25 @@ if TYPE_CHECKING:
     from harombe_core.store.base import MessageStore
     from harombe_core.store.runner import Op
 
-__all__ = ["Call", "Flow", "Parallel", "Request", "Run", "Work", "adrive", "drive"]
+__all__ = [
+    "Call",
+    "Flow",
+    "Parallel",
+    "Request",
+    "Run",
+    "Work",
+    "adrive",
+    "drive",
+    "off_loop",
+]
 
 T = TypeVar("T")
+
+
+async def off_loop(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+    """``fn(*args, **kwargs)`` in a worker thread, so blocking work (SQLite, a local model, a
+    user's plain function) never runs on the event loop: the one thread hop of the library."""
+    return await asyncio.to_thread(fn, *args, **kwargs)
 
 
 class Request:
@@ -93,7 +113,7 @@ class Call(Request, Generic[T]):
     async def arun(self) -> T:
         if self.native is not None:
             return await self.native(*self.args, **self.kwargs)
-        return await asyncio.to_thread(self.fn, *self.args, **self.kwargs)
+        return await off_loop(self.fn, *self.args, **self.kwargs)
 
     def __repr__(self) -> str:
         name = getattr(self.fn, "__qualname__", repr(self.fn))

@@ -3,30 +3,40 @@
 Each kind of job is a :class:`SummaryFolder` (named for the first kind it served) with its own
 step, linger and priority; one thread (``harombe-worker``) serves every folder of the process,
 one job at a time, the ready job of the highest priority first and, among equals, round robin
-over the folders and, within one, over the keys waiting. Its kinds today:
+over the folders and, within one, over the keys waiting. A step is short (one batch, one fold,
+one transaction) and a job with more to do goes to the back of its line, so a job of a higher
+priority handed over meanwhile waits for one step, never for a whole backlog. Its kinds, in
+priority order:
 
+* the sessions of checkpointed LangGraph threads (``langchain_harombe.checkpoint``), lingering
+  so that the puts of a turn become one job, and done at exit: the messages every other kind
+  derives from (:data:`SESSIONS`);
+* SQLite's keyword index (:mod:`harombe_core.store.fts`): one catch-up transaction per step,
+  cheap, and what makes a fresh message found by its words through the index (:data:`KEYWORDS`);
+* embeddings (:mod:`harombe_core.vectors.worker`): one batch per step, from a window of pending
+  messages sorted by length, so a fresh message is found by meaning (:data:`VECTORS`);
 * summary backlogs (:mod:`harombe_core.context`): a long imported session has a backlog of
   thousands of messages no summary covers yet. Folding it on ``get_context`` made the first
   calls pay for it (20-100 ms per step of ``memory.summary_chunk`` messages, or an LLM call
   with an LLM summariser). Instead the request path hands the session over and uses the
   summary folded so far; each step is stored as it is done (what it finished survives a
-  kill);
-* the sessions of checkpointed LangGraph threads (``langchain_harombe.checkpoint``), lingering
-  so that the puts of a turn become one job, and done at exit;
-* fact extraction (:mod:`harombe_core.facts.memory`), below the others as it may call an LLM.
+  kill) (:data:`SUMMARIES`);
+* fact extraction (:mod:`harombe_core.facts.memory`), last as it may call an LLM (:data:`FACTS`).
 
 ``flush()`` waits until every key handed to a folder is done as far as asked; ``drain()`` does
 the waiting jobs on the calling thread (a read that must see its own writes); ``close()`` drops
-what is still waiting and waits for the job in hand, so the store can be closed after it. (The
-embedding worker of semantic memory and SQLite's keyword indexer still run their own threads.)
+what is still waiting and waits for the job in hand, so the store can be closed after it.
 
 **Exit.** The thread is a daemon, started on the first hand-over of the process (so the cost of
 starting a thread is paid once, not by every manager's first call). A step may be inside
-native code (a summary embedded by ONNX Runtime, an LLM client), and a daemon thread cut off
-there while the interpreter finalises can abort the process; so when the interpreter starts
-to shut down the jobs of folders made with ``drain_at_exit`` are done, then the thread is told
-to stop and waited for (at most :data:`EXIT_WAIT` seconds), as the embedding worker is. What
-it had not done is done by a later call (or, for checkpointed sessions, the next saver).
+native code (a batch embedded by ONNX Runtime, Chroma, an LLM client), and a daemon thread cut
+off there while the interpreter finalises can abort the process ("terminate called without an
+active exception", exit code 134); so when the interpreter starts to shut down (threading's
+exit hooks, before the ``atexit`` handlers and before any module is torn down) the jobs of
+folders made with ``drain_at_exit`` are done, then the thread is told to stop and waited for
+(at most :data:`EXIT_WAIT` seconds) while it finishes the step in hand. What it had not done is
+derived again later: pending embeddings and keyword entries by the next open, checkpointed
+sessions by the next saver.
 """
 
 from __future__ import annotations
@@ -40,7 +50,15 @@ import weakref
 from collections import deque
 from collections.abc import Callable
 
-__all__ = ["FoldStep", "SummaryFolder"]
+__all__ = [
+    "FACTS",
+    "KEYWORDS",
+    "SESSIONS",
+    "SUMMARIES",
+    "VECTORS",
+    "FoldStep",
+    "SummaryFolder",
+]
 
 log = logging.getLogger("harombe_core.manager")
 
@@ -51,12 +69,27 @@ FoldStep = Callable[[str, int], bool]
 #: call that handed the work over returns first instead of sharing the GIL with the step.
 SETTLE_SECONDS = 0.02
 
-#: Seconds the interpreter waits at exit for the step in hand.
+#: Seconds the interpreter waits at exit for the step in hand (a batch takes well under a
+#: second; a model being converted on the worker a few seconds).
 EXIT_WAIT = 30.0
+
+# Priorities of the kinds of jobs (higher first). What makes a saved message readable and
+# searchable goes before what summarises it or learns from it.
+#: Checkpointed threads' sessions: the messages themselves (cheap; reads drain them anyway).
+SESSIONS = 3
+#: SQLite's keyword index: one short transaction for every message saved since the last.
+KEYWORDS = 2
+#: Embeddings: one batch per step.
+VECTORS = 1
+#: Summary backlogs: one fold of ``memory.summary_chunk`` messages per step.
+SUMMARIES = 0
+#: Fact extraction: may call an LLM.
+FACTS = -1
 
 _cond = threading.Condition()
 _queue: deque[SummaryFolder] = deque()  # folders with sessions waiting, round robin
 _drained_at_exit: weakref.WeakSet[SummaryFolder] = weakref.WeakSet()
+_folders: weakref.WeakSet[SummaryFolder] = weakref.WeakSet()  # every folder (for fork)
 _thread: threading.Thread | None = None
 _stopping = False
 
@@ -69,7 +102,7 @@ class SummaryFolder:
         step: FoldStep,
         *,
         linger: float = 0.0,
-        priority: int = 0,
+        priority: int = SUMMARIES,
         drain_at_exit: bool = False,
     ) -> None:
         """``linger``: seconds a job waits after it is first asked for, so that the requests
@@ -88,6 +121,7 @@ class SummaryFolder:
         self._closed = False
         if drain_at_exit:
             _drained_at_exit.add(self)
+        _folders.add(self)
 
     def request(self, session_id: str, until_id: int, *, delay: float | None = None) -> None:
         """Fold ``session_id``'s summary up to message ``until_id`` in the background (a job
@@ -282,6 +316,8 @@ def _forget_in_child() -> None:
     _queue.clear()
     _drained_at_exit.clear()  # the parent's jobs are the parent's to do
     _thread = None
+    for folder in list(_folders):  # a job the parent's thread had in hand is not in hand here
+        folder._busy = False
 
 
 os.register_at_fork(after_in_child=_forget_in_child)

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     )
     from harombe_core.facts.ops import forget_current, users_with_facts
     from harombe_core.flows import Call, Flow, Work, adrive, drive
-    from harombe_core.folding import SummaryFolder
+    from harombe_core.folding import SESSIONS, SummaryFolder
     from harombe_core.owners import check_owner, check_search_scope
     from harombe_core.retrieval import context_message
     from harombe_core.store import items, pending
@@ -85,6 +85,7 @@ _LAZY: dict[str, str] = {
     "drive": "harombe_core.flows",
     # the process's background worker, and the work a store owes after a crash
     "SummaryFolder": "harombe_core.folding",
+    "SESSIONS": "harombe_core.folding",  # the priority of a thread's session on the worker
     # user memory as a framework's namespace shows it (LangGraph's store: the facts namespace)
     "FactProposal": "harombe_core.facts.models",
     "check_fact_text": "harombe_core.facts.models",
@@ -113,6 +114,7 @@ _MODULES: dict[str, str] = {
 }
 
 __all__ = [
+    "SESSIONS",
     "AllowList",
     "Body",
     "Call",

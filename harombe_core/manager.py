@@ -9,7 +9,6 @@ does the blocking work (SQLite, models) in a worker thread, so the event loop is
 
 from __future__ import annotations
 
-import inspect
 import logging
 import os
 import uuid
@@ -18,10 +17,10 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from harombe_core.context import ContextBuilder
-from harombe_core.context_reads import anewest_until, newest_until
+from harombe_core.context_reads import newest_messages, newest_until, read_newest
 from harombe_core.erasing import delete_user_sessions, erase, prune_cutoff
 from harombe_core.errors import InvalidInputError
-from harombe_core.flows import Call, Flow, Run, Work, adrive, drive
+from harombe_core.flows import Flow, Run, Work, adrive, drive
 from harombe_core.manager_facts import UserMemoryMethods
 from harombe_core.manager_search import Searcher
 from harombe_core.models import Message, SearchHit, Session
@@ -39,6 +38,7 @@ from harombe_core.tokens import TokenCounter, resolve_token_counter
 from harombe_core.validate import (
     check_budget,
     check_config,
+    check_count,
     check_flag,
     check_id,
     check_list,
@@ -320,13 +320,6 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
             return 0
         return self.token_counter.count_message(Message(role="system", content=system_prompt))
 
-    def _system_prompt(self, session: Session) -> Flow[list[Message]]:
-        """The message that leads the session's history (none without a system prompt)."""
-        if session.system_prompt is None:
-            return []
-        system: list[Message] = yield Work(self._context.system_prompt_message, session)
-        return system
-
     def get_session(self, session_id: str, *, user_id: str | None = None) -> Session | None:
         """The session's record (owner, system prompt, metadata, counts, summary), or None for
         an unknown session. Raises SessionOwnershipError if ``user_id`` is given and does not
@@ -354,7 +347,7 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
         session = yield from owned_session(self._store, session_id, user_id)
         if session is None:
             return []
-        system = yield from self._system_prompt(session)
+        system = yield from self._context.system_prompt(session)
         messages: list[Message] = yield Run(self._store, ops.get_messages(session_id))
         return system + messages
 
@@ -750,6 +743,54 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
         )
         return window.messages
 
+    def get_newest_messages(
+        self, session_id: str, count: int, *, user_id: str | None = None
+    ) -> list[Message]:
+        """The session's newest ``count`` messages, oldest first (``messages[-count:]``),
+        read from the end in one statement, whatever the session's length. With ``user_id``,
+        only that user's session (else SessionOwnershipError)."""
+        return drive(self._newest_messages(session_id, count, user_id))
+
+    async def aget_newest_messages(
+        self, session_id: str, count: int, *, user_id: str | None = None
+    ) -> list[Message]:
+        """The newest ``count`` messages (async twin of :meth:`get_newest_messages`)."""
+        return await adrive(self._newest_messages(session_id, count, user_id))
+
+    def _newest_messages(
+        self, session_id: str, count: int, user_id: str | None
+    ) -> Flow[list[Message]]:
+        count = check_count(count, "count")
+        if (yield from owned_session(self._store, session_id, user_id)) is None:
+            return []
+        newest = yield from newest_messages(self._store, session_id, count)
+        return newest[::-1]
+
+    def get_newest_user_message(
+        self, session_id: str, *, user_id: str | None = None
+    ) -> Message | None:
+        """The session's newest user message that has text (what a memory recalls for when
+        it is not told the user's input), or None. Reads newest first only as far back as
+        that message. With ``user_id``, only that user's session (else
+        SessionOwnershipError)."""
+        return drive(self._newest_user_message(session_id, user_id))
+
+    async def aget_newest_user_message(
+        self, session_id: str, *, user_id: str | None = None
+    ) -> Message | None:
+        """The newest user message with text (async twin of :meth:`get_newest_user_message`)."""
+        return await adrive(self._newest_user_message(session_id, user_id))
+
+    def _newest_user_message(self, session_id: str, user_id: str | None) -> Flow[Message | None]:
+        if (yield from owned_session(self._store, session_id, user_id)) is None:
+            return None
+
+        def said(message: Message) -> bool:
+            return message.role == "user" and bool(message.content.strip())
+
+        newest = yield from read_newest(self._store, session_id, said, page=8)
+        return newest[-1] if newest and said(newest[-1]) else None
+
     def _get_window(
         self,
         session_id: str,
@@ -764,20 +805,13 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
         session = yield from owned_session(self._store, session_id, user_id)
         if session is None:
             return Window(messages=[], tokens=0)
-        system = (yield from self._system_prompt(session)) if include_system else []
+        system = (yield from self._context.system_prompt(session)) if include_system else []
         # The prompt is kept even when it alone exceeds the budget (``tokens`` then says so):
         # a window without its instructions would mislead the model more than an overrun.
         reserved = sum(m.token_count or 0 for m in system)
-        # The newest rows are read page by page until the budget is spent (the store's async
-        # pages on PostgreSQL), then the window is cut from them.
-        spend = budget - reserved
-        pages = getattr(self._store, "aiter_newest", None)
-        newest: list[Message] = yield Call(
-            lambda: newest_until(self._store.iter_newest(session_id), spend),
-            native=(lambda: anewest_until(pages(session_id), spend))
-            if inspect.isasyncgenfunction(pages)
-            else None,
-        )
+        # The newest rows are read page by page until the budget is spent (the reader of
+        # get_context too), then the window is cut from them.
+        newest = yield from newest_until(self._store, session_id, budget - reserved)
         window = window_newest(
             newest, budget, reserved_tokens=reserved, start_on_user=start_on_user
         )
@@ -821,12 +855,13 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
         ``rag:`` config. Options: ``roles``, ``since``, ``until``, ``exclude_session_id``,
         ``temporal_decay``, ``mmr_lambda``, ``vector_weight``, ``keyword_weight``, and the
         context evidence weights ``neighbor_weight``, ``session_weight``, ``speaker_weight``,
-        ``time_weight``, ``length_weight``, ``statement_weight``, ``person_weight`` and
-        ``feedback_weight`` (see :class:`~harombe_core.retrieval.RetrievalSettings`); ``now``
-        anchors relative times in the query ("last week"). Without semantic memory this is
-        keyword (BM25) search and ``retriever.mode == "keyword"``. Given both ``session_id``
-        and ``user_id``, the session must be that user's (else SessionOwnershipError), as
-        everywhere a user names a session.
+        ``time_weight``, ``length_weight``, ``statement_weight``, ``person_weight``,
+        ``name_free_weight`` and ``feedback_weight`` (see
+        :class:`~harombe_core.retrieval.RetrievalSettings`); ``now`` anchors relative times in
+        the query ("last week"). Without semantic memory this is keyword (BM25) search and
+        ``retriever.mode == "keyword"``. Given both ``session_id`` and ``user_id``, the
+        session must be that user's (else SessionOwnershipError), as everywhere a user names
+        a session.
         """
         search = self._searcher.search
         return drive(search(query, top_k, session_id, user_id, min_similarity, **options))
@@ -976,24 +1011,26 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
     ) -> list[Message]:
         """The messages to send a model for ``session_id``, never over ``max_tokens``.
 
-        See :meth:`ContextBuilder.get_context <harombe_core.context.ContextBuilder.get_context>`
+        See :meth:`ContextBuilder.context_flow <harombe_core.context.ContextBuilder.context_flow>`
         for the strategies (``simple``, ``summarization``, ``hybrid``, ``threaded``), the
         ``budget`` with the user's profile, open tasks, past summaries and recall, and the
         adapters' options: ``token_counter`` (charge as a framework counts) and
         ``keep_newest_turn`` (send the newest turn even when it does not fit).
         """
-        return self._context.get_context(
-            session_id,
-            strategy,
-            max_tokens,
-            start_on_user=start_on_user,
-            keep_last=keep_last,
-            query=query,
-            budget=budget,
-            user_profile=user_profile,
-            user_id=user_id,
-            token_counter=token_counter,
-            keep_newest_turn=keep_newest_turn,
+        return drive(
+            self._context.context_flow(
+                session_id,
+                strategy,
+                max_tokens,
+                start_on_user=start_on_user,
+                keep_last=keep_last,
+                query=query,
+                budget=budget,
+                user_profile=user_profile,
+                user_id=user_id,
+                token_counter=token_counter,
+                keep_newest_turn=keep_newest_turn,
+            )
         )
 
     async def aget_context(
@@ -1011,23 +1048,23 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
         token_counter: TokenCounter | None = None,
         keep_newest_turn: bool = False,
     ) -> list[Message]:
-        """The messages to send a model (async twin of :meth:`get_context`; the strategies
-        read the store synchronously, so it is one request of work off the event loop)."""
-        get_context = Work(
-            self.get_context,
-            session_id,
-            strategy,
-            max_tokens,
-            start_on_user=start_on_user,
-            keep_last=keep_last,
-            query=query,
-            budget=budget,
-            user_profile=user_profile,
-            user_id=user_id,
-            token_counter=token_counter,
-            keep_newest_turn=keep_newest_turn,
+        """The messages to send a model (async twin of :meth:`get_context`: its reads are
+        awaited on the store's async path, native on PostgreSQL)."""
+        return await adrive(
+            self._context.context_flow(
+                session_id,
+                strategy,
+                max_tokens,
+                start_on_user=start_on_user,
+                keep_last=keep_last,
+                query=query,
+                budget=budget,
+                user_profile=user_profile,
+                user_id=user_id,
+                token_counter=token_counter,
+                keep_newest_turn=keep_newest_turn,
+            )
         )
-        return await adrive(self._one(get_context))
 
     def summarize_session(
         self, session_id: str, *, until_id: int | None = None, user_id: str | None = None

@@ -38,6 +38,7 @@ __all__ = [
     "mmr_select",
     "named_speakers",
     "rank",
+    "without_names",
 ]
 
 
@@ -98,6 +99,17 @@ class RetrievalSettings:
       a speaker (a higher one for all of them would bury the turns of questions that name a
       person only to ask about what they were told).
 
+    ``name_free_weight``: the vector side also compares every candidate with the query
+    without the names of the speakers it names (:func:`without_names`; "What did Ann
+    paint?" -> "What did paint?") and fuses ``cosine + name_free_weight * name-free
+    cosine``. Each message is embedded with its speaker's name, so a name in the query
+    pulls every turn of that speaker (and every turn that mentions them) toward it by about
+    as much, whatever it says: a share of the query's meaning spent on who, which the
+    ``speaker_weight`` and ``person_weight`` columns already say, instead of on what. Kept
+    half named (the query's own cosine stays in the sum) because the name still tells the
+    two speakers apart. Only the fusion uses it: ``vector_score`` and ``min_similarity``
+    stay the cosine to the query as asked.
+
     Pseudo-relevance feedback (Rocchio, on the vector side): ``feedback_weight`` moves the
     query's vector toward the mean vector of the ``feedback_docs`` best candidates by fused
     score (``q + feedback_weight * mean``, renormalised) and fuses the candidates' cosines to
@@ -126,6 +138,7 @@ class RetrievalSettings:
     length_tokens: int = 80
     statement_weight: float = 0.2
     person_weight: float = 0.2
+    name_free_weight: float = 1.0
     names_as_keywords: bool = False
     feedback_weight: float = 0.0
     feedback_docs: int = 3
@@ -146,7 +159,9 @@ class Candidates:
     scope, known only by their cosine, which lend evidence but are never returned;
     ``unembedded`` are candidates the embedder has not reached yet (no vector, so no cosine);
     ``vectors`` the stored vectors of the candidates, read only when pseudo-relevance feedback
-    needs them (``feedback_weight > 0``).
+    needs them (``feedback_weight > 0``); ``name_free_cosine`` every candidate's cosine to
+    the query without the names of the speakers it names (``name_free_weight``; empty when
+    the query names no speaker).
     """
 
     messages: dict[int, Message] = field(default_factory=dict)
@@ -163,6 +178,7 @@ class Candidates:
     query_vector: Any = None
     unembedded: frozenset[int] = frozenset()
     vectors: dict[int, Any] = field(default_factory=dict)
+    name_free_cosine: dict[int, float] = field(default_factory=dict)
 
 
 def named_speakers(query: str, messages: Iterable[Message]) -> frozenset[str]:
@@ -180,6 +196,21 @@ def named_speakers(query: str, messages: Iterable[Message]) -> frozenset[str]:
                 if folded in words and len(folded) > 1 and folded not in STOPWORDS:
                     named.add(folded)
     return frozenset(named)
+
+
+def without_names(query: str, speakers: frozenset[str]) -> str:
+    """``query`` without the words that name ``speakers`` (casefolded name words, as
+    :func:`named_speakers` returns them) and their possessive ``'s``; spaces collapsed.
+
+    "What is Ann's favourite book?" -> "What is favourite book?": what the vector side
+    compares the candidates with for ``name_free_weight``.
+    """
+    if not speakers:
+        return query
+    text = query
+    for name in sorted(speakers, key=len, reverse=True):
+        text = re.sub(rf"\b{re.escape(name)}(?:['\u2019]s)?\b", " ", text, flags=re.IGNORECASE)
+    return " ".join(text.split())
 
 
 def _speaks(message: Message, speakers: frozenset[str]) -> bool:
@@ -213,7 +244,10 @@ def evidence(
     """
     s = settings
     hybrid = found.query_vector is not None
-    fuse = _fusion(s.fusion, s.rrf_k, s.vector_weight, s.keyword_weight, found, hybrid)
+    cosine = found.cosine
+    if hybrid and s.name_free_weight > 0 and found.name_free_cosine:
+        cosine = name_free_cosines(found, s.name_free_weight)
+    fuse = _fusion(s.fusion, s.rrf_k, s.vector_weight, s.keyword_weight, found, hybrid, cosine)
     if hybrid and s.feedback_weight > 0 and s.vector_weight > 0 and found.vectors:
         cosine = feedback_cosines(found, fuse, s.feedback_weight, s.feedback_docs)
         fuse = _fusion(s.fusion, s.rrf_k, s.vector_weight, s.keyword_weight, found, hybrid, cosine)
@@ -358,6 +392,14 @@ def rank(
     return hits
 
 
+def name_free_cosines(found: Candidates, weight: float) -> dict[int, float]:
+    """Every candidate's cosine to the query plus ``weight`` times its cosine to the query
+    without the speakers' names (``name_free_weight``). The sum is only ever min-max scaled
+    over the candidates, so its scale does not matter: weight 1 is the mean of the two."""
+    free = found.name_free_cosine
+    return {mid: c + weight * free.get(mid, c) for mid, c in found.cosine.items()}
+
+
 def feedback_cosines(
     found: Candidates, fuse: Callable[[int], float], weight: float, docs: int
 ) -> dict[int, float]:
@@ -402,7 +444,7 @@ def _fusion(
     background) has no cosine, which is not a bad one: its keyword side alone is its score,
     on the full scale, as keyword search would rank it, so a store part-way through embedding
     does not bury what the embedder has not reached. ``cosine`` replaces ``found.cosine``
-    (pseudo-relevance feedback's cosines to the moved query).
+    (:func:`name_free_cosines`, or pseudo-relevance feedback's cosines to the moved query).
     """
     keyword_score, unembedded = found.keyword_score, found.unembedded
     cosine = found.cosine if cosine is None else cosine

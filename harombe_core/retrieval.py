@@ -143,6 +143,7 @@ SEARCH_OPTIONS = frozenset(
         "length_weight",
         "statement_weight",
         "person_weight",
+        "name_free_weight",
         "now",
     }
 )
@@ -180,6 +181,45 @@ def _add_cosines(
         found.unembedded |= pending
 
 
+def _add_name_free_cosines(
+    found: Candidates,
+    semantic: SemanticMemory | None,
+    query: str,
+    embedded: tuple[str, Any] | None,
+) -> None:
+    """Every candidate's (and neighbour's) cosine to ``query`` without the names of the
+    speakers it names (``name_free_weight``), only for a query that names a speaker.
+
+    ``embedded`` is a name-free text the vector side already embedded beside the query (in
+    the same model call), with its vector: used when it is this text, else the text is
+    embedded here. The candidates' stored vectors are read once. An embedding outage leaves
+    them out (the query's own cosines still rank).
+    """
+    from harombe_core.ranking import without_names
+
+    if semantic is None or found.query_vector is None:
+        return
+    text = without_names(query, found.speakers)
+    if not text or text == query:
+        return
+    if embedded is not None and embedded[0] == text:
+        free = embedded[1]
+    else:
+        try:
+            free = semantic.embed_query(text)
+        except EmbeddingError as exc:
+            log.warning("name-free query embedding failed, ranking without it: %s", exc)
+            return
+    wanted = [i for i in (*found.messages, *found.outside) if i in found.cosine]
+    missing = [i for i in wanted if i not in found.vectors]
+    vectors = {**found.vectors, **(semantic.vectors_for(missing) if missing else {})}
+    found.name_free_cosine = {mid: float(vectors[mid] @ free) for mid in wanted if mid in vectors}
+
+
+#: At most this many speakers' name words are remembered for :attr:`Retriever.named`.
+NAMED_LIMIT = 10_000
+
+
 class Retriever:
     """Search over one store (and its semantic memory, when there is one)."""
 
@@ -194,6 +234,10 @@ class Retriever:
         self.store = store
         self.semantic = semantic
         self.settings = settings or RetrievalSettings()
+        #: The name words of speakers that earlier queries named (casefolded): a query that
+        #: names one again has its name-free text embedded in the same model call as
+        #: itself (``name_free_weight``), at a fraction of the cost of a second call.
+        self.named: set[str] = set()
 
     @property
     def mode(self) -> str:
@@ -225,6 +269,7 @@ class Retriever:
         length_weight: float | None = None,
         statement_weight: float | None = None,
         person_weight: float | None = None,
+        name_free_weight: float | None = None,
         now: datetime | None = None,
     ) -> list[SearchHit]:
         """The best ``top_k`` messages for ``query`` inside the scope, best first, with scores.
@@ -254,6 +299,7 @@ class Retriever:
             "length_weight": length_weight,
             "statement_weight": statement_weight,
             "person_weight": person_weight,
+            "name_free_weight": name_free_weight,
         }
         for name, value in overrides.items():
             if value is not None:
@@ -317,7 +363,13 @@ class Retriever:
         ``neighbors`` (default: whether ``settings.neighbor_weight > 0``) also reads the
         adjacent turns of the best candidates, which become candidates themselves.
         """
-        from harombe_core.ranking import WORDS, Candidates, asks_judgement, named_speakers
+        from harombe_core.ranking import (
+            WORDS,
+            Candidates,
+            asks_judgement,
+            named_speakers,
+            without_names,
+        )
 
         s = settings
         wv, wk = s.vector_weight, s.keyword_weight
@@ -333,17 +385,30 @@ class Retriever:
         semantic: Any = None
         vector_messages: list[Message] = []
         keyword: list[KeywordHit] = []
+        name_free = s.name_free_weight > 0 and wv > 0
+        # A name an earlier query named: its name-free text is embedded with the query.
+        guess = (
+            self.named.intersection(w.casefold() for w in WORDS.findall(query))
+            if name_free
+            else set()
+        )
+        extra = without_names(query, frozenset(guess)) if guess else None
+        embedded: tuple[str, Any] | None = None
         keyword_side = Call(self.store.keyword_search, keyword_text, limit=pool, scope=scope)
         if self.semantic is None:
             keyword = keyword_side.run()
         else:
-            vector_side = Call(self._vector_side, query, pool, scope, found, wants_vectors, wv)
+            vector_side = Call(
+                self._vector_side, query, pool, scope, found, wants_vectors, wv, extra
+            )
             if want_keyword:
                 # SQLite runs the keyword query with the GIL released, so it overlaps with
                 # embedding the query and the vector search instead of adding to them.
-                (semantic, vector_messages), keyword = Parallel(vector_side, keyword_side).run()
+                (semantic, vector_messages, embedded), keyword = Parallel(
+                    vector_side, keyword_side
+                ).run()
             else:
-                semantic, vector_messages = vector_side.run()
+                semantic, vector_messages, embedded = vector_side.run()
         for message in vector_messages:
             found.messages.setdefault(int(message.id or 0), message)
         for hit in keyword:
@@ -370,6 +435,11 @@ class Retriever:
         if neighbors if neighbors is not None else s.neighbor_weight > 0:
             self._add_neighbors(found, scope, max(k, NEIGHBOR_SEEDS))
             _add_cosines(found, semantic, feedback)
+        if name_free and found.speakers:
+            if len(self.named) > NAMED_LIMIT:
+                self.named.clear()
+            self.named.update(found.speakers)
+            _add_name_free_cosines(found, semantic, query, embedded)
         return found
 
     def _vector_side(
@@ -380,20 +450,30 @@ class Retriever:
         found: Candidates,
         wanted: bool,
         weight: float,
-    ) -> tuple[Any, list[Message]]:
+        extra: str | None = None,
+    ) -> tuple[Any, list[Message], tuple[str, Any] | None]:
         """Embed the query (into ``found``) and, if ``wanted``, read its nearest messages in
         scope (their cosines, and with a vector ``weight`` their ranks, into ``found``): the
-        semantic memory still usable (None after an embedding outage) and those messages."""
+        semantic memory still usable (None after an embedding outage), those messages, and
+        ``extra`` with its vector when given (embedded in the same model call as the query:
+        a query is embedded as any text is, ``embed_query`` being ``embed`` of one)."""
+        import numpy as np
+
         semantic = self.semantic
         assert semantic is not None
+        embedded = None
         try:
-            found.query_vector = semantic.embed_query(query)
+            if extra is None or extra == query:
+                found.query_vector = semantic.embed_query(query)
+            else:
+                both = np.asarray(semantic.embedder.embed([query, extra]), dtype=np.float32)
+                found.query_vector, embedded = both[0], (extra, both[1])
         except EmbeddingError as exc:
             # An embedding outage must not take search down: the keyword side still works.
             log.warning("query embedding failed, searching by keyword only: %s", exc)
-            return None, []
+            return None, [], None
         if not wanted or found.query_vector is None:
-            return semantic, []
+            return semantic, [], embedded
         matches = semantic.nearest(found.query_vector, pool, scope)
         # The store decides what is in scope; the index only proposed.
         vector_messages = self.store.get_messages_by_ids([m.message_id for m in matches], scope)
@@ -405,7 +485,7 @@ class Retriever:
                 if weight > 0:
                     found.vector_rank[match.message_id] = rank_
                     rank_ += 1
-        return semantic, vector_messages
+        return semantic, vector_messages, embedded
 
     def _add_neighbors(self, found: Candidates, scope: SearchScope, seeds: int) -> None:
         """Read the turns just before and after the best candidates (their context).

@@ -26,7 +26,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from harombe_core.errors import InvalidInputError, SummarizationError
-from harombe_core.llm import PromptFlow, acall_llm, arun_prompts, call_llm, run_prompts
+from harombe_core.flows import Flow, adrive, drive
+from harombe_core.llm import acall_llm, ask, call_llm
 from harombe_core.models import Message, MessageSummary
 
 __all__ = [
@@ -359,7 +360,7 @@ class LLMSummarizer:
             raise SummarizationError('"summary" must be a string.')
         return MessageSummary(title=data["title"].strip(), summary=summary.strip())
 
-    def _flow(self, prompt: str, parse: Callable[[str], T]) -> PromptFlow[T]:
+    def _flow(self, prompt: str, parse: Callable[[str], T]) -> Flow[T]:
         """Ask, validate, retry once with the error; the same on the sync and async paths.
 
         A model that raises InvalidInputError (an async-only model called from sync code, or a
@@ -368,7 +369,7 @@ class LLMSummarizer:
         """
         problem = ""
         for _ in range(self.max_attempts):
-            answer = yield prompt + problem
+            answer = yield from ask(self.llm, prompt + problem)
             if isinstance(answer, InvalidInputError):
                 raise answer
             if isinstance(answer, BaseException):
@@ -379,29 +380,29 @@ class LLMSummarizer:
                 problem = f"\n\nYour previous answer was invalid ({exc}). Answer with valid JSON."
         raise SummarizationError(f"no valid summary after {self.max_attempts} attempts{problem}")
 
-    def _message_flow(self, message: Message) -> PromptFlow[MessageSummary]:
+    def _message_flow(self, message: Message) -> Flow[MessageSummary]:
         return self._flow(self._message_prompt(message), self._parse_message)
 
     def _session_flow(
         self, messages: Sequence[Message], previous: SessionSummary | None
-    ) -> PromptFlow[SessionSummary]:
+    ) -> Flow[SessionSummary]:
         return self._flow(self._session_prompt(messages, previous), _parse_session)
 
     def summarize_message(self, message: Message) -> MessageSummary:
-        return run_prompts(self._message_flow(message), self.llm)
+        return drive(self._message_flow(message))
 
     async def asummarize_message(self, message: Message) -> MessageSummary:
-        return await arun_prompts(self._message_flow(message), self.llm)
+        return await adrive(self._message_flow(message))
 
     def summarize_session(
         self, messages: Sequence[Message], previous: SessionSummary | None = None
     ) -> SessionSummary:
-        return run_prompts(self._session_flow(messages, previous), self.llm)
+        return drive(self._session_flow(messages, previous))
 
     async def asummarize_session(
         self, messages: Sequence[Message], previous: SessionSummary | None = None
     ) -> SessionSummary:
-        return await arun_prompts(self._session_flow(messages, previous), self.llm)
+        return await adrive(self._session_flow(messages, previous))
 
 
 def resolve_summarizer(spec: Any = None) -> Summarizer:

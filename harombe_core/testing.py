@@ -106,11 +106,11 @@ class FailingEmbedder(BaseEmbedder):
 @contextmanager
 def hold_background(timeout: float = 60.0) -> Iterator[None]:
     """Keep the process's background worker busy until the block ends, so every job handed
-    to it meanwhile (a checkpointed thread's session, a summary backlog, fact extraction)
-    waits: a test can then show, without depending on timing, what a read sees before the
-    background has run (it must see its own writes) and what ``flush()`` does. ``timeout``
-    bounds the wait for the worker to take the holding job (it finishes its job in hand
-    first)."""
+    to it meanwhile (a checkpointed thread's session, keyword indexing, embedding, a summary
+    backlog, fact extraction) waits: a test can then show, without depending on timing, what
+    a read sees before the background has run (it must see its own writes) and what
+    ``flush()`` does. ``timeout`` bounds the wait for the worker to take the holding job (it
+    finishes its job in hand first)."""
     entered, gate = threading.Event(), threading.Event()
 
     def hold(_key: str, _until: int) -> bool:

@@ -40,7 +40,8 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 import networkx as nx
 
 from harombe_core.errors import InvalidInputError, ThreadRuleError
-from harombe_core.llm import PromptFlow, arun_prompts, run_prompts
+from harombe_core.flows import Call, Flow, Work, adrive, drive
+from harombe_core.llm import ask
 from harombe_core.models import ConversationNode, Message
 from harombe_core.validate import show
 
@@ -260,11 +261,25 @@ class EmbeddingNodeSelector:
                 self._embedder = spec
         return self._embedder
 
+    def _embedding(self) -> Flow[Any]:
+        """The embedder; resolving a named one may load a model, off the event loop if async."""
+        if self._embedder is None and isinstance(self._embedder_spec, str):
+            yield Work(lambda: self.embedder)
+        return self.embedder
+
+    def _embed(self, texts: list[str]) -> Flow[np.ndarray]:
+        """``texts`` embedded: the embedder's own async method on the async path."""
+        import numpy as np
+
+        embedder = yield from self._embedding()
+        vectors = yield Call(embedder.embed, texts, native=getattr(embedder, "aembed", None))
+        return np.asarray(vectors, dtype=np.float32)
+
     def forget(self) -> None:
         """Drop cached vectors (after the graph was cleared or rebuilt)."""
         self._state.clear()
 
-    def _sync(self, graph: nx.DiGraph) -> None:
+    def _sync(self, graph: nx.DiGraph) -> Flow[None]:
         """Embed the nodes not seen yet and derive the thread centroids, oldest first."""
         import numpy as np
 
@@ -274,10 +289,7 @@ class EmbeddingNodeSelector:
         missing = sorted(node_id for node_id in graph.nodes if node_id not in self._state)
         if not missing:
             return
-        vectors = np.asarray(
-            self.embedder.embed([node_of(graph, i).message.content for i in missing]),
-            dtype=np.float32,
-        )
+        vectors = yield from self._embed([node_of(graph, i).message.content for i in missing])
         for node_id, vector in zip(missing, vectors, strict=True):
             self._state[node_id] = _NodeState(vector=vector)
         for node_id in missing:  # ids grow along every path, so parents are done first
@@ -299,25 +311,37 @@ class EmbeddingNodeSelector:
                 state.human_centroid = human_vec.copy()
                 state.assistant_centroid = state.vector.copy()
 
-    def _query(self, message: Message, reply: Message | None) -> np.ndarray:
+    def _query(self, message: Message, reply: Message | None) -> Flow[np.ndarray]:
         import numpy as np
 
         if reply is None or self.reply_query_weight <= 0 or not reply.content.strip():
-            return np.asarray(self.embedder.embed_query(message.content), dtype=np.float32)
-        both = np.asarray(self.embedder.embed([message.content, reply.content]), dtype=np.float32)
+            embedder = yield from self._embedding()
+            vector = yield Call(
+                embedder.embed_query,
+                message.content,
+                native=getattr(embedder, "aembed_query", None),
+            )
+            return np.asarray(vector, dtype=np.float32)
+        both = yield from self._embed([message.content, reply.content])
         return _unit(both[0] + self.reply_query_weight * both[1])
 
     def scores(
         self, graph: nx.DiGraph, message: Message, reply: Message | None = None
     ) -> tuple[list[int], np.ndarray, np.ndarray]:
         """Candidate ids, their similarity, and their final score (similarity plus priors)."""
+        return drive(self._scores(graph, message, reply))
+
+    def _scores(
+        self, graph: nx.DiGraph, message: Message, reply: Message | None
+    ) -> Flow[tuple[list[int], np.ndarray, np.ndarray]]:
+        """:meth:`scores` written once: the embeddings are its only I/O."""
         import numpy as np
 
         candidates = candidate_nodes(graph)
         if not candidates:
             return [], np.zeros(0), np.zeros(0)
-        self._sync(graph)
-        query = self._query(message, reply)
+        yield from self._sync(graph)
+        query = yield from self._query(message, reply)
         states = [self._state[c] for c in candidates]
         replies = np.stack([s.vector for s in states])
         speakers = np.stack(
@@ -346,9 +370,19 @@ class EmbeddingNodeSelector:
     def select_parent(
         self, graph: nx.DiGraph, message: Message, reply: Message | None = None
     ) -> int | None:
+        return drive(self._select(graph, message, reply))
+
+    async def aselect_parent(
+        self, graph: nx.DiGraph, message: Message, reply: Message | None = None
+    ) -> int | None:
+        return await adrive(self._select(graph, message, reply))
+
+    def _select(
+        self, graph: nx.DiGraph, message: Message, reply: Message | None
+    ) -> Flow[int | None]:
         import numpy as np
 
-        candidates, similarity, score = self.scores(graph, message, reply)
+        candidates, similarity, score = yield from self._scores(graph, message, reply)
         if not candidates:
             return None
         best = int(np.argmax(score))
@@ -356,13 +390,6 @@ class EmbeddingNodeSelector:
         if threshold is not None and float(similarity[best]) < threshold:
             return None
         return candidates[best]
-
-    async def aselect_parent(
-        self, graph: nx.DiGraph, message: Message, reply: Message | None = None
-    ) -> int | None:
-        import asyncio
-
-        return await asyncio.to_thread(self.select_parent, graph, message, reply)
 
 
 _SELECTION_INSTRUCTIONS = """You are an expert at analysing conversation threads. Choose which \
@@ -444,8 +471,8 @@ class LLMNodeSelector:
             ids=", ".join(map(str, candidates)),
         )
 
-    def _flow(self, graph: nx.DiGraph, message: Message) -> PromptFlow[int | None]:
-        """The selection algorithm: yields prompts, receives answers (or the model's error)."""
+    def _flow(self, graph: nx.DiGraph, message: Message) -> Flow[int | None]:
+        """The selection algorithm: asks the model, reads its answers (or its error)."""
         self.last_fallback_reason = None
         every = candidate_nodes(graph)
         if not every:
@@ -456,7 +483,7 @@ class LLMNodeSelector:
         prompt = self._prompt(graph, message, candidates)
         problem = ""
         for _attempt in range(self.max_attempts):
-            answer = yield prompt + problem
+            answer = yield from ask(self.llm, prompt + problem)
             if isinstance(answer, BaseException):
                 self.last_fallback_reason = f"the model failed: {answer!r}"
                 break
@@ -475,10 +502,10 @@ class LLMNodeSelector:
         return every[-1]
 
     def select_parent(self, graph: nx.DiGraph, message: Message) -> int | None:
-        return run_prompts(self._flow(graph, message), self.llm)
+        return drive(self._flow(graph, message))
 
     async def aselect_parent(self, graph: nx.DiGraph, message: Message) -> int | None:
-        return await arun_prompts(self._flow(graph, message), self.llm)
+        return await adrive(self._flow(graph, message))
 
 
 def resolve_selector(selector: Any = "embedding", **options: Any) -> Any:

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from harombe_core.integration import Call, Flow, drive
+
 if TYPE_CHECKING:  # `harombe chat --help` reads the default without loading the manager
     from harombe_core import MemoryManager
     from harombe_core.models import Message
 
-__all__ = ["DEFAULT_RECALL_TOKENS", "recall"]
+__all__ = ["DEFAULT_RECALL_TOKENS", "recall", "recalling"]
 
 #: Tokens of relevant past turns (the user's and the assistant's) added to the system message by
 #: the agent middleware and ``harombe chat`` unless told otherwise; 0 turns recall off.
@@ -32,6 +34,21 @@ def recall(
 ) -> list[Message]:
     """Past turns relevant to ``query`` that fit ``max_tokens``, best first (none for an empty
     query or budget)."""
+    return drive(
+        recalling(manager, query, session_id=session_id, user_id=user_id, max_tokens=max_tokens)
+    )
+
+
+def recalling(
+    manager: MemoryManager,
+    query: str,
+    *,
+    session_id: str,
+    user_id: str | None,
+    max_tokens: int,
+) -> Flow[list[Message]]:
+    """:func:`recall` as a flow (the agent middleware's async path awaits the manager's
+    ``aget_relevant_context``)."""
     if max_tokens <= 0 or not query.strip():
         return []
     scope: dict[str, Any] = (
@@ -39,4 +56,11 @@ def recall(
         if user_id is None
         else {"user_id": user_id, "exclude_session_id": session_id}
     )
-    return manager.get_relevant_context(query, max_tokens=max_tokens, **scope)
+    found: list[Message] = yield Call(
+        manager.get_relevant_context,
+        query,
+        max_tokens=max_tokens,
+        native=manager.aget_relevant_context,
+        **scope,
+    )
+    return found

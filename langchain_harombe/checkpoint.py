@@ -80,6 +80,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from harombe_core import MemoryManager
 from harombe_core.errors import InvalidInputError
 from harombe_core.integration import (
+    SESSIONS,
     AllowList,
     Body,
     ClosesOnExit,
@@ -201,7 +202,7 @@ class HarombeSaver(ClosesOnExit, BaseCheckpointSaver[str]):
         self._heads: dict[str, Head] = {}
         self._heads_lock = threading.Lock()
         self._mirrors = SummaryFolder(
-            self._mirror_step, linger=MIRROR_LINGER, drain_at_exit=True
+            self._mirror_step, linger=MIRROR_LINGER, priority=SESSIONS, drain_at_exit=True
         )
         self._unregister = pending.register(self.manager.store.location, self._mirrors.drain)
         if not getattr(self.manager.store, "read_only", False):  # (nothing can be written)

@@ -46,8 +46,7 @@ _STRATEGIES: frozenset[str] = frozenset(("simple", "threaded", "summarization", 
 _CONTEXT_OPTIONS: frozenset[str] = frozenset(("keep_last", "query", "budget", "user_profile"))
 #: What ``manager_options`` may set: ``MemoryManager``'s keyword arguments.
 _MANAGER_OPTIONS: frozenset[str] = frozenset(
-    ("max_history_tokens", "embedding", "vector_store", "token_counter", "config",
-     "encryption_key")
+    ("max_history_tokens", "embedding", "vector_store", "token_counter", "config", "encryption_key")
 )
 
 
@@ -139,6 +138,37 @@ class HarombeChatMessageHistory(BaseChatMessageHistory):
         context_options: dict[str, Any] | None = None,
         node_selector: Any = None,
     ) -> None:
+        self._configure(
+            session_id,
+            manager=manager,
+            storage_path=storage_path,
+            user_id=user_id,
+            strategy=strategy,
+            max_tokens=max_tokens,
+            start_on_user=start_on_user,
+            manager_options=manager_options,
+            context_options=context_options,
+            node_selector=node_selector,
+        )
+        existing = self._check()
+        if system_prompt is not None and existing is None:
+            self.manager.create_session(system_prompt, None, user_id, session_id=session_id)
+
+    def _configure(
+        self,
+        session_id: str,
+        *,
+        manager: MemoryManager | None,
+        storage_path: str | os.PathLike[str] | None,
+        user_id: str | None,
+        strategy: Strategy,
+        max_tokens: int | None,
+        start_on_user: bool,
+        manager_options: dict[str, Any] | None,
+        context_options: dict[str, Any] | None,
+        node_selector: Any,
+    ) -> None:
+        """Check and keep the arguments (everything ``__init__`` does but read the store)."""
         check_id(session_id, "session_id")
         optional_id(user_id, "user_id")
         if not isinstance(strategy, str) or strategy not in _STRATEGIES:
@@ -164,9 +194,6 @@ class HarombeChatMessageHistory(BaseChatMessageHistory):
         self.start_on_user = start_on_user
         self.context_options = dict(context_options or {})
         self.node_selector = node_selector
-        existing = self._check()
-        if system_prompt is not None and existing is None:
-            self.manager.create_session(system_prompt, None, user_id, session_id=session_id)
 
     def _check(self) -> Session | None:
         """The session if this history may use it (None if new); SessionOwnershipError if not."""
@@ -179,28 +206,7 @@ class HarombeChatMessageHistory(BaseChatMessageHistory):
     def view(self) -> list[Message]:
         """The strategy's view of the session as harombe messages (what :attr:`messages`
         converts), each with its store id."""
-        return drive(self._view())
-
-    def _view(self) -> Flow[list[Message]]:
-        """:meth:`view` written once for both paths, over the manager's sync/async pairs."""
-        m, sid, uid = self.manager, self.session_id, self.user_id
-        yield Call(m.check_owner, sid, uid, exact=True, native=m.acheck_owner)
-        if self.strategy == "all":
-            stored: list[Message] = yield Call(
-                m.get_messages, sid, user_id=uid, native=m.aget_messages
-            )
-            return stored
-        context: list[Message] = yield Call(
-            m.get_context,
-            sid,
-            strategy=self.strategy,
-            max_tokens=self.max_tokens,
-            start_on_user=self.start_on_user,
-            user_id=uid,
-            native=m.aget_context,
-            **self.context_options,
-        )
-        return context
+        return drive(viewing(self))
 
     @property
     def messages(self) -> list[BaseMessage]:  # type: ignore[override]
@@ -208,7 +214,7 @@ class HarombeChatMessageHistory(BaseChatMessageHistory):
         return [to_langchain(m) for m in self.view()]
 
     async def aget_messages(self) -> list[BaseMessage]:
-        return [to_langchain(m) for m in await adrive(self._view())]
+        return [to_langchain(m) for m in await adrive(viewing(self))]
 
     def get_all_messages(self) -> list[BaseMessage]:
         """Every stored message of the session, whatever the strategy."""
@@ -219,24 +225,10 @@ class HarombeChatMessageHistory(BaseChatMessageHistory):
     # writes -------------------------------------------------------------------------------
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
         """Store ``messages`` in one transaction (all or none), threading them if asked."""
-        batch = _converted(messages)
-        if not batch:
-            return
-        self._check()
-        if self.strategy == "threaded":
-            self._add_threaded(batch)
-        else:
-            self.manager.save_messages(self.session_id, batch, user_id=self.user_id)
+        drive(saving(self, messages))
 
     async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
-        batch = _converted(messages)
-        if not batch:
-            return
-        await self._acheck()
-        if self.strategy == "threaded":
-            await self._threader().aappend(batch)
-        else:
-            await self.manager.asave_messages(self.session_id, batch, user_id=self.user_id)
+        await adrive(saving(self, messages))
 
     def _threader(self) -> Threader:
         """The session's Threader, shared by every history of this manager with the same
@@ -254,11 +246,6 @@ class HarombeChatMessageHistory(BaseChatMessageHistory):
             return resolve_selector(spec)
 
         return shared_threader(self.manager, self.session_id, key, make, user_id=self.user_id)
-
-    def _add_threaded(self, batch: list[Message]) -> None:
-        """Thread a batch and store it with its links in one transaction: each user message
-        hangs where the selector says, the rest follow the message before them."""
-        self._threader().append(batch)
 
     def clear(self) -> None:
         """Delete the session's messages (the session itself, its owner and prompt stay)."""
@@ -279,6 +266,55 @@ class HarombeChatMessageHistory(BaseChatMessageHistory):
             f"HarombeChatMessageHistory(session_id={self.session_id!r}, "
             f"user_id={self.user_id!r}, strategy={self.strategy!r}, max_tokens={self.max_tokens})"
         )
+
+
+def viewing(history: HarombeChatMessageHistory) -> Flow[list[Message]]:
+    """``history.view()`` written once for both paths, over the manager's sync/async pairs
+    (the agent middleware runs it as part of its own flow)."""
+    m, sid, uid = history.manager, history.session_id, history.user_id
+    yield Call(m.check_owner, sid, uid, exact=True, native=m.acheck_owner)
+    if history.strategy == "all":
+        stored: list[Message] = yield Call(m.get_messages, sid, user_id=uid, native=m.aget_messages)
+        return stored
+    context: list[Message] = yield Call(
+        m.get_context,
+        sid,
+        strategy=history.strategy,
+        max_tokens=history.max_tokens,
+        start_on_user=history.start_on_user,
+        user_id=uid,
+        native=m.aget_context,
+        **history.context_options,
+    )
+    return context
+
+
+def saving(history: HarombeChatMessageHistory, messages: Sequence[BaseMessage]) -> Flow[None]:
+    """``history.add_messages(messages)`` written once for both paths, over the manager's
+    pairs: one transaction, all or none."""
+    batch = _converted(messages)
+    if not batch:
+        return
+    m, sid, uid = history.manager, history.session_id, history.user_id
+    yield Call(m.check_owner, sid, uid, exact=True, native=m.acheck_owner)
+    if history.strategy == "threaded":
+        threader = history._threader()
+        yield Call(threader.append, batch, native=threader.aappend)
+    else:
+        yield Call(m.save_messages, sid, batch, user_id=uid, native=m.asave_messages)
+
+
+def unchecked_history(
+    session_id: str, *, manager: MemoryManager, **options: Any
+) -> HarombeChatMessageHistory:
+    """A history over a shared manager whose owner check is left to the flows that use it
+    (:func:`viewing` and :func:`saving` check it again), so an async caller (the agent
+    middleware) makes one without a store read on the event loop."""
+    history = HarombeChatMessageHistory.__new__(HarombeChatMessageHistory)
+    history._configure(
+        session_id, manager=manager, storage_path=None, manager_options=None, **options
+    )
+    return history
 
 
 def session_history_factory(
@@ -315,9 +351,7 @@ def conversation_history_factory(
 
     def get_session_history(user_id: str, conversation_id: str) -> HarombeChatMessageHistory:
         session_id = manager.conversation_session_id(user_id, conversation_id)
-        return HarombeChatMessageHistory(
-            session_id, manager=manager, user_id=user_id, **options
-        )
+        return HarombeChatMessageHistory(session_id, manager=manager, user_id=user_id, **options)
 
     return get_session_history
 
@@ -326,8 +360,12 @@ def conversation_history_fields() -> list[ConfigurableFieldSpec]:
     """``history_factory_config`` matching :func:`conversation_history_factory`."""
     return [
         ConfigurableFieldSpec(
-            id=f"{what}_id", annotation=str, name=name,
-            description=f"Unique identifier for the {what}.", default="", is_shared=True,
+            id=f"{what}_id",
+            annotation=str,
+            name=name,
+            description=f"Unique identifier for the {what}.",
+            default="",
+            is_shared=True,
         )
         for what, name in (("user", "User ID"), ("conversation", "Conversation ID"))
     ]

@@ -29,7 +29,6 @@ stored yet (a checkpoint may be saved after the next model call starts).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Annotated, Any, NamedTuple, NotRequired
 
@@ -42,10 +41,17 @@ from langgraph.runtime import Runtime
 
 from harombe_core import MemoryManager
 from harombe_core.errors import InvalidInputError
+from harombe_core.integration import Call, Flow, adrive, drive
 from harombe_core.models import Message
-from langchain_harombe._recall import DEFAULT_RECALL_TOKENS, recall
+from langchain_harombe._recall import DEFAULT_RECALL_TOKENS, recalling
 from langchain_harombe.convert import from_langchain, to_langchain
-from langchain_harombe.history import HarombeChatMessageHistory, Strategy
+from langchain_harombe.history import (
+    HarombeChatMessageHistory,
+    Strategy,
+    saving,
+    unchecked_history,
+    viewing,
+)
 
 __all__ = ["HarombeMemoryMiddleware", "HarombeMemoryState"]
 
@@ -63,12 +69,8 @@ class _Pending(NamedTuple):
     messages: list[BaseMessage]
     total: int
 
-    def save(self) -> dict[str, Any]:
-        self.history.add_messages(self.messages)
-        return {"harombe_saved": self.total}
-
-    async def asave(self) -> dict[str, Any]:
-        await self.history.aadd_messages(self.messages)
+    def saving(self) -> Flow[dict[str, Any]]:
+        yield from saving(self.history, self.messages)
         return {"harombe_saved": self.total}
 
 
@@ -156,7 +158,9 @@ class HarombeMemoryMiddleware(AgentMiddleware[HarombeMemoryState, Any, Any]):
         return str(session_id), None if user_id is None else str(user_id)
 
     def _history(self, session_id: str, user_id: str | None) -> HarombeChatMessageHistory:
-        return HarombeChatMessageHistory(
+        """The session's history; its owner is checked by every read and write of it (on the
+        async path natively, so making one reads nothing)."""
+        return unchecked_history(
             session_id,
             manager=self.manager,
             user_id=user_id,
@@ -200,24 +204,35 @@ class HarombeMemoryMiddleware(AgentMiddleware[HarombeMemoryState, Any, Any]):
     ) -> dict[str, Any] | None:
         """Save the messages the session lacks: before the model, the new input; after it
         (the same hook), the model's reply."""
-        pending = self._pending(state, runtime)
-        return None if pending is None else pending.save()
+        return drive(self._saving(state, runtime))
 
     async def abefore_model(
         self, state: HarombeMemoryState, runtime: Runtime[Any]
     ) -> dict[str, Any] | None:
+        return await adrive(self._saving(state, runtime))
+
+    def _saving(
+        self, state: HarombeMemoryState, runtime: Runtime[Any]
+    ) -> Flow[dict[str, Any] | None]:
+        """The save hooks written once for both paths."""
         pending = self._pending(state, runtime)
-        return None if pending is None else await pending.asave()
+        if pending is None:
+            return None
+        saved = yield from pending.saving()
+        return saved
 
     after_model = before_model
     aafter_model = abefore_model
 
     # the model call -----------------------------------------------------------------------
-    def _build(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
+    def _build(self, request: ModelRequest[Any]) -> Flow[ModelRequest[Any]]:
+        """The request the model is sent, written once for both paths: the session's view,
+        recalled turns and the user's profile, each read over the manager's sync/async pair."""
         session_id, user_id = self._keys(request.runtime)
-        view = self._history(session_id, user_id).view()
-        recall = self._recall(request.messages, session_id, user_id, view)
-        notes = "\n\n".join(n for n in (self._profile(request.messages, user_id), recall) if n)
+        view = yield from viewing(self._history(session_id, user_id))
+        recall = yield from self._recall(request.messages, session_id, user_id, view)
+        profile = yield from self._profile(request.messages, user_id)
+        notes = "\n\n".join(n for n in (profile, recall) if n)
         window = self._within_budget(list(request.messages), view)
         return self._assemble(request, window, notes or None)
 
@@ -243,22 +258,24 @@ class HarombeMemoryMiddleware(AgentMiddleware[HarombeMemoryState, Any, Any]):
             drop += 1
         return window[:first] + window[drop:]
 
-    def _profile(self, messages: Sequence[BaseMessage], user_id: str | None) -> str | None:
+    def _profile(self, messages: Sequence[BaseMessage], user_id: str | None) -> Flow[str | None]:
         """The user's profile and open tasks, for the system message (None: nothing known)."""
         if self.profile_tokens <= 0 or user_id is None:
             return None
+        mm = self.manager
         query = next((m.text for m in reversed(messages) if isinstance(m, HumanMessage)), "")
-        profile = self.manager.get_profile(
-            user_id, self.profile_tokens, query=query.strip() or None
+        profile = yield Call(
+            mm.get_profile,
+            user_id,
+            self.profile_tokens,
+            query=query.strip() or None,
+            native=mm.aget_profile,
         )
         parts = [f"What you know about the user:\n{profile.text}"] if profile.text else []
-        tasks = self.manager.get_open_tasks(user_id)
+        tasks = yield Call(mm.get_open_tasks, user_id, native=mm.aget_open_tasks)
         if tasks:
             parts.append("Their open tasks:\n" + "\n".join(f"- {t.text}" for t in tasks))
         return "\n\n".join(parts) or None
-
-    async def _abuild(self, request: ModelRequest[Any]) -> ModelRequest[Any]:
-        return await asyncio.to_thread(self._build, request)
 
     def _recall(
         self,
@@ -266,11 +283,11 @@ class HarombeMemoryMiddleware(AgentMiddleware[HarombeMemoryState, Any, Any]):
         session_id: str,
         user_id: str | None,
         view: Sequence[Message],
-    ) -> str | None:
+    ) -> Flow[str | None]:
         if self.recall_tokens <= 0 or not self.manager.semantic_enabled:
             return None
         query = next((m.text for m in reversed(messages) if isinstance(m, HumanMessage)), "")
-        found = recall(
+        found = yield from recalling(
             self.manager,
             query,
             session_id=session_id,
@@ -319,11 +336,11 @@ class HarombeMemoryMiddleware(AgentMiddleware[HarombeMemoryState, Any, Any]):
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
     ) -> ModelResponse[Any]:
-        return handler(self._build(request))
+        return handler(drive(self._build(request)))
 
     async def awrap_model_call(
         self,
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
     ) -> ModelResponse[Any]:
-        return await handler(await self._abuild(request))
+        return await handler(await adrive(self._build(request)))

@@ -7,7 +7,6 @@ how well it matched, so a RAG prompt can cite it and a filter can drop weak matc
 
 from __future__ import annotations
 
-import asyncio
 import os
 from typing import Any, Literal
 
@@ -21,7 +20,16 @@ from pydantic import ConfigDict, Field, PrivateAttr, field_validator
 
 from harombe_core import MemoryManager
 from harombe_core.errors import InvalidInputError
-from harombe_core.integration import check_search_scope, hit_metadata, install_command
+from harombe_core.integration import (
+    Call,
+    Flow,
+    Work,
+    adrive,
+    check_search_scope,
+    drive,
+    hit_metadata,
+    install_command,
+)
 from harombe_core.models import SearchHit
 from harombe_core.validate import check_count, pydantic_errors
 from langchain_harombe.history import resolve_manager
@@ -113,12 +121,30 @@ class HarombeRetriever(BaseRetriever):
 
     def search_hits(self, query: str, k: int) -> list[SearchHit]:
         """The scored hits behind :meth:`invoke` (useful to inspect scores directly)."""
+        return drive(self._search_hits(query, k))
+
+    async def asearch_hits(self, query: str, k: int) -> list[SearchHit]:
+        """The scored hits behind :meth:`ainvoke` (async twin of :meth:`search_hits`)."""
+        return await adrive(self._search_hits(query, k))
+
+    def _search_hits(self, query: str, k: int) -> Flow[list[SearchHit]]:
+        """:meth:`search_hits` written once, over the manager's sync/async pairs (so the async
+        path reads the store natively on PostgreSQL)."""
+        # Opening a manager from storage_path opens files: off the event loop when async.
+        if self._manager is None and self.storage_path is not None:
+            yield Work(self._memory)
         manager = self._memory()
         if k == 0:
             return []
         if self.session_id is not None and not self.all_users:
             # A session named without a user must have no owner (see check_search_scope).
-            manager.check_owner(self.session_id, self.user_id, exact=True)
+            yield Call(
+                manager.check_owner,
+                self.session_id,
+                self.user_id,
+                exact=True,
+                native=manager.acheck_owner,
+            )
         options: dict[str, Any] = {}
         if self.exclude_session_id is not None:
             options["exclude_session_id"] = self.exclude_session_id
@@ -137,12 +163,14 @@ class HarombeRetriever(BaseRetriever):
         # leave it out, and ask for more hits until k with text are found or none are left.
         top_k = k
         while True:
-            hits = manager.search(
+            hits: list[SearchHit] = yield Call(
+                manager.search,
                 query,
                 top_k=top_k,
                 session_id=self.session_id,
                 user_id=self.user_id,
                 min_similarity=self.min_similarity,
+                native=manager.asearch,
                 **options,
             )
             texts = [h for h in hits if h.message.content.strip()]
@@ -160,7 +188,7 @@ class HarombeRetriever(BaseRetriever):
         self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **kwargs: Any
     ) -> list[Document]:
         k = self._k(dict(kwargs))
-        hits = await asyncio.to_thread(self.search_hits, query, k)
+        hits = await self.asearch_hits(query, k)
         return [hit_to_document(h) for h in hits]
 
     def close(self) -> None:

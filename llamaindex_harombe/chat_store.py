@@ -16,7 +16,6 @@ only sessions that have no owner. (``ChatMemoryBuffer``'s default key is the sam
 
 from __future__ import annotations
 
-import itertools
 import os
 from collections.abc import Sequence
 from typing import Any, cast
@@ -29,7 +28,7 @@ from llama_index.core.storage.chat_store.base_db import AsyncDBChatStore, Messag
 
 from harombe_core import MemoryManager
 from harombe_core.errors import InvalidInputError
-from harombe_core.integration import Call, Flow, Work, adrive, drive
+from harombe_core.integration import Call, Flow, adrive, drive
 from harombe_core.models import Message, Session
 from harombe_core.validate import (
     MAX_COUNT,
@@ -223,9 +222,10 @@ class HarombeChatStore(_ManagedStore, BaseChatStore):
         if idx >= 0:
             head = yield from self._read(key, limit=idx + 1)
             return head[idx] if len(head) > idx else None
-        newest = self._manager.store.iter_newest
-        tail: list[Message] = yield Work(lambda: list(itertools.islice(newest(key), -idx)))
-        return tail[-1] if len(tail) == -idx else None
+        m = self._manager
+        newest = Call(m.get_newest_messages, key, -idx, native=m.aget_newest_messages)
+        tail: list[Message] = yield newest
+        return tail[0] if len(tail) == -idx else None
 
     def _delete_at(self, key: str, idx: int) -> Flow[ChatMessage | None]:
         doomed = yield from self._at(key, _index(idx))

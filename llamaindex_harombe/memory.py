@@ -19,7 +19,6 @@ to be the same user's), found by meaning and by keyword with the bundled offline
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import uuid
@@ -35,7 +34,7 @@ from llama_index.core.storage.chat_store.base_db import MessageStatus
 
 from harombe_core import MemoryManager
 from harombe_core.errors import InvalidBudgetError, InvalidInputError
-from harombe_core.integration import Fix, Threader, resolve_selector
+from harombe_core.integration import Call, Fix, Flow, Threader, adrive, drive, resolve_selector
 from harombe_core.models import Message, Session
 from harombe_core.tokens import TextTokenCounter
 from harombe_core.validate import (
@@ -405,7 +404,7 @@ class HarombeMemory(BaseMemory):
             )
         return self.token_limit - initial_token_count
 
-    def _recall_query(self, input: object) -> str | None:
+    def _recall_query(self, input: object) -> Flow[str | None]:
         """What to recall for: the engine's input, else the newest user message (as
         LlamaIndex's own memory blocks do), so agents and SimpleChatEngine recall too.
 
@@ -423,10 +422,14 @@ class HarombeMemory(BaseMemory):
             return None
         if input:
             return input.content or None if isinstance(input, ChatMessage) else input
-        for message in self._manager.store.iter_newest(self.session_id):
-            if message.role == "user" and message.content.strip():
-                return message.content
-        return None
+        mm = self._manager
+        newest: Message | None = yield Call(
+            mm.get_newest_user_message,
+            self.session_id,
+            user_id=self.user_id,
+            native=mm.aget_newest_user_message,
+        )
+        return None if newest is None else newest.content
 
     def _rag_args(self, budget: int) -> dict[str, Any]:
         return {
@@ -440,31 +443,45 @@ class HarombeMemory(BaseMemory):
         message = fit_context(recalled, self._manager, min(self.rag_max_tokens, budget))
         return [message] if message is not None else []
 
-    def _assemble(
-        self, session: Session | None, context: list[Message], budget: int
-    ) -> list[ChatMessage]:
-        """Recalled context and the conversation window, within ``budget`` when they fit.
-
-        The conversation comes first: if its window had to fall back to the newest turn beside
-        the recalled context, the context is dropped and the window chosen again.
-        """
+    def _get(self, input: object, initial_token_count: int) -> Flow[list[ChatMessage]]:
+        """:meth:`get` and :meth:`aget` written once: the owner check, the recall and the
+        window are the manager's public sync/async pairs (async: its native async path)."""
+        budget = self._budget(initial_token_count)
+        mm = self._manager
+        session: Session | None = yield Call(
+            mm.check_owner, self.session_id, self.user_id, exact=True, native=mm.acheck_owner
+        )
+        context: list[Message] = []
+        query = yield from self._recall_query(input)
+        if query:
+            args = self._rag_args(budget)
+            recalled = yield Call(
+                mm.get_relevant_context, query, native=mm.aget_relevant_context, **args
+            )
+            context = self._context(recalled, budget)
         if session is None:  # deleted behind this memory's back (e.g. by a chat store)
             return []
-        counter = TextTokenCounter(self._manager.token_counter)
+        # Recalled context and the conversation window, within ``budget`` when they fit. The
+        # conversation comes first: if its window had to fall back to the newest turn beside
+        # the recalled context, the context is dropped and the window chosen again.
+        counter = TextTokenCounter(mm.token_counter)
         spent = counter.count_messages(context)
-        window = self._window(counter, max(budget - spent, 0))
+        window = yield self._window(counter, max(budget - spent, 0))
         if context and sum(m.token_count or 0 for m in window) + spent > budget:
             context = []
-            window = self._window(counter, budget)
+            window = yield self._window(counter, budget)
         return [to_llamaindex(m) for m in _merge_system(context, window)]
 
-    def _window(self, counter: TextTokenCounter, budget: int) -> list[Message]:
+    def _window(self, counter: TextTokenCounter, budget: int) -> Call[list[Message]]:
         """The core's window of this session in LlamaIndex's counting (each message carries
         its cost), never empty while the session has a message."""
-        return self._manager.get_context(
+        mm = self._manager
+        return Call(
+            mm.get_context,
             self.session_id,
             self.strategy,
             budget,
+            native=mm.aget_context,
             start_on_user=True,
             keep_last=self.keep_last,
             user_id=self.user_id,
@@ -485,27 +502,13 @@ class HarombeMemory(BaseMemory):
         one system message, inside the budget. ``initial_token_count`` above ``token_limit``
         raises InvalidBudgetError (a ValueError, as ChatMemoryBuffer raises).
         """
-        budget = self._budget(initial_token_count)
-        session = self._check()
-        context: list[Message] = []
-        query = self._recall_query(input)
-        if query:
-            recalled = self._manager.get_relevant_context(query, **self._rag_args(budget))
-            context = self._context(recalled, budget)
-        return self._assemble(session, context, budget)
+        return drive(self._get(input, initial_token_count))
 
     async def aget(
         self, input: str | None = None, initial_token_count: int = 0, **kwargs: Any
     ) -> list[ChatMessage]:
-        """Async twin of :meth:`get`; store and search work run off the event loop."""
-        budget = self._budget(initial_token_count)
-        session = await self._acheck()
-        context: list[Message] = []
-        query = await asyncio.to_thread(self._recall_query, input)
-        if query:
-            recalled = await self._manager.aget_relevant_context(query, **self._rag_args(budget))
-            context = self._context(recalled, budget)
-        return await asyncio.to_thread(self._assemble, session, context, budget)
+        """Async twin of :meth:`get`, on the manager's async methods (native on PostgreSQL)."""
+        return await adrive(self._get(input, initial_token_count))
 
     def get_all(self, status: MessageStatus | None = None) -> list[ChatMessage]:
         """Every message of the session, oldest first (no window, no recall).

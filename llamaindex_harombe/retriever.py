@@ -8,7 +8,6 @@ said in earlier conversations.
 
 from __future__ import annotations
 
-import asyncio
 import os
 from typing import Any
 
@@ -18,7 +17,7 @@ from llama_index.core.schema import NodeWithScore, QueryBundle, QueryType, TextN
 
 from harombe_core import MemoryManager
 from harombe_core.errors import InvalidInputError
-from harombe_core.integration import check_search_scope, hit_metadata
+from harombe_core.integration import Call, Flow, adrive, check_search_scope, drive, hit_metadata
 from harombe_core.models import SearchHit
 from harombe_core.validate import check_count, check_query, optional_id
 from llamaindex_harombe._owned import OwnedManager
@@ -125,21 +124,24 @@ class HarombeRetriever(OwnedManager, BaseRetriever):
             args["exclude_session_id"] = self.exclude_session_id
         return args
 
-    def _check(self) -> None:
-        """A session named without a user must have no owner (see ``check_search_scope``)."""
+    def _nodes(self, query_bundle: QueryBundle) -> Flow[list[NodeWithScore]]:
+        """:meth:`_retrieve` written once over the manager's sync/async pairs, so the async
+        path reads the store natively on PostgreSQL. A session named without a user must have
+        no owner (see ``check_search_scope``)."""
+        if not query_bundle.query_str.strip():
+            return []
+        m = self._manager
         if self.session_id is not None and not self.all_users:
-            self._manager.check_owner(self.session_id, self.user_id, exact=True)
+            yield Call(
+                m.check_owner, self.session_id, self.user_id, exact=True, native=m.acheck_owner
+            )
+        hits: list[SearchHit] = yield Call(
+            m.search, query_bundle.query_str, native=m.asearch, **self._search_args()
+        )
+        return [hit_to_node(h) for h in hits]
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        if not query_bundle.query_str.strip():
-            return []
-        self._check()
-        hits = self._manager.search(query_bundle.query_str, **self._search_args())
-        return [hit_to_node(h) for h in hits]
+        return drive(self._nodes(query_bundle))
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        if not query_bundle.query_str.strip():
-            return []
-        await asyncio.to_thread(self._check)
-        hits = await self._manager.asearch(query_bundle.query_str, **self._search_args())
-        return [hit_to_node(h) for h in hits]
+        return await adrive(self._nodes(query_bundle))

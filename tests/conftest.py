@@ -8,10 +8,12 @@ needs it fails with the server's log: a missing database must never look like a 
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -79,3 +81,18 @@ def pg_url(pg_server: EmbeddedPostgres) -> str:
     """A fresh, empty database on the session's server for each test."""
     name = f"s{os.getpid()}_{next(_databases)}"
     return pg_server.create_database(name)
+
+
+@pytest.fixture
+def thread_hops(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The qualified name of every function handed to a worker thread from now on (the
+    flows' one thread hop goes through ``asyncio.to_thread``)."""
+    seen: list[str] = []
+    real = asyncio.to_thread
+
+    async def counting(fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+        seen.append(getattr(fn, "__qualname__", repr(fn)))
+        return await real(fn, *args, **kwargs)
+
+    monkeypatch.setattr(asyncio, "to_thread", counting)
+    return seen

@@ -11,7 +11,6 @@ every backend is interchangeable for the code above it.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
@@ -19,6 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from harombe_core.errors import EmbeddingError, InvalidInputError
+from harombe_core.flows import off_loop
 
 __all__ = [
     "BaseEmbedder",
@@ -168,10 +168,10 @@ class BaseEmbedder:
         # Model inference is CPU-bound and releases the GIL in torch/onnxruntime: a worker
         # thread keeps the event loop responsive.
         items = check_texts(texts)
-        return await asyncio.to_thread(self.embed, items)
+        return await off_loop(self.embed, items)
 
     async def aembed_query(self, text: str) -> FloatArray:
-        return await asyncio.to_thread(self.embed_query, text)
+        return await off_loop(self.embed_query, text)
 
     def _repr_fields(self) -> dict[str, object]:
         """What the repr shows: only what is known without a model load or a network call.

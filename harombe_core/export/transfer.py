@@ -5,14 +5,12 @@ process part-way leaves the store as it was).
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import os
 import uuid
-from collections.abc import Callable, Coroutine, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Literal
 
 from harombe_core.errors import (
     ImportFormatError,
@@ -22,13 +20,12 @@ from harombe_core.errors import (
 from harombe_core.export.files import iter_records, resolve_output_path, safe_filename, write_text
 from harombe_core.export.io import check_format, dumps
 from harombe_core.export.records import EXTENSIONS, ImportResult, SessionRecord, place_facts
+from harombe_core.flows import Call, Flow, Run, Work, adrive, drive
 from harombe_core.models import Message
+from harombe_core.store import ops
 
 if TYPE_CHECKING:
     from harombe_core.manager import MemoryManager
-
-P = ParamSpec("P")
-T = TypeVar("T")
 
 __all__ = [
     "OnConflict",
@@ -47,33 +44,37 @@ def read_session(manager: MemoryManager, session_id: str) -> SessionRecord:
 
     Raises SessionNotFoundError if there is no such session.
     """
-    session = manager.get_session(session_id)
+    return drive(_read_session(manager, session_id))
+
+
+def _read_session(manager: MemoryManager, session_id: str) -> Flow[SessionRecord]:
+    """:func:`read_session` written once: on the async path, the store's async reads."""
+    from harombe_core.facts.ops import extracted_until
+
+    session = yield Call(manager.get_session, session_id, native=manager.aget_session)
     if session is None:
         raise SessionNotFoundError.of(session_id, manager.store.location)
-    messages = manager.get_messages(session_id)
+    messages = yield Call(manager.get_messages, session_id, native=manager.aget_messages)
     ids = [m.id for m in messages if m.id is not None]
-    summaries = manager.store.get_message_summaries(ids) if ids else {}
+    summaries = (yield Run(manager.store, ops.get_message_summaries(ids))) if ids else {}
     record = SessionRecord.from_session(session, messages, summaries)
-    record.state = _state(manager, session_id)
+    # What user memory keeps of the session (None when it keeps nothing).
+    state = yield Call(manager.get_session_state, session_id, native=manager.aget_session_state)
+    until = (yield Run(manager.store, extracted_until(session_id))) or None
+    if state.outcome is not None or state.important or until is not None:
+        record.state = {
+            "outcome": state.outcome,
+            "important": state.important,
+            "facts_until_id": until,
+        }
     return record
 
 
-def _state(manager: MemoryManager, session_id: str) -> dict[str, Any] | None:
-    """What user memory keeps of the session, or None when it keeps nothing."""
-    from harombe_core.facts.ops import extracted_until
-
-    state = manager.get_session_state(session_id)
-    until = manager.store.run(extracted_until(session_id)) or None
-    if state.outcome is None and not state.important and until is None:
-        return None
-    return {"outcome": state.outcome, "important": state.important, "facts_until_id": until}
-
-
-def _sessions(manager: MemoryManager, user_id: str | None) -> list[tuple[str, str | None]]:
+def _sessions(manager: MemoryManager, user_id: str | None) -> Flow[list[tuple[str, str | None]]]:
     """``(session id, owner)`` of every session (of ``user_id``), oldest activity first, so an
     export reads (and re-imports) in the order it happened."""
-    found = reversed(manager.list_sessions(limit=None, user_id=user_id))
-    return [(s.id, s.user_id) for s in found]
+    found = yield Call(manager.list_sessions, None, user_id, native=manager.alist_sessions)
+    return [(s.id, s.user_id) for s in reversed(found)]
 
 
 def export_store(
@@ -88,23 +89,48 @@ def export_store(
     A single session in JSON is one session document; a store export is a bundle. A store's
     (or a user's) export carries their facts too, in every format (see :func:`dumps`).
     """
+    return drive(_export_store(manager, fmt, session_id, user_id))
+
+
+async def aexport_store(
+    manager: MemoryManager,
+    fmt: str = "json",
+    *,
+    session_id: str | None = None,
+    user_id: str | None = None,
+) -> str:
+    """Async twin of :func:`export_store` (the store's async reads: native on PostgreSQL)."""
+    return await adrive(_export_store(manager, fmt, session_id, user_id))
+
+
+def _export_store(
+    manager: MemoryManager, fmt: str, session_id: str | None, user_id: str | None
+) -> Flow[str]:
     check_format(fmt)
     if session_id is not None:
-        return dumps([read_session(manager, session_id)], fmt, bundle=False)
-    sessions = _sessions(manager, user_id)
-    records = [read_session(manager, sid) for sid, _ in sessions]
-    return dumps(records, fmt, bundle=True, facts=_facts_of(manager, sessions, user_id))
+        record = yield from _read_session(manager, session_id)
+        text: str = yield Work(dumps, [record], fmt, bundle=False)
+        return text
+    sessions = yield from _sessions(manager, user_id)
+    records = []
+    for sid, _ in sessions:
+        records.append((yield from _read_session(manager, sid)))
+    facts = yield from _facts_of(manager, sessions, user_id)
+    text = yield Work(dumps, records, fmt, bundle=True, facts=facts)
+    return text
 
 
 def _facts_of(
     manager: MemoryManager, sessions: Sequence[tuple[str, str | None]], user_id: str | None
-) -> list[dict[str, Any]]:
+) -> Flow[list[dict[str, Any]]]:
     """The user-memory facts (history included) of the exported sessions' owners, or of
     ``user_id``: what a store's export carries besides its sessions."""
     users = [user_id] if user_id is not None else sorted({u for _, u in sessions if u})
-    return [
-        fact.to_dict() for uid in users for fact in manager.get_facts(uid, include_history=True)
-    ]
+    found: list[dict[str, Any]] = []
+    for uid in users:
+        facts = yield Call(manager.get_facts, uid, include_history=True, native=manager.aget_facts)
+        found.extend(fact.to_dict() for fact in facts)
+    return found
 
 
 def export_to_directory(
@@ -126,8 +152,8 @@ def export_to_directory(
         sessions: list[tuple[str, str | None]] = [(sid, None) for sid in session_ids]
         facts: list[dict[str, Any]] = []
     else:
-        sessions = _sessions(manager, user_id)
-        facts = _facts_of(manager, sessions, user_id)
+        sessions = drive(_sessions(manager, user_id))
+        facts = drive(_facts_of(manager, sessions, user_id))
     placed, left = place_facts(sessions, facts)
     written = []
     for (sid, _), carried in zip(sessions, placed, strict=True):
@@ -138,22 +164,6 @@ def export_to_directory(
         path = resolve_output_path(safe_filename("facts", EXTENSIONS[fmt]), directory)
         written.append(write_text(path, dumps([], fmt, bundle=True, facts=left)))
     return written
-
-
-def _on_a_thread(fn: Callable[P, T]) -> Callable[P, Coroutine[Any, Any, T]]:
-    """The async twin of ``fn``: the same arguments and result, run on a worker thread so the
-    event loop never waits on the file or the store. Written once for every twin here."""
-
-    @functools.wraps(fn)
-    async def twin(*args: P.args, **kwargs: P.kwargs) -> T:
-        return await asyncio.to_thread(fn, *args, **kwargs)
-
-    twin.__name__ = twin.__qualname__ = "a" + fn.__name__
-    twin.__doc__ = f"Async twin of :func:`{fn.__name__}` (runs on a worker thread)."
-    return twin
-
-
-aexport_store = _on_a_thread(export_store)
 
 
 OnConflict = Literal["error", "new_id", "skip"]
@@ -374,7 +384,31 @@ def import_file(
     each is embedded, and ``manager.flush()`` waits for all of them (with a progress bar on a
     terminal; ``flush(progress=callback)`` reports to a function).
     """
-    return _import(manager, lambda extras: iter_records(path, fmt, extras), on_conflict, user_id)
+    return drive(_importing_file(manager, path, fmt, on_conflict, user_id))
 
 
-aimport_file = _on_a_thread(import_file)
+async def aimport_file(
+    manager: MemoryManager,
+    path: str | os.PathLike[str],
+    *,
+    fmt: str | None = None,
+    on_conflict: OnConflict = "error",
+    user_id: str | None = None,
+) -> ImportResult:
+    """Async twin of :func:`import_file`: the file is read, checked and written in one
+    transaction in a worker thread (the transaction's writes are synchronous calls)."""
+    return await adrive(_importing_file(manager, path, fmt, on_conflict, user_id))
+
+
+def _importing_file(
+    manager: MemoryManager,
+    path: str | os.PathLike[str],
+    fmt: str | None,
+    on_conflict: str,
+    user_id: str | None,
+) -> Flow[ImportResult]:
+    def produce(extras: dict[str, Any]) -> Iterator[SessionRecord]:
+        return iter_records(path, fmt, extras)
+
+    result: ImportResult = yield Work(_import, manager, produce, on_conflict, user_id)
+    return result

@@ -10,7 +10,8 @@ fact of this user, and a source only when it is a message of the batch.
 
 The model is a LangChain chat model (``invoke``/``ainvoke``), a LlamaIndex LLM
 (``complete``/``acomplete``) or a callable ``llm(prompt) -> str`` (with ``acall`` for async),
-used without importing either framework.
+used without importing either framework (:mod:`harombe_core.llm` calls each kind, the async
+path through its own async method).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from harombe_core.facts.models import (
     FactSource,
 )
 from harombe_core.flows import Flow
-from harombe_core.llm import Ask, as_text
+from harombe_core.llm import ask
 from harombe_core.models import Message
 
 __all__ = ["PROMPT", "LLMExtractor", "parse_answer"]
@@ -59,31 +60,6 @@ Use "update" when a message changes a current fact, "close" when a fact stopped 
 a task is done. Answer {{"operations": []}} when nothing is worth remembering."""
 
 
-class _Model:
-    """Text in, text out, for any of the three kinds of model (see the module docstring)."""
-
-    def __init__(self, llm: Any) -> None:
-        self.llm = llm
-
-    def __call__(self, prompt: str) -> str:
-        llm = self.llm
-        if hasattr(llm, "invoke") and hasattr(llm, "ainvoke"):
-            return as_text(llm.invoke(prompt))
-        if hasattr(llm, "complete") and hasattr(llm, "acomplete"):
-            return as_text(llm.complete(prompt))
-        return as_text(llm(prompt))
-
-    async def acall(self, prompt: str) -> str:
-        llm = self.llm
-        if hasattr(llm, "invoke") and hasattr(llm, "ainvoke"):
-            return as_text(await llm.ainvoke(prompt))
-        if hasattr(llm, "complete") and hasattr(llm, "acomplete"):
-            return as_text(await llm.acomplete(prompt))
-        from harombe_core.llm import acall_llm
-
-        return await acall_llm(llm, prompt)
-
-
 class LLMExtractor:
     """Facts from a model: one call per batch, against the user's related current facts.
 
@@ -97,7 +73,7 @@ class LLMExtractor:
                 f"llm must be a LangChain chat model, a LlamaIndex LLM or a callable "
                 f"llm(prompt) -> str, got {type(llm).__name__}."
             )
-        self.model = _Model(llm)
+        self.llm = llm
         self.max_facts = max_facts
 
     def propose(
@@ -110,7 +86,7 @@ class LLMExtractor:
             or "(none)",
             messages="\n".join(f"{m.id} | {m.role} | {m.content}" for m in messages),
         )
-        answer = yield Ask(self.model, prompt)
+        answer = yield from ask(self.llm, prompt)
         if isinstance(answer, BaseException):
             raise FactExtractionError(f"the fact extractor's model failed: {answer}") from answer
         return parse_answer(answer, messages)

@@ -39,7 +39,7 @@ from harombe_core.facts.models import (
     check_user,
 )
 from harombe_core.flows import Call, Flow, Work, drive
-from harombe_core.folding import SummaryFolder
+from harombe_core.folding import FACTS, SummaryFolder
 from harombe_core.models import Message
 from harombe_core.store.base import MessageStore
 from harombe_core.store.rows import to_micros
@@ -254,8 +254,8 @@ class UserMemory:
         extracted (left by another process, or by a failed round) comes first."""
         with self._lock:
             if self._jobs is None:
-                # Below summary folds and checkpointed sessions: extraction may call an LLM.
-                self._jobs = SummaryFolder(self._job, linger=LINGER_SECONDS, priority=-1)
+                # Below every other kind of job: extraction may call an LLM.
+                self._jobs = SummaryFolder(self._job, linger=LINGER_SECONDS, priority=FACTS)
                 self._jobs.request(_SCAN, 0, delay=0)
             return self._jobs
 

@@ -16,7 +16,6 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from harombe_core.models import Message, Session
-from harombe_core.store.context_sql import ContextReads
 
 if TYPE_CHECKING:
     from harombe_core.store.runner import Dialect, Op
@@ -122,10 +121,10 @@ def adjacent_ids_sql(id_condition: str) -> str:
 
 
 @runtime_checkable
-class MessageStore(ContextReads, Protocol):
-    """What every backend (SQLite, Postgres) implements, with identical meaning; the context
-    strategies' O(window) reads (:class:`~harombe_core.store.context_sql.ContextReads`)
-    included."""
+class MessageStore(Protocol):
+    """What every backend (SQLite, Postgres) implements, with identical meaning. Reads and
+    writes beyond these are operations of :mod:`~harombe_core.store.ops` run by :meth:`run`
+    / :meth:`arun`, the context strategies' O(window) reads among them."""
 
     location: str
     #: Which SQL the store speaks: ``dialect.name`` is "sqlite" or "postgres".

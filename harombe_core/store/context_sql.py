@@ -1,5 +1,9 @@
 """The SQL of the context strategies' O(window) reads, for both dialects.
 
+The reads themselves are operations of :mod:`harombe_core.store.ops` (``important_before``,
+``is_threaded``, ``thread_path``) that ``store.run`` / ``await store.arun`` runs, so the
+context flows yield them like every other store operation (native async on PostgreSQL).
+
 The hybrid strategy needs a session's important messages and the threaded one the path from
 the newest message up its ``parent_id`` links. Read from the whole session, both cost
 O(history); these statements read only what the window can use, through partial indexes
@@ -13,28 +17,15 @@ no extra column, no change to how messages are written and no backfill.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, Protocol
-
-from harombe_core.models import Message
-from harombe_core.validate import check_id
-
 __all__ = [
     "IMPORTANCE",
     "IMPORTANT_WHERE",
-    "MESSAGE_COLUMNS",
-    "ContextReads",
     "context_indexes",
     "important_before_sql",
     "is_threaded_sql",
     "thread_path_sql",
 ]
 
-#: The message columns both stores read (alias ``m``), in their row converter's order.
-MESSAGE_COLUMNS = (
-    "m.id, m.session_id, m.role, m.content, m.name, m.tool_calls, m.tool_call_id, m.metadata, "
-    "m.created_at, m.token_count, m.parent_id"
-)
 #: Per dialect: the importance of message ``m`` (NULL when it has none).
 IMPORTANCE = {
     "sqlite": (
@@ -108,72 +99,3 @@ def thread_path_sql(columns: str, mark: str) -> str:
         f"WHERE n.session_id = {mark} AND p.spent <= {mark} AND p.depth < {mark}) "
         f"SELECT {columns} FROM path JOIN messages m ON m.id = path.id ORDER BY path.depth"
     )
-
-
-class ContextReads(Protocol):
-    """The O(window) reads: part of the MessageStore protocol, and written once for both
-    stores, which subclass this and differ only in the SQL dialect.
-
-    A store sets ``_context_dialect`` (``"sqlite"``/``"postgres"``), ``_context_mark`` (its
-    placeholder) and ``_context_row`` (row -> Message), and has ``_read(sql, params)``.
-    """
-
-    _context_dialect: str
-    _context_mark: str
-
-    @staticmethod
-    def _context_row(row: Sequence[Any]) -> Message:
-        """A message from a row of :data:`MESSAGE_COLUMNS` (the store's converter)."""
-        raise NotImplementedError
-
-    def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
-        """The rows of one read-only statement (the store's own)."""
-        raise NotImplementedError
-
-    def important_before(
-        self,
-        session_id: str,
-        before_id: int | None,
-        threshold: float,
-        max_tokens: int,
-        limit: int = 64,
-    ) -> list[Message]:
-        """Newest first, up to ``limit`` important messages of the session older than
-        ``before_id`` (None: any), with importance >= ``threshold`` and at most ``max_tokens``
-        tokens each."""
-        check_id(session_id, "session_id")
-        params: list[Any] = [session_id]
-        if before_id is not None:
-            params.append(int(before_id))
-        params += [float(threshold), int(max_tokens), int(limit)]
-        sql = important_before_sql(
-            self._context_dialect, MESSAGE_COLUMNS, self._context_mark,
-            bounded=before_id is not None,
-        )
-        return [self._context_row(row) for row in self._read(sql, params)]
-
-    def is_threaded(self, session_id: str) -> bool:
-        """Whether any message of the session has a parent (else it is one linear thread)."""
-        check_id(session_id, "session_id")
-        return bool(self._read(is_threaded_sql(self._context_mark), [session_id])[0][0])
-
-    def thread_path(
-        self, session_id: str, max_tokens: int, *, max_depth: int = 100_000
-    ) -> list[Message]:
-        """The thread of the session's newest message, newest first, stopping at the first
-        message past ``max_tokens`` (included) or at ``max_depth`` messages. A link to a
-        message of another session ends the path, as a link to a deleted one does."""
-        check_id(session_id, "session_id")
-        rows = self._read(
-            thread_path_sql(MESSAGE_COLUMNS, self._context_mark),
-            [session_id, session_id, int(max_tokens), int(max_depth)],
-        )
-        path: list[Message] = []
-        seen: set[int] = set()
-        for row in rows:  # a cycle of links (set_parent allows one) ends where it closes
-            message = self._context_row(row)
-            if message.id in seen:
-                break
-            seen.add(message.id)  # type: ignore[arg-type]
-            path.append(message)
-        return path

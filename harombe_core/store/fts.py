@@ -9,8 +9,9 @@ Why it looks the way it does:
   commit order).
 * The catch-up takes the write lock, so it must never run on a reader's path: a search under
   eight writers would otherwise queue behind them. One :class:`KeywordIndexer` per database
-  file per process runs it on a daemon thread, woken after a commit that added messages; the
-  file's last close runs a final one, so a later read-only opener finds every message indexed.
+  file per process hands it to the process's background worker after a commit that added
+  messages; the file's last close runs a final one, so a later read-only opener finds every
+  message indexed.
 * A search reads the index as it is, in one read snapshot, plus the messages above the mark
   (the *tail*), which it scores with FTS5's own BM25 formula in Python (:func:`score_tail`):
   a message is found the moment its save returns, and ranks as it will once indexed.
@@ -32,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harombe_core.errors import HarombeError
+from harombe_core.folding import KEYWORDS, SummaryFolder
 from harombe_core.store.sqlite_file import SQLiteFile
 
 __all__ = [
@@ -172,34 +174,33 @@ CONTEXT_SQL = (
 class KeywordIndexer:
     """Catches the keyword index up off every caller's path: one per file per process.
 
-    :meth:`notify` (after a commit that added messages) wakes a daemon thread, which lingers
-    :attr:`LINGER` seconds so a burst of writes becomes one batch, runs :func:`catch_up`, and
-    ends after :attr:`IDLE` quiet seconds (a later notify starts it again). In a child process
-    after ``fork()`` the thread did not come along: the first notify there starts a new one.
-    An in-memory database indexes on the notifying thread instead: its shared-cache
+    :meth:`notify` (after a commit that added messages) hands a job to the process's
+    background worker (:mod:`harombe_core.folding`, priority
+    :data:`~harombe_core.folding.KEYWORDS`), which lingers :attr:`LINGER` seconds so a burst of
+    writes becomes one batch and runs :func:`catch_up`, one transaction. In a child process
+    after ``fork()`` the parent's jobs are the parent's: the first notify there hands over
+    new ones. An in-memory database indexes on the notifying thread instead: its shared-cache
     connections lock whole tables, so a background writer would make readers fail rather
     than wait.
     """
 
     LINGER = 0.05
-    IDLE = 2.0
 
     def __init__(self, file: SQLiteFile, retries: int) -> None:
         self._file = file
         self._retries = retries
         self._inline = file.location == ":memory:"
+        self._lock = threading.Lock()
         self._indexed = 0  # rows indexed since the last explicit index_now()
         self._reset()
 
     def _reset(self) -> None:
         self._pid = os.getpid()
-        self._cond = threading.Condition(threading.Lock())
-        self._pending = False
         self._stopped = False
-        self._thread: threading.Thread | None = None
+        self._jobs = SummaryFolder(self._step, linger=self.LINGER, priority=KEYWORDS)
 
     def _here(self) -> None:
-        if self._pid != os.getpid():  # forked: the thread and any lock holder stayed behind
+        if self._pid != os.getpid():  # forked: the parent's jobs stay the parent's
             self._reset()
 
     def notify(self) -> None:
@@ -210,61 +211,40 @@ class KeywordIndexer:
             self._run_once()
             return
         self._here()
-        with self._cond:
-            if self._stopped:
-                return
-            self._pending = True
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._loop, name="harombe-keywords", daemon=True
-                )
-                self._thread.start()
-            else:
-                self._cond.notify_all()
+        if not self._stopped:
+            self._jobs.request(self._file.location, 0)
 
     def index_now(self) -> int:
         """Catch up on this thread; returns the rows indexed since the previous call in this
-        process, by this call or by the background thread."""
+        process, by this call or by the background worker."""
         count = catch_up(self._file, self._retries)
-        with self._cond:
+        with self._lock:
             count += self._indexed
             self._indexed = 0
         return count
 
     def stop(self) -> None:
-        """Stop the thread and wait for it (the file is closing; its final catch-up follows)."""
+        """Hand no more jobs to the background, and wait for the one in hand (the file is
+        closing; its final catch-up follows)."""
         self._here()
-        with self._cond:
-            self._stopped = True
-            self._cond.notify_all()
-            thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join()
+        self._stopped = True
+        self._jobs.close()
         with _INDEXERS_LOCK:  # it holds its file: forgotten here, or neither is ever freed
             if _INDEXERS.get(self._file) is self:
                 del _INDEXERS[self._file]
+
+    def _step(self, _location: str, _until: int) -> bool:
+        self._run_once()
+        return False  # one transaction indexed everything committed before it
 
     def _run_once(self) -> None:
         try:
             count = catch_up(self._file, self._retries)
         except HarombeError as exc:  # committed messages stay searchable through the tail
-            log.warning("%s: keyword indexing failed (retried later): %s", self._file.location,
-                        exc)
+            log.warning("%s: keyword indexing failed (retried later): %s", self._file.location, exc)
             return
-        with self._cond:
+        with self._lock:
             self._indexed += count
-
-    def _loop(self) -> None:
-        while True:
-            with self._cond:
-                if not self._pending and not self._stopped:
-                    self._cond.wait(self.IDLE)
-                if self._stopped or not self._pending:
-                    self._thread = None
-                    return
-                self._pending = False
-            time.sleep(self.LINGER)
-            self._run_once()
 
 
 _INDEXERS: weakref.WeakKeyDictionary[SQLiteFile, KeywordIndexer] = weakref.WeakKeyDictionary()
@@ -303,9 +283,7 @@ class TermCounts:
     def stale(self, upto: int) -> bool:
         """Whether to count again: the store grew by a tenth, lost rows, or a minute passed."""
         return (
-            upto - self.upto > self.rows / 10
-            or upto < self.upto
-            or time.monotonic() - self.at > 60
+            upto - self.upto > self.rows / 10 or upto < self.upto or time.monotonic() - self.at > 60
         )
 
 
@@ -381,13 +359,14 @@ def score_tail(split: Sequence[Split], words: Sequence[str], counts: TermCounts)
         length = len(content) + len(context)
         score = 0.0
         for phrase, weight in zip(phrases, idf, strict=True):
-            freq = (
-                BM25_WEIGHTS[0] * _phrase_count(content, phrase)
-                + BM25_WEIGHTS[1] * _phrase_count(context, phrase)
-            )
+            freq = BM25_WEIGHTS[0] * _phrase_count(content, phrase) + BM25_WEIGHTS[
+                1
+            ] * _phrase_count(context, phrase)
             if freq:
-                score += weight * (freq * (_K1 + 1)) / (
-                    freq + _K1 * (1 - _B + _B * length / (average or 1.0))
+                score += (
+                    weight
+                    * (freq * (_K1 + 1))
+                    / (freq + _K1 * (1 - _B + _B * length / (average or 1.0)))
                 )
         scores.append(score)
     return scores

@@ -8,7 +8,7 @@ the :class:`~harombe_core.store.base.MessageStore` protocol, written once for bo
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -16,7 +16,7 @@ from harombe_core.errors import InvalidInputError, SessionNotFoundError
 from harombe_core.models import Message, Session
 from harombe_core.store import ops
 from harombe_core.store.base import SearchScope
-from harombe_core.store.rows import check_id, session_changes
+from harombe_core.store.rows import check_id, row_to_message, session_changes
 from harombe_core.store.runner import Body, Dialect, Op
 
 __all__ = ["StoreMethods", "check_created", "create_session_op"]
@@ -102,6 +102,19 @@ class StoreMethods:
         self, session_id: str, *, after_id: int | None = None, limit: int | None = None
     ) -> list[Message]:
         return self.run(ops.get_messages(session_id, after_id, limit))
+
+    def iter_newest(self, session_id: str) -> Iterator[Message]:
+        """The session's messages newest first, fetched lazily a page at a time (pages that
+        double from 32 rows, each its own statement: no statement stays open between pages,
+        so a closing store or a fork never waits for a half-read iteration)."""
+        check_id(session_id, "session_id")
+        before, size = None, 32
+        while True:
+            rows = self.run(ops.newest_rows(session_id, before, size))
+            yield from map(row_to_message, rows)
+            if len(rows) < size:
+                return
+            before, size = int(rows[-1][0]), min(size * 2, 256)
 
     def get_messages_by_ids(
         self, ids: Sequence[int], scope: SearchScope | None = None

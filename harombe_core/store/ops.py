@@ -19,6 +19,7 @@ from harombe_core.errors import InvalidInputError
 from harombe_core.models import Message, Session
 from harombe_core.owners import check_owner
 from harombe_core.store.base import SearchScope, adjacent_ids_sql
+from harombe_core.store.context_sql import important_before_sql, is_threaded_sql, thread_path_sql
 from harombe_core.store.erasure import mark_erased, relink_successors
 from harombe_core.store.rows import (
     MESSAGE_COLUMNS,
@@ -51,8 +52,11 @@ __all__ = [
     "get_messages_by_ids",
     "get_meta",
     "get_session",
+    "important_before",
+    "is_threaded",
     "list_sessions",
     "mark_embedded",
+    "newest_rows",
     "reset_embedded",
     "scope_size",
     "set_message_summary",
@@ -61,6 +65,7 @@ __all__ = [
     "summaries_matching",
     "summarised_sessions",
     "system_prompt_tokens",
+    "thread_path",
     "update_session",
 ]
 
@@ -344,6 +349,81 @@ def get_messages(
         sql += " ORDER BY m.id LIMIT ?"
         params.append(d.no_limit if limit is None else limit)
         return [row_to_message(r) for r in (yield d.step(sql, params)).rows]
+
+    return Op(body)
+
+
+def newest_rows(session_id: str, before_id: int | None, limit: int) -> Op[list[Any]]:
+    """A page of the session's message rows, newest first, older than ``before_id`` (None:
+    from the newest): one seek and a short scan of the ``(session_id, id)`` index. Rows, not
+    messages: the newest-first reader (:mod:`harombe_core.context_reads`) turns into
+    messages only the rows a window takes."""
+    check_id(session_id, "session_id")
+    params: list[Any] = [session_id]
+    sql = f"SELECT {MESSAGE_COLUMNS} FROM messages m WHERE m.session_id = ?"
+    if before_id is not None:
+        sql += " AND m.id < ?"
+        params.append(int(before_id))
+    params.append(int(limit))
+
+    def body(d: Dialect) -> Body[list[Any]]:
+        return (yield d.step(f"{sql} ORDER BY m.id DESC LIMIT ?", params)).rows
+
+    return Op(body)
+
+
+def important_before(
+    session_id: str,
+    before_id: int | None,
+    threshold: float,
+    max_tokens: int,
+    limit: int = 64,
+) -> Op[list[Message]]:
+    """Newest first, up to ``limit`` important messages of the session older than
+    ``before_id`` (None: any), with importance >= ``threshold`` and at most ``max_tokens``
+    tokens each (through the ``messages_important`` partial index: the cost follows the
+    window, see :mod:`~harombe_core.store.context_sql`)."""
+    check_id(session_id, "session_id")
+    params: list[Any] = [session_id]
+    if before_id is not None:
+        params.append(int(before_id))
+    params += [float(threshold), int(max_tokens), int(limit)]
+
+    def body(d: Dialect) -> Body[list[Message]]:
+        sql = important_before_sql(d.name, MESSAGE_COLUMNS, "?", bounded=before_id is not None)
+        return [row_to_message(r) for r in (yield d.step(sql, params)).rows]
+
+    return Op(body)
+
+
+def is_threaded(session_id: str) -> Op[bool]:
+    """Whether any message of the session has a parent (else it is one linear thread)."""
+    check_id(session_id, "session_id")
+
+    def body(d: Dialect) -> Body[bool]:
+        return bool((yield d.step(is_threaded_sql("?"), (session_id,))).rows[0][0])
+
+    return Op(body)
+
+
+def thread_path(session_id: str, max_tokens: int, *, max_depth: int = 100_000) -> Op[list[Message]]:
+    """The thread of the session's newest message, newest first, stopping at the first
+    message past ``max_tokens`` (included) or at ``max_depth`` messages. A link to a message
+    of another session ends the path, as a link to a deleted one does."""
+    check_id(session_id, "session_id")
+    params = [session_id, session_id, int(max_tokens), int(max_depth)]
+
+    def body(d: Dialect) -> Body[list[Message]]:
+        rows = (yield d.step(thread_path_sql(MESSAGE_COLUMNS, "?"), params)).rows
+        path: list[Message] = []
+        seen: set[int] = set()
+        for row in rows:  # a cycle of links (set_parent allows one) ends where it closes
+            message = row_to_message(row)
+            if message.id in seen:
+                break
+            seen.add(message.id)  # type: ignore[arg-type]
+            path.append(message)
+        return path
 
     return Op(body)
 

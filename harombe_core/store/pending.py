@@ -18,11 +18,12 @@ writes through the same store, and must not wait for itself.
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import weakref
 from collections.abc import Callable
 from typing import Any
+
+from harombe_core.flows import off_loop
 
 __all__ = ["asettle", "owed", "register", "settle", "settling"]
 
@@ -93,4 +94,4 @@ def settling() -> bool:
 async def asettle(location: str, block: Any = None) -> None:
     """:func:`settle` off the event loop (a drain writes), when anything is owed."""
     if owed(location):
-        await asyncio.to_thread(settle, location, block)
+        await off_loop(settle, location, block)

@@ -35,7 +35,7 @@ import random
 import re
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
@@ -52,9 +52,8 @@ from harombe_core.errors import (
 from harombe_core.models import Message
 from harombe_core.store import pending
 from harombe_core.store.base import AtomicBlock, KeywordHit, SearchScope
-from harombe_core.store.context_sql import ContextReads
 from harombe_core.store.methods import StoreMethods
-from harombe_core.store.rows import MESSAGE_COLUMNS, check_id, dumps, row_to_message, scope_sql
+from harombe_core.store.rows import MESSAGE_COLUMNS, dumps, row_to_message, scope_sql
 from harombe_core.store.runner import POSTGRES, Body, Op, Step, adrive, drive
 from harombe_core.store.schema import PG_MIGRATIONS, PG_SCHEMA_VERSION, TS_CONFIG
 
@@ -152,7 +151,7 @@ def _ts_query_text(text: str) -> str | None:
     return " or ".join(words[:64])
 
 
-class PostgresStore(StoreMethods, ContextReads):
+class PostgresStore(StoreMethods):
     """A :class:`~harombe_core.store.base.MessageStore` on PostgreSQL (extra ``postgres``).
 
     ``url`` is a libpq URL (``postgresql://user:pass@host:5432/db``). ``retry_seconds`` is how long
@@ -465,43 +464,6 @@ class PostgresStore(StoreMethods, ContextReads):
 
     # sessions -------------------------------------------------------------------------------
     # messages -------------------------------------------------------------------------------
-    def _newest_page_body(self, session_id: str, before: int | None) -> Body[list[Message]]:
-        sql = f"SELECT {MESSAGE_COLUMNS} FROM messages m WHERE m.session_id = %s"
-        params: list[Any] = [session_id]
-        if before is not None:
-            sql += " AND m.id < %s"
-            params.append(before)
-        sql += " ORDER BY m.id DESC LIMIT 64"
-        return [row_to_message(r) for r in (yield Step(sql, params)).rows]
-
-    def iter_newest(self, session_id: str) -> Iterator[Message]:
-        """Newest first, a page at a time: a token window stops reading as soon as it is full."""
-        check_id(session_id, "session_id")
-        pending.settle(self.location, self._block)
-        before: int | None = None
-        while True:
-            page = self._run(
-                lambda before=before: self._newest_page_body(session_id, before), write=False
-            )
-            yield from page
-            if len(page) < 64:
-                return
-            before = page[-1].id
-
-    async def aiter_newest(self, session_id: str) -> AsyncIterator[Message]:
-        check_id(session_id, "session_id")
-        await pending.asettle(self.location, self._block)
-        before: int | None = None
-        while True:
-            page = await self._arun(
-                lambda before=before: self._newest_page_body(session_id, before), write=False
-            )
-            for message in page:
-                yield message
-            if len(page) < 64:
-                return
-            before = page[-1].id
-
     # derived indexes ------------------------------------------------------------------------
     def _keyword_body(
         self, text: str, limit: int, scope: SearchScope | None
@@ -608,13 +570,6 @@ class PostgresStore(StoreMethods, ContextReads):
             "pending_embeddings": int(pending),
             "bytes": int(size),
         }
-
-    # context reads (O(window)): important_before, is_threaded, thread_path ----------------
-    _context_dialect, _context_mark = "postgres", "%s"
-
-    @staticmethod
-    def _context_row(row: Sequence[Any]) -> Message:
-        return row_to_message(row)
 
 
 class _Attempts(Generic[T]):

@@ -15,11 +15,11 @@ own ``add_messages``, as steps).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from harombe_core.errors import InvalidInputError
+from harombe_core.flows import off_loop
 from harombe_core.store.runner import Body, Step, StepResult, drive
 
 if TYPE_CHECKING:
@@ -66,8 +66,8 @@ class SqlRunner:
         exactly_once: bool = False,
         adds_messages: bool = True,
     ) -> T:
-        """:meth:`run` without blocking the event loop."""
-        return await asyncio.to_thread(
+        """:meth:`run` without blocking the event loop (SQLite: in a worker thread)."""
+        return await off_loop(
             self.run, factory, exactly_once=exactly_once, adds_messages=adds_messages
         )
 
@@ -76,8 +76,8 @@ class SqlRunner:
         return self.store.snapshot(lambda c: drive(c, factory()))
 
     async def aread(self, factory: Callable[[], Body[T]]) -> T:
-        """:meth:`read` without blocking the event loop."""
-        return await asyncio.to_thread(self.read, factory)
+        """:meth:`read` without blocking the event loop (SQLite: in a worker thread)."""
+        return await off_loop(self.read, factory)
 
     def add_messages(
         self, session_id: str, messages: Sequence[Message], **options: Any

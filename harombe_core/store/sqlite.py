@@ -21,7 +21,6 @@ Why it looks the way it does:
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
 import itertools
@@ -30,14 +29,14 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from harombe_core.errors import SchemaTooNewError, StoreError
+from harombe_core.flows import off_loop
 from harombe_core.models import Message
 from harombe_core.store import pending
 from harombe_core.store.base import KeywordHit, SearchScope
-from harombe_core.store.context_sql import ContextReads
 from harombe_core.store.erasure import ERASED_KEYWORDS, compact_keywords, owed
 from harombe_core.store.fts import (
     BM25_WEIGHTS,
@@ -60,7 +59,6 @@ from harombe_core.store.fts import (
 from harombe_core.store.methods import StoreMethods
 from harombe_core.store.rows import (
     MESSAGE_COLUMNS,
-    check_id,
     from_micros,
     row_to_message,
     scope_sql,
@@ -139,7 +137,7 @@ def _close_keywords(file: SQLiteFile, retries: int) -> None:
         file.checkpoint()
 
 
-class SQLiteStore(StoreMethods, ContextReads):
+class SQLiteStore(StoreMethods):
     """The default :class:`~harombe_core.store.base.MessageStore`.
 
     ``path`` is a file path (``~`` expanded, parent directories created, file mode 0600) or
@@ -282,7 +280,7 @@ class SQLiteStore(StoreMethods, ContextReads):
 
     async def arun(self, op: Op[T]) -> T:
         """:meth:`run` on a worker thread (SQLite has no async driver): one hop per op."""
-        return await asyncio.to_thread(self.run, op)
+        return await off_loop(self.run, op)
 
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         pending.settle(self.location, self._file.block)
@@ -290,28 +288,6 @@ class SQLiteStore(StoreMethods, ContextReads):
 
     # sessions -----------------------------------------------------------------------------
     # messages -----------------------------------------------------------------------------
-    def iter_newest(self, session_id: str) -> Iterator[Message]:
-        """Newest first, fetched lazily: a token window stops reading as soon as it is full.
-
-        Read in pages of 32 rows, each its own statement: no statement stays open between
-        pages, so a closing store or a fork never waits for a half-read window.
-        """
-        check_id(session_id, "session_id")
-        sql = f"SELECT {MESSAGE_COLUMNS} FROM messages m WHERE m.session_id = ?"
-        size, before = 32, None  # 32: most windows fit in one or two pages
-        while True:
-            if before is None:
-                rows = self._read(f"{sql} ORDER BY m.id DESC LIMIT ?", (session_id, size))
-            else:
-                rows = self._read(
-                    f"{sql} AND m.id < ? ORDER BY m.id DESC LIMIT ?", (session_id, before, size)
-                )
-            for row in rows:
-                yield row_to_message(row)
-            if len(rows) < size:
-                return
-            before = rows[-1][0]
-
     # derived indexes ----------------------------------------------------------------------
     def keyword_search(
         self, query: str, *, limit: int = 10, scope: SearchScope | None = None
@@ -578,12 +554,6 @@ class SQLiteStore(StoreMethods, ContextReads):
             "pending_embeddings": pending,
             "bytes": size,
         }
-
-    # context reads (O(window)): important_before, is_threaded, thread_path ----------------
-    _context_dialect, _context_mark = "sqlite", "?"
-    @staticmethod
-    def _context_row(row: Sequence[Any]) -> Message:
-        return row_to_message(row)
 
 
 #: Common words, see SQLiteStore._drop_common_words.

@@ -42,9 +42,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import shlex
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -57,6 +59,8 @@ from harombe_core.errors import (
     StoreReadOnlyError,
     VectorIndexBusyError,
 )
+from harombe_core.folding import SummaryFolder
+from harombe_core.models import Message
 from harombe_core.progress import Progress, progress_reporter, silent
 from harombe_core.store.base import MessageStore, SearchScope
 from harombe_core.vectors.base import FloatArray, VectorIndex, VectorMatch, scope_metadata_filter
@@ -256,9 +260,14 @@ class SemanticMemory(EmbeddingWorker):
         self.vector_store = "database" if self.in_database else "custom"
         self._matrix: VectorMatrix | None = None  # made by the first search across users
         self._work_lock = threading.RLock()
-        self._wake = threading.Event()
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        # The embedder's jobs on the process's background worker, and the window of pending
+        # messages its batches are taken from (see harombe_core.vectors.worker).
+        self._jobs: SummaryFolder | None = None
+        self._pid = os.getpid()
+        self._window: deque[tuple[Message, str]] = deque()
+        self._owners: dict[str, str | None] = {}
+        self._backoff = self.poll or 0.0
         self._batch_lock = _batch_lock(store)
         self._next_open_attempt = 0.0
         self._logged: set[str] = set()
@@ -273,16 +282,14 @@ class SemanticMemory(EmbeddingWorker):
         self.store.set_meta(META_DIMENSION, str(self.embedder.dimension))
 
     def start(self) -> None:
-        """Start the worker; it first checks the index, then embeds whatever is pending."""
-        if self._thread is not None:
-            return
-        self._thread = threading.Thread(target=self._run, name="harombe-embedder", daemon=True)
-        self._wake.set()
-        self._thread.start()
+        """Hand the embedding to the process's background worker (:mod:`harombe_core.folding`);
+        it first checks the index, then embeds whatever is pending, one batch per step."""
+        self._start_jobs()
 
     def notify(self) -> None:
-        """New messages were committed: wake the worker (returns at once)."""
-        self._wake.set()
+        """New messages were committed: have them embedded in the background (returns at
+        once)."""
+        self._notify_jobs()
 
     def flush(self, timeout: float | None = None, *, progress: Progress = None) -> None:
         """Return once every committed message is embedded and searchable.
@@ -343,13 +350,9 @@ class SemanticMemory(EmbeddingWorker):
         return count
 
     def stop(self) -> None:
-        """Stop the worker after its current batch (``start()`` runs it again)."""
-        self._stop.set()
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout=60)
-            self._thread = None
-        self._stop.clear()
+        """Stop embedding in the background after the batch in hand (``start()`` hands it
+        over again)."""
+        self._stop_jobs()
 
     def close(self) -> None:
         """Stop the worker and close the index (an embedded folder is given back).

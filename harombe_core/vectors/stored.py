@@ -116,6 +116,16 @@ class StoredVectors:
 
     def existing(self, ids: Sequence[int]) -> set[int]:
         """Which of these message ids still exist."""
+        return self._which(ids, "")
+
+    def without_vectors(self, ids: Sequence[int]) -> set[int]:
+        """Which of these messages still exist with no stored vector (a batch read a while
+        ago, less what another process embedded or a delete removed since)."""
+        return self._which(
+            ids, " AND NOT EXISTS (SELECT 1 FROM message_vectors v WHERE v.message_id = m.id)"
+        )
+
+    def _which(self, ids: Sequence[int], condition: str) -> set[int]:
         wanted = [int(i) for i in ids]
         found: set[int] = set()
         for start in range(0, len(wanted), 500):
@@ -123,14 +133,14 @@ class StoredVectors:
             found.update(
                 int(r[0])
                 for r in self.store.query(
-                    f"SELECT id FROM messages WHERE id IN ({','.join('?' * len(chunk))})", chunk
+                    f"SELECT m.id FROM messages m WHERE m.id IN ({','.join('?' * len(chunk))})"
+                    + condition,
+                    chunk,
                 )
             )
         return found
 
-    def tail(
-        self, after: int, limit: int
-    ) -> tuple[list[int], FloatArray, list[dict[str, Any]]]:
+    def tail(self, after: int, limit: int) -> tuple[list[int], FloatArray, list[dict[str, Any]]]:
         """Up to ``limit`` stored vectors the index does not hold, ids above ``after``, with
         the metadata the index keeps (read now, so a moved session carries its new owner)."""
         rows = self.store.query(
@@ -232,10 +242,12 @@ class StoredVectors:
             return 0
         return int(
             self.store.transaction(
-                lambda c: c.execute(
-                    "UPDATE messages SET embedded = 0 WHERE embedded = 1 AND NOT EXISTS "
-                    "(SELECT 1 FROM message_vectors v WHERE v.message_id = messages.id)"
-                ).rowcount,
+                lambda c: (
+                    c.execute(
+                        "UPDATE messages SET embedded = 0 WHERE embedded = 1 AND NOT EXISTS "
+                        "(SELECT 1 FROM message_vectors v WHERE v.message_id = messages.id)"
+                    ).rowcount
+                ),
                 adds_messages=False,
             )
         )

@@ -1,32 +1,34 @@
 """The worker of semantic memory: it embeds pending messages and keeps the index in step.
 
 :class:`EmbeddingWorker` is the part of :class:`~harombe_core.vectors.indexer.SemanticMemory`
-that runs on its background thread (and in ``flush``/``backfill``): it opens and checks the
-index, embeds what the store says is pending, a window of texts of about one length at a
-time, and files vectors stored by other processes (the tail) into the index. The rules it
-keeps (index first, flag second; one owner per embedded folder) are described in
-:mod:`harombe_core.vectors.indexer`.
+that runs as a kind of job on the process's background worker (:mod:`harombe_core.folding`,
+priority :data:`~harombe_core.folding.VECTORS`) and in ``flush``/``backfill``: it opens and
+checks the index, embeds what the store says is pending, and files vectors stored by other
+processes (the tail) into the index. The rules it keeps (index first, flag second; one owner
+per embedded folder) are described in :mod:`harombe_core.vectors.indexer`.
 
-**Exit.** The worker is a daemon thread, so a program that never closes its memory (a script,
-a notebook, a CI job) still exits. But a daemon thread that is inside native code (ONNX
-Runtime, the tokenizers, Chroma) while the interpreter finalises is ended by force when it
-comes back for the GIL, and unwinding C++ or Rust frames that way aborts the whole process
-("terminate called without an active exception", exit code 134). So every running worker is
-stopped and joined when the interpreter starts to shut down (:func:`stop_workers_at_exit`,
-run before the ``atexit`` handlers and before any module is torn down): it finishes the batch
-in hand, within :data:`EXIT_WAIT` seconds, and the messages still pending are embedded by the
-next process that opens the store.
+**Bounded steps.** One step embeds one batch (``batch_size`` messages), so the worker's other
+jobs of a higher priority (checkpointed sessions, keyword entries) wait for one batch, not for
+a backlog. Batches are taken from a *window* of pending messages read at once
+(:data:`EMBED_WINDOW`) and sorted by length, kept between steps: a model pads every text of a
+batch to its longest, so batches of like length are what keeps ingestion fast. Before a batch is
+embedded, the rows another process embedded since the window was read are dropped from it (on
+SQLite, under the database's embedding lock), so no message is embedded twice.
+
+**Exit.** The background worker finishes the batch in hand when the interpreter shuts down and
+stops (see :mod:`harombe_core.folding`); the messages still pending are embedded by the next
+process that opens the store.
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import logging
 import os
 import re
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +43,7 @@ from harombe_core.errors import (
     VectorIndexBusyError,
     VectorIndexError,
 )
+from harombe_core.folding import VECTORS, SummaryFolder
 from harombe_core.models import Message
 from harombe_core.progress import Progress, progress_reporter, silent
 from harombe_core.store.base import MessageStore
@@ -51,7 +54,7 @@ from harombe_core.vectors.stored import StoredVectors, index_metadata
 if TYPE_CHECKING:
     from harombe_core.embeddings.base import Embedder
 
-__all__ = ["EmbeddingWorker", "check_batch_size", "embedding_text", "stop_workers_at_exit"]
+__all__ = ["EmbeddingWorker", "check_batch_size", "embedding_text"]
 
 # One logger for all of semantic memory, whichever module of it speaks.
 log = logging.getLogger("harombe_core.vectors.indexer")
@@ -110,64 +113,9 @@ def embedding_text(message: Message, context: str = "", *, with_context: bool = 
     return text
 
 
-#: Seconds the interpreter waits at exit for running workers to finish the batch in hand (a
-#: batch takes well under a second; a model being converted on the worker a few seconds).
-EXIT_WAIT = 30.0
-
-_running: dict[threading.Thread, EmbeddingWorker] = {}
-_running_lock = threading.Lock()
-_exit_hook = False
-
-
-def _track(worker: EmbeddingWorker) -> None:
-    """Note the calling thread as a running worker, to be stopped before the interpreter
-    finalises (see the module docstring)."""
-    global _exit_hook
-    with _running_lock:
-        _running[threading.current_thread()] = worker
-        if not _exit_hook:
-            # threading's own exit hooks run first at shutdown, before atexit handlers (some
-            # of which tear down native libraries) and before daemon threads are cut off.
-            register = getattr(threading, "_register_atexit", None)
-            try:
-                (register or atexit.register)(stop_workers_at_exit)
-            except RuntimeError:  # the interpreter is already shutting down
-                atexit.register(stop_workers_at_exit)
-            _exit_hook = True
-
-
-def _untrack() -> None:
-    with _running_lock:
-        _running.pop(threading.current_thread(), None)
-
-
-def stop_workers_at_exit(wait: float = EXIT_WAIT) -> None:
-    """Stop every running worker of this process and join it, waiting at most ``wait`` seconds
-    in all; called when the interpreter shuts down. Pending messages stay pending."""
-    with _running_lock:
-        running = list(_running.items())
-    for _thread, worker in running:
-        worker._stop.set()
-        worker._wake.set()
-    deadline = time.monotonic() + wait
-    for thread, _worker in running:
-        thread.join(max(deadline - time.monotonic(), 0.0))
-        if thread.is_alive():
-            log.warning(
-                "the embedding worker did not stop within %.0f s of exit; its batch is left "
-                "pending for the next open",
-                wait,
-            )
-
-
-def _forget_workers_in_child() -> None:
-    """A forked child has none of its parent's threads (and a lock held by one stays held)."""
-    global _running_lock
-    _running_lock = threading.Lock()
-    _running.clear()
-
-
-os.register_at_fork(after_in_child=_forget_workers_in_child)
+#: The embedder's keys on the background worker: work saved in this process (after a linger
+#: that gathers a batch) and the look for work other processes left (every ``poll`` seconds).
+_NEW, _POLL = "new", "poll"
 
 
 def check_batch_size(batch_size: Any) -> None:
@@ -194,8 +142,12 @@ class EmbeddingWorker:
     last_error: BaseException | None
     _checked: bool
     _work_lock: threading.RLock
-    _wake: threading.Event
     _stop: threading.Event
+    _jobs: SummaryFolder | None
+    _pid: int
+    _window: deque[tuple[Message, str]]
+    _owners: dict[str, str | None]
+    _backoff: float
     _batch_lock: Any
     _next_open_attempt: float
     _logged: set[str]
@@ -315,46 +267,84 @@ class EmbeddingWorker:
         self._logged.add(kind)
         log.log(level, "%s", message)
 
-    def _run(self) -> None:
-        _track(self)
+    # on the background worker -----------------------------------------------------------
+    def _start_jobs(self) -> None:
+        """Hand the embedder to the process's background worker; it first checks the index,
+        then embeds whatever is pending."""
+        if self._jobs is None:
+            self._pid = os.getpid()
+            self._jobs = SummaryFolder(self._background_step, linger=self.linger, priority=VECTORS)
+            self._jobs.request(_NEW, 0, delay=0)
+
+    def _notify_jobs(self) -> None:
+        jobs = self._jobs
+        # In a child after fork() the parent's embedder (its index client above all) stays
+        # the parent's: the child embeds through its own semantic memory, or on flush().
+        if jobs is not None and self._pid == os.getpid():
+            jobs.request(_NEW, 0)  # after the linger: a burst of saves becomes one batch
+
+    def _stop_jobs(self) -> None:
+        """Take the embedder off the background worker after the step in hand; the window
+        read so far is dropped (its rows are still pending in the store)."""
+        self._stop.set()
         try:
-            self._loop()
+            jobs, self._jobs = self._jobs, None
+            if jobs is not None:
+                jobs.close()
+            with self._work_lock:
+                self._window.clear()
         finally:
-            _untrack()
+            self._stop.clear()
 
-    def _loop(self) -> None:
-        wait = self.poll
-        while not self._stop.is_set():
-            try:
-                self._cycle()
-                wait = self.poll
-            except Exception as exc:  # logged and kept: flush() raises it to the caller
-                self.last_error = exc
-                self._log_once(
-                    f"worker:{type(exc).__name__}",
-                    f"background embedding failed, will retry: {exc}",
-                )
-                # A failing model or server is not asked again every poll: back off (a new
-                # message still wakes the worker at once).
-                wait = None if wait is None else min(max(wait * 2, 1.0), MAX_BACKOFF)
-            if self._wake.wait(wait):
-                # Messages usually arrive one by one; lingering a moment lets a batch gather,
-                # so the model runs once per batch instead of once per message.
-                self._stop.wait(self.linger)
-            self._wake.clear()
+    def _background_step(self, _key: str, _until: int) -> bool:
+        """One step on the background worker; True while more is pending. When nothing is,
+        the look for work other processes left is handed over again, ``poll`` seconds on
+        (longer after a failure, which is logged and kept for ``flush()`` to raise)."""
+        jobs = self._jobs
+        if self._pid != os.getpid():
+            return False
+        try:
+            more = self._step()
+        except Exception as exc:
+            self.last_error = exc
+            self._log_once(
+                f"worker:{type(exc).__name__}", f"background embedding failed, will retry: {exc}"
+            )
+            # A failing model or server is not asked again every poll: back off (a new message
+            # still starts a step after the linger).
+            self._backoff = min(max(self._backoff * 2, 1.0), MAX_BACKOFF)
+            if jobs is not None and self.poll is not None:
+                jobs.request(_POLL, 0, delay=self._backoff)
+            return False
+        self._backoff = self.poll or 0.0
+        if jobs is None:
+            return False
+        if more is None:  # another thread or process has the turn: try again shortly
+            jobs.request(_NEW, 0, delay=max(self.linger, 0.01))
+            return False
+        if not more and self.poll is not None:
+            jobs.request(_POLL, 0, delay=self.poll)
+        return more
 
-    def _cycle(self) -> None:
-        """One round of the worker: own the index if free, check it, embed, file the tail."""
+    def _step(self) -> bool | None:
+        """Own the index if free, check it, embed one batch or file one batch of the tail.
+        True when more may be pending, False when nothing was, None when another thread (a
+        caller's flush) or process holds the turn."""
+        if self._stop.is_set():
+            return False
         due = time.monotonic() >= self._next_open_attempt
         if self.index is None and self.open_index is not None and due:
             self.try_open_index()
-        with self._work_lock:
+        if not self._work_lock.acquire(blocking=False):
+            return None
+        try:
             self._check_index()
-        while not self._stop.is_set() and self.embed_pending(self.window) > 0:
-            pass
-        if not self._stop.is_set():
-            with self._work_lock:
-                self.sync_tail()
+            taken = self._embed_next(self.batch_size, timeout=0.0)
+            if taken is None or taken > 0:
+                return None if taken is None else True
+            return self._file_tail_batch() > 0
+        finally:
+            self._work_lock.release()
 
     def embed_pending(
         self,
@@ -364,21 +354,68 @@ class EmbeddingWorker:
         deadline: float | None = None,
         batch_size: int | None = None,
     ) -> int:
-        """Embed up to ``limit`` pending messages; returns how many were embedded.
+        """Embed about ``limit`` pending messages on this thread; returns how many were taken
+        (0: nothing is pending).
 
         They are embedded ``batch_size`` (default: this memory's) at a time, shortest texts
-        first, each batch stored before the next; a stop, or the ``deadline`` (a
+        of a window first, each batch stored before the next; a stop, or the ``deadline`` (a
         ``time.monotonic()`` value) passing, ends the call after the batch in hand.
         """
         if not self._work_lock.acquire(timeout=-1 if timeout is None else max(timeout, 0.0)):
             return 1  # the worker holds the lock and is making progress: the caller loops
         try:
-            with self._embedding_turn(timeout) as turn:
-                if not turn:
-                    return 1  # another process is embedding a batch: the caller loops
-                return self._embed_window(limit, batch_size or self.batch_size, deadline)
+            done = 0
+            while done < limit:
+                if done and (
+                    self._stop.is_set() or (deadline is not None and time.monotonic() >= deadline)
+                ):
+                    break  # what is stored stays stored; the rest is still pending
+                taken = self._embed_next(batch_size or self.batch_size, timeout)
+                if taken is None:
+                    return max(done, 1)  # another process is embedding a batch: the caller loops
+                if taken == 0:
+                    break
+                done += taken
+            return done
         finally:
             self._work_lock.release()
+
+    def _embed_next(self, batch_size: int, timeout: float | None) -> int | None:
+        """Embed and store the next batch of the window (read again from the store when it
+        is used up); returns the rows taken (0: nothing is pending), or None when another
+        process holds the database's embedding lock. Caller holds ``_work_lock``."""
+        with self._embedding_turn(timeout) as turn:
+            if not turn:
+                return None
+            if not self._window:
+                self._read_window()
+            taken = [self._window.popleft() for _ in range(min(batch_size, len(self._window)))]
+            if not taken:
+                return 0
+            batch = taken
+            if self.stored is not None and self._batch_lock is not None:
+                # Another process may have embedded some since the window was read.
+                left = self.stored.without_vectors([int(m.id or 0) for m, _ in taken])
+                batch = [pair for pair in taken if int(pair[0].id or 0) in left]
+            if batch:
+                self._embed_batch([m for m, _ in batch], [t for _, t in batch], self._owners)
+                for listener in list(self._listeners):
+                    listener(len(batch))
+            return len(taken)
+
+    def _read_window(self) -> None:
+        """Read up to ``window`` pending messages, shortest embedding text first (each batch
+        then holds texts of about one length)."""
+        pending = self.store.pending_embeddings(self.window)
+        texts = [
+            embedding_text(message, context, with_context=self.embed_context)
+            for message, context in pending
+        ]
+        # Characters stand in for tokens: close enough to keep each batch's padding small,
+        # and known without the model's tokenizer (any embedder works this way).
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        self._window = deque((pending[i][0], texts[i]) for i in order)
+        self._owners = {}  # each session's owner, read once per window
 
     @contextlib.contextmanager
     def _embedding_turn(self, timeout: float | None) -> Iterator[bool]:
@@ -405,38 +442,12 @@ class EmbeddingWorker:
         finally:
             lock.release()
 
-    def _embed_window(self, limit: int, batch_size: int, deadline: float | None) -> int:
-        """Embed and store up to ``limit`` pending messages, in batches of similar length."""
-        pending = self.store.pending_embeddings(limit)
-        if not pending:
-            return 0
-        texts = [
-            embedding_text(message, context, with_context=self.embed_context)
-            for message, context in pending
-        ]
-        # Characters stand in for tokens: close enough to keep each batch's padding small,
-        # and known without the model's tokenizer (any embedder works this way).
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-        owners: dict[str, str | None] = {}
-        done = 0
-        for start in range(0, len(order), batch_size):
-            if start and (
-                self._stop.is_set() or (deadline is not None and time.monotonic() >= deadline)
-            ):
-                break  # what is stored stays stored; the rest is still pending
-            chunk = order[start : start + batch_size]
-            self._embed_batch([pending[i][0] for i in chunk], [texts[i] for i in chunk], owners)
-            done += len(chunk)
-            for listener in list(self._listeners):
-                listener(len(chunk))
-        return done
-
     def _embed_batch(
         self, messages: list[Message], texts: list[str], owners: dict[str, str | None]
     ) -> None:
         """Embed one batch and store it: index first, flag second (see the module docstring).
 
-        ``owners`` caches each session's owner for the window (read once per session).
+        ``owners`` caches each session's owner (read once per session and window).
         """
         vectors = np.asarray(self.embedder.embed(texts), dtype=np.float32)
         if vectors.shape != (len(messages), self.embedder.dimension):
@@ -488,6 +499,20 @@ class EmbeddingWorker:
                 if advance is not None:
                     advance(len(ids))
             return copied
+
+    def _file_tail_batch(self) -> int:
+        """One step of :meth:`sync_tail`: file up to ``TAIL_BATCH`` stored vectors the index
+        lacks; returns how many (0 when none are left, or the index refused them)."""
+        stored = self.stored
+        if stored is not None and self.in_database:
+            return stored.settle_tail()
+        if stored is None or self.index is None:
+            return 0
+        ids, vectors, metas = stored.tail(0, TAIL_BATCH)
+        if not ids or not self._upsert(ids, vectors, metas):
+            return 0
+        stored.mark_indexed(ids, [meta.get("user_id") for meta in metas])
+        return len(ids)
 
     def pending_count(self) -> int:
         """Messages committed but not embedded yet (a stored vector counts as embedded)."""

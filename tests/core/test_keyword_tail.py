@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from harombe_core import MemoryManager, Message
+from harombe_core.store import fts
 from harombe_core.store.base import SearchScope
 from harombe_core.store.sqlite import SQLiteStore
 from tests.reliability.test_read_only_folder import folder, unprivileged
@@ -39,15 +40,18 @@ FRESH = "a zeppelin landed by the lake this morning"
 
 
 def _killed_writer(path: Path, texts: list[str], session: str = "fresh") -> None:
-    """Save ``texts`` in a real process that is SIGKILLed as soon as the save returns."""
+    """Save ``texts`` in a real process that is SIGKILLed as soon as the save returns, with
+    the background worker held so that it cannot index them first."""
     script = textwrap.dedent(
         f"""
         import os, signal
         from harombe_core import MemoryManager, Message
+        from harombe_core.testing import hold_background
         mm = MemoryManager({str(path)!r}, embedding=None, token_counter="approximate")
-        mm.save_messages({session!r}, [Message(role="user", content=t) for t in {texts!r}],
-                         user_id="u")
-        os.kill(os.getpid(), signal.SIGKILL)
+        with hold_background():
+            mm.save_messages({session!r}, [Message(role="user", content=t) for t in {texts!r}],
+                             user_id="u")
+            os.kill(os.getpid(), signal.SIGKILL)
         """
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -101,8 +105,11 @@ def test_a_search_completes_while_another_process_holds_the_write_lock(
     with_tail: Path,
 ) -> None:
     holder = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(
-            f"""
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(
+                f"""
             import sqlite3, sys
             c = sqlite3.connect({str(with_tail)!r}, isolation_level=None)
             c.execute("BEGIN IMMEDIATE")
@@ -110,8 +117,11 @@ def test_a_search_completes_while_another_process_holds_the_write_lock(
             sys.stdin.readline()
             c.execute("ROLLBACK")
             """
-        )],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            ),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert holder.stdout is not None
@@ -181,11 +191,12 @@ def test_messages_saved_by_many_threads_are_all_indexed_by_close(tmp_path: Path)
             t.join()
         assert len(mm.store.keyword_search("kettle", limit=100)) == 80
     assert _unindexed(path) == 0  # the last close caught up whatever the thread had not
-    assert not [t for t in threading.enumerate() if t.name == "harombe-keywords"]
+    # the file's keyword job left the background worker with its last close
+    assert not [f for f in fts._INDEXERS if f.location == str(path.resolve())]
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
-def test_a_forked_child_indexes_with_its_own_thread(tmp_path: Path) -> None:
+def test_a_forked_child_indexes_on_its_own_background_worker(tmp_path: Path) -> None:
     path = tmp_path / "fork.db"
     store = SQLiteStore(path)
     try:
@@ -199,14 +210,15 @@ def test_a_forked_child_indexes_with_its_own_thread(tmp_path: Path) -> None:
                 store.add_messages("s", [child])
                 deadline = time.monotonic() + 20
                 while _unindexed(path) and time.monotonic() < deadline:
-                    time.sleep(0.02)  # the child's own indexer thread catches up
+                    time.sleep(0.02)  # the child's own background worker catches up
                 code = 0 if _unindexed(path) == 0 else 2
             finally:
                 os._exit(code)
         _, status = os.waitpid(pid, 0)
         assert os.waitstatus_to_exitcode(status) == 0
         assert {h.message.content for h in store.keyword_search("kettle")} == {
-            "parent kettle", "child kettle"
+            "parent kettle",
+            "child kettle",
         }
     finally:
         store.close()

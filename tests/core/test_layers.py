@@ -17,10 +17,10 @@ The layers, low to high (a module not listed makes the test fail, so every new m
 placed on purpose):
 
 0. errors, limits, validate, models, config, tokens, owners, query_time, text, jsonstream,
-   checkpoint_safety
-1. store/*, embeddings/*
+   checkpoint_safety, folding (the background worker)
+1. store/*, embeddings/*, flows
 2. vectors/*
-3. flows, llm, strategies, summarize, thread_graph, selectors, ranking
+3. llm, strategies, summarize, thread_graph, selectors, ranking
 4. retrieval, threads, context
 5. manager (composing its parts: context.ContextBuilder, manager_search.Searcher)
 6. chat_memory, export, migrate, demo, graph_render, testing
@@ -59,12 +59,16 @@ LAYERS: dict[str, int] = {
             "jsonstream",
             "progress",
             "lazy",
+            "folding",  # the background worker (stdlib only): stores and indexes hand it jobs
             "checkpoint_safety",
         ],
         0,
     ),
     "store.": 1,
     "store": 1,
+    # the one sync/async mechanism, beside the store (its SQLite hop and the drains of owed
+    # rows run through the flows' one thread hop; a Run request names a store operation)
+    "flows": 1,
     "store.items": 1,  # key/value items with vectors (the LangGraph store's tables)
     "embeddings.": 1,
     "embeddings": 1,
@@ -81,8 +85,6 @@ LAYERS: dict[str, int] = {
     "vectors": 2,
     **dict.fromkeys(
         [
-            "flows",
-            "folding",
             "derive",
             "llm",
             "strategies",

@@ -51,6 +51,8 @@ CALLS: dict[str, list[Call]] = {
     "count_messages": [Call("read", (UNKNOWN,), {"user_id": ANN, "after_id": 1}, 0)],
     "get_recent_messages": [Call("read", (UNKNOWN, 100), {"user_id": ANN}, [])],
     "get_window": [Call("read", (UNKNOWN, 100), {"user_id": ANN}, Window(messages=[], tokens=0))],
+    "get_newest_user_message": [Call("read", (UNKNOWN,), {"user_id": ANN}, None)],
+    "get_newest_messages": [Call("read", (UNKNOWN, 3), {"user_id": ANN}, [])],
     "get_context": [
         Call("read", (UNKNOWN, strategy), {"user_id": ANN}, [])
         for strategy in ("simple", "summarization", "hybrid", "threaded")

@@ -11,7 +11,14 @@ from typing import Any
 
 import pytest
 
-from harombe_core import InvalidBudgetError, InvalidInputError, MemoryManager, Message
+from harombe_core import (
+    InvalidBudgetError,
+    InvalidInputError,
+    MemoryManager,
+    Message,
+    SessionOwnershipError,
+    context_reads,
+)
 from harombe_core.strategies import window_newest
 from harombe_core.tokens import TextTokenCounter
 
@@ -105,9 +112,7 @@ def test_system_prompt_always_included_and_counted(mm: MemoryManager) -> None:
 
 
 def test_never_starts_on_an_orphan_tool_result(mm: MemoryManager) -> None:
-    mm.save_messages(
-        "s", [_user(0), _call("c1"), _result("c1"), _assistant(3)]
-    )
+    mm.save_messages("s", [_user(0), _call("c1"), _result("c1"), _assistant(3)])
     # 20 tokens: [result, a3] would fit, but the result's call was cut: drop it
     assert _contents(mm.get_recent_messages("s", 20)) == ["a3"]
     assert mm.get_window("s", 20).tokens == COST
@@ -133,7 +138,10 @@ def test_start_on_user(mm: MemoryManager) -> None:
     _conversation(mm, 10)
     assert _contents(mm.get_recent_messages("s", 30, start_on_user=True)) == ["u8", "a9"]
     assert _contents(mm.get_recent_messages("s", 40, start_on_user=True)) == [
-        "u6", "a7", "u8", "a9"
+        "u6",
+        "a7",
+        "u8",
+        "a9",
     ]
     sid = mm.create_session(system_prompt="sys")
     _conversation(mm, 4, sid)
@@ -158,39 +166,48 @@ def test_bad_default_budget(bad: object) -> None:
 
 
 class _CountingStore:
-    """Counts the rows the window pulls from the store's newest-first iterator."""
+    """Counts the rows the newest-first reader turns into messages, and its statements."""
 
-    def __init__(self, mm: MemoryManager) -> None:
+    def __init__(self, mm: MemoryManager, monkeypatch: pytest.MonkeyPatch) -> None:
         self.rows = 0
-        store = mm.store
-        original = store.iter_newest
+        self.pages = 0
+        original, run = context_reads.row_to_message, mm.store.run
 
-        def counted(session_id: str) -> Iterator[Message]:
-            for message in original(session_id):
-                self.rows += 1
-                yield message
+        def counted(row: Any) -> Message:
+            self.rows += 1
+            return original(row)
 
-        store.iter_newest = counted  # type: ignore[method-assign]
+        def running(op: Any) -> Any:
+            self.pages += op.body.__qualname__.startswith("newest_rows.")
+            return run(op)
+
+        monkeypatch.setattr(context_reads, "row_to_message", counted)
+        monkeypatch.setattr(mm.store, "run", running)
 
 
 @pytest.mark.parametrize("length", [100, 10_000])
-def test_rows_read_do_not_grow_with_the_session(mm: MemoryManager, length: int) -> None:
-    """A 50-token window reads five rows and one more (the first that does not fit)."""
+def test_rows_read_do_not_grow_with_the_session(
+    mm: MemoryManager, length: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 50-token window reads five rows and one more (the first that does not fit), in one
+    statement; a window of the whole session reads it in pages that double."""
     mm.create_session(session_id="s", system_prompt="sys")
     _conversation(mm, length)
-    counter = _CountingStore(mm)
+    counter = _CountingStore(mm, monkeypatch)
     window = mm.get_window("s", 60)
     assert len(window.messages) == 6  # the prompt and five messages
-    assert counter.rows == 6
-    counter.rows = 0
+    assert (counter.rows, counter.pages) == (6, 1)
+    counter.rows = counter.pages = 0
     mm.get_recent_messages("s", 1_000_000 if length == 100 else 60)
     assert counter.rows == (100 if length == 100 else 6)
+    assert counter.pages == (3 if length == 100 else 1)  # 32 + 64 + 128 rows asked for
+    counter.rows = counter.pages = 0
+    assert mm.get_context("s", "simple", 60) == window.messages  # the same reader
+    assert (counter.rows, counter.pages) == (6, 1)
 
 
 def test_window_newest_needs_nothing_but_an_iterable() -> None:
-    newest_first = [
-        Message(role="user", content=str(i), token_count=i) for i in range(10, 0, -1)
-    ]
+    newest_first = [Message(role="user", content=str(i), token_count=i) for i in range(10, 0, -1)]
     window = window_newest(iter(newest_first), 10 + 9 + 8)
     assert _contents(window.messages) == ["8", "9", "10"]
     assert window.tokens == 27
@@ -231,3 +248,37 @@ def test_keep_newest_turn_sends_the_turn_that_does_not_fit(mm: MemoryManager) ->
     kept = mm.get_context(sid, max_tokens=25, start_on_user=True, keep_newest_turn=True)
     assert _contents(kept) == ["system", "u0", "a1", "", "result c1"]
     assert mm.get_context("nowhere", keep_newest_turn=True) == []
+
+
+async def test_newest_user_message_skips_turns_without_text(mm: MemoryManager) -> None:
+    sid = mm.create_session(user_id="ann")
+    assert mm.get_newest_user_message(sid) is None
+    mm.save_messages(
+        sid, [_user(0), _assistant(1), Message(role="user", content="  \n"), _call("c1")]
+    )
+    mm.save_messages(sid, [_result("c1"), _assistant(2)])
+    newest = mm.get_newest_user_message(sid, user_id="ann")
+    assert newest is not None
+    assert newest.content == "u0"
+    assert await mm.aget_newest_user_message(sid) == newest
+    assert mm.get_newest_user_message("nowhere") is None
+    with pytest.raises(SessionOwnershipError):
+        mm.get_newest_user_message(sid, user_id="bob")
+
+
+async def test_newest_messages_are_the_end_of_the_session(
+    mm: MemoryManager, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sid = mm.create_session(user_id="ann")
+    mm.save_messages(sid, [_user(i) for i in range(200)])
+    every = mm.get_messages(sid)
+    counter = _CountingStore(mm, monkeypatch)
+    assert mm.get_newest_messages(sid, 3, user_id="ann") == every[-3:]
+    assert (counter.rows, counter.pages) == (3, 1)  # one statement, the rows it returns
+    assert await mm.aget_newest_messages(sid, 500) == every
+    assert mm.get_newest_messages(sid, 0) == []
+    assert mm.get_newest_messages("nowhere", 3) == []
+    with pytest.raises(SessionOwnershipError):
+        mm.get_newest_messages(sid, 3, user_id="bob")
+    with pytest.raises(InvalidInputError, match="count"):
+        mm.get_newest_messages(sid, -1)

@@ -19,8 +19,10 @@ from harombe_core.context_reads import (
     newest_messages,
     thread_window_from_store,
 )
+from harombe_core.flows import drive
 from harombe_core.manager import MemoryManager
 from harombe_core.models import Message
+from harombe_core.store.runner import SQLITE
 from harombe_core.strategies import hybrid_window, thread_path_newest_first, window_newest
 
 _sessions = itertools.count()
@@ -95,15 +97,17 @@ def test_hybrid_reads_equal_the_whole_session(
         keep_last=keep_last,
         start_on_user=on_user,
     )
-    got = hybrid_from_store(
-        store,
-        sid,
-        newest_messages(store, sid, keep_last + 1),
-        budget,
-        system=[],
-        summary=summary,
-        keep_last=keep_last,
-        start_on_user=on_user,
+    got = drive(
+        hybrid_from_store(
+            store,
+            sid,
+            drive(newest_messages(store, sid, keep_last + 1)),
+            budget,
+            system=[],
+            summary=summary,
+            keep_last=keep_last,
+            start_on_user=on_user,
+        )
     )
     assert [m.id for m in got.messages] == [m.id for m in expected.messages]
     assert got.tokens == expected.tokens
@@ -117,7 +121,7 @@ def test_thread_reads_equal_the_whole_session(
     sid = _fill(manager, rows, foreign)
     store = manager.store
     every = store.get_messages(sid)
-    got = thread_window_from_store(store, sid, budget, system=[], start_on_user=on_user)
+    got = drive(thread_window_from_store(store, sid, budget, system=[], start_on_user=on_user))
     if not any(m.parent_id is not None for m in every):
         assert got is None
         return
@@ -137,27 +141,30 @@ def test_context_strategies_read_only_the_window(manager: MemoryManager) -> None
             Message(role="user" if i % 2 == 0 else "assistant", content=f"turn {i}", metadata=meta),
         )
     store = manager.store
-    calls: list[str] = []
-    background: list[str] = []
-    original = store.get_messages
+    calls: list[int] = []
+    background: list[int] = []
+    run = store.run
     caller = threading.get_ident()
 
-    def counting(*args: Any, **kwargs: Any) -> list[Message]:
-        # The background folder may start before get_context returns: its reads are its own.
-        (calls if threading.get_ident() == caller else background).append(repr(kwargs))
-        return original(*args, **kwargs)
+    def running(op: Any) -> Any:
+        # A list of messages read (get_messages): the LIMIT of its statement. The background
+        # folder may start before get_context returns: its reads are its own.
+        if op.body.__qualname__.startswith("get_messages."):
+            limit = next(op.body(SQLITE)).params[-1]
+            (calls if threading.get_ident() == caller else background).append(limit)
+        return run(op)
 
-    store.get_messages = counting  # type: ignore[method-assign]
+    store.run = running  # type: ignore[method-assign]
     manager.summary_chunk = 50
     hybrid = manager.get_context(sid, "hybrid", 200, keep_last=4)
     # the summary reads one bounded list to see the backlog is long, and leaves it to the
     # background folder; nothing else reads a list of messages
-    assert calls == [f"{{'after_id': None, 'limit': {SYNC_FOLD + 1}}}"], calls
+    assert calls == [SYNC_FOLD + 1], calls
     important = [m for m in hybrid if m.metadata.get("important")]
     assert [m.content for m in important] == ["turn 50", "turn 150", "turn 250"]
     manager.flush()  # waits for the background folding, in steps of summary_chunk
     assert background, calls
-    assert all("'limit': 50" in c for c in background), background
+    assert set(background) == {50}, background
     ids = [m.id for m in manager.get_messages(sid)]
     assert manager.get_session(sid).summary_until_id == ids[-5]  # all but the newest 4
     calls.clear()

@@ -9,6 +9,7 @@ SQLite the same calls must go through worker threads, since its I/O blocks.
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -62,8 +63,101 @@ async def test_async_methods_on_postgres_never_hop_a_thread(
 
 
 async def test_the_same_calls_on_sqlite_run_in_worker_threads(
+    tmp_path: Path, thread_hops: list[str]
+) -> None:
+    with MemoryManager(str(tmp_path / "m.db"), embedding=None) as mm:
+        await _exercise(mm)
+    # every store operation hops once, through the store's own runner
+    assert thread_hops.count("SQLiteStore.run") >= 10
+
+
+def _context_session(mm: MemoryManager) -> str:
+    """A session of ann's with a threaded tail, important turns, a summary of her past
+    session, a fact and an open task: every read a context can make has something to read."""
+    old = mm.create_session("Be brief.", user_id="ann", session_id="old")
+    mm.save_messages(old, [Message(role="user", content="I live in Lisbon, I play the cello")])
+    mm.end_session(old)
+    mm.add_fact("ann", "Renew the passport", kind="task")
+    sid = mm.create_session("Be brief.", user_id="ann", session_id="now")
+    previous = None
+    for i in range(60):
+        role = "user" if i % 2 == 0 else "assistant"
+        meta = {"important": True} if i % 9 == 4 else {}
+        message = Message(role=role, content=f"turn {i} about the cello", metadata=meta)
+        linked = previous if i >= 50 else None  # the newest ten turns are one thread
+        previous = mm.store.add_messages(sid, [message.with_ids(token_count=6, parent_id=linked)])[
+            0
+        ]
+    mm.summarize_session(sid)  # no backlog: nothing is left to fold on the request path
+    return sid
+
+
+#: Every kind of context: each strategy, a framework's counting, the newest turn kept whatever
+#: the budget, and the budgeted context with the owner's profile, tasks and past sessions.
+_CONTEXTS: list[dict[str, Any]] = [
+    *(
+        {"strategy": s, "max_tokens": 80, "keep_last": 4}
+        for s in ("simple", "summarization", "hybrid", "threaded")
+    ),
+    {"strategy": "hybrid", "max_tokens": 80, "keep_last": 4, "token_counter": "text"},
+    {"strategy": "threaded", "max_tokens": 5, "keep_newest_turn": True, "token_counter": "text"},
+    {"strategy": "simple", "max_tokens": 5, "keep_newest_turn": True},
+    {"strategy": "summarization", "max_tokens": 2000, "budget": True, "user_id": "ann"},
+]
+
+
+def _shown(context: list[Message]) -> list[tuple[Any, ...]]:
+    """What a model is sent (the blocks a context makes are stamped with the time they are
+    made, so their ``created_at`` is left out)."""
+    return [(m.role, m.content, m.id, m.token_count, m.metadata.get("harombe")) for m in context]
+
+
+def _kwargs(mm: MemoryManager, asked: dict[str, Any]) -> dict[str, Any]:
+    from harombe_core.strategies import ContextBudget
+    from harombe_core.tokens import TextTokenCounter
+
+    kwargs = dict(asked)
+    if kwargs.get("token_counter") == "text":
+        kwargs["token_counter"] = TextTokenCounter(mm.token_counter)
+    if kwargs.get("budget"):
+        kwargs["budget"] = ContextBudget()
+    return kwargs
+
+
+async def test_aget_context_reads_on_postgres_async_path(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """aget_context is one flow: every read it makes is awaited on the store's native async
+    runner, so with asyncio.to_thread made to fail it still answers what get_context does."""
+    with MemoryManager(pg_url, embedding=None) as mm:
+        sid = _context_session(mm)
+        expected = [_shown(mm.get_context(sid, **_kwargs(mm, asked))) for asked in _CONTEXTS]
+        kinds = {kind for *_, kind in expected[-1]}
+        assert {"tasks", "summaries", "summary"} <= kinds, kinds
+
+        def no_thread(*args: Any, **kwargs: Any) -> Any:
+            raise AssertionError("asyncio.to_thread was called on the PostgreSQL async path")
+
+        arun, awaited = mm.store.arun, []
+
+        async def counting(op: Any) -> Any:
+            awaited.append(op.body.__qualname__.split(".")[0])
+            return await arun(op)
+
+        monkeypatch.setattr(asyncio, "to_thread", no_thread)
+        monkeypatch.setattr(mm.store, "arun", counting)
+        for asked, want in zip(_CONTEXTS, expected, strict=True):
+            assert _shown(await mm.aget_context(sid, **_kwargs(mm, asked))) == want, asked
+        monkeypatch.undo()
+    assert {"get_session", "newest_rows", "important_before", "thread_path"} <= set(awaited)
+
+
+async def test_aget_context_on_sqlite_hops_once_per_read(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """On SQLite the same flow hops to a worker thread once per store operation, as every
+    other flow does: no hop wraps the whole call."""
+    ran: list[str] = []
     hops: list[str] = []
     real = asyncio.to_thread
 
@@ -71,8 +165,24 @@ async def test_the_same_calls_on_sqlite_run_in_worker_threads(
         hops.append(getattr(fn, "__name__", repr(fn)))
         return await real(fn, *args, **kwargs)
 
-    monkeypatch.setattr(asyncio, "to_thread", counting)
-    with MemoryManager(str(tmp_path / "m.db"), embedding=None) as mm:
-        await _exercise(mm)
-    # every store operation hops once, through the store's own runner
-    assert hops.count("run") >= 10
+    with MemoryManager(str(tmp_path / "c.db"), embedding=None) as mm:
+        sid = _context_session(mm)
+        run, caller = mm.store.run, threading.get_ident()
+
+        def running(op: Any) -> Any:
+            if threading.get_ident() == caller:  # not a background thread's work
+                ran.append(op.body.__qualname__)
+            return run(op)
+
+        for asked in _CONTEXTS:
+            kwargs = _kwargs(mm, asked)
+            ran.clear()
+            hops.clear()
+            with monkeypatch.context() as patched:
+                patched.setattr(mm.store, "run", running)
+                want = _shown(mm.get_context(sid, **kwargs))
+            with monkeypatch.context() as patched:
+                patched.setattr(asyncio, "to_thread", counting)
+                assert _shown(await mm.aget_context(sid, **kwargs)) == want, asked
+            assert ran
+            assert hops == ["run"] * len(ran), (asked, hops, ran)

@@ -1,6 +1,6 @@
 """Programs that never close their memory exit cleanly, with embeddings pending.
 
-Scripts, notebooks and CI jobs rarely call ``close()``. The embedding worker is a daemon
+Scripts, notebooks and CI jobs rarely call ``close()``. The background worker is a daemon
 thread that may be inside ONNX Runtime, the tokenizers or Chroma when the interpreter shuts
 down; cut off there it aborted the process ("terminate called without an active
 exception", exit code 134). Each program below saves long messages and ends at once, so
@@ -78,22 +78,25 @@ def test_a_manager_never_closed_exits_cleanly_and_its_backlog_waits(tmp_path: Pa
 def test_a_worker_mid_batch_finishes_it_before_the_interpreter_finalises(
     tmp_path: Path,
 ) -> None:
-    """Deterministic: the embedder holds its batch until the worker is told to stop (which
-    only the exit hook does here), then takes a moment to finish; the batch must complete
-    (the exit waited for it) rather than be cut off mid-call."""
+    """Deterministic: the embedder holds its batch until the background worker is told to
+    stop (which only the exit hook does here), then takes a moment to finish; the batch must
+    complete (the exit waited for it) rather than be cut off mid-call."""
     marker = tmp_path / "finished"
     script = f"""
         import threading, time
         from harombe_core import MemoryManager, Message
         from harombe_core.testing import FakeEmbedder
-        from harombe_core.vectors import worker
+        from harombe_core import folding
 
         started = threading.Event()
 
         class Slow(FakeEmbedder):
             def embed(self, texts):
+                if threading.current_thread().name != "harombe-worker":
+                    return super().embed(texts)
                 started.set()
-                worker._running[threading.current_thread()]._stop.wait()
+                while not folding._stopping:  # set by the exit hook alone
+                    time.sleep(0.01)
                 time.sleep(0.5)
                 vectors = super().embed(texts)
                 open({str(marker)!r}, "a").write("done\\n")

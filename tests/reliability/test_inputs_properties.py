@@ -483,6 +483,7 @@ def common_kinds(world: World) -> dict[str, st.SearchStrategy[Any]]:
         "after_id": counts,
         "until_id": counts,
         "keep_last": counts,
+        "count": counts,
         "batch_size": counts,
         "n_results": counts,
         "context_depth": counts,

@@ -25,27 +25,29 @@ from tests.reliability import vector_workers as w
 
 def test_managers_on_one_database_share_one_semantic_memory(tmp_path: Path) -> None:
     path = str(tmp_path / "memory.db")
-    before = w.embedder_threads()
+    before = w.embedders()
     first, second, third = w.manager(path), w.manager(path), w.manager(path)
     try:
         assert first._semantic is second._semantic is third._semantic
-        assert w.embedder_threads() == before + 1  # one worker, however many openers
+        assert w.embedders() == before + 1  # one embedder, however many openers
         index = first._semantic.index
         assert index is not None
-        ids = first.save_messages("s", [Message(role="user", content=w.text("s", i))
-                                        for i in range(10)])
+        ids = first.save_messages(
+            "s", [Message(role="user", content=w.text("s", i)) for i in range(10)]
+        )
         first.close()
         second.close()
         assert third._semantic.index is index  # still open for the last opener
-        ids += third.save_messages("s", [Message(role="user", content=w.text("s", i))
-                                         for i in range(10, 20)])
+        ids += third.save_messages(
+            "s", [Message(role="user", content=w.text("s", i)) for i in range(10, 20)]
+        )
         third.flush()
         assert sorted(index.ids()) == sorted(ids)
         assert w.missing_from_search(third, ids) == []
     finally:
         for mm in (first, second, third):
             mm.close()
-    assert w.embedder_threads() == before
+    assert w.embedders() == before
     with w.manager(path) as again:  # the folder was given back: a new opener holds it
         assert again._semantic.index is not None
         assert again._semantic.index.count() == 20
@@ -166,18 +168,19 @@ def test_adapters_on_one_database_share_it_and_find_each_others_messages(
     from langchain_harombe import HarombeChatMessageHistory, HarombeRetriever
 
     path = str(tmp_path / "memory.db")
-    before = w.embedder_threads()
+    before = w.embedders()
     options = {"embedding": FakeEmbedder(), "token_counter": "approximate"}
-    history = HarombeChatMessageHistory("chat", storage_path=path, user_id="ann",
-                                        manager_options={"embedding": None})  # no vectors
-    similar = HarombeRetriever(storage_path=path, user_id="ann", search_type="similarity", k=5,
-                               manager_options=options)
-    hybrid = HarombeRetriever(storage_path=path, user_id="ann", k=5,
-                              manager_options=dict(options))
+    history = HarombeChatMessageHistory(
+        "chat", storage_path=path, user_id="ann", manager_options={"embedding": None}
+    )  # no vectors
+    similar = HarombeRetriever(
+        storage_path=path, user_id="ann", search_type="similarity", k=5, manager_options=options
+    )
+    hybrid = HarombeRetriever(storage_path=path, user_id="ann", k=5, manager_options=dict(options))
     try:
         history.add_messages([HumanMessage(content=w.text("chat", i)) for i in range(10)])
         assert similar._memory()._semantic is hybrid._memory()._semantic
-        assert w.embedder_threads() == before + 1
+        assert w.embedders() == before + 1
         similar._memory().flush()
         ids = [int(m.id or 0) for m in similar._memory().get_messages("chat")]
         assert w.missing_from_search(hybrid._memory(), ids) == []
@@ -187,4 +190,4 @@ def test_adapters_on_one_database_share_it_and_find_each_others_messages(
         history.close()
         similar.close()
         hybrid.close()
-    assert w.embedder_threads() == before
+    assert w.embedders() == before

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from harombe_core import MemoryManager, Message
+from harombe_core import folding as background
 from harombe_core.testing import FakeEmbedder
 from harombe_core.vectors.indexer import embedding_text
 
@@ -45,8 +46,10 @@ def manager(path: str, **kwargs: Any) -> MemoryManager:
 def fill(path: str, *, semantic: bool = True) -> list[int]:
     """1,500 messages over 15 sessions of three users; flushed when ``semantic``."""
     ids: list[int] = []
-    opener = manager(path) if semantic else MemoryManager(
-        path, embedding=None, token_counter="approximate"
+    opener = (
+        manager(path)
+        if semantic
+        else MemoryManager(path, embedding=None, token_counter="approximate")
     )
     with opener as mm:
         for s in range(SESSIONS):
@@ -132,8 +135,14 @@ def missing_from_search(mm: MemoryManager, ids: Iterable[int]) -> list[int]:
     return missing
 
 
-def embedder_threads() -> int:
-    return sum(1 for t in threading.enumerate() if t.name == "harombe-embedder")
+def embedders() -> int:
+    """Embedders at work in this process: each is a kind of job on the process's one
+    background thread (``harombe-worker``), never a thread of its own."""
+    names = [t.name for t in threading.enumerate() if t.name.startswith("harombe-")]
+    assert "harombe-embedder" not in names, names
+    assert names.count("harombe-worker") <= 1, names
+    kinds = list(background._folders)
+    return sum(1 for f in kinds if f.priority == background.VECTORS and not f._closed)
 
 
 def wait_for(path: Path, text: str, process: Any, timeout: float = 60) -> None:
