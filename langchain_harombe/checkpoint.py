@@ -122,6 +122,11 @@ _PAGE = 64
 MIRROR_LINGER = 0.1
 
 
+#: The type a channel without a stored blob is remembered with (LangGraph's own savers write
+#: such channels as rows of this type with no blob).
+_NO_BLOB = "empty"
+
+
 def _now() -> int:
     return time.time_ns() // 1000
 
@@ -272,10 +277,17 @@ class HarombeSaver(ClosesOnExit, BaseCheckpointSaver[str]):
             keep=plan.head_hashes(self.messages_key),
         )
         stored = {(channel, version) for channel, version in result.get("channels", ())}
+        # The channels it changed without a blob are known too, as absent (a value of None,
+        # as a read that finds no blob makes of them), so a read of a later checkpoint that
+        # still names their versions does not look for them.
         self._cache.remember_channels(
             plan.thread_id,
             result["epoch"],
-            [(plan.namespace, *blob) for blob in plan.blobs if blob[:2] in stored],
+            [(plan.namespace, *blob) for blob in plan.blobs if blob[:2] in stored]
+            + [
+                (plan.namespace, channel, version, _NO_BLOB, None)
+                for channel, version in plan.unstored
+            ],
         )
         if result["head"]:
             head = self._tables.plan_head(plan)
