@@ -2,7 +2,7 @@
 
 Every read here is a store operation yielded as a :class:`~harombe_core.flows.Run` request,
 so the one code runs on both paths: ``drive`` calls ``store.run``, ``adrive`` awaits
-``store.arun`` (native async on PostgreSQL, one worker-thread hop per read on SQLite). The
+``store.arun`` (one worker-thread hop per read, on both backends). The
 token window, ``get_window``/``get_recent_messages`` and every strategy of ``get_context``
 share one newest-first reader (:func:`read_newest`): it reads a session's rows newest first, a
 page at a time, and stops at the first message its caller has enough with (the first that does

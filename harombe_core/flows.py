@@ -12,9 +12,9 @@ that *yields* the I/O it needs and *receives* its result (the shape of httpx's `
         return messages
 
 :func:`drive` runs such a flow on the calling thread; :func:`adrive` runs it on the event loop,
-where each request uses its native async form when it has one (the Postgres store's
-``arun``, a model's ``acall``) and otherwise runs in a worker thread, so async never
-blocks the loop. The logic, the checks and the error handling exist once, so the twins cannot
+where each request uses its native async form when it has one (a model's ``acall``, a
+vector index's ``aquery``) and otherwise runs in a worker thread, so async never blocks the
+loop. The logic, the checks and the error handling exist once, so the twins cannot
 drift apart. A public pair is written out where it is read, two short methods:
 
 .. code-block:: python
@@ -27,14 +27,15 @@ drift apart. A public pair is written out where it is read, two short methods:
 
 A store operation (:mod:`harombe_core.store.ops`, a body of SQL steps) is the request
 :class:`Run`: ``store.run(op)`` on the sync path, ``await store.arun(op)`` on the async one
-(native on PostgreSQL, one worker thread on SQLite).
+(one worker thread per operation, on both backends).
 
 An exception raised by a request is thrown into the flow at its ``yield``, so a flow handles
 failures with an ordinary ``try``/``except`` on both paths alike.
 
 Work with no async form runs in a worker thread through :func:`off_loop`, the library's one
 thread hop: the async driver's for :class:`Call` and :class:`Work`, and below the flows, the
-store's for SQLite (which has no async driver) and for derived rows owed to a database.
+store's ``arun`` (SQLite and PostgreSQL alike, over their sync drivers, which first settle
+derived rows owed to the database).
 """
 
 from __future__ import annotations
@@ -65,9 +66,28 @@ T = TypeVar("T")
 
 
 async def off_loop(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
-    """``fn(*args, **kwargs)`` in a worker thread, so blocking work (SQLite, a local model, a
-    user's plain function) never runs on the event loop: the one thread hop of the library."""
-    return await asyncio.to_thread(fn, *args, **kwargs)
+    """``fn(*args, **kwargs)`` in a worker thread, so blocking work (a store operation, a local
+    model, a user's plain function) never runs on the event loop: the one thread hop of the
+    library.
+
+    A thread cannot be interrupted, so a cancelled caller waits for ``fn`` to finish before its
+    ``CancelledError`` goes on: a store operation has then committed or rolled back (a cancelled
+    save is stored exactly once or not at all, and the caller never races its own transaction),
+    exactly as a call awaited on the caller's own loop would end. ``fn``'s own outcome is then
+    dropped (its exception is retrieved, so no "never retrieved" warning is logged).
+    """
+    work = asyncio.ensure_future(asyncio.to_thread(fn, *args, **kwargs))
+    try:
+        return await asyncio.shield(work)
+    except asyncio.CancelledError:
+        while not work.done():
+            try:
+                await asyncio.wait([work])
+            except asyncio.CancelledError:  # cancelled again: the thread still has to finish
+                continue
+        if not work.cancelled():
+            work.exception()
+        raise
 
 
 class Request:
@@ -130,8 +150,8 @@ class Work(Call[T]):
 
 
 class Run(Request, Generic[T]):
-    """One store operation: ``store.run(op)``, or ``await store.arun(op)`` when async (native
-    on PostgreSQL; SQLite, which has no async driver, runs it in a worker thread)."""
+    """One store operation: ``store.run(op)``, or ``await store.arun(op)`` when async (which
+    runs ``store.run(op)`` in a worker thread, on every backend)."""
 
     __slots__ = ("op", "store")
 

@@ -4,8 +4,8 @@
 ``StateGraph.compile(checkpointer=...)``) keeps every checkpoint of every thread in the same
 SQLite file or PostgreSQL database as the conversations, and resumes threads in any process.
 It implements all of ``BaseCheckpointSaver``, ``copy_thread``, ``delete_for_runs`` and ``prune``
-included, with sync methods and native async twins (on PostgreSQL the async ones run on the
-store's async pool).
+included, with sync methods and async twins (each store operation of an async twin takes the
+library's one thread hop, as every async store call does).
 
 Going beyond a checkpointer: the messages of a thread are also a harombe session
 =================================================================================
@@ -56,7 +56,6 @@ the named user's.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import random
 import threading
@@ -86,6 +85,7 @@ from harombe_core.integration import (
     ClosesOnExit,
     SqlRunner,
     SummaryFolder,
+    Work,
     pending,
     sql_runner,
 )
@@ -120,6 +120,11 @@ _PAGE = 64
 #: the puts of a turn or several (one every few milliseconds) become one background job.
 #: Reads of this process never wait for it: they write what is owed first.
 MIRROR_LINGER = 0.1
+
+
+#: The type a channel without a stored blob is remembered with (LangGraph's own savers write
+#: such channels as rows of this type with no blob).
+_NO_BLOB = "empty"
 
 
 def _now() -> int:
@@ -272,10 +277,17 @@ class HarombeSaver(ClosesOnExit, BaseCheckpointSaver[str]):
             keep=plan.head_hashes(self.messages_key),
         )
         stored = {(channel, version) for channel, version in result.get("channels", ())}
+        # The channels it changed without a blob are known too, as absent (a value of None,
+        # as a read that finds no blob makes of them), so a read of a later checkpoint that
+        # still names their versions does not look for them.
         self._cache.remember_channels(
             plan.thread_id,
             result["epoch"],
-            [(plan.namespace, *blob) for blob in plan.blobs if blob[:2] in stored],
+            [(plan.namespace, *blob) for blob in plan.blobs if blob[:2] in stored]
+            + [
+                (plan.namespace, channel, version, _NO_BLOB, None)
+                for channel, version in plan.unstored
+            ],
         )
         if result["head"]:
             head = self._tables.plan_head(plan)
@@ -422,7 +434,7 @@ class HarombeSaver(ClosesOnExit, BaseCheckpointSaver[str]):
         deleted = await self._runner.arun(
             lambda: self._tables.delete_threads([key]), exactly_once=True
         )
-        await asyncio.to_thread(self._forget, deleted)
+        await Work(self._forget, deleted).arun()
 
     def _forget(self, thread_ids: Sequence[str]) -> None:
         self._cache.forget(thread_ids)
@@ -447,7 +459,7 @@ class HarombeSaver(ClosesOnExit, BaseCheckpointSaver[str]):
         emptied, mirrors = await self._runner.arun(
             lambda: self._tables.delete_runs(runs), exactly_once=True
         )
-        await asyncio.to_thread(self._after_rewrite, emptied, mirrors)
+        await Work(self._after_rewrite, emptied, mirrors).arun()
 
     def _after_rewrite(self, emptied: Sequence[str], mirrors: dict[str, Any]) -> None:
         for thread_id, mirror in mirrors.items():
@@ -474,7 +486,7 @@ class HarombeSaver(ClosesOnExit, BaseCheckpointSaver[str]):
         result = await self._runner.arun(
             lambda: self._tables.copy(source, target, _now(), _epoch()), exactly_once=True
         )
-        await asyncio.to_thread(self._after_rewrite, [], {target: result["mirror"]})
+        await Work(self._after_rewrite, [], {target: result["mirror"]}).arun()
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """``"keep_latest"``: keep the newest checkpoint of each namespace (and drop blobs no
@@ -498,7 +510,7 @@ class HarombeSaver(ClosesOnExit, BaseCheckpointSaver[str]):
             deleted = await self._runner.arun(
                 lambda: self._tables.delete_threads(threads), exactly_once=True
             )
-            await asyncio.to_thread(self._forget, deleted)
+            await Work(self._forget, deleted).arun()
             return
         await self._runner.arun(lambda: self._tables.prune(threads, _epoch()), exactly_once=True)
 

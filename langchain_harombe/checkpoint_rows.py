@@ -23,8 +23,11 @@ memory can never leave a reference without its blob.
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import itertools
 import json
+import operator
 import struct
 import threading
 from collections import OrderedDict
@@ -179,7 +182,18 @@ def config_user(config: RunnableConfig | None) -> str | None:
 
 
 def _is_message_list(value: Any) -> bool:
-    return type(value) is list and all(isinstance(m, BaseMessage) for m in value)
+    # By class, each class once: an isinstance per message (an ABC check, as pydantic models
+    # are) would cost every put the length of the thread in Python calls.
+    return type(value) is list and all(_is_message_class(t) for t in set(map(type, value)))
+
+
+@functools.lru_cache(maxsize=256)
+def _is_message_class(cls: type) -> bool:
+    return issubclass(cls, BaseMessage)
+
+
+#: A message's fields (its ``__dict__``), as ``map`` calls it.
+_FIELDS = operator.attrgetter("__dict__")
 
 
 @dataclass(slots=True)
@@ -214,6 +228,9 @@ class PutPlan:
     versions: dict[str, str] = field(default_factory=dict)
     #: Channels whose value is kept in the checkpoint row itself.
     inline: frozenset[str] = frozenset()
+    #: (channel, version) of the channels this checkpoint changed that have no blob: kept
+    #: inline, or already consumed (a trigger channel); no put ever stores a blob for them.
+    unstored: list[tuple[str, str]] = field(default_factory=list)
 
     #: The message blobs the put's transaction wrote (set by it, for the cache).
     written: list[tuple[bytes, str, bytes]] = field(default_factory=list)
@@ -263,16 +280,15 @@ class BlobCache:
         dumped: list[tuple[str, bytes]] = []
         values: list[tuple[type, dict[str, Any]]] = []
         if previous is not None:
-            # Compared in place (a snapshot of each message's fields was kept when it was
-            # serialised): a step allocates for its new messages only, not for the whole list.
+            # Compared in place (a snapshot of each message's (class, fields) was kept when it
+            # was serialised), by iterators that run in C: a step allocates for its new
+            # messages only, and the comparison of a long unchanged prefix costs no Python
+            # bytecode per message.
             kept = previous.values
             limit = min(len(kept), len(messages))
-            while (
-                same < limit
-                and type(messages[same]) is kept[same][0]
-                and messages[same].__dict__ == kept[same][1]
-            ):
-                same += 1
+            current = zip(map(type, messages), map(_FIELDS, messages), strict=True)
+            differs = map(operator.ne, current, kept)
+            same = next(itertools.compress(itertools.count(), differs), limit)
             values = kept[:same]
             hashes, dumped = previous.hashes[:same], previous.blobs[:same]
         values += [(type(m), dict(m.__dict__)) for m in messages[same:]]
@@ -285,6 +301,12 @@ class BlobCache:
             self._thread(thread_id).lists[key] = Serialised(values, hashes, dumped,
                                                             b"".join(hashes))
         return hashes, dumped, fresh
+
+    def knows(self, thread_id: str) -> bool:
+        """Whether a put of this process stored blobs of the thread (under some epoch)."""
+        with self._lock:
+            entry = self._threads.get(thread_id)
+            return entry is not None and entry.epoch is not None
 
     def unwritten(
         self, thread_id: str, epoch: str, plan: PutPlan
@@ -484,6 +506,12 @@ def plan_put(
             plan_blobs.append((channel, str(version), REFS_TYPE, refs))
         else:
             plan_blobs.append((channel, str(version), *serde.dumps_typed(value)))
+    values = checkpoint["channel_values"]
+    unstored = [
+        (channel, str(version))
+        for channel, version in new_versions.items()
+        if channel in inline or channel not in values
+    ]
     stored = dict(checkpoint)
     stored["channel_values"] = inline
     type_, blob = serde.dumps_typed(stored)
@@ -507,6 +535,7 @@ def plan_put(
         lists=lists,
         versions={k: str(v) for k, v in checkpoint["channel_versions"].items()},
         inline=frozenset(inline),
+        unstored=unstored,
     )
 
 

@@ -68,6 +68,29 @@ _STATE = (
 _PUT_STATE = _STATE.replace(
     "s.message_count, (SELECT MAX(m.id) FROM messages m WHERE m.session_id = s.id)", "0, 0"
 )
+#: A query of checkpoint rows (``{head}``, at most one row) as rows ``(0, *row, NULL...)``
+#: followed by its pending writes as ``(1, NULL..., task_path, task_id, idx, channel, type,
+#: blob)`` in LangGraph's order: a checkpoint and its writes from one statement.
+_WITH_WRITES = (
+    "WITH head AS ({head}) "
+    "SELECT 0 AS part, h.*, NULL AS task_path, NULL AS task_id, NULL AS idx, NULL AS channel, "
+    "NULL AS wtype, NULL AS wblob FROM head h "
+    "UNION ALL SELECT 1, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, w.task_path, "
+    "w.task_id, w.idx, w.channel, w.type, w.blob FROM head h JOIN checkpoint_writes w "
+    "ON w.thread_id = h.thread_id AND w.checkpoint_ns = h.checkpoint_ns "
+    "AND w.checkpoint_id = h.checkpoint_id "
+    "ORDER BY part, task_path, task_id, idx"
+)
+#: The checkpoint row a put writes, and what a put of the same checkpoint id replaces.
+_CHECKPOINT_ROW = (
+    "checkpoints (thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, run_id, type, "
+    "checkpoint, metadata)"
+)
+_CHECKPOINT_CONFLICT = (
+    "(thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET "
+    "parent_checkpoint_id = excluded.parent_checkpoint_id, run_id = excluded.run_id, "
+    "type = excluded.type, checkpoint = excluded.checkpoint, metadata = excluded.metadata"
+)
 _COPY = {
     "checkpoints": "checkpoint_ns, checkpoint_id, parent_checkpoint_id, run_id, type, "
     "checkpoint, metadata",
@@ -105,6 +128,20 @@ def _chunks(items: Sequence[Any], size: int = _CHUNK) -> Iterable[Sequence[Any]]
         yield items[start : start + size]
 
 
+def _checkpoint_values(plan: PutPlan) -> tuple[Any, ...]:
+    """The values of :data:`_CHECKPOINT_ROW` for ``plan``."""
+    return (
+        plan.thread_id,
+        plan.namespace,
+        plan.checkpoint_id,
+        plan.parent_id,
+        plan.run_id,
+        plan.type,
+        plan.checkpoint,
+        plan.metadata,
+    )
+
+
 def _check_owner(owner: str | None, user_id: str | None, thread_id: str) -> None:
     """A call for ``user_id`` (``configurable["user_id"]``, None: for nobody) may use only a
     thread of that owner: a saver is an adapter acting for the run's user."""
@@ -130,7 +167,14 @@ class CheckpointTables:
         """Store a checkpoint; when it becomes the thread's newest, mirror its messages."""
         step = self.runner.step
         thread_id = plan.thread_id
-        state = yield from self._state(thread_id, create=(plan.user_id, now), sql=_PUT_STATE)
+        state: ThreadState | None = None
+        if not self.runner.for_update("s") and self.cache.knows(thread_id):
+            # SQLite, on a thread this process has put before: the checkpoint row first, its
+            # thread's state returned by the same statement (see :meth:`_put_row`).
+            state = yield from self._put_row(plan)
+        stored_row = state is not None
+        if state is None:
+            state = yield from self._state(thread_id, create=(plan.user_id, now), sql=_PUT_STATE)
         _check_owner(state.owner, plan.user_id, thread_id)
         if state.epoch is None:
             # On PostgreSQL a put of the same new thread that committed while this one waited
@@ -160,16 +204,12 @@ class CheckpointTables:
             "(thread_id, checkpoint_ns, channel, version) DO NOTHING",
             returning="channel, version",
         )
-        yield step(
-            "INSERT INTO checkpoints (thread_id, checkpoint_ns, checkpoint_id, "
-            "parent_checkpoint_id, run_id, type, checkpoint, metadata) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (thread_id, checkpoint_ns, "
-            "checkpoint_id) DO UPDATE SET parent_checkpoint_id = excluded.parent_checkpoint_id, "
-            "run_id = excluded.run_id, type = excluded.type, checkpoint = excluded.checkpoint, "
-            "metadata = excluded.metadata",
-            (thread_id, plan.namespace, plan.checkpoint_id, plan.parent_id, plan.run_id,
-             plan.type, plan.checkpoint, plan.metadata),
-        )
+        if not stored_row:
+            yield step(
+                f"INSERT INTO {_CHECKPOINT_ROW} VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+                f"ON CONFLICT {_CHECKPOINT_CONFLICT}",
+                _checkpoint_values(plan),
+            )
         head = plan.namespace == "" and (
             state.head_id is None or plan.checkpoint_id >= state.head_id
         )
@@ -188,6 +228,39 @@ class CheckpointTables:
             # this process may keep as the stored ones.
             "channels": [list(r) for r in inserted],
         }
+
+    def _put_row(self, plan: PutPlan) -> Body[ThreadState | None]:
+        """Insert the checkpoint row if the thread's session exists and is the run's user's,
+        and return the thread's state as the put needs it (the owner being the run's user);
+        None when it did not go in (then the put reads, creates or refuses the session as for
+        a thread it has not seen). Only where a write transaction holds the whole database
+        (SQLite): nothing can change the thread between this statement and the commit, and
+        the newest checkpoint it returns counts this one (so it is the head if it is that)."""
+        thread_id = plan.thread_id
+        owned = "s.user_id IS NULL" if plan.user_id is None else "s.user_id = ?"
+        rows = (
+            yield self.runner.step(
+                f"INSERT INTO {_CHECKPOINT_ROW} SELECT * FROM (VALUES (?, ?, ?, ?, ?, ?, ?, ?)) "
+                f"AS v WHERE EXISTS (SELECT 1 FROM sessions s WHERE s.id = ? AND {owned}) "
+                f"ON CONFLICT {_CHECKPOINT_CONFLICT} RETURNING "
+                "(SELECT t.blob_epoch FROM checkpoint_threads t WHERE t.thread_id = ?), "
+                "(SELECT MAX(c.checkpoint_id) FROM checkpoints c WHERE c.thread_id = ? "
+                "AND c.checkpoint_ns = ''), "
+                "EXISTS (SELECT 1 FROM checkpoint_mirror_due d WHERE d.thread_id = ?)",
+                [
+                    *_checkpoint_values(plan),
+                    thread_id,
+                    *(() if plan.user_id is None else (plan.user_id,)),
+                    thread_id,
+                    thread_id,
+                    thread_id,
+                ],
+            )
+        ).rows
+        if not rows:
+            return None
+        epoch, newest, due = rows[0]
+        return ThreadState.from_row((plan.user_id, 0, 0, newest, epoch, due))
 
     def mirror(
         self, thread_id: str, head: Head | None, converted: dict[int, Message]
@@ -228,13 +301,18 @@ class CheckpointTables:
         replace: bool,
         now: int,
     ) -> Body[None]:
-        """Store a task's pending writes (replacing earlier ones only for special channels)."""
+        """Store a task's pending writes (replacing earlier ones only for special channels).
+
+        The common case is one statement: the rows go in only if the thread's session exists
+        and is ``user_id``'s (so its owner is checked by the insert itself). When nothing went
+        in (no such session yet, another owner, or every row already stored) the session is
+        read, created or refused, and the rows are inserted again (the same rows: idempotent).
+        """
         step = self.runner.step
-        owner = (yield step("SELECT user_id FROM sessions WHERE id = ?", (thread_id,))).rows
-        if not owner:
-            yield step(_NEW_SESSION, (thread_id, user_id, now, now))
-            owner = (yield step("SELECT user_id FROM sessions WHERE id = ?", (thread_id,))).rows
-        _check_owner(owner[0][0], user_id, thread_id)
+        into = (
+            "checkpoint_writes (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, "
+            "task_path, channel, type, blob)"
+        )
         conflict = (
             "(thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO UPDATE SET "
             "channel = excluded.channel, type = excluded.type, blob = excluded.blob, "
@@ -242,12 +320,28 @@ class CheckpointTables:
             if replace
             else "(thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO NOTHING"
         )
-        yield from self._insert(
-            "checkpoint_writes (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, "
-            "task_path, channel, type, blob)",
-            [(thread_id, namespace, checkpoint_id, *row) for row in rows],
-            conflict,
-        )
+        full = [(thread_id, namespace, checkpoint_id, *row) for row in rows]
+        if len(full) <= _CHUNK:
+            owned = "s.user_id IS NULL" if user_id is None else "s.user_id = ?"
+            marks = "(" + ", ".join("?" * len(full[0])) + ")"
+            done = yield step(
+                f"INSERT INTO {into} SELECT * FROM (VALUES {', '.join([marks] * len(full))}) "
+                f"AS v WHERE EXISTS (SELECT 1 FROM sessions s WHERE s.id = ? AND {owned}) "
+                f"ON CONFLICT {conflict}",
+                [
+                    *(value for row in full for value in row),
+                    thread_id,
+                    *(() if user_id is None else (user_id,)),
+                ],
+            )
+            if done.rowcount > 0:
+                return
+        owner = (yield step("SELECT user_id FROM sessions WHERE id = ?", (thread_id,))).rows
+        if not owner:
+            yield step(_NEW_SESSION, (thread_id, user_id, now, now))
+            owner = (yield step("SELECT user_id FROM sessions WHERE id = ?", (thread_id,))).rows
+        _check_owner(owner[0][0], user_id, thread_id)
+        yield from self._insert(into, full, conflict)
 
     def delete_threads(self, thread_ids: Sequence[str]) -> Body[list[str]]:
         """Delete threads and their sessions (everything cascades); returns those deleted."""
@@ -351,7 +445,11 @@ class CheckpointTables:
     def get(
         self, thread_id: str, namespace: str, checkpoint_id: str | None, user_id: str | None
     ) -> Body[list[Loaded]]:
-        """The checkpoint ``checkpoint_id`` (or the newest) of a thread's namespace."""
+        """The checkpoint ``checkpoint_id`` (or the newest) of a thread's namespace.
+
+        Its row and its pending writes come from one statement (the row first, then the writes
+        in order), so the read at the start of an agent turn, whose channel blobs this process
+        usually holds, is that statement alone."""
         sql = f"SELECT {_ROW} {_FROM} WHERE c.thread_id = ? AND c.checkpoint_ns = ?"
         params: list[Any] = [thread_id, namespace]
         if checkpoint_id:
@@ -359,10 +457,15 @@ class CheckpointTables:
             params.append(checkpoint_id)
         else:
             sql += " ORDER BY c.checkpoint_id DESC LIMIT 1"
-        rows = (yield self.runner.step(sql, params)).rows
+        found = (yield self.runner.step(_WITH_WRITES.format(head=sql), params)).rows
+        rows = [r[1:10] for r in found if r[0] == 0]
         if rows:
             _check_owner(rows[0][7], user_id, thread_id)
-        return (yield from self._load(rows))
+        writes = {
+            (r[0], r[1], r[2]): [(w[11], w[13], w[14], bytes(w[15])) for w in found[1:]]
+            for r in rows
+        }
+        return (yield from self._load(rows, writes))
 
     def page(
         self,
@@ -545,8 +648,13 @@ class CheckpointTables:
             fetched.update((bytes(r[0]), (r[1], bytes(r[2]))) for r in rows)
         return ({**cached, **fetched} if fetched else cached), fetched
 
-    def _load(self, rows: Sequence[Any]) -> Body[list[Loaded]]:
-        """Blobs, message blobs and pending writes of these checkpoint rows."""
+    def _load(
+        self,
+        rows: Sequence[Any],
+        writes: dict[tuple[str, str, str], list[tuple[str, str, str, bytes]]] | None = None,
+    ) -> Body[list[Loaded]]:
+        """Blobs, message blobs and pending writes of these checkpoint rows (``writes``: their
+        pending writes, when the caller read them already)."""
         if not rows:
             return []
         step = self.runner.step
@@ -602,8 +710,10 @@ class CheckpointTables:
         messages: dict[str, tuple[Mapping[bytes, tuple[str, bytes]], dict[bytes, Any]]] = {}
         for thread_id, hashes in threads.items():
             messages[thread_id] = yield from self._message_blobs(thread_id, hashes)
-        keys = list(dict.fromkeys((item.row[0], item.row[1], item.row[2]) for item in loaded))
-        writes: dict[tuple[str, str, str], list[tuple[str, str, str, bytes]]] = {}
+        keys: list[tuple[str, str, str]] = []
+        if writes is None:  # not read with the rows: read them now
+            keys = list(dict.fromkeys((item.row[0], item.row[1], item.row[2]) for item in loaded))
+            writes = {}
         for chunk in _chunks(keys):
             found = (
                 yield step(

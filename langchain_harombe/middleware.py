@@ -159,7 +159,7 @@ class HarombeMemoryMiddleware(AgentMiddleware[HarombeMemoryState, Any, Any]):
 
     def _history(self, session_id: str, user_id: str | None) -> HarombeChatMessageHistory:
         """The session's history; its owner is checked by every read and write of it (on the
-        async path natively, so making one reads nothing)."""
+        async path too, so making one reads nothing)."""
         return unchecked_history(
             session_id,
             manager=self.manager,

@@ -129,7 +129,7 @@ class HarombeRetriever(BaseRetriever):
 
     def _search_hits(self, query: str, k: int) -> Flow[list[SearchHit]]:
         """:meth:`search_hits` written once, over the manager's sync/async pairs (so the async
-        path reads the store natively on PostgreSQL)."""
+        path reads the store one operation per worker-thread hop, never a whole call)."""
         # Opening a manager from storage_path opens files: off the event loop when async.
         if self._manager is None and self.storage_path is not None:
             yield Work(self._memory)

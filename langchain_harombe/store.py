@@ -26,9 +26,9 @@ The items and their operations are the core's (:mod:`harombe_core.store.items`, 
 steps written once for both backends); this class translates LangGraph's operations, results
 and index configuration into them, embeds texts and runs the TTL sweeper. A batch runs
 in one transaction on either backend: on SQLite through the store's write transaction, on
-PostgreSQL through the store's pooled, retrying transaction (natively async for ``abatch``, and
-applied exactly once when a retry follows a connection lost at COMMIT). Embedding happens before
-the transaction starts, natively async in ``abatch``.
+PostgreSQL through the store's pooled, retrying transaction (in one worker-thread hop for
+``abatch``, and applied exactly once when a retry follows a connection lost at COMMIT).
+Embedding happens before the transaction starts, natively async in ``abatch``.
 """
 
 from __future__ import annotations

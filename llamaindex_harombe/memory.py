@@ -445,7 +445,7 @@ class HarombeMemory(BaseMemory):
 
     def _get(self, input: object, initial_token_count: int) -> Flow[list[ChatMessage]]:
         """:meth:`get` and :meth:`aget` written once: the owner check, the recall and the
-        window are the manager's public sync/async pairs (async: its native async path)."""
+        window are the manager's public sync/async pairs (async: one hop per store operation)."""
         budget = self._budget(initial_token_count)
         mm = self._manager
         session: Session | None = yield Call(

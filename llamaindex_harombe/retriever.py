@@ -126,8 +126,8 @@ class HarombeRetriever(OwnedManager, BaseRetriever):
 
     def _nodes(self, query_bundle: QueryBundle) -> Flow[list[NodeWithScore]]:
         """:meth:`_retrieve` written once over the manager's sync/async pairs, so the async
-        path reads the store natively on PostgreSQL. A session named without a user must have
-        no owner (see ``check_search_scope``)."""
+        path reads the store one operation per worker-thread hop. A session named without a
+        user must have no owner (see ``check_search_scope``)."""
         if not query_bundle.query_str.strip():
             return []
         m = self._manager

@@ -144,7 +144,7 @@ class MessageStore(Protocol):
         ...
 
     async def arun(self, op: Op[T]) -> T:
-        """:meth:`run` without blocking the event loop (native async on PostgreSQL)."""
+        """:meth:`run` without blocking the event loop (in a worker thread, one hop)."""
         ...
 
     def atomic(self, fn: Callable[[], T]) -> T:

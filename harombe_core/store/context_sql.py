@@ -2,7 +2,8 @@
 
 The reads themselves are operations of :mod:`harombe_core.store.ops` (``important_before``,
 ``is_threaded``, ``thread_path``) that ``store.run`` / ``await store.arun`` runs, so the
-context flows yield them like every other store operation (native async on PostgreSQL).
+context flows yield them like every other store operation (on the async path, one
+worker-thread hop each).
 
 The hybrid strategy needs a session's important messages and the threaded one the path from
 the newest message up its ``parent_id`` links. Read from the whole session, both cost

@@ -23,9 +23,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from harombe_core.flows import off_loop
-
-__all__ = ["asettle", "owed", "register", "settle", "settling"]
+__all__ = ["owed", "register", "settle", "settling"]
 
 _lock = threading.Lock()
 #: location -> drains registered for it (weak references to bound methods or functions).
@@ -89,9 +87,3 @@ def settle(location: str, block: Any = None) -> None:
 def settling() -> bool:
     """Whether this thread is running a drain (its reads must not settle again)."""
     return bool(getattr(_local, "active", False))
-
-
-async def asettle(location: str, block: Any = None) -> None:
-    """:func:`settle` off the event loop (a drain writes), when anything is owed."""
-    if owed(location):
-        await off_loop(settle, location, block)

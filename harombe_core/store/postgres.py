@@ -3,10 +3,12 @@
 Why it looks the way it does:
 
 * Each operation is written once, as a generator that yields the SQL it needs and receives the
-  rows back; a small sync driver (psycopg ``ConnectionPool``) and a small async driver
-  (``AsyncConnectionPool``) run it. So the ``a``-prefixed async methods are native async with no
-  second copy of the logic and no worker thread; the async pool lives on the store's own loop
-  (:mod:`harombe_core.store.pg_async`), so any number of caller loops can use one store.
+  rows back; one driver runs it on psycopg's sync ``ConnectionPool``. The async path is the
+  SQLite store's: ``arun(op)`` runs ``run(op)`` in a worker thread
+  (:func:`harombe_core.flows.off_loop`), one hop per operation. Measured beside the former
+  design (psycopg's ``AsyncConnectionPool`` on a private event loop,
+  ``benchmarks/bench_pg_async.py``), the hop is faster per call and under bursts, and one pool
+  serves every thread and every event loop, with nothing to close but that pool.
 * Every write is one transaction, retried with backoff while the server is unreachable (a restart,
   a failover) or reports a serialisation failure. A write whose COMMIT may have been applied
   before the connection dropped is *not* applied twice: each write records a unique key with its
@@ -27,7 +29,6 @@ Why it looks the way it does:
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import json
 import logging
@@ -49,20 +50,19 @@ from harombe_core.errors import (
     StoreReadOnlyError,
     StoreUnavailableError,
 )
+from harombe_core.flows import off_loop
 from harombe_core.store import pending
 from harombe_core.store.base import AtomicBlock, KeywordHit, SearchScope
 from harombe_core.store.rows import MESSAGE_COLUMNS, dumps, row_to_message, scope_sql
-from harombe_core.store.runner import POSTGRES, Body, Op, Step, adrive, drive
+from harombe_core.store.runner import POSTGRES, Body, Op, Step, drive
 from harombe_core.store.schema import PG_MIGRATIONS, PG_SCHEMA_VERSION, TS_CONFIG
 
 try:
     import psycopg
     from psycopg import errors as pg_errors
-    from psycopg_pool import AsyncConnectionPool, ConnectionPool
+    from psycopg_pool import ConnectionPool
 except ImportError as _exc:  # pragma: no cover - depends on the environment
     raise MissingExtraError("The PostgreSQL store", "postgres", "psycopg") from _exc
-
-from harombe_core.store.pg_async import AsyncPool
 
 __all__ = [
     "PG_MIGRATIONS",
@@ -155,6 +155,14 @@ class PostgresStore:
     ``url`` is a libpq URL (``postgresql://user:pass@host:5432/db``). ``retry_seconds`` is how long
     a call keeps retrying while the server is unreachable before raising
     :class:`StoreUnavailableError`.
+
+    One pool of ``min_size`` to ``max_size`` connections serves sync callers and async ones
+    (each async operation holds one worker thread of the event loop's default executor,
+    ``min(32, cpus + 4)`` threads, and one connection while it runs). The default of 10 is
+    enough for the threads of a small machine; callers beyond ``max_size`` queue for a
+    connection (a wait longer than ``connect_timeout`` is retried like a lost connection).
+    Raise it for a server with many cores or many threads, within the server's
+    ``max_connections`` across every process.
     """
 
     def __init__(
@@ -188,19 +196,6 @@ class PostgresStore:
             open=False,
             timeout=connect_timeout,
             name="harombe",
-        )
-        # Async calls run on a pool of the store's own loop, whatever loop they come from.
-        self._apool = AsyncPool(
-            lambda: AsyncConnectionPool(
-                url,
-                min_size=1,
-                max_size=max_size,
-                kwargs=self._kwargs,
-                open=False,
-                timeout=connect_timeout,
-                name="harombe-async",
-            ),
-            name=self.location,
         )
         try:
             self._with_retry(lambda: self._pool.open(wait=True, timeout=connect_timeout))
@@ -373,24 +368,6 @@ class PostgresStore:
             return fn()
         return self._run(lambda: self._atomic_body(fn), pin=True)
 
-    async def _arun(
-        self, factory: Callable[[], Body[T]], *, write: bool = True, keyed: bool = True
-    ) -> T:
-        """The async driver of :meth:`_run` (same transaction and retry semantics)."""
-        if self._closed:
-            raise StoreError(f"{self.location}: the store is closed; open a new MemoryManager.")
-        tries = _Attempts(self, factory, write and keyed)
-
-        async def attempts(pool: AsyncConnectionPool) -> T:
-            while True:
-                try:
-                    async with pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
-                        return await adrive(cur, tries.body())
-                except (psycopg.Error, UnicodeError) as exc:
-                    await asyncio.sleep(tries.wait(exc))
-
-        return await self._apool.run(attempts)
-
     def run(self, op: Op[T]) -> T:
         """Run one operation (:mod:`harombe_core.store.ops`) in one transaction: a write is
         applied exactly once however often a lost connection makes it retry."""
@@ -400,11 +377,11 @@ class PostgresStore:
         return self._run(lambda: op.body(POSTGRES), write=op.write, keyed=op.exactly_once)
 
     async def arun(self, op: Op[T]) -> T:
-        """:meth:`run` on the async pool: native async, no thread hop."""
+        """:meth:`run` in a worker thread (:func:`~harombe_core.flows.off_loop`), as on SQLite:
+        one hop per operation, on the same pool, retries and transaction as :meth:`run`."""
         if op.empty:
             return op.result_without_sql(POSTGRES)
-        await pending.asettle(self.location, self._block)
-        return await self._arun(lambda: op.body(POSTGRES), write=op.write, keyed=op.exactly_once)
+        return await off_loop(self.run, op)
 
     def run_body(self, factory: Callable[[], Body[T]], *, exactly_once: bool = False) -> T:
         """Run a body in one transaction, with the store's retries and error types.
@@ -419,8 +396,8 @@ class PostgresStore:
         return self._run(factory, write=exactly_once, keyed=exactly_once)
 
     async def arun_body(self, factory: Callable[[], Body[T]], *, exactly_once: bool = False) -> T:
-        """The native async twin of :meth:`run_body`."""
-        return await self._arun(factory, write=exactly_once, keyed=exactly_once)
+        """:meth:`run_body` in a worker thread, one hop (as :meth:`arun`)."""
+        return await off_loop(self.run_body, factory, exactly_once=exactly_once)
 
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         pending.settle(self.location, self._block)
@@ -431,12 +408,11 @@ class PostgresStore:
         return self._run(body, write=False)
 
     def close(self) -> None:
-        """Close both pools. Safe to call twice."""
+        """Close the pool, from any thread. Safe to call twice."""
         if self._closed:
             return
         self._closed = True
         self._pool.close()
-        self._apool.close()
 
     async def aclose(self) -> None:
         self.close()
@@ -493,11 +469,8 @@ class PostgresStore:
     async def akeyword_search(
         self, query: str, *, limit: int = 10, scope: SearchScope | None = None
     ) -> list[KeywordHit]:
-        text = _ts_query_text(query) if isinstance(query, str) else None
-        if text is None or limit <= 0:
-            return []
-        await pending.asettle(self.location, self._block)
-        return await self._arun(lambda: self._keyword_body(text, limit, scope), write=False)
+        """:meth:`keyword_search` in a worker thread, one hop (as :meth:`arun`)."""
+        return await off_loop(self.keyword_search, query, limit=limit, scope=scope)
 
     def rebuild_keyword_index(self) -> int:
         """Recompute every message's context and tsvector from the messages (idempotent)."""
@@ -560,8 +533,8 @@ class PostgresStore:
 
 
 class _Attempts(Generic[T]):
-    """One call's tries, shared by the sync and async drivers: its exactly-once key (None when
-    the body need not be keyed), deadline and backoff."""
+    """One call's tries: its exactly-once key (None when the body need not be keyed), deadline
+    and backoff."""
 
     def __init__(self, store: PostgresStore, factory: Callable[[], Body[T]], keyed: bool) -> None:
         self.store = store

@@ -1,11 +1,10 @@
 """Store operations as bodies: one generator of SQL steps, run by any dialect's driver.
 
 An operation is written once as a *body*: a generator that yields :class:`Step` s and receives
-each one's :class:`StepResult`. The one pair of drivers runs it on a connection inside the
-transaction the store opened (the store brings its locking, retries and error types):
-:func:`drive` on a blocking connection or cursor (a ``sqlite3.Connection``, a psycopg
-``Cursor``), :func:`adrive` on an async one (a psycopg ``AsyncCursor``). So the logic of an
-operation exists once, on both backends, and its sync and async runs cannot drift apart.
+each one's :class:`StepResult`. One driver, :func:`drive`, runs it on a connection inside the
+transaction the store opened (the store brings its locking, retries and error types), a
+``sqlite3.Connection`` or a psycopg ``Cursor``. So the logic of an operation exists once, on
+both backends; the async path runs the same driver in a worker thread (the store's ``arun``).
 """
 
 from __future__ import annotations
@@ -22,7 +21,6 @@ __all__ = [
     "Op",
     "Step",
     "StepResult",
-    "adrive",
     "drive",
 ]
 
@@ -62,18 +60,6 @@ def drive(cursor: Any, body: Body[T]) -> T:
     while more:
         done = cursor.execute(value.sql, value.params)
         rows = done.fetchall() if done.description is not None else []
-        more, value = _send(body, StepResult(rows, done.rowcount))
-    result: T = value
-    return result
-
-
-async def adrive(cursor: Any, body: Body[T]) -> T:
-    """:func:`drive` on an async cursor (a psycopg ``AsyncCursor``): the body never blocks
-    the event loop."""
-    more, value = _send(body, None)
-    while more:
-        done = await cursor.execute(value.sql, value.params)
-        rows = await done.fetchall() if done.description is not None else []
         more, value = _send(body, StepResult(rows, done.rowcount))
     result: T = value
     return result

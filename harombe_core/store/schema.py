@@ -183,6 +183,17 @@ def _summary_text(row: str) -> str:
     )
 
 
+def _without_rowid(table: str, columns: str) -> list[str]:
+    """Statements that rebuild SQLite table ``table`` as ``columns`` WITHOUT ROWID, keeping its
+    rows (the name of the table, and so every statement naming it, is unchanged)."""
+    return [
+        f"CREATE TABLE {table}_rebuilt ({columns}) WITHOUT ROWID",
+        f"INSERT INTO {table}_rebuilt SELECT * FROM {table}",
+        f"DROP TABLE {table}",
+        f"ALTER TABLE {table}_rebuilt RENAME TO {table}",
+    ]
+
+
 # Each migration is a list of statements run in one transaction with the version bump.
 MIGRATIONS: list[list[str]] = [
     [
@@ -356,6 +367,53 @@ MIGRATIONS: list[list[str]] = [
         f"INSERT INTO sessions_fts (rowid, summary) SELECT rowid, {_summary_text('sessions')} "
         "FROM sessions WHERE summary <> ''",
     ],
+    # 11: the checkpoint tables of migration 4 rebuilt WITHOUT ROWID: each was a rowid table
+    # plus the index of its primary key, so every row a checkpointer's put or put_writes wrote
+    # touched two b-trees; keyed by their primary key alone, a put's commit writes about half
+    # the pages. (Same columns, keys and cascades; the rows are copied as they are.)
+    _without_rowid(
+        "checkpoints",
+        """thread_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+            checkpoint_ns TEXT NOT NULL,
+            checkpoint_id TEXT NOT NULL,
+            parent_checkpoint_id TEXT,
+            run_id TEXT,
+            type TEXT NOT NULL,
+            checkpoint BLOB NOT NULL,
+            metadata TEXT NOT NULL,
+            PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id)""",
+    )
+    + _without_rowid(
+        "checkpoint_blobs",
+        """thread_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+            checkpoint_ns TEXT NOT NULL,
+            channel TEXT NOT NULL,
+            version TEXT NOT NULL,
+            type TEXT NOT NULL,
+            blob BLOB,
+            PRIMARY KEY (thread_id, checkpoint_ns, channel, version)""",
+    )
+    + _without_rowid(
+        "checkpoint_writes",
+        """thread_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+            checkpoint_ns TEXT NOT NULL,
+            checkpoint_id TEXT NOT NULL,
+            task_id TEXT NOT NULL,
+            idx INTEGER NOT NULL,
+            task_path TEXT NOT NULL,
+            channel TEXT NOT NULL,
+            type TEXT NOT NULL,
+            blob BLOB NOT NULL,
+            PRIMARY KEY (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)""",
+    )
+    + _without_rowid(
+        "checkpoint_message_blobs",
+        """thread_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+            hash BLOB NOT NULL,
+            type TEXT NOT NULL,
+            blob BLOB NOT NULL,
+            PRIMARY KEY (thread_id, hash)""",
+    ),
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -6,11 +6,12 @@ implementation per backend, such code is written once as a *body*: a generator t
 :class:`Step` s (SQL with ``?`` placeholders) and receives :class:`StepResult` s. A
 :class:`SqlRunner` runs a body in one transaction with the store's own locking, retries and
 error types: on SQLite through :meth:`SQLiteStore.transaction`, on PostgreSQL through
-:meth:`PostgresStore.run_body` (natively async for :meth:`SqlRunner.arun`, and applied exactly
-once when a retry follows a connection lost at COMMIT). :meth:`SqlRunner.read` runs a body that
-only reads in one consistent snapshot without taking SQLite's write lock, and a body can append
-messages to a session in its own transaction with :meth:`SqlRunner.add_messages` (the
-operation :func:`~harombe_core.store.ops.add_messages`, as steps).
+:meth:`PostgresStore.run_body` (applied exactly once when a retry follows a connection lost
+at COMMIT); the async twins run the same in a worker thread (``flows.off_loop``) on both.
+:meth:`SqlRunner.read` runs a body that only reads in one consistent snapshot without taking
+SQLite's write lock, and a body can append messages to a session in its own transaction with
+:meth:`SqlRunner.add_messages` (the operation :func:`~harombe_core.store.ops.add_messages`, as
+steps).
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ class SqlRunner:
         exactly_once: bool = False,
         adds_messages: bool = True,
     ) -> T:
-        """:meth:`run` without blocking the event loop (SQLite: in a worker thread)."""
+        """:meth:`run` without blocking the event loop: in a worker thread, one hop."""
         return await off_loop(
             self.run, factory, exactly_once=exactly_once, adds_messages=adds_messages
         )
@@ -77,7 +78,7 @@ class SqlRunner:
         return self.store.snapshot(lambda c: drive(c, factory()))
 
     async def aread(self, factory: Callable[[], Body[T]]) -> T:
-        """:meth:`read` without blocking the event loop (SQLite: in a worker thread)."""
+        """:meth:`read` without blocking the event loop: in a worker thread, one hop."""
         return await off_loop(self.read, factory)
 
     def add_messages(
@@ -102,20 +103,8 @@ class _PostgresRunner(SqlRunner):
     ) -> T:
         return self.store.run_body(factory, exactly_once=exactly_once)
 
-    async def arun(
-        self,
-        factory: Callable[[], Body[T]],
-        *,
-        exactly_once: bool = False,
-        adds_messages: bool = True,
-    ) -> T:
-        return await self.store.arun_body(factory, exactly_once=exactly_once)
-
     def read(self, factory: Callable[[], Body[T]]) -> T:
         return self.store.run_body(factory)
-
-    async def aread(self, factory: Callable[[], Body[T]]) -> T:
-        return await self.store.arun_body(factory)
 
 
 def sql_runner(store: Any) -> SqlRunner:

@@ -254,7 +254,7 @@ class PgVectorIndex(VectorIndexBase):
     async def aquery(
         self, vector: FloatArray, k: int, where: Mapping[str, Any] | None = None
     ) -> list[VectorMatch]:
-        """Native async twin of :meth:`query` (the store's async pool; no thread hop)."""
+        """The async twin of :meth:`query`: the store's ``arun`` (one worker-thread hop)."""
         op = self._query_op(vector, k, where)
         return [] if op is None else await self.store.arun(op)
 

@@ -17,7 +17,7 @@ PACKAGES = ("harombe_core", "langchain_harombe", "llamaindex_harombe")
 #: The one place allowed to hand work to threads: the flows (off_loop, and Parallel's pool).
 MECHANISM = "harombe_core/flows.py"
 #: Modules still being moved onto the flows; entries may only be removed.
-NOT_YET = {"langchain_harombe/checkpoint.py"}
+NOT_YET: set[str] = set()
 THREAD_HOPS = {"to_thread", "run_in_executor", "ThreadPoolExecutor"}
 
 

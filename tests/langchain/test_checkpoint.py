@@ -341,3 +341,50 @@ def test_bad_input_is_refused_with_a_typed_error(manager: MemoryManager) -> None
         HarombeSaver(manager, messages_key="")
     with pytest.raises(InvalidInputError, match="manager"):
         HarombeSaver(manager, storage_path="x.db")
+
+
+def test_threads_written_before_the_rowid_rebuild_survive_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Migration 11 rebuilds the checkpoint tables WITHOUT ROWID: a thread written at schema
+    10 reads back the same after it, keeps its session, and grows on."""
+    import sqlite3
+
+    from harombe_core.store import sqlite as sqlite_module
+
+    path = tmp_path / "v10.db"
+    tables = ("checkpoints", "checkpoint_blobs", "checkpoint_writes", "checkpoint_message_blobs")
+    with monkeypatch.context() as old:
+        old.setattr(sqlite_module, "MIGRATIONS", sqlite_module.MIGRATIONS[:10])
+        old.setattr(sqlite_module, "SCHEMA_VERSION", 10)
+        with MemoryManager(path, embedding=None) as mm:
+            before = _graph_story(HarombeSaver(mm))
+            model = RecordingChatModel(responses=["It is 3."])
+            agent = create_agent(model, checkpointer=HarombeSaver(mm))
+            agent.invoke({"messages": [HumanMessage("add 1 and 2")]},
+                         {"configurable": {"thread_id": "a1"}})
+    with sqlite3.connect(path) as raw:
+        assert raw.execute("PRAGMA user_version").fetchone()[0] == 10
+    with MemoryManager(path, embedding=None) as mm:
+        saver = HarombeSaver(mm)
+        config = {"configurable": {"thread_id": "g1"}}
+        graph = _counting_graph(saver)
+        history = list(graph.get_state_history(config))
+        assert graph.get_state(config).values == before["values"]
+        assert [(h.values, h.metadata["source"], h.metadata["step"]) for h in history] == (
+            before["history"]
+        )
+        agent = create_agent(RecordingChatModel(responses=["It is 7."]), checkpointer=saver)
+        state = agent.invoke({"messages": [HumanMessage("and 3 and 4?")]},
+                             {"configurable": {"thread_id": "a1"}})
+        assert [m.text for m in state["messages"]] == [
+            "add 1 and 2", "It is 3.", "and 3 and 4?", "It is 7.",
+        ]
+        saver.flush()
+        assert [m.content for m in mm.get_messages("a1")] == [
+            "add 1 and 2", "It is 3.", "and 3 and 4?", "It is 7.",
+        ]
+    with sqlite3.connect(path) as raw:
+        sql = dict(raw.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table'"))
+        assert all(sql[t].rstrip().endswith("WITHOUT ROWID") for t in tables)
+        assert not any(name.endswith("_rebuilt") for name in sql)

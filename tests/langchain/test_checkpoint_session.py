@@ -198,6 +198,10 @@ def test_the_session_is_repaired_after_harombe_changed_it(manager: MemoryManager
 
     manager.delete_session("t1")  # deleting the session deletes the thread
     assert saver.get_tuple(config) is None
+    # The saver's memory of the thread is stale: its next put starts the thread afresh.
+    graph.invoke({"messages": [HumanMessage("four")]}, config)
+    assert [m.text for m in graph.get_state(config).values["messages"]] == ["four", "re: four"]
+    assert [m.content for m in manager.get_messages("t1")] == ["four", "re: four"]
 
 
 def test_a_message_harombe_cannot_store_as_is_is_kept_whole_in_the_checkpoint(

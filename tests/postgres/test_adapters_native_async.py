@@ -1,10 +1,11 @@
-"""The adapters' async methods read the store on its async path: on PostgreSQL, natively.
+"""The adapters' async methods read the store on its async path: one hop per store operation.
 
 The LangChain retriever, the agent middleware and the LlamaIndex retriever each write their
 work once as a flow over the manager's sync/async pairs. Their async twins must therefore add no
-thread hop of their own (only the core's, such as the retriever's keyword search, remain), must
-make no blocking store call on the event loop, must return what the sync path returns, and a
-cancelled save must leave nothing half-written.
+thread hop of their own: every hop is one store operation (``PostgresStore.run``, in a worker
+thread as on SQLite) or the core's own work (the retriever's ranking), none wraps a whole call,
+no store call blocks the event loop, they return what the sync path returns, and a cancelled
+save is stored whole or not at all before the caller sees its ``CancelledError``.
 """
 
 from __future__ import annotations
@@ -30,8 +31,10 @@ from llamaindex_harombe import HarombeRetriever as LlamaIndexRetriever
 
 #: The hooks are called directly, outside a graph run (the session and user are fixed).
 NO_RUNTIME: Any = None
+#: One store operation in a worker thread: the store's async path (``arun``).
+STORE_HOPS = {"PostgresStore.run"}
 #: Work the core itself still runs in a thread on the async path (not the adapters').
-CORE_HOPS = {"Retriever.search", "MemoryManager.get_context"}
+CORE_HOPS = STORE_HOPS | {"Retriever.search", "MemoryManager.get_context"}
 
 
 @pytest.fixture
@@ -44,12 +47,17 @@ def mm(pg_url: str) -> Iterator[MemoryManager]:
 
 
 def _no_blocking_store_calls(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Make every synchronous PostgreSQL transaction fail: what remains must be async."""
+    """Make every PostgreSQL transaction run on the event loop's thread fail: each must run
+    in a worker thread."""
+    loop_thread = threading.current_thread()
+    real = postgres.PostgresStore._run
 
-    def refused(*args: Any, **kwargs: Any) -> Any:
-        raise AssertionError("a blocking store call ran on the async path")
+    def off_the_loop(*args: Any, **kwargs: Any) -> Any:
+        if threading.current_thread() is loop_thread:
+            raise AssertionError("a blocking store call ran on the event loop")
+        return real(*args, **kwargs)
 
-    monkeypatch.setattr(postgres.PostgresStore, "_run", refused)
+    monkeypatch.setattr(postgres.PostgresStore, "_run", off_the_loop)
 
 
 def _conversation(mm: MemoryManager) -> str:
@@ -99,7 +107,7 @@ async def test_llamaindex_retriever_aretrieve_adds_no_thread_hop(
     assert set(thread_hops) <= CORE_HOPS, thread_hops
 
 
-async def test_middleware_async_hooks_read_and_write_natively(
+async def test_middleware_async_hooks_read_and_write_off_the_loop(
     mm: MemoryManager, thread_hops: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     sid = _conversation(mm)
@@ -110,11 +118,12 @@ async def test_middleware_async_hooks_read_and_write_natively(
     _no_blocking_store_calls(monkeypatch)
     assert await middleware.abefore_model(state, NO_RUNTIME) == {"harombe_saved": 1}
     monkeypatch.undo()
-    assert thread_hops == []
+    assert thread_hops
+    assert set(thread_hops) == STORE_HOPS, thread_hops
     assert mm.get_messages(sid)[-1].content == "what did I order?"
 
 
-async def test_an_agent_turn_builds_the_model_request_natively(
+async def test_an_agent_turn_builds_the_model_request_one_hop_per_operation(
     mm: MemoryManager, thread_hops: list[str]
 ) -> None:
     """The whole async agent turn: saves, the stored view, the user's profile; the same
@@ -136,55 +145,84 @@ async def test_an_agent_turn_builds_the_model_request_natively(
     question = {"messages": [HumanMessage("what did I order?")]}
     agent("sync").invoke(question, config={"configurable": {"thread_id": "t-sync"}})
     await agent("async").ainvoke(question, config={"configurable": {"thread_id": "t-async"}})
-    assert thread_hops == []
+    assert thread_hops
+    assert set(thread_hops) == STORE_HOPS, thread_hops
     assert sent["async"] == sent["sync"]
     assert [m.content for m in mm.get_messages("t-async")] == [
         m.content for m in mm.get_messages("t-sync")
     ]
 
 
-async def test_a_cancelled_async_save_writes_nothing(
+class _Stalling:
+    """A cursor whose transaction stalls, once it has inserted a message, until ``go`` is set;
+    then it goes on, or fails (so the transaction rolls back) when ``fail`` is set."""
+
+    def __init__(self, cursor: Any, reached: threading.Event, go: threading.Event, fail: bool):
+        self.cursor, self.reached, self.go, self.fail = cursor, reached, go, fail
+
+    def execute(self, sql: str, params: Any = ()) -> Any:
+        done = self.cursor.execute(sql, params)
+        if "INSERT INTO messages" in sql and not self.reached.is_set():
+            self.reached.set()
+            self.go.wait()
+            if self.fail:
+                raise RuntimeError("the transaction fails after its first insert")
+        return done
+
+
+async def _cancel_mid_transaction(
+    middleware: HarombeMemoryMiddleware,
+    state: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    *,
+    fail: bool,
+    stored: Any,
+) -> None:
+    """Cancel the save while its transaction is open (after its first insert): the caller's
+    ``CancelledError`` waits until the transaction has ended, committed or (``fail``) rolled
+    back, and ``stored()`` already shows the outcome when it arrives."""
+    reached, go = threading.Event(), threading.Event()
+    real_drive = postgres.drive
+    monkeypatch.setattr(
+        postgres, "drive", lambda cur, body: real_drive(_Stalling(cur, reached, go, fail), body)
+    )
+    task = asyncio.ensure_future(middleware.abefore_model(state, NO_RUNTIME))
+    while not reached.is_set():  # the worker thread is inside the transaction
+        await asyncio.sleep(0)
+    task.cancel()
+    for _ in range(20):  # cancelled, the caller still waits for the open transaction
+        await asyncio.sleep(0)
+    assert not task.done()
+    go.set()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    outcome = stored()
+    monkeypatch.undo()
+    assert outcome == ([] if fail else ["one", "two", "three"])
+
+
+async def test_a_cancelled_async_save_is_stored_whole_or_not_at_all(
     mm: MemoryManager, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Cancelled in the middle of its transaction (after the first insert), the save of a
-    batch rolls back whole; saving the batch again then stores it once."""
-    sid = mm.create_session(user_id="ann")
-    middleware = HarombeMemoryMiddleware(mm, session_id=sid, user_id="ann", strategy="all")
+    """Cancelled in the middle of its transaction, a batch's save ends first: rolled back whole
+    (saving the batch again then stores it once) or committed whole, never half."""
     state: Any = {
         "messages": [HumanMessage("one"), AIMessage("two"), HumanMessage("three")],
     }
-    reached = threading.Event()
-    real_adrive = postgres.adrive
+    for fail in (True, False):
+        sid = mm.create_session(user_id="ann")
+        middleware = HarombeMemoryMiddleware(mm, session_id=sid, user_id="ann", strategy="all")
 
-    class Stalling:
-        """A cursor that stalls (until cancelled) once it has inserted a message."""
+        def stored(sid: str = sid) -> list[str]:
+            return [m.content for m in mm.get_messages(sid)]
 
-        def __init__(self, cursor: Any) -> None:
-            self.cursor = cursor
-
-        async def execute(self, sql: str, params: Any = ()) -> Any:
-            done = await self.cursor.execute(sql, params)
-            if "INSERT INTO messages" in sql:
-                reached.set()
-                await asyncio.Event().wait()
-            return done
-
-    async def stalling(cursor: Any, body: Any) -> Any:
-        return await real_adrive(Stalling(cursor), body)
-
-    monkeypatch.setattr(postgres, "adrive", stalling)
-    task = asyncio.ensure_future(middleware.abefore_model(state, NO_RUNTIME))
-    await asyncio.get_running_loop().run_in_executor(None, reached.wait)
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    monkeypatch.undo()
-    assert mm.get_messages(sid) == []
-    assert await middleware.abefore_model(state, NO_RUNTIME) == {"harombe_saved": 3}
-    assert [m.content for m in mm.get_messages(sid)] == ["one", "two", "three"]
+        await _cancel_mid_transaction(middleware, state, monkeypatch, fail=fail, stored=stored)
+        if fail:
+            assert await middleware.abefore_model(state, NO_RUNTIME) == {"harombe_saved": 3}
+        assert stored() == ["one", "two", "three"]
 
 
-async def test_async_export_reads_natively_and_matches_the_sync_export(
+async def test_async_export_hops_per_read_and_matches_the_sync_export(
     mm: MemoryManager, thread_hops: list[str]
 ) -> None:
     from harombe_core import export as ex
@@ -198,8 +236,7 @@ async def test_async_export_reads_natively_and_matches_the_sync_export(
         expected = ex.export_store(mm, fmt)
         thread_hops.clear()
         assert undated(await ex.aexport_store(mm, fmt)) == undated(expected)
-        assert set(thread_hops) <= {"dumps"}, (
-            thread_hops
-        )  # formatting is CPU work; every read is native
+        # formatting is CPU work; every read is one store operation
+        assert set(thread_hops) <= STORE_HOPS | {"dumps"}, thread_hops
         one = await ex.aexport_store(mm, fmt, session_id=sid)
         assert undated(one) == undated(ex.export_store(mm, fmt, session_id=sid))

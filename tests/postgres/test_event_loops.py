@@ -3,9 +3,11 @@
 An app calls a manager's async methods from several loops (``asyncio.run`` twice, a notebook,
 pytest-asyncio's loop per test) and closes the manager synchronously, often after the loop has
 gone. A connection pool left on a caller's loop made that loop's shutdown wait forever for the
-pool's workers, and left pending tasks and open connections behind; the store's async pool now
-lives on its own loop. These tests run in a subprocess (a hang fails by the generous timeout, not
-by a timing threshold) and record unraisable exceptions with ``sys.unraisablehook``.
+pool's workers, and left pending tasks and open connections behind; the store's async path now
+runs each operation on its one sync pool in a worker thread (``flows.off_loop``), so no loop
+owns anything of the store. The first test runs in a subprocess (a hang fails by the generous
+timeout, not by a timing threshold) and records unraisable exceptions with
+``sys.unraisablehook``.
 """
 
 from __future__ import annotations

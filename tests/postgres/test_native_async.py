@@ -1,9 +1,9 @@
-"""The manager's async methods run the store's own async path: on PostgreSQL no thread hop.
+"""The manager's async methods run the store's own async path: one thread hop per operation.
 
 Each manager operation is one flow (harombe_core.flows); its async twin awaits the store's
-operations on the store's async runner (``arun``), native on PostgreSQL. With
-``asyncio.to_thread`` made to fail, every async method below must still work on PostgreSQL; on
-SQLite the same calls must go through worker threads, since its I/O blocks.
+operations on the store's async runner (``arun``), which on both backends runs the sync
+operation in a worker thread (``flows.off_loop``). So every hop is one store operation (none
+wraps a whole call), and the async answers equal the sync ones.
 """
 
 from __future__ import annotations
@@ -51,16 +51,14 @@ async def _exercise(mm: MemoryManager) -> None:
     assert await mm.aload_session("unknown-session") == []
 
 
-async def test_async_methods_on_postgres_never_hop_a_thread(
-    pg_url: str, monkeypatch: pytest.MonkeyPatch
+async def test_async_methods_on_postgres_hop_once_per_store_operation(
+    pg_url: str, thread_hops: list[str]
 ) -> None:
-    def no_thread(*args: Any, **kwargs: Any) -> Any:
-        raise AssertionError("asyncio.to_thread was called on the PostgreSQL async path")
-
     with MemoryManager(pg_url, embedding=None) as mm:
-        monkeypatch.setattr(asyncio, "to_thread", no_thread)
         await _exercise(mm)
-        monkeypatch.undo()
+    # every hop is one store operation through the store's own runner, as on SQLite
+    assert thread_hops.count("PostgresStore.run") >= 10
+    assert set(thread_hops) == {"PostgresStore.run"}, thread_hops
 
 
 async def test_the_same_calls_on_sqlite_run_in_worker_threads(
@@ -70,6 +68,7 @@ async def test_the_same_calls_on_sqlite_run_in_worker_threads(
         await _exercise(mm)
     # every store operation hops once, through the store's own runner
     assert thread_hops.count("SQLiteStore.run") >= 10
+    assert set(thread_hops) == {"SQLiteStore.run"}, thread_hops
 
 
 def _context_session(mm: MemoryManager) -> str:
@@ -125,40 +124,12 @@ def _kwargs(mm: MemoryManager, asked: dict[str, Any]) -> dict[str, Any]:
     return kwargs
 
 
-async def test_aget_context_reads_on_postgres_async_path(
-    pg_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """aget_context is one flow: every read it makes is awaited on the store's native async
-    runner, so with asyncio.to_thread made to fail it still answers what get_context does."""
-    with MemoryManager(pg_url, embedding=None) as mm:
-        sid = _context_session(mm)
-        expected = [_shown(mm.get_context(sid, **_kwargs(mm, asked))) for asked in _CONTEXTS]
-        kinds = {kind for *_, kind in expected[-1]}
-        assert {"tasks", "summaries", "summary"} <= kinds, kinds
-
-        def no_thread(*args: Any, **kwargs: Any) -> Any:
-            raise AssertionError("asyncio.to_thread was called on the PostgreSQL async path")
-
-        arun, awaited = mm.store.arun, []
-
-        async def counting(op: Any) -> Any:
-            awaited.append(op.body.__qualname__.split(".")[0])
-            return await arun(op)
-
-        monkeypatch.setattr(asyncio, "to_thread", no_thread)
-        monkeypatch.setattr(mm.store, "arun", counting)
-        for asked, want in zip(_CONTEXTS, expected, strict=True):
-            assert _shown(await mm.aget_context(sid, **_kwargs(mm, asked))) == want, asked
-        monkeypatch.undo()
-    assert {"get_session", "newest_rows", "important_before", "thread_path"} <= set(awaited)
-
-
-async def test_aget_context_on_sqlite_hops_once_per_read(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """On SQLite the same flow hops to a worker thread once per store operation, as every
-    other flow does: no hop wraps the whole call."""
+async def _hops_once_per_read(mm: MemoryManager, monkeypatch: pytest.MonkeyPatch) -> set[str]:
+    """Each context's async answer equals the sync one, and the async call hops to a worker
+    thread once per store operation the sync call runs (no hop wraps the whole call); returns
+    the operations run."""
     ran: list[str] = []
+    every: set[str] = set()
     hops: list[str] = []
     real = asyncio.to_thread
 
@@ -166,24 +137,46 @@ async def test_aget_context_on_sqlite_hops_once_per_read(
         hops.append(getattr(fn, "__name__", repr(fn)))
         return await real(fn, *args, **kwargs)
 
+    sid = _context_session(mm)
+    run, caller = mm.store.run, threading.get_ident()
+
+    def running(op: Any) -> Any:
+        if threading.get_ident() == caller:  # not a background thread's work
+            ran.append(op.body.__qualname__)
+        return run(op)
+
+    for asked in _CONTEXTS:
+        kwargs = _kwargs(mm, asked)
+        ran.clear()
+        hops.clear()
+        with monkeypatch.context() as patched:
+            patched.setattr(mm.store, "run", running)
+            want = _shown(mm.get_context(sid, **kwargs))
+        if asked.get("budget"):  # every kind of read had something to read
+            assert {"tasks", "summaries", "summary"} <= {kind for *_, kind in want}, want
+        with monkeypatch.context() as patched:
+            patched.setattr(asyncio, "to_thread", counting)
+            assert _shown(await mm.aget_context(sid, **kwargs)) == want, asked
+        assert ran
+        assert hops == ["run"] * len(ran), (asked, hops, ran)
+        every.update(name.split(".")[0] for name in ran)
+    return every
+
+
+async def test_aget_context_on_postgres_hops_once_per_read(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """aget_context is one flow: every read it makes is one store operation in a worker thread,
+    as on SQLite, and it answers what get_context does."""
+    with MemoryManager(pg_url, embedding=None) as mm:
+        ran = await _hops_once_per_read(mm, monkeypatch)
+    assert {"get_session", "newest_rows", "important_before", "thread_path"} <= ran
+
+
+async def test_aget_context_on_sqlite_hops_once_per_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On SQLite the same flow hops to a worker thread once per store operation, as every
+    other flow does: no hop wraps the whole call."""
     with MemoryManager(str(tmp_path / "c.db"), embedding=None) as mm:
-        sid = _context_session(mm)
-        run, caller = mm.store.run, threading.get_ident()
-
-        def running(op: Any) -> Any:
-            if threading.get_ident() == caller:  # not a background thread's work
-                ran.append(op.body.__qualname__)
-            return run(op)
-
-        for asked in _CONTEXTS:
-            kwargs = _kwargs(mm, asked)
-            ran.clear()
-            hops.clear()
-            with monkeypatch.context() as patched:
-                patched.setattr(mm.store, "run", running)
-                want = _shown(mm.get_context(sid, **kwargs))
-            with monkeypatch.context() as patched:
-                patched.setattr(asyncio, "to_thread", counting)
-                assert _shown(await mm.aget_context(sid, **kwargs)) == want, asked
-            assert ran
-            assert hops == ["run"] * len(ran), (asked, hops, ran)
+        await _hops_once_per_read(mm, monkeypatch)
