@@ -108,7 +108,10 @@ def create_key(
         check_id(user_id, "user_id")
     if label is not None and (not isinstance(label, str) or len(label) > 200):
         raise InvalidInputError("a key's label must be a string of at most 200 characters.")
-    secret = KEY_PREFIX + secrets.token_urlsafe(32)
+    body = secrets.token_urlsafe(32)
+    while body.startswith("-"):  # an id starting with "-" reads as an option on a command line
+        body = secrets.token_urlsafe(32)
+    secret = KEY_PREFIX + body
     record = ApiKey(
         id=secret[len(KEY_PREFIX) : len(KEY_PREFIX) + 8],
         user_id=user_id,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -300,3 +301,20 @@ def test_profile_serves_the_users_facts_and_tasks(served: Served) -> None:
     with served.http(served.bob) as http:
         assert "vegetarian" not in http.get("/api/profile").text
         assert http.get("/api/profile", params={"user_id": "erin"}).status_code == 403
+
+
+def test_a_key_id_never_starts_with_a_dash(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A key id is typed on a command line (``harombe keys revoke ID``), where one starting
+    with "-" would read as an option: such a draw is made again."""
+    import secrets
+
+    from harombe_core import MemoryManager
+    from harombe_core.server import keys
+
+    draws = iter(["-mL_0s3K" + "a" * 35, "-x" + "b" * 41, "Zq0" + "c" * 40])
+    monkeypatch.setattr(secrets, "token_urlsafe", lambda nbytes=None: next(draws))
+    with MemoryManager(str(tmp_path / "keys.db"), embedding=None) as mm:
+        key, record = keys.create_key(mm.store, user_id="carl")
+        assert record.id == "Zq0ccccc"
+        assert key == "hk_Zq0" + "c" * 40
+        assert [k.id for k in keys.list_keys(mm.store)] == ["Zq0ccccc"]
