@@ -25,7 +25,7 @@ from harombe_core.models import Message
 from harombe_core.strategies import ContextBudget
 from harombe_core.testing import FakeEmbedder
 
-SECRET = "4921"
+SECRET = "pin4921zq"  # letters too: digits alone can turn up in a timestamp or an id
 ALICE = "alice"
 BOB = "bob"
 

@@ -41,7 +41,7 @@ from langchain_harombe import (
 )
 from langchain_harombe.chat_cli import ChatSession, run_chat
 
-SECRET = "4921"
+SECRET = "pin4921zq"  # letters too: digits alone can turn up in a timestamp or an id
 ALICE_SAYS = f"My bank PIN is {SECRET}, remember it"
 BOB_ASKS = "What is my bank PIN?"
 STRATEGIES = ["simple", "threaded", "summarization", "hybrid", "all"]

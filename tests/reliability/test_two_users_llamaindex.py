@@ -37,7 +37,7 @@ from llamaindex_harombe import (
     HarombeRetriever,
 )
 
-SECRET = "4921"
+SECRET = "pin4921zq"  # letters too: digits alone can turn up in a timestamp or an id
 ALICE_SAYS = f"My bank PIN is {SECRET}, remember it"
 BOB_ASKS = "What is my bank PIN?"
 
