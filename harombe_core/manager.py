@@ -3,8 +3,8 @@
 It owns one store and, when semantic memory is on, the embedder, vector index and background
 indexer derived from it. Every I/O method has an ``a``-prefixed async twin, written out beside
 it; both drive one flow (:mod:`harombe_core.flows`), so they check and do the same things. The
-async twin runs the store's operations on its async runner (native on PostgreSQL) and otherwise
-does the blocking work (SQLite, models) in a worker thread, so the event loop is never blocked.
+async twin runs each of the store's operations, and any other blocking work (models), in a
+worker thread, so the event loop is never blocked.
 """
 
 from __future__ import annotations
@@ -1062,7 +1062,7 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
         keep_newest_turn: bool = False,
     ) -> list[Message]:
         """The messages to send a model (async twin of :meth:`get_context`: its reads are
-        awaited on the store's async path, native on PostgreSQL)."""
+        awaited on the store's async path, one thread hop per read)."""
         return await adrive(
             self._context.context_flow(
                 session_id,

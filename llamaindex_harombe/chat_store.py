@@ -85,7 +85,7 @@ class _ManagedStore(OwnedManager, BaseModel):
 
     # Each operation is written once, as a flow (harombe_core.flows) over the manager's public
     # sync/async pairs: a sync method drives it on the calling thread, an async one with the
-    # manager's async methods (native on PostgreSQL), so the event loop never blocks.
+    # manager's async methods (one thread hop per store operation), so the event loop never blocks.
     def _check(self, key: str) -> Flow[Session | None]:
         """The key's session if this store may use it (None if new); else
         SessionOwnershipError."""

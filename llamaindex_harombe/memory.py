@@ -507,7 +507,7 @@ class HarombeMemory(BaseMemory):
     async def aget(
         self, input: str | None = None, initial_token_count: int = 0, **kwargs: Any
     ) -> list[ChatMessage]:
-        """Async twin of :meth:`get`, on the manager's async methods (native on PostgreSQL)."""
+        """Async twin of :meth:`get`, on the manager's async methods."""
         return await adrive(self._get(input, initial_token_count))
 
     def get_all(self, status: MessageStatus | None = None) -> list[ChatMessage]:

@@ -99,7 +99,7 @@ async def aexport_store(
     session_id: str | None = None,
     user_id: str | None = None,
 ) -> str:
-    """Async twin of :func:`export_store` (the store's async reads: native on PostgreSQL)."""
+    """Async twin of :func:`export_store` (the store's async reads, one thread hop each)."""
     return await adrive(_export_store(manager, fmt, session_id, user_id))
 
 
