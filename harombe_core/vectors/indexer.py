@@ -271,6 +271,7 @@ class SemanticMemory(EmbeddingWorker):
         self._owners: dict[str, str | None] = {}
         self._backoff = self.poll or 0.0
         self._batch_lock = _batch_lock(store)
+        self._batch_lock_pid = os.getpid()
         self._next_open_attempt = 0.0
         self._logged: set[str] = set()
         # Called with the size of every batch embedded, by whichever thread embeds it (the

@@ -131,7 +131,8 @@ class EmbeddingWorker:
 
     store: MessageStore
     embedder: Embedder
-    index: VectorIndex | None
+    _index: VectorIndex | None
+    _index_pid: int  # the process that opened _index
     open_index: IndexOpener | None
     batch_size: int
     window: int
@@ -150,9 +151,26 @@ class EmbeddingWorker:
     _owners: dict[str, str | None]
     _backoff: float
     _batch_lock: Any
+    _batch_lock_pid: int  # the process that made _batch_lock
     _next_open_attempt: float
     _logged: set[str]
     _listeners: list[Callable[[int], None]]
+
+    @property
+    def index(self) -> VectorIndex | None:
+        """The vector index, in the process that opened it. A child forked after it was
+        opened gets None on SQLite: its copy of the parent's client (Chroma's runs native
+        threads that fork does not copy) would hang on the first call, so the child works as a
+        process that does not own the index (vectors stored in the database, searched
+        exactly; the parent files them into the index). On PostgreSQL the index is the store's
+        own tables, which the store reconnects after a fork."""
+        if self._index_pid != os.getpid() and self.stored is not None:
+            return None
+        return self._index
+
+    @index.setter
+    def index(self, value: VectorIndex | None) -> None:
+        self._index, self._index_pid = value, os.getpid()
 
     @contextlib.contextmanager
     def _listening(self, listener: Callable[[int], None]) -> Iterator[None]:
@@ -425,7 +443,13 @@ class EmbeddingWorker:
         if lock is None:
             yield True
             return
-        from filelock import Timeout
+        from filelock import FileLock, Timeout
+
+        if self._batch_lock_pid != os.getpid():
+            # A forked child (flush() on a manager it inherited): a file lock belongs to the
+            # process that made it (filelock refuses one inherited across fork), so make ours.
+            lock = FileLock(lock.lock_file, mode=0o600, thread_local=False)
+            self._batch_lock, self._batch_lock_pid = lock, os.getpid()
 
         try:
             lock.acquire(timeout=-1 if timeout is None else max(timeout, 0.0))

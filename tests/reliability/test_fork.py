@@ -1,0 +1,99 @@
+"""A child forked while the background worker runs (``multiprocessing`` with the fork start
+method, a pre-forking server) carries on with what it inherited.
+
+Only the forking thread survives a fork: the child has no ``harombe-worker`` thread, no copy of
+the native threads of the parent's Chroma client, and file locks that belong to the parent.
+Each test forks while the parent's worker has work in hand or waiting, then uses the
+inherited objects in the child, which must finish (a hang is caught by a join timeout) and
+leave everything the child wrote stored and found.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import multiprocessing
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harombe_core import MemoryManager, Message
+from harombe_core.folding import SummaryFolder
+from harombe_core.testing import FakeEmbedder, hold_background
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+
+#: Seconds a child may take before it counts as hung (a guard, not a measure: it finishes in
+#: well under a second).
+HANG = 60
+
+
+def _join(process: Any) -> int | None:
+    process.join(HANG)
+    if process.is_alive():
+        process.kill()
+        process.join()
+        return None
+    return int(process.exitcode)
+
+
+def _flush_inherited(folder: SummaryFolder) -> None:
+    os._exit(0 if folder.flush() else 1)
+
+
+def test_a_child_flush_does_not_wait_for_the_parents_waiting_jobs() -> None:
+    """Jobs handed to the parent's worker and still waiting at the fork are the parent's to
+    do; left in the child's copy of the folder, with no thread to do them, they kept the
+    child's ``flush()`` waiting forever."""
+    done: list[int] = []
+    folder = SummaryFolder(lambda _key, _until: done.append(os.getpid()) or False)
+    ctx = multiprocessing.get_context("fork")
+    with hold_background():  # the job below waits behind the holding one
+        folder.request("session", 1)
+        child = ctx.Process(target=_flush_inherited, args=(folder,))
+        child.start()
+        assert _join(child) == 0
+    assert folder.flush(timeout=HANG)
+    folder.close()
+    assert done == [os.getpid()]  # done once, by the parent
+
+
+def _save_flush_search(manager: MemoryManager, pipe: Any) -> None:
+    try:
+        manager.save_message("child", Message(role="user", content="a giraffe at the zoo"))
+        manager.flush(timeout=HANG)
+        hits = manager.search("giraffe", top_k=5, session_id="child")
+        pipe.send([h.message.content for h in hits])
+    except BaseException as exc:  # reported to the parent, which fails the test
+        pipe.send(f"{type(exc).__name__}: {exc}")
+    finally:
+        os._exit(0)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("chromadb") is None, reason="needs chromadb")
+def test_a_child_flushes_and_searches_through_an_inherited_chroma_manager(
+    tmp_path: Path,
+) -> None:
+    """The child embeds on ``flush()`` with the manager it inherited. The parent's embedding
+    file lock raised RuntimeError there (filelock refuses a lock inherited across fork), and
+    once past it the child's call into its copy of the parent's Chroma client never
+    returned; the child now stores its vectors in the database and searches them exactly."""
+    manager = MemoryManager(str(tmp_path / "m.db"), embedding=FakeEmbedder(), vector_store="chroma")
+    manager.save_message("parent", Message(role="user", content="a zebra on the plain"))
+    manager.flush()
+    ctx = multiprocessing.get_context("fork")
+    reader, writer = ctx.Pipe(duplex=False)
+    with hold_background():  # the parent's worker is busy at the fork
+        manager.save_message("parent", Message(role="user", content="a zebra drinking"))
+        child = ctx.Process(target=_save_flush_search, args=(manager, writer))
+        child.start()
+        assert _join(child) == 0
+    assert reader.poll(HANG)
+    assert reader.recv() == ["a giraffe at the zoo"]
+    manager.flush()  # the parent files the child's vector into its index
+    assert [h.message.content for h in manager.search("giraffe", session_id="child")] == [
+        "a giraffe at the zoo"
+    ]
+    assert len(manager.search("zebra", session_id="parent")) == 2
+    manager.close()
