@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import os
 import threading
 from collections.abc import Awaitable, Callable, Generator
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -209,6 +210,16 @@ def _workers() -> concurrent.futures.ThreadPoolExecutor:
         if _WORKERS is None:
             _WORKERS = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="harombe-flow")
         return _WORKERS
+
+
+def _forget_workers_in_child() -> None:
+    """A forked child has none of the parent's pool threads, but its copy of the pool counts
+    them (as idle): work submitted to it would wait forever. The child makes its own."""
+    global _WORKERS, _WORKERS_LOCK
+    _WORKERS, _WORKERS_LOCK = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_workers_in_child)
 
 
 class _Steps(Generic[T]):

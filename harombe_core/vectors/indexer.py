@@ -384,19 +384,6 @@ class SemanticMemory(EmbeddingWorker):
         except INDEX_FAILURES as exc:
             self._log_once("forget", f"could not drop deleted sessions from the index: {exc}")
 
-    def forget_messages(self, ids: Sequence[int]) -> None:
-        """Remove deleted messages' vectors from the index (those of ``ids`` that are gone
-        from the store: an id of another session was not deleted and keeps its vector)."""
-        index = self.index
-        if index is None or not len(ids):
-            return
-        kept = {m.id for m in self.store.run(ops.get_messages_by_ids(ids))}
-        gone = sorted({int(i) for i in ids} - kept)
-        try:
-            index.delete(gone)
-        except INDEX_FAILURES as exc:
-            self._log_once("forget", f"could not drop deleted messages from the index: {exc}")
-
     def session_moved(self, session_id: str, user_id: str | None) -> None:
         """A session has a new owner: file its vectors under it.
 

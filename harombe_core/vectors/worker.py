@@ -501,7 +501,25 @@ class EmbeddingWorker:
         # Where the stored vectors are the index, storing one is indexing it.
         indexed = self.in_database or self._upsert(ids, vectors, metas)
         users = [meta.get("user_id") for meta in metas] if indexed else None
-        self.stored.write(ids, vectors, users)
+        stored = self.stored.write(ids, vectors, users)
+        if indexed and not self.in_database and stored < len(ids):
+            # Some messages were deleted while the batch was embedded, and their delete
+            # dropped its vectors from the index before this upsert filed them again: drop
+            # them now (deleted means gone, from the index too, not just at the next check).
+            self.forget_messages(ids)
+
+    def forget_messages(self, ids: Sequence[int]) -> None:
+        """Remove deleted messages' vectors from the index (those of ``ids`` that are gone
+        from the store: an id of another session was not deleted and keeps its vector)."""
+        index = self.index
+        if index is None or not len(ids):
+            return
+        kept = {m.id for m in self.store.run(ops.get_messages_by_ids(ids))}
+        gone = sorted({int(i) for i in ids} - kept)
+        try:
+            index.delete(gone)
+        except INDEX_FAILURES as exc:
+            self._log_once("forget", f"could not drop deleted messages from the index: {exc}")
 
     def sync_tail(self, *, advance: Callable[[int], None] | None = None) -> int:
         """File every stored vector the index lacks (this process must hold the index)."""

@@ -97,3 +97,31 @@ def test_a_child_flushes_and_searches_through_an_inherited_chroma_manager(
     ]
     assert len(manager.search("zebra", session_id="parent")) == 2
     manager.close()
+
+
+def _search_fresh(db: str, pipe: Any) -> None:
+    try:
+        with MemoryManager(db, embedding=FakeEmbedder()) as manager:
+            manager.save_message("child", Message(role="user", content="a giraffe at the zoo"))
+            hits = manager.search("giraffe", top_k=5, session_id="child")
+            pipe.send([h.message.content for h in hits])
+    except BaseException as exc:
+        pipe.send(f"{type(exc).__name__}: {exc}")
+    finally:
+        os._exit(0)
+
+
+def test_a_child_searches_after_the_parent_searched(tmp_path: Path) -> None:
+    """A hybrid search overlaps its keyword and vector sides on a small shared thread pool.
+    The child's copy of the parent's pool counted the parent's threads, which fork does not
+    copy, as idle: the child's first search waited forever, even on a manager of its own."""
+    with MemoryManager(str(tmp_path / "parent.db"), embedding=FakeEmbedder()) as manager:
+        manager.save_message("s", Message(role="user", content="a zebra on the plain"))
+        assert manager.search("zebra", top_k=5)  # the pool exists, its thread idle
+        ctx = multiprocessing.get_context("fork")
+        reader, writer = ctx.Pipe(duplex=False)
+        child = ctx.Process(target=_search_fresh, args=(str(tmp_path / "child.db"), writer))
+        child.start()
+        assert _join(child) == 0
+        assert reader.poll(HANG)
+        assert reader.recv() == ["a giraffe at the zoo"]
