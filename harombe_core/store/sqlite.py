@@ -263,6 +263,15 @@ class SQLiteStore:
         """Rows of one read-only statement (see :meth:`transaction`)."""
         return self._read(sql, params)
 
+    def _settle(self) -> None:
+        """Write first the derived rows this process owes the file (see
+        :mod:`~harombe_core.store.pending`), unless this thread is inside one of the file's
+        operations (a read nested in a snapshot, as the keyword search's word counts): a job
+        drained there would run its writes on that operation's connection, inside its read
+        transaction, and fail. The operation settled when it began."""
+        if not self._file.running_here():
+            pending.settle(self.location, self._file.block)
+
     def run(self, op: Op[T]) -> T:
         """Run one operation (:mod:`harombe_core.store.ops`) in one transaction: a write under
         the write lock (waking the keyword indexer if it added messages), a read in a read
@@ -271,7 +280,7 @@ class SQLiteStore:
         """
         if op.empty:
             return op.result_without_sql(SQLITE)
-        pending.settle(self.location, self._file.block)
+        self._settle()
         if op.write:
             return self._write(lambda c: drive(c, op.body(SQLITE)), adds=op.adds_messages)
         return self._open_file().snapshot(lambda c: drive(c, op.body(SQLITE)))
@@ -283,7 +292,7 @@ class SQLiteStore:
         return await off_loop(self.run, op)
 
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
-        pending.settle(self.location, self._file.block)
+        self._settle()
         return self._open_file().read(sql, params)
 
     # derived indexes ----------------------------------------------------------------------
@@ -302,7 +311,7 @@ class SQLiteStore:
         words = query_words(query)
         if not words or limit <= 0:
             return []
-        pending.settle(self.location, self._file.block)
+        self._settle()
         where, params = scope_sql(scope)
         id_range, range_params = _fts_id_range(scope)
         size = None if scope is None else self.run(ops.scope_size(scope))
