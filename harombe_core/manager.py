@@ -548,12 +548,24 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
         if not prepared and not doomed:
             return []
         add = ops.add_messages(session_id, prepared, user_id=user_id, replace_ids=doomed)
-        ids: list[int] = yield Run(self._store, add)
+        ids: list[int]
         if doomed and self._semantic is not None:
-            yield Work(self._semantic.forget_messages, doomed)
+            # The delete and the removal of its vectors from the index as one request (one
+            # thread hop when async, which a cancelled caller waits for), as erase() does for
+            # sessions: a cancellation between the two left the vectors in the index.
+            ids = yield Work(self._replace, add, doomed)
+        else:
+            ids = yield Run(self._store, add)
         if self._semantic is not None and prepared:
             self._semantic.notify()  # wakes the background embedder: never blocks
         self._facts.notify(session_id)  # wakes the background fact extractor (if on)
+        return ids
+
+    def _replace(self, add: Op[list[int]], doomed: list[int]) -> list[int]:
+        """Run ``add`` (which deletes ``doomed``), then drop their vectors from the index."""
+        ids = self._store.run(add)
+        assert self._semantic is not None  # (only called with semantic memory on)
+        self._semantic.forget_messages(doomed)
         return ids
 
     def save_message(

@@ -245,6 +245,37 @@ def test_a_cancelled_adelete_session_still_drops_the_vectors(folder: Path) -> No
     assert files_holding(folder, secret) == []
 
 
+def test_a_cancelled_areplace_messages_still_drops_the_deleted_vectors(folder: Path) -> None:
+    """``areplace_messages`` deletes in its transaction, then drops the deleted messages'
+    vectors from the index: a cancellation between the two left them in Chroma."""
+    secret = token()
+    folder.mkdir()
+    with open_manager(folder / "m.db", "chroma") as mm:
+        doomed, kept = mm.save_messages(
+            "s",
+            [
+                Message(role="user", content=f"the secret is {secret}"),
+                Message(role="user", content="the weather is fine"),
+            ],
+        )
+        mm.flush()
+        index = mm._semantic.index
+
+        async def cancel() -> None:
+            replace = mm.areplace_messages("s", [doomed], [Message(role="user", content="new")])
+            task = asyncio.ensure_future(replace)
+            await asyncio.sleep(0)  # the replacement is on its worker thread
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+
+        asyncio.run(cancel())  # returns once its worker threads are done
+        assert doomed not in index.ids()
+        assert kept in index.ids()
+        assert found_anywhere(mm, secret) == []
+    assert files_holding(folder, secret) == []
+
+
 class GatedEmbedder(FakeEmbedder):
     """Stops inside the batch that holds ``mark`` until ``go`` is set, so a test can delete
     while the background worker is between reading a batch and filing its vectors."""
