@@ -553,7 +553,7 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
             # The delete and the removal of its vectors from the index as one request (one
             # thread hop when async, which a cancelled caller waits for), as erase() does for
             # sessions: a cancellation between the two left the vectors in the index.
-            ids = yield Work(self._replace, add, doomed)
+            ids = yield Work(self._delete_and_add, add, doomed)
         else:
             ids = yield Run(self._store, add)
         if self._semantic is not None and prepared:
@@ -561,7 +561,7 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
         self._facts.notify(session_id)  # wakes the background fact extractor (if on)
         return ids
 
-    def _replace(self, add: Op[list[int]], doomed: list[int]) -> list[int]:
+    def _delete_and_add(self, add: Op[list[int]], doomed: list[int]) -> list[int]:
         """Run ``add`` (which deletes ``doomed``), then drop their vectors from the index."""
         ids = self._store.run(add)
         assert self._semantic is not None  # (only called with semantic memory on)
