@@ -500,9 +500,8 @@ class ContextBuilder:
             lines = [f"- {s.updated_at:%Y-%m-%d}: {s.summary}" for s in others]
             note = self.context_message("Recent sessions:\n" + "\n".join(lines), "summaries")
             blocks += fit_block([note], int(budget.session_summaries * rest))
-        if query:  # embedding and ranking: one request of work, as get_relevant_context
-            past: list[Message] = yield Work(
-                self.search.retriever.get_relevant_context,
+        if query:  # the retriever's flow: a request per read, as get_relevant_context
+            past: list[Message] = yield from self.search.retriever.get_relevant_context_flow(
                 query,
                 max_tokens=max(int(budget.relevant_past * rest) - 20, 0),
                 user_id=session.user_id,

@@ -1187,11 +1187,15 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
 
     def stats(self) -> dict[str, Any]:
         """Counts of sessions, users, messages, tokens and pending embeddings, and file size."""
-        return self._store.stats()
+        return drive(self._stats())
 
     async def astats(self) -> dict[str, Any]:
         """Counts and file size (async twin of :meth:`stats`)."""
-        return await adrive(self._one(Work(self._store.stats)))
+        return await adrive(self._stats())
+
+    def _stats(self) -> Flow[dict[str, Any]]:
+        counts: dict[str, Any] = yield Run(self._store, ops.stats())
+        return {"location": self._store.location, **counts}
 
     def close(self) -> None:
         """Give back this manager's share of semantic memory, then close the store.

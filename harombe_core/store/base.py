@@ -20,8 +20,7 @@ from harombe_core.models import Message
 if TYPE_CHECKING:
     from harombe_core.store.runner import Dialect, Op
 
-__all__ = ["UNSET", "AtomicBlock", "KeywordHit", "MessageStore", "SearchScope",
-           "adjacent_ids_sql"]
+__all__ = ["UNSET", "AtomicBlock", "KeywordHit", "MessageStore", "SearchScope", "adjacent_ids_sql"]
 
 T = TypeVar("T")
 
@@ -127,10 +126,11 @@ class MessageStore(Protocol):
     As narrow as LangGraph's ``BaseStore``: every operation on sessions and messages is an
     :class:`~harombe_core.store.runner.Op` of :mod:`harombe_core.store.ops`, written once for
     both dialects, and a store only runs it (``store.run(ops.get_session(sid))``, ``await
-    store.arun(...)``) in one transaction with its own locking, retries and error types. What
-    is left here differs by backend in more than its SQL: the keyword index (FTS5 with a
-    tail scored in Python, or PostgreSQL full text), its rebuild, and the statistics of the
-    files or relations. A read that spans several operations is a flow of them
+    store.arun(...)``) in one transaction with its own locking, retries and error types. An
+    operation that differs by backend in more than its SQL has a body per dialect (the
+    keyword search: FTS5 with a tail scored in Python, or PostgreSQL full text), so a store
+    is ``run``/``arun``, ``atomic`` and ``close``, plus where it is and which SQL it speaks.
+    A read that spans several operations is a flow of them
     (:func:`~harombe_core.context_reads.read_newest` reads a session newest first, a page per
     operation).
     """
@@ -154,17 +154,3 @@ class MessageStore(Protocol):
         ...
 
     def close(self) -> None: ...
-
-    def keyword_search(
-        self, query: str, *, limit: int = 10, scope: SearchScope | None = None
-    ) -> list[KeywordHit]:
-        """Messages in ``scope`` matching ``query`` by keyword, best first."""
-        ...
-
-    def rebuild_keyword_index(self) -> int:
-        """Recreate the keyword index from the messages (idempotent); rows indexed."""
-        ...
-
-    def stats(self) -> dict[str, Any]:
-        """Counts (sessions, users, messages, tokens, pending embeddings) and bytes on disk."""
-        ...
