@@ -25,7 +25,7 @@ from harombe_core.flows import Flow, Run, Work, adrive, drive
 from harombe_core.manager_facts import UserMemoryMethods
 from harombe_core.manager_search import Searcher
 from harombe_core.models import Message, SearchHit, Session
-from harombe_core.owned import named_owner, owned_session
+from harombe_core.owned import named_owner, owned_session, owned_session_and_prompt
 from harombe_core.owners import legacy_session_key, session_key
 from harombe_core.progress import Progress, check_progress
 from harombe_core.store import ops
@@ -349,12 +349,11 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
         return await adrive(self._load_session(session_id, user_id))
 
     def _load_session(self, session_id: str, user_id: str | None) -> Flow[list[Message]]:
-        session = yield from owned_session(self._store, session_id, user_id)
-        if session is None:
+        found = yield from owned_session_and_prompt(self._store, session_id, user_id)
+        if found is None:
             return []
-        system = yield from self._context.system_prompt(session)
         messages: list[Message] = yield Run(self._store, ops.get_messages(session_id))
-        return system + messages
+        return found[1] + messages
 
     def session_exists(self, session_id: str) -> bool:
         """True if a session with this id is stored."""
@@ -815,10 +814,10 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
         budget = self.max_history_tokens if max_tokens is None else check_budget(max_tokens)
         check_flag(include_system, "include_system")
         check_flag(start_on_user, "start_on_user")
-        session = yield from owned_session(self._store, session_id, user_id)
-        if session is None:
+        found = yield from owned_session_and_prompt(self._store, session_id, user_id)
+        if found is None:
             return Window(messages=[], tokens=0)
-        system = (yield from self._context.system_prompt(session)) if include_system else []
+        system = found[1] if include_system else []
         # The prompt is kept even when it alone exceeds the budget (``tokens`` then says so):
         # a window without its instructions would mislead the model more than an overrun.
         reserved = sum(m.token_count or 0 for m in system)

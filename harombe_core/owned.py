@@ -9,13 +9,13 @@ the store's own async runner where it has one (PostgreSQL) and in a worker threa
 from __future__ import annotations
 
 from harombe_core.flows import Flow, Run
-from harombe_core.models import Session
+from harombe_core.models import Message, Session
 from harombe_core.owners import check_owner
 from harombe_core.store import ops
 from harombe_core.store.base import MessageStore
 from harombe_core.validate import check_flag, check_id, optional_id
 
-__all__ = ["named_owner", "owned_session"]
+__all__ = ["named_owner", "owned_session", "owned_session_and_prompt"]
 
 
 def owned_session(
@@ -33,6 +33,21 @@ def owned_session(
     if session is not None:
         check_owner(session_id, session.user_id, user_id, exact=exact)
     return session
+
+
+def owned_session_and_prompt(
+    store: MessageStore, session_id: str, user_id: str | None
+) -> Flow[tuple[Session, list[Message]] | None]:
+    """:func:`owned_session` with the session's system prompt as the message that leads its
+    history (:func:`~harombe_core.store.ops.session_and_prompt`), read in the same statement:
+    a window reads both, then its newest rows, in two store operations."""
+    optional_id(user_id, "user_id")
+    found: tuple[Session, list[Message]] | None = yield Run(
+        store, ops.session_and_prompt(check_id(session_id, "session_id"))
+    )
+    if found is not None:
+        check_owner(session_id, found[0].user_id, user_id)
+    return found
 
 
 def named_owner(store: MessageStore, session_id: str, user_id: str | None) -> Flow[None]:

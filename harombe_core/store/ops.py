@@ -69,6 +69,7 @@ __all__ = [
     "rebuild_keyword_index",
     "reset_embedded",
     "scope_size",
+    "session_and_prompt",
     "set_message_summary",
     "set_meta",
     "set_parent",
@@ -132,6 +133,35 @@ def get_session(session_id: str) -> Op[Session | None]:
         sql = f"SELECT {SESSION_COLUMNS} FROM sessions WHERE id = ?"
         rows = (yield d.step(sql, (session_id,))).rows
         return row_to_session(rows[0]) if rows else None
+
+    return Op(body)
+
+
+def session_and_prompt(session_id: str) -> Op[tuple[Session, list[Message]] | None]:
+    """The session and its system prompt as the message that leads its history (none without
+    one), costed with the token count stored beside it; None if there is no such session.
+
+    One statement: what every window (``get_context``, ``get_window``, ``load_session``) reads
+    before the session's newest rows.
+    """
+    check_id(session_id, "session_id")
+
+    def body(d: Dialect) -> Body[tuple[Session, list[Message]] | None]:
+        sql = f"SELECT {SESSION_COLUMNS}, system_prompt_tokens FROM sessions WHERE id = ?"
+        rows = (yield d.step(sql, (session_id,))).rows
+        if not rows:
+            return None
+        session = row_to_session(rows[0][:-1])
+        if session.system_prompt is None:
+            return session, []
+        prompt = Message(
+            role="system",
+            content=session.system_prompt,
+            session_id=session.id,
+            created_at=session.created_at,
+            token_count=int(rows[0][-1] or 0),
+        )
+        return session, [prompt]
 
     return Op(body)
 
