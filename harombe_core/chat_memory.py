@@ -28,7 +28,7 @@ from harombe_core.errors import InvalidInputError, InvalidMessageError, Summariz
 from harombe_core.flows import Call, Flow, Run, Work, adrive, drive
 from harombe_core.models import Message, MessageSummary, SearchHit, Session
 from harombe_core.store import ops
-from harombe_core.store.closing import ClosesOnExit
+from harombe_core.store.base import ClosesOnExit
 from harombe_core.threader import Threader, selector_mode
 from harombe_core.threads import (
     LinearNodeSelector,

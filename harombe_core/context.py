@@ -24,6 +24,8 @@ from harombe_core.context_reads import (
     newest_messages,
     newest_turn_from_store,
     newest_until,
+    owned_session,
+    owned_session_and_prompt,
     stored,
     thread_newest_first,
     thread_window_from_store,
@@ -34,7 +36,6 @@ from harombe_core.folding import SUMMARIES, SummaryFolder
 from harombe_core.limits import current_limits
 from harombe_core.manager_search import Searcher
 from harombe_core.models import Message, Session
-from harombe_core.owned import owned_session, owned_session_and_prompt
 from harombe_core.retrieval import format_context
 from harombe_core.store import ops
 from harombe_core.store.base import MessageStore, SearchScope

@@ -18,19 +18,24 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from harombe_core.context import ContextBuilder
-from harombe_core.context_reads import newest_messages, newest_until, read_newest
+from harombe_core.context_reads import (
+    named_owner,
+    newest_messages,
+    newest_until,
+    owned_session,
+    owned_session_and_prompt,
+    read_newest,
+)
 from harombe_core.erasing import delete_user_sessions, erase, prune_cutoff
 from harombe_core.errors import InvalidInputError
 from harombe_core.flows import Flow, Run, Work, adrive, drive
 from harombe_core.manager_facts import UserMemoryMethods
 from harombe_core.manager_search import Searcher
 from harombe_core.models import Message, SearchHit, Session
-from harombe_core.owned import named_owner, owned_session, owned_session_and_prompt
 from harombe_core.owners import legacy_session_key, session_key
 from harombe_core.progress import Progress, check_progress
 from harombe_core.store import ops
-from harombe_core.store.base import UNSET, MessageStore
-from harombe_core.store.closing import ClosesOnExit
+from harombe_core.store.base import UNSET, ClosesOnExit, MessageStore
 from harombe_core.store.encryption import check_key
 from harombe_core.store.pending import settle
 from harombe_core.strategies import Window, window_newest

@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from harombe_core.context_reads import named_owner
 from harombe_core.errors import InvalidInputError
 from harombe_core.flows import Flow, Work
 from harombe_core.models import Message, SearchHit, Session
-from harombe_core.owned import named_owner
 from harombe_core.progress import Progress, check_progress
 from harombe_core.retrieval import Retriever, check_search_options
 from harombe_core.store import ops

@@ -13,14 +13,22 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar, runtime_checkable
 
 from harombe_core.models import Message
 
 if TYPE_CHECKING:
     from harombe_core.store.runner import Dialect, Op
 
-__all__ = ["UNSET", "AtomicBlock", "KeywordHit", "MessageStore", "SearchScope", "adjacent_ids_sql"]
+__all__ = [
+    "UNSET",
+    "AtomicBlock",
+    "ClosesOnExit",
+    "KeywordHit",
+    "MessageStore",
+    "SearchScope",
+    "adjacent_ids_sql",
+]
 
 T = TypeVar("T")
 
@@ -154,3 +162,22 @@ class MessageStore(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+class ClosesOnExit:
+    """Mixin: ``with obj as o:`` binds ``obj`` itself and calls ``obj.close()`` on leaving.
+
+    What holds a database open (a manager, a chat memory, a checkpointer, a local PostgreSQL
+    server) is closed when its ``with`` block ends, an error or not; the protocol is the same
+    for all of them, so it is written once, beside the store's own ``close``. The class
+    defines ``close``; it must be safe to call more than once.
+    """
+
+    def close(self) -> None:  # pragma: no cover - every user defines its own
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
