@@ -557,8 +557,9 @@ class Retriever:
         by_cosine = sorted(pooled, key=lambda m: -found.cosine.get(m, -math.inf))[:seeds]
         by_keyword = [m for m in pooled if found.keyword_rank.get(m, seeds) < seeds]
         best = sorted({*by_cosine, *by_keyword})
-        adjacent: dict[int, tuple[int | None, int | None]] = yield Run(
-            self.store, ops.adjacent_ids(best)
+        # The neighbours' ids, and those in scope read whole, in one store operation.
+        adjacent, read = yield Run(
+            self.store, ops.neighbours(best, frozenset(found.messages), scope)
         )
         for mid, pair in adjacent.items():
             for other in pair:
@@ -566,9 +567,6 @@ class Retriever:
                     found.adjacent.setdefault(mid, set()).add(other)
                     found.adjacent.setdefault(other, set()).add(mid)
         wanted = found.adjacent.keys() - found.messages.keys()
-        if not wanted:
-            return
-        read: list[Message] = yield Run(self.store, ops.get_messages_by_ids(sorted(wanted), scope))
         for message in read:
             found.messages[int(message.id or 0)] = message
         found.outside = frozenset(wanted - found.messages.keys())

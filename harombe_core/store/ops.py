@@ -13,7 +13,7 @@ import contextlib
 import json
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -63,6 +63,7 @@ __all__ = [
     "keyword_search",
     "list_sessions",
     "mark_embedded",
+    "neighbours",
     "newest_rows",
     "pending_count",
     "pending_embeddings",
@@ -559,6 +560,25 @@ def adjacent_ids(ids: Sequence[int]) -> Op[dict[int, tuple[int | None, int | Non
         return out
 
     return Op(body, empty=not wanted)
+
+
+def neighbours(
+    ids: Sequence[int], known: Collection[int], scope: SearchScope | None = None
+) -> Op[tuple[dict[int, tuple[int | None, int | None]], list[Message]]]:
+    """:func:`adjacent_ids` of ``ids``, and the neighbours not in ``known`` that fall inside
+    ``scope`` (:func:`get_messages_by_ids`), in one read: a search's context turns."""
+    adjacent = adjacent_ids(ids)
+
+    def body(
+        d: Dialect,
+    ) -> Body[tuple[dict[int, tuple[int | None, int | None]], list[Message]]]:
+        pairs = yield from adjacent.body(d)
+        wanted = {i for pair in pairs.values() for i in pair if i is not None} - set(known)
+        if not wanted:
+            return pairs, []
+        return pairs, (yield from get_messages_by_ids(sorted(wanted), scope).body(d))
+
+    return Op(body, empty=adjacent.empty)
 
 
 def count_messages(session_id: str | None = None) -> Op[int]:
