@@ -272,8 +272,9 @@ def keyword_indexer(file: SQLiteFile, retries: int) -> KeywordIndexer:
 
 
 def _reset_lock_in_child() -> None:
-    global _INDEXERS_LOCK
+    global _INDEXERS_LOCK, _TERM_COUNTS_LOCK
     _INDEXERS_LOCK = threading.Lock()
+    _TERM_COUNTS_LOCK = threading.Lock()
 
 
 os.register_at_fork(after_in_child=_reset_lock_in_child)
