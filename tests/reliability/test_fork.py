@@ -125,3 +125,49 @@ def test_a_child_searches_after_the_parent_searched(tmp_path: Path) -> None:
         assert _join(child) == 0
         assert reader.poll(HANG)
         assert reader.recv() == ["a giraffe at the zoo"]
+
+
+def _settle_in_child(location: str, pipe: Any) -> None:
+    from harombe_core.store import pending
+
+    pending.settle(location)  # with the parent's drain registered: runs it, here
+    pipe.send("settled")
+    os._exit(0)
+
+
+def test_a_child_forked_while_a_thread_held_the_owed_work_lock_still_reads() -> None:
+    """Every read settles the work owed to its database under a short lock; a thread holding
+    it at the moment of the fork left it held forever in the child, whose first read of that
+    database then never returned."""
+    import threading
+
+    from harombe_core.store import pending
+
+    ran: list[int] = []
+
+    def drain() -> None:
+        ran.append(os.getpid())
+
+    unregister = pending.register("/forked/owed.db", drain)
+    inside, done = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with pending._lock:  # what register() and settle() hold for a moment
+            inside.set()
+            done.wait(HANG)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert inside.wait(HANG)
+        ctx = multiprocessing.get_context("fork")
+        reader, writer = ctx.Pipe(duplex=False)
+        child = ctx.Process(target=_settle_in_child, args=("/forked/owed.db", writer))
+        child.start()
+        assert _join(child) == 0
+        assert reader.poll(HANG)
+        assert reader.recv() == "settled"
+    finally:
+        done.set()
+        holder.join()
+        unregister()
