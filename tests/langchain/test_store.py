@@ -622,3 +622,15 @@ def test_index_configuration(url: str) -> None:
         other.put(("m",), "new", {"text": "green tea"})
         hits = other.search(("m",), query="green tea")  # the old vectors cannot be compared
         assert [(h.key, h.score is None) for h in hits] == [("new", False), ("old", True)]
+
+
+def test_a_filter_key_is_data_never_sql(store: HarombeStore) -> None:
+    """A filter key is bound as a parameter on both backends: any key is matched as written (as
+    InMemoryStore and PostgresStore do), and a key crafted as SQL matches nothing (SqliteStore
+    refuses such keys with ValueError instead; docs/langchain.md)."""
+    store.put(("docs",), "public", {"access": "public"})
+    store.put(("docs",), "private", {"access": "private", "it's a key": "x", "a b": {"c)": 1}})
+    injected = "access') = 'public' OR '1'='1' OR json_extract(value, '$."
+    assert store.search(("docs",), filter={injected: "dummy"}) == []
+    assert [i.key for i in store.search(("docs",), filter={"it's a key": "x"})] == ["private"]
+    assert [i.key for i in store.search(("docs",), filter={"a b.c)": 1})] == ["private"]

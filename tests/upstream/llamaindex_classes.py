@@ -1,0 +1,68 @@
+"""LlamaIndex's classes and harombe's, opened the way LlamaIndex's own tests open them.
+
+LlamaIndex's tests build ``SimpleChatStore()`` and ``ChatMemoryBuffer.from_defaults(...)``;
+:mod:`upstream_plugin` binds those names, per run, to LlamaIndex's class (the control) or to the
+harombe class below: ``HarombeChatStore`` / ``HarombeMemory`` on a fresh database of their own
+(a file in a temporary folder, so that ``to_dict`` / ``from_dict`` can reopen it).
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from llama_index.core.memory.chat_memory_buffer import ChatMemoryBuffer
+from llama_index.core.storage.chat_store import SimpleChatStore
+
+from llamaindex_harombe import HarombeChatStore, HarombeMemory
+
+_folders: list[Path] = []
+_opened: list[Any] = []
+
+
+def _new_database() -> str:
+    folder = Path(tempfile.mkdtemp(prefix="harombe-upstream-"))
+    _folders.append(folder)
+    return str(folder / "memory.db")
+
+
+class HarombeSimpleChatStore(HarombeChatStore):
+    """``HarombeChatStore`` opened as LlamaIndex's tests open ``SimpleChatStore()``."""
+
+    def __init__(self, **data: Any) -> None:
+        data.setdefault("storage_path", _new_database())
+        data.setdefault("embedding", None)
+        super().__init__(**data)
+        _opened.append(self)
+
+
+class HarombeBufferMemory(HarombeMemory):
+    """``HarombeMemory`` opened as LlamaIndex's tests open ``ChatMemoryBuffer.from_defaults``."""
+
+    @classmethod
+    def from_defaults(cls, *args: Any, **kwargs: Any) -> HarombeMemory:  # type: ignore[override]
+        kwargs.setdefault("storage_path", _new_database())
+        kwargs.setdefault("embedding", None)
+        memory = HarombeMemory.from_defaults(*args, **kwargs)
+        _opened.append(memory)
+        return memory
+
+
+def bindings() -> dict[str, tuple[Any, Any]]:
+    return {
+        "SimpleChatStore": (SimpleChatStore, HarombeSimpleChatStore),
+        "ChatMemoryBuffer": (ChatMemoryBuffer, HarombeBufferMemory),
+    }
+
+
+def close_all() -> None:
+    """Close what a test opened and remove its databases."""
+    while _opened:
+        opened = _opened.pop()
+        close = getattr(opened, "close", None)
+        if close is not None:
+            close()
+    while _folders:
+        shutil.rmtree(_folders.pop(), ignore_errors=True)

@@ -1,0 +1,205 @@
+"""A pytest plugin that runs the frameworks' own test files on harombe's adapters, unchanged.
+
+The frameworks' tests name the class they test (``SqliteStore``, ``InMemoryStore``,
+``SimpleChatStore``, ...). For every test module that names one of :data:`BINDINGS`, each test
+runs twice: ``control`` with the framework's own class, ``harombe`` with harombe's adapter bound
+to that name in the module (the module's globals, for that run only). Nothing in the test files
+is edited; ``run.py`` beside this file points pytest at a checkout of the framework with this
+plugin loaded.
+
+What harombe's run does not do is declared here, with its reason:
+
+* :data:`CANNOT_APPLY`: the test is about the framework class's own internals (its private SQL,
+  its sync-in-async refusal); harombe's run is skipped.
+* :data:`DIFFERENCES`: harombe behaves otherwise on purpose (safer, and documented in the
+  adapter's docs page); harombe's run is an expected failure (``xfail(strict=True)``), so the day
+  it starts passing the suite says so.
+* ``flaky``: tests the framework marks ``@pytest.mark.flaky`` (a wall-clock margin of half a
+  second) run on harombe on a moved clock; their control runs are skipped, since no retry plugin
+  runs here and they would make the run depend on machine speed.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+IMPLS = ["control", "harombe"]
+
+
+def _langgraph() -> dict[str, tuple[Any, Any]]:
+    from langgraph.store.memory import InMemoryStore
+
+    import langgraph_stores as lg
+
+    return {
+        "SqliteStore": (lg.LangGraphSqliteStore, lg.HarombeSqliteStore),
+        "AsyncSqliteStore": (lg.LangGraphAsyncSqliteStore, lg.HarombeAsyncSqliteStore),
+        "InMemoryStore": (InMemoryStore, lg.HarombeMemoryStore),
+    }
+
+
+def _llamaindex() -> dict[str, tuple[Any, Any]]:
+    import llamaindex_classes as li
+
+    return li.bindings()
+
+
+def _langchain() -> dict[str, tuple[Any, Any]]:
+    import langchain_classes as lc
+
+    return lc.bindings()
+
+
+_SOURCES: dict[str, Callable[[], dict[str, tuple[Any, Any]]]] = {
+    "langgraph": _langgraph,
+    "llama_index": _llamaindex,
+    "langchain_core": _langchain,
+}
+_loaded: dict[str, tuple[Any, Any]] = {}
+
+
+def bindings() -> dict[str, tuple[Any, Any]]:
+    """Name in a test module -> (the framework's class, harombe's), for the installed frameworks."""
+    if not _loaded:
+        for package, load in _SOURCES.items():
+            try:
+                importlib.import_module(package)
+            except ImportError:
+                continue
+            _loaded.update(load())
+    return _loaded
+
+
+SQLITE_INTERNALS = "tests SqliteStore's own SQL (its helpers, migrations or sqlite_master tables)"
+CANNOT_APPLY: dict[tuple[str, str], str] = {
+    ("checkpoint-sqlite/tests/test_store.py", "test_nonnull_migrations"): SQLITE_INTERNALS,
+    ("checkpoint-sqlite/tests/test_store.py", "test_escape_glob_literal"): SQLITE_INTERNALS,
+    ("checkpoint-sqlite/tests/test_store.py", "test_namespace_match_pattern"): SQLITE_INTERNALS,
+    (
+        "checkpoint-sqlite/tests/test_store.py",
+        "test_list_namespaces_prefix_uses_indexable_condition",
+    ): SQLITE_INTERNALS,
+    ("checkpoint-sqlite/tests/test_store.py", "test_vector_store_initialization"): (
+        SQLITE_INTERNALS + "; its index_config checks run in tests/langchain/test_store_contract.py"
+    ),
+    ("checkpoint-sqlite/tests/test_async_store.py", "test_no_running_loop"): (
+        "AsyncSqliteStore is async-only and refuses sync calls on its event loop; HarombeStore "
+        "has both flavours (as InMemoryStore), so its sync methods work there"
+    ),
+    ("checkpoint/tests/test_store.py", "test_get_text_at_path"): "opens no store",
+    ("checkpoint/tests/test_store.py", "test_async_batch_store"): "opens no store",
+    ("checkpoint/tests/test_store.py", "test_async_batch_store_handles_cancellation"): (
+        "opens no store"
+    ),
+}
+DIFFERENCES: dict[tuple[str, str], str] = {
+    ("checkpoint-sqlite/tests/test_store.py", "test_sql_injection_vulnerability"): (
+        "deliberate (docs/langchain.md): a filter key is bound as a SQL parameter, so any key is "
+        "accepted, as InMemoryStore and PostgresStore accept it, and the injected key matches "
+        "nothing; SqliteStore refuses keys outside [A-Za-z0-9_.-] with ValueError"
+    ),
+}
+
+
+def where(request: pytest.FixtureRequest) -> str:
+    """``<package folder>/<test file>`` of a test (``checkpoint-sqlite/tests/test_store.py``),
+    the key of the tables above; ``run.py`` names the package folder."""
+    path = Path(request.module.__file__).relative_to(request.config.rootpath)
+    return f"{os.environ.get('HAROMBE_UPSTREAM_PACKAGE', '')}/{path.as_posix()}"
+
+
+def _bound(module: Any) -> dict[str, tuple[Any, Any]]:
+    return {name: pair for name, pair in bindings().items() if name in vars(module)}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "flaky(retries): the framework's own retry marker")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "upstream_impl" in metafunc.fixturenames and _bound(metafunc.module):
+        metafunc.parametrize("upstream_impl", IMPLS, indirect=True)
+
+
+@pytest.fixture(autouse=True)
+def upstream_impl(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """Bind the framework's names in the test module to this run's classes."""
+    impl = getattr(request, "param", "control")
+    module = request.module
+    key = (where(request), request.node.originalname)
+    if impl == "harombe":
+        if key in CANNOT_APPLY:
+            pytest.skip(f"cannot apply to harombe: {CANNOT_APPLY[key]}")
+        if key in DIFFERENCES:
+            request.applymarker(pytest.mark.xfail(strict=True, reason=DIFFERENCES[key]))
+    elif request.node.get_closest_marker("flaky") and _bound(module):
+        pytest.skip("the framework marks this test flaky on the wall clock: harombe's run only")
+    for name, (control, harombe) in _bound(module).items():
+        monkeypatch.setattr(module, name, harombe if impl == "harombe" else control)
+    if impl == "harombe" and "TTLConfig" in vars(module):
+        _move_clock(module, monkeypatch)
+    try:
+        yield impl
+    finally:
+        if impl == "harombe":
+            for close in _closers():
+                close()
+
+
+def _move_clock(module: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """harombe's TTL runs: the store's clock moves with the test module's sleeps."""
+    import langgraph_stores as lg
+
+    import langchain_harombe.store as store_module
+
+    clock = lg.MovedClock()
+    monkeypatch.setattr(store_module, "_now", clock)
+    if "time" in vars(module):
+        monkeypatch.setattr(module, "time", lg.MovedTime(clock))
+    if "asyncio" in vars(module):
+        monkeypatch.setattr(module, "asyncio", lg.MovedAsyncio(clock))
+
+
+def _closers() -> list[Callable[[], None]]:
+    found: list[Callable[[], None]] = []
+    for name in ("langgraph_stores", "llamaindex_classes", "langchain_classes"):
+        module = _imported_module(name)
+        if module is not None and hasattr(module, "close_all"):
+            found.append(module.close_all)
+    return found
+
+
+def _imported_module(name: str) -> Any:
+    import sys
+
+    return sys.modules.get(name)
+
+
+_counts: dict[tuple[str, str], dict[str, int]] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Count outcomes per test file and run (control / harombe) for the summary."""
+    if report.when != "call" and not (report.when == "setup" and report.outcome != "passed"):
+        return
+    params = report.nodeid.partition("[")[2]
+    impl = "harombe" if "harombe" in params.split("-") or "harombe]" in params else "control"
+    file = report.nodeid.split("::")[0]
+    outcome = report.outcome
+    if hasattr(report, "wasxfail"):
+        outcome = "xfailed" if report.skipped else "xpassed"
+    counts = _counts.setdefault((file, impl), {})
+    counts[outcome] = counts.get(outcome, 0) + 1
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    terminalreporter.section("upstream tests: outcomes per file and run")
+    for (file, impl), counts in sorted(_counts.items()):
+        shown = ", ".join(f"{n} {outcome}" for outcome, n in sorted(counts.items()))
+        terminalreporter.write_line(f"{file} [{impl}]: {shown}")
