@@ -412,9 +412,16 @@ class HarombeMemory(BaseMemory):
         ``user_id`` no other session is known to be this user's (the window already shows this
         one), so the memory stays inside the current session."""
         if input is not None and not isinstance(input, (str, ChatMessage)):
+            # ChatMemoryBuffer ignores ``input``, so get(500) meant as a token reserve silently
+            # reserves nothing there; here it is refused, with the keyword that does reserve.
+            hint = (
+                f" To reserve tokens for a prompt, pass initial_token_count={input!r}."
+                if isinstance(input, int) and not isinstance(input, bool)
+                else ""
+            )
             raise InvalidInputError(
                 f"input must be the user's message (a str or ChatMessage), got "
-                f"{type(input).__name__}."
+                f"{type(input).__name__}.{hint}"
             )
         if not self.rag or self.rag_top_k <= 0:
             return None

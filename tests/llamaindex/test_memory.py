@@ -224,6 +224,17 @@ def test_bad_arguments_are_typed_errors(manager: MemoryManager, db: str) -> None
         HarombeMemory.from_defaults(manager=manager, token_limit=-5)
 
 
+def test_a_token_count_given_as_input_is_refused_with_the_keyword_to_use(
+    memory: HarombeMemory,
+) -> None:
+    """LlamaIndex's own ChatMemoryBuffer tests call get(initial_tokens): ChatMemoryBuffer ignores
+    ``input``, so that reserves nothing there; harombe refuses it and names the keyword."""
+    memory.put(ChatMessage(role="user", content="first message"))
+    with pytest.raises(InvalidInputError, match=r"initial_token_count=5\b"):
+        memory.get(5)
+    assert len(memory.get(initial_token_count=5)) == 1
+
+
 def test_sessions_stay_apart(manager: MemoryManager) -> None:
     a = HarombeMemory.from_defaults(manager=manager, session_id="a", rag=False)
     b = HarombeMemory.from_defaults(manager=manager, session_id="b", rag=False)

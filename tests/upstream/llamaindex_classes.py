@@ -1,6 +1,7 @@
 """LlamaIndex's classes and harombe's, opened the way LlamaIndex's own tests open them.
 
-LlamaIndex's tests build ``SimpleChatStore()`` and ``ChatMemoryBuffer.from_defaults(...)``;
+LlamaIndex's tests build ``SimpleChatStore()``, ``SQLAlchemyChatStore(...)`` and
+``ChatMemoryBuffer.from_defaults(...)``;
 :mod:`upstream_plugin` binds those names, per run, to LlamaIndex's class (the control) or to the
 harombe class below: ``HarombeChatStore`` / ``HarombeMemory`` on a fresh database of their own
 (a file in a temporary folder, so that ``to_dict`` / ``from_dict`` can reopen it).
@@ -15,8 +16,9 @@ from typing import Any
 
 from llama_index.core.memory.chat_memory_buffer import ChatMemoryBuffer
 from llama_index.core.storage.chat_store import SimpleChatStore
+from llama_index.core.storage.chat_store.sql import SQLAlchemyChatStore
 
-from llamaindex_harombe import HarombeChatStore, HarombeMemory
+from llamaindex_harombe import HarombeChatStore, HarombeDBChatStore, HarombeMemory
 
 _folders: list[Path] = []
 _opened: list[Any] = []
@@ -45,15 +47,27 @@ class HarombeBufferMemory(HarombeMemory):
     def from_defaults(cls, *args: Any, **kwargs: Any) -> HarombeMemory:  # type: ignore[override]
         kwargs.setdefault("storage_path", _new_database())
         kwargs.setdefault("embedding", None)
-        memory = HarombeMemory.from_defaults(*args, **kwargs)
+        memory = super().from_defaults(*args, **kwargs)
         _opened.append(memory)
         return memory
+
+
+class HarombeSQLChatStore(HarombeDBChatStore):
+    """``HarombeDBChatStore`` opened as LlamaIndex's tests open ``SQLAlchemyChatStore(table_name=,
+    async_database_uri=)``: a fresh database of its own (the table and URI are SQLAlchemy's)."""
+
+    def __init__(self, *, table_name: str = "", async_database_uri: str = "", **data: Any) -> None:
+        data.setdefault("storage_path", _new_database())
+        data.setdefault("embedding", None)
+        super().__init__(**data)
+        _opened.append(self)
 
 
 def bindings() -> dict[str, tuple[Any, Any]]:
     return {
         "SimpleChatStore": (SimpleChatStore, HarombeSimpleChatStore),
         "ChatMemoryBuffer": (ChatMemoryBuffer, HarombeBufferMemory),
+        "SQLAlchemyChatStore": (SQLAlchemyChatStore, HarombeSQLChatStore),
     }
 
 

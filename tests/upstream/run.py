@@ -4,11 +4,11 @@
         --langchain ~/src/langchain
 
 Each option is a checkout of the framework's repository (``git clone``; a release tag close to
-the installed version is best). The files listed below run with their own pytest configuration
-(from a temporary copy of the folder's ``tests``, so the checkout's source never shadows the
-installed framework) and :mod:`upstream_plugin`, which runs each test twice: on the framework's class (``control``)
-and on harombe's adapter (``harombe``), and prints the outcomes per file and run. Nothing of the
-frameworks' is copied into this repository; the test files are read where they are.
+the installed version is best). The files listed below run with their own pytest configuration,
+from a temporary copy of the folder's ``tests`` (so the checkout's source never shadows the
+installed framework), and with :mod:`upstream_plugin`, which runs each test twice: on the
+framework's class (``control``) and on harombe's adapter (``harombe``), and prints the outcomes
+per file and run. Nothing of the frameworks' is copied into this repository.
 
 Exit status: 0 when every run passed (or was skipped or an expected failure with its reason
 declared in :mod:`upstream_plugin`), else pytest's.
@@ -42,7 +42,7 @@ SUITES: dict[str, list[tuple[str, list[str]]]] = {
             [
                 "tests/storage/chat_store/test_simple_chat_store.py",
                 "tests/memory/test_chat_memory_buffer.py",
-                "tests/memory/test_memory_base.py",
+                "tests/storage/chat_store/test_sql.py",
             ],
         ),
     ],

@@ -33,9 +33,8 @@ IMPLS = ["control", "harombe"]
 
 
 def _langgraph() -> dict[str, tuple[Any, Any]]:
-    from langgraph.store.memory import InMemoryStore
-
     import langgraph_stores as lg
+    from langgraph.store.memory import InMemoryStore
 
     return {
         "SqliteStore": (lg.LangGraphSqliteStore, lg.HarombeSqliteStore),
@@ -97,13 +96,57 @@ CANNOT_APPLY: dict[tuple[str, str], str] = {
     ("checkpoint/tests/test_store.py", "test_async_batch_store_handles_cancellation"): (
         "opens no store"
     ),
+    (
+        "llama-index-core/tests/storage/chat_store/test_simple_chat_store.py",
+        "test_persist_non_ascii_unescaped",
+    ): (
+        "SimpleChatStore's JSON file (persist / from_persist_path); harombe's chat store writes "
+        "each message to its database as it is added"
+    ),
+    ("llama-index-core/tests/storage/chat_store/test_sql.py", "test_delete_message"): (
+        "reads SQLAlchemyChatStore's private table and session factory for the row ids"
+    ),
 }
+_TOKENS_AS_INPUT = (
+    "deliberate (docs/llamaindex.md): the test passes its token reserve as get()'s first "
+    "argument, input, which ChatMemoryBuffer ignores; harombe recalls with input, so a number "
+    "there is refused with InvalidInputError naming initial_token_count="
+)
 DIFFERENCES: dict[tuple[str, str], str] = {
+    ("llama-index-core/tests/memory/test_chat_memory_buffer.py", name): _TOKENS_AS_INPUT
+    for name in [
+        "test_get_when_initial_tokens_less_than_limit_returns_history",
+        "test_get_when_space_for_second_message_and_answer_removes_only_first_message_and_answer",
+    ]
+} | {
     ("checkpoint-sqlite/tests/test_store.py", "test_sql_injection_vulnerability"): (
         "deliberate (docs/langchain.md): a filter key is bound as a SQL parameter, so any key is "
         "accepted, as InMemoryStore and PostgresStore accept it, and the injected key matches "
         "nothing; SqliteStore refuses keys outside [A-Za-z0-9_.-] with ValueError"
     ),
+}
+
+
+_STALE = "fails on the framework's own class at the installed version (the test is newer or older)"
+# Tests the framework's own class fails where it is installed: both runs are expected failures
+# that may pass (xfail, not strict), so the outcome of each is shown and none fails the run.
+CONTROL_FAILS: dict[tuple[str, str], str] = {
+    ("llama-index-core/tests/storage/chat_store/test_simple_chat_store.py", name): _STALE
+    for name in [
+        "test_delete_chat_message_out_of_bounds",
+        "test_delete_last_chat_message_from_empty_history",
+        "test_persist_non_ascii_unescaped",
+    ]
+} | {
+    ("llama-index-core/tests/memory/test_chat_memory_buffer.py", name): _STALE
+    for name in [
+        "test_get_when_initial_tokens_exceed_limit_raises_value_error",
+        "test_get_when_initial_tokens_same_as_limit_removes_message",
+        "test_get_when_space_for_assistant_message_removes_assistant_message_at_start_of_history",
+        "test_get_when_space_for_all_but_first_message_removes_first_message_and_answer",
+        "test_sting_save_load",
+        "test_dict_save_load",
+    ]
 }
 
 
@@ -138,7 +181,9 @@ def upstream_impl(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatc
             pytest.skip(f"cannot apply to harombe: {CANNOT_APPLY[key]}")
         if key in DIFFERENCES:
             request.applymarker(pytest.mark.xfail(strict=True, reason=DIFFERENCES[key]))
-    elif request.node.get_closest_marker("flaky") and _bound(module):
+    if key in CONTROL_FAILS and key not in DIFFERENCES:
+        request.applymarker(pytest.mark.xfail(strict=False, reason=CONTROL_FAILS[key]))
+    if impl == "control" and request.node.get_closest_marker("flaky") and _bound(module):
         pytest.skip("the framework marks this test flaky on the wall clock: harombe's run only")
     for name, (control, harombe) in _bound(module).items():
         monkeypatch.setattr(module, name, harombe if impl == "harombe" else control)
