@@ -82,6 +82,8 @@ class OwedSessions:
     def _step(self, thread_id: str, _: int) -> bool:
         """One thread's session written (or left marked, see the module); never more to do."""
         global _warned
+        if not self._runner.read(lambda: self._marked(thread_id)):
+            return False  # written meanwhile (by a saver of this process or another opener)
         try:
             written = self._runner.run(lambda: self._mirror(thread_id), exactly_once=True)
         except UnsafeCheckpointError as exc:
@@ -98,6 +100,15 @@ class OwedSessions:
         if written:
             self._manager.notify_written()
         return False
+
+    def _marked(self, thread_id: str) -> Body[bool]:
+        """Whether the thread's session is still owed (a read: no write lock is taken)."""
+        rows = (
+            yield self._runner.step(
+                "SELECT 1 FROM checkpoint_mirror_due WHERE thread_id = ?", (thread_id,)
+            )
+        ).rows
+        return bool(rows)
 
     def _mirror(self, thread_id: str) -> Body[bool]:
         """The thread's session made to hold its newest checkpoint's messages and its mark

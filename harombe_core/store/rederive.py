@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator
+from functools import cache
 from typing import Any, Protocol
 
 from harombe_core.store import pending
@@ -48,9 +49,6 @@ GROUP = "harombe_core.derived"
 #: ``checkpoint_mirror_due``, the checkpointed threads whose session is not yet written
 #: (``langchain_harombe.checkpoint_mirror``).
 MARKS = ("checkpoint_mirror_due",)
-
-#: (table, entry point) pairs already warned about in this process.
-_warned: set[tuple[str, str]] = set()
 
 
 class OwedJob(Protocol):
@@ -112,8 +110,14 @@ def start_jobs(manager: Any) -> Rederived:
     return Rederived(jobs)
 
 
-def _starters(table: str) -> Iterator[Callable[[Any], OwedJob]]:
-    """The ``start`` functions installed packages name for ``table`` (each value once)."""
+@cache
+def _starters(table: str) -> tuple[Callable[[Any], OwedJob], ...]:
+    """The ``start`` functions installed packages name for ``table`` (listed once per process:
+    listing entry points reads every installed package's metadata; a failure is told once)."""
+    return tuple(_load(table))
+
+
+def _load(table: str) -> Iterator[Callable[[Any], OwedJob]]:
     from importlib.metadata import entry_points
 
     seen: set[str] = set()
@@ -124,25 +128,22 @@ def _starters(table: str) -> Iterator[Callable[[Any], OwedJob]]:
         try:
             start = entry.load()
         except ImportError as exc:
-            if (table, entry.value) not in _warned:
-                _warned.add((table, entry.value))
-                extra = f" (install harombe-memory[{entry.extras[0]}])" if entry.extras else ""
-                log.warning(
-                    "%s holds rows owed by a process that stopped, but %s cannot be loaded "
-                    "(%s)%s: they stay owed until a process that can derive them opens the "
-                    "database.",
-                    table,
-                    entry.value,
-                    exc,
-                    extra,
-                )
+            extra = f" (install harombe-memory[{entry.extras[0]}])" if entry.extras else ""
+            log.warning(
+                "%s marks rows still owed to the database (by a process that stopped), but %s "
+                "cannot be loaded (%s)%s: they stay owed until a process that can derive them "
+                "opens the database.",
+                table,
+                entry.value,
+                exc,
+                extra,
+            )
             continue
         yield start
-    if not seen and (table, "") not in _warned:
-        _warned.add((table, ""))
+    if not seen:
         log.warning(
-            "%s holds rows owed by a process that stopped, and no installed package derives "
-            "them (entry point group %r): they stay owed.",
+            "%s marks rows still owed to the database (by a process that stopped), and no "
+            "installed package derives them (entry point group %r): they stay owed.",
             table,
             GROUP,
         )

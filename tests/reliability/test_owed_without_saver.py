@@ -234,7 +234,7 @@ for _ in range(2):
 """
     out = _python(reader, owed)
     assert out.stdout.split("\n")[:2] == ["0 1", "0 1"]
-    assert out.stderr.count("checkpoint_mirror_due holds rows owed") == 1, out.stderr
+    assert out.stderr.count("checkpoint_mirror_due marks rows still owed") == 1, out.stderr
     assert _due(owed) == [("thread",)]  # for the next process that can derive it
     with MemoryManager(owed, embedding=None) as mm:  # this one can
         assert _texts(mm.get_messages("thread")) == _EXPECTED
