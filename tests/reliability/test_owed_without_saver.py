@@ -5,11 +5,12 @@ A process runs an agent checkpointed by ``HarombeSaver`` with the background wor
 (``hold_background``), so when it is killed the checkpoints are committed and the thread's
 session is still owed (marked in ``checkpoint_mirror_due``). Each reader then opens a copy of
 that file with no saver: a bare ``MemoryManager`` (in a process that never imported
-``langchain_harombe``, and in this one), a LangChain history, a LlamaIndex chat store and the
-``harombe search`` / ``harombe export`` commands. Each finds every checkpointed message, in
-order and by its words, on its first read, and the mark is gone after ``flush()``. Without
-LangChain the marks stay (and the reader works); two openers deriving the same thread write it
-once. PostgreSQL is covered the same way.
+``langchain_harombe``, and in this one), a LangChain history, a LlamaIndex chat store, the
+``harombe serve`` app and the ``harombe search`` / ``harombe export`` commands. Each finds
+every checkpointed message, in order and by its words, on its first read, and the mark is gone
+after ``flush()``. Without LangChain the marks stay (and the reader works); two openers
+deriving the same thread, or a reader and the live saver that owes it, write it once.
+PostgreSQL is covered the same way.
 """
 
 from __future__ import annotations
@@ -297,3 +298,20 @@ def test_a_reader_and_the_live_saver_that_owes_the_turn_both_write_it(tmp_path: 
             ("assistant", "reply 2"),
         ]
         saver.close()
+
+
+def test_harombe_serve_reads_the_owed_turn(owed: str) -> None:
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from harombe_core.server.api import create_app
+
+    app = create_app(owed, auth=False)  # its manager's open writes the owed session
+    try:
+        with TestClient(app, base_url="http://127.0.0.1") as http:
+            messages = http.get("/api/sessions/thread/messages").json()
+            assert [(m["role"], m["content"]) for m in messages] == _EXPECTED
+            hits = http.get("/api/search", params={"q": _WORDS[1]}).json()
+            assert any(_WORDS[1] in str(hit) for hit in hits)
+    finally:
+        app.state.harombe.manager.close()
