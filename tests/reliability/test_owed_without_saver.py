@@ -23,8 +23,11 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Annotated, TypedDict
 
 import pytest
+from langchain_core.messages import AnyMessage
+from langgraph.graph.message import add_messages
 
 from harombe_core import MemoryManager
 
@@ -315,3 +318,44 @@ def test_harombe_serve_reads_the_owed_turn(owed: str) -> None:
             assert any(_WORDS[1] in str(hit) for hit in hits)
     finally:
         app.state.harombe.manager.close()
+
+
+class _Chat(TypedDict):
+    """A graph's state whose conversation is the channel ``chat``."""
+
+    chat: Annotated[list[AnyMessage], add_messages]
+
+
+def test_a_thread_kept_in_another_channel_is_left_to_its_saver(tmp_path: Path) -> None:
+    # A saver with messages_key="chat": a bare opener cannot tell which channel holds the
+    # conversation, so it leaves the thread marked rather than empty the session.
+    from langchain_core.messages import AIMessage, HumanMessage
+    from langgraph.graph import StateGraph
+
+    from harombe_core.testing import hold_background
+    from langchain_harombe import HarombeSaver
+
+    def reply(state: _Chat) -> dict[str, list[AnyMessage]]:
+        return {"chat": [AIMessage(f"reply to {state['chat'][-1].text}")]}
+
+    db = str(tmp_path / "chat.db")
+    builder = StateGraph(_Chat)
+    builder.add_node("reply", reply)
+    builder.set_entry_point("reply")
+    with MemoryManager(db, embedding=None) as mm:
+        saver = HarombeSaver(mm, messages_key="chat")
+        graph = builder.compile(checkpointer=saver)
+        config = {"configurable": {"thread_id": "thread"}}
+        graph.invoke({"chat": [HumanMessage("one")]}, config)
+        assert len(mm.get_messages("thread")) == 2
+        with hold_background():
+            graph.invoke({"chat": [HumanMessage("two")]}, config)
+            assert _python(_COUNT, db).stdout.strip() == "2"  # left as it was
+            assert _due(db) == [("thread",)]
+        assert [m.content for m in mm.get_messages("thread")] == [
+            "one",
+            "reply to one",
+            "two",
+            "reply to two",
+        ]
+        saver.close()
