@@ -40,50 +40,6 @@ def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         patch.undo()
 
 
-@pytest.fixture(scope="session", autouse=True)
-def checkout_entry_points(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """The entry points ``pyproject.toml`` declares, visible to this process and to every
-    process a test starts, also where the installed metadata predates some of them (an
-    editable install lists those of the day it was made; ``pip install -e .`` refreshes it).
-    The missing ones are declared by a stand-in distribution on the path."""
-    import tomllib
-    from importlib.metadata import entry_points
-
-    pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
-    declared = tomllib.loads(pyproject.read_text())["project"].get("entry-points", {})
-    missing = {
-        group: {
-            name: value
-            for name, value in items.items()
-            if value not in {e.value for e in entry_points(group=group, name=name)}
-        }
-        for group, items in declared.items()
-    }
-    text = "".join(
-        f"[{group}]\n" + "".join(f"{name} = {value}\n" for name, value in items.items())
-        for group, items in missing.items()
-        if items
-    )
-    if not text:
-        yield
-        return
-    folder = tmp_path_factory.mktemp("entry-points")
-    info = folder / "harombe_memory_checkout-0.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text(
-        "Metadata-Version: 2.1\nName: harombe-memory-checkout\nVersion: 0\n"
-    )
-    (info / "entry_points.txt").write_text(text)
-    patch = pytest.MonkeyPatch()
-    patch.syspath_prepend(str(folder))
-    paths = [str(folder), *filter(None, [os.environ.get("PYTHONPATH")])]
-    patch.setenv("PYTHONPATH", os.pathsep.join(paths))
-    try:
-        yield
-    finally:
-        patch.undo()
-
-
 @pytest.fixture(params=["memory", "file"])
 def manager(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MemoryManager]:
     """A MemoryManager without semantic memory, over an in-memory and a file database."""
