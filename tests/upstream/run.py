@@ -47,7 +47,7 @@ SUITES: dict[str, list[tuple[str, list[str]]]] = {
         ),
     ],
     "langchain": [
-        ("libs/core", ["tests/unit_tests/chat_history/test_chat_history.py"]),
+        ("libs/core", ["tests/unit_tests/runnables/test_history.py"]),
     ],
 }
 
