@@ -1,7 +1,7 @@
 """LlamaIndex's classes and harombe's, opened the way LlamaIndex's own tests open them.
 
-LlamaIndex's tests build ``SimpleChatStore()``, ``SQLAlchemyChatStore(...)`` and
-``ChatMemoryBuffer.from_defaults(...)``;
+LlamaIndex's tests build ``SimpleChatStore()``, ``SQLAlchemyChatStore(...)``,
+``ChatMemoryBuffer.from_defaults(...)`` and ``Memory(...)``;
 :mod:`upstream_plugin` binds those names, per run, to LlamaIndex's class (the control) or to the
 harombe class below: ``HarombeChatStore`` / ``HarombeMemory`` on a fresh database of their own
 (a file in a temporary folder, so that ``to_dict`` / ``from_dict`` can reopen it).
@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from llama_index.core.memory.chat_memory_buffer import ChatMemoryBuffer
+from llama_index.core.memory.memory import Memory
 from llama_index.core.storage.chat_store import SimpleChatStore
 from llama_index.core.storage.chat_store.sql import SQLAlchemyChatStore
 
@@ -52,6 +53,33 @@ class HarombeBufferMemory(HarombeMemory):
         return memory
 
 
+class HarombeMemoryLike(HarombeMemory):
+    """``HarombeMemory`` opened as LlamaIndex's tests open ``Memory(token_limit=,
+    token_flush_size=, chat_history_token_ratio=, session_id=)``.
+
+    ``Memory`` gives the chat history ``token_limit * chat_history_token_ratio`` tokens (the rest
+    is its memory blocks'), so that is harombe's ``token_limit`` here. ``token_flush_size`` is
+    how much ``Memory`` moves out of its queue at a time: harombe windows instead of flushing,
+    so it has no such setting; nor a ``tokenizer_fn`` (it counts as LlamaIndex's default
+    tokenizer does).
+    """
+
+    def __init__(self, **data: Any) -> None:
+        ratio = data.pop("chat_history_token_ratio", 0.7)
+        data.pop("token_flush_size", None)
+        data.pop("tokenizer_fn", None)
+        if "token_limit" in data:
+            data["token_limit"] = int(data["token_limit"] * ratio)
+        data.setdefault("storage_path", _new_database())
+        data.setdefault("embedding", None)
+        super().__init__(**data)
+        _opened.append(self)
+
+    @classmethod
+    def from_defaults(cls, **kwargs: Any) -> HarombeMemory:  # type: ignore[override]
+        return cls(**kwargs)
+
+
 class HarombeSQLChatStore(HarombeDBChatStore):
     """``HarombeDBChatStore`` opened as LlamaIndex's tests open ``SQLAlchemyChatStore(table_name=,
     async_database_uri=)``: a fresh database of its own (the table and URI are SQLAlchemy's)."""
@@ -67,6 +95,7 @@ def bindings() -> dict[str, tuple[Any, Any]]:
     return {
         "SimpleChatStore": (SimpleChatStore, HarombeSimpleChatStore),
         "ChatMemoryBuffer": (ChatMemoryBuffer, HarombeBufferMemory),
+        "Memory": (Memory, HarombeMemoryLike),
         "SQLAlchemyChatStore": (SQLAlchemyChatStore, HarombeSQLChatStore),
     }
 

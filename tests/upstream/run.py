@@ -43,6 +43,7 @@ SUITES: dict[str, list[tuple[str, list[str]]]] = {
                 "tests/storage/chat_store/test_simple_chat_store.py",
                 "tests/memory/test_chat_memory_buffer.py",
                 "tests/storage/chat_store/test_sql.py",
+                "tests/memory/test_memory_base.py",
             ],
         ),
     ],
