@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
+import os
 import sqlite3
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -25,6 +27,39 @@ from langchain_harombe import HarombeStore
 
 SECOND = 1_000_000  # microseconds
 OPENED: list[HarombeStore] = []  # harombe's stores open in the current test
+# ``HAROMBE_UPSTREAM_BACKEND=postgres`` (run.py --postgres): harombe's stores live in PostgreSQL,
+# one fresh database per connection string of a test, on one local server for the whole run.
+POSTGRES = os.environ.get("HAROMBE_UPSTREAM_BACKEND") == "postgres"
+_server: Any = None
+_databases: dict[str, str] = {}
+_names = itertools.count()
+
+
+def location(conn_string: str) -> str:
+    """Where harombe opens what the test calls ``conn_string``: the same path on SQLite; on
+    PostgreSQL a fresh database (the same one for the same file within a test)."""
+    global _server
+    if not POSTGRES:
+        return conn_string
+    if conn_string != ":memory:" and conn_string in _databases:
+        return _databases[conn_string]
+    if _server is None:
+        from harombe_core.store.pg_server import EmbeddedPostgres
+
+        _server = EmbeddedPostgres()
+        _server.start()
+    url = str(_server.create_database(f"upstream{os.getpid()}_{next(_names)}"))
+    if conn_string != ":memory:":
+        _databases[conn_string] = url
+    return url
+
+
+def stop_server() -> None:
+    """Stop the PostgreSQL server of the run, if one was started."""
+    global _server
+    if _server is not None:
+        _server.cleanup()
+        _server = None
 
 
 def connect(path: str) -> Any:
@@ -71,7 +106,7 @@ class HarombeSqliteStore(HarombeStore):
     @classmethod
     @contextlib.contextmanager
     def from_conn_string(cls, conn_string: str, **options: Any) -> Iterator[HarombeSqliteStore]:
-        with MemoryManager(conn_string, embedding=None) as manager:
+        with MemoryManager(location(conn_string), embedding=None) as manager:
             store = cls(manager, **options)
             OPENED.append(store)
             try:
@@ -124,7 +159,7 @@ class HarombeMemoryStore(HarombeStore):
     """``HarombeStore`` opened as LangGraph's tests open ``InMemoryStore(index=...)``."""
 
     def __init__(self, *, index: Any = None) -> None:
-        super().__init__(storage_path=":memory:", index=index)
+        super().__init__(storage_path=location(":memory:"), index=index)
         OPENED.append(self)
 
 
@@ -132,6 +167,7 @@ def close_all() -> None:
     """Close the stores a test left open (``InMemoryStore`` has no close)."""
     while OPENED:
         OPENED.pop().close()
+    _databases.clear()
 
 
 def _sweeping() -> bool:

@@ -106,6 +106,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--langgraph", type=Path, help="a checkout of langchain-ai/langgraph")
     parser.add_argument("--llama-index", type=Path, help="a checkout of run-llama/llama_index")
     parser.add_argument("--langchain", type=Path, help="a checkout of langchain-ai/langchain")
+    parser.add_argument(
+        "--postgres",
+        action="store_true",
+        help="harombe's LangGraph stores on PostgreSQL (a local server is started) "
+        "instead of SQLite",
+    )
     parser.add_argument("pytest_args", nargs="*", help="passed to pytest (after --)")
     args = parser.parse_args(argv)
     checkouts = {
@@ -119,6 +125,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     if not checkouts:
         parser.error("give at least one checkout: --langgraph, --llama-index or --langchain")
+    if args.postgres:
+        os.environ["HAROMBE_UPSTREAM_BACKEND"] = "postgres"
     return run(checkouts, args.pytest_args)
 
 

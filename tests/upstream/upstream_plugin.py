@@ -198,6 +198,12 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "flaky(retries): the framework's own retry marker")
 
 
+def pytest_unconfigure(config: pytest.Config) -> None:
+    module = _imported_module("langgraph_stores")
+    if module is not None:
+        module.stop_server()
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "upstream_impl" in metafunc.fixturenames and _bound(metafunc.module):
         metafunc.parametrize("upstream_impl", IMPLS, indirect=True)
