@@ -68,7 +68,13 @@ def max_body_bytes() -> int:
 
 
 class _BodyLimit:
-    """Refuse a request body over :func:`max_body_bytes` (413) before anything reads it."""
+    """Refuse a request body over :func:`max_body_bytes` (413) before the app reads it.
+
+    A declared ``Content-Length`` is checked at once (the server reads no more than it
+    declares). A body without one (chunked) is read here up to the limit and handed on whole:
+    the app would read it all anyway, and an error raised while the app reads it would reach
+    the client as FastAPI's untyped 400 "error parsing the body", not as this 413.
+    """
 
     def __init__(self, app: Asgi) -> None:
         self.app = app
@@ -79,21 +85,30 @@ class _BodyLimit:
             return
         limit = max_body_bytes()
         declared = dict(scope.get("headers") or []).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > limit:
-            await _too_large(limit)(scope, receive, send)
+        if declared is not None:
+            if declared.isdigit() and int(declared) > limit:
+                await _too_large(limit)(scope, receive, send)
+                return
+            await self.app(scope, receive, send)
             return
+        read: list[Any] = []
         seen = 0
-
-        async def counted() -> Any:
-            nonlocal seen
+        while True:
             message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > limit:
-                    raise err.InputTooLargeError(_too_large_text(limit))
-            return message
+            read.append(message)
+            if message["type"] != "http.request":
+                break
+            seen += len(message.get("body", b""))
+            if seen > limit:
+                await _too_large(limit)(scope, receive, send)
+                return
+            if not message.get("more_body", False):
+                break
 
-        await self.app(scope, counted, send)
+        async def replayed() -> Any:
+            return read.pop(0) if read else await receive()
+
+        await self.app(scope, replayed, send)
 
 
 def _too_large_text(limit: int) -> str:

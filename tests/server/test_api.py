@@ -3,9 +3,11 @@ library's messages and status codes, keys, limits, and two processes sharing one
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -318,3 +320,31 @@ def test_a_key_id_never_starts_with_a_dash(tmp_path: Path, monkeypatch: pytest.M
         assert record.id == "Zq0ccccc"
         assert key == "hk_Zq0" + "c" * 40
         assert [k.id for k in keys.list_keys(mm.store)] == ["Zq0ccccc"]
+
+
+def test_a_chunked_body_over_the_limit_is_refused_with_a_typed_413(served: Served) -> None:
+    """Without a Content-Length the size is only known while reading: still 413 and the
+    typed error, not FastAPI's 400 "There was an error parsing the body"."""
+    step = 1 << 20
+
+    def chunks() -> Iterator[bytes]:
+        yield b'{"messages": [{"role": "user", "content": "'
+        for _ in range(max_body_bytes() // step + 1):
+            yield b"x" * step
+        yield b'"}]}'
+
+    with served.http(served.ann) as http:
+        answer = http.post(
+            f"/api/sessions/{_sid()}/messages",
+            content=chunks(),
+            headers={"content-type": "application/json"},
+        )
+        assert answer.status_code == 413, answer.text
+        assert answer.json()["error"] == "InputTooLargeError"
+        body = {"messages": [{"role": "user", "content": "small"}]}
+        small = http.post(
+            f"/api/sessions/{_sid()}/messages",
+            content=iter([json.dumps(body).encode()]),
+            headers={"content-type": "application/json"},
+        )
+        assert small.status_code == 201, small.text
