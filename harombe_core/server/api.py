@@ -25,8 +25,10 @@ from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Path, Query, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from harombe_core import errors as err
 from harombe_core.limits import current_limits
@@ -109,6 +111,19 @@ class _BodyLimit:
             return read.pop(0) if read else await receive()
 
         await self.app(scope, replayed, send)
+
+
+def _invalid_text(exc: RequestValidationError) -> str:
+    """FastAPI's validation errors as one message naming each bad field (never echoing the
+    value sent, which may be megabytes), so they reach clients as the library's errors do."""
+    problems = [
+        f"{'.'.join(str(part) for part in problem.get('loc', ()))}: {problem.get('msg', '')}"
+        for problem in exc.errors()
+    ]
+    shown = "; ".join(problems[:5]) + (
+        f"; and {len(problems) - 5} more" if len(problems) > 5 else ""
+    )
+    return f"invalid request ({shown}); /docs describes every route's parameters and body."
 
 
 def _too_large_text(limit: int) -> str:
@@ -362,6 +377,18 @@ def create_app(
             return page
         return JSONResponse(
             {"error": type(exc).__name__, "detail": str(exc)}, status_code=status_of(exc)
+        )
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(request: Request, exc: RequestValidationError) -> Any:
+        return await harombe_error(request, err.InvalidInputError(_invalid_text(exc)))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Any:
+        return JSONResponse(
+            {"error": "HTTPError", "detail": str(exc.detail)},
+            status_code=exc.status_code,
+            headers=exc.headers,
         )
 
     add_api(app)

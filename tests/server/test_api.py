@@ -348,3 +348,32 @@ def test_a_chunked_body_over_the_limit_is_refused_with_a_typed_413(served: Serve
             headers={"content-type": "application/json"},
         )
         assert small.status_code == 201, small.text
+
+
+def test_malformed_requests_get_the_typed_error_body(served: Served) -> None:
+    """Every refusal has the same shape, ``{"error": class, "detail": message}``: FastAPI's
+    own validation errors and its 404/405 too, and a refused value is never echoed back."""
+    sid = _sid()
+    with served.http(served.ann) as http:
+        answers = {
+            "top_k": http.get("/api/search", params={"q": "a", "top_k": "abc"}),
+            "limit": http.get(f"/api/sessions/{sid}/messages", params={"limit": -1}),
+            "body": http.post(f"/api/sessions/{sid}/messages", json={"messages": "y" * 5000}),
+            "json": http.post(
+                f"/api/sessions/{sid}/messages",
+                content=b"{",
+                headers={"content-type": "application/json"},
+            ),
+        }
+        for where, answer in answers.items():
+            assert answer.status_code == 422, (where, answer.text)
+            body = answer.json()
+            assert body["error"] == "InvalidInputError", (where, body)
+            assert "/docs" in str(body["detail"]), (where, body)
+            assert "y" * 100 not in answer.text
+        assert "query.top_k" in answers["top_k"].json()["detail"]
+        assert "body.messages" in answers["body"].json()["detail"]
+        missing = http.get("/api/nothing-here")
+        assert missing.status_code == 404
+        assert missing.json() == {"error": "HTTPError", "detail": "Not Found"}
+        assert http.put("/api/sessions").json()["error"] == "HTTPError"
