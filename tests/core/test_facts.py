@@ -102,6 +102,20 @@ def test_an_older_value_extracted_late_is_history_not_current(mm: MemoryManager)
     assert _texts(mm.get_facts("ann", as_of="2024-01-05")) == ["Lives in Lisbon"]
 
 
+def test_values_extracted_out_of_order_never_overlap_in_history(mm: MemoryManager) -> None:
+    """Sessions ended in any order: each as-of read still gives one home city, the one said
+    last before that day (a late value shortens the history value it falls inside)."""
+    _say(mm, "new", "ann", "I live in Berlin.", day=20)
+    _say(mm, "old", "ann", "I live in Lisbon.", day=1)
+    _say(mm, "mid", "ann", "I live in Porto.", day=10)
+    _say(mm, "early", "ann", "I live in Faro.", day=5)
+    for sid in ("new", "old", "mid", "early"):
+        mm.end_session(sid)
+    assert _texts(mm.get_facts("ann")) == ["Lives in Berlin"]
+    for day, city in ((3, "Lisbon"), (7, "Faro"), (15, "Porto"), (25, "Berlin")):
+        assert _texts(mm.get_facts("ann", as_of=f"2024-01-{day:02d}")) == [f"Lives in {city}"]
+
+
 def test_contradiction_supersedes(mm: MemoryManager) -> None:
     _say(mm, "s1", "ann", "I love sushi!", "I eat meat every day.", day=1)
     _say(mm, "s2", "ann", "I hate sushi.", "I don't eat meat every day.", day=2)
