@@ -44,7 +44,7 @@ from harombe_core.server.inspector import add_inspector, error_page
 from harombe_core.server.keys import Scope
 from harombe_core.server.mcp_tools import McpEndpoint, build_mcp
 
-__all__ = ["add_api", "create_app", "max_body_bytes"]
+__all__ = ["MAX_APPEND", "add_api", "create_app", "max_body_bytes"]
 
 Asgi = Callable[
     [MutableMapping[str, Any], Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]],
@@ -140,6 +140,12 @@ def _too_large(limit: int) -> JSONResponse:
     )
 
 
+#: The most messages one append takes. Its body is parsed and validated on the event loop,
+#: so a body of millions of tiny messages (under :func:`max_body_bytes`) would stall every
+#: other request of the server for seconds; checked before any message is validated.
+MAX_APPEND = 10_000
+
+
 # request bodies (each with an example: the isolation test sends it to every route) ---------
 class MessageIn(BaseModel):
     """One message to append: the fields of :class:`~harombe_core.models.Message`."""
@@ -161,7 +167,10 @@ class AppendIn(BaseModel):
         extra="forbid",
         json_schema_extra={"examples": [{"messages": [{"role": "user", "content": "hello"}]}]},
     )
-    messages: list[MessageIn]
+    messages: list[MessageIn] = Field(
+        max_length=MAX_APPEND,
+        description=f"At most {MAX_APPEND:,}; send a longer history in several requests.",
+    )
     user_id: str | None = Field(default=None, description="Admin keys only: the session's user.")
 
 

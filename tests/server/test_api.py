@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from harombe_core.limits import current_limits
-from harombe_core.server.api import max_body_bytes
+from harombe_core.server.api import MAX_APPEND, max_body_bytes
 from harombe_core.server.process import ServerProcess, create_key_cli
 from tests.server.conftest import Served, serve
 
@@ -377,3 +377,20 @@ def test_malformed_requests_get_the_typed_error_body(served: Served) -> None:
         assert missing.status_code == 404
         assert missing.json() == {"error": "HTTPError", "detail": "Not Found"}
         assert http.put("/api/sessions").json()["error"] == "HTTPError"
+
+
+def test_an_append_of_more_messages_than_one_request_takes_is_refused(served: Served) -> None:
+    """A body of many tiny messages fits the byte limit but would hold the event loop (every
+    other user's requests) while it is validated: refused by count, before validation."""
+    sid = _sid()
+    many = {"messages": [{"role": "user", "content": "x"}] * (MAX_APPEND + 1)}
+    with served.http(served.ann) as http:
+        answer = http.post(f"/api/sessions/{sid}/messages", json=many)
+        assert answer.status_code == 422
+        assert answer.json()["error"] == "InvalidInputError"
+        assert f"at most {MAX_APPEND}" in answer.json()["detail"]
+        assert http.get(f"/api/sessions/{sid}/messages").status_code == 404
+        most = {"messages": many["messages"][:MAX_APPEND]}
+        assert (
+            len(http.post(f"/api/sessions/{sid}/messages", json=most).json()["ids"]) == MAX_APPEND
+        )
