@@ -166,7 +166,7 @@ def consolidate(
                     d, user_id, proposal.subject or target.subject, at, target.valid_from, now
                 )
             elif target is not None:
-                yield from _close(d, user_id, target.id, at, now)
+                yield from _close(d, user_id, target.id, at, now, done=False)
                 current.remove(target)
             subject = proposal.subject
             if subject is None and target is not None and proposal.action == "update":
@@ -276,10 +276,14 @@ def _fit_in_history(
     return ends
 
 
-def _close(d: Dialect, user_id: str, fact_id: int, at: int, now: int) -> Body[None]:
+def _close(
+    d: Dialect, user_id: str, fact_id: int, at: int, now: int, *, done: bool = True
+) -> Body[None]:
+    """Close a current fact at ``at``: a task ``done`` (completed), or, when a new version
+    supersedes it, kept with the status it had (a corrected task was never done)."""
+    status = "CASE WHEN kind = 'task' THEN 'done' ELSE status END" if done else "status"
     yield d.step(
-        "UPDATE facts SET valid_to = ?, updated_at = ?, "
-        "status = CASE WHEN kind = 'task' THEN 'done' ELSE status END "
+        f"UPDATE facts SET valid_to = ?, updated_at = ?, status = {status} "
         "WHERE id = ? AND user_id = ? AND valid_to IS NULL",
         (at, now, fact_id, user_id),
     )

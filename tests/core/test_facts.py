@@ -125,6 +125,19 @@ def test_contradiction_supersedes(mm: MemoryManager) -> None:
     assert len(mm.get_facts("ann", include_history=True)) == 4
 
 
+def test_a_corrected_task_is_history_but_was_never_done(mm: MemoryManager) -> None:
+    """Correcting a task's text supersedes it; only completing it makes it done."""
+    old = mm.add_fact("ann", "Buy milk", kind="task")
+    new = mm.correct_fact("ann", old.id, "Buy oat milk")
+    assert _texts(mm.get_open_tasks("ann")) == ["Buy oat milk"]
+    (before,) = [f for f in mm.get_facts("ann", include_history=True) if f.id == old.id]
+    assert before.valid_to is not None
+    assert before.status == "open"
+    assert new.supersedes == old.id
+    assert mm.complete_task("ann", new.id).status == "done"
+    assert mm.get_open_tasks("ann") == []
+
+
 def test_completion_closes_the_task(mm: MemoryManager) -> None:
     _say(mm, "s1", "ann", "Remind me to book the flights to Porto. I need to call my mother.")
     mm.end_session("s1")
