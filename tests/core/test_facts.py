@@ -116,6 +116,14 @@ def test_values_extracted_out_of_order_never_overlap_in_history(mm: MemoryManage
         assert _texts(mm.get_facts("ann", as_of=f"2024-01-{day:02d}")) == [f"Lives in {city}"]
 
 
+def test_a_valid_from_still_to_come_is_refused_not_moved_to_now(mm: MemoryManager) -> None:
+    with pytest.raises(InvalidInputError, match=r"valid_from .* is in the future"):
+        mm.add_fact("ann", "Lives in Berlin", subject="home city", valid_from="2999-01-01")
+    assert mm.get_facts("ann", include_history=True) == []
+    then = mm.add_fact("ann", "Lives in Lisbon", subject="home city", valid_from="2024-01-01")
+    assert then.valid_from == datetime(2024, 1, 1, tzinfo=UTC)
+
+
 def test_contradiction_supersedes(mm: MemoryManager) -> None:
     _say(mm, "s1", "ann", "I love sushi!", "I eat meat every day.", day=1)
     _say(mm, "s2", "ann", "I hate sushi.", "I don't eat meat every day.", day=2)
