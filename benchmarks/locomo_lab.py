@@ -14,7 +14,15 @@ scored on the fifth). A run takes seconds to a minute. The full benchmark stays 
         --set person_weight=0,0.1,0.2,0.4
 
 A new evidence column is tried by adding it to ``harombe_core.ranking.evidence`` with its
-weight, then ``--set`` that weight (re-``--gather`` when ``Candidates`` changed shape). The
+weight, then ``--set`` that weight (re-``--gather`` when ``Candidates`` changed shape).
+``--column`` adds one of the columns measured here and not shipped (``docs/ranking.md``)
+beside the shipped ones, with its weights from ``--column-weights``:
+
+    python benchmarks/locomo_lab.py --data ../shared/data/locomo/locomo_dev.json \\
+        --column soft --column-option threshold=0.6 --column-option replace=1 \\
+        --column-weights 0,0.1,0.25,0.5
+
+The
 pickle holds the candidates' messages (the conversations' text): it is written to the
 temporary folder by default and is for this machine only, never for the repository.
 """
@@ -31,9 +39,11 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 import argparse  # noqa: E402
 import itertools  # noqa: E402
 import json  # noqa: E402
+import math  # noqa: E402
 import pickle  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
+from collections import Counter  # noqa: E402
 from dataclasses import fields, replace  # noqa: E402
 from typing import Any  # noqa: E402
 
@@ -63,6 +73,209 @@ def _locomo() -> Any:
 def pools(ks: list[int], candidates: int, least: int) -> dict[int, int]:
     """The candidate pool ``search`` gathers for each k (``max(k * candidates, least)``)."""
     return {k: max(k * candidates, least) for k in ks}
+
+
+def conversation_turns(sample: dict[str, Any], lr: Any) -> list[tuple[int, str, str, str]]:
+    """Every turn of a LoCoMo conversation in order: (session, speaker, dia_id, text as
+    ingested, a shared photo's caption included)."""
+    conv = sample["conversation"]
+    turns = []
+    n = 1
+    while f"session_{n}" in conv:
+        for turn in conv[f"session_{n}"]:
+            turns.append((n, turn["speaker"], turn["dia_id"], lr.turn_content(turn, True)))
+        n += 1
+    return turns
+
+
+def content_words(text: str, drop: frozenset[str] = frozenset()) -> list[str]:
+    """The casefolded words of ``text`` a keyword search weighs: no stopword, number, single
+    letter or word of ``drop`` (the speakers a question names)."""
+    from harombe_core.ranking import STOPWORDS, WORDS
+
+    words = (w.casefold() for w in WORDS.findall(text))
+    return [
+        w for w in words if w not in STOPWORDS and len(w) > 1 and not w.isdigit() and w not in drop
+    ]
+
+
+class SoftTerms:
+    """Soft BM25 (not shipped; ``docs/ranking.md``): each content word of the question
+    expanded with the conversation's words closest to it, and the turn scored by BM25 over
+    the expansions.
+
+    Static word vectors are distilled from the embedder (each word of the conversation
+    embedded alone, once). A question word ``q`` matches a word ``w`` of the turn with weight
+    1 when they share the index's (porter) stem, else with their cosine when it is at least
+    ``threshold`` and ``w`` is among ``q``'s ``expansions`` closest words. A question word
+    counts its best match (``weight * idf(w) * tf-saturation``, BM25 with ``k1``, ``b`` over
+    the conversation's turns); the column is the sum, over the best of the candidates.
+    ``replace`` subtracts the keyword side's own scaled BM25, so the column's weight moves
+    that share of the fused score from FTS5's BM25 to the soft one.
+    """
+
+    def __init__(
+        self,
+        data: list[dict[str, Any]],
+        questions: list[Any],
+        embedder: Any,
+        lr: Any,
+        threshold: float = 0.6,
+        expansions: int = 10,
+        replace: float = 0.0,
+        k1: float = 1.2,
+        b: float = 0.75,
+    ) -> None:
+        from harombe_core.store.fts import index_terms
+
+        self.threshold, self.expansions, self.replace = threshold, expansions, bool(replace)
+        self.k1, self.b = k1, b
+        docs = [[content_words(t[3]) for t in conversation_turns(s, lr)] for s in data]
+        vocabulary = sorted(
+            {w for d in docs for ws in d for w in ws}
+            | {w for q in questions for w in content_words(q.text)}
+        )
+        vectors = np.asarray(embedder.embed(vocabulary), dtype=np.float32)
+        self.vector = dict(zip(vocabulary, vectors, strict=True))
+        self.stem = {w: index_terms(w) for w in vocabulary}
+        self.conversations = []
+        for turns in docs:
+            df = Counter(w for ws in turns for w in set(ws))
+            words = sorted(df)
+            self.conversations.append(
+                {
+                    "words": words,
+                    "index": {w: i for i, w in enumerate(words)},
+                    "matrix": np.stack([self.vector[w] for w in words]),
+                    "idf": np.array(
+                        [math.log(1 + (len(turns) - df[w] + 0.5) / (df[w] + 0.5)) for w in words]
+                    ),
+                    "avgdl": sum(map(len, turns)) / len(turns),
+                }
+            )
+        self._matches: dict[tuple[int, str], Any] = {}
+
+    def _match(self, question: Any, speakers: frozenset[str]) -> Any:
+        """The weight of each (question word, conversation word) match, or None."""
+        key = (question.conversation, question.text)
+        if key not in self._matches:
+            conv = self.conversations[question.conversation]
+            asked = list(dict.fromkeys(content_words(question.text, speakers)))
+            weights = None
+            if asked:
+                sims = np.stack([self.vector[w] for w in asked]) @ conv["matrix"].T
+                same = np.array(
+                    [[self.stem[q] == self.stem[w] for w in conv["words"]] for q in asked]
+                )
+                weights = np.where(same, 1.0, np.where(sims >= self.threshold, sims, 0.0))
+                if weights.shape[1] > self.expansions:
+                    least = -np.sort(-weights, axis=1)[:, self.expansions - 1 : self.expansions]
+                    weights = np.where(weights >= least, weights, 0.0)
+            self._matches[key] = weights
+        return self._matches[key]
+
+    def __call__(self, question: Any, found: Any, messages: list[Any], table: Any) -> Any:
+        conv = self.conversations[question.conversation]
+        weights = self._match(question, found.speakers)
+        column = np.zeros(len(messages))
+        if weights is not None:
+            for i, message in enumerate(messages):
+                words = content_words(message.content)
+                counts = Counter(conv["index"][w] for w in words if w in conv["index"])
+                if not counts:
+                    continue
+                at = np.array(list(counts))
+                tf = np.array(list(counts.values()), dtype=np.float64)
+                norm = self.k1 * (1 - self.b + self.b * len(words) / conv["avgdl"])
+                saturation = tf * (self.k1 + 1) / (tf + norm)
+                column[i] = (weights[:, at] * (conv["idf"][at] * saturation)).max(axis=1).sum()
+            column /= column.max() or 1.0
+        if self.replace:
+            best = max(found.keyword_score.values(), default=0.0) or 1.0
+            column -= [found.keyword_score.get(int(m.id or 0), 0.0) / best for m in messages]
+        return column
+
+
+class TurnWalk:
+    """A walk over the conversation's whole turn graph (not shipped; ``docs/ranking.md``):
+    personalised PageRank seeded by the ``seeds`` best fused scores.
+
+    Edges join the adjacent turns of a session (weight ``adjacent``) and each turn with its
+    ``similar`` most similar turns of the same speaker whose cosine is at least
+    ``threshold`` (weight the cosine). The walk restarts at the seeds with probability
+    ``1 - damping``; ``spread`` keeps only what it spread beyond the restart. The column is
+    the walk's score over the best of the candidates.
+    """
+
+    def __init__(
+        self,
+        data: list[dict[str, Any]],
+        embedder: Any,
+        lr: Any,
+        damping: float = 0.5,
+        seeds: int = 20,
+        similar: int = 5,
+        threshold: float = 0.5,
+        adjacent: float = 1.0,
+        spread: float = 0.0,
+    ) -> None:
+        self.damping, self.seeds, self.spread = damping, int(seeds), bool(spread)
+        self.graphs = []
+        for sample in data:
+            turns = conversation_turns(sample, lr)
+            vectors = np.asarray(embedder.embed([f"{t[1]}: {t[3]}" for t in turns]))
+            n = len(turns)
+            edges = np.zeros((n, n))
+            for i in range(n - 1):
+                if turns[i][0] == turns[i + 1][0]:
+                    edges[i, i + 1] = edges[i + 1, i] = adjacent
+            sims = vectors @ vectors.T
+            speakers = np.array([t[1] for t in turns])
+            sims = np.where(speakers[:, None] == speakers[None, :], sims, -1.0)
+            np.fill_diagonal(sims, -1.0)
+            for i in range(n):
+                for j in np.argsort(-sims[i])[: int(similar)]:
+                    if sims[i, j] >= threshold:
+                        edges[i, j] = edges[j, i] = max(edges[i, j], sims[i, j])
+            degree = edges.sum(axis=1, keepdims=True)
+            steps = edges / np.where(degree > 0, degree, 1.0)
+            ids = {t[2]: i for i, t in enumerate(turns)}
+            self.graphs.append((steps, ids))
+
+    def __call__(self, question: Any, found: Any, messages: list[Any], table: Any) -> Any:
+        steps, ids = self.graphs[question.conversation]
+        at = [ids.get(m.metadata.get("dia_id")) for m in messages]
+        restart = np.zeros(len(steps))
+        for i in np.argsort(-table[:, 0], kind="stable")[: self.seeds]:
+            if at[i] is not None:
+                restart[at[i]] += max(table[i, 0], 0.0)
+        if not restart.any():
+            return np.zeros(len(messages))
+        restart /= restart.sum()
+        score = restart.copy()
+        for _ in range(15):
+            score = (1 - self.damping) * restart + self.damping * (steps.T @ score)
+        if self.spread:
+            score -= (1 - self.damping) * restart
+        column = np.array([0.0 if i is None else score[i] for i in at])
+        return column / (column.max() or 1.0)
+
+
+def extra_column(args: argparse.Namespace, lr: Any, questions: list[Any]) -> Any:
+    """The ``--column`` to measure, built over the conversations (None without one)."""
+    if args.column is None:
+        return None
+    from harombe_core.embeddings import resolve_embedder
+
+    options: dict[str, float] = {}
+    for item in args.column_option:
+        name, _, value = item.partition("=")
+        options[name] = float(value)
+    data = json.loads(args.data.read_text(encoding="utf-8"))
+    embedder = lr.DiskCachedEmbedder(resolve_embedder("default"), args.cache)
+    if args.column == "soft":
+        return SoftTerms(data, questions, embedder, lr, **options)
+    return TurnWalk(data, embedder, lr, **options)
 
 
 def gather(args: argparse.Namespace, lr: Any) -> None:
@@ -123,11 +336,18 @@ def rank_grid(args: argparse.Namespace, lr: Any) -> None:
     with args.candidates.open("rb") as source:
         saved = pickle.load(source)  # a file this script wrote on this machine
     questions, found, base = saved["questions"], saved["found"], saved["settings"]
-    grid = {**GRID, **parse_sets(args.set)}
+    sets = parse_sets(args.set)
+    grid = {**GRID, **sets}
+    grid_sets = {*GRID, *sets}  # the settings' names (the column's weight is not one)
+    column = extra_column(args, lr, questions)
+    if column is not None:
+        grid[f"{args.column}_weight"] = tuple(args.column_weights)
     names = list(grid)
     points = [dict(zip(names, p, strict=True)) for p in itertools.product(*grid.values())]
-    settings = [replace(base, **p) for p in points]
+    settings = [replace(base, **{n: v for n, v in p.items() if n in grid_sets}) for p in points]
     weights = np.stack([evidence_weights(s) for s in settings], axis=1)  # [column, point]
+    if column is not None:
+        weights = np.vstack([weights, [p[names[-1]] for p in points]])
     # Points that share the fusion weights and whether neighbours are candidates share one
     # evidence table (as in locomo_recall.grid_scores).
     groups: dict[tuple[float, ...], list[int]] = {}
@@ -145,6 +365,8 @@ def rank_grid(args: argparse.Namespace, lr: Any) -> None:
                 messages, table = evidence(candidates, settings[members[0]])
                 if not messages:
                     continue
+                if column is not None:
+                    table = np.column_stack([table, column(q, candidates, messages, table)])
                 ids, _, found_at = lr.ranked_hits(messages, table, weights[:, members], q)
                 for k in wanted:
                     got = found_at[:, min(k, len(ids)) - 1]
@@ -154,7 +376,7 @@ def rank_grid(args: argparse.Namespace, lr: Any) -> None:
     took = time.perf_counter() - started
     print(f"cross-validated recall@k (%), {len(points)} settings ({took:.0f} s)")
     print("\n".join(lr.table(lr.by_category(scores, questions, ks), ks)))
-    for option in parse_sets(args.set):
+    for option in [*sets, *([names[-1]] if column is not None else [])]:
         n = names.index(option)
         picks = ", ".join(str(point[n]) for point in chosen)
         print(f"{option} chosen per held-out conversation: {picks}")
@@ -180,6 +402,25 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--set", action="append", default=[], help="NAME=V1,V2: a weight's values in the grid"
+    )
+    parser.add_argument(
+        "--column",
+        choices=("soft", "walk"),
+        default=None,
+        help="a measured, unshipped column beside the shipped ones: soft BM25 or a turn walk",
+    )
+    parser.add_argument(
+        "--column-option",
+        action="append",
+        default=[],
+        help="NAME=V: an option of --column (soft: threshold, expansions, replace, k1, b; "
+        "walk: damping, seeds, similar, threshold, adjacent, spread)",
+    )
+    parser.add_argument(
+        "--column-weights",
+        type=lambda text: [float(v) for v in text.split(",")],
+        default=[0.0, 0.1, 0.2, 0.4, 0.8],
+        help="V1,V2,...: the --column weights in the grid",
     )
     args = parser.parse_args(argv)
     args.k = sorted(args.k)

@@ -25,10 +25,10 @@ from typing import TYPE_CHECKING, Any
 import networkx as nx
 
 from harombe_core.errors import InvalidInputError, InvalidMessageError, SummarizationError
-from harombe_core.flows import Call, Flow, Work, adrive, drive
+from harombe_core.flows import Call, Flow, Run, Work, adrive, drive
 from harombe_core.models import Message, MessageSummary, SearchHit, Session
 from harombe_core.store import ops
-from harombe_core.store.closing import ClosesOnExit
+from harombe_core.store.base import ClosesOnExit
 from harombe_core.threader import Threader, selector_mode
 from harombe_core.threads import (
     LinearNodeSelector,
@@ -297,7 +297,7 @@ class ChatMemory(ClosesOnExit):
         from harombe_core.store.base import SearchScope
 
         scope = SearchScope(session_id=self.session_id)
-        found = yield Work(mm.store.keyword_search, query, limit=n_results, scope=scope)
+        found = yield Run(mm.store, ops.keyword_search(query, limit=n_results, scope=scope))
         return [h.message.id for h in found if h.message.id is not None]
 
     def retrieve(

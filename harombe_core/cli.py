@@ -46,7 +46,7 @@ from harombe_core.errors import (
     MissingExtraError,
 )
 from harombe_core.store import ops
-from harombe_core.text import plural
+from harombe_core.validate import plural
 
 if TYPE_CHECKING:
     from harombe_core.manager import MemoryManager

@@ -16,7 +16,7 @@ from rich.markup import escape
 
 from harombe_core.cli_app import DbOption, clean_errors, command, console, open_memory
 from harombe_core.store import ops
-from harombe_core.text import plural
+from harombe_core.validate import plural
 
 __all__ = ["forget_command"]
 

@@ -24,6 +24,8 @@ from harombe_core.context_reads import (
     newest_messages,
     newest_turn_from_store,
     newest_until,
+    owned_session,
+    owned_session_and_prompt,
     stored,
     thread_newest_first,
     thread_window_from_store,
@@ -34,7 +36,6 @@ from harombe_core.folding import SUMMARIES, SummaryFolder
 from harombe_core.limits import current_limits
 from harombe_core.manager_search import Searcher
 from harombe_core.models import Message, Session
-from harombe_core.owned import owned_session
 from harombe_core.retrieval import format_context
 from harombe_core.store import ops
 from harombe_core.store.base import MessageStore, SearchScope
@@ -154,21 +155,6 @@ class ContextBuilder:
         from harombe_core.summarize import resolve_summarizer
 
         self._summarizer = resolve_summarizer(value)
-
-    def system_prompt(self, session: Session) -> Flow[list[Message]]:
-        """The session's system prompt as the message that leads its history (none without
-        one), costed with the token count stored beside it."""
-        if session.system_prompt is None:
-            return []
-        tokens: int = yield Run(self.store, ops.system_prompt_tokens(session.id))
-        prompt = Message(
-            role="system",
-            content=session.system_prompt,
-            session_id=session.id,
-            created_at=session.created_at,
-            token_count=tokens,
-        )
-        return [prompt]
 
     def context_message(self, text: str, kind: str) -> Message:
         message = Message(role="system", content=text, metadata={"harombe": kind})
@@ -428,16 +414,17 @@ class ContextBuilder:
                 f"budget must be a ContextBudget, got {type(budget).__name__}; build one with "
                 "harombe_core.ContextBudget(relevant_past=0.3, ...)."
             )
-        # the one read of the session
-        session = yield from owned_session(self.store, session_id, user_id)
-        if session is None:
+        # the one read of the session, with its system prompt
+        found = yield from owned_session_and_prompt(self.store, session_id, user_id)
+        if found is None:
             return []
+        session, prompt = found
         charge: Charge = stored
         slack: int | None = 0
         if token_counter is not None:
             charge = _charge_with(token_counter)
             slack = getattr(token_counter, "stored_slack", None)
-        system = [charge(m) for m in (yield from self.system_prompt(session))]
+        system = [charge(m) for m in prompt]
         if keep_newest_turn and sum(m.token_count or 0 for m in system) > total:
             messages = list(system)  # no room for the conversation: the newest turn only
         else:
@@ -500,9 +487,8 @@ class ContextBuilder:
             lines = [f"- {s.updated_at:%Y-%m-%d}: {s.summary}" for s in others]
             note = self.context_message("Recent sessions:\n" + "\n".join(lines), "summaries")
             blocks += fit_block([note], int(budget.session_summaries * rest))
-        if query:  # embedding and ranking: one request of work, as get_relevant_context
-            past: list[Message] = yield Work(
-                self.search.retriever.get_relevant_context,
+        if query:  # the retriever's flow: a request per read, as get_relevant_context
+            past: list[Message] = yield from self.search.retriever.get_relevant_context_flow(
                 query,
                 max_tokens=max(int(budget.relevant_past * rest) - 20, 0),
                 user_id=session.user_id,

@@ -1,4 +1,10 @@
-"""The windows read from a store in O(window) rows, as flows.
+"""A session's reads, as flows: who may read it, and its windows in O(window) rows.
+
+Every manager method that takes ``user_id`` next to a session id checks it with
+:func:`owned_session` (and so do the manager's composed parts, its search side and its context
+builder, each with only the store in hand): the session's read, and the owner's check on it.
+A window's first read is :func:`owned_session_and_prompt`, the same check with the session's
+system prompt in the same statement; then its newest rows.
 
 Every read here is a store operation yielded as a :class:`~harombe_core.flows.Run` request,
 so the one code runs on both paths: ``drive`` calls ``store.run``, ``adrive`` awaits
@@ -27,7 +33,8 @@ import sys
 from collections.abc import Callable, Iterable, Iterator
 
 from harombe_core.flows import Flow, Run
-from harombe_core.models import Message
+from harombe_core.models import Message, Session
+from harombe_core.owners import check_owner
 from harombe_core.store import ops
 from harombe_core.store.base import MessageStore
 from harombe_core.store.rows import row_to_message
@@ -40,19 +47,64 @@ from harombe_core.strategies import (
     reserve_system,
     window_newest,
 )
+from harombe_core.validate import check_flag, check_id, optional_id
 
 __all__ = [
     "Charge",
     "charged",
     "hybrid_from_store",
+    "named_owner",
     "newest_messages",
     "newest_turn_from_store",
     "newest_until",
+    "owned_session",
+    "owned_session_and_prompt",
     "read_newest",
     "thread_newest_first",
     "thread_window_from_store",
 ]
 
+
+# who may read it --------------------------------------------------------------------------
+def owned_session(
+    store: MessageStore, session_id: str, user_id: str | None, *, exact: bool = False
+) -> Flow[Session | None]:
+    """The session (None if it does not exist yet), if ``user_id`` may use it.
+
+    ``user_id=None`` (the application itself) may use any session; a named user only their
+    own, so a session owned by another user or by none raises SessionOwnershipError (see
+    :mod:`harombe_core.owners`). With ``exact=True`` the owner must be ``user_id`` itself.
+    """
+    optional_id(user_id, "user_id")
+    check_flag(exact, "exact")
+    session: Session | None = yield Run(store, ops.get_session(check_id(session_id, "session_id")))
+    if session is not None:
+        check_owner(session_id, session.user_id, user_id, exact=exact)
+    return session
+
+
+def owned_session_and_prompt(
+    store: MessageStore, session_id: str, user_id: str | None
+) -> Flow[tuple[Session, list[Message]] | None]:
+    """:func:`owned_session` with the session's system prompt as the message that leads its
+    history (:func:`~harombe_core.store.ops.session_and_prompt`), read in the same statement:
+    a window reads both, then its newest rows, in two store operations."""
+    optional_id(user_id, "user_id")
+    found: tuple[Session, list[Message]] | None = yield Run(
+        store, ops.session_and_prompt(check_id(session_id, "session_id"))
+    )
+    if found is not None:
+        check_owner(session_id, found[0].user_id, user_id)
+    return found
+
+
+def named_owner(store: MessageStore, session_id: str, user_id: str | None) -> Flow[None]:
+    """Check the owner only when a user is named (the application may use any session)."""
+    if user_id is not None:
+        yield from owned_session(store, session_id, user_id)
+
+
+# its windows ----------------------------------------------------------------------------------
 #: Most important messages read per statement by :func:`hybrid_from_store`.
 IMPORTANT_PAGE = 256
 #: The first page of :func:`newest_until` (most windows fit in one), and the largest page

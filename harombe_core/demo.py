@@ -33,7 +33,7 @@ from rich.table import Table
 from harombe_core.manager import MemoryManager
 from harombe_core.models import Message, SearchHit, utc_now
 from harombe_core.store import ops
-from harombe_core.text import plural
+from harombe_core.validate import plural
 
 __all__ = ["DEMO_USER", "SAMPLE", "DemoResult", "DemoSession", "run_demo", "write_sample"]
 

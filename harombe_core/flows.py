@@ -42,13 +42,10 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import os
 import threading
 from collections.abc import Awaitable, Callable, Generator
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
-
-if TYPE_CHECKING:
-    from harombe_core.store.base import MessageStore
-    from harombe_core.store.runner import Op
+from typing import Any, Generic, Protocol, TypeVar
 
 __all__ = [
     "Call",
@@ -56,6 +53,8 @@ __all__ = [
     "Parallel",
     "Request",
     "Run",
+    "Runner",
+    "Subflow",
     "Work",
     "adrive",
     "drive",
@@ -149,24 +148,54 @@ class Work(Call[T]):
         super().__init__(fn, *args, **kwargs)
 
 
-class Run(Request, Generic[T]):
+class Runner(Protocol):
+    """What :class:`Run` needs of a store: its ``run``/``arun`` pair.
+
+    Named here, below the store, so the flows depend on no store module: every
+    :class:`~harombe_core.store.base.MessageStore` is one, and an operation is whatever that
+    store runs (an :class:`~harombe_core.store.runner.Op`).
+    """
+
+    def run(self, op: Any, /) -> Any: ...
+
+    async def arun(self, op: Any, /) -> Any: ...
+
+
+class Run(Request):
     """One store operation: ``store.run(op)``, or ``await store.arun(op)`` when async (which
     runs ``store.run(op)`` in a worker thread, on every backend)."""
 
     __slots__ = ("op", "store")
 
-    def __init__(self, store: MessageStore, op: Op[T]) -> None:
+    def __init__(self, store: Runner, op: Any) -> None:
         self.store = store
         self.op = op
 
-    def run(self) -> T:
+    def run(self) -> Any:
         return self.store.run(self.op)
 
-    async def arun(self) -> T:
+    async def arun(self) -> Any:
         return await self.store.arun(self.op)
 
     def __repr__(self) -> str:
         return f"Run({self.op.body.__qualname__})"
+
+
+class Subflow(Request, Generic[T]):
+    """A flow as one request, so :class:`Parallel` can overlap it with others: driven by
+    :func:`drive` on the sync path and :func:`adrive` on the async one (its own requests
+    take their own hops; the flow itself takes none)."""
+
+    __slots__ = ("flow",)
+
+    def __init__(self, flow: Flow[T]) -> None:
+        self.flow = flow
+
+    def run(self) -> T:
+        return drive(self.flow)
+
+    async def arun(self) -> T:
+        return await adrive(self.flow)
 
 
 class Parallel(Request):
@@ -209,6 +238,16 @@ def _workers() -> concurrent.futures.ThreadPoolExecutor:
         if _WORKERS is None:
             _WORKERS = concurrent.futures.ThreadPoolExecutor(4, thread_name_prefix="harombe-flow")
         return _WORKERS
+
+
+def _forget_workers_in_child() -> None:
+    """A forked child has none of the parent's pool threads, but its copy of the pool counts
+    them (as idle): work submitted to it would wait forever. The child makes its own."""
+    global _WORKERS, _WORKERS_LOCK
+    _WORKERS, _WORKERS_LOCK = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_workers_in_child)
 
 
 class _Steps(Generic[T]):

@@ -310,7 +310,8 @@ def _register_exit_hook() -> None:
 
 
 def _forget_in_child() -> None:
-    """A forked child has no copy of the thread (and a lock held by it stays held)."""
+    """A forked child has no copy of the thread (and a lock held by it stays held); the jobs
+    waiting for it are the parent's to do (the child hands over its own)."""
     global _cond, _thread
     _cond = threading.Condition()
     _queue.clear()
@@ -318,6 +319,10 @@ def _forget_in_child() -> None:
     _thread = None
     for folder in list(_folders):  # a job the parent's thread had in hand is not in hand here
         folder._busy = False
+        # Nor are the jobs waiting for the parent's thread: left here, with no thread to do
+        # them, they would keep the child's flush() waiting forever.
+        folder._wanted.clear()
+        folder._ready.clear()
 
 
 os.register_at_fork(after_in_child=_forget_in_child)

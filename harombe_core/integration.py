@@ -43,14 +43,14 @@ if TYPE_CHECKING:
     from harombe_core.owners import check_owner, check_search_scope
     from harombe_core.retrieval import context_message
     from harombe_core.store import items, pending
-    from harombe_core.store.closing import ClosesOnExit
+    from harombe_core.store.base import ClosesOnExit
     from harombe_core.store.items import check_key, check_namespace
     from harombe_core.store.rows import to_micros
     from harombe_core.store.runner import Body, Dialect, Op
     from harombe_core.store.sql_body import SqlRunner, sql_runner
-    from harombe_core.text import plural
     from harombe_core.threader import Threader, shared_threader
     from harombe_core.threads import resolve_selector
+    from harombe_core.validate import plural
 
 _LAZY: dict[str, str] = {
     # errors: how a message says what to do, and which extra a missing feature needs
@@ -64,7 +64,7 @@ _LAZY: dict[str, str] = {
     "Op": "harombe_core.store.runner",
     "SqlRunner": "harombe_core.store.sql_body",
     "sql_runner": "harombe_core.store.sql_body",
-    "ClosesOnExit": "harombe_core.store.closing",
+    "ClosesOnExit": "harombe_core.store.base",
     "to_micros": "harombe_core.store.rows",
     # key/value items with vectors (LangGraph's BaseStore is built on them)
     "check_key": "harombe_core.store.items",
@@ -105,7 +105,7 @@ _LAZY: dict[str, str] = {
     "hit_metadata": "harombe_core.export.hits",
     # small helpers an adapter's package and messages use
     "lazy_attributes": "harombe_core.lazy",
-    "plural": "harombe_core.text",
+    "plural": "harombe_core.validate",
 }
 #: Modules offered as namespaces (``items.put(...)``), imported on first use.
 _MODULES: dict[str, str] = {

@@ -18,19 +18,24 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from harombe_core.context import ContextBuilder
-from harombe_core.context_reads import newest_messages, newest_until, read_newest
+from harombe_core.context_reads import (
+    named_owner,
+    newest_messages,
+    newest_until,
+    owned_session,
+    owned_session_and_prompt,
+    read_newest,
+)
 from harombe_core.erasing import delete_user_sessions, erase, prune_cutoff
 from harombe_core.errors import InvalidInputError
 from harombe_core.flows import Flow, Run, Work, adrive, drive
 from harombe_core.manager_facts import UserMemoryMethods
 from harombe_core.manager_search import Searcher
 from harombe_core.models import Message, SearchHit, Session
-from harombe_core.owned import named_owner, owned_session
 from harombe_core.owners import legacy_session_key, session_key
 from harombe_core.progress import Progress, check_progress
 from harombe_core.store import ops
-from harombe_core.store.base import UNSET, MessageStore
-from harombe_core.store.closing import ClosesOnExit
+from harombe_core.store.base import UNSET, ClosesOnExit, MessageStore
 from harombe_core.store.encryption import check_key
 from harombe_core.store.pending import settle
 from harombe_core.strategies import Window, window_newest
@@ -349,12 +354,11 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
         return await adrive(self._load_session(session_id, user_id))
 
     def _load_session(self, session_id: str, user_id: str | None) -> Flow[list[Message]]:
-        session = yield from owned_session(self._store, session_id, user_id)
-        if session is None:
+        found = yield from owned_session_and_prompt(self._store, session_id, user_id)
+        if found is None:
             return []
-        system = yield from self._context.system_prompt(session)
         messages: list[Message] = yield Run(self._store, ops.get_messages(session_id))
-        return system + messages
+        return found[1] + messages
 
     def session_exists(self, session_id: str) -> bool:
         """True if a session with this id is stored."""
@@ -548,12 +552,24 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
         if not prepared and not doomed:
             return []
         add = ops.add_messages(session_id, prepared, user_id=user_id, replace_ids=doomed)
-        ids: list[int] = yield Run(self._store, add)
+        ids: list[int]
         if doomed and self._semantic is not None:
-            yield Work(self._semantic.forget_messages, doomed)
+            # The delete and the removal of its vectors from the index as one request (one
+            # thread hop when async, which a cancelled caller waits for), as erase() does for
+            # sessions: a cancellation between the two left the vectors in the index.
+            ids = yield Work(self._delete_and_add, add, doomed)
+        else:
+            ids = yield Run(self._store, add)
         if self._semantic is not None and prepared:
             self._semantic.notify()  # wakes the background embedder: never blocks
         self._facts.notify(session_id)  # wakes the background fact extractor (if on)
+        return ids
+
+    def _delete_and_add(self, add: Op[list[int]], doomed: list[int]) -> list[int]:
+        """Run ``add`` (which deletes ``doomed``), then drop their vectors from the index."""
+        ids = self._store.run(add)
+        assert self._semantic is not None  # (only called with semantic memory on)
+        self._semantic.forget_messages(doomed)
         return ids
 
     def save_message(
@@ -815,10 +831,10 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
         budget = self.max_history_tokens if max_tokens is None else check_budget(max_tokens)
         check_flag(include_system, "include_system")
         check_flag(start_on_user, "start_on_user")
-        session = yield from owned_session(self._store, session_id, user_id)
-        if session is None:
+        found = yield from owned_session_and_prompt(self._store, session_id, user_id)
+        if found is None:
             return Window(messages=[], tokens=0)
-        system = (yield from self._context.system_prompt(session)) if include_system else []
+        system = found[1] if include_system else []
         # The prompt is kept even when it alone exceeds the budget (``tokens`` then says so):
         # a window without its instructions would mislead the model more than an overrun.
         reserved = sum(m.token_count or 0 for m in system)
@@ -1187,11 +1203,15 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
 
     def stats(self) -> dict[str, Any]:
         """Counts of sessions, users, messages, tokens and pending embeddings, and file size."""
-        return self._store.stats()
+        return drive(self._stats())
 
     async def astats(self) -> dict[str, Any]:
         """Counts and file size (async twin of :meth:`stats`)."""
-        return await adrive(self._one(Work(self._store.stats)))
+        return await adrive(self._stats())
+
+    def _stats(self) -> Flow[dict[str, Any]]:
+        counts: dict[str, Any] = yield Run(self._store, ops.stats())
+        return {"location": self._store.location, **counts}
 
     def close(self) -> None:
         """Give back this manager's share of semantic memory, then close the store.

@@ -11,12 +11,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from harombe_core.context_reads import named_owner
 from harombe_core.errors import InvalidInputError
 from harombe_core.flows import Flow, Work
 from harombe_core.models import Message, SearchHit, Session
-from harombe_core.owned import named_owner
 from harombe_core.progress import Progress, check_progress
 from harombe_core.retrieval import Retriever, check_search_options
+from harombe_core.store import ops
 from harombe_core.store.base import MessageStore
 from harombe_core.validate import check_count, check_flag, check_list
 
@@ -91,20 +92,14 @@ class Searcher:
         this makes the mistake an error instead of no hits)."""
         check_search_options(options)
         yield from self._owned(session_id, user_id)
-        search = self.retriever.search
-        hits: list[SearchHit] = yield Work(
-            search, query, top_k, session_id, user_id, min_similarity, **options
-        )
-        return hits
+        search = self.retriever.search_flow
+        return (yield from search(query, top_k, session_id, user_id, min_similarity, **options))
 
     def search_by_topic(
         self, topic: str, top_k: int | None, user_id: str | None, **options: Any
     ) -> Flow[list[Session]]:
         """The flow of ``MemoryManager.search_by_topic``."""
-        found: list[Session] = yield Work(
-            self.retriever.search_by_topic, topic, top_k, user_id, **options
-        )
-        return found
+        return (yield from self.retriever.search_by_topic_flow(topic, top_k, user_id, **options))
 
     def get_relevant_context(
         self,
@@ -117,11 +112,12 @@ class Searcher:
     ) -> Flow[list[Message]]:
         """The flow of ``MemoryManager.get_relevant_context``."""
         yield from self._owned(session_id, user_id)
-        context = self.retriever.get_relevant_context
-        found: list[Message] = yield Work(
-            context, query, max_tokens, session_id, user_id, exclude_session_id, **options
+        context = self.retriever.get_relevant_context_flow
+        return (
+            yield from context(
+                query, max_tokens, session_id, user_id, exclude_session_id, **options
+            )
         )
-        return found
 
     def _owned(self, session_id: str | None, user_id: str | None) -> Flow[None]:
         if session_id is not None:
@@ -167,7 +163,7 @@ class Searcher:
     def _rebuild_indexes(
         self, batch_size: int, embedding: Any, vector_store: Any, progress: Progress, reembed: bool
     ) -> dict[str, int]:
-        keyword = self.store.rebuild_keyword_index()
+        keyword = self.store.run(ops.rebuild_keyword_index())
         from harombe_core.vectors.choice import resolve_embedder_spec
 
         embedder = None if embedding is None else resolve_embedder_spec(embedding)

@@ -42,7 +42,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from harombe_core.errors import EmbeddingError
-from harombe_core.flows import Call, Parallel
+from harombe_core.flows import Call, Flow, Parallel, Run, Subflow, Work, drive
 from harombe_core.models import Message, SearchHit, Session
 from harombe_core.query_time import query_time_ranges
 from harombe_core.store import ops
@@ -163,7 +163,7 @@ def _check_k(value: Any, what: str = "top_k") -> int:
 
 def _add_cosines(
     found: Candidates, semantic: SemanticMemory | None, keep_vectors: bool = False
-) -> None:
+) -> Flow[None]:
     """The cosine of every candidate (and neighbour) that the vector side did not propose,
     and which of them are not embedded yet (they have none). ``keep_vectors`` also keeps
     every candidate's vector (pseudo-relevance feedback moves the query with them)."""
@@ -174,7 +174,7 @@ def _add_cosines(
     known = found.vectors.keys() if keep_vectors else found.cosine.keys()
     missing = [i for i in (*found.messages, *found.outside) if i not in known]
     if missing:
-        vectors, pending = semantic.vectors_or_pending(missing)
+        vectors, pending = yield Work(semantic.vectors_or_pending, missing)
         for mid, vec in vectors.items():
             found.cosine.setdefault(mid, float(np.dot(vec, found.query_vector)))
             if keep_vectors:
@@ -187,7 +187,7 @@ def _add_name_free_cosines(
     semantic: SemanticMemory | None,
     query: str,
     embedded: tuple[str, Any] | None,
-) -> None:
+) -> Flow[None]:
     """Every candidate's (and neighbour's) cosine to ``query`` without the names of the
     speakers it names (``name_free_weight``), only for a query that names a speaker.
 
@@ -196,6 +196,8 @@ def _add_name_free_cosines(
     embedded here. The candidates' stored vectors are read once. An embedding outage leaves
     them out (the query's own cosines still rank).
     """
+    import numpy as np
+
     from harombe_core.ranking import without_names
 
     if semantic is None or found.query_vector is None:
@@ -206,14 +208,19 @@ def _add_name_free_cosines(
     if embedded is not None and embedded[0] == text:
         free = embedded[1]
     else:
+        embedder = semantic.embedder
         try:
-            free = semantic.embed_query(text)
+            vector = yield Call(
+                embedder.embed_query, text, native=getattr(embedder, "aembed_query", None)
+            )
         except EmbeddingError as exc:
             log.warning("name-free query embedding failed, ranking without it: %s", exc)
             return
+        free = np.asarray(vector, dtype=np.float32)
     wanted = [i for i in (*found.messages, *found.outside) if i in found.cosine]
     missing = [i for i in wanted if i not in found.vectors]
-    vectors = {**found.vectors, **(semantic.vectors_for(missing) if missing else {})}
+    stored = (yield Work(semantic.vectors_for, missing)) if missing else {}
+    vectors = {**found.vectors, **stored}
     found.name_free_cosine = {mid: float(vectors[mid] @ free) for mid in wanted if mid in vectors}
 
 
@@ -253,6 +260,18 @@ class Retriever:
         session_id: str | None = None,
         user_id: str | None = None,
         min_similarity: float | None = None,
+        **options: Any,
+    ) -> list[SearchHit]:
+        """:meth:`search_flow` on the calling thread (its options, its errors)."""
+        return drive(self.search_flow(query, top_k, session_id, user_id, min_similarity, **options))
+
+    def search_flow(
+        self,
+        query: str,
+        top_k: int | None = None,
+        session_id: str | None = None,
+        user_id: str | None = None,
+        min_similarity: float | None = None,
         *,
         roles: Sequence[str] | None = None,
         since: datetime | None = None,
@@ -272,7 +291,7 @@ class Retriever:
         person_weight: float | None = None,
         name_free_weight: float | None = None,
         now: datetime | None = None,
-    ) -> list[SearchHit]:
+    ) -> Flow[list[SearchHit]]:
         """The best ``top_k`` messages for ``query`` inside the scope, best first, with scores.
 
         ``score`` (0..1) is the fused score with the context evidence of
@@ -282,6 +301,10 @@ class Retriever:
         :class:`~harombe_core.models.SearchHit`. ``min_similarity`` drops hits whose cosine is
         below it (a message not embedded yet has none and is kept on its keywords). Every
         weight left ``None`` comes from the settings (the ``rag:`` config).
+
+        A flow: every store read is a :class:`~harombe_core.flows.Run` of one operation and
+        every embedding or vector read a request of its own, so the async path
+        (``MemoryManager.asearch``) takes one thread hop per read and none around the call.
         """
         from harombe_core.ranking import mmr_select, rank
 
@@ -327,7 +350,7 @@ class Retriever:
         now = optional_time(now, "now")
         if k == 0 or not query.strip():
             return []
-        found = self.gather(
+        found = yield from self.gather_flow(
             query,
             k,
             scope,
@@ -339,7 +362,8 @@ class Retriever:
         hits = rank(found, settings, min_similarity=min_sim, now=now)
         if lam is not None and found.query_vector is not None and len(hits) > 1:
             assert self.semantic is not None
-            vectors = self.semantic.vectors_for([h.message.id or 0 for h in hits[: k * 4]])
+            ids = [h.message.id or 0 for h in hits[: k * 4]]
+            vectors = yield Work(self.semantic.vectors_for, ids)
             return mmr_select(hits[: k * 4], vectors, k, lam)
         return hits[:k]
 
@@ -356,6 +380,33 @@ class Retriever:
         neighbors: bool | None = None,
         now: datetime | None = None,
     ) -> Candidates:
+        """:meth:`gather_flow` on the calling thread."""
+        flow = self.gather_flow(
+            query,
+            k,
+            scope,
+            settings,
+            exclude_session_id=exclude_session_id,
+            min_similarity=min_similarity,
+            mmr_lambda=mmr_lambda,
+            neighbors=neighbors,
+            now=now,
+        )
+        return drive(flow)
+
+    def gather_flow(
+        self,
+        query: str,
+        k: int,
+        scope: SearchScope,
+        settings: RetrievalSettings,
+        *,
+        exclude_session_id: str | None = None,
+        min_similarity: float | None = None,
+        mmr_lambda: float | None = None,
+        neighbors: bool | None = None,
+        now: datetime | None = None,
+    ) -> Flow[Candidates]:
         """Everything :func:`rank` needs for one query: the candidates of both sides, read
         through the store with ``scope``, and the evidence around them.
 
@@ -395,21 +446,19 @@ class Retriever:
         )
         extra = without_names(query, frozenset(guess)) if guess else None
         embedded: tuple[str, Any] | None = None
-        keyword_side = Call(self.store.keyword_search, keyword_text, limit=pool, scope=scope)
+        keyword_side = Run(self.store, ops.keyword_search(keyword_text, limit=pool, scope=scope))
         if self.semantic is None:
-            keyword = keyword_side.run()
+            keyword = yield keyword_side
         else:
-            vector_side = Call(
-                self._vector_side, query, pool, scope, found, wants_vectors, wv, extra
-            )
+            vector_side = self._vector_side(query, pool, scope, found, wants_vectors, wv, extra)
             if want_keyword:
                 # SQLite runs the keyword query with the GIL released, so it overlaps with
                 # embedding the query and the vector search instead of adding to them.
-                (semantic, vector_messages, embedded), keyword = Parallel(
-                    vector_side, keyword_side
-                ).run()
+                (semantic, vector_messages, embedded), keyword = yield Parallel(
+                    Subflow(vector_side), keyword_side
+                )
             else:
-                semantic, vector_messages, embedded = vector_side.run()
+                semantic, vector_messages, embedded = yield from vector_side
         for message in vector_messages:
             found.messages.setdefault(int(message.id or 0), message)
         for hit in keyword:
@@ -425,22 +474,22 @@ class Retriever:
                 w for w in WORDS.findall(keyword_text) if w.casefold() not in found.speakers
             )
             if rest.strip():
-                keyword = self.store.keyword_search(rest, limit=pool, scope=scope)
+                keyword = yield Run(self.store, ops.keyword_search(rest, limit=pool, scope=scope))
                 for hit in keyword:
                     found.messages.setdefault(int(hit.message.id or 0), hit.message)
         found.keyword_rank = {int(h.message.id or 0): r for r, h in enumerate(keyword)}
         found.keyword_score = {int(h.message.id or 0): h.score for h in keyword}
         found.pooled = frozenset(found.messages)
         feedback = s.feedback_weight > 0 and wv > 0
-        _add_cosines(found, semantic, feedback)
+        yield from _add_cosines(found, semantic, feedback)
         if neighbors if neighbors is not None else s.neighbor_weight > 0:
-            self._add_neighbors(found, scope, max(k, NEIGHBOR_SEEDS))
-            _add_cosines(found, semantic, feedback)
+            yield from self._add_neighbors(found, scope, max(k, NEIGHBOR_SEEDS))
+            yield from _add_cosines(found, semantic, feedback)
         if name_free and found.speakers:
             if len(self.named) > NAMED_LIMIT:
                 self.named.clear()
             self.named.update(found.speakers)
-            _add_name_free_cosines(found, semantic, query, embedded)
+            yield from _add_name_free_cosines(found, semantic, query, embedded)
         return found
 
     def _vector_side(
@@ -452,7 +501,7 @@ class Retriever:
         wanted: bool,
         weight: float,
         extra: str | None = None,
-    ) -> tuple[Any, list[Message], tuple[str, Any] | None]:
+    ) -> Flow[tuple[Any, list[Message], tuple[str, Any] | None]]:
         """Embed the query (into ``found``) and, if ``wanted``, read its nearest messages in
         scope (their cosines, and with a vector ``weight`` their ranks, into ``found``): the
         semantic memory still usable (None after an embedding outage), those messages, and
@@ -462,12 +511,17 @@ class Retriever:
 
         semantic = self.semantic
         assert semantic is not None
+        embedder = semantic.embedder
         embedded = None
         try:
             if extra is None or extra == query:
-                found.query_vector = semantic.embed_query(query)
+                native = getattr(embedder, "aembed_query", None)
+                vector = yield Call(embedder.embed_query, query, native=native)
+                found.query_vector = np.asarray(vector, dtype=np.float32)
             else:
-                both = np.asarray(semantic.embedder.embed([query, extra]), dtype=np.float32)
+                native = getattr(embedder, "aembed", None)
+                both = yield Call(embedder.embed, [query, extra], native=native)
+                both = np.asarray(both, dtype=np.float32)
                 found.query_vector, embedded = both[0], (extra, both[1])
         except EmbeddingError as exc:
             # An embedding outage must not take search down: the keyword side still works.
@@ -475,10 +529,10 @@ class Retriever:
             return None, [], None
         if not wanted or found.query_vector is None:
             return semantic, [], embedded
-        matches = semantic.nearest(found.query_vector, pool, scope)
+        matches = yield Work(semantic.nearest, found.query_vector, pool, scope)
         # The store decides what is in scope; the index only proposed.
-        vector_messages = self.store.run(
-            ops.get_messages_by_ids([m.message_id for m in matches], scope)
+        vector_messages = yield Run(
+            self.store, ops.get_messages_by_ids([m.message_id for m in matches], scope)
         )
         allowed = {int(m.id or 0) for m in vector_messages}
         rank_ = 0
@@ -490,7 +544,7 @@ class Retriever:
                     rank_ += 1
         return semantic, vector_messages, embedded
 
-    def _add_neighbors(self, found: Candidates, scope: SearchScope, seeds: int) -> None:
+    def _add_neighbors(self, found: Candidates, scope: SearchScope, seeds: int) -> Flow[None]:
         """Read the turns just before and after the best candidates (their context).
 
         The best ``seeds`` of each side (by cosine and by BM25) are the turns whose context
@@ -503,15 +557,17 @@ class Retriever:
         by_cosine = sorted(pooled, key=lambda m: -found.cosine.get(m, -math.inf))[:seeds]
         by_keyword = [m for m in pooled if found.keyword_rank.get(m, seeds) < seeds]
         best = sorted({*by_cosine, *by_keyword})
-        for mid, pair in self.store.run(ops.adjacent_ids(best)).items():
+        # The neighbours' ids, and those in scope read whole, in one store operation.
+        adjacent, read = yield Run(
+            self.store, ops.neighbours(best, frozenset(found.messages), scope)
+        )
+        for mid, pair in adjacent.items():
             for other in pair:
                 if other is not None:
                     found.adjacent.setdefault(mid, set()).add(other)
                     found.adjacent.setdefault(other, set()).add(mid)
         wanted = found.adjacent.keys() - found.messages.keys()
-        if not wanted:
-            return
-        for message in self.store.run(ops.get_messages_by_ids(sorted(wanted), scope)):
+        for message in read:
             found.messages[int(message.id or 0)] = message
         found.outside = frozenset(wanted - found.messages.keys())
 
@@ -536,6 +592,16 @@ class Retriever:
         user_id: str | None = None,
         **options: Any,
     ) -> list[Session]:
+        """:meth:`search_by_topic_flow` on the calling thread."""
+        return drive(self.search_by_topic_flow(topic, top_k, user_id, **options))
+
+    def search_by_topic_flow(
+        self,
+        topic: str,
+        top_k: int | None = None,
+        user_id: str | None = None,
+        **options: Any,
+    ) -> Flow[list[Session]]:
         """Sessions that talk about ``topic``, the most relevant first.
 
         A session ranks by the sum of its messages' scores among the hits, so a conversation
@@ -543,13 +609,18 @@ class Retriever:
         """
         check_search_options(options)
         k = _check_k(self.settings.top_k if top_k is None else top_k)
-        hits = self.search(topic, min(max(k * 10, 50), MAX_TOP_K), user_id=user_id, **options)
+        pool = min(max(k * 10, 50), MAX_TOP_K)
+        hits = yield from self.search_flow(topic, pool, user_id=user_id, **options)
         totals: dict[str, float] = {}
         for hit in hits:
             totals[hit.session_id] = totals.get(hit.session_id, 0.0) + hit.score
         ranked = sorted(totals, key=lambda sid: -totals[sid])[:k]
-        sessions = [self.store.run(ops.get_session(sid)) for sid in ranked]
-        return [session for session in sessions if session is not None]
+        sessions = []
+        for sid in ranked:
+            session: Session | None = yield Run(self.store, ops.get_session(sid))
+            if session is not None:
+                sessions.append(session)
+        return sessions
 
     def get_relevant_context(
         self,
@@ -560,6 +631,21 @@ class Retriever:
         exclude_session_id: str | None = None,
         **options: Any,
     ) -> list[Message]:
+        """:meth:`get_relevant_context_flow` on the calling thread."""
+        flow = self.get_relevant_context_flow(
+            query, max_tokens, session_id, user_id, exclude_session_id, **options
+        )
+        return drive(flow)
+
+    def get_relevant_context_flow(
+        self,
+        query: str,
+        max_tokens: int | None = None,
+        session_id: str | None = None,
+        user_id: str | None = None,
+        exclude_session_id: str | None = None,
+        **options: Any,
+    ) -> Flow[list[Message]]:
         """The best hits whose stored token counts fit ``max_tokens``, best first.
 
         Hits that do not fit are skipped (a shorter one further down may still fit). Exclude
@@ -572,7 +658,7 @@ class Retriever:
         top_k = options.pop("top_k", None)
         wanted = _check_k(top_k) if top_k is not None else self.settings.top_k
         k = min(max(wanted, 1) * 4, MAX_TOP_K)
-        hits = self.search(
+        hits = yield from self.search_flow(
             query,
             k,
             session_id=session_id,

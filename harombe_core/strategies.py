@@ -15,8 +15,7 @@ from itertools import islice
 
 from harombe_core.errors import Fix, InvalidBudgetError
 from harombe_core.models import Message
-from harombe_core.text import plural
-from harombe_core.validate import check_budget, check_number
+from harombe_core.validate import check_budget, check_number, plural
 
 __all__ = [
     "IMPORTANCE_THRESHOLD",

@@ -1,4 +1,5 @@
-"""One home for checking what callers pass to harombe, by kind of value.
+"""One home for checking what callers pass to harombe, by kind of value, and for writing
+values back to a person (:func:`show`, :func:`plural`).
 
 Every public entry point (``MemoryManager``, ``ChatMemory``, the stores, the adapters, the CLI)
 checks its arguments with these functions before doing any work: ids, free text, times,
@@ -59,6 +60,7 @@ __all__ = [
     "optional_number",
     "optional_text",
     "optional_time",
+    "plural",
     "pydantic_errors",
     "show",
 ]
@@ -83,6 +85,13 @@ def show(value: Any, width: int = 60) -> str:
         value = value[:width]
     text = repr(value)
     return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def plural(count: int, word: str, words: str | None = None) -> str:
+    """``count`` and ``word`` as a person writes them in a message or the command's output
+    (``1 session``, ``2 sessions``, ``1,204 messages``): in the plural (``words``, else
+    ``word + "s"``) unless it is 1."""
+    return f"{count:,} {word if count == 1 else (words or word + 's')}"
 
 
 def _too_large(error: Error) -> Error:

@@ -56,6 +56,7 @@ the named user's.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
 import threading
@@ -260,10 +261,17 @@ class HarombeSaver(ClosesOnExit, BaseCheckpointSaver[str]):
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
         plan = plan_put(self.serde, self._cache, config, checkpoint, metadata, new_versions)
-        result = await self._runner.arun(
-            lambda: self._tables.put(plan, _now(), _epoch), exactly_once=True,
-            adds_messages=False,
-        )
+        try:
+            result = await self._runner.arun(
+                lambda: self._tables.put(plan, _now(), _epoch), exactly_once=True,
+                adds_messages=False,
+            )
+        except asyncio.CancelledError:
+            # The put's thread finished before the cancellation went on: if it committed,
+            # the thread's session is owed, so hand it to the job (which reads the newest
+            # checkpoint back); else the job finds nothing to change.
+            self._mirrors.request(plan.thread_id, 0)
+            raise
         return self._after_put(plan, result)
 
     def _after_put(self, plan: PutPlan, result: dict[str, Any]) -> RunnableConfig:
@@ -426,11 +434,10 @@ class HarombeSaver(ClosesOnExit, BaseCheckpointSaver[str]):
         self._forget(deleted)
 
     async def adelete_thread(self, thread_id: str) -> None:
-        key = checked_id(thread_id, "thread_id")
-        deleted = await self._runner.arun(
-            lambda: self._tables.delete_threads([key]), exactly_once=True
-        )
-        await Work(self._forget, deleted).arun()
+        # The delete and what follows its commit (the cache, the index's vectors) in one
+        # thread hop, which a cancelled caller waits for: a delete that committed is always
+        # followed through (as the manager's adelete_session).
+        await Work(self.delete_thread, thread_id).arun()
 
     def _forget(self, thread_ids: Sequence[str]) -> None:
         self._cache.forget(thread_ids)
@@ -449,13 +456,7 @@ class HarombeSaver(ClosesOnExit, BaseCheckpointSaver[str]):
         self._after_rewrite(emptied, mirrors)
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
-        runs = _run_ids(run_ids)
-        if not runs:
-            return
-        emptied, mirrors = await self._runner.arun(
-            lambda: self._tables.delete_runs(runs), exactly_once=True
-        )
-        await Work(self._after_rewrite, emptied, mirrors).arun()
+        await Work(self.delete_for_runs, run_ids).arun()  # one hop (see adelete_thread)
 
     def _after_rewrite(self, emptied: Sequence[str], mirrors: dict[str, Any]) -> None:
         for thread_id, mirror in mirrors.items():
@@ -477,12 +478,8 @@ class HarombeSaver(ClosesOnExit, BaseCheckpointSaver[str]):
         self._after_rewrite([], {target: result["mirror"]})
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        source = checked_id(source_thread_id, "source_thread_id")
-        target = checked_id(target_thread_id, "target_thread_id")
-        result = await self._runner.arun(
-            lambda: self._tables.copy(source, target, _now(), _epoch()), exactly_once=True
-        )
-        await Work(self._after_rewrite, [], {target: result["mirror"]}).arun()
+        # One hop (see adelete_thread): a copy that committed always has its session written.
+        await Work(self.copy_thread, source_thread_id, target_thread_id).arun()
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """``"keep_latest"``: keep the newest checkpoint of each namespace (and drop blobs no
@@ -499,16 +496,7 @@ class HarombeSaver(ClosesOnExit, BaseCheckpointSaver[str]):
         self._runner.run(lambda: self._tables.prune(threads, _epoch()), exactly_once=True)
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        threads = _thread_ids(thread_ids, strategy)
-        if not threads:
-            return
-        if strategy == "delete":
-            deleted = await self._runner.arun(
-                lambda: self._tables.delete_threads(threads), exactly_once=True
-            )
-            await Work(self._forget, deleted).arun()
-            return
-        await self._runner.arun(lambda: self._tables.prune(threads, _epoch()), exactly_once=True)
+        await Work(self.prune, thread_ids, strategy=strategy).arun()  # one hop (adelete_thread)
 
     # the session of a thread ------------------------------------------------------------
     def records_session(self, manager: MemoryManager, thread_id: Any, session_id: str) -> bool:

@@ -31,7 +31,7 @@ from harombe_core.integration import (
     install_command,
 )
 from harombe_core.models import SearchHit
-from harombe_core.validate import check_count, pydantic_errors
+from harombe_core.validate import MAX_TOP_K, check_count, pydantic_errors
 from langchain_harombe.history import resolve_manager
 
 __all__ = ["HarombeRetriever", "SearchType", "hit_to_document"]
@@ -130,6 +130,7 @@ class HarombeRetriever(BaseRetriever):
     def _search_hits(self, query: str, k: int) -> Flow[list[SearchHit]]:
         """:meth:`search_hits` written once, over the manager's sync/async pairs (so the async
         path reads the store one operation per worker-thread hop, never a whole call)."""
+        k = check_count(k, "k", high=MAX_TOP_K)  # a public method: None is no "default" here
         # Opening a manager from storage_path opens files: off the event loop when async.
         if self._manager is None and self.storage_path is not None:
             yield Work(self._memory)
@@ -174,9 +175,9 @@ class HarombeRetriever(BaseRetriever):
                 **options,
             )
             texts = [h for h in hits if h.message.content.strip()]
-            if len(texts) >= k or len(hits) < top_k:
+            if len(texts) >= k or len(hits) < top_k or top_k >= MAX_TOP_K:
                 return texts[:k]
-            top_k *= 2
+            top_k = min(top_k * 2, MAX_TOP_K)  # the most one search returns
 
     def _get_relevant_documents(
         self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **kwargs: Any

@@ -135,6 +135,12 @@ def consolidate(
         ]
         touched: list[int] = []
         for proposal, at, blob in zip(batch, times, vectors, strict=True):
+            if progress is not None and not (yield from _source_exists(d, proposal.source)):
+                # Extracted from a message deleted meanwhile (another caller deleted or
+                # cleared the session while the batch was with the extractor): what only a
+                # deleted message said is not stored (its source row would not be either).
+                touched.append(0)
+                continue
             decision = decide(current, proposal, _vector(blob), at)
             target = decision.target
             if decision.action == "skip":
@@ -205,6 +211,18 @@ def consolidate(
         return touched
 
     return Op(body, write=True)
+
+
+def _source_exists(d: Dialect, source: FactSource | None) -> Body[bool]:
+    """Whether the message (or, without one, the session) a proposal came from is stored."""
+    if source is None:
+        return True
+    if source.message_id is None:
+        sql, params = "SELECT 1 FROM sessions WHERE id = ?", [source.session_id]
+    else:
+        sql = "SELECT 1 FROM messages WHERE id = ? AND session_id = ?"
+        params = [source.message_id, source.session_id]
+    return bool((yield d.step(sql, params)).rows)
 
 
 def _add_source(d: Dialect, fact_id: int, source: FactSource | None) -> Body[None]:

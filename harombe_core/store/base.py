@@ -13,15 +13,22 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar, runtime_checkable
 
 from harombe_core.models import Message
 
 if TYPE_CHECKING:
     from harombe_core.store.runner import Dialect, Op
 
-__all__ = ["UNSET", "AtomicBlock", "KeywordHit", "MessageStore", "SearchScope",
-           "adjacent_ids_sql"]
+__all__ = [
+    "UNSET",
+    "AtomicBlock",
+    "ClosesOnExit",
+    "KeywordHit",
+    "MessageStore",
+    "SearchScope",
+    "adjacent_ids_sql",
+]
 
 T = TypeVar("T")
 
@@ -127,10 +134,11 @@ class MessageStore(Protocol):
     As narrow as LangGraph's ``BaseStore``: every operation on sessions and messages is an
     :class:`~harombe_core.store.runner.Op` of :mod:`harombe_core.store.ops`, written once for
     both dialects, and a store only runs it (``store.run(ops.get_session(sid))``, ``await
-    store.arun(...)``) in one transaction with its own locking, retries and error types. What
-    is left here differs by backend in more than its SQL: the keyword index (FTS5 with a
-    tail scored in Python, or PostgreSQL full text), its rebuild, and the statistics of the
-    files or relations. A read that spans several operations is a flow of them
+    store.arun(...)``) in one transaction with its own locking, retries and error types. An
+    operation that differs by backend in more than its SQL has a body per dialect (the
+    keyword search: FTS5 with a tail scored in Python, or PostgreSQL full text), so a store
+    is ``run``/``arun``, ``atomic`` and ``close``, plus where it is and which SQL it speaks.
+    A read that spans several operations is a flow of them
     (:func:`~harombe_core.context_reads.read_newest` reads a session newest first, a page per
     operation).
     """
@@ -155,16 +163,21 @@ class MessageStore(Protocol):
 
     def close(self) -> None: ...
 
-    def keyword_search(
-        self, query: str, *, limit: int = 10, scope: SearchScope | None = None
-    ) -> list[KeywordHit]:
-        """Messages in ``scope`` matching ``query`` by keyword, best first."""
-        ...
 
-    def rebuild_keyword_index(self) -> int:
-        """Recreate the keyword index from the messages (idempotent); rows indexed."""
-        ...
+class ClosesOnExit:
+    """Mixin: ``with obj as o:`` binds ``obj`` itself and calls ``obj.close()`` on leaving.
 
-    def stats(self) -> dict[str, Any]:
-        """Counts (sessions, users, messages, tokens, pending embeddings) and bytes on disk."""
-        ...
+    What holds a database open (a manager, a chat memory, a checkpointer, a local PostgreSQL
+    server) is closed when its ``with`` block ends, an error or not; the protocol is the same
+    for all of them, so it is written once, beside the store's own ``close``. The class
+    defines ``close``; it must be safe to call more than once.
+    """
+
+    def close(self) -> None:  # pragma: no cover - every user defines its own
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -14,12 +14,17 @@ Why it looks the way it does:
   message indexed.
 * A search reads the index as it is, in one read snapshot, plus the messages above the mark
   (the *tail*), which it scores with FTS5's own BM25 formula in Python (:func:`score_tail`):
-  a message is found the moment its save returns, and ranks as it will once indexed.
+  a message is found the moment its save returns, and ranks as it will once indexed. The
+  search is a body of SQL steps (:func:`search_body`), the SQLite side of the store operation
+  :func:`~harombe_core.store.ops.keyword_search`, so the store runs it like any other.
+* A keyword search leaves out the words that are in a large share of rows when the query has
+  rarer ones (:func:`_drop_common_words`), so its cost follows the rare words.
 """
 
 from __future__ import annotations
 
 import functools
+import itertools
 import logging
 import math
 import os
@@ -34,6 +39,9 @@ from typing import Any
 
 from harombe_core.errors import HarombeError
 from harombe_core.folding import KEYWORDS, SummaryFolder
+from harombe_core.store.base import KeywordHit, SearchScope
+from harombe_core.store.rows import MESSAGE_COLUMNS, row_to_message, scope_sql
+from harombe_core.store.runner import Body, Step
 from harombe_core.store.sqlite_file import SQLiteFile
 
 __all__ = [
@@ -44,10 +52,11 @@ __all__ = [
     "catch_up",
     "fts_query",
     "index_terms",
-    "index_totals",
     "keyword_indexer",
     "query_words",
+    "rebuild_body",
     "score_tail",
+    "search_body",
     "split_tail",
     "tail_rows",
 ]
@@ -132,12 +141,14 @@ def indexed_upto(c: sqlite3.Connection) -> int:
     return int(c.execute("SELECT MAX(rowid) FROM messages_fts").fetchone()[0] or 0)
 
 
+_SET_MARK = (
+    "INSERT INTO harombe_meta (key, value) VALUES (?, ?) "
+    "ON CONFLICT(key) DO UPDATE SET value = excluded.value"
+)
+
+
 def set_keyword_mark(c: sqlite3.Connection, upto: int) -> None:
-    c.execute(
-        "INSERT INTO harombe_meta (key, value) VALUES (?, ?) "
-        "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-        (KEYWORD_MARK, str(upto)),
-    )
+    c.execute(_SET_MARK, (KEYWORD_MARK, str(upto)))
 
 
 def catch_up(file: SQLiteFile, retries: int) -> int:
@@ -261,8 +272,9 @@ def keyword_indexer(file: SQLiteFile, retries: int) -> KeywordIndexer:
 
 
 def _reset_lock_in_child() -> None:
-    global _INDEXERS_LOCK
+    global _INDEXERS_LOCK, _TERM_COUNTS_LOCK
     _INDEXERS_LOCK = threading.Lock()
+    _TERM_COUNTS_LOCK = threading.Lock()
 
 
 os.register_at_fork(after_in_child=_reset_lock_in_child)
@@ -298,13 +310,11 @@ def _varint(data: bytes, at: int) -> tuple[int, int]:
     return (value << 8) | data[at + 8], at + 9
 
 
-def index_totals(c: Any) -> tuple[int, int]:
-    """(rows, tokens over every column) of the keyword index: FTS5's own averages record,
-    which is what its bm25() divides by, read in one lookup."""
-    row = c.execute("SELECT block FROM messages_fts_data WHERE id = 1").fetchone()
-    if row is None or not row[0]:
+def _parse_totals(block: Any) -> tuple[int, int]:
+    """(rows, tokens) from FTS5's averages record (``None`` or empty: an empty index)."""
+    if not block:
         return 0, 0
-    data = bytes(row[0])
+    data = bytes(block)
     rows, at = _varint(data, 0)
     total = 0
     while at < len(data):
@@ -370,3 +380,322 @@ def score_tail(split: Sequence[Split], words: Sequence[str], counts: TermCounts)
                 )
         scores.append(score)
     return scores
+
+
+# the search ----------------------------------------------------------------------------------
+#: Common words (see :func:`_drop_common_words`): a word in more than this share of the rows,
+#: and in more than ``_COMMON_MIN_ROWS`` rows, is left out when the query has rarer ones.
+_COMMON_SHARE = 0.05
+_COMMON_MIN_ROWS = 2_000
+_KEEP_WHEN_ALL_COMMON = 2
+#: Scopes of at most this many messages filter keyword matches by their listed ids.
+_SMALL_SCOPE = 5_000
+#: At most this many sessions' rowid spans are searched one by one (see :func:`search_body`):
+#: each costs FTS5 one pass over every query word's row list, to weigh it for bm25.
+_MAX_SPANS = 8
+_BM25 = ", ".join(str(w) for w in BM25_WEIGHTS)
+_VOCABULARY = (
+    "CREATE VIRTUAL TABLE IF NOT EXISTS temp.messages_fts_rows "
+    "USING fts5vocab(main, messages_fts, 'row')"
+)
+
+#: Term counts per database file (its path) in this process, see :func:`_word_rows`.
+_TERM_COUNTS: dict[str, TermCounts] = {}
+_TERM_COUNTS_LOCK = threading.Lock()
+_FILES_REMEMBERED = 64
+_WARNED_LONG_TAIL: set[str] = set()
+
+
+def search_body(
+    words: Sequence[str], limit: int, scope: SearchScope | None, size: int | None
+) -> Body[list[KeywordHit]]:
+    """The SQLite body of :func:`~harombe_core.store.ops.keyword_search`: BM25 over each
+    message and the turn it answers, scoped in the same query, best first (ties to the newer
+    message). ``size`` is the scope's size (:func:`~harombe_core.store.ops.scope_size`).
+
+    One read snapshot, never the write lock: the index as it is, plus the messages it does not
+    hold yet (the tail, scored with the same BM25 by :func:`score_tail`), so a message is found
+    as soon as its save returns; a tail found has the file's indexer catch up soon (its writer
+    stopped before indexing it, or lags). Words found in a large share of the rows are left out
+    when the query has rarer ones (:func:`_drop_common_words`), so the cost follows the rare
+    words.
+    """
+    where, params = scope_sql(scope)
+    id_range, range_params = _fts_id_range(scope)
+    path, upto, newest = (
+        yield Step(
+            "SELECT (SELECT file FROM pragma_database_list WHERE name = 'main'), "
+            "COALESCE((SELECT CAST(value AS INTEGER) FROM harombe_meta WHERE key = ?), "
+            "(SELECT MAX(rowid) FROM messages_fts), 0), (SELECT MAX(id) FROM messages)",
+            (KEYWORD_MARK,),
+        )
+    ).rows[0]
+    tail = (
+        yield Step(
+            f"SELECT {MESSAGE_COLUMNS}, {CONTEXT_SQL} FROM messages m "
+            f"JOIN sessions s ON s.id = m.session_id WHERE m.id > ?{where} "
+            "ORDER BY m.id DESC LIMIT ?",
+            [int(upto), *params, TAIL_LIMIT],
+        )
+    ).rows
+    split = split_tail([(r[3], r[-1]) for r in tail])
+    kept = yield from _drop_common_words(words, split, path or "", int(newest or 0))
+    match = fts_query(kept)
+    # The tail is scored with the index's counts read in this same snapshot, never cached
+    # ones: a message then scores exactly as it will once indexed.
+    counts = (yield from _exact_counts(kept)) if tail else TermCounts()
+    indexed: list[Any] = []
+    if scope is None or scope == SearchScope():
+        # Unscoped, FTS5 ranks and cuts on its own (rank MATCH picks the function): the
+        # messages table is only read for the rows returned.
+        sql = (
+            f"SELECT {MESSAGE_COLUMNS}, f.rank FROM (SELECT rowid, rank FROM "
+            f"messages_fts WHERE messages_fts MATCH ? AND rank MATCH 'bm25({_BM25})' "
+            "ORDER BY rank LIMIT ?) f JOIN messages m ON m.id = f.rowid ORDER BY f.rank"
+        )
+        indexed = (yield Step(sql, [match, limit])).rows
+    elif (
+        size is not None
+        and size <= _SMALL_SCOPE
+        and (spans := (yield from _session_spans(scope))) is not None
+    ):
+        # A small scope in a few sessions: FTS5 reads only each session's rowid span, so a
+        # long session outside the scope (the one excluded, or another user's between them)
+        # is never scored.
+        inner = " UNION ALL ".join(
+            f"SELECT rowid, bm25(messages_fts, {_BM25}) AS rank FROM messages_fts "
+            "WHERE messages_fts MATCH ? AND rowid BETWEEN ? AND ?"
+            for _ in spans
+        )
+        sql = (
+            f"SELECT {MESSAGE_COLUMNS}, f.rank FROM ({inner}) f "
+            "JOIN messages m ON m.id = f.rowid JOIN sessions s ON s.id = m.session_id "
+            f"WHERE 1 = 1{where} ORDER BY f.rank LIMIT ?"
+        )
+        args = [value for low, high in spans for value in (match, low, high)]
+        if spans:
+            indexed = (yield Step(sql, [*args, *params, limit])).rows
+    elif size is not None and size <= _SMALL_SCOPE:
+        # A small scope's ids, listed once, filter the index's matches without a row lookup
+        # each (the unary + keeps SQLite from asking FTS5 for each listed id). Thousands of
+        # rows may match the words in a large store; a user's scope is a few of them: the
+        # lookups, not BM25, were most of the cost.
+        sql = (
+            f"SELECT {MESSAGE_COLUMNS}, f.rank FROM (SELECT rowid, "
+            f"bm25(messages_fts, {_BM25}) AS rank FROM messages_fts "
+            f"WHERE messages_fts MATCH ?{id_range} AND +rowid IN (SELECT m.id FROM "
+            f"messages m JOIN sessions s ON s.id = m.session_id WHERE 1 = 1{where}) "
+            "ORDER BY rank LIMIT ?) f JOIN messages m ON m.id = f.rowid "
+            f"JOIN sessions s ON s.id = m.session_id WHERE 1 = 1{where} ORDER BY f.rank"
+        )
+        indexed = (yield Step(sql, [match, *range_params, *params, limit, *params])).rows
+    else:
+        sql = (
+            f"SELECT {MESSAGE_COLUMNS}, bm25(messages_fts, {_BM25}) AS rank "
+            "FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid "
+            "JOIN sessions s ON s.id = m.session_id "
+            f"WHERE messages_fts MATCH ?{where}{id_range} ORDER BY rank LIMIT ?"
+        )
+        indexed = (yield Step(sql, [match, *params, *range_params, limit])).rows
+    hits = [KeywordHit(row_to_message(r[:-1]), -float(r[-1])) for r in indexed]
+    if tail:
+        _behind(path or "", len(tail))
+        scores = score_tail(split, kept, counts)
+        hits += [
+            KeywordHit(row_to_message(r[:-1]), score)
+            for r, score in zip(tail, scores, strict=True)
+            if score > 0
+        ]
+    hits.sort(key=lambda h: (-h.score, -(h.message.id or 0)))
+    return hits[:limit]
+
+
+def _behind(path: str, unindexed: int) -> None:
+    """A search found ``unindexed`` messages the index lacks in the file at ``path``: have the
+    file's indexer in this process catch up (a writer that stopped before indexing, or one
+    lagging; an in-memory file indexes as it is written), and say once when the tail is so
+    long that only its newest part is scored."""
+    if path:
+        with _INDEXERS_LOCK:
+            indexers = [i for f, i in _INDEXERS.items() if f.location == path]
+        for indexer in indexers:
+            indexer.notify()
+    if unindexed == TAIL_LIMIT and path not in _WARNED_LONG_TAIL:
+        _WARNED_LONG_TAIL.add(path)
+        log.warning(
+            "%s: more than %d messages are not in the keyword index yet (a read-only file, or "
+            "its writer stopped before indexing them); keyword search scores only the newest "
+            "%d of them. Open it once with write access to index them.",
+            path or ":memory:",
+            TAIL_LIMIT,
+            TAIL_LIMIT,
+        )
+
+
+def _drop_common_words(
+    words: Sequence[str], tail: Sequence[Split], path: str, newest: int
+) -> Body[list[str]]:
+    """``words`` without those found in a large share of the rows, if rarer ones remain.
+
+    With ``ORDER BY rank LIMIT``, FTS5 scores every row that matches any of the OR-ed words
+    (one document-size lookup each), so a single word found in a third of the rows makes the
+    search cost a third of the store. A word is left out when it is in more than
+    ``_COMMON_SHARE`` (5 %) of the indexed rows and more than ``_COMMON_MIN_ROWS`` (2,000)
+    rows, and the query has a rarer word. Its BM25 weight (idf at most ln(19) = 2.9, against
+    about 9 for a word in a handful of rows) barely moves the order of the rows the rarer
+    words find, and the rows only it would add mostly rank below those. Below 2,000 rows
+    scoring all of a word's rows takes a few milliseconds, so small stores keep every word.
+    When every word is that common, the ``_KEEP_WHEN_ALL_COMMON`` (2) rarest are kept, so a
+    query never loses all its words. A word whose terms are not in the index counts as rare
+    (it matches nothing, so it costs nothing). The messages not indexed yet (``tail``) count
+    as if they were.
+    """
+    if len(words) < 2:
+        return list(words)
+    counts, rows = yield from _word_rows(words, path, newest)
+    if tail:
+        rows += len(tail)
+        for word in words:
+            terms = index_terms(word)
+            if terms:
+                counts[word] += tail_rows(tail, terms)
+    threshold = max(rows * _COMMON_SHARE, _COMMON_MIN_ROWS)
+    kept = [w for w in words if counts[w] <= threshold]
+    if not kept:
+        rarest = sorted(words, key=lambda w: counts[w])[:_KEEP_WHEN_ALL_COMMON]
+        kept = [w for w in words if w in rarest]
+    return kept
+
+
+def _word_rows(words: Sequence[str], path: str, newest: int) -> Body[tuple[dict[str, int], int]]:
+    """Each word's number of indexed rows (its rarest term's; 0 if not in the index), and the
+    number of rows in the index.
+
+    Row counts come from an ``fts5vocab`` table over the index, looked up by each word's terms
+    as FTS5's tokenizer makes them (:func:`index_terms`). For a file they are cached in this
+    process (shared by every store on it) and recounted when the file has grown by a tenth or
+    after a minute (``newest`` is its highest message id), so a search usually costs no lookup
+    at all; a slightly stale count only shifts which borderline words are left out. An
+    in-memory database (no path to know it by) counts afresh.
+    """
+    with _TERM_COUNTS_LOCK:
+        counts = _TERM_COUNTS.get(path) if path else None
+    if counts is None or counts.stale(newest):
+        rows, tokens = yield from _totals()
+        counts = TermCounts(rows, newest, time.monotonic(), tokens)
+        if path:
+            with _TERM_COUNTS_LOCK:
+                if len(_TERM_COUNTS) >= _FILES_REMEMBERED:
+                    _TERM_COUNTS.clear()
+                _TERM_COUNTS[path] = counts
+    yield from _count_terms(counts, words)
+    out = {w: min((counts.rows_of[t] for t in index_terms(w)), default=0) for w in words}
+    return out, counts.rows
+
+
+def _totals() -> Body[tuple[int, int]]:
+    """(rows, tokens over every column) of the keyword index: FTS5's own averages record,
+    which is what its bm25() divides by, read in one lookup."""
+    rows = (yield Step("SELECT block FROM messages_fts_data WHERE id = 1")).rows
+    return _parse_totals(rows[0][0] if rows else None)
+
+
+def _count_terms(counts: TermCounts, words: Sequence[str]) -> Body[None]:
+    """Count the indexed rows of each term of ``words`` that ``counts`` lacks. The vocabulary
+    table is in the temp schema: nothing is written to the file, any schema version works,
+    and a read-only file can have it too."""
+    missing = dict.fromkeys(t for w in words for t in index_terms(w) if t not in counts.rows_of)
+    if not missing:
+        return
+    yield Step(_VOCABULARY)
+    for term in missing:
+        rows = (yield Step("SELECT doc FROM temp.messages_fts_rows WHERE term = ?", (term,))).rows
+        counts.rows_of[term] = int(rows[0][0]) if rows else 0
+
+
+def _exact_counts(words: Sequence[str]) -> Body[TermCounts]:
+    """The keyword index's row and token totals and the row count of each term of ``words``,
+    read in the caller's snapshot: what FTS5's bm25() would use now. Each count reads that
+    term's list of rows, as FTS5's own scoring of the term does."""
+    rows, tokens = yield from _totals()
+    counts = TermCounts(rows=rows, tokens=tokens)
+    yield from _count_terms(counts, words)
+    return counts
+
+
+def _session_spans(scope: SearchScope) -> Body[list[tuple[int, int]] | None]:
+    """The first and last message id of each session in a user or session scope, or None
+    when searching them one by one does not pay: they are too many, or they overlap
+    (sessions written at the same time interleave, and each span would be read again; the
+    listed ids are then the cheaper filter). Two index seeks per session: the sessions'
+    sizes do not matter."""
+    if scope.session_id is not None:
+        sql, params = "SELECT s.id FROM sessions s WHERE s.id = ?", [scope.session_id]
+    elif scope.user_id is not None:
+        sql, params = "SELECT s.id FROM sessions s WHERE s.user_id = ?", [scope.user_id]
+    else:
+        return None
+    if scope.exclude_session_id is not None:
+        sql += " AND s.id <> ?"
+        params.append(scope.exclude_session_id)
+    spans = (
+        yield Step(
+            "SELECT (SELECT MIN(id) FROM messages WHERE session_id = x.id), "
+            "(SELECT MAX(id) FROM messages WHERE session_id = x.id) "
+            f"FROM ({sql} AND s.message_count > 0 LIMIT {_MAX_SPANS + 1}) x",
+            params,
+        )
+    ).rows
+    found = [(int(a), int(b)) for a, b in spans if a is not None]
+    if len(spans) > _MAX_SPANS:
+        return None
+    found.sort()
+    if any(later[0] < earlier[1] for earlier, later in itertools.pairwise(found)):
+        return None
+    return found
+
+
+def _fts_id_range(scope: SearchScope | None) -> tuple[str, list[Any]]:
+    """A rowid range for FTS5 that contains every message of a session or user scope.
+
+    FTS5 seeks straight to a rowid range, so a scoped keyword search then costs the scope's
+    rows instead of every match in the store; the scope filter still decides what is returned.
+    """
+    if scope is None:
+        return "", []
+    if scope.session_id is not None:
+        sub = "FROM messages WHERE session_id = ?"
+        return (
+            f" AND messages_fts.rowid BETWEEN (SELECT MIN(id) {sub}) AND (SELECT MAX(id) {sub})",
+            [scope.session_id, scope.session_id],
+        )
+    if scope.user_id is not None:
+        sub = "FROM sessions s2 JOIN messages m2 ON m2.session_id = s2.id WHERE s2.user_id = ?"
+        return (
+            f" AND messages_fts.rowid BETWEEN (SELECT MIN(m2.id) {sub}) "
+            f"AND (SELECT MAX(m2.id) {sub})",
+            [scope.user_id, scope.user_id],
+        )
+    return "", []
+
+
+def rebuild_body() -> Body[int]:
+    """The SQLite body of :func:`~harombe_core.store.ops.rebuild_keyword_index`: every FTS
+    row recreated from the messages table (idempotent); rows indexed."""
+    yield Step("DELETE FROM messages_fts")
+    count = 0
+    previous_session: str | None = None
+    context = ""
+    rows = (yield Step("SELECT id, session_id, content FROM messages ORDER BY session_id, id")).rows
+    for mid, session_id, content in rows:
+        if session_id != previous_session:
+            previous_session, context = session_id, ""
+        yield Step(
+            "INSERT INTO messages_fts (rowid, content, context) VALUES (?, ?, ?)",
+            (mid, content, context),
+        )
+        context = content
+        count += 1
+    newest = (yield Step("SELECT MAX(id) FROM messages")).rows[0][0]
+    yield Step(_SET_MARK, (KEYWORD_MARK, str(int(newest or 0))))
+    return count

@@ -9,16 +9,19 @@ transaction with its own locking, retries and error types (``store.run(op)`` or
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from harombe_core.errors import InvalidInputError, SessionNotFoundError
 from harombe_core.models import Message, Session
 from harombe_core.owners import check_owner
-from harombe_core.store.base import UNSET, SearchScope, adjacent_ids_sql
+from harombe_core.store import fts
+from harombe_core.store.base import UNSET, KeywordHit, SearchScope, adjacent_ids_sql
 from harombe_core.store.context_sql import important_before_sql, is_threaded_sql, thread_path_sql
 from harombe_core.store.erasure import mark_erased, relink_successors
 from harombe_core.store.fts import CONTEXT_SQL
@@ -37,10 +40,11 @@ from harombe_core.store.rows import (
     to_micros,
 )
 from harombe_core.store.runner import Body, Dialect, Op
-from harombe_core.store.schema import TSVECTOR_SQL
+from harombe_core.store.schema import PG_SCHEMA_VERSION, SCHEMA_VERSION, TS_CONFIG, TSVECTOR_SQL
 from harombe_core.validate import optional_count, optional_id
 
 __all__ = [
+    "KeywordShortcuts",
     "add_messages",
     "adjacent_ids",
     "clear_session",
@@ -56,16 +60,21 @@ __all__ = [
     "get_session",
     "important_before",
     "is_threaded",
+    "keyword_search",
     "list_sessions",
     "mark_embedded",
+    "neighbours",
     "newest_rows",
     "pending_count",
     "pending_embeddings",
+    "rebuild_keyword_index",
     "reset_embedded",
     "scope_size",
+    "session_and_prompt",
     "set_message_summary",
     "set_meta",
     "set_parent",
+    "stats",
     "summaries_matching",
     "summarised_sessions",
     "system_prompt_tokens",
@@ -125,6 +134,35 @@ def get_session(session_id: str) -> Op[Session | None]:
         sql = f"SELECT {SESSION_COLUMNS} FROM sessions WHERE id = ?"
         rows = (yield d.step(sql, (session_id,))).rows
         return row_to_session(rows[0]) if rows else None
+
+    return Op(body)
+
+
+def session_and_prompt(session_id: str) -> Op[tuple[Session, list[Message]] | None]:
+    """The session and its system prompt as the message that leads its history (none without
+    one), costed with the token count stored beside it; None if there is no such session.
+
+    One statement: what every window (``get_context``, ``get_window``, ``load_session``) reads
+    before the session's newest rows.
+    """
+    check_id(session_id, "session_id")
+
+    def body(d: Dialect) -> Body[tuple[Session, list[Message]] | None]:
+        sql = f"SELECT {SESSION_COLUMNS}, system_prompt_tokens FROM sessions WHERE id = ?"
+        rows = (yield d.step(sql, (session_id,))).rows
+        if not rows:
+            return None
+        session = row_to_session(rows[0][:-1])
+        if session.system_prompt is None:
+            return session, []
+        prompt = Message(
+            role="system",
+            content=session.system_prompt,
+            session_id=session.id,
+            created_at=session.created_at,
+            token_count=int(rows[0][-1] or 0),
+        )
+        return session, [prompt]
 
     return Op(body)
 
@@ -524,6 +562,25 @@ def adjacent_ids(ids: Sequence[int]) -> Op[dict[int, tuple[int | None, int | Non
     return Op(body, empty=not wanted)
 
 
+def neighbours(
+    ids: Sequence[int], known: Collection[int], scope: SearchScope | None = None
+) -> Op[tuple[dict[int, tuple[int | None, int | None]], list[Message]]]:
+    """:func:`adjacent_ids` of ``ids``, and the neighbours not in ``known`` that fall inside
+    ``scope`` (:func:`get_messages_by_ids`), in one read: a search's context turns."""
+    adjacent = adjacent_ids(ids)
+
+    def body(
+        d: Dialect,
+    ) -> Body[tuple[dict[int, tuple[int | None, int | None]], list[Message]]]:
+        pairs = yield from adjacent.body(d)
+        wanted = {i for pair in pairs.values() for i in pair if i is not None} - set(known)
+        if not wanted:
+            return pairs, []
+        return pairs, (yield from get_messages_by_ids(sorted(wanted), scope).body(d))
+
+    return Op(body, empty=adjacent.empty)
+
+
 def count_messages(session_id: str | None = None) -> Op[int]:
     """Messages of the session (its kept count), or of the whole store with None."""
 
@@ -747,3 +804,130 @@ def set_meta(key: str, value: str) -> Op[None]:
         )
 
     return Op(body, write=True)
+
+
+# the keyword index ----------------------------------------------------------------------------
+def keyword_search(
+    query: str, *, limit: int = 10, scope: SearchScope | None = None
+) -> Op[list[KeywordHit]]:
+    """Messages in ``scope`` matching ``query`` by keyword, best first; ``score`` is positive,
+    higher is better.
+
+    The keyword index differs by backend in more than its SQL: on SQLite, FTS5's BM25 over
+    each message and the turn it answers, plus the messages not indexed yet, scored alike
+    (:func:`harombe_core.store.fts.search_body`); on PostgreSQL, full-text rank over the
+    weighted ``tsvector`` of the same two texts. Both read the words of ``query`` alike (at
+    most 64, each quoted: no query syntax gets through), and a query without one asks nothing.
+    """
+    words = fts.query_words(query) if isinstance(query, str) else []
+
+    def body(d: Dialect) -> Body[list[KeywordHit]]:
+        if not words or limit <= 0:
+            return []
+        if d.name == "sqlite":  # the scope's size picks the plan
+            size = None if scope is None else (yield from scope_size(scope).body(d))
+            if size == 0:  # nothing is in scope (an unknown user, or only the excluded one)
+                return []
+            return (yield from fts.search_body(words, limit, scope, size))
+        where, params = scope_sql(scope)
+        sql = (
+            f"SELECT {MESSAGE_COLUMNS}, ts_rank(m.fts, q) AS rank "
+            f"FROM websearch_to_tsquery('{TS_CONFIG}', ?) AS q, messages m "
+            "JOIN sessions s ON s.id = m.session_id "
+            f"WHERE m.fts @@ q{where} ORDER BY rank DESC, m.id DESC LIMIT ?"
+        )
+        rows = (yield d.step(sql, [" or ".join(words), *params, limit])).rows
+        return [KeywordHit(row_to_message(r[:-1]), float(r[-1])) for r in rows]
+
+    return Op(body, empty=not words or limit <= 0)
+
+
+def rebuild_keyword_index() -> Op[int]:
+    """Recreate the keyword index from the messages (idempotent); the rows indexed: SQLite's
+    FTS5 rows, or PostgreSQL's context and ``tsvector`` of every message."""
+
+    def body(d: Dialect) -> Body[int]:
+        if d.name == "sqlite":
+            return (yield from fts.rebuild_body())
+        result = yield d.step(
+            "WITH ctx AS (SELECT id, COALESCE(LAG(content) OVER (PARTITION BY session_id "
+            "ORDER BY id), '') AS context FROM messages) "
+            "UPDATE messages m SET context = ctx.context, "
+            f"fts = setweight(to_tsvector('{TS_CONFIG}', m.content), 'A') || "
+            f"setweight(to_tsvector('{TS_CONFIG}', ctx.context), 'B') "
+            "FROM ctx WHERE ctx.id = m.id"
+        )
+        return int(result.rowcount)
+
+    return Op(body, write=True, exactly_once=False)
+
+
+#: The relations a PostgreSQL store's size counts (everything harombe keeps in the schema).
+_PG_TABLES = (
+    "'sessions', 'messages', 'harombe_meta', 'harombe_writes', 'message_vectors', "
+    "'store_items', 'store_vectors', 'checkpoints', 'checkpoint_blobs', "
+    "'checkpoint_writes', 'checkpoint_message_blobs', 'checkpoint_threads'"
+)
+
+
+def stats() -> Op[dict[str, Any]]:
+    """Counts (sessions, users, messages, tokens, pending embeddings), the schema version and
+    the bytes the store takes: on SQLite the database file and its WAL (0 in memory), on
+    PostgreSQL harombe's tables. The caller adds the store's ``location``."""
+
+    def body(d: Dialect) -> Body[dict[str, Any]]:
+        sql = "SELECT COUNT(*), COUNT(DISTINCT user_id) FROM sessions"
+        sessions, users = (yield d.step(sql)).rows[0]
+        if d.name == "sqlite":
+            waiting = f"(SELECT COUNT(*) FROM messages m WHERE m.embedded = 0 AND {NO_VECTOR})"
+        else:
+            waiting = "COUNT(*) FILTER (WHERE NOT embedded)"
+        sql = f"SELECT COUNT(*), COALESCE(SUM(token_count), 0), {waiting} FROM messages"
+        messages, tokens, pending = (yield d.step(sql)).rows[0]
+        if d.name == "sqlite":
+            sql = "SELECT file FROM pragma_database_list WHERE name = 'main'"
+            path = (yield d.step(sql)).rows[0][0]
+            size = 0
+            for suffix in ("", "-wal") if path else ():
+                with contextlib.suppress(OSError):
+                    size += os.stat(path + suffix).st_size
+        else:
+            size = (
+                yield d.step(
+                    "SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
+                    "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.relkind = 'r' "
+                    f"AND n.nspname = current_schema() AND c.relname IN ({_PG_TABLES})"
+                )
+            ).rows[0][0]
+        return {
+            "schema_version": SCHEMA_VERSION if d.name == "sqlite" else PG_SCHEMA_VERSION,
+            "sessions": int(sessions),
+            "users": int(users),
+            "messages": int(messages),
+            "tokens": int(tokens),
+            "pending_embeddings": int(pending),
+            "bytes": int(size),
+        }
+
+    return Op(body)
+
+
+class KeywordShortcuts:
+    """The keyword index's operations as methods of a store, for callers of a store itself
+    (its contract tests, benchmarks, a script): one line each over ``run``, as LangGraph's
+    ``BaseStore.search`` is over ``batch``. The library runs the operations."""
+
+    def run(self, op: Op[Any]) -> Any:  # pragma: no cover - the store's own
+        raise NotImplementedError
+
+    def keyword_search(
+        self, query: str, *, limit: int = 10, scope: SearchScope | None = None
+    ) -> list[KeywordHit]:
+        """:func:`keyword_search` run by this store."""
+        hits: list[KeywordHit] = self.run(keyword_search(query, limit=limit, scope=scope))
+        return hits
+
+    def rebuild_keyword_index(self) -> int:
+        """:func:`rebuild_keyword_index` run by this store."""
+        count: int = self.run(rebuild_keyword_index())
+        return count

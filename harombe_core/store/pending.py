@@ -18,6 +18,7 @@ writes through the same store, and must not wait for itself.
 
 from __future__ import annotations
 
+import os
 import threading
 import weakref
 from collections.abc import Callable
@@ -87,3 +88,13 @@ def settle(location: str, block: Any = None) -> None:
 def settling() -> bool:
     """Whether this thread is running a drain (its reads must not settle again)."""
     return bool(getattr(_local, "active", False))
+
+
+def _new_lock_in_child() -> None:
+    """A forked child has only the forking thread: a lock another thread of the parent held
+    at that moment (registering, or copying the drains to settle) would stay held forever."""
+    global _lock
+    _lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_new_lock_in_child)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Self
 
 from harombe_core.errors import MissingExtraError, StoreError
-from harombe_core.store.closing import ClosesOnExit
+from harombe_core.store.base import ClosesOnExit
 
 __all__ = ["EmbeddedPostgres", "free_port"]
 

@@ -33,7 +33,6 @@ import itertools
 import json
 import logging
 import random
-import re
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -52,10 +51,11 @@ from harombe_core.errors import (
 )
 from harombe_core.flows import off_loop
 from harombe_core.store import pending
-from harombe_core.store.base import AtomicBlock, KeywordHit, SearchScope
-from harombe_core.store.rows import MESSAGE_COLUMNS, dumps, row_to_message, scope_sql
+from harombe_core.store.base import AtomicBlock
+from harombe_core.store.ops import KeywordShortcuts
+from harombe_core.store.rows import dumps
 from harombe_core.store.runner import POSTGRES, Body, Op, Step, drive
-from harombe_core.store.schema import PG_MIGRATIONS, PG_SCHEMA_VERSION, TS_CONFIG
+from harombe_core.store.schema import PG_MIGRATIONS, PG_SCHEMA_VERSION
 
 try:
     import psycopg
@@ -138,18 +138,9 @@ def same_database(a: str, b: str) -> bool:
 
 
 _TRANSIENT_STATES = {"40001", "40P01", "57P01", "57P02", "57P03", "08000", "08003", "08006"}
-_WORD = re.compile(r"\w+", re.UNICODE)
 
 
-def _ts_query_text(text: str) -> str | None:
-    """Free text to a ``websearch_to_tsquery`` input: the words OR-ed (as the SQLite store does)."""
-    words = list(dict.fromkeys(w.lower() for w in _WORD.findall(text) if len(w) > 1 or w.isdigit()))
-    if not words:
-        return None
-    return " or ".join(words[:64])
-
-
-class PostgresStore:
+class PostgresStore(KeywordShortcuts):
     """A :class:`~harombe_core.store.base.MessageStore` on PostgreSQL (extra ``postgres``).
 
     ``url`` is a libpq URL (``postgresql://user:pass@host:5432/db``). ``retry_seconds`` is how long
@@ -440,54 +431,7 @@ class PostgresStore:
         """Schema versions recorded in ``harombe_schema`` (read-only)."""
         return [int(r[0]) for r in self._read("SELECT version FROM harombe_schema ORDER BY 1")]
 
-    # derived indexes ------------------------------------------------------------------------
-    def _keyword_body(
-        self, text: str, limit: int, scope: SearchScope | None
-    ) -> Body[list[KeywordHit]]:
-        where, params = scope_sql(scope, "%s")
-        rows = (
-            yield Step(
-                f"SELECT {MESSAGE_COLUMNS}, ts_rank(m.fts, q) AS rank "
-                f"FROM websearch_to_tsquery('{TS_CONFIG}', %s) AS q, messages m "
-                "JOIN sessions s ON s.id = m.session_id "
-                f"WHERE m.fts @@ q{where} ORDER BY rank DESC, m.id DESC LIMIT %s",
-                [text, *params, limit],
-            )
-        ).rows
-        return [KeywordHit(row_to_message(r[:-1]), float(r[-1])) for r in rows]
-
-    def keyword_search(
-        self, query: str, *, limit: int = 10, scope: SearchScope | None = None
-    ) -> list[KeywordHit]:
-        """Full-text rank over each message and the turn it answers, scoped in the same query."""
-        text = _ts_query_text(query) if isinstance(query, str) else None
-        if text is None or limit <= 0:
-            return []
-        pending.settle(self.location, self._block)
-        return self._run(lambda: self._keyword_body(text, limit, scope), write=False)
-
-    async def akeyword_search(
-        self, query: str, *, limit: int = 10, scope: SearchScope | None = None
-    ) -> list[KeywordHit]:
-        """:meth:`keyword_search` in a worker thread, one hop (as :meth:`arun`)."""
-        return await off_loop(self.keyword_search, query, limit=limit, scope=scope)
-
-    def rebuild_keyword_index(self) -> int:
-        """Recompute every message's context and tsvector from the messages (idempotent)."""
-
-        def body() -> Body[int]:
-            result = yield Step(
-                "WITH ctx AS (SELECT id, COALESCE(LAG(content) OVER (PARTITION BY session_id "
-                "ORDER BY id), '') AS context FROM messages) "
-                "UPDATE messages m SET context = ctx.context, "
-                f"fts = setweight(to_tsvector('{TS_CONFIG}', m.content), 'A') || "
-                f"setweight(to_tsvector('{TS_CONFIG}', ctx.context), 'B') "
-                "FROM ctx WHERE ctx.id = m.id"
-            )
-            return result.rowcount
-
-        return int(self._run(body))
-
+    # the write log ------------------------------------------------------------------------
     def prune_write_log(self, older_than_hours: float = 24.0) -> int:
         """Delete every expired exactly-once key written more than ``older_than_hours`` ago.
 
@@ -505,31 +449,6 @@ class PostgresStore:
             ).rowcount
 
         return int(self._run(body, keyed=False))
-
-    def stats(self) -> dict[str, Any]:
-        sessions, users = self._read("SELECT COUNT(*), COUNT(DISTINCT user_id) FROM sessions")[0]
-        messages, tokens, pending = self._read(
-            "SELECT COUNT(*), COALESCE(SUM(token_count), 0), COUNT(*) FILTER (WHERE NOT embedded) "
-            "FROM messages"
-        )[0]
-        size = self._read(
-            "SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
-            "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.relkind = 'r' "
-            "AND n.nspname = current_schema() AND c.relname IN "
-            "('sessions', 'messages', 'harombe_meta', 'harombe_writes', 'message_vectors', "
-            "'store_items', 'store_vectors', 'checkpoints', 'checkpoint_blobs', "
-            "'checkpoint_writes', 'checkpoint_message_blobs', 'checkpoint_threads')"
-        )[0][0]
-        return {
-            "location": self.location,
-            "schema_version": PG_SCHEMA_VERSION,
-            "sessions": int(sessions),
-            "users": int(users),
-            "messages": int(messages),
-            "tokens": int(tokens),
-            "pending_embeddings": int(pending),
-            "bytes": int(size),
-        }
 
 
 class _Attempts(Generic[T]):

@@ -15,60 +15,33 @@ Why it looks the way it does:
   just before it is read, not on every append: an FTS5 row costs a fresh index segment per
   commit, which would triple the cost of ``save_message``. A high-water mark in ``harombe_meta``
   makes the catch-up idempotent and safe with many writers (ids grow in commit order).
-* A keyword search leaves out the words that are in a large share of rows when the query has
-  rarer ones (:meth:`SQLiteStore.keyword_search`), so its cost follows the rare words.
+* The keyword search itself is a store operation like any other
+  (:func:`~harombe_core.store.ops.keyword_search`, its SQLite body in
+  :mod:`~harombe_core.store.fts`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
-import itertools
 import logging
 import os
 import sqlite3
-import threading
-import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from harombe_core.errors import SchemaTooNewError, StoreError
 from harombe_core.flows import off_loop
-from harombe_core.store import ops, pending
-from harombe_core.store.base import KeywordHit, SearchScope
+from harombe_core.store import pending
 from harombe_core.store.erasure import ERASED_KEYWORDS, compact_keywords, owed
-from harombe_core.store.fts import (
-    BM25_WEIGHTS,
-    CONTEXT_SQL,
-    TAIL_LIMIT,
-    Split,
-    TermCounts,
-    catch_up,
-    fts_query,
-    index_terms,
-    index_totals,
-    indexed_upto,
-    keyword_indexer,
-    query_words,
-    score_tail,
-    set_keyword_mark,
-    split_tail,
-    tail_rows,
-)
-from harombe_core.store.rows import (
-    MESSAGE_COLUMNS,
-    from_micros,
-    row_to_message,
-    scope_sql,
-    to_micros,
-)
+from harombe_core.store.fts import catch_up, keyword_indexer
+from harombe_core.store.ops import KeywordShortcuts
+from harombe_core.store.rows import from_micros, to_micros
 from harombe_core.store.runner import SQLITE, Op, drive
 from harombe_core.store.schema import MIGRATIONS, SCHEMA_VERSION
 from harombe_core.store.shared import Lease
 from harombe_core.store.sqlite_checks import APPLICATION_ID
 from harombe_core.store.sqlite_file import (
     SQLiteFile,
-    classify,
     memory_file,
     open_file,
     orphan_on_collect,
@@ -133,7 +106,7 @@ def _close_keywords(file: SQLiteFile, retries: int) -> None:
         file.checkpoint()
 
 
-class SQLiteStore:
+class SQLiteStore(KeywordShortcuts):
     """The default :class:`~harombe_core.store.base.MessageStore`.
 
     ``path`` is a file path (``~`` expanded, parent directories created, file mode 0600) or
@@ -157,8 +130,6 @@ class SQLiteStore:
         self._max_retries = max_retries
         self.dialect = SQLITE
         self._closed = False
-        self._term_counts = TermCounts()  # shared by this store's threads
-        self._term_lock = threading.Lock()
         self._lease: Lease[SQLiteFile] | None = None
         raw = os.fspath(path)
         if raw in (":memory:", ""):
@@ -263,6 +234,15 @@ class SQLiteStore:
         """Rows of one read-only statement (see :meth:`transaction`)."""
         return self._read(sql, params)
 
+    def _settle(self) -> None:
+        """Write first the derived rows this process owes the file (see
+        :mod:`~harombe_core.store.pending`), unless this thread is inside one of the file's
+        operations (a read or write nested in a snapshot or a transaction): a job drained
+        there would run its writes on that operation's connection, inside its transaction,
+        and fail. The operation settled when it began."""
+        if not self._file.running_here():
+            pending.settle(self.location, self._file.block)
+
     def run(self, op: Op[T]) -> T:
         """Run one operation (:mod:`harombe_core.store.ops`) in one transaction: a write under
         the write lock (waking the keyword indexer if it added messages), a read in a read
@@ -271,7 +251,7 @@ class SQLiteStore:
         """
         if op.empty:
             return op.result_without_sql(SQLITE)
-        pending.settle(self.location, self._file.block)
+        self._settle()
         if op.write:
             return self._write(lambda c: drive(c, op.body(SQLITE)), adds=op.adds_messages)
         return self._open_file().snapshot(lambda c: drive(c, op.body(SQLITE)))
@@ -283,222 +263,10 @@ class SQLiteStore:
         return await off_loop(self.run, op)
 
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
-        pending.settle(self.location, self._file.block)
+        self._settle()
         return self._open_file().read(sql, params)
 
     # derived indexes ----------------------------------------------------------------------
-    def keyword_search(
-        self, query: str, *, limit: int = 10, scope: SearchScope | None = None
-    ) -> list[KeywordHit]:
-        """BM25 over each message and the turn it answers, scoped in the same query.
-
-        One read snapshot, never the write lock: the index as it is, plus the messages it does
-        not hold yet (the tail, scored with the same BM25 by
-        :func:`~harombe_core.store.fts.score_tail`), so a message is found as soon as its save
-        returns. Ties go to the newer message. Words found in a large share of the rows are
-        left out when the query has rarer ones (see :meth:`_drop_common_words`), so the cost
-        follows the rare words.
-        """
-        words = query_words(query)
-        if not words or limit <= 0:
-            return []
-        pending.settle(self.location, self._file.block)
-        where, params = scope_sql(scope)
-        id_range, range_params = _fts_id_range(scope)
-        size = None if scope is None else self.run(ops.scope_size(scope))
-        if size == 0:  # nothing is in scope (an unknown user, or only the excluded session)
-            return []
-
-        def search(c: sqlite3.Connection) -> tuple[list[Any], list[Any], list[Split], list[str]]:
-            indexed: list[Any] = []
-            tail = c.execute(
-                f"SELECT {MESSAGE_COLUMNS}, {CONTEXT_SQL} FROM messages m "
-                f"JOIN sessions s ON s.id = m.session_id WHERE m.id > ?{where} "
-                "ORDER BY m.id DESC LIMIT ?",
-                [indexed_upto(c), *params, TAIL_LIMIT],
-            ).fetchall()
-            split = split_tail([(r[3], r[-1]) for r in tail])
-            kept = self._drop_common_words(words, split)
-            match = fts_query(kept)
-            # The tail is scored with the index's counts read in this same snapshot, never
-            # cached ones: a message then scores exactly as it will once indexed.
-            counts = _exact_counts(c, kept) if tail else TermCounts()
-            if scope is None or scope == SearchScope():
-                # Unscoped, FTS5 ranks and cuts on its own (rank MATCH picks the function):
-                # the messages table is only read for the rows returned.
-                sql = (
-                    f"SELECT {MESSAGE_COLUMNS}, f.rank FROM (SELECT rowid, rank FROM "
-                    f"messages_fts WHERE messages_fts MATCH ? AND rank MATCH 'bm25({_BM25})' "
-                    "ORDER BY rank LIMIT ?) f JOIN messages m ON m.id = f.rowid ORDER BY f.rank"
-                )
-                indexed = c.execute(sql, [match, limit]).fetchall()
-            elif size is not None and size <= _SMALL_SCOPE and (
-                spans := _session_spans(c, scope)
-            ) is not None:
-                # A small scope in a few sessions: FTS5 reads only each session's rowid
-                # span, so a long session outside the scope (the one excluded, or another
-                # user's between them) is never scored.
-                inner = " UNION ALL ".join(
-                    f"SELECT rowid, bm25(messages_fts, {_BM25}) AS rank FROM messages_fts "
-                    "WHERE messages_fts MATCH ? AND rowid BETWEEN ? AND ?"
-                    for _ in spans
-                )
-                sql = (
-                    f"SELECT {MESSAGE_COLUMNS}, f.rank FROM ({inner}) f "
-                    "JOIN messages m ON m.id = f.rowid JOIN sessions s ON s.id = m.session_id "
-                    f"WHERE 1 = 1{where} ORDER BY f.rank LIMIT ?"
-                )
-                args = [value for low, high in spans for value in (match, low, high)]
-                if spans:
-                    indexed = c.execute(sql, [*args, *params, limit]).fetchall()
-            elif size is not None and size <= _SMALL_SCOPE:
-                # A small scope's ids, listed once, filter the index's matches without a row
-                # lookup each (the unary + keeps SQLite from asking FTS5 for each listed id).
-                # Thousands of rows may match the words in a large store; a user's scope is
-                # a few of them: the lookups, not BM25, were most of the cost.
-                sql = (
-                    f"SELECT {MESSAGE_COLUMNS}, f.rank FROM (SELECT rowid, "
-                    f"bm25(messages_fts, {_BM25}) AS rank FROM messages_fts "
-                    f"WHERE messages_fts MATCH ?{id_range} AND +rowid IN (SELECT m.id FROM "
-                    f"messages m JOIN sessions s ON s.id = m.session_id WHERE 1 = 1{where}) "
-                    "ORDER BY rank LIMIT ?) f JOIN messages m ON m.id = f.rowid "
-                    f"JOIN sessions s ON s.id = m.session_id WHERE 1 = 1{where} ORDER BY f.rank"
-                )
-                args = [match, *range_params, *params, limit, *params]
-                indexed = c.execute(sql, args).fetchall()
-            else:
-                sql = (
-                    f"SELECT {MESSAGE_COLUMNS}, bm25(messages_fts, {_BM25}) AS rank "
-                    "FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid "
-                    "JOIN sessions s ON s.id = m.session_id "
-                    f"WHERE messages_fts MATCH ?{where}{id_range} ORDER BY rank LIMIT ?"
-                )
-                indexed = c.execute(sql, [match, *params, *range_params, limit]).fetchall()
-            return indexed, tail, split, kept, counts
-
-        indexed, tail, split, kept, counts = self._open_file().snapshot(search)
-        hits = [KeywordHit(row_to_message(r[:-1]), -float(r[-1])) for r in indexed]
-        if tail:
-            self._keywords.notify()  # a writer that stopped before indexing, or one lagging
-            if len(tail) == TAIL_LIMIT and self.location not in _WARNED_LONG_TAIL:
-                _WARNED_LONG_TAIL.add(self.location)
-                log.warning(
-                    "%s: more than %d messages are not in the keyword index yet (a read-only "
-                    "file, or its writer stopped before indexing them); keyword search scores "
-                    "only the newest %d of them. Open it once with write access to index them.",
-                    self.location, TAIL_LIMIT, TAIL_LIMIT,
-                )
-            scores = score_tail(split, kept, counts)
-            hits += [
-                KeywordHit(row_to_message(r[:-1]), score)
-                for r, score in zip(tail, scores, strict=True)
-                if score > 0
-            ]
-        hits.sort(key=lambda h: (-h.score, -(h.message.id or 0)))
-        return hits[:limit]
-
-    def _drop_common_words(self, words: list[str], tail: Sequence[Split] = ()) -> list[str]:
-        """``words`` without those found in a large share of the rows, if rarer ones remain.
-
-        With ``ORDER BY rank LIMIT``, FTS5 scores every row that matches any of the OR-ed
-        words (one document-size lookup each), so a single word found in a third of the rows
-        makes the search cost a third of the store. A word is left out when it is in more
-        than ``_COMMON_SHARE`` (5 %) of the indexed rows and more than ``_COMMON_MIN_ROWS``
-        (2,000) rows, and the query has a rarer word. Its BM25 weight (idf at most
-        ln(19) = 2.9, against about 9 for a word in a handful of rows) barely moves the order of
-        the rows the rarer words find, and the rows only it would add mostly rank below those.
-        Below 2,000 rows scoring all of a word's rows takes a few milliseconds, so small stores
-        keep every word. When every word is that common, the ``_KEEP_WHEN_ALL_COMMON`` (2)
-        rarest are kept, so a query never loses all its words. A word whose terms are not in
-        the index counts as rare (it matches nothing, so it costs nothing).
-
-        Row counts come from an ``fts5vocab`` table over the index, looked up by each word's
-        terms as FTS5's tokenizer makes them (:func:`index_terms`). They are cached per
-        store and recounted when the store has grown by a tenth or after a minute, so a
-        search usually costs no lookup at all; a slightly stale count only shifts which
-        borderline words are left out. The messages not indexed yet (``tail``, see
-        :meth:`keyword_search`) count as if they were.
-        """
-        if len(words) < 2:
-            return words
-        counts, rows = self._word_rows(words)
-        if tail:
-            rows += len(tail)
-            for word in words:
-                terms = index_terms(word)
-                if terms:
-                    counts[word] += tail_rows(tail, terms)
-        threshold = max(rows * _COMMON_SHARE, _COMMON_MIN_ROWS)
-        kept = [w for w in words if counts[w] <= threshold]
-        if not kept:
-            rarest = sorted(words, key=lambda w: counts[w])[:_KEEP_WHEN_ALL_COMMON]
-            kept = [w for w in words if w in rarest]
-        return kept
-
-    def _word_rows(self, words: list[str]) -> tuple[dict[str, int], int]:
-        """Each word's number of indexed rows (its rarest term's; 0 if not in the index), and
-        the number of rows in the index. The counts, with the index's size, stay cached in
-        :attr:`_term_counts` for :func:`~harombe_core.store.fts.score_tail`."""
-        upto = int(self._read("SELECT MAX(id) FROM messages")[0][0] or 0)
-        with self._term_lock:
-            counts = self._term_counts
-            if counts.stale(upto):
-                with self._open_file().connection() as conn:
-                    try:
-                        rows, tokens = index_totals(conn)
-                    except sqlite3.Error as exc:
-                        raise classify(exc, self.location) from exc
-                counts = TermCounts(rows, upto, time.monotonic(), tokens)
-                self._term_counts = counts
-        out: dict[str, int] = {}
-        for word in words:
-            terms = index_terms(word)
-            for term in terms:
-                if term not in counts.rows_of:
-                    counts.rows_of[term] = self._term_document_count(term)
-            out[word] = min((counts.rows_of[t] for t in terms), default=0)
-        return out, counts.rows
-
-    def _term_document_count(self, term: str) -> int:
-        with self._open_file().connection() as conn:
-            try:
-                # In the temp schema: nothing is written to the file, any schema version works,
-                # and a read-only file can have it too.
-                conn.execute(
-                    "CREATE VIRTUAL TABLE IF NOT EXISTS temp.messages_fts_rows "
-                    "USING fts5vocab(main, messages_fts, 'row')"
-                )
-                row = conn.execute(
-                    "SELECT doc FROM temp.messages_fts_rows WHERE term = ?", (term,)
-                ).fetchone()
-            except sqlite3.Error as exc:
-                raise classify(exc, self.location) from exc
-        return int(row[0]) if row else 0
-
-    def rebuild_keyword_index(self) -> int:
-        """Recreate every FTS row from the messages table (idempotent)."""
-
-        def rebuild(c: sqlite3.Connection) -> int:
-            c.execute("DELETE FROM messages_fts")
-            count = 0
-            previous_session: str | None = None
-            context = ""
-            for mid, session_id, content in c.execute(
-                "SELECT id, session_id, content FROM messages ORDER BY session_id, id"
-            ).fetchall():
-                if session_id != previous_session:
-                    previous_session, context = session_id, ""
-                c.execute(
-                    "INSERT INTO messages_fts (rowid, content, context) VALUES (?, ?, ?)",
-                    (mid, content, context),
-                )
-                context = content
-                count += 1
-            set_keyword_mark(c, int(c.execute("SELECT MAX(id) FROM messages").fetchone()[0] or 0))
-            return count
-
-        return self._write(rebuild)
-
     def index_keywords(self) -> int:
         """Bring the keyword index up to date now; returns the rows indexed since the previous
         call in this process (by this call or by the background indexer).
@@ -510,118 +278,3 @@ class SQLiteStore:
         """
         self._open_file()
         return self._keywords.index_now()
-
-    def stats(self) -> dict[str, Any]:
-        sessions, users = self._read("SELECT COUNT(*), COUNT(DISTINCT user_id) FROM sessions")[0]
-        messages, tokens, pending = self._read(
-            "SELECT COUNT(*), COALESCE(SUM(token_count), 0), "
-            f"(SELECT COUNT(*) FROM messages m WHERE m.embedded = 0 AND {ops.NO_VECTOR}) "
-            "FROM messages"
-        )[0]
-        size = 0
-        if self.location != ":memory:":
-            for suffix in ("", "-wal"):
-                with contextlib.suppress(OSError):
-                    size += os.stat(self.location + suffix).st_size
-        return {
-            "location": self.location,
-            "schema_version": SCHEMA_VERSION,
-            "sessions": sessions,
-            "users": users,
-            "messages": messages,
-            "tokens": tokens,
-            "pending_embeddings": pending,
-            "bytes": size,
-        }
-
-
-#: Common words, see SQLiteStore._drop_common_words.
-_COMMON_SHARE = 0.05
-_COMMON_MIN_ROWS = 2_000
-#: Scopes of at most this many messages filter keyword matches by their listed ids.
-_SMALL_SCOPE = 5_000
-_KEEP_WHEN_ALL_COMMON = 2
-_BM25 = ", ".join(str(w) for w in BM25_WEIGHTS)
-_WARNED_LONG_TAIL: set[str] = set()
-
-
-#: At most this many sessions' rowid spans are searched one by one (see keyword_search):
-#: each costs FTS5 one pass over every query word's row list, to weigh it for bm25.
-_MAX_SPANS = 8
-
-
-def _session_spans(c: sqlite3.Connection, scope: SearchScope) -> list[tuple[int, int]] | None:
-    """The first and last message id of each session in a user or session scope, or None
-    when searching them one by one does not pay: they are too many, or they overlap
-    (sessions written at the same time interleave, and each span would be read again; the
-    listed ids are then the cheaper filter). Two index seeks per session: the sessions'
-    sizes do not matter."""
-    if scope.session_id is not None:
-        sql, params = "SELECT s.id FROM sessions s WHERE s.id = ?", [scope.session_id]
-    elif scope.user_id is not None:
-        sql, params = "SELECT s.id FROM sessions s WHERE s.user_id = ?", [scope.user_id]
-    else:
-        return None
-    if scope.exclude_session_id is not None:
-        sql += " AND s.id <> ?"
-        params.append(scope.exclude_session_id)
-    spans = c.execute(
-        "SELECT (SELECT MIN(id) FROM messages WHERE session_id = x.id), "
-        "(SELECT MAX(id) FROM messages WHERE session_id = x.id) "
-        f"FROM ({sql} AND s.message_count > 0 LIMIT {_MAX_SPANS + 1}) x",
-        params,
-    ).fetchall()
-    found = [(int(a), int(b)) for a, b in spans if a is not None]
-    if len(spans) > _MAX_SPANS:
-        return None
-    found.sort()
-    if any(later[0] < earlier[1] for earlier, later in itertools.pairwise(found)):
-        return None
-    return found
-
-
-def _exact_counts(c: sqlite3.Connection, words: Sequence[str]) -> TermCounts:
-    """The keyword index's row and token totals and the row count of each term of ``words``,
-    read on ``c`` (in the caller's snapshot): what FTS5's bm25() would use now. Each count
-    reads that term's list of rows, as FTS5's own scoring of the term does."""
-    rows, tokens = index_totals(c)
-    # In the temp schema: nothing is written to the file, and a read-only file can have it.
-    c.execute(
-        "CREATE VIRTUAL TABLE IF NOT EXISTS temp.messages_fts_rows "
-        "USING fts5vocab(main, messages_fts, 'row')"
-    )
-    counts = TermCounts(rows=rows, tokens=tokens)
-    for word in words:
-        for term in index_terms(word):
-            if term not in counts.rows_of:
-                row = c.execute(
-                    "SELECT doc FROM temp.messages_fts_rows WHERE term = ?", (term,)
-                ).fetchone()
-                counts.rows_of[term] = int(row[0]) if row else 0
-    return counts
-
-
-def _fts_id_range(scope: SearchScope | None) -> tuple[str, list[Any]]:
-    """A rowid range for FTS5 that contains every message of a session or user scope.
-
-    FTS5 seeks straight to a rowid range, so a scoped keyword search then costs the scope's
-    rows instead of every match in the store; the scope filter still decides what is returned.
-    """
-    if scope is None:
-        return "", []
-    if scope.session_id is not None:
-        sub = "FROM messages WHERE session_id = ?"
-        return (
-            f" AND messages_fts.rowid BETWEEN (SELECT MIN(id) {sub}) AND (SELECT MAX(id) {sub})",
-            [scope.session_id, scope.session_id],
-        )
-    if scope.user_id is not None:
-        sub = (
-            "FROM sessions s2 JOIN messages m2 ON m2.session_id = s2.id WHERE s2.user_id = ?"
-        )
-        return (
-            f" AND messages_fts.rowid BETWEEN (SELECT MIN(m2.id) {sub}) "
-            f"AND (SELECT MAX(m2.id) {sub})",
-            [scope.user_id, scope.user_id],
-        )
-    return "", []

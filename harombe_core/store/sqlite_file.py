@@ -254,6 +254,11 @@ class SQLiteFile:
                     self._close_connections()
                 self._cond.notify_all()
 
+    def running_here(self) -> bool:
+        """Whether this thread is inside one of this file's operations (a call made from it
+        runs on that operation's connection, within its transaction)."""
+        return getattr(self._local, "depth", 0) > 0
+
     @contextlib.contextmanager
     def connection(self) -> Iterator[Any]:
         """This thread's connection, for the duration of one operation."""

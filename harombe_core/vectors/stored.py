@@ -51,8 +51,9 @@ class StoredVectors:
 
     def write(
         self, ids: Sequence[int], vectors: FloatArray, indexed_users: Sequence[Any] | None
-    ) -> None:
-        """Store vectors in one transaction (rows deleted meanwhile are skipped).
+    ) -> int:
+        """Store vectors in one transaction (rows deleted meanwhile are skipped); returns how
+        many were stored, so a caller can tell that some messages were deleted meanwhile.
 
         ``indexed_users`` (the owner each vector carries in the index, or None when the index
         did not take them) marks the rows as indexed, see :meth:`mark_indexed`.
@@ -60,17 +61,19 @@ class StoredVectors:
         array = np.ascontiguousarray(vectors, dtype=np.float32)
         rows = [(int(i), array[n].tobytes(), int(i)) for n, i in enumerate(ids)]
 
-        def write(c: sqlite3.Connection) -> None:
-            c.executemany(
+        def write(c: sqlite3.Connection) -> int:
+            stored = c.executemany(
                 "INSERT OR REPLACE INTO message_vectors (message_id, vector) "
                 "SELECT ?, ? WHERE EXISTS (SELECT 1 FROM messages WHERE id = ?)",
                 rows,
-            )
+            ).rowcount
             if indexed_users is not None:
                 _mark_indexed(c, ids, indexed_users)
+            return int(stored)
 
-        if rows:
-            self.store.transaction(write, adds_messages=False)
+        if not rows:
+            return 0
+        return int(self.store.transaction(write, adds_messages=False))
 
     def mark_indexed(self, ids: Sequence[int], users: Sequence[Any]) -> None:
         """Flag rows as held by the index, each only if its session's owner is still

@@ -131,7 +131,8 @@ class EmbeddingWorker:
 
     store: MessageStore
     embedder: Embedder
-    index: VectorIndex | None
+    _index: VectorIndex | None
+    _index_pid: int  # the process that opened _index
     open_index: IndexOpener | None
     batch_size: int
     window: int
@@ -150,9 +151,26 @@ class EmbeddingWorker:
     _owners: dict[str, str | None]
     _backoff: float
     _batch_lock: Any
+    _batch_lock_pid: int  # the process that made _batch_lock
     _next_open_attempt: float
     _logged: set[str]
     _listeners: list[Callable[[int], None]]
+
+    @property
+    def index(self) -> VectorIndex | None:
+        """The vector index, in the process that opened it. A child forked after it was
+        opened gets None on SQLite: its copy of the parent's client (Chroma's runs native
+        threads that fork does not copy) would hang on the first call, so the child works as a
+        process that does not own the index (vectors stored in the database, searched
+        exactly; the parent files them into the index). On PostgreSQL the index is the store's
+        own tables, which the store reconnects after a fork."""
+        if self._index_pid != os.getpid() and self.stored is not None:
+            return None
+        return self._index
+
+    @index.setter
+    def index(self, value: VectorIndex | None) -> None:
+        self._index, self._index_pid = value, os.getpid()
 
     @contextlib.contextmanager
     def _listening(self, listener: Callable[[int], None]) -> Iterator[None]:
@@ -425,7 +443,13 @@ class EmbeddingWorker:
         if lock is None:
             yield True
             return
-        from filelock import Timeout
+        from filelock import FileLock, Timeout
+
+        if self._batch_lock_pid != os.getpid():
+            # A forked child (flush() on a manager it inherited): a file lock belongs to the
+            # process that made it (filelock refuses one inherited across fork), so make ours.
+            lock = FileLock(lock.lock_file, mode=0o600, thread_local=False)
+            self._batch_lock, self._batch_lock_pid = lock, os.getpid()
 
         try:
             lock.acquire(timeout=-1 if timeout is None else max(timeout, 0.0))
@@ -477,7 +501,25 @@ class EmbeddingWorker:
         # Where the stored vectors are the index, storing one is indexing it.
         indexed = self.in_database or self._upsert(ids, vectors, metas)
         users = [meta.get("user_id") for meta in metas] if indexed else None
-        self.stored.write(ids, vectors, users)
+        stored = self.stored.write(ids, vectors, users)
+        if indexed and not self.in_database and stored < len(ids):
+            # Some messages were deleted while the batch was embedded, and their delete
+            # dropped its vectors from the index before this upsert filed them again: drop
+            # them now (deleted means gone, from the index too, not just at the next check).
+            self.forget_messages(ids)
+
+    def forget_messages(self, ids: Sequence[int]) -> None:
+        """Remove deleted messages' vectors from the index (those of ``ids`` that are gone
+        from the store: an id of another session was not deleted and keeps its vector)."""
+        index = self.index
+        if index is None or not len(ids):
+            return
+        kept = {m.id for m in self.store.run(ops.get_messages_by_ids(ids))}
+        gone = sorted({int(i) for i in ids} - kept)
+        try:
+            index.delete(gone)
+        except INDEX_FAILURES as exc:
+            self._log_once("forget", f"could not drop deleted messages from the index: {exc}")
 
     def sync_tail(self, *, advance: Callable[[int], None] | None = None) -> int:
         """File every stored vector the index lacks (this process must hold the index)."""

@@ -249,3 +249,25 @@ def test_keyword_indexing_runs_on_the_worker_and_flush_waits_for_it(tmp_path: Pa
         names = [t.name for t in threading.enumerate()]
         assert "harombe-keywords" not in names
         assert "harombe-embedder" not in names
+
+
+@pytest.mark.parametrize("vector_store", ["database", "chroma"])
+def test_flush_with_no_time_left_answers_whether_the_background_caught_up(
+    tmp_path: Path, vector_store: str
+) -> None:
+    """``flush(timeout=0)`` asks "is everything embedded?": it returns when nothing is
+    waiting (it raised "timed out ... with messages still waiting" even then), and raises
+    EmbeddingError while a message is."""
+    from harombe_core.errors import EmbeddingError
+
+    path = str(tmp_path / "m.db")
+    with MemoryManager(path, embedding=FakeEmbedder(), vector_store=vector_store) as mm:
+        mm.save_message("s", Message(role="user", content="kites and boats"))
+        mm.flush()
+        mm.flush(timeout=0)
+        with hold_background():
+            mm.save_message("s", Message(role="user", content="boats and kites"))
+            with pytest.raises(EmbeddingError, match="still waiting"):
+                mm.flush(timeout=0)
+        mm.flush()
+        mm.flush(timeout=0)

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from harombe_core.errors import InvalidInputError, SummarizationError
-from harombe_core.flows import Call, Flow, Parallel, Run, Work, adrive, drive
+from harombe_core.flows import Call, Flow, Parallel, Run, Subflow, Work, adrive, drive
 from harombe_core.llm import PromptFlow, arun_prompts, run_prompts
 from harombe_core.models import Message
 from harombe_core.store import ops
@@ -116,6 +116,29 @@ def test_parallel_requests_overlap_on_the_sync_path_too() -> None:
         return results
 
     assert drive(flow()) == [1, 2]
+
+
+async def test_a_subflow_overlaps_with_other_requests_on_both_paths() -> None:
+    """A flow of several requests runs beside a request (as a search's vector side beside its
+    keyword side): each of the subflow's requests takes its own way, the subflow none."""
+    barrier = threading.Barrier(2, timeout=60)
+
+    def meet(value: int) -> int:
+        barrier.wait()
+        return value
+
+    def side() -> Flow[int]:
+        first: int = yield Work(meet, 1)  # meets the other request
+        second: int = yield Call(lambda: 10)
+        return first + second
+
+    def flow() -> Flow[list[int]]:
+        results: list[int] = yield Parallel(Subflow(side()), Work(meet, 2))
+        return results
+
+    assert drive(flow()) == [11, 2]
+    barrier.reset()
+    assert await adrive(flow()) == [11, 2]
 
 
 def test_a_failing_parallel_request_fails_the_flow_after_the_others_finish() -> None:

@@ -12,7 +12,8 @@ import pytest
 from harombe_core import MemoryManager, Message
 from harombe_core.store import ops
 from harombe_core.store.base import SearchScope
-from harombe_core.store.sqlite import SCHEMA_VERSION, SQLiteStore, index_terms
+from harombe_core.store.fts import index_terms
+from harombe_core.store.sqlite import SCHEMA_VERSION, SQLiteStore
 
 # Above the size below which every word is searched (2,000 rows): "running" is in every row.
 FILLER = 2_400

@@ -124,7 +124,7 @@ def test_a_small_scope_keyword_search_matches_the_general_plan(
     """A user's or session's keyword search reads only its sessions' id spans (or, over many
     sessions, lists the scope's ids first; fast at 100,000 messages); it returns exactly what
     the plan for large scopes returns, in the same order."""
-    from harombe_core.store import sqlite as sqlite_store
+    from harombe_core.store import fts as sqlite_store
     from harombe_core.store.base import SearchScope
 
     mm, owner = populated

@@ -206,6 +206,36 @@ def test_rows_read_do_not_grow_with_the_session(
     assert (counter.rows, counter.pages) == (6, 1)
 
 
+def test_a_window_reads_the_session_and_its_prompt_in_one_operation(
+    mm: MemoryManager, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The session row and its system prompt's token count are one store operation (one
+    statement), then the newest rows: two operations per window, where there were three
+    (the session, the prompt's count, the rows)."""
+    mm.create_session(session_id="s", system_prompt="sys", user_id="ann")
+    _conversation(mm, 40)
+    ran: list[str] = []
+    run = mm.store.run
+
+    def running(op: Any) -> Any:
+        ran.append(op.body.__qualname__.split(".")[0])
+        return run(op)
+
+    monkeypatch.setattr(mm.store, "run", running)
+    calls = {
+        "get_window": lambda: mm.get_window("s", 60, user_id="ann").messages,
+        "get_recent_messages": lambda: mm.get_recent_messages("s", 60),
+        "get_context": lambda: mm.get_context("s", "simple", 60, user_id="ann"),
+        "load_session": lambda: mm.load_session("s", user_id="ann"),
+    }
+    for name, call in calls.items():
+        ran.clear()
+        answer = call()
+        assert answer[0].role == "system", name
+        assert ran[0] == "session_and_prompt", (name, ran)
+        assert len(ran) == 2, (name, ran)  # then the newest rows (or every row)
+
+
 def test_window_newest_needs_nothing_but_an_iterable() -> None:
     newest_first = [Message(role="user", content=str(i), token_count=i) for i in range(10, 0, -1)]
     window = window_newest(iter(newest_first), 10 + 9 + 8)

@@ -23,9 +23,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from langchain.agents import create_agent
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langgraph.checkpoint.base import empty_checkpoint
 
 from harombe_core.manager import MemoryManager
 from harombe_core.migrate import migrate
@@ -223,3 +225,30 @@ def test_a_program_that_exits_without_closing_leaves_its_sessions_written(
         contents = raw.execute("SELECT content FROM messages ORDER BY id").fetchall()
     raw.close()
     assert contents == [("last words",), ("answer number 0",)]
+
+
+async def test_a_cancelled_aput_that_committed_still_has_its_session_written(
+    backend_manager: MemoryManager,
+) -> None:
+    """A cancelled ``aput`` waits for its transaction (it may commit); the session job was
+    handed over only after it, so a committed put's session stayed unwritten in this process:
+    reads and ``flush()`` showed the thread without the checkpoint's messages."""
+    mm = backend_manager
+    saver = HarombeSaver(mm)
+    config: Any = {"configurable": {"thread_id": "c", "checkpoint_ns": ""}}
+    checkpoint = empty_checkpoint()
+    checkpoint["channel_values"] = {"messages": [HumanMessage("kept though cancelled", id="h")]}
+    versions = {"messages": saver.get_next_version(None, None)}
+    checkpoint["channel_versions"] = versions
+    task = asyncio.ensure_future(
+        saver.aput(config, checkpoint, {"source": "input", "step": 0}, versions)
+    )
+    await asyncio.sleep(0)  # the put is on its worker thread
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    stored = await saver.aget_tuple(config)
+    assert stored is not None  # it committed
+    assert [m.content for m in await mm.aget_messages("c")] == ["kept though cancelled"]
+    await mm.aflush()
+    assert _owed(saver, "c") == (False, 1)

@@ -9,9 +9,11 @@ travel): deleting the thread (or pruning its checkpoints) is what removes those 
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
+import pytest
 from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage
 from langgraph.graph import START, MessagesState, StateGraph
 
@@ -89,4 +91,34 @@ def test_pruning_old_checkpoints_removes_a_removed_message_s_bytes(tmp_path: Pat
             "noted",
             "noted",
         ]
+    assert files_holding(tmp_path, secret) == []
+
+
+async def _cancel_midway(call: Any) -> None:
+    """Start ``call``, let it reach its worker thread, then cancel it (the thread finishes)."""
+    task = asyncio.ensure_future(call)
+    await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_a_cancelled_adelete_thread_still_drops_the_vectors(tmp_path: Path) -> None:
+    """The delete commits on its worker thread; the vectors of the thread's session were
+    dropped from the index in a second step, which a cancellation skipped: they stayed in
+    Chroma until the next open (search never returned them: the store scopes)."""
+    secret = token()
+    with MemoryManager(
+        str(tmp_path / "m.db"), embedding=FakeEmbedder(), vector_store="chroma"
+    ) as mm:
+        saver = HarombeSaver(mm)
+        config = {"configurable": {"thread_id": "t"}}
+        await _graph(saver).ainvoke({"messages": [HumanMessage(f"password {secret}")]}, config)
+        await mm.aflush()
+        index = mm._semantic.index
+        assert index.count() == 2
+        await _cancel_midway(saver.adelete_thread("t"))
+        assert await saver.aget_tuple(config) is None
+        assert not mm.session_exists("t")
+        assert index.count() == 0
     assert files_holding(tmp_path, secret) == []

@@ -128,3 +128,16 @@ def test_an_assistant_turn_with_only_tool_calls_is_never_a_document(tmp_path: Pa
             docs = retriever.invoke("weather in Lisbon")
             assert len(docs) == 12
             assert all(d.page_content.strip() for d in docs)
+
+
+@pytest.mark.parametrize("k", [None, "3", 2.5, True, -1, 10**30])
+async def test_search_hits_refuses_a_bad_k_with_a_typed_error(tmp_path: Path, k: object) -> None:
+    """``search_hits``/``asearch_hits`` are public: a k that is not a count up to the search
+    limit is an InvalidInputError naming k (None once failed with a bare TypeError)."""
+    with MemoryManager(str(tmp_path / "k.db"), embedding=None) as manager:
+        manager.save_message("s", Message(role="user", content="quantum entanglement"))
+        retriever = HarombeRetriever(manager=manager, all_users=True)
+        with pytest.raises(InvalidInputError, match="k must be"):
+            retriever.search_hits("entanglement", k)  # type: ignore[arg-type]
+        with pytest.raises(InvalidInputError, match="k must be"):
+            await retriever.asearch_hits("entanglement", k)  # type: ignore[arg-type]

@@ -189,8 +189,8 @@ def test_get_context_reads_the_session_once(manager: MemoryManager, strategy: st
     reads: list[str] = []
     run = store.run
 
-    def running(op: Any) -> Any:  # every read of the session is this store operation
-        if op.body.__qualname__.startswith("get_session."):
+    def running(op: Any) -> Any:  # every read of the session is one of these operations
+        if op.body.__qualname__.startswith(("get_session.", "session_and_prompt.")):
             reads.append("op")
         return run(op)
 

@@ -170,7 +170,7 @@ async def test_aget_context_on_postgres_hops_once_per_read(
     as on SQLite, and it answers what get_context does."""
     with MemoryManager(pg_url, embedding=None) as mm:
         ran = await _hops_once_per_read(mm, monkeypatch)
-    assert {"get_session", "newest_rows", "important_before", "thread_path"} <= ran
+    assert {"session_and_prompt", "newest_rows", "important_before", "thread_path"} <= ran
 
 
 async def test_aget_context_on_sqlite_hops_once_per_read(

@@ -97,3 +97,38 @@ async def test_arun_is_one_hop_per_operation_on_every_backend(
     ids = await store.arun(ops.add_messages("s", [_message("hi")], user_id="u"))
     assert [m.id for m in store.run(ops.get_messages("s"))] == ids
     assert hops == [store.run, store.run]  # one per operation, the sync runner itself
+
+
+def test_every_backend_reads_the_same_operations_alike(manager: MemoryManager) -> None:
+    """The operations written per dialect (the keyword search, the statistics) and the ones
+    that join two reads (a search's neighbours, a window's session and prompt) answer alike on
+    every backend."""
+    from harombe_core.store.base import SearchScope
+
+    store = manager.store
+    store.run(ops.create_session("a", user_id="ann", system_prompt="Be brief."))
+    store.run(ops.create_session("b", user_id="bob"))
+    texts = ["the kettle boiled", "tea in the garden", "a kettle of fish", "green tea"]
+    a1, a2, a3, a4 = ids = store.run(ops.add_messages("a", [_message(t) for t in texts]))
+    (b1,) = store.run(ops.add_messages("b", [_message("a kettle for bob")]))
+    pairs, read = store.run(ops.neighbours([a2, b1], {a2, a3}, SearchScope(user_id="ann")))
+    assert pairs == {a2: (a1, a3), b1: (None, None)}
+    assert [m.id for m in read] == [a1]  # a3 is known; nothing of bob's is in ann's scope
+    hits = store.run(ops.keyword_search("kettle", limit=5, scope=SearchScope(user_id="ann")))
+    # the kettle in a message, then in the turn a message answers; nothing of bob's
+    assert [h.message.id for h in hits][:2] in ([a1, a3], [a3, a1])
+    assert {h.message.id for h in hits} == set(ids) == {a1, a2, a3, a4}
+    assert all(h.score > 0 for h in hits)
+    assert store.run(ops.keyword_search("!!!", limit=5)) == []
+    session, prompt = store.run(ops.session_and_prompt("a"))
+    assert session.user_id == "ann"
+    assert [(m.role, m.content, m.token_count) for m in prompt] == [
+        ("system", "Be brief.", store.run(ops.system_prompt_tokens("a")))
+    ]
+    assert store.run(ops.session_and_prompt("b"))[1] == []
+    assert store.run(ops.session_and_prompt("none")) is None
+    stats = store.run(ops.stats())
+    assert (stats["sessions"], stats["users"], stats["messages"]) == (2, 2, 5)
+    assert stats["tokens"] == 5
+    assert manager.stats() == {"location": store.location, **stats}
+    assert store.run(ops.rebuild_keyword_index()) == 5

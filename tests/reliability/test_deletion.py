@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -240,6 +241,76 @@ def test_a_cancelled_adelete_session_still_drops_the_vectors(folder: Path) -> No
         asyncio.run(cancel())  # returns once its worker threads are done: the delete's too
         assert not mm.session_exists("doomed")
         assert index.count() == 0
+        assert found_anywhere(mm, secret) == []
+    assert files_holding(folder, secret) == []
+
+
+def test_a_cancelled_areplace_messages_still_drops_the_deleted_vectors(folder: Path) -> None:
+    """``areplace_messages`` deletes in its transaction, then drops the deleted messages'
+    vectors from the index: a cancellation between the two left them in Chroma."""
+    secret = token()
+    folder.mkdir()
+    with open_manager(folder / "m.db", "chroma") as mm:
+        doomed, kept = mm.save_messages(
+            "s",
+            [
+                Message(role="user", content=f"the secret is {secret}"),
+                Message(role="user", content="the weather is fine"),
+            ],
+        )
+        mm.flush()
+        index = mm._semantic.index
+
+        async def cancel() -> None:
+            replace = mm.areplace_messages("s", [doomed], [Message(role="user", content="new")])
+            task = asyncio.ensure_future(replace)
+            await asyncio.sleep(0)  # the replacement is on its worker thread
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+
+        asyncio.run(cancel())  # returns once its worker threads are done
+        assert doomed not in index.ids()
+        assert kept in index.ids()
+        assert found_anywhere(mm, secret) == []
+    assert files_holding(folder, secret) == []
+
+
+class GatedEmbedder(FakeEmbedder):
+    """Stops inside the batch that holds ``mark`` until ``go`` is set, so a test can delete
+    while the background worker is between reading a batch and filing its vectors."""
+
+    def __init__(self, mark: str) -> None:
+        super().__init__()
+        self.mark = mark
+        self.inside, self.go = threading.Event(), threading.Event()
+
+    def _embed_batch(self, texts: list[str]) -> Any:
+        if any(self.mark in text for text in texts):
+            self.inside.set()
+            self.go.wait(60)
+        return super()._embed_batch(texts)
+
+
+@pytest.mark.parametrize("how", ["delete_session", "clear_session", "forget_user"])
+def test_a_message_deleted_while_its_batch_is_embedded_leaves_no_vector(
+    folder: Path, how: str
+) -> None:
+    """The worker reads a batch, the session is deleted (its vectors dropped from the index),
+    then the worker files the batch: the deleted message's vector came back into Chroma and
+    stayed there until the next open's check (search never returned it: the store scopes)."""
+    secret = token()
+    folder.mkdir()
+    embedder = GatedEmbedder(secret)
+    with MemoryManager(str(folder / "m.db"), embedding=embedder, vector_store="chroma") as mm:
+        mm.save_message("keep", Message(role="user", content="the harbour code"), user_id="k")
+        mm.flush()
+        mm.save_message("doomed", Message(role="user", content=f"secret {secret}"), user_id="u")
+        assert embedder.inside.wait(60)  # the worker holds the batch with the secret
+        DELETES[how](mm, "doomed", "u")
+        embedder.go.set()
+        mm.flush()
+        assert sorted(mm._semantic.index.ids()) == [m.id for m in mm.get_messages("keep")]
         assert found_anywhere(mm, secret) == []
     assert files_holding(folder, secret) == []
 

@@ -163,6 +163,64 @@ def test_facts_that_only_deleted_messages_said_leave_no_byte(tmp_path: Path) -> 
     assert "m.db" in files_holding(folder, control)
 
 
+@pytest.mark.parametrize("how", ["one message", "clear_session", "delete_session"])
+def test_messages_deleted_while_their_facts_are_extracted_leave_no_fact(
+    tmp_path: Path, how: str
+) -> None:
+    """Another caller deletes while a batch is with the extractor: the facts of the deleted
+    messages are not stored, the others are, and the extraction returns. It used to fail as a
+    whole with ``InvalidInputError: FOREIGN KEY constraint failed`` (logged as a failed
+    background round, with a back-off, when the background worker was extracting)."""
+    import threading
+
+    from harombe_core import Message
+    from harombe_core.facts.extract import OfflineExtractor
+
+    inside, go = threading.Event(), threading.Event()
+
+    class Held(OfflineExtractor):
+        def extract(self, messages: Any) -> Any:
+            inside.set()
+            go.wait(60)
+            return super().extract(messages)
+
+    secret, control = token(), token()
+    folder = tmp_path / "store"
+    folder.mkdir()
+    with MemoryManager(str(folder / "m.db"), embedding=None, fact_extractor=Held()) as mm:
+        ids = mm.save_messages(
+            "s1",
+            [
+                Message(role="user", content=f"I live in {secret.capitalize()}ville."),
+                Message(role="user", content=f"I work as a {control}."),
+            ],
+            user_id="ann",
+        )
+        outcome: list[Any] = []
+
+        def extract() -> None:
+            try:
+                outcome.append(mm.extract_facts("s1"))
+            except Exception as exc:  # reported below
+                outcome.append(exc)
+
+        extractor = threading.Thread(target=extract)
+        extractor.start()
+        assert inside.wait(60)  # the batch of both messages is with the extractor
+        if how == "one message":
+            mm.replace_messages("s1", [ids[0]])
+        elif how == "clear_session":
+            mm.clear_session("s1")
+        else:
+            mm.delete_session("s1")
+        go.set()
+        extractor.join(60)
+        assert outcome == [2]
+        kept = [f"Works as a {control}"] if how == "one message" else []
+        assert [f.text for f in mm.get_facts("ann", include_history=True)] == kept
+    assert files_holding(folder, secret) == []
+
+
 def test_forgetting_on_postgres_leaves_nothing_to_find(pg_url: str) -> None:
     secret, control = token(), token()
     with MemoryManager(pg_url, embedding=FakeEmbedder()) as mm:
