@@ -35,8 +35,8 @@ active exception", exit code 134); so when the interpreter starts to shut down (
 exit hooks, before the ``atexit`` handlers and before any module is torn down) the jobs of
 folders made with ``drain_at_exit`` are done, then the thread is told to stop and waited for
 (at most :data:`EXIT_WAIT` seconds) while it finishes the step in hand. What it had not done is
-derived again later: pending embeddings and keyword entries by the next open, checkpointed
-sessions by the next saver.
+derived again later: pending embeddings, keyword entries and checkpointed sessions by the next
+open (:mod:`harombe_core.store.rederive`).
 """
 
 from __future__ import annotations

@@ -38,6 +38,7 @@ from harombe_core.store import ops
 from harombe_core.store.base import UNSET, ClosesOnExit, MessageStore
 from harombe_core.store.encryption import check_key
 from harombe_core.store.pending import settle
+from harombe_core.store.rederive import Rederived, start_jobs
 from harombe_core.strategies import Window, window_newest
 from harombe_core.tokens import TokenCounter, resolve_token_counter
 from harombe_core.validate import (
@@ -149,6 +150,14 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
             self._store, self._searcher, max_history_tokens=budget, token_counter=counter
         )
         self._facts = self._user_memory(config, user_memory, fact_extractor)
+        # What a killed process left owed to the database (a checkpointed turn's session) is
+        # derived before this manager's first read (harombe_core.store.rederive).
+        self._owed = Rederived([])
+        try:
+            self._owed = start_jobs(self)
+        except BaseException:
+            self.close()
+            raise
 
     # construction -------------------------------------------------------------------------
     @classmethod
@@ -1233,6 +1242,7 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
             return
         self._closed = True
         settle(getattr(self._store, "location", ""))  # derived rows owed are written first
+        self._owed.close()
         self._facts.close()
         self._context.close()  # the background folder stops before the store closes
         semantic, self._searcher.semantic = self._searcher.semantic, None

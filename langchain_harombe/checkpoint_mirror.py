@@ -33,8 +33,10 @@ vectors, so:
 * **read your writes**: every read of messages or sessions through the store of this process
   first applies what is owed (:mod:`harombe_core.store.pending`), on the reading thread;
 * ``MemoryManager.flush()`` and ``close()`` apply it too;
-* **a kill loses nothing**: the mark commits with the checkpoint, and the next saver opened on
-  the database hands every marked thread to its own jobs (and its reads apply them).
+* **a kill loses nothing**: the mark commits with the checkpoint, and the next open of the
+  database, by any ``MemoryManager`` in any process, saver or not, writes every marked thread's
+  session before its first read (:mod:`~langchain_harombe.checkpoint_owed`); a saver opened on
+  it hands them to its own jobs too.
 """
 
 from __future__ import annotations

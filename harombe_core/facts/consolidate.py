@@ -10,7 +10,8 @@ batches of one user never decide against facts the other is changing. The rules,
 2. **Update**: a proposal with the subject of a current fact ("home city") but another value
    closes that fact (``valid_to`` = when the new one became true) and adds the new one, which
    names the old one in ``supersedes``. A proposal older than the current value (a backlog
-   extracted late) is stored as history, already closed, and the current value stays.
+   extracted late) is stored as history, already closed, and the current value stays; it fits
+   into the subject's history (:func:`harombe_core.facts.ops.consolidate`) without overlap.
 3. **Contradiction**: a proposal that says the opposite of a current fact (the same words but
    for a negation, or "love" against "hate") supersedes it as an update does.
 4. **Completion**: a ``close`` proposal without a target closes the open task its words match

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from harombe_core.errors import FactNotFoundError, InvalidInputError, SessionNotFoundError
@@ -412,7 +412,7 @@ class UserMemory:
             kind=check_kind(kind),
             subject=check_subject(subject),
             source=None if source is None else FactSource(*source),
-            at=optional_time(valid_from, "valid_from"),
+            at=_not_future(optional_time(valid_from, "valid_from")),
         )
         (fid,) = yield from self._apply(user_id, [proposal], origin="user")
         return (yield from self._one(user_id, fid))
@@ -513,6 +513,18 @@ def _get_messages(session_id: str, after_id: int, limit: int) -> Op[Any]:
     from harombe_core.store import ops as store_ops
 
     return store_ops.get_messages(session_id, after_id, limit)
+
+
+def _not_future(at: datetime | None) -> datetime | None:
+    """Refuse a ``valid_from`` still to come: a fact says what is or was true, and one that
+    holds only later would be current already (consolidation would otherwise move it to now
+    without a word)."""
+    if at is not None and at > datetime.now(UTC):
+        raise InvalidInputError(
+            f"valid_from {at.isoformat()} is in the future; a fact says what is or was true: "
+            "add it once it holds, or leave valid_from out (now)."
+        )
+    return at
 
 
 def _kinds(kinds: Sequence[str] | None) -> list[str] | None:

@@ -162,9 +162,11 @@ def consolidate(
             # insert: a new fact, superseding ``target`` (or stored as its history)
             valid_to = None
             if target is not None and decision.historical:
-                valid_to = target.valid_from
+                valid_to = yield from _fit_in_history(
+                    d, user_id, proposal.subject or target.subject, at, target.valid_from, now
+                )
             elif target is not None:
-                yield from _close(d, user_id, target.id, at, now)
+                yield from _close(d, user_id, target.id, at, now, done=False)
                 current.remove(target)
             subject = proposal.subject
             if subject is None and target is not None and proposal.action == "update":
@@ -243,10 +245,45 @@ def _add_source(d: Dialect, fact_id: int, source: FactSource | None) -> Body[Non
     )
 
 
-def _close(d: Dialect, user_id: str, fact_id: int, at: int, now: int) -> Body[None]:
+def _fit_in_history(
+    d: Dialect, user_id: str, subject: str | None, at: int, until: int, now: int
+) -> Body[int]:
+    """When a value older than the current one (true from ``at``) stops being true: at the
+    next value of its subject, at ``until`` (the current value's start) at the latest.
+
+    The history value it falls inside is shortened to end at ``at``, so that an as-of read
+    never finds two values of one subject holding at once, in whatever order sessions were
+    extracted. A value without a subject (a contradiction) ends at ``until``, as before.
+    """
+    if subject is None:
+        return until
+    rows = (
+        yield d.step(
+            "SELECT id, valid_from, valid_to FROM facts WHERE user_id = ? AND subject = ? "
+            "AND kind <> 'task' AND valid_to IS NOT NULL",
+            (user_id, subject),
+        )
+    ).rows
+    ends = until
+    for fact_id, start, end in rows:
+        if at < start < ends:
+            ends = start
+        if start < at < end:
+            yield d.step(
+                "UPDATE facts SET valid_to = ?, updated_at = ? WHERE id = ? AND user_id = ?",
+                (at, now, fact_id, user_id),
+            )
+    return ends
+
+
+def _close(
+    d: Dialect, user_id: str, fact_id: int, at: int, now: int, *, done: bool = True
+) -> Body[None]:
+    """Close a current fact at ``at``: a task ``done`` (completed), or, when a new version
+    supersedes it, kept with the status it had (a corrected task was never done)."""
+    status = "CASE WHEN kind = 'task' THEN 'done' ELSE status END" if done else "status"
     yield d.step(
-        "UPDATE facts SET valid_to = ?, updated_at = ?, "
-        "status = CASE WHEN kind = 'task' THEN 'done' ELSE status END "
+        f"UPDATE facts SET valid_to = ?, updated_at = ?, status = {status} "
         "WHERE id = ? AND user_id = ? AND valid_to IS NULL",
         (at, now, fact_id, user_id),
     )

@@ -25,8 +25,10 @@ from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Path, Query, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from harombe_core import errors as err
 from harombe_core.limits import current_limits
@@ -42,7 +44,7 @@ from harombe_core.server.inspector import add_inspector, error_page
 from harombe_core.server.keys import Scope
 from harombe_core.server.mcp_tools import McpEndpoint, build_mcp
 
-__all__ = ["add_api", "create_app", "max_body_bytes"]
+__all__ = ["MAX_APPEND", "add_api", "create_app", "max_body_bytes"]
 
 Asgi = Callable[
     [MutableMapping[str, Any], Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]],
@@ -68,7 +70,13 @@ def max_body_bytes() -> int:
 
 
 class _BodyLimit:
-    """Refuse a request body over :func:`max_body_bytes` (413) before anything reads it."""
+    """Refuse a request body over :func:`max_body_bytes` (413) before the app reads it.
+
+    A declared ``Content-Length`` is checked at once (the server reads no more than it
+    declares). A body without one (chunked) is read here up to the limit and handed on whole:
+    the app would read it all anyway, and an error raised while the app reads it would reach
+    the client as FastAPI's untyped 400 "error parsing the body", not as this 413.
+    """
 
     def __init__(self, app: Asgi) -> None:
         self.app = app
@@ -79,21 +87,43 @@ class _BodyLimit:
             return
         limit = max_body_bytes()
         declared = dict(scope.get("headers") or []).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > limit:
-            await _too_large(limit)(scope, receive, send)
+        if declared is not None:
+            if declared.isdigit() and int(declared) > limit:
+                await _too_large(limit)(scope, receive, send)
+                return
+            await self.app(scope, receive, send)
             return
+        read: list[Any] = []
         seen = 0
-
-        async def counted() -> Any:
-            nonlocal seen
+        while True:
             message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > limit:
-                    raise err.InputTooLargeError(_too_large_text(limit))
-            return message
+            read.append(message)
+            if message["type"] != "http.request":
+                break
+            seen += len(message.get("body", b""))
+            if seen > limit:
+                await _too_large(limit)(scope, receive, send)
+                return
+            if not message.get("more_body", False):
+                break
 
-        await self.app(scope, counted, send)
+        async def replayed() -> Any:
+            return read.pop(0) if read else await receive()
+
+        await self.app(scope, replayed, send)
+
+
+def _invalid_text(exc: RequestValidationError) -> str:
+    """FastAPI's validation errors as one message naming each bad field (never echoing the
+    value sent, which may be megabytes), so they reach clients as the library's errors do."""
+    problems = [
+        f"{'.'.join(str(part) for part in problem.get('loc', ()))}: {problem.get('msg', '')}"
+        for problem in exc.errors()
+    ]
+    shown = "; ".join(problems[:5]) + (
+        f"; and {len(problems) - 5} more" if len(problems) > 5 else ""
+    )
+    return f"invalid request ({shown}); /docs describes every route's parameters and body."
 
 
 def _too_large_text(limit: int) -> str:
@@ -108,6 +138,12 @@ def _too_large(limit: int) -> JSONResponse:
     return JSONResponse(
         {"error": "InputTooLargeError", "detail": _too_large_text(limit)}, status_code=413
     )
+
+
+#: The most messages one append takes. Its body is parsed and validated on the event loop,
+#: so a body of millions of tiny messages (under :func:`max_body_bytes`) would stall every
+#: other request of the server for seconds; checked before any message is validated.
+MAX_APPEND = 10_000
 
 
 # request bodies (each with an example: the isolation test sends it to every route) ---------
@@ -131,7 +167,10 @@ class AppendIn(BaseModel):
         extra="forbid",
         json_schema_extra={"examples": [{"messages": [{"role": "user", "content": "hello"}]}]},
     )
-    messages: list[MessageIn]
+    messages: list[MessageIn] = Field(
+        max_length=MAX_APPEND,
+        description=f"At most {MAX_APPEND:,}; send a longer history in several requests.",
+    )
     user_id: str | None = Field(default=None, description="Admin keys only: the session's user.")
 
 
@@ -347,6 +386,18 @@ def create_app(
             return page
         return JSONResponse(
             {"error": type(exc).__name__, "detail": str(exc)}, status_code=status_of(exc)
+        )
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(request: Request, exc: RequestValidationError) -> Any:
+        return await harombe_error(request, err.InvalidInputError(_invalid_text(exc)))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Any:
+        return JSONResponse(
+            {"error": "HTTPError", "detail": str(exc.detail)},
+            status_code=exc.status_code,
+            headers=exc.headers,
         )
 
     add_api(app)

@@ -14,6 +14,7 @@ saw the request; a request without a live key never reaches a tool.
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import TYPE_CHECKING, Any, Literal
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from mcp.server.fastmcp import Context, FastMCP
 from mcp.server.fastmcp.exceptions import ToolError
 from mcp.server.transport_security import TransportSecuritySettings
+from mcp.types import PARSE_ERROR
 from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 from starlette.routing import Route
@@ -196,7 +198,41 @@ class McpEndpoint:
             await response(scope, receive, send)
             return
         scope[SCOPE_KEY] = resolved
+        if scope.get("method") == "POST":
+            receive = await _parsable(scope, receive, send)
+            if receive is None:
+                return
         await self.mcp.session_manager.handle_request(scope, receive, send)
+
+
+async def _parsable(scope: Any, receive: Any, send: Any) -> Any:
+    """The request's ``receive`` again, once its body is known to parse as JSON at all; None
+    when it does not (a 400 JSON-RPC parse error is sent).
+
+    The SDK answers invalid JSON with a parse error, but JSON nested deeper than Python's
+    recursion limit raises RecursionError, which it answers with a 500. The body is already
+    bounded (the app's body limit), so it is read here, checked, and handed on whole.
+    """
+    read: list[Any] = []
+    while True:
+        message = await receive()
+        read.append(message)
+        if message["type"] != "http.request" or not message.get("more_body", False):
+            break
+    try:
+        json.loads(b"".join(m.get("body", b"") for m in read if m["type"] == "http.request"))
+    except RecursionError:
+        error = {"code": PARSE_ERROR, "message": "Parse error: JSON nested too deeply."}
+        response = JSONResponse({"jsonrpc": "2.0", "id": None, "error": error}, status_code=400)
+        await response(scope, receive, send)
+        return None
+    except ValueError:
+        pass  # the SDK's own parse error answers it
+
+    async def replayed() -> Any:
+        return read.pop(0) if read else await receive()
+
+    return replayed
 
 
 def run_stdio(manager: MemoryManager, scope: Scope) -> None:

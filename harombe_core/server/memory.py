@@ -16,7 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from harombe_core.errors import SessionNotFoundError
+from harombe_core.errors import InvalidInputError, SessionNotFoundError
+from harombe_core.owners import session_key, split_session_key
 from harombe_core.server.keys import AccessDeniedError, Scope
 
 if TYPE_CHECKING:
@@ -90,6 +91,27 @@ class ScopedMemory:
             )
         return session
 
+    async def may_create(self, session_id: str, user: str | None) -> None:
+        """Refuse to create another user's per-user conversation id for ``user``.
+
+        ``"bob:memory"`` is the id ``MemoryManager.conversation_session_id`` gives bob's
+        conversation ``memory`` (his MCP memory, his LangChain histories). Session
+        ids are one namespace, so if anyone else could create it first, bob could never use
+        his own conversation (every write of his would be refused as not his). An existing
+        session is left to the manager's ownership check; only creating one is refused here.
+        """
+        try:
+            owner, name = split_session_key(session_id)
+        except InvalidInputError:
+            return  # not of the form user:name
+        if owner == user or await self.manager.aget_session(session_id) is not None:
+            return
+        yours = f", or {session_key(user, name)!r} for this user" if user else ""
+        raise AccessDeniedError(
+            f"session id {session_id!r} is the per-user conversation id of user {owner!r}, and "
+            f"only that user may start it; choose an id without ':'{yours}."
+        )
+
     # sessions --------------------------------------------------------------------------------
     async def list_sessions(
         self, limit: int | None = 20, user_id: str | None = None
@@ -105,8 +127,11 @@ class ScopedMemory:
         metadata: Mapping[str, Any] | None = None,
         user_id: str | None = None,
     ) -> dict[str, Any]:
+        user = self.user(user_id)
+        if session_id is not None:
+            await self.may_create(session_id, user)
         sid = await self.manager.acreate_session(
-            system_prompt, metadata, self.user(user_id), session_id=session_id
+            system_prompt, metadata, user, session_id=session_id
         )
         return session_json(await self.session(sid, user_id))
 
@@ -137,7 +162,9 @@ class ScopedMemory:
         self, session_id: str, messages: Sequence[Mapping[str, Any]], user_id: str | None = None
     ) -> dict[str, Any]:
         """Append messages in one transaction; an unknown session is created for this user."""
-        ids = await self.manager.asave_messages(session_id, messages, user_id=self.user(user_id))
+        user = self.user(user_id)
+        await self.may_create(session_id, user)
+        ids = await self.manager.asave_messages(session_id, messages, user_id=user)
         return {"session_id": session_id, "ids": ids}
 
     async def messages(

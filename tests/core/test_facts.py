@@ -102,6 +102,28 @@ def test_an_older_value_extracted_late_is_history_not_current(mm: MemoryManager)
     assert _texts(mm.get_facts("ann", as_of="2024-01-05")) == ["Lives in Lisbon"]
 
 
+def test_values_extracted_out_of_order_never_overlap_in_history(mm: MemoryManager) -> None:
+    """Sessions ended in any order: each as-of read still gives one home city, the one said
+    last before that day (a late value shortens the history value it falls inside)."""
+    _say(mm, "new", "ann", "I live in Berlin.", day=20)
+    _say(mm, "old", "ann", "I live in Lisbon.", day=1)
+    _say(mm, "mid", "ann", "I live in Porto.", day=10)
+    _say(mm, "early", "ann", "I live in Faro.", day=5)
+    for sid in ("new", "old", "mid", "early"):
+        mm.end_session(sid)
+    assert _texts(mm.get_facts("ann")) == ["Lives in Berlin"]
+    for day, city in ((3, "Lisbon"), (7, "Faro"), (15, "Porto"), (25, "Berlin")):
+        assert _texts(mm.get_facts("ann", as_of=f"2024-01-{day:02d}")) == [f"Lives in {city}"]
+
+
+def test_a_valid_from_still_to_come_is_refused_not_moved_to_now(mm: MemoryManager) -> None:
+    with pytest.raises(InvalidInputError, match=r"valid_from .* is in the future"):
+        mm.add_fact("ann", "Lives in Berlin", subject="home city", valid_from="2999-01-01")
+    assert mm.get_facts("ann", include_history=True) == []
+    then = mm.add_fact("ann", "Lives in Lisbon", subject="home city", valid_from="2024-01-01")
+    assert then.valid_from == datetime(2024, 1, 1, tzinfo=UTC)
+
+
 def test_contradiction_supersedes(mm: MemoryManager) -> None:
     _say(mm, "s1", "ann", "I love sushi!", "I eat meat every day.", day=1)
     _say(mm, "s2", "ann", "I hate sushi.", "I don't eat meat every day.", day=2)
@@ -109,6 +131,19 @@ def test_contradiction_supersedes(mm: MemoryManager) -> None:
     mm.end_session("s2")
     assert sorted(_texts(mm.get_facts("ann"))) == ["Doesn't eat meat every day", "Hates sushi"]
     assert len(mm.get_facts("ann", include_history=True)) == 4
+
+
+def test_a_corrected_task_is_history_but_was_never_done(mm: MemoryManager) -> None:
+    """Correcting a task's text supersedes it; only completing it makes it done."""
+    old = mm.add_fact("ann", "Buy milk", kind="task")
+    new = mm.correct_fact("ann", old.id, "Buy oat milk")
+    assert _texts(mm.get_open_tasks("ann")) == ["Buy oat milk"]
+    (before,) = [f for f in mm.get_facts("ann", include_history=True) if f.id == old.id]
+    assert before.valid_to is not None
+    assert before.status == "open"
+    assert new.supersedes == old.id
+    assert mm.complete_task("ann", new.id).status == "done"
+    assert mm.get_open_tasks("ann") == []
 
 
 def test_completion_closes_the_task(mm: MemoryManager) -> None:

@@ -167,7 +167,7 @@ def test_a_fact_failing_inside_the_batch_takes_its_items_with_it(
         store = HarombeStore(mm)
         mm.add_fact("ann", "Lives in Lisbon", subject="home city")
 
-        def close(*args: Any) -> Any:
+        def close(*args: Any, **kwargs: Any) -> Any:
             raise RuntimeError("the fact write failed")
             yield  # a body
 

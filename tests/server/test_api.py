@@ -3,15 +3,17 @@ library's messages and status codes, keys, limits, and two processes sharing one
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from harombe_core.limits import current_limits
-from harombe_core.server.api import max_body_bytes
+from harombe_core.server.api import MAX_APPEND, max_body_bytes
 from harombe_core.server.process import ServerProcess, create_key_cli
 from tests.server.conftest import Served, serve
 
@@ -318,3 +320,77 @@ def test_a_key_id_never_starts_with_a_dash(tmp_path: Path, monkeypatch: pytest.M
         assert record.id == "Zq0ccccc"
         assert key == "hk_Zq0" + "c" * 40
         assert [k.id for k in keys.list_keys(mm.store)] == ["Zq0ccccc"]
+
+
+def test_a_chunked_body_over_the_limit_is_refused_with_a_typed_413(served: Served) -> None:
+    """Without a Content-Length the size is only known while reading: still 413 and the
+    typed error, not FastAPI's 400 "There was an error parsing the body"."""
+    step = 1 << 20
+
+    def chunks() -> Iterator[bytes]:
+        yield b'{"messages": [{"role": "user", "content": "'
+        for _ in range(max_body_bytes() // step + 1):
+            yield b"x" * step
+        yield b'"}]}'
+
+    with served.http(served.ann) as http:
+        answer = http.post(
+            f"/api/sessions/{_sid()}/messages",
+            content=chunks(),
+            headers={"content-type": "application/json"},
+        )
+        assert answer.status_code == 413, answer.text
+        assert answer.json()["error"] == "InputTooLargeError"
+        body = {"messages": [{"role": "user", "content": "small"}]}
+        small = http.post(
+            f"/api/sessions/{_sid()}/messages",
+            content=iter([json.dumps(body).encode()]),
+            headers={"content-type": "application/json"},
+        )
+        assert small.status_code == 201, small.text
+
+
+def test_malformed_requests_get_the_typed_error_body(served: Served) -> None:
+    """Every refusal has the same shape, ``{"error": class, "detail": message}``: FastAPI's
+    own validation errors and its 404/405 too, and a refused value is never echoed back."""
+    sid = _sid()
+    with served.http(served.ann) as http:
+        answers = {
+            "top_k": http.get("/api/search", params={"q": "a", "top_k": "abc"}),
+            "limit": http.get(f"/api/sessions/{sid}/messages", params={"limit": -1}),
+            "body": http.post(f"/api/sessions/{sid}/messages", json={"messages": "y" * 5000}),
+            "json": http.post(
+                f"/api/sessions/{sid}/messages",
+                content=b"{",
+                headers={"content-type": "application/json"},
+            ),
+        }
+        for where, answer in answers.items():
+            assert answer.status_code == 422, (where, answer.text)
+            body = answer.json()
+            assert body["error"] == "InvalidInputError", (where, body)
+            assert "/docs" in str(body["detail"]), (where, body)
+            assert "y" * 100 not in answer.text
+        assert "query.top_k" in answers["top_k"].json()["detail"]
+        assert "body.messages" in answers["body"].json()["detail"]
+        missing = http.get("/api/nothing-here")
+        assert missing.status_code == 404
+        assert missing.json() == {"error": "HTTPError", "detail": "Not Found"}
+        assert http.put("/api/sessions").json()["error"] == "HTTPError"
+
+
+def test_an_append_of_more_messages_than_one_request_takes_is_refused(served: Served) -> None:
+    """A body of many tiny messages fits the byte limit but would hold the event loop (every
+    other user's requests) while it is validated: refused by count, before validation."""
+    sid = _sid()
+    many = {"messages": [{"role": "user", "content": "x"}] * (MAX_APPEND + 1)}
+    with served.http(served.ann) as http:
+        answer = http.post(f"/api/sessions/{sid}/messages", json=many)
+        assert answer.status_code == 422
+        assert answer.json()["error"] == "InvalidInputError"
+        assert f"at most {MAX_APPEND}" in answer.json()["detail"]
+        assert http.get(f"/api/sessions/{sid}/messages").status_code == 404
+        most = {"messages": many["messages"][:MAX_APPEND]}
+        assert (
+            len(http.post(f"/api/sessions/{sid}/messages", json=most).json()["ids"]) == MAX_APPEND
+        )

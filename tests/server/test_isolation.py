@@ -183,3 +183,34 @@ async def test_no_tool_gives_bob_anything_of_anns(
             assert MARKER not in str(result.structuredContent), tool.name
     with served.http(served.ann) as http:
         assert _snapshot(http) == ann_memory
+
+
+async def test_nobody_can_take_another_users_conversation_before_they_start_it(
+    served: Served,
+) -> None:
+    """``bob:NAME`` is the id of bob's conversation NAME (his MCP memory is ``bob:memory``):
+    ann's key cannot create it first, by any route or tool, so bob can always use it."""
+    name = f"notes-{uuid.uuid4().hex[:8]}"
+    taken = f"bob:{name}"
+    with served.http(served.ann) as ann:
+        made = ann.post("/api/sessions", json={"session_id": taken})
+        assert made.status_code == 403, made.text
+        assert made.json()["error"] == "AccessDeniedError"
+        assert f"'ann:{name}'" in made.json()["detail"]
+        appended = ann.post(
+            f"/api/sessions/{taken}/messages", json={"messages": [{"role": "user", "content": "x"}]}
+        )
+        assert appended.status_code == 403, appended.text
+        assert ann.post("/api/sessions", json={"session_id": f"ann:{name}"}).status_code == 201
+    async with http_session(served, served.ann) as session:
+        refused = await session.call_tool("remember", {"content": "x", "session_id": taken})
+        assert refused.isError
+        assert "AccessDeniedError" in refused.content[0].text
+    with served.http(served.bob) as bob:
+        body = {"messages": [{"role": "user", "content": "mine"}]}
+        assert bob.post(f"/api/sessions/{taken}/messages", json=body).status_code == 201
+    with served.http(served.ann) as ann:
+        # once bob's, it is refused to ann as any session of another user is
+        appended = ann.post(f"/api/sessions/{taken}/messages", json=body)
+        assert appended.status_code == 403
+        assert appended.json()["error"] == "SessionOwnershipError"

@@ -91,3 +91,18 @@ async def test_stdio_serves_the_chosen_user(fresh_db: str) -> None:
         hits = result_json(await session.call_tool("search_memory", {"query": "stdio"}))
         assert hits[0]["session_id"] == kept["session_id"]
         assert result_json(await session.call_tool("profile", {}))["user_id"] == "ann"
+
+
+def test_json_nested_too_deeply_is_a_parse_error_not_a_500(served: Served) -> None:
+    headers = {
+        "Authorization": f"Bearer {served.ann}",
+        "content-type": "application/json",
+        "accept": "application/json, text/event-stream",
+    }
+    deep = b"[" * 100_000 + b"]" * 100_000
+    answer = httpx.post(served.url + "/mcp", content=deep, headers=headers, timeout=30)
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["error"]["code"] == -32700
+    broken = httpx.post(served.url + "/mcp", content=b"{", headers=headers, timeout=30)
+    assert broken.status_code == 400
+    assert broken.json()["error"]["code"] == -32700
