@@ -251,7 +251,7 @@ class HarombeSaver(ClosesOnExit, BaseCheckpointSaver[str]):
         session) in one transaction. Raises SessionOwnershipError for another user's thread."""
         plan = plan_put(self.serde, self._cache, config, checkpoint, metadata, new_versions)
         result = self._runner.run(
-            lambda: self._tables.put(plan, _now(), _epoch()), exactly_once=True,
+            lambda: self._tables.put(plan, _now(), _epoch), exactly_once=True,
             adds_messages=False,
         )
         return self._after_put(plan, result)
@@ -263,7 +263,7 @@ class HarombeSaver(ClosesOnExit, BaseCheckpointSaver[str]):
         plan = plan_put(self.serde, self._cache, config, checkpoint, metadata, new_versions)
         try:
             result = await self._runner.arun(
-                lambda: self._tables.put(plan, _now(), _epoch()), exactly_once=True,
+                lambda: self._tables.put(plan, _now(), _epoch), exactly_once=True,
                 adds_messages=False,
             )
         except asyncio.CancelledError:
@@ -284,19 +284,15 @@ class HarombeSaver(ClosesOnExit, BaseCheckpointSaver[str]):
             epoch=result["epoch"],
             keep=plan.head_hashes(self.messages_key),
         )
-        stored = {(channel, version) for channel, version in result.get("channels", ())}
         # The channels it changed without a blob are known too, as absent (a value of None,
         # as a read that finds no blob makes of them), so a read of a later checkpoint that
         # still names their versions does not look for them.
-        self._cache.remember_channels(
-            plan.thread_id,
-            result["epoch"],
-            [(plan.namespace, *blob) for blob in plan.blobs if blob[:2] in stored]
-            + [
-                (plan.namespace, channel, version, _NO_BLOB, None)
-                for channel, version in plan.unstored
-            ],
-        )
+        known = [
+            (plan.namespace, channel, version, _NO_BLOB, None) for channel, version in plan.unstored
+        ]
+        if result.get("stored"):  # its blobs, unless one was stored before (then read them)
+            known += [(plan.namespace, *blob) for blob in plan.blobs]
+        self._cache.remember_channels(plan.thread_id, result["epoch"], known)
         if result["head"]:
             head = self._tables.plan_head(plan)
             with self._heads_lock:

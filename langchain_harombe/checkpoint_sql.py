@@ -16,6 +16,7 @@ as the row lock of ``add_messages`` does.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -81,6 +82,15 @@ _WITH_WRITES = (
     "AND w.checkpoint_id = h.checkpoint_id "
     "ORDER BY part, task_path, task_id, idx"
 )
+#: :meth:`CheckpointTables.get`'s two statements: a named checkpoint, or the newest.
+_GET_ONE = _WITH_WRITES.format(
+    head=f"SELECT {_ROW} {_FROM} WHERE c.thread_id = ? AND c.checkpoint_ns = ? "
+    "AND c.checkpoint_id = ?"
+)
+_GET_NEWEST = _WITH_WRITES.format(
+    head=f"SELECT {_ROW} {_FROM} WHERE c.thread_id = ? AND c.checkpoint_ns = ? "
+    "ORDER BY c.checkpoint_id DESC LIMIT 1"
+)
 #: The checkpoint row a put writes, and what a put of the same checkpoint id replaces.
 _CHECKPOINT_ROW = (
     "checkpoints (thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, run_id, type, "
@@ -90,6 +100,10 @@ _CHECKPOINT_CONFLICT = (
     "(thread_id, checkpoint_ns, checkpoint_id) DO UPDATE SET "
     "parent_checkpoint_id = excluded.parent_checkpoint_id, run_id = excluded.run_id, "
     "type = excluded.type, checkpoint = excluded.checkpoint, metadata = excluded.metadata"
+)
+_PUT_CHECKPOINT = (
+    f"INSERT INTO {_CHECKPOINT_ROW} VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+    f"ON CONFLICT {_CHECKPOINT_CONFLICT}"
 )
 _COPY = {
     "checkpoints": "checkpoint_ns, checkpoint_id, parent_checkpoint_id, run_id, type, "
@@ -128,6 +142,39 @@ def _chunks(items: Sequence[Any], size: int = _CHUNK) -> Iterable[Sequence[Any]]
         yield items[start : start + size]
 
 
+@functools.lru_cache(maxsize=256)
+def _insert_sql(into: str, width: int, count: int, conflict: str) -> str:
+    """The statement inserting ``count`` rows of ``width`` values (written once per shape: a
+    put builds the same few every time)."""
+    marks = "(" + ", ".join("?" * width) + ")"
+    return f"INSERT INTO {into} VALUES {', '.join([marks] * count)} ON CONFLICT {conflict}"
+
+
+_WRITES_INTO = (
+    "checkpoint_writes (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, task_path, "
+    "channel, type, blob)"
+)
+_WRITES_REPLACE = (
+    "(thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO UPDATE SET "
+    "channel = excluded.channel, type = excluded.type, blob = excluded.blob, "
+    "task_path = excluded.task_path"
+)
+_WRITES_KEEP = "(thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO NOTHING"
+
+
+@functools.lru_cache(maxsize=256)
+def _owned_writes_sql(count: int, replace: bool, nobody: bool) -> str:
+    """:meth:`CheckpointTables.put_writes`'s insert of ``count`` rows that go in only if the
+    thread's session is the run's user's (``nobody``: owned by no one)."""
+    marks = "(" + ", ".join("?" * 9) + ")"
+    owned = "s.user_id IS NULL" if nobody else "s.user_id = ?"
+    return (
+        f"INSERT INTO {_WRITES_INTO} SELECT * FROM (VALUES {', '.join([marks] * count)}) "
+        f"AS v WHERE EXISTS (SELECT 1 FROM sessions s WHERE s.id = ? AND {owned}) "
+        f"ON CONFLICT {_WRITES_REPLACE if replace else _WRITES_KEEP}"
+    )
+
+
 def _checkpoint_values(plan: PutPlan) -> tuple[Any, ...]:
     """The values of :data:`_CHECKPOINT_ROW` for ``plan``."""
     return (
@@ -163,18 +210,15 @@ class CheckpointTables:
     messages_key: str
 
     # writes -------------------------------------------------------------------------------
-    def put(self, plan: PutPlan, now: int, epoch: str) -> Body[dict[str, Any]]:
-        """Store a checkpoint; when it becomes the thread's newest, mirror its messages."""
+    def put(self, plan: PutPlan, now: int, new_epoch: Callable[[], str]) -> Body[dict[str, Any]]:
+        """Store a checkpoint; when it becomes the thread's newest, mark its session owed.
+        ``new_epoch()`` makes the blob epoch of a new thread (called only for one)."""
         step = self.runner.step
         thread_id = plan.thread_id
-        state: ThreadState | None = None
-        if not self.runner.for_update("s") and self.cache.knows(thread_id):
-            # SQLite, on a thread this process has put before: the checkpoint row first, its
-            # thread's state returned by the same statement (see :meth:`_put_row`).
-            state = yield from self._put_row(plan)
-        stored_row = state is not None
-        if state is None:
-            state = yield from self._state(thread_id, create=(plan.user_id, now), sql=_PUT_STATE)
+        # The thread's state read first, then plain inserts: a checkpoint row inserted with a
+        # RETURNING of that state would be one statement less, but SQLite builds a temporary
+        # table for a RETURNING clause, which costs a put more than the statement saved.
+        state = yield from self._state(thread_id, create=(plan.user_id, now), sql=_PUT_STATE)
         _check_owner(state.owner, plan.user_id, thread_id)
         if state.epoch is None:
             # On PostgreSQL a put of the same new thread that committed while this one waited
@@ -183,7 +227,7 @@ class CheckpointTables:
                 yield step(
                     "INSERT INTO checkpoint_threads (thread_id, blob_epoch) VALUES (?, ?) "
                     "ON CONFLICT (thread_id) DO NOTHING RETURNING blob_epoch",
-                    (thread_id, epoch),
+                    (thread_id, new_epoch()),
                 )
             ).rows or (
                 yield step(
@@ -202,14 +246,8 @@ class CheckpointTables:
             "checkpoint_blobs (thread_id, checkpoint_ns, channel, version, type, blob)",
             [(thread_id, plan.namespace, *b) for b in plan.blobs],
             "(thread_id, checkpoint_ns, channel, version) DO NOTHING",
-            returning="channel, version",
         )
-        if not stored_row:
-            yield step(
-                f"INSERT INTO {_CHECKPOINT_ROW} VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
-                f"ON CONFLICT {_CHECKPOINT_CONFLICT}",
-                _checkpoint_values(plan),
-            )
+        yield step(_PUT_CHECKPOINT, _checkpoint_values(plan))
         head = plan.namespace == "" and (
             state.head_id is None or plan.checkpoint_id >= state.head_id
         )
@@ -224,43 +262,11 @@ class CheckpointTables:
         return {
             "epoch": state.epoch,
             "head": head,
-            # The blobs this put stored (not those a same-keyed earlier put had): the values
-            # this process may keep as the stored ones.
-            "channels": [list(r) for r in inserted],
+            # Whether every blob went in (none had a same-keyed earlier put's value): then
+            # this process may keep the values as the stored ones. Counted, not returned by
+            # the insert, as SQLite builds a temporary table for a RETURNING clause.
+            "stored": inserted == len(plan.blobs),
         }
-
-    def _put_row(self, plan: PutPlan) -> Body[ThreadState | None]:
-        """Insert the checkpoint row if the thread's session exists and is the run's user's,
-        and return the thread's state as the put needs it (the owner being the run's user);
-        None when it did not go in (then the put reads, creates or refuses the session as for
-        a thread it has not seen). Only where a write transaction holds the whole database
-        (SQLite): nothing can change the thread between this statement and the commit, and
-        the newest checkpoint it returns counts this one (so it is the head if it is that)."""
-        thread_id = plan.thread_id
-        owned = "s.user_id IS NULL" if plan.user_id is None else "s.user_id = ?"
-        rows = (
-            yield self.runner.step(
-                f"INSERT INTO {_CHECKPOINT_ROW} SELECT * FROM (VALUES (?, ?, ?, ?, ?, ?, ?, ?)) "
-                f"AS v WHERE EXISTS (SELECT 1 FROM sessions s WHERE s.id = ? AND {owned}) "
-                f"ON CONFLICT {_CHECKPOINT_CONFLICT} RETURNING "
-                "(SELECT t.blob_epoch FROM checkpoint_threads t WHERE t.thread_id = ?), "
-                "(SELECT MAX(c.checkpoint_id) FROM checkpoints c WHERE c.thread_id = ? "
-                "AND c.checkpoint_ns = ''), "
-                "EXISTS (SELECT 1 FROM checkpoint_mirror_due d WHERE d.thread_id = ?)",
-                [
-                    *_checkpoint_values(plan),
-                    thread_id,
-                    *(() if plan.user_id is None else (plan.user_id,)),
-                    thread_id,
-                    thread_id,
-                    thread_id,
-                ],
-            )
-        ).rows
-        if not rows:
-            return None
-        epoch, newest, due = rows[0]
-        return ThreadState.from_row((plan.user_id, 0, 0, newest, epoch, due))
 
     def mirror(
         self, thread_id: str, head: Head | None, converted: dict[int, Message]
@@ -309,25 +315,11 @@ class CheckpointTables:
         read, created or refused, and the rows are inserted again (the same rows: idempotent).
         """
         step = self.runner.step
-        into = (
-            "checkpoint_writes (thread_id, checkpoint_ns, checkpoint_id, task_id, idx, "
-            "task_path, channel, type, blob)"
-        )
-        conflict = (
-            "(thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO UPDATE SET "
-            "channel = excluded.channel, type = excluded.type, blob = excluded.blob, "
-            "task_path = excluded.task_path"
-            if replace
-            else "(thread_id, checkpoint_ns, checkpoint_id, task_id, idx) DO NOTHING"
-        )
+        conflict = _WRITES_REPLACE if replace else _WRITES_KEEP
         full = [(thread_id, namespace, checkpoint_id, *row) for row in rows]
         if len(full) <= _CHUNK:
-            owned = "s.user_id IS NULL" if user_id is None else "s.user_id = ?"
-            marks = "(" + ", ".join("?" * len(full[0])) + ")"
             done = yield step(
-                f"INSERT INTO {into} SELECT * FROM (VALUES {', '.join([marks] * len(full))}) "
-                f"AS v WHERE EXISTS (SELECT 1 FROM sessions s WHERE s.id = ? AND {owned}) "
-                f"ON CONFLICT {conflict}",
+                _owned_writes_sql(len(full), replace, user_id is None),
                 [
                     *(value for row in full for value in row),
                     thread_id,
@@ -341,7 +333,7 @@ class CheckpointTables:
             yield step(_NEW_SESSION, (thread_id, user_id, now, now))
             owner = (yield step("SELECT user_id FROM sessions WHERE id = ?", (thread_id,))).rows
         _check_owner(owner[0][0], user_id, thread_id)
-        yield from self._insert(into, full, conflict)
+        yield from self._insert(_WRITES_INTO, full, conflict)
 
     def delete_threads(self, thread_ids: Sequence[str]) -> Body[list[str]]:
         """Delete threads and their sessions (everything cascades); returns those deleted."""
@@ -450,14 +442,10 @@ class CheckpointTables:
         Its row and its pending writes come from one statement (the row first, then the writes
         in order), so the read at the start of an agent turn, whose channel blobs this process
         usually holds, is that statement alone."""
-        sql = f"SELECT {_ROW} {_FROM} WHERE c.thread_id = ? AND c.checkpoint_ns = ?"
-        params: list[Any] = [thread_id, namespace]
         if checkpoint_id:
-            sql += " AND c.checkpoint_id = ?"
-            params.append(checkpoint_id)
+            found = (yield self.runner.step(_GET_ONE, (thread_id, namespace, checkpoint_id))).rows
         else:
-            sql += " ORDER BY c.checkpoint_id DESC LIMIT 1"
-        found = (yield self.runner.step(_WITH_WRITES.format(head=sql), params)).rows
+            found = (yield self.runner.step(_GET_NEWEST, (thread_id, namespace))).rows
         rows = [r[1:10] for r in found if r[0] == 0]
         if rows:
             _check_owner(rows[0][7], user_id, thread_id)
@@ -530,24 +518,20 @@ class CheckpointTables:
         into: str,
         rows: Sequence[tuple[Any, ...]],
         conflict: str,
-        returning: str | None = None,
-    ) -> Body[list[Any]]:
-        """Insert ``rows``; with ``returning``, those columns of the rows really inserted."""
+    ) -> Body[int]:
+        """Insert ``rows``; the number really inserted (not those ``conflict`` skipped)."""
         if not rows:
-            return []
+            return 0
         width = len(rows[0])
-        marks = "(" + ", ".join("?" * width) + ")"
-        tail = f" RETURNING {returning}" if returning else ""
-        out: list[Any] = []
+        count = 0
         for chunk in _chunks(rows):
-            out += (
+            count += (
                 yield self.runner.step(
-                    f"INSERT INTO {into} VALUES {', '.join([marks] * len(chunk))} "
-                    f"ON CONFLICT {conflict}{tail}",
+                    _insert_sql(into, width, len(chunk), conflict),
                     [value for row in chunk for value in row],
                 )
-            ).rows
-        return out
+            ).rowcount
+        return count
 
     def _reconcile(
         self,
