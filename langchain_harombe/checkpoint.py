@@ -278,12 +278,6 @@ class HarombeSaver(ClosesOnExit, BaseCheckpointSaver[str]):
         """What :meth:`put` and :meth:`aput` do once the transaction has committed: cache what
         it wrote, hand the thread's session to the background job if the checkpoint is the
         thread's newest, and answer the stored checkpoint's config."""
-        self._cache.remember(
-            plan.thread_id,
-            plan.written,
-            epoch=result["epoch"],
-            keep=plan.head_hashes(self.messages_key),
-        )
         # The channels it changed without a blob are known too, as absent (a value of None,
         # as a read that finds no blob makes of them), so a read of a later checkpoint that
         # still names their versions does not look for them.
@@ -292,7 +286,10 @@ class HarombeSaver(ClosesOnExit, BaseCheckpointSaver[str]):
         ]
         if result.get("stored"):  # its blobs, unless one was stored before (then read them)
             known += [(plan.namespace, *blob) for blob in plan.blobs]
-        self._cache.remember_channels(plan.thread_id, result["epoch"], known)
+        self._cache.remember_put(
+            plan.thread_id, result["epoch"], plan.written, plan.head_hashes(self.messages_key),
+            known,
+        )
         if result["head"]:
             head = self._tables.plan_head(plan)
             with self._heads_lock:
@@ -365,12 +362,12 @@ class HarombeSaver(ClosesOnExit, BaseCheckpointSaver[str]):
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint ``config`` names (or the thread's newest), with its pending writes."""
         args = self._get_args(config)
-        loaded = self._runner.read(lambda: self._tables.get(*args))
+        loaded = self._runner.read_one(lambda: self._tables.get(*args))
         return self._assemble(loaded[0]) if loaded else None
 
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         args = self._get_args(config)
-        loaded = await self._runner.aread(lambda: self._tables.get(*args))
+        loaded = await self._runner.aread_one(lambda: self._tables.get(*args))
         return self._assemble(loaded[0]) if loaded else None
 
     def _assemble(self, item: Loaded) -> CheckpointTuple:

@@ -128,6 +128,8 @@ def message_array(
 
 def checked_id(value: Any, what: str) -> str:
     """A thread or user id as the session store keeps it (a str of 1 to 512 characters)."""
+    if type(value) is str and value.isascii() and 0 < len(value) <= 512 and "\x00" not in value:
+        return value  # the common case, checked in C (ASCII is valid Unicode)
     if isinstance(value, bool) or not isinstance(value, (str, int)):
         raise InvalidInputError(
             f"{what} must be a str (or an int), got {type(value).__name__}; pass it as "
@@ -333,20 +335,46 @@ class BlobCache:
         under it. ``keep`` (the newest checkpoint's references) survives when the thread's
         share is trimmed."""
         with self._lock:
-            entry = self._thread(thread_id)
-            if epoch is not None and entry.epoch != epoch:
-                entry.epoch, entry.written = epoch, set()
-            known = entry.blobs
-            for digest, type_, blob in blobs:
-                if digest not in known:
-                    known[digest] = (type_, blob)
-                    entry.size += len(blob)
-                    self._bytes += len(blob)
-                if epoch is not None:
-                    entry.written.add(digest)
-            if keep and len(known) > 2 * len(keep) + 256:
-                self._trim(entry, set(keep))
+            self._remember(self._thread(thread_id), blobs, epoch, keep)
             self._evict()
+
+    def remember_put(
+        self,
+        thread_id: str,
+        epoch: str,
+        blobs: Sequence[tuple[bytes, str, bytes]],
+        keep: Sequence[bytes],
+        channels: Sequence[tuple[str, str, str, str, bytes | None]],
+    ) -> None:
+        """What a committed put wrote: :meth:`remember` of its message ``blobs`` (stored under
+        ``epoch``) and :meth:`remember_channels` of its ``channels``, under one hold of the
+        lock and with one eviction (a put's bookkeeping, done on every step of a graph)."""
+        with self._lock:
+            entry = self._thread(thread_id)
+            self._remember(entry, blobs, epoch, keep)
+            self._remember_channels(entry, epoch, channels)
+            self._evict()
+
+    def _remember(
+        self,
+        entry: _ThreadBlobs,
+        blobs: Sequence[tuple[bytes, str, bytes]],
+        epoch: str | None,
+        keep: Sequence[bytes],
+    ) -> None:
+        """:meth:`remember` of one thread's ``entry`` (the caller holds the lock)."""
+        if epoch is not None and entry.epoch != epoch:
+            entry.epoch, entry.written = epoch, set()
+        known = entry.blobs
+        for digest, type_, blob in blobs:
+            if digest not in known:
+                known[digest] = (type_, blob)
+                entry.size += len(blob)
+                self._bytes += len(blob)
+            if epoch is not None:
+                entry.written.add(digest)
+        if keep and len(known) > 2 * len(keep) + 256:
+            self._trim(entry, set(keep))
 
     def _trim(self, entry: _ThreadBlobs, keep: set[bytes]) -> None:
         kept = {h: p for h, p in entry.blobs.items() if h in keep}
@@ -374,25 +402,33 @@ class BlobCache:
         written once, never updated, and deleting blobs starts a new epoch), so a read that
         finds the thread at that epoch may use them instead of reading them again."""
         with self._lock:
-            entry = self._thread(thread_id)
-            if entry.channels_epoch != epoch:
-                self._drop_channels(entry)
-                entry.channels_epoch = epoch
-            channels = entry.channels
-            for namespace, channel, version, type_, blob in blobs:
-                key = (namespace, channel, version)
-                if key not in channels:
-                    channels[key] = (type_, blob)
-                    size = len(blob or b"")
-                    entry.size += size
-                    self._bytes += size
-            if len(channels) > _CHANNELS_KEPT:
-                # The oldest first: reads mostly want the newest checkpoints' values.
-                for key in list(channels)[: len(channels) - _CHANNELS_KEPT // 2]:
-                    size = len(channels.pop(key)[1] or b"")
-                    entry.size -= size
-                    self._bytes -= size
+            self._remember_channels(self._thread(thread_id), epoch, blobs)
             self._evict()
+
+    def _remember_channels(
+        self,
+        entry: _ThreadBlobs,
+        epoch: str,
+        blobs: Sequence[tuple[str, str, str, str, bytes | None]],
+    ) -> None:
+        """:meth:`remember_channels` of one thread's ``entry`` (the caller holds the lock)."""
+        if entry.channels_epoch != epoch:
+            self._drop_channels(entry)
+            entry.channels_epoch = epoch
+        channels = entry.channels
+        for namespace, channel, version, type_, blob in blobs:
+            key = (namespace, channel, version)
+            if key not in channels:
+                channels[key] = (type_, blob)
+                size = len(blob or b"")
+                entry.size += size
+                self._bytes += size
+        if len(channels) > _CHANNELS_KEPT:
+            # The oldest first: reads mostly want the newest checkpoints' values.
+            for key in list(channels)[: len(channels) - _CHANNELS_KEPT // 2]:
+                size = len(channels.pop(key)[1] or b"")
+                entry.size -= size
+                self._bytes -= size
 
     def channel_blobs(
         self, thread_id: str, epoch: str | None, keys: Sequence[tuple[str, str, str]]

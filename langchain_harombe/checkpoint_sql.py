@@ -320,11 +320,8 @@ class CheckpointTables:
         if len(full) <= _CHUNK:
             done = yield step(
                 _owned_writes_sql(len(full), replace, user_id is None),
-                [
-                    *(value for row in full for value in row),
-                    thread_id,
-                    *(() if user_id is None else (user_id,)),
-                ],
+                [value for row in full for value in row]
+                + ([thread_id] if user_id is None else [thread_id, user_id]),
             )
             if done.rowcount > 0:
                 return
@@ -523,6 +520,12 @@ class CheckpointTables:
         if not rows:
             return 0
         width = len(rows[0])
+        if len(rows) <= _CHUNK:  # the common case, without the chunks' generator
+            done = yield self.runner.step(
+                _insert_sql(into, width, len(rows), conflict),
+                [value for row in rows for value in row],
+            )
+            return done.rowcount
         count = 0
         for chunk in _chunks(rows):
             count += (

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from harombe_core.errors import InvalidInputError
 from harombe_core.flows import off_loop
 from harombe_core.store import ops
-from harombe_core.store.runner import Body, Step, StepResult, drive
+from harombe_core.store.runner import Body, Step, StepResult, _send, drive
 
 if TYPE_CHECKING:
     from harombe_core.models import Message
@@ -81,6 +81,19 @@ class SqlRunner:
         """:meth:`read` without blocking the event loop: in a worker thread, one hop."""
         return await off_loop(self.read, factory)
 
+    def read_one(self, factory: Callable[[], Body[T]]) -> T:
+        """:meth:`read` for a body that usually asks a single statement (a checkpoint read
+        whose blobs this process holds): that statement runs alone, without the BEGIN and
+        COMMIT around it, as one statement already reads one consistent snapshot. A body that
+        asks a second one is dropped and run again from its start by :meth:`read`, so every
+        answer still comes from one snapshot."""
+        done = self.store.snapshot(lambda c: _first(c, factory()), begin=False)
+        return self.read(factory) if done is _MORE else done
+
+    async def aread_one(self, factory: Callable[[], Body[T]]) -> T:
+        """:meth:`read_one` without blocking the event loop: in a worker thread, one hop."""
+        return await off_loop(self.read_one, factory)
+
     def add_messages(
         self, session_id: str, messages: Sequence[Message], **options: Any
     ) -> Body[list[int]]:
@@ -105,6 +118,26 @@ class _PostgresRunner(SqlRunner):
 
     def read(self, factory: Callable[[], Body[T]]) -> T:
         return self.store.run_body(factory)
+
+    read_one = read  # (each run_body is its own transaction: nothing to leave out)
+
+
+_MORE: Any = object()  # what :func:`_first` answers for a body of more than one statement
+
+
+def _first(cursor: Any, body: Body[T]) -> Any:
+    """``body``'s result when it asks at most one statement (run on ``cursor``), else
+    :data:`_MORE` (the body is then closed, its answer unused)."""
+    more, value = _send(body, None)
+    if not more:
+        return value
+    done = cursor.execute(value.sql, value.params)
+    rows = done.fetchall() if done.description is not None else []
+    more, value = _send(body, StepResult(rows, done.rowcount))
+    if more:
+        body.close()
+        return _MORE
+    return value
 
 
 def sql_runner(store: Any) -> SqlRunner:

@@ -224,11 +224,12 @@ class SQLiteStore(KeywordShortcuts):
         """
         return self._write(fn, adds=adds_messages)
 
-    def snapshot(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    def snapshot(self, fn: Callable[[sqlite3.Connection], T], *, begin: bool = True) -> T:
         """Run ``fn(connection)`` in one read transaction: a consistent view of the file that
         takes no write lock, so writers in other processes are never kept waiting. Inside
-        :meth:`atomic` (on its thread) it reads in that block's transaction."""
-        return self._open_file().snapshot(fn)
+        :meth:`atomic` (on its thread) it reads in that block's transaction. ``begin=False``
+        for an ``fn`` of one statement (its own snapshot: no BEGIN and COMMIT around it)."""
+        return self._open_file().snapshot(fn, begin=begin)
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
         """Rows of one read-only statement (see :meth:`transaction`)."""

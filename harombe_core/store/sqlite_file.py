@@ -343,13 +343,17 @@ class SQLiteFile:
             delay = min(delay * 2, 1.0)
         raise StoreBusyError(f"{self.location}: still locked after {retries} retries")
 
-    def snapshot(self, fn: Callable[[Any], T]) -> T:
+    def snapshot(self, fn: Callable[[Any], T], *, begin: bool = True) -> T:
         """Run ``fn(connection)`` in one read transaction: a consistent view of the file that
-        takes no write lock. Inside :meth:`atomic` (on its thread) it joins that block."""
+        takes no write lock. Inside :meth:`atomic` (on its thread) it joins that block.
+        ``begin=False``: ``fn`` runs a single statement, which is its own snapshot, so the
+        BEGIN and COMMIT (two statements more) are left out."""
         if self.block.handle is not None:
             return self._write_inside(fn)
         conn = self._enter()
         try:
+            if not begin:
+                return fn(conn)
             conn.execute("BEGIN")
             try:
                 result = fn(conn)
