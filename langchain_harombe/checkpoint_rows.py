@@ -116,14 +116,14 @@ def message_array(
     it writes it alone, so blobs of that type are joined under one header: the very bytes a
     checkpointer storing the whole list would read, in one call.
     """
-    if not isinstance(serde, JsonPlusSerializer) or any(t != "msgpack" for t, _ in blobs):
+    if not isinstance(serde, JsonPlusSerializer) or {t for t, _ in blobs} - {"msgpack"}:
         return None
     count = len(blobs)
     header = bytes([0x90 | count]) if count < 16 else (
         b"\xdc" + count.to_bytes(2, "big") if count < 65536
         else b"\xdd" + count.to_bytes(4, "big")
     )
-    return "msgpack", header + b"".join(b for _, b in blobs)
+    return "msgpack", header + b"".join([b for _, b in blobs])
 
 
 def checked_id(value: Any, what: str) -> str:

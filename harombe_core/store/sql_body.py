@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from harombe_core.errors import InvalidInputError
 from harombe_core.flows import off_loop
 from harombe_core.store import ops
-from harombe_core.store.runner import Body, Step, StepResult, _send, drive
+from harombe_core.store.runner import Body, Step, StepResult, drive
 
 if TYPE_CHECKING:
     from harombe_core.models import Message
@@ -45,9 +45,9 @@ class SqlRunner:
 
     def step(self, sql: str, params: Sequence[Any] = ()) -> Step:
         """A statement written with ``?`` placeholders, in this backend's style (the store's
-        :class:`~harombe_core.store.runner.Dialect` writes it)."""
-        step: Step = self.store.dialect.step(sql, params)
-        return step
+        :class:`~harombe_core.store.runner.Dialect` writes it; SQLite's is ``?`` itself, so
+        the statement is built here, without that call: a checkpoint put asks several)."""
+        return Step(sql, params)
 
     def run(
         self,
@@ -107,6 +107,10 @@ class _PostgresRunner(SqlRunner):
     def for_update(self, alias: str) -> str:
         return f" FOR UPDATE OF {alias}"
 
+    def step(self, sql: str, params: Sequence[Any] = ()) -> Step:
+        step: Step = self.store.dialect.step(sql, params)
+        return step
+
     def run(
         self,
         factory: Callable[[], Body[T]],
@@ -128,16 +132,15 @@ _MORE: Any = object()  # what :func:`_first` answers for a body of more than one
 def _first(cursor: Any, body: Body[T]) -> Any:
     """``body``'s result when it asks at most one statement (run on ``cursor``), else
     :data:`_MORE` (the body is then closed, its answer unused)."""
-    more, value = _send(body, None)
-    if not more:
-        return value
-    done = cursor.execute(value.sql, value.params)
-    rows = done.fetchall() if done.description is not None else []
-    more, value = _send(body, StepResult(rows, done.rowcount))
-    if more:
-        body.close()
-        return _MORE
-    return value
+    try:
+        step = next(body)
+        done = cursor.execute(step.sql, step.params)
+        rows = done.fetchall() if done.description is not None else []
+        body.send(StepResult(rows, done.rowcount))
+    except StopIteration as stop:
+        return stop.value
+    body.close()
+    return _MORE
 
 
 def sql_runner(store: Any) -> SqlRunner:

@@ -158,7 +158,10 @@ class SQLiteFile:
         self._key_digest = _key_digest(key)
         self._busy_timeout_ms = busy_timeout_ms
         self._memory = memory
-        self._cond = threading.Condition(threading.Lock())
+        # ``_mutex`` is ``_cond``'s lock, taken directly where no wait or notify is needed (every
+        # operation's start and end): a Condition's ``with`` costs two Python calls more.
+        self._mutex = threading.Lock()
+        self._cond = threading.Condition(self._mutex)
         self._writer = threading.Lock()
         self._local = threading.local()
         self._connections: list[Any] = []  # every open connection, idle or in use
@@ -212,12 +215,12 @@ class SQLiteFile:
         local = self._local
         depth = getattr(local, "depth", 0)
         conn = None
-        with self._cond:
+        with self._mutex:
             if self._inherited:
                 raise StoreError(self._inherited)
             if depth == 0:  # a nested call of a running operation never waits for itself
                 while self._paused and not self._closed:
-                    self._cond.wait()
+                    self._cond.wait()  # (holding _mutex: the condition's lock)
                 if self._closed:
                     raise StoreError(
                         f"{self.location}: the store is closed; open a new MemoryManager."
@@ -233,7 +236,7 @@ class SQLiteFile:
             if conn is None:
                 # No lock needed to connect: while this operation runs nothing closes them.
                 conn = self._connect()
-                with self._cond:
+                with self._mutex:
                     self._connections.append(conn)
             local.conn = conn
             return conn
@@ -245,7 +248,7 @@ class SQLiteFile:
         local = self._local
         local.depth -= 1
         conn = local.__dict__.pop("conn", None) if local.depth == 0 else None
-        with self._cond:
+        with self._mutex:
             self._users -= 1
             if conn is not None and conn in self._connections:
                 self._idle.append(conn)  # not closed meanwhile: ready for the next operation
@@ -506,7 +509,8 @@ class SQLiteFile:
             self._cond.notify_all()
 
     def _after_fork_in_child(self) -> None:
-        self._cond = threading.Condition(threading.Lock())
+        self._mutex = threading.Lock()
+        self._cond = threading.Condition(self._mutex)
         self._writer = threading.Lock()
         self._local = threading.local()
         self.block = AtomicBlock()
