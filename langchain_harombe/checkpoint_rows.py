@@ -550,7 +550,7 @@ def plan_put(
     type_, blob = serde.dumps_typed(stored)
     meta = get_serializable_checkpoint_metadata(config, metadata)
     try:
-        meta_json = json.dumps(meta, ensure_ascii=False, allow_nan=False, default=_no_json)
+        meta_json = _META_JSON.encode(meta)
     except ValueError as exc:
         raise InvalidInputError(f"checkpoint metadata must be JSON: {exc}.") from exc
     run_id = meta.get("run_id")
@@ -574,6 +574,11 @@ def plan_put(
 
 def _no_json(value: Any) -> Any:
     raise ValueError(f"{type(value).__name__} is not a JSON type")
+
+
+#: The encoder of checkpoint metadata, made once (``json.dumps`` with options builds one per
+#: call, which a put would pay on every step).
+_META_JSON = json.JSONEncoder(ensure_ascii=False, allow_nan=False, default=_no_json)
 
 
 def needed_blobs(checkpoint: Checkpoint) -> list[tuple[str, str]]:
