@@ -167,3 +167,59 @@ def test_items_need_no_langgraph() -> None:
         "assert not loaded, loaded\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+# SqlRunner.read_one ---------------------------------------------------------------------------
+def _new_session(sql: SqlRunner, session_id: str) -> Body[None]:
+    yield sql.step(
+        "INSERT INTO sessions (id, user_id, created_at, updated_at) VALUES (?, ?, ?, ?)",
+        (session_id, "u", NOW, NOW),
+    )
+
+
+def test_read_one_answers_as_read_for_bodies_of_none_one_and_several_statements(
+    sql: SqlRunner,
+) -> None:
+    """A body of one statement runs alone (no BEGIN/COMMIT); one that asks more is run again
+    from its start in one read snapshot."""
+    for session_id in ("s1", "s2"):
+        sql.run(lambda s=session_id: _new_session(sql, s), exactly_once=True)
+    starts: list[str] = []
+
+    def nothing() -> Body[str]:
+        starts.append("nothing")
+        return "none asked"
+        yield  # a generator that asks no statement
+
+    def one() -> Body[list[str]]:
+        starts.append("one")
+        rows = (yield sql.step("SELECT id FROM sessions WHERE id IN ('s1', 's2') ORDER BY id")).rows
+        return [r[0] for r in rows]
+
+    def two() -> Body[tuple[list[str], int]]:
+        starts.append("two")
+        rows = (yield sql.step("SELECT id FROM sessions WHERE id IN ('s1', 's2') ORDER BY id")).rows
+        counted = (yield sql.step("SELECT COUNT(*) FROM sessions WHERE id = ?", ("s1",))).rows
+        return [r[0] for r in rows], counted[0][0]
+
+    assert sql.read_one(nothing) == sql.read(nothing) == "none asked"
+    assert sql.read_one(one) == sql.read(one) == ["s1", "s2"]
+    assert sql.read_one(two) == sql.read(two) == (["s1", "s2"], 1)
+    if sql.store.dialect.name == "sqlite":
+        # The body of two statements was dropped after its first and run again from the start.
+        assert starts == ["nothing", "nothing", "one", "one", "two", "two", "two"]
+
+
+def test_read_one_inside_an_atomic_block_sees_its_writes(tmp_path: Path) -> None:
+    with MemoryManager(str(tmp_path / "atomic.db"), embedding=None) as manager:
+        sql = sql_runner(manager.store)
+
+        def ids() -> Body[list[str]]:
+            rows = (yield sql.step("SELECT id FROM sessions ORDER BY id")).rows
+            return [r[0] for r in rows]
+
+        def inside() -> list[str]:
+            manager.create_session(user_id="u", session_id="inside")
+            return sql.read_one(ids)
+
+        assert manager.store.atomic(inside) == ["inside"]
