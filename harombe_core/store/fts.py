@@ -40,6 +40,7 @@ from typing import Any
 from harombe_core.errors import HarombeError
 from harombe_core.folding import KEYWORDS, SummaryFolder
 from harombe_core.store.base import KeywordHit, SearchScope
+from harombe_core.store.erasure import KEYWORD_TABLES
 from harombe_core.store.rows import MESSAGE_COLUMNS, row_to_message, scope_sql
 from harombe_core.store.runner import Body, Step
 from harombe_core.store.sqlite_file import SQLiteFile
@@ -681,7 +682,21 @@ def _fts_id_range(scope: SearchScope | None) -> tuple[str, list[Any]]:
 
 def rebuild_body() -> Body[int]:
     """The SQLite body of :func:`~harombe_core.store.ops.rebuild_keyword_index`: every FTS
-    row recreated from the messages table (idempotent); rows indexed."""
+    row recreated from the messages table (idempotent); rows indexed.
+
+    FTS5's ``rebuild`` comes first, on every keyword table of the file: it throws away each
+    index's pages without reading them, so an index whose pages are damaged ("database disk
+    image is malformed" on every search) is rebuilt too. Row-by-row deletes would read those
+    pages and leave them as they were.
+    """
+    tables = (
+        yield Step(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN (?, ?, ?)",
+            KEYWORD_TABLES,
+        )
+    ).rows
+    for (table,) in tables:
+        yield Step(f"INSERT INTO {table} ({table}) VALUES ('rebuild')")
     yield Step("DELETE FROM messages_fts")
     count = 0
     previous_session: str | None = None

@@ -1,0 +1,142 @@
+"""A row edited outside harombe (by hand, a bad migration, an attacker with the file) gives a
+typed error naming its table, id and column on the read that meets it, never a ``JSONDecodeError``
+or ``TypeError`` from deep inside, and every other session stays readable. A damaged keyword
+index says how to rebuild it, and ``reindex`` does.
+
+Each case edits a real database file with the ``sqlite3`` module, as the ``sqlite3`` shell would.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from harombe_core import CorruptRowError, MemoryManager, Message, NotAHarombeDatabaseError
+from harombe_core.testing import FakeEmbedder
+
+
+def _memory(path: Path | str) -> None:
+    with MemoryManager(path, embedding=None, token_counter="approximate") as mm:
+        mm.create_session(session_id="bad", user_id="ann", metadata={"topic": "x"})
+        mm.save_messages(
+            "bad", [Message(role="user", content=f"apple {i}", metadata={"i": i}) for i in range(3)]
+        )
+        mm.save_message("good", Message(role="user", content="apple pie"))
+
+
+def _edit(path: Path, sql: str) -> None:
+    raw = sqlite3.connect(path)
+    raw.execute("PRAGMA ignore_check_constraints = ON")  # as a careless editor would
+    raw.execute(sql)
+    raw.commit()
+    raw.close()
+
+
+#: case -> (the edit, the column the error must name)
+MESSAGE_EDITS = {
+    "tool_calls not JSON": (
+        "UPDATE messages SET tool_calls = 'not json' WHERE id = 2",
+        "tool_calls",
+    ),
+    "metadata a JSON list": ("UPDATE messages SET metadata = '[1, 2]' WHERE id = 2", "metadata"),
+    "content a blob": ("UPDATE messages SET content = x'00ff' WHERE id = 2", "content"),
+    "negative token count": ("UPDATE messages SET token_count = -5 WHERE id = 2", "token_count"),
+    "token count a text": ("UPDATE messages SET token_count = 'many' WHERE id = 2", "token_count"),
+    "time a text": ("UPDATE messages SET created_at = 'yesterday' WHERE id = 2", "created_at"),
+    "time past year 9999": (
+        "UPDATE messages SET created_at = 9223372036854775807 WHERE id = 2",
+        "created_at",
+    ),
+    "unknown role": ("UPDATE messages SET role = 'root' WHERE id = 2", "role"),
+}
+
+
+@pytest.mark.parametrize("case", list(MESSAGE_EDITS))
+def test_a_crafted_message_row_is_named_by_a_typed_error(tmp_path: Path, case: str) -> None:
+    path = tmp_path / "memory.db"
+    _memory(path)
+    sql, column = MESSAGE_EDITS[case]
+    _edit(path, sql)
+    with MemoryManager(path, embedding=None, token_counter="approximate") as mm:
+        reads = {
+            "load_session": lambda: mm.load_session("bad"),
+            "get_recent_messages": lambda: mm.get_recent_messages("bad", max_tokens=1000),
+            "search": lambda: mm.search("apple", top_k=10),
+        }
+        for read in reads.values():
+            with pytest.raises(CorruptRowError) as caught:
+                read()
+            error = caught.value
+            assert (error.table, error.row_id, error.column) == ("messages", 2, column)
+            assert "row 2 of table messages" in str(error)
+            assert "DELETE FROM messages WHERE id = 2" in str(error)
+        # Nothing else is lost: the other session reads, and writes still work.
+        assert [m.content for m in mm.load_session("good")] == ["apple pie"]
+        mm.save_message("bad", Message(role="user", content="apple tart"))
+        # The documented repair (delete the row) makes the session readable again.
+    _edit(path, "DELETE FROM messages WHERE id = 2")
+    with MemoryManager(path, embedding=None, token_counter="approximate") as mm:
+        assert [m.content for m in mm.load_session("bad")] == ["apple 0", "apple 2", "apple tart"]
+
+
+SESSION_EDITS = {
+    "metadata not JSON": ("UPDATE sessions SET metadata = '{oops' WHERE id = 'bad'", "metadata"),
+    "metadata JSON null": ("UPDATE sessions SET metadata = 'null' WHERE id = 'bad'", "metadata"),
+    "summary data not JSON": (
+        "UPDATE sessions SET summary_json = '{oops' WHERE id = 'bad'",
+        "summary_json",
+    ),
+    "time a text": ("UPDATE sessions SET created_at = 'x' WHERE id = 'bad'", "created_at"),
+}
+
+
+@pytest.mark.parametrize("case", list(SESSION_EDITS))
+def test_a_crafted_session_row_is_named_by_a_typed_error(tmp_path: Path, case: str) -> None:
+    path = tmp_path / "memory.db"
+    _memory(path)
+    sql, column = SESSION_EDITS[case]
+    _edit(path, sql)
+    with MemoryManager(path, embedding=None, token_counter="approximate") as mm:
+        for read in (lambda: mm.get_session("bad"), lambda: mm.list_sessions(limit=10)):
+            with pytest.raises(CorruptRowError) as caught:
+                read()
+            assert (caught.value.table, caught.value.row_id) == ("sessions", "bad")
+            assert caught.value.column == column
+            assert "DELETE FROM sessions WHERE id = 'bad'" in str(caught.value)
+        assert mm.get_session("good") is not None
+        assert [m.content for m in mm.load_session("good")] == ["apple pie"]
+
+
+def test_a_damaged_keyword_index_names_reindex_and_reindex_repairs_it(tmp_path: Path) -> None:
+    path = tmp_path / "memory.db"
+    _memory(path)
+    _edit(path, "UPDATE messages_fts_data SET block = x'deadbeef' WHERE id > 10")
+    with MemoryManager(path, embedding=None, token_counter="approximate") as mm:
+        assert len(mm.load_session("bad")) == 3  # the messages themselves are intact
+        with pytest.raises(NotAHarombeDatabaseError, match="harombe reindex"):
+            mm.search("apple", top_k=10)
+        mm.reindex(embedding=FakeEmbedder())  # what `harombe reindex` runs
+        hits = mm.search("apple", top_k=10)
+        assert sorted(h.message.content for h in hits) == [
+            "apple 0",
+            "apple 1",
+            "apple 2",
+            "apple pie",
+        ]
+
+
+def test_crafted_rows_on_postgres_are_named_too(pg_url: str) -> None:
+    import psycopg
+
+    _memory(pg_url)
+    with psycopg.connect(pg_url, autocommit=True) as raw:
+        raw.execute("UPDATE messages SET tool_calls = 'not json' WHERE content = 'apple 1'")
+        raw.execute("UPDATE sessions SET metadata = '[]' WHERE id = 'good'")
+    with MemoryManager(pg_url, embedding=None, token_counter="approximate") as mm:
+        with pytest.raises(CorruptRowError, match="column tool_calls is not valid JSON"):
+            mm.load_session("bad")
+        with pytest.raises(CorruptRowError, match="column metadata holds a JSON list"):
+            mm.get_session("good")
+        assert mm.get_session("bad") is not None
