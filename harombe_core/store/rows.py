@@ -35,14 +35,17 @@ __all__ = [
     "SESSION_COLUMNS",
     "check_id",
     "check_summary",
+    "corrupt_row",
     "dumps",
     "from_micros",
+    "json_problem",
     "message_ids",
     "row_to_message",
     "row_to_session",
     "scope_sql",
     "session_changes",
     "session_span",
+    "time_problem",
     "to_micros",
 ]
 
@@ -219,7 +222,7 @@ def row_to_session(row: Sequence[Any]) -> Session:
     return session
 
 
-def _json_problem(value: Any, kind: type, nullable: bool) -> str | None:
+def json_problem(value: Any, kind: type, nullable: bool) -> str | None:
     """Why ``value`` is not the JSON text of a ``kind`` (None when it is)."""
     if value is None:
         return None if nullable else "is NULL"
@@ -234,7 +237,7 @@ def _json_problem(value: Any, kind: type, nullable: bool) -> str | None:
     return None
 
 
-def _time_problem(value: Any) -> str | None:
+def time_problem(value: Any) -> str | None:
     if type(value) is not int:
         return f"holds a {type(value).__name__}, not integer microseconds"
     try:
@@ -249,9 +252,9 @@ def _message_problem(row: Sequence[Any]) -> tuple[str, str]:
     checks: list[tuple[str, str | None]] = [
         ("role", None if row[2] in ROLES else f"is {show(row[2])}, not one of {sorted(ROLES)}"),
         ("content", None if type(row[3]) is str else f"holds a {type(row[3]).__name__}"),
-        ("tool_calls", _json_problem(row[5], list, nullable=True)),
-        ("metadata", _json_problem(row[7], dict, nullable=False)),
-        ("created_at", _time_problem(row[8])),
+        ("tool_calls", json_problem(row[5], list, nullable=True)),
+        ("metadata", json_problem(row[7], dict, nullable=False)),
+        ("created_at", time_problem(row[8])),
         (
             "token_count",
             None if type(row[9]) is int and row[9] >= 0 else f"is {show(row[9])}, not a count",
@@ -263,26 +266,39 @@ def _message_problem(row: Sequence[Any]) -> tuple[str, str]:
 def _session_problem(row: Sequence[Any]) -> tuple[str, str]:
     """(column, what is wrong with it) for a session row row_to_session refused."""
     checks: list[tuple[str, str | None]] = [
-        ("metadata", _json_problem(row[3], dict, nullable=False)),
-        ("created_at", _time_problem(row[4])),
-        ("updated_at", _time_problem(row[5])),
-        ("summary_json", _json_problem(row[8], dict, nullable=True)),
+        ("metadata", json_problem(row[3], dict, nullable=False)),
+        ("created_at", time_problem(row[4])),
+        ("updated_at", time_problem(row[5])),
+        ("summary_json", json_problem(row[8], dict, nullable=True)),
     ]
     return next(((c, p) for c, p in checks if p is not None), ("?", "could not be read"))
 
 
 def _corrupt(table: str, row: Sequence[Any], problem: tuple[str, str]) -> CorruptRowError:
-    column, what = problem
-    key = row[0] if type(row[0]) is int else "'" + str(row[0]).replace("'", "''") + "'"
+    return corrupt_row(table, row[0], *problem)
+
+
+def corrupt_row(table: str, row_id: Any, column: str, what: str) -> CorruptRowError:
+    """The error for a stored row harombe cannot have written: which row, which column, what
+    is wrong with it, and the SQL that deletes it (``row_id`` is the row's ``id``, or for a
+    table keyed otherwise a mapping of its key columns)."""
+    if isinstance(row_id, Mapping):
+        where = " AND ".join(f"{k} = {_literal(v)}" for k, v in row_id.items())
+    else:
+        where = f"id = {_literal(row_id)}"
     return CorruptRowError(
-        f"row {show(row[0])} of table {table}: column {column} {what}. harombe never writes "
+        f"row {show(row_id)} of table {table}: column {column} {what}. harombe never writes "
         "that, so the file was edited outside harombe. Repair that column, or delete the row "
-        f"(PRAGMA foreign_keys = ON; DELETE FROM {table} WHERE id = {key};); the other rows are "
+        f"(PRAGMA foreign_keys = ON; DELETE FROM {table} WHERE {where};); the other rows are "
         "untouched and still readable.",
         table=table,
-        row_id=row[0],
+        row_id=row_id,
         column=column,
     )
+
+
+def _literal(value: Any) -> str:
+    return str(value) if type(value) is int else "'" + str(value).replace("'", "''") + "'"
 
 
 def message_ids(values: Sequence[Any]) -> list[int]:

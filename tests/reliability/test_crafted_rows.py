@@ -8,6 +8,7 @@ Each case edits a real database file with the ``sqlite3`` module, as the ``sqlit
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from pathlib import Path
 
@@ -140,3 +141,55 @@ def test_crafted_rows_on_postgres_are_named_too(pg_url: str) -> None:
         with pytest.raises(CorruptRowError, match="column metadata holds a JSON list"):
             mm.get_session("good")
         assert mm.get_session("bad") is not None
+
+
+@pytest.mark.parametrize("mark", ["99999999999", "many", "-5", "0", ""])
+def test_a_crafted_keyword_mark_is_repaired_not_trusted(tmp_path: Path, mark: str) -> None:
+    # The mark says how far the keyword index reaches. One beyond every message hid every
+    # later message from keyword search for good; one that is not a number, or too low,
+    # failed every catch-up (flush and close raised ValueError / "constraint failed").
+    path = tmp_path / "memory.db"
+    _memory(path)
+    _edit(path, f"UPDATE harombe_meta SET value = '{mark}' WHERE key = 'keyword_index_upto'")
+    with MemoryManager(path, embedding=None, token_counter="approximate") as mm:
+        mm.save_message("new", Message(role="user", content="zebra crossing"))
+        mm.flush()
+    with MemoryManager(path, embedding=None, token_counter="approximate") as mm:
+        assert [h.message.content for h in mm.store.keyword_search("zebra")] == ["zebra crossing"]
+        found = [h.message.content for h in mm.store.keyword_search("apple", limit=10)]
+        assert sorted(found) == ["apple 0", "apple 1", "apple 2", "apple pie"]
+    raw = sqlite3.connect(path)
+    indexed = raw.execute("SELECT COUNT(*) FROM messages_fts").fetchone()[0]
+    assert indexed == raw.execute("SELECT COUNT(*) FROM messages").fetchone()[0] == 5
+    raw.close()
+
+
+def test_crafted_fact_item_and_vector_rows_are_named(tmp_path: Path) -> None:
+    from langchain_harombe import HarombeStore
+
+    path = tmp_path / "memory.db"
+    _memory(path)
+    with MemoryManager(path, embedding=FakeEmbedder(), token_counter="approximate") as mm:
+        mm.add_fact("ann", "ann likes apples")
+        store = HarombeStore(mm)
+        store.put(("ann", "notes"), "n1", {"text": "apples"})
+        mm.flush()
+    _edit(path, "UPDATE facts SET valid_from = 'yesterday'")
+    _edit(path, "UPDATE store_items SET value = '{oops' WHERE key = 'n1'")
+    _edit(path, "UPDATE message_vectors SET vector = x'0102' WHERE message_id = 2")
+    with MemoryManager(path, embedding=FakeEmbedder(), token_counter="approximate") as mm:
+        with pytest.raises(CorruptRowError, match="of table facts: column valid_from"):
+            mm.get_facts("ann")
+        store = HarombeStore(mm)
+        with pytest.raises(CorruptRowError, match="of table store_items: column value is not"):
+            store.get(("ann", "notes"), "n1")
+        with pytest.raises(
+            CorruptRowError, match=re.escape("WHERE namespace = 'ann.notes' AND key = 'n1'")
+        ):
+            store.search(("ann",))
+        with pytest.raises(CorruptRowError, match=r"message_vectors.*reindex --reembed") as caught:
+            mm.search_similar("apple", top_k=3)
+        assert caught.value.row_id == {"message_id": 2}
+        assert len(mm.load_session("bad")) == 3  # the messages themselves read
+        mm.reindex(embedding=FakeEmbedder(), reembed=True)  # the repair the error names
+        assert {m.content for m in mm.search_similar("apple 1", top_k=1)} == {"apple 1"}
