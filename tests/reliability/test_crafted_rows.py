@@ -193,3 +193,19 @@ def test_crafted_fact_item_and_vector_rows_are_named(tmp_path: Path) -> None:
         assert len(mm.load_session("bad")) == 3  # the messages themselves read
         mm.reindex(embedding=FakeEmbedder(), reembed=True)  # the repair the error names
         assert {m.content for m in mm.search_similar("apple 1", top_k=1)} == {"apple 1"}
+
+
+def test_a_postgres_database_of_another_application_is_refused_untouched(pg_url: str) -> None:
+    import psycopg
+
+    with psycopg.connect(pg_url, autocommit=True) as raw:
+        raw.execute("CREATE TABLE facts (x INTEGER)")
+        raw.execute("INSERT INTO facts VALUES (7)")
+    with pytest.raises(NotAHarombeDatabaseError, match=r"table\(s\) facts of another application"):
+        MemoryManager(pg_url, embedding=None)
+    with psycopg.connect(pg_url, autocommit=True) as raw:
+        tables = raw.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'"
+        ).fetchall()
+        assert tables == [("facts",)]
+        assert raw.execute("SELECT x FROM facts").fetchall() == [(7,)]
