@@ -166,26 +166,27 @@ def row_to_message(row: Sequence[Any]) -> Message:
     # _message_problem (only then), never passed on to fail deep in a caller.
     message = _new_message(Message)
     try:
-        message.id = row[0]
-        message.session_id = row[1]
-        message.role = row[2]
-        message.content = row[3]
-        message.name = row[4]
-        message.tool_calls = json.loads(row[5]) if row[5] is not None else None
-        message.tool_call_id = row[6]
-        message.metadata = json.loads(row[7]) if row[7] != "{}" else {}
-        message.created_at = from_micros(row[8])
-        message.token_count = row[9]
-        message.parent_id = row[10]
+        mid, session_id, role, content, name, calls, call_id, meta, created, tokens, parent = row
+        message.id = mid
+        message.session_id = session_id
+        message.role = role
+        message.content = content
+        message.name = name
+        message.tool_calls = json.loads(calls) if calls is not None else None
+        message.tool_call_id = call_id
+        message.metadata = json.loads(meta) if meta != "{}" else {}
+        message.created_at = from_micros(created)
+        message.token_count = tokens
+        message.parent_id = parent
     except (TypeError, ValueError, OverflowError):
         raise _corrupt("messages", row, _message_problem(row)) from None
     if (
-        type(message.content) is not str
-        or type(message.token_count) is not int
-        or message.token_count < 0
-        or message.role not in ROLES
-        or type(message.metadata) is not dict
-        or (message.tool_calls is not None and type(message.tool_calls) is not list)
+        type(content) is not str
+        or type(tokens) is not int
+        or tokens < 0
+        or role not in ROLES
+        or (meta != "{}" and type(message.metadata) is not dict)
+        or (calls is not None and type(message.tool_calls) is not list)
     ):
         raise _corrupt("messages", row, _message_problem(row))
     return message
