@@ -209,3 +209,41 @@ def test_a_postgres_database_of_another_application_is_refused_untouched(pg_url:
         ).fetchall()
         assert tables == [("facts",)]
         assert raw.execute("SELECT x FROM facts").fetchall() == [(7,)]
+
+
+def test_a_session_deleted_with_foreign_keys_off_leaves_nothing_to_the_next_owner_of_its_id(
+    tmp_path: Path,
+) -> None:
+    # The sqlite3 shell runs with foreign keys off: deleting a session there left its messages
+    # and checkpoints behind, and whoever created that id next (here another user) read them.
+    from langchain_core.language_models.fake_chat_models import FakeListChatModel
+    from langchain_core.messages import HumanMessage
+    from langgraph.graph import START, MessagesState, StateGraph
+
+    from langchain_harombe import HarombeSaver
+    from tests.reliability.test_deletion import files_holding, token
+
+    secret = token()
+    path = tmp_path / "memory.db"
+    llm = FakeListChatModel(responses=[f"noted {secret}"])
+    graph = StateGraph(MessagesState)
+    graph.add_node("model", lambda state: {"messages": [llm.invoke(state["messages"])]})
+    graph.add_edge(START, "model")
+    with MemoryManager(path, embedding=None, token_counter="approximate") as mm:
+        config = {"configurable": {"thread_id": "bob:memory", "user_id": "bob"}}
+        agent = graph.compile(checkpointer=HarombeSaver(mm))
+        agent.invoke({"messages": [HumanMessage(f"my pin is {secret}")]}, config)
+        mm.save_message("keep", Message(role="user", content="kept"))
+    raw = sqlite3.connect(path)  # foreign keys off, as in the sqlite3 shell
+    raw.execute("DELETE FROM sessions WHERE id = 'bob:memory'")
+    raw.commit()
+    assert raw.execute("SELECT COUNT(*) FROM checkpoints").fetchone()[0] > 0  # left behind
+    raw.close()
+    with MemoryManager(path, embedding=None, token_counter="approximate") as mm:
+        mm.save_message("bob:memory", Message(role="user", content="eve here"), user_id="eve")
+        assert [m.content for m in mm.load_session("bob:memory", user_id="eve")] == ["eve here"]
+        assert mm.search(secret, top_k=5, user_id="eve") == []
+        eve = {"configurable": {"thread_id": "bob:memory", "user_id": "eve"}}
+        assert HarombeSaver(mm).get_tuple(eve) is None
+        assert [m.content for m in mm.load_session("keep")] == ["kept"]
+    assert files_holding(tmp_path, secret) == []
