@@ -7,6 +7,7 @@ messages of its newest checkpoint (what readers without LangGraph see)."""
 
 from __future__ import annotations
 
+import contextlib
 import operator
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
@@ -182,13 +183,12 @@ class _Story:
         builder.add_edge(START, "flaky")
         graph = builder.compile(checkpointer=self.saver)
         config = _thread("pw")
-        try:
+        with contextlib.suppress(RuntimeError):
             graph.invoke({"xs": []}, config)
-        except RuntimeError:
-            pass
         state = graph.get_state(config)
         saved = self.saver.get_tuple(config)
-        assert saved is not None and saved.pending_writes is not None
+        assert saved is not None
+        assert saved.pending_writes is not None
         resumed = graph.invoke(None, config)
         self.see(
             "pending writes",
