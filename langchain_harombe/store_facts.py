@@ -45,7 +45,14 @@ from harombe_core.integration import (
 )
 from harombe_core.integration import Op as StoreOp
 
-__all__ = ["FACTS_NAMESPACE", "fact_namespaces", "is_fact_op", "plan_fact_write", "read_fact_op"]
+__all__ = [
+    "FACTS_NAMESPACE",
+    "check_fact_ttl",
+    "fact_namespaces",
+    "is_fact_op",
+    "plan_fact_write",
+    "read_fact_op",
+]
 
 #: The namespace prefix of the facts: ``("harombe", "facts", user_id)``.
 FACTS_NAMESPACE = ("harombe", "facts")
@@ -133,6 +140,19 @@ def read_fact_op(manager: MemoryManager, op: Op) -> Flow[Result]:
     fact = _find((yield from memory.facts(op.namespace[2])), op.key)
     # the key as asked: keys that differ only in case or spacing name one subject
     return None if fact is None else Item(**{**_fields(op.namespace, fact), "key": op.key})
+
+
+def check_fact_ttl(op: Op, default_ttl: float | None) -> None:
+    """Refuse a fact put that asks for a ttl: a fact never expires, and a silent forever
+    would keep what the caller meant to be gone. The store's ``default_ttl`` (which LangGraph
+    fills into every put that gives none) is for its items, and passes."""
+    ttl = getattr(op, "ttl", None)
+    asked = isinstance(ttl, (int, float)) and ttl != default_ttl
+    if isinstance(op, PutOp) and op.value is not None and asked:
+        raise InvalidInputError(
+            f"a fact does not expire (got ttl={ttl!r} for {op.key!r}): put it without a "
+            "ttl, and delete it (harombe keeps no copy) when it should be forgotten."
+        )
 
 
 def plan_fact_write(manager: MemoryManager, op: PutOp) -> Flow[StoreOp[Any]]:

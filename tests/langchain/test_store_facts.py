@@ -40,6 +40,21 @@ def test_facts_are_items_under_their_namespace(tmp_path: Path) -> None:
             store.put(ANN, "x", {"content": 3})
 
 
+def test_a_fact_put_with_a_ttl_is_refused_not_kept_forever(tmp_path: Path) -> None:
+    """A fact never expires, so a put asking for a ttl is refused (a silent forever would
+    keep what the caller meant to be gone); without one, or with None, it is stored."""
+    with MemoryManager(str(tmp_path / "m.db"), embedding=None) as mm:
+        store = HarombeStore(mm, ttl={"default_ttl": 5})
+        with pytest.raises(InvalidInputError, match="does not expire"):
+            store.put(ANN, "diet", {"content": "Is vegan"}, ttl=60)
+        with pytest.raises(InvalidInputError, match="does not expire"):
+            HarombeStore(mm).put(ANN, "diet", {"content": "Is vegan"}, ttl=5)
+        assert mm.get_facts("ann") == []
+        store.put(ANN, "diet", {"content": "Is vegan"})  # the store's default_ttl: items only
+        store.put(ANN, "tea", {"content": "Likes tea"}, ttl=None)
+        assert sorted(f.text for f in mm.get_facts("ann")) == ["Is vegan", "Likes tea"]
+
+
 async def test_langmem_tools_manage_and_search_the_users_facts(tmp_path: Path) -> None:
     langmem = pytest.importorskip("langmem")
     with MemoryManager(str(tmp_path / "m.db"), embedding=None) as mm:
