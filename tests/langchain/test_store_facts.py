@@ -275,3 +275,26 @@ def test_a_fact_without_a_subject_is_read_overwritten_and_deleted_by_its_id(
         assert store.get(ANN, key) is None
         assert [f.text for f in mm.get_facts("ann")] == []
         assert [f.text for f in mm.get_facts("bob")] == ["Likes chess"]
+
+
+def test_keys_differing_in_case_or_spacing_name_one_fact_on_purpose(tmp_path: Path) -> None:
+    """The deliberate difference (docs/user-memory.md): a key is a subject, so "Home City"
+    and "home  city" are one fact (the one an extractor files under "home city"), where
+    InMemoryStore keeps two items; a get still answers with the key as asked."""
+    from langgraph.store.memory import InMemoryStore
+
+    theirs = InMemoryStore()
+    with MemoryManager(str(tmp_path / "m.db"), embedding=None) as mm:
+        ours = HarombeStore(mm)
+        for store in (theirs, ours):
+            store.put(ANN, "Home City", {"content": "Lives in Lisbon"})
+            store.put(ANN, "home  city", {"content": "Lives in Berlin"})
+        assert _seen(theirs.get(ANN, "Home City")) == ("Home City", "Lives in Lisbon")
+        assert _seen(ours.get(ANN, "Home City")) == ("Home City", "Lives in Berlin")
+        assert _seen(ours.get(ANN, "home  city")) == _seen(theirs.get(ANN, "home  city"))
+        assert len(theirs.search(ANN)) == 2
+        assert [_seen(i) for i in ours.search(ANN)] == [("home city", "Lives in Berlin")]
+        assert [f.text for f in mm.get_facts("ann", include_history=True)] == [
+            "Lives in Lisbon",
+            "Lives in Berlin",
+        ]
