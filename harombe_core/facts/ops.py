@@ -321,7 +321,8 @@ def forget_fact(user_id: str, fact_id: int) -> Op[bool]:
 
 
 def forget_current(user_id: str, subject: str | None, fact_id: int | None) -> Op[int]:
-    """Forget ``user_id``'s current fact of ``subject`` (else the current fact ``fact_id``):
+    """Forget ``user_id``'s current fact of ``subject`` (else the current fact ``fact_id``
+    if it has no subject: a fact with a subject is named only by it):
     what deleting a LangGraph store item of the facts namespace does. Its id, or 0 if there
     was none. Written as one operation so that it can join a larger transaction."""
 
@@ -331,7 +332,7 @@ def forget_current(user_id: str, subject: str | None, fact_id: int | None) -> Op
             found = (yield d.step(sql + "subject = ? ORDER BY id", (user_id, subject))).rows
             if found or fact_id is None:
                 return (yield from _forget_found(d, user_id, found))
-        found = (yield d.step(sql + "id = ?", (user_id, fact_id))).rows
+        found = (yield d.step(sql + "id = ? AND subject IS NULL", (user_id, fact_id))).rows
         return (yield from _forget_found(d, user_id, found))
 
     return Op(body, write=True)
