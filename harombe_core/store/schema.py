@@ -239,6 +239,19 @@ def _orphans_trigger() -> str:
     )
 
 
+def _orphans_swept() -> list[str]:
+    """SQLite: delete, once, every row naming a session that does not exist (left by deletes
+    with foreign keys off), recording the erasure owed if there was any. One scan per table."""
+    gone = [(t, f"{c} NOT IN (SELECT id FROM sessions)") for t, c in _SESSION_REFERENCES]
+    found = " OR ".join(f"EXISTS (SELECT 1 FROM {t} WHERE {w})" for t, w in gone)
+    marks = [
+        "INSERT OR REPLACE INTO harombe_meta (key, value) SELECT "
+        f"'{key}', lower(hex(randomblob(16))) WHERE {found}"
+        for key in ("erased_keywords_pending", "erased_vectors_pending")
+    ]
+    return [*marks, *(f"DELETE FROM {t} WHERE {w}" for t, w in gone)]
+
+
 # Each migration is a list of statements run in one transaction with the version bump.
 MIGRATIONS: list[list[str]] = [
     [
@@ -459,8 +472,9 @@ MIGRATIONS: list[list[str]] = [
             blob BLOB NOT NULL,
             PRIMARY KEY (thread_id, hash)""",
     ),
-    # 12: a new session deletes what a session of its id deleted with foreign keys off left.
-    [_orphans_trigger()],
+    # 12: a new session deletes what a session of its id deleted with foreign keys off left;
+    # what such deletes already left is deleted once here.
+    [_orphans_trigger(), *_orphans_swept()],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -247,3 +247,30 @@ def test_a_session_deleted_with_foreign_keys_off_leaves_nothing_to_the_next_owne
         assert HarombeSaver(mm).get_tuple(eve) is None
         assert [m.content for m in mm.load_session("keep")] == ["kept"]
     assert files_holding(tmp_path, secret) == []
+
+
+def test_rows_of_a_session_deleted_with_foreign_keys_off_go_at_the_upgrade(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from harombe_core.store import sqlite as sqlite_module
+    from tests.reliability.test_deletion import files_holding, token
+
+    secret = token()
+    path = tmp_path / "memory.db"
+    with monkeypatch.context() as old:  # a file of the schema before the sweep
+        old.setattr(sqlite_module, "MIGRATIONS", sqlite_module.MIGRATIONS[:11])
+        old.setattr(sqlite_module, "SCHEMA_VERSION", 11)
+        with MemoryManager(path, embedding=None, token_counter="approximate") as mm:
+            mm.save_message("gone", Message(role="user", content=f"pin {secret}"), user_id="bob")
+            mm.save_message("keep", Message(role="user", content="kept"), user_id="ann")
+    raw = sqlite3.connect(path)  # foreign keys off, as in the sqlite3 shell
+    raw.execute("DELETE FROM sessions WHERE id = 'gone'")
+    raw.commit()
+    raw.close()
+    assert files_holding(tmp_path, secret)
+    with MemoryManager(path, embedding=None, token_counter="approximate") as mm:
+        assert [m.content for m in mm.load_session("keep", user_id="ann")] == ["kept"]
+    raw = sqlite3.connect(path)
+    assert raw.execute("SELECT COUNT(*) FROM messages").fetchone()[0] == 1
+    raw.close()
+    assert files_holding(tmp_path, secret) == []  # the sweep's erasure was paid at close
