@@ -268,6 +268,37 @@ class SQLiteStore(KeywordShortcuts):
         return self._open_file().read(sql, params)
 
     # derived indexes ----------------------------------------------------------------------
+    def erasure_owed(self) -> bool:
+        """True while a deletion's text may still be in this file's bytes: the keyword index
+        is not compacted since, or the WAL not truncated since (one indexed read)."""
+        file = self._open_file()
+        if file.read_only:
+            return False
+        return file.wal_holds_deleted or file.snapshot(
+            lambda c: owed(c, ERASED_KEYWORDS) is not None, begin=False
+        )
+
+    def erase_deleted(self) -> int:
+        """Do now what the file's last close does after a deletion, with the file open: merge
+        the keyword index's segments (dropping deleted entries), then truncate the WAL.
+        Returns the bytes the WAL still holds when a reader with an older snapshot kept it
+        from being truncated (0 when it was: no deleted text is left in the files).
+
+        Writers wait only for the merge (one pass over the keyword index, in one short
+        transaction); the truncation never waits (:meth:`SQLiteFile.truncate_wal`), so
+        call again later while this returns more than 0. Nothing owed: costs one read."""
+        file = self._open_file()
+        if file.read_only:
+            return 0
+        owes = file.snapshot(lambda c: owed(c, ERASED_KEYWORDS), begin=False) is not None
+        if owes and file.write(compact_keywords, self._max_retries):
+            file.wal_holds_deleted = True
+        if not file.wal_holds_deleted:
+            return 0
+        left = file.truncate_wal()
+        file.wal_holds_deleted = left > 0
+        return left
+
     def index_keywords(self) -> int:
         """Bring the keyword index up to date now; returns the rows indexed since the previous
         call in this process (by this call or by the background indexer).

@@ -160,6 +160,10 @@ class SQLiteFile:
         self._key_digest = _key_digest(key)
         self._busy_timeout_ms = busy_timeout_ms
         self._memory = memory
+        #: Set when the keyword index was compacted after a deletion but the WAL, whose old
+        #: page images still hold the deleted text, could not be truncated yet (a reader held
+        #: it); :meth:`SQLiteStore.erase_deleted` tries again until it is.
+        self.wal_holds_deleted = False
         # ``_mutex`` is ``_cond``'s lock, taken directly where no wait or notify is needed (every
         # operation's start and end): a Condition's ``with`` costs two Python calls more.
         self._mutex = threading.Lock()
@@ -455,6 +459,32 @@ class SQLiteFile:
                 conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
             except sqlite3.Error as exc:
                 raise classify(exc, self.location) from exc
+
+    def truncate_wal(self) -> int:
+        """Try once, without waiting, to copy the WAL into the database file and truncate it;
+        returns the bytes the WAL still holds (0: truncated, or no WAL).
+
+        Unlike :meth:`checkpoint` (used at close, where waiting is fine) this never makes a
+        writer wait: a ``TRUNCATE`` checkpoint that must wait for readers holding an older
+        snapshot blocks new writers meanwhile, so it is asked with a zero busy timeout and
+        gives up at once; the caller tries again later (the background eraser does)."""
+        if self._memory or self.read_only:
+            return 0
+        with self.connection() as conn:
+            try:
+                conn.execute("PRAGMA busy_timeout = 0")
+                try:
+                    busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+                finally:
+                    conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
+            except sqlite3.Error as exc:
+                raise classify(exc, self.location) from exc
+        if not busy:
+            return 0
+        try:
+            return os.path.getsize(f"{self.location}-wal")
+        except OSError:
+            return 0
 
     def at_close(self, fn: Callable[[SQLiteFile], object]) -> None:
         """Run ``fn(file)`` when the last opener closes, before the connections close."""
