@@ -138,7 +138,11 @@ def turn_content(turn: dict[str, Any], with_captions: bool) -> str:
     return text
 
 
-def ingest(mm: Any, sample: dict[str, Any], with_captions: bool) -> int:
+def ingest(
+    mm: Any, sample: dict[str, Any], with_captions: bool, ids: dict[str, int] | None = None
+) -> int:
+    """Save a conversation's turns (``ids``, when given, gets each turn's message id by
+    ``dia_id``); how many."""
     from harombe_core import Message
 
     user = sample["sample_id"]
@@ -161,9 +165,71 @@ def ingest(mm: Any, sample: dict[str, Any], with_captions: bool) -> int:
             for turn in conv[f"session_{n}"]
         ]
         for message in messages:
-            mm.save_message(sid, message, user_id=user)
+            saved = mm.save_message(sid, message, user_id=user)
+            if ids is not None:
+                ids[message.metadata["dia_id"]] = saved
         count += len(messages)
         n += 1
+    return count
+
+
+class ObservationModel:
+    """A stand-in for the model behind the opt-in LLM fact extractor: it answers each of
+    :class:`~harombe_core.facts.llm.LLMExtractor`'s prompts with LoCoMo's ``observation``
+    facts (written by an LLM, each with the turns it came from) of the prompt's messages,
+    as the JSON operations the extractor parses. The facts then go through the library's
+    real path: the extractor's parsing, consolidation (repeats merged, their sources
+    joined), embedding and the facts' keyword index.
+    """
+
+    def __init__(self) -> None:
+        #: Each message id's facts (filled as conversations are ingested).
+        self.facts: dict[int, list[str]] = {}
+
+    def add(self, sample: dict[str, Any], ids: dict[str, int]) -> int:
+        """Take a conversation's observations, by the message ids of their turns; how many."""
+        count = 0
+        for observations in sample.get("observation", {}).values():
+            for facts in observations.values():
+                for text, where in facts:
+                    items = where if isinstance(where, list) else [where]
+                    turns = parse_evidence([str(i) for i in items])
+                    for turn in sorted(turns):
+                        if turn in ids:
+                            self.facts.setdefault(ids[turn], []).append(text)
+                    count += bool(turns & ids.keys())
+        return count
+
+    def __call__(self, prompt: str) -> str:
+        shown = prompt.split("New messages (id, role, text):", 1)[1].split("\n\nPropose", 1)[0]
+        operations = [
+            {"action": "add", "kind": "fact", "text": text, "message_id": mid}
+            for mid in map(int, re.findall(r"^(\d+) \| ", shown, flags=re.MULTILINE))
+            for text in self.facts.get(mid, [])
+        ]
+        return json.dumps({"operations": operations})
+
+
+#: Messages per extraction prompt with ``--facts``: a session's turns yield fewer facts than
+#: the extractor's answer may hold (:data:`harombe_core.facts.llm.MAX_OPERATIONS`).
+FACT_BATCH = 20
+
+
+def ingest_facts(mm: Any, data: list[dict[str, Any]], ids: dict[str, dict[str, int]]) -> int:
+    """Extract the conversations' observations as facts through the LLM extractor (see
+    :class:`ObservationModel`), session by session; how many observations."""
+    from harombe_core.facts.llm import LLMExtractor
+
+    model = ObservationModel()
+    count = sum(model.add(sample, ids[sample["sample_id"]]) for sample in data)
+    memory = mm.user_memory
+    memory.extractor = LLMExtractor(model)
+    memory.batch_size = FACT_BATCH
+    for sample in data:
+        n = 1
+        while f"session_{n}" in sample["conversation"]:
+            mm.extract_facts(f"{sample['sample_id']}-session-{n}")
+            n += 1
     return count
 
 
