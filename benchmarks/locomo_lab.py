@@ -398,13 +398,7 @@ def gather(args: argparse.Namespace, lr: Any) -> None:
     with tempfile.TemporaryDirectory() as folder:
         mm = lr.open_manager(args, str(Path(folder) / "locomo.db"), False)
         try:
-            ids: dict[str, dict[str, int]] = {}
-            for sample in data:
-                lr.ingest(mm, sample, True, ids.setdefault(sample["sample_id"], {}))
-            mm.flush()
-            if args.facts:
-                count = lr.ingest_facts(mm, data, ids)
-                print(f"  {count} observations extracted as facts", file=sys.stderr)
+            lr.ingest_all(mm, data, True, "observations" if args.facts else None)
             retriever = mm.retriever
             base = retriever.settings
             every = replace(base, time_weight=1.0, neighbor_weight=1.0)

@@ -85,6 +85,7 @@ BASELINE: dict[str, Any] = {
     "statement_weight": 0.0,
     "person_weight": 0.0,
     "name_free_weight": 0.0,
+    "fact_weight": 0.0,
 }
 RANK_GRID: dict[str, tuple[float, ...]] = {
     # 1.0 in every fold of every grid so far (0.5 was the other value): held there, so that
@@ -105,6 +106,16 @@ RANK_GRID: dict[str, tuple[float, ...]] = {
     "person_weight": (0.0, 0.1, 0.2, 0.4),
     "name_free_weight": (0.0, 1.0),
 }
+#: With ``--facts``: the fact column's weights the grid chooses from, and (to keep the grid's
+#: size) ``name_free_weight`` held at the 1.0 every fold chose.
+FACT_GRID: dict[str, tuple[float, ...]] = {
+    "fact_weight": (0.0, 0.4, 0.8, 1.2),
+    "name_free_weight": (1.0,),
+}
+#: With ``--facts``, the plain run also searches with this ``fact_weight`` (the one chosen
+#: on all five development conversations; ``docs/ranking.md``).
+FACT_WEIGHT = 0.8
+
 #: The hybrid's two halves, each ranked alone with the shipped context weights: ``search``
 #: options that turn the other side off.
 HALVES: dict[str, dict[str, float]] = {
@@ -230,6 +241,18 @@ def ingest_facts(mm: Any, data: list[dict[str, Any]], ids: dict[str, dict[str, i
         while f"session_{n}" in sample["conversation"]:
             mm.extract_facts(f"{sample['sample_id']}-session-{n}")
             n += 1
+    return count
+
+
+def ingest_all(mm: Any, data: list[dict[str, Any]], with_captions: bool, facts: str | None) -> int:
+    """Ingest every conversation and wait for its indexes; with ``facts``, extract the
+    observations as facts too (:func:`ingest_facts`). How many messages."""
+    ids: dict[str, dict[str, int]] = {}
+    count = sum(ingest(mm, s, with_captions, ids.setdefault(s["sample_id"], {})) for s in data)
+    mm.flush()
+    if facts:
+        extracted = ingest_facts(mm, data, ids)
+        print(f"{extracted} observations extracted as facts", file=sys.stderr)
     return count
 
 
@@ -391,12 +414,14 @@ def grid_scores(
     # Every kind of evidence gathered (vectors too when the grid tries feedback).
     feedback = max(RANK_GRID.get("feedback_weight", (base.feedback_weight,)))
     name_free = max(RANK_GRID.get("name_free_weight", (base.name_free_weight,)))
+    facts = max(RANK_GRID.get("fact_weight", (base.fact_weight,)))
     gather_settings = replace(
         base,
         time_weight=1.0,
         neighbor_weight=1.0,
         feedback_weight=feedback,
         name_free_weight=name_free,
+        fact_weight=facts,
     )
     pools: dict[int, list[int]] = defaultdict(list)
     for k in ks:
@@ -514,7 +539,17 @@ def main(argv: list[str] | None = None) -> int:
         help="embedding cache file (default: in the temporary folder)",
     )
     parser.add_argument("--no-cache", action="store_true", help="run the model for every text")
+    parser.add_argument(
+        "--facts",
+        choices=("observations",),
+        default=None,
+        help="extract LoCoMo's observations as the user's facts through the LLM fact "
+        f"extractor (a stand-in for an LLM's facts); the plain run adds fact_weight="
+        f"{FACT_WEIGHT}, --cv chooses it",
+    )
     args = parser.parse_args(argv)
+    if args.facts:
+        RANK_GRID.update(FACT_GRID)
     ks = sorted(args.k)
 
     data = json.loads(args.data.read_text(encoding="utf-8"))[: args.limit]
@@ -537,16 +572,18 @@ def main(argv: list[str] | None = None) -> int:
 
     shipped = MemoryConfig().vector_store.embed_context
     mm = open_manager(args, db, shipped)
+    with_facts = None
     try:
         start = time.perf_counter()
-        messages = sum(ingest(mm, sample, not args.no_captions) for sample in data)
-        mm.flush()
+        messages = ingest_all(mm, data, not args.no_captions, args.facts)
         ingest_seconds = time.perf_counter() - start
         scores, latencies, first = plain_run(mm, questions, ks, options)
         halves = {}
         if not keyword_only:
             for label, side in HALVES.items():
                 halves[label] = plain_run(mm, questions, ks, {**options, **side})[0]
+        if args.facts:
+            with_facts = plain_run(mm, questions, ks, {**options, "fact_weight": FACT_WEIGHT})[0]
     finally:
         mm.close()
 
@@ -575,6 +612,13 @@ def main(argv: list[str] | None = None) -> int:
 
     if halves:
         print_halves(scores, halves, questions, ks)
+    if with_facts is not None:
+        print()
+        print(
+            f"with the user's facts as keys (fact_weight={FACT_WEIGHT}; LoCoMo's observations "
+            "extracted through the LLM extractor; ingest above includes the extraction)"
+        )
+        print("\n".join(table(by_category(with_facts, questions, ks), ks)))
     if args.cv:
         run_cv(args, data, questions, ks, keyword_only, Path(tmp.name))
     tmp.cleanup()
@@ -630,9 +674,7 @@ def run_cv(
     for embed_context in index_grid["embed_context"]:
         mm = open_manager(args, str(folder / f"cv-{embed_context}.db"), embed_context)
         try:
-            for sample in data:
-                ingest(mm, sample, not args.no_captions)
-            mm.flush()
+            ingest_all(mm, data, not args.no_captions, args.facts)
             for names in index_grid["names_as_keywords"]:
                 choice = {"embed_context": embed_context, "names_as_keywords": names}
                 for point, table_ in grid_scores(mm, questions, ks, choice).items():

@@ -169,3 +169,33 @@ def test_fact_weight_is_a_checked_setting() -> None:
         pytest.raises(InvalidInputError, match="fact_weight"),
     ):
         mm.search(QUERY, user_id="u", fact_weight=-0.5)
+
+
+def test_a_fact_the_user_adds_with_source_messages_is_a_key_of_them() -> None:
+    with MemoryManager(":memory:", embedding=None) as mm:
+        ids = _chat(mm, "s1", "u")
+        theirs = _chat(mm, "s2", "v")
+        assert BREAKUP not in _top(mm, fact_weight=0.8)
+        fact = mm.add_fact("u", STATUS, sources=[ids[0], ids[4], ids[0]])
+        assert (fact.origin, fact.message_ids, fact.session_ids) == (
+            "user",
+            [ids[0], ids[4]],
+            ["s1"],
+        )
+        assert BREAKUP in _top(mm, fact_weight=0.8)
+        with pytest.raises(InvalidInputError, match=rf"\[{theirs[0]}\] are not messages of user"):
+            mm.add_fact("u", CAT, sources=[theirs[0]])  # v's message: out of u's reach
+        with pytest.raises(InvalidInputError, match="sources"):
+            mm.add_fact("u", CAT, sources=ids[0])  # type: ignore[arg-type]
+        assert [f.text for f in mm.get_facts("u")] == [STATUS]  # nothing half-written
+        mm.delete_session("s1")
+        (kept,) = mm.get_facts("u")  # the user's fact stays until forgotten; its links go
+        assert (kept.id, kept.message_ids) == (fact.id, [])
+        assert _top(mm, fact_weight=0.8) == []
+
+
+async def test_aadd_fact_takes_sources_too() -> None:
+    with MemoryManager(":memory:", embedding=None) as mm:
+        ids = _chat(mm, "s1", "u")
+        fact = await mm.aadd_fact("u", STATUS, sources=[ids[0]])
+        assert fact.message_ids == [ids[0]]
