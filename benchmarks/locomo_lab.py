@@ -294,13 +294,9 @@ class TextKeys:
         for sample in data:
             keys: list[tuple[str, frozenset[str]]] = []
             if kind == "facts":
-                for observations in sample["observation"].values():
-                    for facts in observations.values():
-                        for text, where in facts:
-                            items = where if isinstance(where, list) else [where]
-                            turns = lr.parse_evidence([str(i) for i in items])
-                            if turns:
-                                keys.append((text, frozenset(turns)))
+                keys = [
+                    (text, frozenset(turns)) for text, turns in lr.observations(sample) if turns
+                ]
             else:
                 conv = sample["conversation"]
                 n = 1

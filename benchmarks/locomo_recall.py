@@ -186,6 +186,17 @@ def ingest(
     return count
 
 
+def observations(sample: dict[str, Any]) -> list[tuple[str, set[str]]]:
+    """A conversation's ``observation`` facts, each with the turns (``dia_id``) it came from."""
+    out = []
+    for per_session in sample.get("observation", {}).values():
+        for facts in per_session.values():
+            for text, where in facts:
+                items = where if isinstance(where, list) else [where]
+                out.append((text, parse_evidence([str(i) for i in items])))
+    return out
+
+
 class ObservationModel:
     """A stand-in for the model behind the opt-in LLM fact extractor: it answers each of
     :class:`~harombe_core.facts.llm.LLMExtractor`'s prompts with LoCoMo's ``observation``
@@ -202,15 +213,11 @@ class ObservationModel:
     def add(self, sample: dict[str, Any], ids: dict[str, int]) -> int:
         """Take a conversation's observations, by the message ids of their turns; how many."""
         count = 0
-        for observations in sample.get("observation", {}).values():
-            for facts in observations.values():
-                for text, where in facts:
-                    items = where if isinstance(where, list) else [where]
-                    turns = parse_evidence([str(i) for i in items])
-                    for turn in sorted(turns):
-                        if turn in ids:
-                            self.facts.setdefault(ids[turn], []).append(text)
-                    count += bool(turns & ids.keys())
+        for text, turns in observations(sample):
+            for turn in sorted(turns):
+                if turn in ids:
+                    self.facts.setdefault(ids[turn], []).append(text)
+            count += bool(turns & ids.keys())
         return count
 
     def __call__(self, prompt: str) -> str:
