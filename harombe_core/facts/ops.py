@@ -475,12 +475,13 @@ def keyword_facts(
         if match is None:
             return []
         if d.name == "sqlite":
-            # The user's facts first (CROSS JOIN keeps that order), each looked up in the
-            # keyword index by rowid: the statement visits the user's facts, not every fact
-            # of every user with the query's words (BM25's word statistics stay global).
+            # The keyword index first, once, then each match's fact by its id. Not the user's
+            # facts first with a rowid lookup each: FTS5 evaluates the whole MATCH again for
+            # every rowid it is asked for, so that plan cost the user's facts times the
+            # query's matches (26 ms for a user with 184 facts, against 0.3 ms this way).
             sql = (
-                "SELECT f.id, -bm25(facts_fts) FROM facts f CROSS JOIN facts_fts ON "
-                f"facts_fts.rowid = f.id WHERE facts_fts MATCH ? AND f.user_id = ?{alive} "
+                "SELECT f.id, -bm25(facts_fts) FROM facts_fts CROSS JOIN facts f ON "
+                f"f.id = facts_fts.rowid WHERE facts_fts MATCH ? AND f.user_id = ?{alive} "
                 "ORDER BY bm25(facts_fts) LIMIT ?"
             )
             rows = (yield d.step(sql, (match, user_id, limit))).rows
