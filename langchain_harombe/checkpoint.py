@@ -288,7 +288,7 @@ class HarombeSaver(ClosesOnExit, BaseCheckpointSaver[str]):
             known += [(plan.namespace, *blob) for blob in plan.blobs]
         self._cache.remember_put(
             plan.thread_id, result["epoch"], plan.written, plan.head_hashes(self.messages_key),
-            known,
+            known, plan.checkpoint_id if result["head"] else None,
         )
         if result["head"]:
             head = self._tables.plan_head(plan)
@@ -304,6 +304,7 @@ class HarombeSaver(ClosesOnExit, BaseCheckpointSaver[str]):
         messages (from the head a put left in memory when it is still the newest)."""
         with self._heads_lock:
             head = self._heads.pop(thread_id, None)
+        self._cache.mirrored(thread_id)  # (its transaction clears the session's owed mark)
         converted = convert_ahead(self._cache.mirror(thread_id), head, self._tables.convert)
         result = self._runner.run(
             lambda: self._tables.mirror(thread_id, head, converted), exactly_once=True

@@ -105,6 +105,23 @@ _PUT_CHECKPOINT = (
     f"INSERT INTO {_CHECKPOINT_ROW} VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
     f"ON CONFLICT {_CHECKPOINT_CONFLICT}"
 )
+#: :data:`_PUT_CHECKPOINT` if the thread is as this process's last put of it left it (see
+#: :meth:`CheckpointTables.put`): its session is the run's user's, its blob epoch is the one
+#: known, and (``_PUT_IF_DUE``) its session is still marked owed. It reads no checkpoint:
+#: SQLite copies the rows of an INSERT whose SELECT reads its own table into a temporary table.
+_PUT_IF = (
+    f"INSERT INTO {_CHECKPOINT_ROW} SELECT ?, ?, ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM "
+    "sessions s JOIN checkpoint_threads t ON t.thread_id = s.id WHERE s.id = ? AND "
+    "s.user_id IS ? AND t.blob_epoch = ?){due} "
+    f"ON CONFLICT {_CHECKPOINT_CONFLICT}"
+)
+_PUT_IF_DUE = _PUT_IF.format(
+    due=" AND EXISTS (SELECT 1 FROM checkpoint_mirror_due d WHERE d.thread_id = ?)"
+)
+_PUT_IF = _PUT_IF.format(due="")
+_MARK_DUE = (
+    "INSERT INTO checkpoint_mirror_due (thread_id) VALUES (?) ON CONFLICT (thread_id) DO NOTHING"
+)
 _COPY = {
     "checkpoints": "checkpoint_ns, checkpoint_id, parent_checkpoint_id, run_id, type, "
     "checkpoint, metadata",
@@ -215,6 +232,19 @@ class CheckpointTables:
         ``new_epoch()`` makes the blob epoch of a new thread (called only for one)."""
         step = self.runner.step
         thread_id = plan.thread_id
+        known = self.cache.put_state(thread_id) if self.runner.writes_one_at_a_time else None
+        if known is not None and (
+            plan.namespace != "" or known.head_id is None or plan.checkpoint_id >= known.head_id
+        ):
+            # The common put, a step of a thread this process put before: the checkpoint row
+            # goes in only if the thread is as that put left it, which its statement checks,
+            # so the thread's state is not read. Else nothing went in: the full path below.
+            due = known.due and plan.namespace == ""
+            params = [*_checkpoint_values(plan), thread_id, plan.user_id, known.epoch]
+            if due:
+                params.append(thread_id)
+            if (yield step(_PUT_IF_DUE if due else _PUT_IF, params)).rowcount:
+                return (yield from self._put_blobs(plan, known.epoch, plan.namespace == "", due))
         # The thread's state read first, then plain inserts: a checkpoint row inserted with a
         # RETURNING of that state would be one statement less, but SQLite builds a temporary
         # table for a RETURNING clause, which costs a put more than the statement saved.
@@ -236,7 +266,22 @@ class CheckpointTables:
             ).rows
             state = replace(state, epoch=created[0][0])
         assert state.epoch is not None
-        plan.written = self.cache.unwritten(thread_id, state.epoch, plan)
+        yield step(_PUT_CHECKPOINT, _checkpoint_values(plan))
+        head = plan.namespace == "" and (
+            state.head_id is None or plan.checkpoint_id >= state.head_id
+        )
+        return (yield from self._put_blobs(plan, state.epoch, head, state.due))
+
+    def _put_blobs(self, plan: PutPlan, epoch: str, head: bool, due: bool) -> Body[dict[str, Any]]:
+        """The rest of :meth:`put` once its checkpoint row is in: the blobs (those of its
+        messages not known stored under the thread's blob ``epoch``) and, for a ``head`` (the
+        thread's newest checkpoint) of a session not yet marked owed (``due``), the mark.
+
+        A put that only believed its checkpoint the newest (a step after this process's
+        last) may mark a session owed that is not: the job that writes the session follows
+        the newest stored checkpoint anyway."""
+        thread_id = plan.thread_id
+        plan.written = self.cache.unwritten(thread_id, epoch, plan)
         yield from self._insert(
             "checkpoint_message_blobs (thread_id, hash, type, blob)",
             [(thread_id, *blob) for blob in plan.written],
@@ -247,20 +292,12 @@ class CheckpointTables:
             [(thread_id, plan.namespace, *b) for b in plan.blobs],
             "(thread_id, checkpoint_ns, channel, version) DO NOTHING",
         )
-        yield step(_PUT_CHECKPOINT, _checkpoint_values(plan))
-        head = plan.namespace == "" and (
-            state.head_id is None or plan.checkpoint_id >= state.head_id
-        )
-        if head and not state.due:
+        if head and not due:
             # The session now owes this head's messages: written by :meth:`mirror` in the
             # background, and found by the next open if this process dies first.
-            yield step(
-                "INSERT INTO checkpoint_mirror_due (thread_id) VALUES (?) "
-                "ON CONFLICT (thread_id) DO NOTHING",
-                (thread_id,),
-            )
+            yield self.runner.step(_MARK_DUE, (thread_id,))
         return {
-            "epoch": state.epoch,
+            "epoch": epoch,
             "head": head,
             # Whether every blob went in (none had a same-keyed earlier put's value): then
             # this process may keep the values as the stored ones. Counted, not returned by

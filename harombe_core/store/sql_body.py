@@ -35,6 +35,11 @@ T = TypeVar("T")
 class SqlRunner:
     """Runs bodies on one store; :meth:`step` writes a ``?`` statement in its dialect."""
 
+    #: Whether the store's write transactions run one at a time (SQLite's lock the whole file),
+    #: so what a write transaction's statement checks holds until it commits, without the row
+    #: locks (:meth:`for_update`) a PostgreSQL body takes to order writers.
+    writes_one_at_a_time = True
+
     def for_update(self, alias: str) -> str:
         """The clause that locks the rows a SELECT of table ``alias`` reads until the
         transaction ends ("" on SQLite, whose write transactions lock the whole file)."""
@@ -104,6 +109,8 @@ class SqlRunner:
 
 
 class _PostgresRunner(SqlRunner):
+    writes_one_at_a_time = False
+
     def for_update(self, alias: str) -> str:
         return f" FOR UPDATE OF {alias}"
 
