@@ -69,27 +69,24 @@ _STATE = (
 _PUT_STATE = _STATE.replace(
     "s.message_count, (SELECT MAX(m.id) FROM messages m WHERE m.session_id = s.id)", "0, 0"
 )
-#: A query of checkpoint rows (``{head}``, at most one row) as rows ``(0, *row, NULL...)``
-#: followed by its pending writes as ``(1, NULL..., task_path, task_id, idx, channel, type,
-#: blob)`` in LangGraph's order: a checkpoint and its writes from one statement.
-_WITH_WRITES = (
-    "WITH head AS ({head}) "
-    "SELECT 0 AS part, h.*, NULL AS task_path, NULL AS task_id, NULL AS idx, NULL AS channel, "
-    "NULL AS wtype, NULL AS wblob FROM head h "
-    "UNION ALL SELECT 1, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, w.task_path, "
-    "w.task_id, w.idx, w.channel, w.type, w.blob FROM head h JOIN checkpoint_writes w "
-    "ON w.thread_id = h.thread_id AND w.checkpoint_ns = h.checkpoint_ns "
-    "AND w.checkpoint_id = h.checkpoint_id "
-    "ORDER BY part, task_path, task_id, idx"
+#: :meth:`CheckpointTables.get`'s two statements, a named checkpoint or the newest: its row
+#: and whether it has pending writes (read by :data:`_GET_WRITES` only then: the read at the
+#: start of an agent turn, of a checkpoint without any, stays one statement).
+_HAS_WRITES = (
+    "EXISTS (SELECT 1 FROM checkpoint_writes w WHERE w.thread_id = c.thread_id "
+    "AND w.checkpoint_ns = c.checkpoint_ns AND w.checkpoint_id = c.checkpoint_id)"
 )
-#: :meth:`CheckpointTables.get`'s two statements: a named checkpoint, or the newest.
-_GET_ONE = _WITH_WRITES.format(
-    head=f"SELECT {_ROW} {_FROM} WHERE c.thread_id = ? AND c.checkpoint_ns = ? "
+_GET_ONE = (
+    f"SELECT {_ROW}, {_HAS_WRITES} {_FROM} WHERE c.thread_id = ? AND c.checkpoint_ns = ? "
     "AND c.checkpoint_id = ?"
 )
-_GET_NEWEST = _WITH_WRITES.format(
-    head=f"SELECT {_ROW} {_FROM} WHERE c.thread_id = ? AND c.checkpoint_ns = ? "
+_GET_NEWEST = (
+    f"SELECT {_ROW}, {_HAS_WRITES} {_FROM} WHERE c.thread_id = ? AND c.checkpoint_ns = ? "
     "ORDER BY c.checkpoint_id DESC LIMIT 1"
+)
+_GET_WRITES = (
+    "SELECT task_id, channel, type, blob FROM checkpoint_writes WHERE thread_id = ? "
+    "AND checkpoint_ns = ? AND checkpoint_id = ? ORDER BY task_path, task_id, idx"
 )
 #: The checkpoint row a put writes, and what a put of the same checkpoint id replaces.
 _CHECKPOINT_ROW = (
@@ -473,21 +470,24 @@ class CheckpointTables:
     ) -> Body[list[Loaded]]:
         """The checkpoint ``checkpoint_id`` (or the newest) of a thread's namespace.
 
-        Its row and its pending writes come from one statement (the row first, then the writes
-        in order), so the read at the start of an agent turn, whose channel blobs this process
-        usually holds, is that statement alone."""
+        Its row says whether it has pending writes, which are read only then, so the read at
+        the start of an agent turn, whose channel blobs this process usually holds, is one
+        statement. (Row and writes in one statement, a UNION ALL sorted as LangGraph wants the
+        writes, cost SQLite twice the row's read even when there are none.)"""
+        step = self.runner.step
         if checkpoint_id:
-            found = (yield self.runner.step(_GET_ONE, (thread_id, namespace, checkpoint_id))).rows
+            found = (yield step(_GET_ONE, (thread_id, namespace, checkpoint_id))).rows
         else:
-            found = (yield self.runner.step(_GET_NEWEST, (thread_id, namespace))).rows
-        rows = [r[1:10] for r in found if r[0] == 0]
-        if rows:
-            _check_owner(rows[0][7], user_id, thread_id)
-        writes = {
-            (r[0], r[1], r[2]): [(w[11], w[13], w[14], bytes(w[15])) for w in found[1:]]
-            for r in rows
-        }
-        return (yield from self._load(rows, writes))
+            found = (yield step(_GET_NEWEST, (thread_id, namespace))).rows
+        if not found:
+            return []
+        row = found[0]
+        _check_owner(row[7], user_id, thread_id)
+        pending: list[tuple[str, str, str, bytes]] = []
+        if row[9]:
+            written = (yield step(_GET_WRITES, (row[0], row[1], row[2]))).rows
+            pending = [(w[0], w[1], w[2], bytes(w[3])) for w in written]
+        return (yield from self._load([row[:9]], {(row[0], row[1], row[2]): pending}))
 
     def page(
         self,
