@@ -78,6 +78,37 @@ class SqlRunner:
             self.run, factory, exactly_once=exactly_once, adds_messages=adds_messages
         )
 
+    def run_one(
+        self,
+        factory: Callable[[], Body[T]],
+        *,
+        exactly_once: bool = False,
+        adds_messages: bool = True,
+    ) -> T:
+        """:meth:`run` for a body that usually asks a single statement, and whose first
+        statement has written nothing when the body asks another (a write that checks its own
+        condition, such as a checkpointer's pending writes): that statement runs alone and
+        commits by itself, without the BEGIN and COMMIT around it. A body that asks a second
+        one is dropped and run again from its start by :meth:`run`, in one transaction."""
+        done = self.store.transaction(
+            lambda c: _first(c, factory()), adds_messages=adds_messages, begin=False
+        )
+        if done is _MORE:
+            return self.run(factory, exactly_once=exactly_once, adds_messages=adds_messages)
+        return done
+
+    async def arun_one(
+        self,
+        factory: Callable[[], Body[T]],
+        *,
+        exactly_once: bool = False,
+        adds_messages: bool = True,
+    ) -> T:
+        """:meth:`run_one` without blocking the event loop: in a worker thread, one hop."""
+        return await off_loop(
+            self.run_one, factory, exactly_once=exactly_once, adds_messages=adds_messages
+        )
+
     def read(self, factory: Callable[[], Body[T]]) -> T:
         """Run a body that only reads, in one consistent snapshot (no write lock on SQLite)."""
         return self.store.snapshot(lambda c: drive(c, factory()))
@@ -131,6 +162,15 @@ class _PostgresRunner(SqlRunner):
         return self.store.run_body(factory)
 
     read_one = read  # (each run_body is its own transaction: nothing to leave out)
+
+    def run_one(
+        self,
+        factory: Callable[[], Body[T]],
+        *,
+        exactly_once: bool = False,
+        adds_messages: bool = True,
+    ) -> T:
+        return self.run(factory, exactly_once=exactly_once, adds_messages=adds_messages)
 
 
 _MORE: Any = object()  # what :func:`_first` answers for a body of more than one statement
