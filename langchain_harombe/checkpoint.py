@@ -346,14 +346,16 @@ class HarombeSaver(ClosesOnExit, BaseCheckpointSaver[str]):
     ) -> None:
         """Store a task's intermediate writes for the checkpoint ``config`` names."""
         if (write := self._writes_op(config, writes, task_id, task_path)) is not None:
-            self._runner.run_one(write, exactly_once=True, adds_messages=False)
+            self._runner.run(write, exactly_once=True, adds_messages=False, first_alone=True)
 
     async def aput_writes(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
         task_path: str = "",
     ) -> None:
         if (write := self._writes_op(config, writes, task_id, task_path)) is not None:
-            await self._runner.arun_one(write, exactly_once=True, adds_messages=False)
+            await self._runner.arun(
+                write, exactly_once=True, adds_messages=False, first_alone=True
+            )
 
     # reads --------------------------------------------------------------------------------
     def _get_args(self, config: RunnableConfig) -> tuple[str, str, str | None, str | None]:

@@ -348,7 +348,8 @@ class CheckpointTables:
         in (no such session yet, another owner, or every row already stored) the session is
         read, created or refused, and the rows are inserted again (the same rows: idempotent).
         So a first statement followed by others has written nothing, and the saver runs this
-        body with ``SqlRunner.run_one``: that statement commits alone, without BEGIN/COMMIT.
+        body with ``SqlRunner.run(first_alone=True)``: that statement commits alone, without
+        BEGIN/COMMIT.
         """
         step = self.runner.step
         conflict = _WRITES_REPLACE if replace else _WRITES_KEEP

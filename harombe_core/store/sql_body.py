@@ -60,10 +60,23 @@ class SqlRunner:
         *,
         exactly_once: bool = False,
         adds_messages: bool = True,
+        first_alone: bool = False,
     ) -> T:
         """Run the body ``factory()`` makes, in one transaction (``factory`` may run again on
         a retry, so it must build a fresh generator each time). ``adds_messages=False``: the
-        body adds no message, so SQLite's keyword indexer is not woken for it."""
+        body adds no message, so SQLite's keyword indexer is not woken for it.
+
+        ``first_alone=True`` for a body that usually asks a single statement, and whose first
+        statement has written nothing when the body asks another (a write that checks its own
+        condition, such as a checkpointer's pending writes): that statement runs alone and
+        commits by itself, without the BEGIN and COMMIT around it; a body that asks a second
+        one is dropped and run again from its start in one transaction."""
+        if first_alone:
+            done = self.store.transaction(
+                lambda c: _first(c, factory()), adds_messages=adds_messages, begin=False
+            )
+            if done is not _MORE:
+                return done
         return self.store.transaction(lambda c: drive(c, factory()), adds_messages=adds_messages)
 
     async def arun(
@@ -72,41 +85,15 @@ class SqlRunner:
         *,
         exactly_once: bool = False,
         adds_messages: bool = True,
+        first_alone: bool = False,
     ) -> T:
         """:meth:`run` without blocking the event loop: in a worker thread, one hop."""
         return await off_loop(
-            self.run, factory, exactly_once=exactly_once, adds_messages=adds_messages
-        )
-
-    def run_one(
-        self,
-        factory: Callable[[], Body[T]],
-        *,
-        exactly_once: bool = False,
-        adds_messages: bool = True,
-    ) -> T:
-        """:meth:`run` for a body that usually asks a single statement, and whose first
-        statement has written nothing when the body asks another (a write that checks its own
-        condition, such as a checkpointer's pending writes): that statement runs alone and
-        commits by itself, without the BEGIN and COMMIT around it. A body that asks a second
-        one is dropped and run again from its start by :meth:`run`, in one transaction."""
-        done = self.store.transaction(
-            lambda c: _first(c, factory()), adds_messages=adds_messages, begin=False
-        )
-        if done is _MORE:
-            return self.run(factory, exactly_once=exactly_once, adds_messages=adds_messages)
-        return done
-
-    async def arun_one(
-        self,
-        factory: Callable[[], Body[T]],
-        *,
-        exactly_once: bool = False,
-        adds_messages: bool = True,
-    ) -> T:
-        """:meth:`run_one` without blocking the event loop: in a worker thread, one hop."""
-        return await off_loop(
-            self.run_one, factory, exactly_once=exactly_once, adds_messages=adds_messages
+            self.run,
+            factory,
+            exactly_once=exactly_once,
+            adds_messages=adds_messages,
+            first_alone=first_alone,
         )
 
     def read(self, factory: Callable[[], Body[T]]) -> T:
@@ -155,6 +142,7 @@ class _PostgresRunner(SqlRunner):
         *,
         exactly_once: bool = False,
         adds_messages: bool = True,
+        first_alone: bool = False,  # (each run_body is its own transaction)
     ) -> T:
         return self.store.run_body(factory, exactly_once=exactly_once)
 
@@ -162,15 +150,6 @@ class _PostgresRunner(SqlRunner):
         return self.store.run_body(factory)
 
     read_one = read  # (each run_body is its own transaction: nothing to leave out)
-
-    def run_one(
-        self,
-        factory: Callable[[], Body[T]],
-        *,
-        exactly_once: bool = False,
-        adds_messages: bool = True,
-    ) -> T:
-        return self.run(factory, exactly_once=exactly_once, adds_messages=adds_messages)
 
 
 _MORE: Any = object()  # what :func:`_first` answers for a body of more than one statement

@@ -210,7 +210,7 @@ def test_read_one_answers_as_read_for_bodies_of_none_one_and_several_statements(
         assert starts == ["nothing", "nothing", "one", "one", "two", "two", "two"]
 
 
-def test_run_one_commits_a_lone_statement_and_runs_a_longer_body_again_in_a_transaction(
+def test_run_first_alone_commits_a_lone_statement_and_runs_a_longer_body_again(
     sql: SqlRunner,
 ) -> None:
     """A body whose first statement wrote something and stops is that statement alone; one
@@ -228,8 +228,11 @@ def test_run_one_commits_a_lone_statement_and_runs_a_longer_body_again_in_a_tran
         yield from _new_session(sql, session_id)
         return "created"
 
-    assert sql.run_one(lambda: insert_or_create("r1"), exactly_once=True) == "created"
-    assert sql.run_one(lambda: insert_or_create("r1"), exactly_once=True) == "updated"
+    def alone(body: Callable[[], Body[str]]) -> str:
+        return sql.run(body, exactly_once=True, first_alone=True)
+
+    assert alone(lambda: insert_or_create("r1")) == "created"
+    assert alone(lambda: insert_or_create("r1")) == "updated"
     assert sql.read(lambda: _updated("r1", sql)) == NOW + 1
     if sql.store.dialect.name == "sqlite":
         # The creating body was dropped after its first statement and run again.
