@@ -22,6 +22,11 @@ beside the shipped ones, with its weights from ``--column-weights``:
         --column soft --column-option threshold=0.6 --column-option replace=1 \\
         --column-weights 0,0.1,0.25,0.5
 
+``--column facts`` and ``--column summaries`` add LoCoMo's LLM-written observations or session
+summaries as extra keys of their turns (``TextKeys``); ``--gather --facts`` gathers with the
+observations extracted as facts through the library's LLM extractor instead, so that
+``--set fact_weight=0,0.4,0.8`` measures the library's own ``fact_weight``.
+
 The
 pickle holds the candidates' messages (the conversations' text): it is written to the
 temporary folder by default and is for this machine only, never for the repository.
