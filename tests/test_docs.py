@@ -69,3 +69,17 @@ def test_the_license_is_the_one_pyproject_declares() -> None:
     assert 'license = "MIT"' in (ROOT / "pyproject.toml").read_text(encoding="utf-8")
     assert (ROOT / "LICENSE").read_text(encoding="utf-8").startswith("MIT License")
     assert (ROOT / "CHANGELOG.md").is_file()
+
+
+def test_the_readme_names_every_harombe_command() -> None:
+    """A newcomer reads the README's command block as the list of what ``harombe`` does."""
+    import typer
+
+    from harombe_core.cli import app
+
+    text = README.read_text(encoding="utf-8")
+    section = text[text.index("## The `harombe` command") :]
+    block = section[section.index("```") : section.index("```", section.index("```") + 3)]
+    shown = set(re.findall(r"(?:harombe|\|) +([a-z]+)", block))
+    commands = set(typer.main.get_command(app).commands)  # type: ignore[attr-defined]
+    assert commands - shown == set(), "commands missing from the README's `harombe` block"
