@@ -83,3 +83,16 @@ def test_the_readme_names_every_harombe_command() -> None:
     shown = set(re.findall(r"(?:harombe|\|) +([a-z]+)", block))
     commands = set(typer.main.get_command(app).commands)  # type: ignore[attr-defined]
     assert commands - shown == set(), "commands missing from the README's `harombe` block"
+
+
+def test_install_commands_in_the_docs_work_from_the_clone() -> None:
+    """harombe-memory is installed from a clone (``pip install -e '.[extra]'``, as the README
+    does); ``pip install 'harombe-memory[extra]'`` finds no such distribution on an index."""
+    pages = [README, *sorted((ROOT / "docs").glob("*.md"))]
+    wrong = [
+        f"{page.name}: {line.strip()}"
+        for page in pages
+        for line in page.read_text(encoding="utf-8").splitlines()
+        if re.search(r"pip install [\"']?harombe-memory", line)
+    ]
+    assert wrong == []
