@@ -75,7 +75,7 @@ def nothing_owed(db: str, rounds: int) -> tuple[float, float]:
         for _ in range(rounds):
             manager_module.start_jobs = start_jobs
             checked.append(once())
-            manager_module.start_jobs = lambda manager: Rederived([])
+            manager_module.start_jobs = lambda manager: Rederived()
             unchecked.append(once())
     finally:
         manager_module.start_jobs = start_jobs

@@ -22,6 +22,8 @@ recover. The tree::
     ├── StoreError                                 the database could not do what was asked
     │   ├── StoreNotFoundError                     no store where one must already be; none made
     │   ├── NotAHarombeDatabaseError               file is not ours (or is corrupt); left untouched
+    │   ├── CorruptRowError                        a stored row harombe cannot have written (bad
+    │   │                                          JSON, wrong type); names its table, id, column
     │   ├── SchemaTooNewError                      file written by a newer harombe
     │   ├── StoreBusyError                         still locked after every retry
     │   ├── StoreReadOnlyError                     the file or its folder cannot be written
@@ -59,6 +61,7 @@ from pathlib import Path
 
 __all__ = [
     "ConfigError",
+    "CorruptRowError",
     "EmbeddingError",
     "EmbeddingModelMismatchError",
     "EncryptionKeyError",
@@ -324,6 +327,23 @@ class StoreNotFoundError(StoreError):
 
 class NotAHarombeDatabaseError(StoreError):
     """The file is not a harombe database or is corrupt; it was not modified."""
+
+
+class CorruptRowError(StoreError):
+    """A row of the database holds a value harombe never writes (JSON that does not parse, a
+    text where a number belongs, an unknown role): the file was edited outside harombe.
+
+    Raised by the read that met the row, naming it (``table``, ``row_id``, ``column``) so it
+    can be repaired or deleted; the rest of the file is untouched and other reads still work.
+    """
+
+    def __init__(
+        self, message: str, *, table: str = "", row_id: object = None, column: str = ""
+    ) -> None:
+        super().__init__(message)
+        self.table = table
+        self.row_id = row_id
+        self.column = column
 
 
 class SchemaTooNewError(StoreError):

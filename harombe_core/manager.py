@@ -152,7 +152,7 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
         self._facts = self._user_memory(config, user_memory, fact_extractor)
         # What a killed process left owed to the database (a checkpointed turn's session) is
         # derived before this manager's first read (harombe_core.store.rederive).
-        self._owed = Rederived([])
+        self._owed = Rederived()
         try:
             self._owed = start_jobs(self)
         except BaseException:
@@ -1201,7 +1201,8 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
     def _flush(self, timeout: float | None, progress: Progress) -> Flow[None]:
         check_progress(progress)
         timeout = optional_number(timeout, "timeout", low=0, high=MAX_WAIT_SECONDS)
-        yield Work(settle, getattr(self._store, "location", ""))  # derived rows still owed
+        # derived rows still owed, and (checked now) what a process killed since left owed
+        yield Work(settle, getattr(self._store, "location", ""), check=True)
         if self._semantic is not None:
             yield Work(self._semantic.flush, timeout, progress=progress)
         yield Work(self._context.flush_summaries, timeout)

@@ -79,6 +79,7 @@ from langchain_harombe.store_checks import (
     with_tuple_prefixes,
 )
 from langchain_harombe.store_facts import (
+    check_fact_ttl,
     fact_namespaces,
     is_fact_op,
     plan_fact_write,
@@ -237,6 +238,7 @@ class HarombeStore(BaseStore):
         puts: dict[_Key, PutOp] = {}
         for op in ops:
             if is_fact_op(op):  # a user's facts: checked as it is planned (store_facts.py)
+                check_fact_ttl(op, (self.ttl_config or {}).get("default_ttl"))
                 continue
             check_op(op)
             if isinstance(op, SearchOp) and op.filter:

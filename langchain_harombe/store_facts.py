@@ -45,7 +45,14 @@ from harombe_core.integration import (
 )
 from harombe_core.integration import Op as StoreOp
 
-__all__ = ["FACTS_NAMESPACE", "fact_namespaces", "is_fact_op", "plan_fact_write", "read_fact_op"]
+__all__ = [
+    "FACTS_NAMESPACE",
+    "check_fact_ttl",
+    "fact_namespaces",
+    "is_fact_op",
+    "plan_fact_write",
+    "read_fact_op",
+]
 
 #: The namespace prefix of the facts: ``("harombe", "facts", user_id)``.
 FACTS_NAMESPACE = ("harombe", "facts")
@@ -93,15 +100,21 @@ def _fields(namespace: tuple[str, ...], fact: Any) -> dict[str, Any]:
     }
 
 
+def _fact_id(key: str) -> int | None:
+    """The id a key names when it is one written as ``str(id)`` (the key of a fact without a
+    subject); None for any other key ("017" is a subject key, as "home city" is)."""
+    return int(key) if key.isascii() and key.isdigit() and key == str(int(key)) else None
+
+
 def _find(facts: list[Any], key: str) -> Any:
-    """The current fact a key names among ``facts``: its subject, else its id."""
+    """The current fact a key names among ``facts``: its subject, else (a key written as an
+    id) the fact of that id without a subject (a fact with a subject has only that key)."""
     wanted = " ".join(key.lower().split())
     for fact in facts:
         if fact.subject == wanted:
             return fact
-    if key.isdigit():
-        return next((f for f in facts if f.id == int(key)), None)
-    return None
+    fact_id = _fact_id(key)
+    return next((f for f in facts if f.id == fact_id and f.subject is None), None)
 
 
 def read_fact_op(manager: MemoryManager, op: Op) -> Flow[Result]:
@@ -125,16 +138,30 @@ def read_fact_op(manager: MemoryManager, op: Op) -> Flow[Result]:
         return [SearchItem(**_fields(op.namespace_prefix, f), score=s) for f, s in page]
     assert isinstance(op, GetOp)  # is_fact_op admits nothing else; puts are planned
     fact = _find((yield from memory.facts(op.namespace[2])), op.key)
-    return None if fact is None else Item(**_fields(op.namespace, fact))
+    # the key as asked: keys that differ only in case or spacing name one subject
+    return None if fact is None else Item(**{**_fields(op.namespace, fact), "key": op.key})
+
+
+def check_fact_ttl(op: Op, default_ttl: float | None) -> None:
+    """Refuse a fact put that asks for a ttl: a fact never expires, and a silent forever
+    would keep what the caller meant to be gone. The store's ``default_ttl`` (which LangGraph
+    fills into every put that gives none) is for its items, and passes."""
+    ttl = getattr(op, "ttl", None)
+    asked = isinstance(ttl, (int, float)) and ttl != default_ttl
+    if isinstance(op, PutOp) and op.value is not None and asked:
+        raise InvalidInputError(
+            f"a fact does not expire (got ttl={ttl!r} for {op.key!r}): put it without a "
+            "ttl, and delete it (harombe keeps no copy) when it should be forgotten."
+        )
 
 
 def plan_fact_write(manager: MemoryManager, op: PutOp) -> Flow[StoreOp[Any]]:
     """The store operation a fact put (or delete: ``value`` None) applies, checked and
     embedded now, to run inside the batch's transaction (see the module docstring)."""
     user = op.namespace[2]
-    subject = None if op.key.isdigit() else check_subject(op.key)
+    subject = check_subject(op.key)
     if op.value is None:
-        return forget_current(check_user(user), subject, int(op.key) if op.key.isdigit() else None)
+        return forget_current(check_user(user), subject, _fact_id(op.key))
     text = op.value.get("content", op.value.get("text"))
     if not isinstance(text, str):
         raise InvalidInputError(
@@ -142,10 +169,11 @@ def plan_fact_write(manager: MemoryManager, op: PutOp) -> Flow[StoreOp[Any]]:
             f"{type(text).__name__}."
         )
     proposal = FactProposal(
-        "add",
+        "set",
         check_fact_text(text),
         kind=check_kind(op.value.get("kind") or "fact"),
         subject=subject,
+        target_id=_fact_id(op.key),
     )
     planned: StoreOp[Any] = yield from manager.user_memory.prepare(user, [proposal], origin="user")
     return planned

@@ -148,8 +148,23 @@ class HarombeChatStore(_ManagedStore, BaseChatStore):
 
     def _set(self, key: str, messages: list[ChatMessage]) -> Flow[None]:
         converted = from_llamaindex_list(messages, "set_messages")
-        old = [m.id for m in (yield from self._stored(key)) if m.id is not None]
+        if (yield from self._check(key)) is None and not converted:
+            yield from self._create(key)  # SimpleChatStore then lists the key, with no messages
+            return
+        old = [m.id for m in (yield from self._read(key)) if m.id is not None]
         yield from self._rewrite(key, old, converted)
+
+    def _create(self, key: str) -> Flow[None]:
+        """The key's session, with no messages, owned by this store's user; if another caller
+        created it meanwhile, that one stands (when this store may use it)."""
+        m = self._manager
+        try:
+            yield Call(
+                m.create_session, user_id=self.user_id, session_id=key, native=m.acreate_session
+            )
+        except InvalidInputError:
+            if (yield from self._check(key)) is None:  # not a race: the id itself was refused
+                raise
 
     def get_messages(self, key: str) -> list[ChatMessage]:
         return [to_llamaindex(m) for m in drive(self._stored(key))]

@@ -231,6 +231,8 @@ def decide(
             return Decision("close", target) if target is not None else Decision("skip")
         task = _task_match(current, proposal.text)
         return Decision("close", task) if task is not None else Decision("skip")
+    if proposal.action == "set":
+        return _decide_set(current, proposal)
     if proposal.action == "update":
         target = by_id.get(proposal.target_id or -1)
         if target is None:  # not this user's current fact: treat it as a new statement
@@ -250,6 +252,20 @@ def decide(
             if subject or _opposite(fact.text, proposal.text):
                 return Decision("insert", fact, historical=at < fact.valid_from)
     return Decision("insert")
+
+
+def _decide_set(current: Sequence[Current], proposal: FactProposal) -> Decision:
+    """A key's new value: the fact its key names (its subject; else the subjectless fact of
+    ``target_id``) is kept when the value is the same, else superseded; never a merge into
+    another key's fact (a store's get of the key must read this value back)."""
+    target = next((f for f in current if f.subject == proposal.subject), None)
+    if target is None and proposal.target_id is not None:
+        target = next(
+            (f for f in current if f.id == proposal.target_id and f.subject is None), None
+        )
+    if target is not None and (target.text, target.kind) == (proposal.text, proposal.kind):
+        return Decision("merge", target)
+    return Decision("insert", target)
 
 
 def _as_add(proposal: FactProposal) -> FactProposal:

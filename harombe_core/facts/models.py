@@ -46,8 +46,10 @@ FACT_KINDS = ("fact", "preference", "task", "decision")
 TASK_STATUSES = ("open", "done")
 #: How a session ended, beside its summary's text.
 OUTCOMES = ("resolved", "ongoing", "abandoned")
-#: What a proposal asks of consolidation (see :class:`FactProposal`).
+#: What an extractor may propose to consolidation (see :class:`FactProposal`).
 ACTIONS = ("add", "update", "close")
+#: Every proposal action: an extractor's, and ``set`` (a store item's put, by its key).
+PROPOSAL_ACTIONS = (*ACTIONS, "set")
 #: Longest subject key: a short label, not a sentence.
 MAX_SUBJECT_CHARS = 80
 
@@ -203,7 +205,10 @@ class FactProposal:
     ``subject`` supersedes the old one). ``update``: replace the fact ``target_id`` with
     ``text`` (the old one is closed, not deleted). ``close``: the fact ``target_id`` stopped
     being true, or the task is done; without a target, ``text`` describes a completion
-    ("I booked the flights") and closes the open task it matches, if any.
+    ("I booked the flights") and closes the open task it matches, if any. ``set``: the value
+    of the key ``subject`` (a LangGraph store put): it supersedes the current fact of that
+    subject (else, with ``target_id``, that fact if it has no subject) and never merges into
+    a fact of another key, so that a get of the key afterwards reads exactly this value.
     """
 
     action: str
@@ -215,13 +220,15 @@ class FactProposal:
     at: datetime | None = None  # when it became true (default: its message's time, or now)
 
     def __post_init__(self) -> None:
-        if self.action not in ACTIONS:
+        if self.action not in PROPOSAL_ACTIONS:
             raise InvalidInputError(
-                f"action must be one of {', '.join(ACTIONS)}, got {show(self.action)}."
+                f"action must be one of {', '.join(PROPOSAL_ACTIONS)}, got {show(self.action)}."
             )
         check_kind(self.kind)
         if self.action == "update" and self.target_id is None:
             raise InvalidInputError("an update names the fact it replaces: give target_id.")
+        if self.action == "set" and self.subject is None:
+            raise InvalidInputError("a set names the key it sets: give subject.")
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ from harombe_core.facts.consolidate import Current, decide
 from harombe_core.facts.models import Fact, FactProposal, FactSource, SessionState
 from harombe_core.store.erasure import mark_erased
 from harombe_core.store.fts import fts_query, query_words
-from harombe_core.store.rows import from_micros, to_micros
+from harombe_core.store.rows import corrupt_row, from_micros, time_problem, to_micros
 from harombe_core.store.runner import Body, Dialect, Op
 from harombe_core.store.schema import TS_CONFIG
 
@@ -56,21 +56,29 @@ _INSERT_FACT = (
 
 
 def _fact(row: Sequence[Any], sources: Sequence[FactSource]) -> Fact:
-    return Fact(
-        id=int(row[0]),
-        user_id=row[1],
-        kind=row[2],
-        text=row[3],
-        subject=row[4],
-        status=row[5],
-        valid_from=from_micros(row[6]),
-        valid_to=None if row[7] is None else from_micros(row[7]),
-        recorded_at=from_micros(row[8]),
-        updated_at=from_micros(row[9]),
-        origin=row[10],
-        supersedes=None if row[11] is None else int(row[11]),
-        sources=tuple(sources),
-    )
+    try:
+        return Fact(
+            id=int(row[0]),
+            user_id=row[1],
+            kind=row[2],
+            text=row[3],
+            subject=row[4],
+            status=row[5],
+            valid_from=from_micros(row[6]),
+            valid_to=None if row[7] is None else from_micros(row[7]),
+            recorded_at=from_micros(row[8]),
+            updated_at=from_micros(row[9]),
+            origin=row[10],
+            supersedes=None if row[11] is None else int(row[11]),
+            sources=tuple(sources),
+        )
+    except (TypeError, ValueError, OverflowError):
+        times = zip(("valid_from", "valid_to", "recorded_at", "updated_at"), row[6:10], strict=True)
+        column, what = next(
+            ((c, p) for c, v in times if v is not None and (p := time_problem(v))),
+            ("?", "could not be read"),
+        )
+        raise corrupt_row("facts", row[0], column, what) from None
 
 
 def _with_sources(d: Dialect, rows: Sequence[Any]) -> Body[list[Fact]]:
@@ -313,7 +321,8 @@ def forget_fact(user_id: str, fact_id: int) -> Op[bool]:
 
 
 def forget_current(user_id: str, subject: str | None, fact_id: int | None) -> Op[int]:
-    """Forget ``user_id``'s current fact of ``subject`` (else the current fact ``fact_id``):
+    """Forget ``user_id``'s current fact of ``subject`` (else the current fact ``fact_id``
+    if it has no subject: a fact with a subject is named only by it):
     what deleting a LangGraph store item of the facts namespace does. Its id, or 0 if there
     was none. Written as one operation so that it can join a larger transaction."""
 
@@ -323,7 +332,7 @@ def forget_current(user_id: str, subject: str | None, fact_id: int | None) -> Op
             found = (yield d.step(sql + "subject = ? ORDER BY id", (user_id, subject))).rows
             if found or fact_id is None:
                 return (yield from _forget_found(d, user_id, found))
-        found = (yield d.step(sql + "id = ?", (user_id, fact_id))).rows
+        found = (yield d.step(sql + "id = ? AND subject IS NULL", (user_id, fact_id))).rows
         return (yield from _forget_found(d, user_id, found))
 
     return Op(body, write=True)

@@ -40,6 +40,7 @@ from typing import Any
 from harombe_core.errors import HarombeError
 from harombe_core.folding import KEYWORDS, SummaryFolder
 from harombe_core.store.base import KeywordHit, SearchScope
+from harombe_core.store.erasure import KEYWORD_TABLES
 from harombe_core.store.rows import MESSAGE_COLUMNS, row_to_message, scope_sql
 from harombe_core.store.runner import Body, Step
 from harombe_core.store.sqlite_file import SQLiteFile
@@ -132,13 +133,31 @@ def _max_message_id(c: sqlite3.Connection) -> int:
     return int(c.execute("SELECT MAX(id) FROM messages").fetchone()[0] or 0)
 
 
-def indexed_upto(c: sqlite3.Connection) -> int:
+#: The keyword mark as SQL, trusted only if it is what harombe writes: digits, no higher than the
+#: highest message id ever assigned (``sqlite_sequence``; ids are never reused). A mark edited
+#: beyond it would silently hide every later message from keyword search, and one that is not
+#: a number would fail every catch-up; either is NULL here, so the index is repaired instead.
+_MARK_SQL = (
+    "(SELECT CAST(value AS INTEGER) FROM harombe_meta WHERE key = 'keyword_index_upto' "
+    "AND value <> '' AND value NOT GLOB '*[^0-9]*' AND CAST(value AS INTEGER) <= "
+    "COALESCE((SELECT seq FROM sqlite_sequence WHERE name = 'messages'), 0))"
+)
+if KEYWORD_MARK not in _MARK_SQL:  # pragma: no cover - the two spellings must agree
+    raise ImportError("_MARK_SQL does not read KEYWORD_MARK")
+
+
+def indexed_upto(c: sqlite3.Connection) -> int | None:
     """The highest message id the keyword index covers: every message at or below it is
-    indexed (a file indexed row by row, before the mark existed: its highest FTS row)."""
-    row = c.execute("SELECT value FROM harombe_meta WHERE key = ?", (KEYWORD_MARK,)).fetchone()
-    if row is not None:
-        return int(row[0])
-    return int(c.execute("SELECT MAX(rowid) FROM messages_fts").fetchone()[0] or 0)
+    indexed (a file indexed row by row, before the mark existed: its highest FTS row).
+    None when the file's mark is not one harombe can have written (see ``_MARK_SQL``)."""
+    mark, present, fts_top = c.execute(
+        f"SELECT {_MARK_SQL}, EXISTS (SELECT 1 FROM harombe_meta WHERE key = ?), "
+        "(SELECT MAX(rowid) FROM messages_fts)",
+        (KEYWORD_MARK,),
+    ).fetchone()
+    if mark is not None:
+        return int(mark)
+    return None if present else int(fts_top or 0)
 
 
 _SET_MARK = (
@@ -155,19 +174,32 @@ def catch_up(file: SQLiteFile, retries: int) -> int:
     """Index every message the keyword index lacks, in one transaction; returns how many.
 
     Costs one indexed lookup, and no lock, when nothing is new. A file open for reading only
-    is not caught up: its searches score the unindexed messages themselves.
+    is not caught up: its searches score the unindexed messages themselves. A mark harombe
+    cannot have written (edited by hand, copied from another file) is repaired: every message
+    the index lacks is indexed and the mark set anew.
     """
-    latest = file.read("SELECT MAX(id) FROM messages")[0][0] or 0
-    mark = file.read("SELECT value FROM harombe_meta WHERE key = ?", (KEYWORD_MARK,))
-    if (mark and int(mark[0][0]) >= latest) or file.read_only:
+    latest, mark = file.read(f"SELECT (SELECT MAX(id) FROM messages), {_MARK_SQL}")[0]
+    if (mark is not None and mark >= (latest or 0)) or file.read_only:
         return 0
 
     def run(c: sqlite3.Connection) -> int:
         done = indexed_upto(c)
+        if done is None:
+            log.warning(
+                "%s: the keyword index's mark (harombe_meta %s) was not one harombe writes; "
+                "indexing every message the index lacks.",
+                file.location,
+                KEYWORD_MARK,
+            )
+            done = 0
+        # Rows the index already holds above the mark are skipped (one empty rowid range when
+        # the mark is right), so a mark set too low cannot fail every catch-up on a rowid
+        # the index has.
         count = c.execute(
             "INSERT INTO messages_fts (rowid, content, context) "
-            f"SELECT m.id, m.content, {CONTEXT_SQL} FROM messages m WHERE m.id > ? ORDER BY m.id",
-            (done,),
+            f"SELECT m.id, m.content, {CONTEXT_SQL} FROM messages m WHERE m.id > ? "
+            "AND m.id NOT IN (SELECT rowid FROM messages_fts WHERE rowid > ?) ORDER BY m.id",
+            (done, done),
         ).rowcount
         set_keyword_mark(c, max(done, _max_message_id(c)))
         return int(count)
@@ -425,9 +457,8 @@ def search_body(
     path, upto, newest = (
         yield Step(
             "SELECT (SELECT file FROM pragma_database_list WHERE name = 'main'), "
-            "COALESCE((SELECT CAST(value AS INTEGER) FROM harombe_meta WHERE key = ?), "
-            "(SELECT MAX(rowid) FROM messages_fts), 0), (SELECT MAX(id) FROM messages)",
-            (KEYWORD_MARK,),
+            f"COALESCE({_MARK_SQL}, (SELECT MAX(rowid) FROM messages_fts), 0), "
+            "(SELECT MAX(id) FROM messages)",
         )
     ).rows[0]
     tail = (
@@ -681,7 +712,21 @@ def _fts_id_range(scope: SearchScope | None) -> tuple[str, list[Any]]:
 
 def rebuild_body() -> Body[int]:
     """The SQLite body of :func:`~harombe_core.store.ops.rebuild_keyword_index`: every FTS
-    row recreated from the messages table (idempotent); rows indexed."""
+    row recreated from the messages table (idempotent); rows indexed.
+
+    FTS5's ``rebuild`` comes first, on every keyword table of the file: it throws away each
+    index's pages without reading them, so an index whose pages are damaged ("database disk
+    image is malformed" on every search) is rebuilt too. Row-by-row deletes would read those
+    pages and leave them as they were.
+    """
+    tables = (
+        yield Step(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN (?, ?, ?)",
+            KEYWORD_TABLES,
+        )
+    ).rows
+    for (table,) in tables:
+        yield Step(f"INSERT INTO {table} ({table}) VALUES ('rebuild')")
     yield Step("DELETE FROM messages_fts")
     count = 0
     previous_session: str | None = None

@@ -29,9 +29,9 @@ from typing import Any, TypeVar
 import numpy as np
 import orjson
 
-from harombe_core.errors import InvalidInputError
+from harombe_core.errors import CorruptRowError, InvalidInputError
 from harombe_core.limits import current_limits
-from harombe_core.store.rows import from_micros
+from harombe_core.store.rows import corrupt_row, from_micros, json_problem, time_problem
 from harombe_core.store.sql_body import Body, SqlRunner
 from harombe_core.validate import check_id, check_text
 
@@ -107,13 +107,40 @@ def _dumps(value: Any) -> str:
 def to_item(row: Sequence[Any]) -> dict[str, Any]:
     """An item's fields from its row: ``namespace`` (tuple), ``key``, ``value`` (the decoded
     JSON), ``created_at`` and ``updated_at`` (UTC datetimes)."""
-    return {
-        "namespace": tuple(row[0].split(".")),
-        "key": row[1],
-        "value": json.loads(row[2]),
-        "created_at": from_micros(row[3]),
-        "updated_at": from_micros(row[4]),
-    }
+    try:
+        item = {
+            "namespace": tuple(row[0].split(".")),
+            "key": row[1],
+            "value": _value(row),
+            "created_at": from_micros(row[3]),
+            "updated_at": from_micros(row[4]),
+        }
+    except (TypeError, ValueError, OverflowError):
+        raise _corrupt(row) from None
+    return item
+
+
+def _value(row: Sequence[Any]) -> Any:
+    """An item row's value, decoded; CorruptRowError naming the row when it is not a JSON
+    object (the row was edited outside harombe)."""
+    try:
+        value = json.loads(row[2])
+    except (TypeError, ValueError):
+        raise _corrupt(row) from None
+    if type(value) is not dict:
+        raise _corrupt(row)
+    return value
+
+
+def _corrupt(row: Sequence[Any]) -> CorruptRowError:
+    checks = [
+        ("namespace", None if type(row[0]) is str else f"holds a {type(row[0]).__name__}"),
+        ("value", json_problem(row[2], dict, nullable=False)),
+        ("created_at", time_problem(row[3])),
+        ("updated_at", time_problem(row[4])),
+    ]
+    column, what = next(((c, p) for c, p in checks if p), ("?", "could not be read"))
+    return corrupt_row("store_items", {"namespace": row[0], "key": row[1]}, column, what)
 
 
 def _live(omit_expired: bool, now: int) -> tuple[str, list[Any]]:
@@ -227,7 +254,7 @@ def search(
         )
     ).rows
     if value_filter:
-        rows = [r for r in rows if matches_filter(json.loads(r[2]), value_filter)]
+        rows = [r for r in rows if matches_filter(_value(r), value_filter)]
     scored: list[tuple[float | None, Any]] = [(None, r) for r in rows]
     if query is not None and rows:
         best = yield from _best_scores(sql, rows, query)

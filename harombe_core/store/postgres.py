@@ -33,6 +33,7 @@ import itertools
 import json
 import logging
 import random
+import re
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -42,6 +43,7 @@ from urllib.parse import urlsplit, urlunsplit
 from harombe_core.errors import (
     InvalidInputError,
     MissingExtraError,
+    NotAHarombeDatabaseError,
     SchemaTooNewError,
     StorageFullError,
     StoreError,
@@ -56,6 +58,16 @@ from harombe_core.store.ops import KeywordShortcuts
 from harombe_core.store.rows import dumps
 from harombe_core.store.runner import POSTGRES, Body, Op, Step, drive
 from harombe_core.store.schema import PG_MIGRATIONS, PG_SCHEMA_VERSION
+
+#: Every table the migrations create (read from their statements).
+_TABLES = sorted(
+    {
+        match.group(1)
+        for statements in PG_MIGRATIONS
+        for statement in statements
+        for match in re.finditer(r"CREATE TABLE (?:IF NOT EXISTS )?(\w+)", statement)
+    }
+)
 
 try:
     import psycopg
@@ -457,6 +469,25 @@ class PostgresStore(KeywordShortcuts):
                 f"{self.location} has schema version {current}, newer than this harombe "
                 f"understands ({PG_SCHEMA_VERSION}). Upgrade harombe-memory."
             )
+        if current == 0:
+            # A database harombe has never set up: a table of another application under one of
+            # harombe's names would fail the migration with a bare "relation ... already
+            # exists" (nothing is created either way: one transaction).
+            taken = (
+                yield Step(
+                    "SELECT table_name FROM information_schema.tables WHERE table_schema = "
+                    "current_schema() AND table_name = ANY(%s) ORDER BY table_name",
+                    (_TABLES,),
+                )
+            ).rows
+            if taken:
+                raise NotAHarombeDatabaseError(
+                    f"{self.location} is not a harombe database: it has no harombe_schema "
+                    f"record but already holds table(s) {', '.join(r[0] for r in taken)} of "
+                    "another application, which harombe would create. Nothing was changed. "
+                    "Give harombe a database of its own (CREATE DATABASE harombe) and pass its "
+                    "URL."
+                )
         for index in range(current, PG_SCHEMA_VERSION):
             for statement in PG_MIGRATIONS[index]:
                 yield Step(statement)

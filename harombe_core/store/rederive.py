@@ -26,19 +26,31 @@ equal to their source and clears the mark, so whichever commits second changes n
 
 If the package cannot be loaded (an install without LangChain), the marks stay for a process
 that can derive them, and a warning says so once per process.
+
+A process may be killed after a long-lived manager opened (``harombe serve``, an app's
+manager): what it owed is marked after that open. So a manager keeps asking, cheaply: its
+store's operations check the marks (the same indexed statements) at most once every
+:data:`PROBE_SECONDS` (``HAROMBE_OWED_PROBE_SECONDS`` in the environment sets another interval;
+0 checks at every operation), as a watcher of :mod:`~harombe_core.store.pending`, and
+``flush()`` checks at once. What it finds is derived there and then, on the calling thread,
+before the operation that checked; in between an operation costs a read of the clock. A mark
+of a process still running (its background job about to clear it) may be derived by the
+checker too: the transaction makes the rows equal to their source, so that changes nothing.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Iterator
 from functools import cache
 from typing import Any, Protocol
 
+from harombe_core.errors import ConfigError
 from harombe_core.store import pending
 from harombe_core.store.runner import Body, Dialect, Op
 
-__all__ = ["GROUP", "MARKS", "OwedJob", "Rederived", "start_jobs"]
+__all__ = ["GROUP", "MARKS", "PROBE_SECONDS", "OwedJob", "Rederived", "probe_seconds", "start_jobs"]
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +61,28 @@ GROUP = "harombe_core.derived"
 #: ``checkpoint_mirror_due``, the checkpointed threads whose session is not yet written
 #: (``langchain_harombe.checkpoint_mirror``).
 MARKS = ("checkpoint_mirror_due",)
+
+#: How often (seconds, at most) a long-lived manager's operations check the marks again.
+PROBE_SECONDS = 10.0
+_PROBE_ENV = "HAROMBE_OWED_PROBE_SECONDS"
+
+
+def probe_seconds() -> float:
+    """:data:`PROBE_SECONDS`, or ``HAROMBE_OWED_PROBE_SECONDS`` when set (0: every operation)."""
+    raw = os.environ.get(_PROBE_ENV)
+    if raw is None or not raw.strip():
+        return PROBE_SECONDS
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds <= 86_400:
+        raise ConfigError(
+            f"{_PROBE_ENV}={raw!r} is not a number of seconds from 0 to 86400: set it to how "
+            f"often a long-running process checks for work a killed process left owed "
+            f"(default {PROBE_SECONDS:g}), or unset it."
+        )
+    return seconds
 
 
 class OwedJob(Protocol):
@@ -64,17 +98,52 @@ class OwedJob(Protocol):
 
 
 class Rederived:
-    """The jobs one manager started for what its database was owed, until it closes."""
+    """The jobs one manager started for what its database was owed, until it closes; and,
+    for a manager that may derive (``manager`` given), the watcher that checks the marks
+    again now and then (see the module)."""
 
-    def __init__(self, jobs: list[tuple[OwedJob, Callable[[], None]]]) -> None:
-        self._jobs = jobs  # (job, its unregister): the manager holds the jobs alive
+    def __init__(self, manager: Any = None) -> None:
+        self._manager = manager
+        #: table -> its jobs and their unregisters: the manager holds the jobs alive.
+        self._jobs: dict[str, list[tuple[OwedJob, Callable[[], None]]]] = {}
+        self._unwatch: Callable[[], None] | None = None
+        if manager is not None:
+            location = manager.store.location
+            self._unwatch = pending.watch(location, self.probe, probe_seconds())
+
+    def start(self, tables: list[str]) -> None:
+        """Start the jobs deriving what ``tables`` mark (each table's earlier jobs, done or
+        not, are replaced: a new job derives every row marked now)."""
+        store = self._manager.store
+        for table in tables:
+            for job, unregister in self._jobs.pop(table, []):
+                unregister()
+                job.close()
+            started = [start(self._manager) for start in _starters(table)]
+            self._jobs[table] = [
+                (job, pending.register(store.location, job.drain)) for job in started
+            ]
+
+    def probe(self) -> None:
+        """Check the marks; derive what they name, on this thread (a watcher: called by
+        :func:`~harombe_core.store.pending.settle`, with settling off on this thread)."""
+        marked = self._manager.store.run(_marked())
+        self.start(marked)
+        for table in marked:
+            for job, _ in self._jobs[table]:
+                job.drain()
 
     def close(self) -> None:
-        """Stop the jobs (a closing manager settles first, so nothing is left owed)."""
-        jobs, self._jobs = self._jobs, []
-        for job, unregister in jobs:
-            unregister()
-            job.close()
+        """Stop the jobs and the watcher (a closing manager settles first, so nothing is left
+        owed)."""
+        if self._unwatch is not None:
+            self._unwatch()
+            self._unwatch = None
+        jobs, self._jobs = self._jobs, {}
+        for table_jobs in jobs.values():
+            for job, unregister in table_jobs:
+                unregister()
+                job.close()
 
 
 def _marked() -> Op[list[str]]:
@@ -100,14 +169,11 @@ def start_jobs(manager: Any) -> Rederived:
         or getattr(store, "read_only", False)  # nothing can be written: the marks stay
         or store.location == ":memory:"  # no other process ever had it
     ):
-        return Rederived([])
+        return Rederived()
     marked = store.run(_marked())
-    jobs: list[tuple[OwedJob, Callable[[], None]]] = []
-    for table in marked:
-        for start in _starters(table):
-            job = start(manager)
-            jobs.append((job, pending.register(store.location, job.drain)))
-    return Rederived(jobs)
+    owed = Rederived(manager)
+    owed.start(marked)
+    return owed
 
 
 @cache

@@ -15,9 +15,9 @@ from dataclasses import fields
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from harombe_core.errors import InvalidInputError
+from harombe_core.errors import CorruptRowError, InvalidInputError
 from harombe_core.limits import current_limits
-from harombe_core.models import Message, Session
+from harombe_core.models import ROLES, Message, Session
 from harombe_core.store.base import UNSET, SearchScope
 from harombe_core.validate import (
     check_count,
@@ -27,6 +27,7 @@ from harombe_core.validate import (
     optional_count,
     optional_id,
     optional_text,
+    show,
 )
 
 __all__ = [
@@ -34,14 +35,17 @@ __all__ = [
     "SESSION_COLUMNS",
     "check_id",
     "check_summary",
+    "corrupt_row",
     "dumps",
     "from_micros",
+    "json_problem",
     "message_ids",
     "row_to_message",
     "row_to_session",
     "scope_sql",
     "session_changes",
     "session_span",
+    "time_problem",
     "to_micros",
 ]
 
@@ -157,19 +161,34 @@ def session_span(message_times: Sequence[int], now: int) -> tuple[int, int]:
 def row_to_message(row: Sequence[Any]) -> Message:
     # Rows were validated when they were written, so they skip Message's checks; and each
     # field is set directly (a token window builds dozens of these per call, a context with
-    # important messages a hundred). _MESSAGE_FIELDS below keeps this list whole.
+    # important messages a hundred). _MESSAGE_FIELDS below keeps this list whole. A row edited
+    # outside harombe is caught by the few type checks below (cheap) and named by
+    # _message_problem (only then), never passed on to fail deep in a caller.
     message = _new_message(Message)
-    message.id = row[0]
-    message.session_id = row[1]
-    message.role = row[2]
-    message.content = row[3]
-    message.name = row[4]
-    message.tool_calls = json.loads(row[5]) if row[5] is not None else None
-    message.tool_call_id = row[6]
-    message.metadata = json.loads(row[7]) if row[7] != "{}" else {}
-    message.created_at = from_micros(row[8])
-    message.token_count = row[9]
-    message.parent_id = row[10]
+    try:
+        mid, session_id, role, content, name, calls, call_id, meta, created, tokens, parent = row
+        message.id = mid
+        message.session_id = session_id
+        message.role = role
+        message.content = content
+        message.name = name
+        message.tool_calls = json.loads(calls) if calls is not None else None
+        message.tool_call_id = call_id
+        message.metadata = json.loads(meta) if meta != "{}" else {}
+        message.created_at = from_micros(created)
+        message.token_count = tokens
+        message.parent_id = parent
+    except (TypeError, ValueError, OverflowError):
+        raise _corrupt("messages", row, _message_problem(row)) from None
+    if (
+        type(content) is not str
+        or type(tokens) is not int
+        or tokens < 0
+        or role not in ROLES
+        or (meta != "{}" and type(message.metadata) is not dict)
+        or (calls is not None and type(message.tool_calls) is not list)
+    ):
+        raise _corrupt("messages", row, _message_problem(row))
     return message
 
 
@@ -182,18 +201,105 @@ if set(_MESSAGE_FIELDS) != {f.name for f in fields(Message)}:  # pragma: no cove
 
 
 def row_to_session(row: Sequence[Any]) -> Session:
-    return Session(
-        id=row[0],
-        user_id=row[1],
-        system_prompt=row[2],
-        metadata=json.loads(row[3]),
-        created_at=from_micros(row[4]),
-        updated_at=from_micros(row[5]),
-        message_count=row[6],
-        summary=row[7],
-        summary_data=json.loads(row[8]) if row[8] is not None else None,
-        summary_until_id=row[9],
+    try:
+        session = Session(
+            id=row[0],
+            user_id=row[1],
+            system_prompt=row[2],
+            metadata=json.loads(row[3]),
+            created_at=from_micros(row[4]),
+            updated_at=from_micros(row[5]),
+            message_count=row[6],
+            summary=row[7],
+            summary_data=json.loads(row[8]) if row[8] is not None else None,
+            summary_until_id=row[9],
+        )
+    except (TypeError, ValueError, OverflowError):
+        raise _corrupt("sessions", row, _session_problem(row)) from None
+    if type(session.metadata) is not dict or (
+        session.summary_data is not None and type(session.summary_data) is not dict
+    ):
+        raise _corrupt("sessions", row, _session_problem(row))
+    return session
+
+
+def json_problem(value: Any, kind: type, nullable: bool) -> str | None:
+    """Why ``value`` is not the JSON text of a ``kind`` (None when it is)."""
+    if value is None:
+        return None if nullable else "is NULL"
+    if not isinstance(value, str):
+        return f"holds a {type(value).__name__}, not JSON text"
+    try:
+        decoded = json.loads(value)
+    except ValueError:
+        return "is not valid JSON"
+    if type(decoded) is not kind:
+        return f"holds a JSON {type(decoded).__name__}, not a JSON {kind.__name__}"
+    return None
+
+
+def time_problem(value: Any) -> str | None:
+    if type(value) is not int:
+        return f"holds a {type(value).__name__}, not integer microseconds"
+    try:
+        from_micros(value)
+    except OverflowError:
+        return "is a time outside years 1 to 9999"
+    return None
+
+
+def _message_problem(row: Sequence[Any]) -> tuple[str, str]:
+    """(column, what is wrong with it) for a message row row_to_message refused."""
+    checks: list[tuple[str, str | None]] = [
+        ("role", None if row[2] in ROLES else f"is {show(row[2])}, not one of {sorted(ROLES)}"),
+        ("content", None if type(row[3]) is str else f"holds a {type(row[3]).__name__}"),
+        ("tool_calls", json_problem(row[5], list, nullable=True)),
+        ("metadata", json_problem(row[7], dict, nullable=False)),
+        ("created_at", time_problem(row[8])),
+        (
+            "token_count",
+            None if type(row[9]) is int and row[9] >= 0 else f"is {show(row[9])}, not a count",
+        ),
+    ]
+    return next(((c, p) for c, p in checks if p is not None), ("?", "could not be read"))
+
+
+def _session_problem(row: Sequence[Any]) -> tuple[str, str]:
+    """(column, what is wrong with it) for a session row row_to_session refused."""
+    checks: list[tuple[str, str | None]] = [
+        ("metadata", json_problem(row[3], dict, nullable=False)),
+        ("created_at", time_problem(row[4])),
+        ("updated_at", time_problem(row[5])),
+        ("summary_json", json_problem(row[8], dict, nullable=True)),
+    ]
+    return next(((c, p) for c, p in checks if p is not None), ("?", "could not be read"))
+
+
+def _corrupt(table: str, row: Sequence[Any], problem: tuple[str, str]) -> CorruptRowError:
+    return corrupt_row(table, row[0], *problem)
+
+
+def corrupt_row(table: str, row_id: Any, column: str, what: str) -> CorruptRowError:
+    """The error for a stored row harombe cannot have written: which row, which column, what
+    is wrong with it, and the SQL that deletes it (``row_id`` is the row's ``id``, or for a
+    table keyed otherwise a mapping of its key columns)."""
+    if isinstance(row_id, Mapping):
+        where = " AND ".join(f"{k} = {_literal(v)}" for k, v in row_id.items())
+    else:
+        where = f"id = {_literal(row_id)}"
+    return CorruptRowError(
+        f"row {show(row_id)} of table {table}: column {column} {what}. harombe never writes "
+        "that, so the file was edited outside harombe. Repair that column, or delete the row "
+        f"(PRAGMA foreign_keys = ON; DELETE FROM {table} WHERE {where};); the other rows are "
+        "untouched and still readable.",
+        table=table,
+        row_id=row_id,
+        column=column,
     )
+
+
+def _literal(value: Any) -> str:
+    return str(value) if type(value) is int else "'" + str(value).replace("'", "''") + "'"
 
 
 def message_ids(values: Sequence[Any]) -> list[int]:

@@ -194,6 +194,64 @@ def _without_rowid(table: str, columns: str) -> list[str]:
     ]
 
 
+#: SQLite: record in a trigger the erasure the derived indexes owe (store/erasure.py's keys;
+#: as the trigger of migration 6 does).
+_MARK_ERASED = """
+            INSERT OR REPLACE INTO harombe_meta (key, value)
+                VALUES ('erased_keywords_pending', lower(hex(randomblob(16))));
+            INSERT OR REPLACE INTO harombe_meta (key, value)
+                VALUES ('erased_vectors_pending', lower(hex(randomblob(16))));
+        """
+
+#: Every (table, column) naming a session, each led by an index on that column.
+_SESSION_REFERENCES = (
+    ("messages", "session_id"),
+    ("fact_sources", "session_id"),
+    ("session_state", "session_id"),
+    ("checkpoint_threads", "thread_id"),
+    ("checkpoint_mirror_due", "thread_id"),
+    ("checkpoints", "thread_id"),
+    ("checkpoint_blobs", "thread_id"),
+    ("checkpoint_writes", "thread_id"),
+    ("checkpoint_message_blobs", "thread_id"),
+)
+
+
+def _orphans_trigger() -> str:
+    """SQLite: a new session takes nothing a deleted one of the same id left behind.
+
+    A session deleted with foreign keys off (the ``sqlite3`` shell's default, a migration
+    script) leaves its messages, checkpoints and fact sources behind, and whoever created that
+    id next (another user included) read them as theirs. A session is new only when no row
+    names it, so its insert deletes such rows, and records the erasure their keyword entries
+    and vectors owe. One index probe per table per new session; an upsert of an existing
+    session is an update and does not fire it."""
+    found = " OR ".join(
+        f"EXISTS (SELECT 1 FROM {table} WHERE {column} = new.id)"
+        for table, column in _SESSION_REFERENCES
+    )
+    deletes = " ".join(
+        f"DELETE FROM {table} WHERE {column} = new.id;" for table, column in _SESSION_REFERENCES
+    )
+    return (
+        f"CREATE TRIGGER sessions_orphans AFTER INSERT ON sessions WHEN {found} "
+        f"BEGIN {_MARK_ERASED} {deletes} END"
+    )
+
+
+def _orphans_swept() -> list[str]:
+    """SQLite: delete, once, every row naming a session that does not exist (left by deletes
+    with foreign keys off), recording the erasure owed if there was any. One scan per table."""
+    gone = [(t, f"{c} NOT IN (SELECT id FROM sessions)") for t, c in _SESSION_REFERENCES]
+    found = " OR ".join(f"EXISTS (SELECT 1 FROM {t} WHERE {w})" for t, w in gone)
+    marks = [
+        "INSERT OR REPLACE INTO harombe_meta (key, value) SELECT "
+        f"'{key}', lower(hex(randomblob(16))) WHERE {found}"
+        for key in ("erased_keywords_pending", "erased_vectors_pending")
+    ]
+    return [*marks, *(f"DELETE FROM {t} WHERE {w}" for t, w in gone)]
+
+
 # Each migration is a list of statements run in one transaction with the version bump.
 MIGRATIONS: list[list[str]] = [
     [
@@ -414,6 +472,9 @@ MIGRATIONS: list[list[str]] = [
             blob BLOB NOT NULL,
             PRIMARY KEY (thread_id, hash)""",
     ),
+    # 12: a new session deletes what a session of its id deleted with foreign keys off left;
+    # what such deletes already left is deleted once here.
+    [_orphans_trigger(), *_orphans_swept()],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

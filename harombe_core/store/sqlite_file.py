@@ -91,8 +91,10 @@ def classify(exc: sqlite3.Error, location: str) -> StoreError:
         )
     if "not a database" in message or "malformed" in message:
         return NotAHarombeDatabaseError(
-            f"{location} is corrupt ({exc}). Restore it from a backup or export what can be "
-            "read with `harombe export` and start a new file."
+            f"{location} is corrupt ({exc}). If only searches fail, the keyword index is what "
+            "is damaged: `harombe reindex` (MemoryManager.reindex()) rebuilds it from the "
+            "messages. Otherwise restore the file from a backup, or export what can be read "
+            "with `harombe export` and start a new file."
         )
     if "disk i/o error" in message and _out_of_space(location):
         # A write refused with EFBIG (a file-size limit) or ENOSPC surfaces as an I/O error.

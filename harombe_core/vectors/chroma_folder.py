@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import glob
 import logging
 import os
 import shutil
@@ -277,9 +278,16 @@ class ChromaFolder:
         Chroma's SQLite file keeps deleted rows in free pages and its log: it is vacuumed
         (rewritten without them) with ``secure_delete`` on. A dropped collection's HNSW
         segment stays on disk as a folder named by the segment's id: every such folder that
-        no segment in the SQLite file names is removed. Failures are logged, not raised: the
+        no segment in the SQLite file names is removed. A damaged folder set aside earlier
+        (``<folder>.corrupt-<time>``, kept for inspection) still holds every vector and owner
+        it had, the deleted ones included, so it goes too. Failures are logged, not raised: the
         vectors were already removed from the index, and the next erasure tries again.
         """
+        for aside in self.folder.parent.glob(f"{glob.escape(self.folder.name)}.corrupt-*"):
+            try:
+                shutil.rmtree(aside)
+            except OSError as exc:
+                log.warning("could not remove %s, which holds deleted vectors: %s", aside, exc)
         database = self.folder / "chroma.sqlite3"
         if not database.is_file():
             return

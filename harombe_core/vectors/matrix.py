@@ -26,6 +26,7 @@ import numpy as np
 
 from harombe_core.store.rows import scope_sql
 from harombe_core.vectors.base import FloatArray, VectorMatch
+from harombe_core.vectors.stored import decode_vectors
 
 if TYPE_CHECKING:
     from harombe_core.store.base import SearchScope
@@ -101,9 +102,7 @@ class VectorMatrix:
             if fresh:
                 self._append(
                     np.fromiter((int(r[0]) for r in fresh), dtype=np.int64, count=len(fresh)),
-                    np.frombuffer(b"".join(r[1] for r in fresh), dtype=np.float32).reshape(
-                        len(fresh), self.stored.dimension
-                    ),
+                    decode_vectors(fresh, self.stored.dimension),
                 )
             if len(rows) < LOAD_PAGE:
                 break

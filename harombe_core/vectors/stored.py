@@ -29,17 +29,33 @@ from typing import Any
 import numpy as np
 
 from harombe_core.store.base import SearchScope
-from harombe_core.store.rows import scope_sql
+from harombe_core.store.rows import corrupt_row, scope_sql
 from harombe_core.store.sqlite import SQLiteStore
 from harombe_core.vectors.base import FloatArray, VectorMatch
 
-__all__ = ["StoredVectors"]
+__all__ = ["StoredVectors", "decode_vectors"]
 
 
-def _decode(blobs: Sequence[bytes], dimension: int) -> FloatArray:
-    if not blobs:
+def decode_vectors(rows: Sequence[Sequence[Any]], dimension: int) -> FloatArray:
+    """The ``(message_id, vector)`` rows' vectors as one matrix.
+
+    A blob of another length (the row was edited outside harombe, or written by another
+    model without the model change being recorded) raises CorruptRowError naming it, with the
+    rebuild that repairs it, instead of numpy's "buffer size must be a multiple of element size".
+    """
+    if not rows:
         return np.zeros((0, dimension), dtype=np.float32)
-    return np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(len(blobs), dimension)
+    joined = b"".join(r[1] for r in rows)
+    if len(joined) != len(rows) * dimension * 4:
+        mid, blob = next((r[0], r[1]) for r in rows if len(r[1]) != dimension * 4)
+        raise corrupt_row(
+            "message_vectors",
+            {"message_id": mid},
+            "vector",
+            f"holds {len(blob)} bytes, not {dimension} float32 values. The vectors are derived: "
+            "`harombe reindex --reembed` (MemoryManager.reindex(reembed=True)) writes them anew",
+        )
+    return np.frombuffer(joined, dtype=np.float32).reshape(len(rows), dimension)
 
 
 class StoredVectors:
@@ -155,7 +171,7 @@ class StoredVectors:
         )
         ids = [int(r[0]) for r in rows]
         metas = [index_metadata(int(r[0]), r[2], r[3], r[4], int(r[5])) for r in rows]
-        return ids, _decode([r[1] for r in rows], self.dimension), metas
+        return ids, decode_vectors([(r[0], r[1]) for r in rows], self.dimension), metas
 
     def settle_tail(self) -> int:
         """Where the stored vectors are the index (``vector_store="database"``), a stored
@@ -201,7 +217,7 @@ class StoredVectors:
         if not rows:
             return []
         ids = [r[0] for r in rows]
-        matrix = _decode([r[1] for r in rows], self.dimension)
+        matrix = decode_vectors(rows, self.dimension)
         sims = matrix @ np.asarray(query, dtype=np.float32)
         if len(ids) > k:
             top = np.argpartition(-sims, k - 1)[:k]

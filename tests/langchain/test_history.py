@@ -434,3 +434,60 @@ def test_summary_strategies_send_a_summary_then_the_newest_turns(
     context = manager.get_context("long", strategy, 400)
     assert [to_langchain(m) for m in context] == view
     assert sum(m.token_count or 0 for m in context) <= 400
+
+
+def test_the_same_steps_as_langchains_in_memory_history(manager: MemoryManager) -> None:
+    """The steps run on InMemoryChatMessageHistory and on ours read back the same messages;
+    the two deliberate differences (docs/langchain.md) are stated beside them."""
+    import warnings
+
+    from langchain_core.chat_history import InMemoryChatMessageHistory
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # deprecated in LangChain 1.6: still the reference
+        theirs = InMemoryChatMessageHistory()
+    ours = HarombeChatMessageHistory("same-steps", manager=manager)
+
+    def seen(history: object) -> list[tuple[str, object, object, object, object]]:
+        # a chunk is kept as the message it adds up to (test_chunks_are_stored_as_...)
+        return [
+            (
+                "ai" if m.type == "AIMessageChunk" else m.type,
+                m.content,
+                m.id,
+                m.name,
+                getattr(m, "tool_calls", None),
+            )
+            for m in history.messages  # type: ignore[attr-defined]
+        ]
+
+    call = {"name": "add", "args": {"a": 1}, "id": "c1"}
+    for history in (theirs, ours):
+        history.add_user_message("hi")
+        history.add_ai_message("hello")
+        history.add_messages(
+            [
+                HumanMessage("x", id="my-id", name="Ann"),
+                AIMessage("", tool_calls=[call]),
+                ToolMessage("3", tool_call_id="c1"),
+            ]
+        )
+        history.add_message(AIMessageChunk(content="chunk"))
+        asyncio.run(history.aadd_messages([HumanMessage("async")]))
+    assert seen(ours) == seen(theirs)
+    assert [m.content for m in asyncio.run(ours.aget_messages())] == [
+        m.content for m in asyncio.run(theirs.aget_messages())
+    ]
+    # a str is stored by theirs (and breaks a later read); ours refuses it when it is added
+    with pytest.raises(InvalidMessageError, match="BaseMessage"):
+        ours.add_message("plain")  # type: ignore[arg-type]
+    # messages is a view of the window in ours, not a field to assign
+    theirs.messages = [HumanMessage("replaced")]
+    with pytest.raises(AttributeError):
+        ours.messages = [HumanMessage("replaced")]  # type: ignore[misc]
+    ours.clear()
+    ours.add_messages([HumanMessage("replaced")])
+    assert seen(ours) == seen(theirs)
+    for history in (theirs, ours):
+        asyncio.run(history.aclear())
+    assert ours.messages == theirs.messages == []

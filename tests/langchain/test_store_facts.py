@@ -40,6 +40,21 @@ def test_facts_are_items_under_their_namespace(tmp_path: Path) -> None:
             store.put(ANN, "x", {"content": 3})
 
 
+def test_a_fact_put_with_a_ttl_is_refused_not_kept_forever(tmp_path: Path) -> None:
+    """A fact never expires, so a put asking for a ttl is refused (a silent forever would
+    keep what the caller meant to be gone); without one, or with None, it is stored."""
+    with MemoryManager(str(tmp_path / "m.db"), embedding=None) as mm:
+        store = HarombeStore(mm, ttl={"default_ttl": 5})
+        with pytest.raises(InvalidInputError, match="does not expire"):
+            store.put(ANN, "diet", {"content": "Is vegan"}, ttl=60)
+        with pytest.raises(InvalidInputError, match="does not expire"):
+            HarombeStore(mm).put(ANN, "diet", {"content": "Is vegan"}, ttl=5)
+        assert mm.get_facts("ann") == []
+        store.put(ANN, "diet", {"content": "Is vegan"})  # the store's default_ttl: items only
+        store.put(ANN, "tea", {"content": "Likes tea"}, ttl=None)
+        assert sorted(f.text for f in mm.get_facts("ann")) == ["Is vegan", "Likes tea"]
+
+
 async def test_langmem_tools_manage_and_search_the_users_facts(tmp_path: Path) -> None:
     langmem = pytest.importorskip("langmem")
     with MemoryManager(str(tmp_path / "m.db"), embedding=None) as mm:
@@ -191,3 +206,95 @@ def test_a_fact_failing_inside_the_batch_takes_its_items_with_it(
                 ]
             )
         assert store.search(("app",)) == []
+
+
+def _seen(item: Any) -> Any:
+    return None if item is None else (item.key, item.value["content"])
+
+
+def test_every_key_of_the_facts_namespace_keeps_langgraphs_get_after_put(location: str) -> None:
+    """The same puts, overwrites and deletes on LangGraph's InMemoryStore and on HarombeStore's
+    facts namespaces read back the same: a key that looks like a number is a key like any
+    other (not a new fact under a new id), a text another key holds does not merge into that
+    key's fact, and one user's keys never reach another user's facts."""
+    from langgraph.store.memory import InMemoryStore
+
+    bob = ("harombe", "facts", "bob")
+    keys = ["17", "1", "0", "2", "home city", "diet", "memory-5e1f", "tea", "also tea"]
+    theirs = InMemoryStore()
+    with MemoryManager(location, embedding=None) as mm:
+        ours = HarombeStore(mm)
+        mm.add_fact("bob", "Bob's own fact", subject="bob thing")  # ids the keys may name
+        for store in (theirs, ours):
+            for key in keys:
+                text = "Likes tea" if "tea" in key else f"The value of {key}"
+                store.put(ANN, key, {"content": text})
+            store.put(bob, "1", {"content": "Bob's first"})
+        for key in keys:
+            assert _seen(ours.get(ANN, key)) == _seen(theirs.get(ANN, key)), key
+        for store in (theirs, ours):
+            store.put(ANN, "17", {"content": "The new value of 17"})
+            store.put(ANN, "tea", {"content": "Likes green tea"})
+            store.delete(ANN, "1")
+            store.delete(ANN, "no such key")
+        for key in [*keys, "no such key", "3", "4"]:
+            assert _seen(ours.get(ANN, key)) == _seen(theirs.get(ANN, key)), key
+            assert _seen(ours.get(bob, key)) == _seen(theirs.get(bob, key)), key
+
+        def listed(store: Any, namespace: tuple[str, ...]) -> list[Any]:
+            return sorted(_seen(i) for i in store.search(namespace, limit=50))
+
+        assert listed(ours, ANN) == listed(theirs, ANN)
+        assert listed(ours, bob) == [*listed(theirs, bob), ("bob thing", "Bob's own fact")]
+        assert ours.list_namespaces(prefix=("harombe",)) == theirs.list_namespaces(
+            prefix=("harombe",)
+        )
+
+
+def test_a_fact_without_a_subject_is_read_overwritten_and_deleted_by_its_id(
+    tmp_path: Path,
+) -> None:
+    """A fact the extractor stored without a subject is the item keyed by its id: a put to
+    that key replaces it (and the new value is found under the same key), a delete forgets
+    it; a key naming another user's fact id reaches nothing."""
+    with MemoryManager(str(tmp_path / "m.db"), embedding=None) as mm:
+        store = HarombeStore(mm)
+        fact = mm.add_fact("ann", "Likes hiking")
+        other = mm.add_fact("bob", "Likes chess")
+        key = str(fact.id)
+        assert _seen(store.get(ANN, key)) == (key, "Likes hiking")
+        assert store.get(ANN, str(other.id)) is None
+        assert store.get(ANN, f"0{key}") is None  # the id is written one way only
+        store.put(ANN, key, {"content": "Likes climbing"})
+        assert _seen(store.get(ANN, key)) == (key, "Likes climbing")
+        assert [f.text for f in mm.get_facts("ann")] == ["Likes climbing"]
+        store.put(ANN, str(other.id), {"content": "Ann's own"})
+        assert [f.text for f in mm.get_facts("bob")] == ["Likes chess"]
+        store.delete(ANN, key)
+        store.delete(ANN, str(other.id))
+        assert store.get(ANN, key) is None
+        assert [f.text for f in mm.get_facts("ann")] == []
+        assert [f.text for f in mm.get_facts("bob")] == ["Likes chess"]
+
+
+def test_keys_differing_in_case_or_spacing_name_one_fact_on_purpose(tmp_path: Path) -> None:
+    """The deliberate difference (docs/user-memory.md): a key is a subject, so "Home City"
+    and "home  city" are one fact (the one an extractor files under "home city"), where
+    InMemoryStore keeps two items; a get still answers with the key as asked."""
+    from langgraph.store.memory import InMemoryStore
+
+    theirs = InMemoryStore()
+    with MemoryManager(str(tmp_path / "m.db"), embedding=None) as mm:
+        ours = HarombeStore(mm)
+        for store in (theirs, ours):
+            store.put(ANN, "Home City", {"content": "Lives in Lisbon"})
+            store.put(ANN, "home  city", {"content": "Lives in Berlin"})
+        assert _seen(theirs.get(ANN, "Home City")) == ("Home City", "Lives in Lisbon")
+        assert _seen(ours.get(ANN, "Home City")) == ("Home City", "Lives in Berlin")
+        assert _seen(ours.get(ANN, "home  city")) == _seen(theirs.get(ANN, "home  city"))
+        assert len(theirs.search(ANN)) == 2
+        assert [_seen(i) for i in ours.search(ANN)] == [("home city", "Lives in Berlin")]
+        assert [f.text for f in mm.get_facts("ann", include_history=True)] == [
+            "Lives in Lisbon",
+            "Lives in Berlin",
+        ]

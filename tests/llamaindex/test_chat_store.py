@@ -124,6 +124,18 @@ def test_set_messages_replaces(chat_store: BaseChatStore) -> None:
     assert chat_store.get_messages("k") == [world(), world()]
 
 
+def test_a_key_set_to_no_messages_is_a_key(chat_store: BaseChatStore) -> None:
+    """``set_messages(key, [])`` (what a memory's ``set([])`` does) makes the key exist: it is
+    listed, and deleting it returns its (no) messages rather than None for an unknown key."""
+    chat_store.add_message("a", hello())
+    chat_store.set_messages("b", [])
+    chat_store.set_messages("a", [])
+    assert chat_store.get_keys() == ["a", "b"]
+    assert chat_store.get_messages("b") == []
+    assert chat_store.delete_messages("b") == []
+    assert chat_store.get_keys() == ["a"]
+
+
 def test_non_ascii_kept(chat_store: BaseChatStore) -> None:
     chat_store.add_message("user1", ChatMessage(role="user", content="ハロー héllo"))
     assert chat_store.get_messages("user1")[0].content == "ハロー héllo"

@@ -5,10 +5,13 @@ covered it is dropped; ``forget_user`` removes all of a user and nothing of anyo
 
 from __future__ import annotations
 
+import psycopg
+
 from harombe_core import MemoryConfig, MemoryManager, Message
 from harombe_core.store import ops
+from harombe_core.store.pg_server import EmbeddedPostgres
 from harombe_core.testing import FakeEmbedder
-from tests.reliability.test_deletion import token
+from tests.reliability.test_deletion import files_holding, token
 
 
 def test_a_deleted_message_is_found_through_no_neighbour(backend_url: str) -> None:
@@ -53,3 +56,26 @@ def test_forget_user_removes_only_that_user(backend_url: str) -> None:
         assert mm.list_sessions(user_id="ann") == []
         assert {s.id for s in mm.list_sessions(limit=None)} == {"bob", "none"}
         assert mm.forget_user("ann") == 0
+
+
+def test_vacuum_full_as_the_deletion_page_says_leaves_no_byte_of_a_forgotten_user(
+    pg_server: EmbeddedPostgres, pg_url: str
+) -> None:
+    # Plain VACUUM only marks dead rows' space reusable: their bytes stay in the tables' and
+    # the keyword indexes' files until overwritten. docs/deletion.md says VACUUM FULL.
+    secret, control = token(), token()
+    with MemoryManager(pg_url, embedding=FakeEmbedder(), vector_store="pgvector") as mm:
+        mm.create_session(session_id="s", user_id="ann", metadata={"note": secret})
+        mm.save_messages("s", [Message(role="user", content=f"my pin is {secret}")] * 3)
+        mm.add_fact("ann", f"ann's pin is {secret}")
+        mm.save_message("keep", Message(role="user", content=f"the code is {control}"))
+        mm.flush()
+        mm.forget_user("ann")
+    with psycopg.connect(pg_url, autocommit=True) as raw:
+        row = raw.execute("SELECT oid FROM pg_database WHERE datname = current_database()")
+        oid = row.fetchone()[0]  # type: ignore[index]
+        raw.execute("VACUUM FULL")
+        raw.execute("CHECKPOINT")
+    folder = pg_server.base / "data" / "base" / str(oid)
+    assert files_holding(folder, control)  # the scan reads the database's files
+    assert files_holding(folder, secret) == []

@@ -375,3 +375,27 @@ def test_every_keyword_table_of_the_file_is_compacted(folder: Path) -> None:
         mm.save_message("s", Message(role="user", content="hello"))
         mm.delete_session("s")  # a deletion: the close owes a compaction
     assert files_holding(folder, secret) == []
+
+
+def test_a_damaged_index_set_aside_is_erased_with_the_deleted_vectors(folder: Path) -> None:
+    # A damaged Chroma folder is moved aside and rebuilt; the copy kept every vector and owner
+    # it held, so a later deletion left the deleted user's id and vectors in it for good.
+    folder.mkdir()
+    secret, control = token(), token()
+    with open_manager(folder / "m.db", "chroma") as mm:
+        mm.create_session(session_id=f"s{secret}", user_id=secret)
+        mm.save_message(f"s{secret}", Message(role="user", content="hello"))
+        mm.save_message("keep", Message(role="user", content=control), user_id=control)
+        mm.flush()
+    index = folder / "m.db.chroma" / "chroma.sqlite3"
+    data = bytearray(index.read_bytes())
+    for page in range(3, len(data) // 4096):  # the header intact, the tables damaged
+        data[page * 4096 + 100 : page * 4096 + 200] = b"\xa5" * 100
+    index.write_bytes(bytes(data))
+    with open_manager(folder / "m.db", "chroma") as mm:
+        mm.flush()
+        assert list(folder.glob("m.db.chroma.corrupt-*"))  # set aside, as intended
+        assert any("corrupt-" in f for f in files_holding(folder, secret))
+        mm.forget_user(secret)
+    assert files_holding(folder, secret) == []
+    assert files_holding(folder, control)

@@ -1,0 +1,276 @@
+"""A row edited outside harombe (by hand, a bad migration, an attacker with the file) gives a
+typed error naming its table, id and column on the read that meets it, never a ``JSONDecodeError``
+or ``TypeError`` from deep inside, and every other session stays readable. A damaged keyword
+index says how to rebuild it, and ``reindex`` does.
+
+Each case edits a real database file with the ``sqlite3`` module, as the ``sqlite3`` shell would.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from harombe_core import CorruptRowError, MemoryManager, Message, NotAHarombeDatabaseError
+from harombe_core.testing import FakeEmbedder
+
+
+def _memory(path: Path | str) -> None:
+    with MemoryManager(path, embedding=None, token_counter="approximate") as mm:
+        mm.create_session(session_id="bad", user_id="ann", metadata={"topic": "x"})
+        mm.save_messages(
+            "bad", [Message(role="user", content=f"apple {i}", metadata={"i": i}) for i in range(3)]
+        )
+        mm.save_message("good", Message(role="user", content="apple pie"))
+
+
+def _edit(path: Path, sql: str) -> None:
+    raw = sqlite3.connect(path)
+    raw.execute("PRAGMA ignore_check_constraints = ON")  # as a careless editor would
+    raw.execute(sql)
+    raw.commit()
+    raw.close()
+
+
+#: case -> (the edit, the column the error must name)
+MESSAGE_EDITS = {
+    "tool_calls not JSON": (
+        "UPDATE messages SET tool_calls = 'not json' WHERE id = 2",
+        "tool_calls",
+    ),
+    "metadata a JSON list": ("UPDATE messages SET metadata = '[1, 2]' WHERE id = 2", "metadata"),
+    "content a blob": ("UPDATE messages SET content = x'00ff' WHERE id = 2", "content"),
+    "negative token count": ("UPDATE messages SET token_count = -5 WHERE id = 2", "token_count"),
+    "token count a text": ("UPDATE messages SET token_count = 'many' WHERE id = 2", "token_count"),
+    "time a text": ("UPDATE messages SET created_at = 'yesterday' WHERE id = 2", "created_at"),
+    "time past year 9999": (
+        "UPDATE messages SET created_at = 9223372036854775807 WHERE id = 2",
+        "created_at",
+    ),
+    "unknown role": ("UPDATE messages SET role = 'root' WHERE id = 2", "role"),
+}
+
+
+@pytest.mark.parametrize("case", list(MESSAGE_EDITS))
+def test_a_crafted_message_row_is_named_by_a_typed_error(tmp_path: Path, case: str) -> None:
+    path = tmp_path / "memory.db"
+    _memory(path)
+    sql, column = MESSAGE_EDITS[case]
+    _edit(path, sql)
+    with MemoryManager(path, embedding=None, token_counter="approximate") as mm:
+        reads = {
+            "load_session": lambda: mm.load_session("bad"),
+            "get_recent_messages": lambda: mm.get_recent_messages("bad", max_tokens=1000),
+            "search": lambda: mm.search("apple", top_k=10),
+        }
+        for read in reads.values():
+            with pytest.raises(CorruptRowError) as caught:
+                read()
+            error = caught.value
+            assert (error.table, error.row_id, error.column) == ("messages", 2, column)
+            assert "row 2 of table messages" in str(error)
+            assert "DELETE FROM messages WHERE id = 2" in str(error)
+        # Nothing else is lost: the other session reads, and writes still work.
+        assert [m.content for m in mm.load_session("good")] == ["apple pie"]
+        mm.save_message("bad", Message(role="user", content="apple tart"))
+        # The documented repair (delete the row) makes the session readable again.
+    _edit(path, "DELETE FROM messages WHERE id = 2")
+    with MemoryManager(path, embedding=None, token_counter="approximate") as mm:
+        assert [m.content for m in mm.load_session("bad")] == ["apple 0", "apple 2", "apple tart"]
+
+
+SESSION_EDITS = {
+    "metadata not JSON": ("UPDATE sessions SET metadata = '{oops' WHERE id = 'bad'", "metadata"),
+    "metadata JSON null": ("UPDATE sessions SET metadata = 'null' WHERE id = 'bad'", "metadata"),
+    "summary data not JSON": (
+        "UPDATE sessions SET summary_json = '{oops' WHERE id = 'bad'",
+        "summary_json",
+    ),
+    "time a text": ("UPDATE sessions SET created_at = 'x' WHERE id = 'bad'", "created_at"),
+}
+
+
+@pytest.mark.parametrize("case", list(SESSION_EDITS))
+def test_a_crafted_session_row_is_named_by_a_typed_error(tmp_path: Path, case: str) -> None:
+    path = tmp_path / "memory.db"
+    _memory(path)
+    sql, column = SESSION_EDITS[case]
+    _edit(path, sql)
+    with MemoryManager(path, embedding=None, token_counter="approximate") as mm:
+        for read in (lambda: mm.get_session("bad"), lambda: mm.list_sessions(limit=10)):
+            with pytest.raises(CorruptRowError) as caught:
+                read()
+            assert (caught.value.table, caught.value.row_id) == ("sessions", "bad")
+            assert caught.value.column == column
+            assert "DELETE FROM sessions WHERE id = 'bad'" in str(caught.value)
+        assert mm.get_session("good") is not None
+        assert [m.content for m in mm.load_session("good")] == ["apple pie"]
+
+
+def test_a_damaged_keyword_index_names_reindex_and_reindex_repairs_it(tmp_path: Path) -> None:
+    path = tmp_path / "memory.db"
+    _memory(path)
+    _edit(path, "UPDATE messages_fts_data SET block = x'deadbeef' WHERE id > 10")
+    with MemoryManager(path, embedding=None, token_counter="approximate") as mm:
+        assert len(mm.load_session("bad")) == 3  # the messages themselves are intact
+        with pytest.raises(NotAHarombeDatabaseError, match="harombe reindex"):
+            mm.search("apple", top_k=10)
+        mm.reindex(embedding=FakeEmbedder())  # what `harombe reindex` runs
+        hits = mm.search("apple", top_k=10)
+        assert sorted(h.message.content for h in hits) == [
+            "apple 0",
+            "apple 1",
+            "apple 2",
+            "apple pie",
+        ]
+
+
+def test_crafted_rows_on_postgres_are_named_too(pg_url: str) -> None:
+    import psycopg
+
+    _memory(pg_url)
+    with psycopg.connect(pg_url, autocommit=True) as raw:
+        raw.execute("UPDATE messages SET tool_calls = 'not json' WHERE content = 'apple 1'")
+        raw.execute("UPDATE sessions SET metadata = '[]' WHERE id = 'good'")
+    with MemoryManager(pg_url, embedding=None, token_counter="approximate") as mm:
+        with pytest.raises(CorruptRowError, match="column tool_calls is not valid JSON"):
+            mm.load_session("bad")
+        with pytest.raises(CorruptRowError, match="column metadata holds a JSON list"):
+            mm.get_session("good")
+        assert mm.get_session("bad") is not None
+
+
+@pytest.mark.parametrize("mark", ["99999999999", "many", "-5", "0", ""])
+def test_a_crafted_keyword_mark_is_repaired_not_trusted(tmp_path: Path, mark: str) -> None:
+    # The mark says how far the keyword index reaches. One beyond every message hid every
+    # later message from keyword search for good; one that is not a number, or too low,
+    # failed every catch-up (flush and close raised ValueError / "constraint failed").
+    path = tmp_path / "memory.db"
+    _memory(path)
+    _edit(path, f"UPDATE harombe_meta SET value = '{mark}' WHERE key = 'keyword_index_upto'")
+    with MemoryManager(path, embedding=None, token_counter="approximate") as mm:
+        mm.save_message("new", Message(role="user", content="zebra crossing"))
+        mm.flush()
+    with MemoryManager(path, embedding=None, token_counter="approximate") as mm:
+        assert [h.message.content for h in mm.store.keyword_search("zebra")] == ["zebra crossing"]
+        found = [h.message.content for h in mm.store.keyword_search("apple", limit=10)]
+        assert sorted(found) == ["apple 0", "apple 1", "apple 2", "apple pie"]
+    raw = sqlite3.connect(path)
+    indexed = raw.execute("SELECT COUNT(*) FROM messages_fts").fetchone()[0]
+    assert indexed == raw.execute("SELECT COUNT(*) FROM messages").fetchone()[0] == 5
+    raw.close()
+
+
+def test_crafted_fact_item_and_vector_rows_are_named(tmp_path: Path) -> None:
+    from langchain_harombe import HarombeStore
+
+    path = tmp_path / "memory.db"
+    _memory(path)
+    with MemoryManager(path, embedding=FakeEmbedder(), token_counter="approximate") as mm:
+        mm.add_fact("ann", "ann likes apples")
+        store = HarombeStore(mm)
+        store.put(("ann", "notes"), "n1", {"text": "apples"})
+        mm.flush()
+    _edit(path, "UPDATE facts SET valid_from = 'yesterday'")
+    _edit(path, "UPDATE store_items SET value = '{oops' WHERE key = 'n1'")
+    _edit(path, "UPDATE message_vectors SET vector = x'0102' WHERE message_id = 2")
+    with MemoryManager(path, embedding=FakeEmbedder(), token_counter="approximate") as mm:
+        with pytest.raises(CorruptRowError, match="of table facts: column valid_from"):
+            mm.get_facts("ann")
+        store = HarombeStore(mm)
+        with pytest.raises(CorruptRowError, match="of table store_items: column value is not"):
+            store.get(("ann", "notes"), "n1")
+        with pytest.raises(
+            CorruptRowError, match=re.escape("WHERE namespace = 'ann.notes' AND key = 'n1'")
+        ):
+            store.search(("ann",))
+        with pytest.raises(CorruptRowError, match=r"message_vectors.*reindex --reembed") as caught:
+            mm.search_similar("apple", top_k=3)
+        assert caught.value.row_id == {"message_id": 2}
+        assert len(mm.load_session("bad")) == 3  # the messages themselves read
+        mm.reindex(embedding=FakeEmbedder(), reembed=True)  # the repair the error names
+        assert {m.content for m in mm.search_similar("apple 1", top_k=1)} == {"apple 1"}
+
+
+def test_a_postgres_database_of_another_application_is_refused_untouched(pg_url: str) -> None:
+    import psycopg
+
+    with psycopg.connect(pg_url, autocommit=True) as raw:
+        raw.execute("CREATE TABLE facts (x INTEGER)")
+        raw.execute("INSERT INTO facts VALUES (7)")
+    with pytest.raises(NotAHarombeDatabaseError, match=r"table\(s\) facts of another application"):
+        MemoryManager(pg_url, embedding=None)
+    with psycopg.connect(pg_url, autocommit=True) as raw:
+        tables = raw.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'"
+        ).fetchall()
+        assert tables == [("facts",)]
+        assert raw.execute("SELECT x FROM facts").fetchall() == [(7,)]
+
+
+def test_a_session_deleted_with_foreign_keys_off_leaves_nothing_to_the_next_owner_of_its_id(
+    tmp_path: Path,
+) -> None:
+    # The sqlite3 shell runs with foreign keys off: deleting a session there left its messages
+    # and checkpoints behind, and whoever created that id next (here another user) read them.
+    from langchain_core.language_models.fake_chat_models import FakeListChatModel
+    from langchain_core.messages import HumanMessage
+    from langgraph.graph import START, MessagesState, StateGraph
+
+    from langchain_harombe import HarombeSaver
+    from tests.reliability.test_deletion import files_holding, token
+
+    secret = token()
+    path = tmp_path / "memory.db"
+    llm = FakeListChatModel(responses=[f"noted {secret}"])
+    graph = StateGraph(MessagesState)
+    graph.add_node("model", lambda state: {"messages": [llm.invoke(state["messages"])]})
+    graph.add_edge(START, "model")
+    with MemoryManager(path, embedding=None, token_counter="approximate") as mm:
+        config = {"configurable": {"thread_id": "bob:memory", "user_id": "bob"}}
+        agent = graph.compile(checkpointer=HarombeSaver(mm))
+        agent.invoke({"messages": [HumanMessage(f"my pin is {secret}")]}, config)
+        mm.save_message("keep", Message(role="user", content="kept"))
+    raw = sqlite3.connect(path)  # foreign keys off, as in the sqlite3 shell
+    raw.execute("DELETE FROM sessions WHERE id = 'bob:memory'")
+    raw.commit()
+    assert raw.execute("SELECT COUNT(*) FROM checkpoints").fetchone()[0] > 0  # left behind
+    raw.close()
+    with MemoryManager(path, embedding=None, token_counter="approximate") as mm:
+        mm.save_message("bob:memory", Message(role="user", content="eve here"), user_id="eve")
+        assert [m.content for m in mm.load_session("bob:memory", user_id="eve")] == ["eve here"]
+        assert mm.search(secret, top_k=5, user_id="eve") == []
+        eve = {"configurable": {"thread_id": "bob:memory", "user_id": "eve"}}
+        assert HarombeSaver(mm).get_tuple(eve) is None
+        assert [m.content for m in mm.load_session("keep")] == ["kept"]
+    assert files_holding(tmp_path, secret) == []
+
+
+def test_rows_of_a_session_deleted_with_foreign_keys_off_go_at_the_upgrade(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from harombe_core.store import sqlite as sqlite_module
+    from tests.reliability.test_deletion import files_holding, token
+
+    secret = token()
+    path = tmp_path / "memory.db"
+    with monkeypatch.context() as old:  # a file of the schema before the sweep
+        old.setattr(sqlite_module, "MIGRATIONS", sqlite_module.MIGRATIONS[:11])
+        old.setattr(sqlite_module, "SCHEMA_VERSION", 11)
+        with MemoryManager(path, embedding=None, token_counter="approximate") as mm:
+            mm.save_message("gone", Message(role="user", content=f"pin {secret}"), user_id="bob")
+            mm.save_message("keep", Message(role="user", content="kept"), user_id="ann")
+    raw = sqlite3.connect(path)  # foreign keys off, as in the sqlite3 shell
+    raw.execute("DELETE FROM sessions WHERE id = 'gone'")
+    raw.commit()
+    raw.close()
+    assert files_holding(tmp_path, secret)
+    with MemoryManager(path, embedding=None, token_counter="approximate") as mm:
+        assert [m.content for m in mm.load_session("keep", user_id="ann")] == ["kept"]
+    raw = sqlite3.connect(path)
+    assert raw.execute("SELECT COUNT(*) FROM messages").fetchone()[0] == 1
+    raw.close()
+    assert files_holding(tmp_path, secret) == []  # the sweep's erasure was paid at close
