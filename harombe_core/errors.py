@@ -297,6 +297,25 @@ def requires_extra(feature: str, extra: str, module: str) -> Iterator[None]:
         raise MissingExtraError(feature, extra, module) from exc
 
 
+@contextmanager
+def requires_packages(feature: str, extra: str, packages: tuple[str, ...]) -> Iterator[None]:
+    """Imports of a whole module built on an extra: an import that fails because one of
+    ``packages`` (top-level names, ``"langchain_core"``) is not installed becomes the
+    :class:`MissingExtraError` naming it and the extra that brings it.
+
+    Narrower than :func:`requires_extra`, because such a module imports many names: any other
+    :class:`ImportError` (the package is there, at a version without a name we use) is left
+    as it is, since its own message is the truth and "not installed" would not be.
+    """
+    try:
+        yield
+    except ModuleNotFoundError as exc:
+        missing = (exc.name or "").partition(".")[0]
+        if missing not in packages:
+            raise
+        raise MissingExtraError(feature, extra, missing) from exc
+
+
 class StoreError(HarombeError):
     """The store could not complete an operation; nothing was half-written."""
 

@@ -149,6 +149,15 @@ def same_database(a: str, b: str) -> bool:
     return place(a) == place(b)
 
 
+#: libpq's words for a connection the URL itself gets wrong (a restart cannot fix these).
+_WRONG_URL = (
+    "does not exist",  # database or role
+    "password authentication failed",
+    "failed to resolve host",
+    "could not translate host name",
+    "invalid connection option",
+    "invalid URI",
+)
 _TRANSIENT_STATES = {"40001", "40P01", "57P01", "57P02", "57P03", "08000", "08003", "08006"}
 
 
@@ -190,6 +199,7 @@ class PostgresStore(KeywordShortcuts):
         self._writes = itertools.count()
         self._block = AtomicBlock()  # this thread's atomic() block, if one is open
         self._closed = False
+        self._warned_unreachable = False
         self._kwargs = {"autocommit": True, "connect_timeout": max(1, int(connect_timeout))}
         self._pool = ConnectionPool(
             url,
@@ -201,10 +211,29 @@ class PostgresStore(KeywordShortcuts):
             name="harombe",
         )
         try:
+            self._with_retry(self._first_connection)
             self._with_retry(lambda: self._pool.open(wait=True, timeout=connect_timeout))
             self._run(self._migrate_body, write=False, keyed=False)
         except BaseException:
             self._pool.close()
+            raise
+
+    def _first_connection(self) -> None:
+        """One plain connection before the pool: its error is the real cause (refused, unknown
+        host, bad password), where a pool that never filled says only that it timed out. The
+        first failure worth waiting for is logged as a warning, so a wrong port is not a
+        silent wait of ``retry_seconds``."""
+        try:
+            psycopg.connect(self.url, **self._kwargs).close()
+        except psycopg.Error as exc:
+            if self._transient(exc) and not self._warned_unreachable:
+                self._warned_unreachable = True
+                log.warning(
+                    "%s: %s; retrying for up to %g s (retry_seconds)",
+                    self.location,
+                    str(exc).strip(),
+                    self._retry_seconds,
+                )
             raise
 
     # drivers ----------------------------------------------------------------------------------
@@ -222,6 +251,11 @@ class PostgresStore(KeywordShortcuts):
             )
         if isinstance(exc, (psycopg.IntegrityError, psycopg.DataError, UnicodeError)):
             return InvalidInputError(f"{self.location}: the value cannot be stored ({exc}).")
+        if any(cause in str(exc) for cause in _WRONG_URL):
+            return StoreUnavailableError(
+                f"{self.location} cannot be connected to as given ({str(exc).strip()}). Check "
+                "the host, port, database name, user and password in the URL."
+            )
         if isinstance(exc, psycopg.OperationalError):
             return StoreUnavailableError(
                 f"{self.location} could not be reached for {self._retry_seconds:g} s ({exc}). "
@@ -234,6 +268,8 @@ class PostgresStore(KeywordShortcuts):
         state = getattr(exc, "sqlstate", None) or ""
         if state in ("53100", "25006", "42501"):
             return False
+        if any(cause in str(exc) for cause in _WRONG_URL):
+            return False  # waiting will not fix the URL: say so now, not after retry_seconds
         if state in _TRANSIENT_STATES or state.startswith("08"):
             return True
         return isinstance(exc, psycopg.OperationalError) and not isinstance(exc, pg_errors.DiskFull)

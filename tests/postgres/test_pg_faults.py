@@ -71,5 +71,19 @@ def test_server_restart_under_load(pg_server: EmbeddedPostgres, pg_url: str, mod
 
 def test_unreachable_server_gives_a_typed_error(pg_server: EmbeddedPostgres) -> None:
     url = f"postgresql://postgres@127.0.0.1:{pg_server.port + 1}/nothing"
-    with pytest.raises(StoreUnavailableError, match="could not be reached"):
+    with pytest.raises(StoreUnavailableError, match="could not be reached") as info:
         PostgresStore(url, retry_seconds=1, connect_timeout=1)
+    # the cause libpq gave, not the pool's "cannot be reused" after its first timeout
+    assert "Connection refused" in str(info.value)
+    assert "cannot be reused" not in str(info.value)
+
+
+def test_a_database_that_does_not_exist_is_said_at_once_not_retried(
+    pg_server: EmbeddedPostgres,
+) -> None:
+    """Waiting cannot fix a wrong database name: the error comes on the first attempt (a retry
+    would take the hour given here) and names what to check."""
+    url = f"postgresql://postgres@127.0.0.1:{pg_server.port}/no_such_database"
+    with pytest.raises(StoreUnavailableError, match="does not exist") as info:
+        PostgresStore(url, retry_seconds=3600, connect_timeout=1)
+    assert "Check the host, port, database name, user and password" in str(info.value)
