@@ -332,3 +332,24 @@ def test_concurrent_deletions_and_erasures_lose_nothing(tmp_path: Path) -> None:
             assert [h.message.content for h in mm.search(word, top_k=3)][:1] == [
                 f"the code is {word}"
             ]
+
+
+def test_a_forgotten_fact_is_erased_in_the_background(tmp_path: Path) -> None:
+    folder = tmp_path / "store"
+    folder.mkdir()
+    secret, control = token(), token()
+    config = MemoryConfig.model_validate({"memory": {"erase_after_seconds": 3600}})
+    with MemoryManager(str(folder / "m.db"), embedding=None, config=config) as mm:
+        eraser = mm._eraser
+        assert eraser is not None
+        clock = Clock()
+        eraser._clock = clock
+        fact = mm.add_fact("ann", f"The alarm code is {secret}")
+        mm.add_fact("ann", f"Parks in bay {control}")
+        mm.flush()
+        assert mm.forget_fact("ann", fact.id)
+        clock.now += 3600
+        assert eraser.run_due() == Erasure()  # the forget asked for it
+        assert files_holding(folder, secret) == []
+        assert files_holding(folder, control)  # (the scan reads what is there)
+        assert control in [h.fact.text.split()[-1] for h in mm.search_facts("ann", control)]
