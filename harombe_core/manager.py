@@ -1225,12 +1225,16 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
 
         For code that writes messages through the store's runner in its own transaction (the
         LangGraph checkpointer records a thread's messages with its checkpoint): wakes the
-        background embedder and drops the vectors of ``deleted_sessions``. Returns at once.
+        background embedder and drops the vectors of ``deleted_sessions`` (whose bytes the
+        background then erases from the files, as after the manager's own deletions). Returns
+        at once.
         """
         named = [
             check_id(sid, "deleted_sessions item")
             for sid in check_list(deleted_sessions, "deleted_sessions", of="session ids")
         ]
+        if named:  # (a LangGraph thread deleted): erased from the files once deletions pause
+            self._deleted()
         if self._semantic is None:
             return
         # Only sessions that are really gone: a live session's vectors are never dropped here.

@@ -353,3 +353,40 @@ def test_a_forgotten_fact_is_erased_in_the_background(tmp_path: Path) -> None:
         assert files_holding(folder, secret) == []
         assert files_holding(folder, control)  # (the scan reads what is there)
         assert control in [h.fact.text.split()[-1] for h in mm.search_facts("ann", control)]
+
+
+def test_a_deleted_langgraph_thread_is_erased_in_the_background(tmp_path: Path) -> None:
+    """The checkpointer deletes a thread in its own SQL; the manager's background eraser
+    erases it from the files all the same, while the manager stays open."""
+    pytest.importorskip("langgraph")
+    from langchain_core.messages import HumanMessage
+
+    from langchain_harombe import HarombeSaver
+    from tests.langchain.test_deletion import _graph
+
+    folder = tmp_path / "store"
+    folder.mkdir()
+    secret, control, thread = token(), token(), "t-" + token()
+    config = MemoryConfig.model_validate({"memory": {"erase_after_seconds": 3600}})
+    with MemoryManager(str(folder / "m.db"), embedding=FakeEmbedder(), config=config) as mm:
+        eraser = mm._eraser
+        assert eraser is not None
+        clock = Clock()
+        eraser._clock = clock
+        saver = HarombeSaver(mm)
+        thread_config = {"configurable": {"thread_id": thread}}
+        _graph(saver).invoke(
+            {"messages": [HumanMessage(f"my password is {secret}")]}, thread_config
+        )
+        mm.save_message("keep", Message(role="user", content=f"the harbour code is {control}"))
+        mm.flush()
+        mm.store.index_keywords()
+        saver.delete_thread(thread)
+        clock.now += 3600
+        assert eraser.run_due() == Erasure()
+        assert files_holding(folder, secret) == []
+        assert files_holding(folder, thread) == []
+        assert files_holding(folder, control)
+        assert [h.message.content for h in mm.search(control, top_k=100)].count(
+            f"the harbour code is {control}"
+        ) == 1
