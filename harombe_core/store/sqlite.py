@@ -32,7 +32,13 @@ from typing import Any, TypeVar
 from harombe_core.errors import SchemaTooNewError, StoreError
 from harombe_core.flows import off_loop
 from harombe_core.store import pending
-from harombe_core.store.erasure import ERASED_KEYWORDS, compact_keywords, owed
+from harombe_core.store.erasure import (
+    ERASED_KEYWORDS,
+    compact_keywords,
+    merge_keywords,
+    owed,
+    settle,
+)
 from harombe_core.store.fts import catch_up, keyword_indexer
 from harombe_core.store.ops import KeywordShortcuts
 from harombe_core.store.rows import from_micros, to_micros
@@ -278,13 +284,11 @@ class SQLiteStore(KeywordShortcuts):
     # derived indexes ----------------------------------------------------------------------
     def erasure_owed(self) -> bool:
         """True while a deletion's text may still be in this file's bytes: the keyword index
-        is not compacted since, or the WAL not truncated since (one indexed read)."""
+        or the WAL not erased since (one indexed read)."""
         file = self._open_file()
         if file.read_only:
             return False
-        return file.wal_holds_deleted or file.snapshot(
-            lambda c: owed(c, ERASED_KEYWORDS) is not None, begin=False
-        )
+        return file.snapshot(lambda c: owed(c, ERASED_KEYWORDS) is not None, begin=False)
 
     def erase_deleted(self) -> int:
         """Do now what the file's last close does after a deletion, with the file open: merge
@@ -294,17 +298,22 @@ class SQLiteStore(KeywordShortcuts):
 
         Writers wait only for the merge (one pass over the keyword index, in one short
         transaction); the truncation never waits (:meth:`SQLiteFile.truncate_wal`), so
-        call again later while this returns more than 0. Nothing owed: costs one read."""
+        call again later while this returns more than 0 (the merge is not repeated). The
+        debt stays recorded until the WAL is truncated, so a close or another process pays
+        it if this one cannot. Nothing owed: costs one read."""
         file = self._open_file()
         if file.read_only:
             return 0
-        owes = file.snapshot(lambda c: owed(c, ERASED_KEYWORDS), begin=False) is not None
-        if owes and file.write(compact_keywords, self._max_retries):
-            file.wal_holds_deleted = True
-        if not file.wal_holds_deleted:
+        token = file.snapshot(lambda c: owed(c, ERASED_KEYWORDS), begin=False)
+        if token is None:
             return 0
+        if file.merged_debt != token:
+            file.write(merge_keywords, self._max_retries)
+            file.merged_debt = token
         left = file.truncate_wal()
-        file.wal_holds_deleted = left > 0
+        if left == 0:
+            # (a later deletion's debt, recorded meanwhile, stays owed: settle() compares)
+            file.write(lambda c: settle(c, ERASED_KEYWORDS, token), self._max_retries)
         return left
 
     def index_keywords(self) -> int:

@@ -160,10 +160,10 @@ class SQLiteFile:
         self._key_digest = _key_digest(key)
         self._busy_timeout_ms = busy_timeout_ms
         self._memory = memory
-        #: Set when the keyword index was compacted after a deletion but the WAL, whose old
-        #: page images still hold the deleted text, could not be truncated yet (a reader held
-        #: it); :meth:`SQLiteStore.erase_deleted` tries again until it is.
-        self.wal_holds_deleted = False
+        #: The keyword debt (store/erasure.py) whose segments this process already merged
+        #: while the WAL, whose old page images still hold the deleted text, could not be
+        #: truncated yet (a reader held it): a retry truncates without merging again.
+        self.merged_debt: str | None = None
         # ``_mutex`` is ``_cond``'s lock, taken directly where no wait or notify is needed (every
         # operation's start and end): a Condition's ``with`` costs two Python calls more.
         self._mutex = threading.Lock()

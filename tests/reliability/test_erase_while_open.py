@@ -390,3 +390,38 @@ def test_a_deleted_langgraph_thread_is_erased_in_the_background(tmp_path: Path) 
         assert [h.message.content for h in mm.search(control, top_k=100)].count(
             f"the harbour code is {control}"
         ) == 1
+
+
+def test_harombe_forget_says_when_another_process_holds_the_wal(tmp_path: Path) -> None:
+    """The command erases before it returns; when a reader of another process keeps the WAL
+    it says so, and the debt stays recorded until an erasure can truncate it."""
+    import subprocess
+    import sys
+
+    folder = tmp_path / "store"
+    folder.mkdir()
+    db = folder / "m.db"
+    secret, user = token(), "u-" + token()
+    with MemoryManager(str(db), embedding=None) as mm:
+        mm.save_message("s", Message(role="user", content=f"pin {secret}"), user_id=user)
+        mm.save_message("other", Message(role="user", content="kept"), user_id="other")
+        mm.flush()
+    reader = sqlite3.connect(db)
+    try:
+        reader.execute("BEGIN")
+        reader.execute("SELECT COUNT(*) FROM messages").fetchall()
+        done = subprocess.run(
+            [sys.executable, "-m", "harombe_core.cli", "forget", "--user", user, "--db", str(db)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    finally:
+        reader.rollback()
+        reader.close()
+    assert done.returncode == 0, done.stderr
+    assert "Another process has the database open" in done.stdout, done.stdout
+    with MemoryManager(str(db), embedding=None) as mm:
+        assert mm.erase_deleted().complete
+        assert files_holding(folder, secret) == []
+        assert [h.message.content for h in mm.search("kept", top_k=5)] == ["kept"]
