@@ -34,7 +34,6 @@ from harombe_core.flows import off_loop
 from harombe_core.store import pending
 from harombe_core.store.erasure import (
     ERASED_KEYWORDS,
-    compact_keywords,
     merge_keywords,
     owed,
     settle,
@@ -104,12 +103,19 @@ def _setup_file(file: SQLiteFile, *, retries: int) -> None:
 
 def _close_keywords(file: SQLiteFile, retries: int) -> None:
     """Index what is left, and after a deletion leave none of the deleted text in the file:
-    FTS5's segments merged (:func:`~harombe_core.store.erasure.compact_keywords`), then the
-    WAL checkpointed into the file and truncated (its old page images held the text)."""
+    FTS5's segments merged (:func:`~harombe_core.store.erasure.merge_keywords`), then the
+    WAL checkpointed into the file and truncated (its old page images held the text); the
+    debt is settled only then, so when another process's reader kept the WAL it stays owed
+    for the next erasure or close."""
     keyword_indexer(file, retries).stop()
     catch_up(file, retries)
-    if file.snapshot(lambda c: owed(c, ERASED_KEYWORDS)) and file.write(compact_keywords, retries):
-        file.checkpoint()
+    token = file.snapshot(lambda c: owed(c, ERASED_KEYWORDS))
+    if token is None:
+        return
+    if file.merged_debt != token:
+        file.write(merge_keywords, retries)
+    if file.checkpoint():  # else another process's reader held the WAL: the debt stays owed
+        file.write(lambda c: settle(c, ERASED_KEYWORDS, token), retries)
 
 
 class SQLiteStore(KeywordShortcuts):

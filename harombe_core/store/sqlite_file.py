@@ -463,15 +463,15 @@ class SQLiteFile:
                 ),
             )
 
-    def checkpoint(self) -> None:
+    def checkpoint(self) -> bool:
         """Copy the WAL into the database file and truncate it to zero bytes, so no old page
-        image (of a deleted row) stays in it. Other processes reading now can keep it from
-        finishing; their own last close checkpoints again."""
+        image (of a deleted row) stays in it; True when it was. Other processes reading now
+        can keep it from finishing; their own last close checkpoints again."""
         if self._memory or self.read_only:
-            return
+            return True
         with self.connection() as conn:
             try:
-                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+                return not conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
             except sqlite3.Error as exc:
                 raise classify(exc, self.location) from exc
 
