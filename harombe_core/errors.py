@@ -29,6 +29,7 @@ recover. The tree::
     │   ├── StoreReadOnlyError                     the file or its folder cannot be written
     │   ├── StorageFullError                       the disk (or a size limit) is full
     │   ├── StoreUnavailableError                  the database server stayed unreachable
+    │   ├── StoreLoginError                        the server refused the login (user, password)
     │   ├── EncryptionKeyError                     wrong or missing key for an encrypted file
     │   ├── MigrationError                         a migration's destination differs from its
     │   │                                          source (or already holds other data)
@@ -84,6 +85,7 @@ __all__ = [
     "StorageFullError",
     "StoreBusyError",
     "StoreError",
+    "StoreLoginError",
     "StoreNotFoundError",
     "StoreReadOnlyError",
     "StoreUnavailableError",
@@ -345,6 +347,11 @@ class StorageFullError(StoreError):
 
 class StoreUnavailableError(StoreError):
     """The database server could not be reached during every retry; nothing was half-written."""
+
+
+class StoreLoginError(StoreError):
+    """The database server refused the login (an unknown user, a wrong password, no
+    ``pg_hba.conf`` entry): retrying cannot help, so it is raised at once; nothing was made."""
 
 
 class EncryptionKeyError(StoreError):

@@ -47,6 +47,7 @@ from harombe_core.errors import (
     SchemaTooNewError,
     StorageFullError,
     StoreError,
+    StoreLoginError,
     StoreNotFoundError,
     StoreReadOnlyError,
     StoreUnavailableError,
@@ -149,6 +150,35 @@ def same_database(a: str, b: str) -> bool:
     return place(a) == place(b)
 
 
+#: What the server says (before any SQLSTATE exists) when a login can never succeed.
+_LOGIN_REFUSALS = (
+    ("password authentication failed", "the password is wrong for this user"),
+    ("no pg_hba.conf entry", "pg_hba.conf has no entry for this user, host and database"),
+    ("role", "the user does not exist on the server"),
+    ("permission denied for database", "the user lacks CONNECT on the database"),
+)
+
+
+def _refused_login(location: str, reason: str) -> StoreError | None:
+    """The typed error for a connection the server refused for good, or None if retrying may
+    help (the server is starting, restarting or unreachable)."""
+    first = reason.strip().splitlines()[0] if reason.strip() else reason
+    if "FATAL" not in first:
+        return None
+    if "database" in first and "does not exist" in first:
+        return StoreNotFoundError(
+            f"{location}: {first}. Check the database name in the URL, or create the database "
+            "(CREATE DATABASE name) first."
+        )
+    for marker, cause in _LOGIN_REFUSALS:
+        if marker in first and (marker != "role" or "does not exist" in first):
+            return StoreLoginError(
+                f"{location}: the server refused the login: {cause} ({first}). Check the user "
+                "and password in the URL (or PGPASSWORD / ~/.pgpass)."
+            )
+    return None
+
+
 _TRANSIENT_STATES = {"40001", "40P01", "57P01", "57P02", "57P03", "08000", "08003", "08006"}
 
 
@@ -201,10 +231,23 @@ class PostgresStore(KeywordShortcuts):
             name="harombe",
         )
         try:
-            self._with_retry(lambda: self._pool.open(wait=True, timeout=connect_timeout))
+            self._with_retry(self._first_connection)
+            self._pool.open(wait=False)
             self._run(self._migrate_body, write=False, keyed=False)
         except BaseException:
             self._pool.close()
+            raise
+
+    def _first_connection(self) -> None:
+        """Connect once before the pool opens, so a login the server refuses is raised at once
+        and named, and an unreachable server's own reason ends the retries (a pool that failed
+        to open only says it timed out, and cannot be opened again)."""
+        try:
+            psycopg.connect(self.url, **self._kwargs).close()
+        except psycopg.OperationalError as exc:
+            refused = _refused_login(self.location, str(exc))
+            if refused is not None:
+                raise refused from None
             raise
 
     # drivers ----------------------------------------------------------------------------------

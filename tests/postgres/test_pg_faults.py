@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from harombe_core.errors import StoreUnavailableError
+from harombe_core.errors import StoreLoginError, StoreNotFoundError, StoreUnavailableError
 from harombe_core.models import Message
 from harombe_core.store import ops
 from harombe_core.store.pg_server import EmbeddedPostgres
@@ -72,4 +72,22 @@ def test_server_restart_under_load(pg_server: EmbeddedPostgres, pg_url: str, mod
 def test_unreachable_server_gives_a_typed_error(pg_server: EmbeddedPostgres) -> None:
     url = f"postgresql://postgres@127.0.0.1:{pg_server.port + 1}/nothing"
     with pytest.raises(StoreUnavailableError, match="could not be reached"):
+        PostgresStore(url, retry_seconds=1, connect_timeout=1)
+
+
+def test_a_login_the_server_refuses_is_named_at_once(pg_server: EmbeddedPostgres) -> None:
+    """An unknown user or database is not retried as if the server were down: the typed error
+    says what to fix, and the password never appears in it."""
+    base = f"127.0.0.1:{pg_server.port}"
+    with pytest.raises(StoreLoginError, match="user does not exist") as refused:
+        PostgresStore(f"postgresql://nobody_here:hunter2@{base}/postgres", retry_seconds=5)
+    assert "hunter2" not in str(refused.value)
+    with pytest.raises(StoreNotFoundError, match="database name") as missing:
+        PostgresStore(f"postgresql://postgres:hunter2@{base}/no_such_db", retry_seconds=5)
+    assert "hunter2" not in str(missing.value)
+
+
+def test_an_unreachable_server_is_named_by_its_own_reason(pg_server: EmbeddedPostgres) -> None:
+    url = f"postgresql://postgres@127.0.0.1:{pg_server.port + 1}/nothing"
+    with pytest.raises(StoreUnavailableError, match="Connection refused"):
         PostgresStore(url, retry_seconds=1, connect_timeout=1)
