@@ -46,6 +46,7 @@ from harombe_core.errors import (
     NotAHarombeDatabaseError,
     SchemaTooNewError,
     StorageFullError,
+    StoreBusyError,
     StoreError,
     StoreLoginError,
     StoreNotFoundError,
@@ -179,6 +180,13 @@ def _refused_login(location: str, reason: str) -> StoreError | None:
     return None
 
 
+#: Limits a DBA sets on the role: the server gave up on purpose, so retrying for the whole
+#: window would only override them (and then blame an unreachable server).
+_GAVE_UP = {
+    "55P03": "a lock was not granted within the server's lock_timeout",
+    "57014": "the server cancelled the statement (its statement_timeout, or a cancel request)",
+}
+
 _TRANSIENT_STATES = {"40001", "40P01", "57P01", "57P02", "57P03", "08000", "08003", "08006"}
 
 
@@ -263,6 +271,12 @@ class PostgresStore(KeywordShortcuts):
                 f"{self.location} cannot be written ({exc}). Connect to the primary or grant "
                 "this role write access."
             )
+        if state in _GAVE_UP:
+            return StoreBusyError(
+                f"{self.location}: {_GAVE_UP[state]} ({str(exc).strip()}); the transaction was "
+                "rolled back. Retry later, or raise that setting for this role "
+                "(ALTER ROLE name SET ...)."
+            )
         if isinstance(exc, (psycopg.IntegrityError, psycopg.DataError, UnicodeError)):
             return InvalidInputError(f"{self.location}: the value cannot be stored ({exc}).")
         if isinstance(exc, psycopg.OperationalError):
@@ -275,7 +289,7 @@ class PostgresStore(KeywordShortcuts):
     @staticmethod
     def _transient(exc: BaseException) -> bool:
         state = getattr(exc, "sqlstate", None) or ""
-        if state in ("53100", "25006", "42501"):
+        if state in ("53100", "25006", "42501") or state in _GAVE_UP:
             return False
         if state in _TRANSIENT_STATES or state.startswith("08"):
             return True
@@ -465,6 +479,8 @@ class PostgresStore(KeywordShortcuts):
 
     # schema ---------------------------------------------------------------------------------
     def _migrate_body(self) -> Body[None]:
+        # Processes opening at once wait for the one migrating, whatever the role's lock_timeout.
+        yield Step("SET LOCAL lock_timeout = 0")
         yield Step("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
         yield Step(
             "CREATE TABLE IF NOT EXISTS harombe_schema (version INTEGER PRIMARY KEY, "

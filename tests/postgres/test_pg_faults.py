@@ -6,13 +6,19 @@ from __future__ import annotations
 import threading
 import time
 
+import psycopg
 import pytest
 
-from harombe_core.errors import StoreLoginError, StoreNotFoundError, StoreUnavailableError
+from harombe_core.errors import (
+    StoreBusyError,
+    StoreLoginError,
+    StoreNotFoundError,
+    StoreUnavailableError,
+)
 from harombe_core.models import Message
 from harombe_core.store import ops
 from harombe_core.store.pg_server import EmbeddedPostgres
-from harombe_core.store.postgres import PostgresStore
+from harombe_core.store.postgres import _MIGRATION_LOCK, PostgresStore
 
 
 @pytest.mark.parametrize("mode", ["fast", "immediate"])
@@ -91,3 +97,44 @@ def test_an_unreachable_server_is_named_by_its_own_reason(pg_server: EmbeddedPos
     url = f"postgresql://postgres@127.0.0.1:{pg_server.port + 1}/nothing"
     with pytest.raises(StoreUnavailableError, match="Connection refused"):
         PostgresStore(url, retry_seconds=1, connect_timeout=1)
+
+
+def _limit(url: str, setting: str) -> None:
+    """Set a DBA's limit on the database (new connections get it, as with ALTER ROLE)."""
+    name = url.rsplit("/", 1)[1]
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f'ALTER DATABASE "{name}" SET {setting}')
+
+
+@pytest.mark.parametrize("setting", ["lock_timeout = '100ms'", "statement_timeout = '100ms'"])
+def test_a_dba_timeout_is_a_typed_busy_error_not_thirty_seconds_of_retries(
+    pg_url: str, setting: str
+) -> None:
+    _limit(pg_url, setting)
+    store = PostgresStore(pg_url, retry_seconds=5)
+    store.run(ops.add_messages("s", [Message(role="user", content="kept", token_count=1)]))
+    with psycopg.connect(pg_url) as blocker:
+        blocker.execute("LOCK TABLE messages IN ACCESS EXCLUSIVE MODE")
+        with pytest.raises(StoreBusyError, match="timeout"):
+            store.run(ops.add_messages("s", [Message(role="user", content="no", token_count=1)]))
+    assert [m.content for m in store.run(ops.get_messages("s"))] == ["kept"]
+    store.close()
+
+
+def test_opens_wait_for_a_migration_whatever_the_roles_lock_timeout(pg_url: str) -> None:
+    PostgresStore(pg_url).close()
+    _limit(pg_url, "lock_timeout = '50ms'")
+    opened: list[PostgresStore] = []
+    with psycopg.connect(pg_url, autocommit=True) as migrating:
+        migrating.execute("SELECT pg_advisory_lock(%s)", (_MIGRATION_LOCK,))
+        opener = threading.Thread(target=lambda: opened.append(PostgresStore(pg_url)))
+        opener.start()
+        while not migrating.execute(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+        ).fetchone()[0]:
+            time.sleep(0.01)
+        time.sleep(0.2)  # past the role's lock_timeout: the opener must still be waiting
+        migrating.execute("SELECT pg_advisory_unlock(%s)", (_MIGRATION_LOCK,))
+    opener.join(60)
+    assert len(opened) == 1
+    opened[0].close()
