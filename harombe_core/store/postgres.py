@@ -187,6 +187,9 @@ _GAVE_UP = {
     "57014": "the server cancelled the statement (its statement_timeout, or a cancel request)",
 }
 
+#: "prepared statement does not exist" / "already exists": the pooler changed connections.
+_PREPARED_LOST = ("26000", "42P05")
+
 _TRANSIENT_STATES = {"40001", "40P01", "57P01", "57P02", "57P03", "08000", "08003", "08006"}
 
 
@@ -228,6 +231,9 @@ class PostgresStore(KeywordShortcuts):
         self._writes = itertools.count()
         self._block = AtomicBlock()  # this thread's atomic() block, if one is open
         self._closed = False
+        #: psycopg's default; None once a pooler showed that prepared statements do not survive
+        #: from one transaction to the next (see :meth:`_retry_wait`).
+        self._prepare_threshold: int | None = 5
         self._kwargs = {"autocommit": True, "connect_timeout": max(1, int(connect_timeout))}
         self._pool = ConnectionPool(
             url,
@@ -317,6 +323,21 @@ class PostgresStore(KeywordShortcuts):
         conflict) are retried, with jittered exponential backoff, until the deadline.
         """
         if (
+            getattr(exc, "sqlstate", None) in _PREPARED_LOST
+            and self._prepare_threshold is not None
+            and not self._closed
+        ):
+            # pgbouncer in transaction pooling mode (before 1.21's max_prepared_statements):
+            # each transaction may get another server connection, without the statements
+            # prepared on the last. The failed transaction was rolled back; retry unprepared.
+            self._prepare_threshold = None
+            log.warning(
+                "%s: prepared statements do not survive between transactions here (a pooler "
+                "in transaction mode?); running without them from now on",
+                self.location,
+            )
+            return 0.0
+        if (
             isinstance(exc, psycopg.Error)
             and self._transient(exc)
             and time.monotonic() < deadline
@@ -386,12 +407,14 @@ class PostgresStore(KeywordShortcuts):
         tries = _Attempts(self, factory, write and keyed)
         while True:
             try:
-                with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
-                    body = tries.body()
-                    if not pin:
-                        return drive(cur, body)
-                    with self._block.open(cur):
-                        return drive(cur, body)
+                with self._pool.connection() as conn:
+                    conn.prepare_threshold = self._prepare_threshold
+                    with conn.transaction(), conn.cursor() as cur:
+                        body = tries.body()
+                        if not pin:
+                            return drive(cur, body)
+                        with self._block.open(cur):
+                            return drive(cur, body)
             except (psycopg.Error, UnicodeError) as exc:
                 time.sleep(tries.wait(exc))
 
@@ -405,7 +428,9 @@ class PostgresStore(KeywordShortcuts):
             try:
                 return drive(cur, factory())
             except (psycopg.Error, UnicodeError) as exc:
-                if isinstance(exc, psycopg.Error) and self._transient(exc):
+                if isinstance(exc, psycopg.Error) and (
+                    self._transient(exc) or exc.sqlstate in _PREPARED_LOST
+                ):
                     raise
                 raise self._classify(exc) from exc
 
