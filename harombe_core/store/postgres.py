@@ -507,10 +507,13 @@ class PostgresStore(KeywordShortcuts):
         # Processes opening at once wait for the one migrating, whatever the role's lock_timeout.
         yield Step("SET LOCAL lock_timeout = 0")
         yield Step("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
-        yield Step(
-            "CREATE TABLE IF NOT EXISTS harombe_schema (version INTEGER PRIMARY KEY, "
-            "applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
-        )
+        # Created only when missing: even IF NOT EXISTS is refused by a read-only transaction,
+        # and a store on a read replica (default_transaction_read_only) must open for reads.
+        if not (yield Step("SELECT to_regclass('harombe_schema') IS NOT NULL")).rows[0][0]:
+            yield Step(
+                "CREATE TABLE harombe_schema (version INTEGER PRIMARY KEY, "
+                "applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
+            )
         current = (yield Step("SELECT COALESCE(MAX(version), 0) FROM harombe_schema")).rows[0][0]
         if current > PG_SCHEMA_VERSION:
             raise SchemaTooNewError(

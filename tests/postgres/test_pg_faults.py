@@ -13,6 +13,7 @@ from harombe_core.errors import (
     StoreBusyError,
     StoreLoginError,
     StoreNotFoundError,
+    StoreReadOnlyError,
     StoreUnavailableError,
 )
 from harombe_core.models import Message
@@ -138,3 +139,19 @@ def test_opens_wait_for_a_migration_whatever_the_roles_lock_timeout(pg_url: str)
     opener.join(60)
     assert len(opened) == 1
     opened[0].close()
+
+
+def test_a_read_only_replica_opens_for_reads(pg_url: str) -> None:
+    """A store pointed at a replica (every transaction read-only) reads; writes are refused
+    with the typed error, and opening no longer tries to create anything."""
+    store = PostgresStore(pg_url)
+    store.run(ops.add_messages("s", [Message(role="user", content="kept", token_count=1)]))
+    store.close()
+    _limit(pg_url, "default_transaction_read_only = on")
+    replica = PostgresStore(pg_url)
+    try:
+        assert [m.content for m in replica.run(ops.get_messages("s"))] == ["kept"]
+        with pytest.raises(StoreReadOnlyError, match="primary"):
+            replica.run(ops.add_messages("s", [Message(role="user", content="x", token_count=1)]))
+    finally:
+        replica.close()
