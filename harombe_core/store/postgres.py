@@ -185,6 +185,9 @@ def _refused_login(location: str, reason: str) -> StoreError | None:
 _GAVE_UP = {
     "55P03": "a lock was not granted within the server's lock_timeout",
     "57014": "the server cancelled the statement (its statement_timeout, or a cancel request)",
+    "25P03": "the server ended a transaction left idle longer than its "
+    "idle_in_transaction_session_timeout (an atomic() block paused between its calls)",
+    "25P04": "the server ended a transaction that ran longer than its transaction_timeout",
 }
 
 #: "prepared statement does not exist" / "already exists": the pooler changed connections.

@@ -155,3 +155,27 @@ def test_a_read_only_replica_opens_for_reads(pg_url: str) -> None:
             replica.run(ops.add_messages("s", [Message(role="user", content="x", token_count=1)]))
     finally:
         replica.close()
+
+
+def test_an_atomic_block_ended_by_idle_in_transaction_timeout_is_typed_and_left_whole(
+    pg_url: str,
+) -> None:
+    _limit(pg_url, "idle_in_transaction_session_timeout = '100ms'")
+    name = pg_url.rsplit("/", 1)[1]
+    store = PostgresStore(pg_url)
+
+    def paused_block() -> None:
+        store.run(ops.add_messages("s", [Message(role="user", content="a", token_count=1)]))
+        with psycopg.connect(pg_url, autocommit=True) as watcher:
+            while watcher.execute(  # until the server has ended the idle transaction
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = %s "
+                "AND state = 'idle in transaction'",
+                (name,),
+            ).fetchone()[0]:
+                time.sleep(0.01)
+        store.run(ops.add_messages("s", [Message(role="user", content="b", token_count=1)]))
+
+    with pytest.raises(StoreBusyError, match="idle_in_transaction_session_timeout"):
+        store.atomic(paused_block)
+    assert store.run(ops.get_messages("s")) == []  # nothing of the block was applied
+    store.close()
