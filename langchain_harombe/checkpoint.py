@@ -288,7 +288,7 @@ class HarombeSaver(ClosesOnExit, BaseCheckpointSaver[str]):
             known += [(plan.namespace, *blob) for blob in plan.blobs]
         self._cache.remember_put(
             plan.thread_id, result["epoch"], plan.written, plan.head_hashes(self.messages_key),
-            known,
+            known, plan.checkpoint_id if result["head"] else None,
         )
         if result["head"]:
             head = self._tables.plan_head(plan)
@@ -304,6 +304,7 @@ class HarombeSaver(ClosesOnExit, BaseCheckpointSaver[str]):
         messages (from the head a put left in memory when it is still the newest)."""
         with self._heads_lock:
             head = self._heads.pop(thread_id, None)
+        self._cache.mirrored(thread_id)  # (its transaction clears the session's owed mark)
         converted = convert_ahead(self._cache.mirror(thread_id), head, self._tables.convert)
         result = self._runner.run(
             lambda: self._tables.mirror(thread_id, head, converted), exactly_once=True
@@ -345,14 +346,16 @@ class HarombeSaver(ClosesOnExit, BaseCheckpointSaver[str]):
     ) -> None:
         """Store a task's intermediate writes for the checkpoint ``config`` names."""
         if (write := self._writes_op(config, writes, task_id, task_path)) is not None:
-            self._runner.run(write, exactly_once=True, adds_messages=False)
+            self._runner.run(write, exactly_once=True, adds_messages=False, first_alone=True)
 
     async def aput_writes(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
         task_path: str = "",
     ) -> None:
         if (write := self._writes_op(config, writes, task_id, task_path)) is not None:
-            await self._runner.arun(write, exactly_once=True, adds_messages=False)
+            await self._runner.arun(
+                write, exactly_once=True, adds_messages=False, first_alone=True
+            )
 
     # reads --------------------------------------------------------------------------------
     def _get_args(self, config: RunnableConfig) -> tuple[str, str, str | None, str | None]:

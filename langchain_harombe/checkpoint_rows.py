@@ -33,7 +33,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from langchain_core.messages import BaseMessage
 from langchain_core.runnables import RunnableConfig
@@ -57,6 +57,7 @@ __all__ = [
     "BlobCache",
     "MessageList",
     "PutPlan",
+    "PutState",
     "Serialised",
     "assemble",
     "checked_id",
@@ -242,6 +243,15 @@ class PutPlan:
         return entry.hashes if entry is not None else []
 
 
+class PutState(NamedTuple):
+    """A thread as this process's last put of it left it: its blob ``epoch``, its newest
+    checkpoint of the main namespace (``head_id``) and whether its session is marked owed."""
+
+    epoch: str
+    head_id: str | None
+    due: bool
+
+
 class BlobCache:
     """Serialised messages this process has seen, per thread, bounded in bytes (LRU)."""
 
@@ -345,15 +355,38 @@ class BlobCache:
         blobs: Sequence[tuple[bytes, str, bytes]],
         keep: Sequence[bytes],
         channels: Sequence[tuple[str, str, str, str, bytes | None]],
+        head_id: str | None = None,
     ) -> None:
         """What a committed put wrote: :meth:`remember` of its message ``blobs`` (stored under
         ``epoch``) and :meth:`remember_channels` of its ``channels``, under one hold of the
-        lock and with one eviction (a put's bookkeeping, done on every step of a graph)."""
+        lock and with one eviction (a put's bookkeeping, done on every step of a graph).
+        ``head_id``: the put made that checkpoint the thread's newest and left its session
+        marked owed (see :meth:`put_state`)."""
         with self._lock:
             entry = self._thread(thread_id)
             self._remember(entry, blobs, epoch, keep)
             self._remember_channels(entry, epoch, channels)
+            if head_id is not None:
+                entry.head_id, entry.due = head_id, True
             self._evict()
+
+    def put_state(self, thread_id: str) -> PutState | None:
+        """What this process's last put of the thread left it believing of the thread (None:
+        nothing, or forgotten). A put may act on it only after its own transaction has
+        confirmed it (see ``CheckpointTables.put``): another process may have changed it."""
+        with self._lock:
+            entry = self._threads.get(thread_id)
+            if entry is None or entry.epoch is None:
+                return None
+            return PutState(entry.epoch, entry.head_id, entry.due)
+
+    def mirrored(self, thread_id: str) -> None:
+        """The thread's session is being written (the owed mark is being cleared): the next
+        put marks it owed again."""
+        with self._lock:
+            entry = self._threads.get(thread_id)
+            if entry is not None:
+                entry.due = False
 
     def _remember(
         self,
@@ -510,6 +543,8 @@ class _ThreadBlobs:
     size: int = 0
     channels_epoch: str | None = None
     channels: dict[tuple[str, str, str], tuple[str, bytes | None]] = field(default_factory=dict)
+    head_id: str | None = None  # the newest checkpoint (main namespace) a put of ours wrote
+    due: bool = False  # that put left the thread's session marked owed
 
 
 def plan_put(

@@ -69,27 +69,24 @@ _STATE = (
 _PUT_STATE = _STATE.replace(
     "s.message_count, (SELECT MAX(m.id) FROM messages m WHERE m.session_id = s.id)", "0, 0"
 )
-#: A query of checkpoint rows (``{head}``, at most one row) as rows ``(0, *row, NULL...)``
-#: followed by its pending writes as ``(1, NULL..., task_path, task_id, idx, channel, type,
-#: blob)`` in LangGraph's order: a checkpoint and its writes from one statement.
-_WITH_WRITES = (
-    "WITH head AS ({head}) "
-    "SELECT 0 AS part, h.*, NULL AS task_path, NULL AS task_id, NULL AS idx, NULL AS channel, "
-    "NULL AS wtype, NULL AS wblob FROM head h "
-    "UNION ALL SELECT 1, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, w.task_path, "
-    "w.task_id, w.idx, w.channel, w.type, w.blob FROM head h JOIN checkpoint_writes w "
-    "ON w.thread_id = h.thread_id AND w.checkpoint_ns = h.checkpoint_ns "
-    "AND w.checkpoint_id = h.checkpoint_id "
-    "ORDER BY part, task_path, task_id, idx"
+#: :meth:`CheckpointTables.get`'s two statements, a named checkpoint or the newest: its row
+#: and whether it has pending writes (read by :data:`_GET_WRITES` only then: the read at the
+#: start of an agent turn, of a checkpoint without any, stays one statement).
+_HAS_WRITES = (
+    "EXISTS (SELECT 1 FROM checkpoint_writes w WHERE w.thread_id = c.thread_id "
+    "AND w.checkpoint_ns = c.checkpoint_ns AND w.checkpoint_id = c.checkpoint_id)"
 )
-#: :meth:`CheckpointTables.get`'s two statements: a named checkpoint, or the newest.
-_GET_ONE = _WITH_WRITES.format(
-    head=f"SELECT {_ROW} {_FROM} WHERE c.thread_id = ? AND c.checkpoint_ns = ? "
+_GET_ONE = (
+    f"SELECT {_ROW}, {_HAS_WRITES} {_FROM} WHERE c.thread_id = ? AND c.checkpoint_ns = ? "
     "AND c.checkpoint_id = ?"
 )
-_GET_NEWEST = _WITH_WRITES.format(
-    head=f"SELECT {_ROW} {_FROM} WHERE c.thread_id = ? AND c.checkpoint_ns = ? "
+_GET_NEWEST = (
+    f"SELECT {_ROW}, {_HAS_WRITES} {_FROM} WHERE c.thread_id = ? AND c.checkpoint_ns = ? "
     "ORDER BY c.checkpoint_id DESC LIMIT 1"
+)
+_GET_WRITES = (
+    "SELECT task_id, channel, type, blob FROM checkpoint_writes WHERE thread_id = ? "
+    "AND checkpoint_ns = ? AND checkpoint_id = ? ORDER BY task_path, task_id, idx"
 )
 #: The checkpoint row a put writes, and what a put of the same checkpoint id replaces.
 _CHECKPOINT_ROW = (
@@ -104,6 +101,23 @@ _CHECKPOINT_CONFLICT = (
 _PUT_CHECKPOINT = (
     f"INSERT INTO {_CHECKPOINT_ROW} VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
     f"ON CONFLICT {_CHECKPOINT_CONFLICT}"
+)
+#: :data:`_PUT_CHECKPOINT` if the thread is as this process's last put of it left it (see
+#: :meth:`CheckpointTables.put`): its session is the run's user's, its blob epoch is the one
+#: known, and (``_PUT_IF_DUE``) its session is still marked owed. It reads no checkpoint:
+#: SQLite copies the rows of an INSERT whose SELECT reads its own table into a temporary table.
+_PUT_IF = (
+    f"INSERT INTO {_CHECKPOINT_ROW} SELECT ?, ?, ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM "
+    "sessions s JOIN checkpoint_threads t ON t.thread_id = s.id WHERE s.id = ? AND "
+    "s.user_id IS ? AND t.blob_epoch = ?){due} "
+    f"ON CONFLICT {_CHECKPOINT_CONFLICT}"
+)
+_PUT_IF_DUE = _PUT_IF.format(
+    due=" AND EXISTS (SELECT 1 FROM checkpoint_mirror_due d WHERE d.thread_id = ?)"
+)
+_PUT_IF = _PUT_IF.format(due="")
+_MARK_DUE = (
+    "INSERT INTO checkpoint_mirror_due (thread_id) VALUES (?) ON CONFLICT (thread_id) DO NOTHING"
 )
 _COPY = {
     "checkpoints": "checkpoint_ns, checkpoint_id, parent_checkpoint_id, run_id, type, "
@@ -215,6 +229,19 @@ class CheckpointTables:
         ``new_epoch()`` makes the blob epoch of a new thread (called only for one)."""
         step = self.runner.step
         thread_id = plan.thread_id
+        known = self.cache.put_state(thread_id) if self.runner.writes_one_at_a_time else None
+        if known is not None and (
+            plan.namespace != "" or known.head_id is None or plan.checkpoint_id >= known.head_id
+        ):
+            # The common put, a step of a thread this process put before: the checkpoint row
+            # goes in only if the thread is as that put left it, which its statement checks,
+            # so the thread's state is not read. Else nothing went in: the full path below.
+            due = known.due and plan.namespace == ""
+            params = [*_checkpoint_values(plan), thread_id, plan.user_id, known.epoch]
+            if due:
+                params.append(thread_id)
+            if (yield step(_PUT_IF_DUE if due else _PUT_IF, params)).rowcount:
+                return (yield from self._put_blobs(plan, known.epoch, plan.namespace == "", due))
         # The thread's state read first, then plain inserts: a checkpoint row inserted with a
         # RETURNING of that state would be one statement less, but SQLite builds a temporary
         # table for a RETURNING clause, which costs a put more than the statement saved.
@@ -236,7 +263,22 @@ class CheckpointTables:
             ).rows
             state = replace(state, epoch=created[0][0])
         assert state.epoch is not None
-        plan.written = self.cache.unwritten(thread_id, state.epoch, plan)
+        yield step(_PUT_CHECKPOINT, _checkpoint_values(plan))
+        head = plan.namespace == "" and (
+            state.head_id is None or plan.checkpoint_id >= state.head_id
+        )
+        return (yield from self._put_blobs(plan, state.epoch, head, state.due))
+
+    def _put_blobs(self, plan: PutPlan, epoch: str, head: bool, due: bool) -> Body[dict[str, Any]]:
+        """The rest of :meth:`put` once its checkpoint row is in: the blobs (those of its
+        messages not known stored under the thread's blob ``epoch``) and, for a ``head`` (the
+        thread's newest checkpoint) of a session not yet marked owed (``due``), the mark.
+
+        A put that only believed its checkpoint the newest (a step after this process's
+        last) may mark a session owed that is not: the job that writes the session follows
+        the newest stored checkpoint anyway."""
+        thread_id = plan.thread_id
+        plan.written = self.cache.unwritten(thread_id, epoch, plan)
         yield from self._insert(
             "checkpoint_message_blobs (thread_id, hash, type, blob)",
             [(thread_id, *blob) for blob in plan.written],
@@ -247,20 +289,12 @@ class CheckpointTables:
             [(thread_id, plan.namespace, *b) for b in plan.blobs],
             "(thread_id, checkpoint_ns, channel, version) DO NOTHING",
         )
-        yield step(_PUT_CHECKPOINT, _checkpoint_values(plan))
-        head = plan.namespace == "" and (
-            state.head_id is None or plan.checkpoint_id >= state.head_id
-        )
-        if head and not state.due:
+        if head and not due:
             # The session now owes this head's messages: written by :meth:`mirror` in the
             # background, and found by the next open if this process dies first.
-            yield step(
-                "INSERT INTO checkpoint_mirror_due (thread_id) VALUES (?) "
-                "ON CONFLICT (thread_id) DO NOTHING",
-                (thread_id,),
-            )
+            yield self.runner.step(_MARK_DUE, (thread_id,))
         return {
-            "epoch": state.epoch,
+            "epoch": epoch,
             "head": head,
             # Whether every blob went in (none had a same-keyed earlier put's value): then
             # this process may keep the values as the stored ones. Counted, not returned by
@@ -313,6 +347,9 @@ class CheckpointTables:
         and is ``user_id``'s (so its owner is checked by the insert itself). When nothing went
         in (no such session yet, another owner, or every row already stored) the session is
         read, created or refused, and the rows are inserted again (the same rows: idempotent).
+        So a first statement followed by others has written nothing, and the saver runs this
+        body with ``SqlRunner.run(first_alone=True)``: that statement commits alone, without
+        BEGIN/COMMIT.
         """
         step = self.runner.step
         conflict = _WRITES_REPLACE if replace else _WRITES_KEEP
@@ -436,21 +473,24 @@ class CheckpointTables:
     ) -> Body[list[Loaded]]:
         """The checkpoint ``checkpoint_id`` (or the newest) of a thread's namespace.
 
-        Its row and its pending writes come from one statement (the row first, then the writes
-        in order), so the read at the start of an agent turn, whose channel blobs this process
-        usually holds, is that statement alone."""
+        Its row says whether it has pending writes, which are read only then, so the read at
+        the start of an agent turn, whose channel blobs this process usually holds, is one
+        statement. (Row and writes in one statement, a UNION ALL sorted as LangGraph wants the
+        writes, cost SQLite twice the row's read even when there are none.)"""
+        step = self.runner.step
         if checkpoint_id:
-            found = (yield self.runner.step(_GET_ONE, (thread_id, namespace, checkpoint_id))).rows
+            found = (yield step(_GET_ONE, (thread_id, namespace, checkpoint_id))).rows
         else:
-            found = (yield self.runner.step(_GET_NEWEST, (thread_id, namespace))).rows
-        rows = [r[1:10] for r in found if r[0] == 0]
-        if rows:
-            _check_owner(rows[0][7], user_id, thread_id)
-        writes = {
-            (r[0], r[1], r[2]): [(w[11], w[13], w[14], bytes(w[15])) for w in found[1:]]
-            for r in rows
-        }
-        return (yield from self._load(rows, writes))
+            found = (yield step(_GET_NEWEST, (thread_id, namespace))).rows
+        if not found:
+            return []
+        row = found[0]
+        _check_owner(row[7], user_id, thread_id)
+        pending: list[tuple[str, str, str, bytes]] = []
+        if row[9]:
+            written = (yield step(_GET_WRITES, (row[0], row[1], row[2]))).rows
+            pending = [(w[0], w[1], w[2], bytes(w[3])) for w in written]
+        return (yield from self._load([row[:9]], {(row[0], row[1], row[2]): pending}))
 
     def page(
         self,

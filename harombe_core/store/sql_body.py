@@ -35,6 +35,11 @@ T = TypeVar("T")
 class SqlRunner:
     """Runs bodies on one store; :meth:`step` writes a ``?`` statement in its dialect."""
 
+    #: Whether the store's write transactions run one at a time (SQLite's lock the whole file),
+    #: so what a write transaction's statement checks holds until it commits, without the row
+    #: locks (:meth:`for_update`) a PostgreSQL body takes to order writers.
+    writes_one_at_a_time = True
+
     def for_update(self, alias: str) -> str:
         """The clause that locks the rows a SELECT of table ``alias`` reads until the
         transaction ends ("" on SQLite, whose write transactions lock the whole file)."""
@@ -55,10 +60,23 @@ class SqlRunner:
         *,
         exactly_once: bool = False,
         adds_messages: bool = True,
+        first_alone: bool = False,
     ) -> T:
         """Run the body ``factory()`` makes, in one transaction (``factory`` may run again on
         a retry, so it must build a fresh generator each time). ``adds_messages=False``: the
-        body adds no message, so SQLite's keyword indexer is not woken for it."""
+        body adds no message, so SQLite's keyword indexer is not woken for it.
+
+        ``first_alone=True`` for a body that usually asks a single statement, and whose first
+        statement has written nothing when the body asks another (a write that checks its own
+        condition, such as a checkpointer's pending writes): that statement runs alone and
+        commits by itself, without the BEGIN and COMMIT around it; a body that asks a second
+        one is dropped and run again from its start in one transaction."""
+        if first_alone:
+            done = self.store.transaction(
+                lambda c: _first(c, factory()), adds_messages=adds_messages, begin=False
+            )
+            if done is not _MORE:
+                return done
         return self.store.transaction(lambda c: drive(c, factory()), adds_messages=adds_messages)
 
     async def arun(
@@ -67,10 +85,15 @@ class SqlRunner:
         *,
         exactly_once: bool = False,
         adds_messages: bool = True,
+        first_alone: bool = False,
     ) -> T:
         """:meth:`run` without blocking the event loop: in a worker thread, one hop."""
         return await off_loop(
-            self.run, factory, exactly_once=exactly_once, adds_messages=adds_messages
+            self.run,
+            factory,
+            exactly_once=exactly_once,
+            adds_messages=adds_messages,
+            first_alone=first_alone,
         )
 
     def read(self, factory: Callable[[], Body[T]]) -> T:
@@ -104,6 +127,8 @@ class SqlRunner:
 
 
 class _PostgresRunner(SqlRunner):
+    writes_one_at_a_time = False
+
     def for_update(self, alias: str) -> str:
         return f" FOR UPDATE OF {alias}"
 
@@ -117,6 +142,7 @@ class _PostgresRunner(SqlRunner):
         *,
         exactly_once: bool = False,
         adds_messages: bool = True,
+        first_alone: bool = False,  # (each run_body is its own transaction)
     ) -> T:
         return self.store.run_body(factory, exactly_once=exactly_once)
 

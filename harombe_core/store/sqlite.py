@@ -189,13 +189,16 @@ class SQLiteStore(KeywordShortcuts):
         return self._file
 
     # transactions -------------------------------------------------------------------------
-    def _write(self, fn: Callable[[sqlite3.Connection], T], *, adds: bool = False) -> T:
+    def _write(
+        self, fn: Callable[[sqlite3.Connection], T], *, adds: bool = False, begin: bool = True
+    ) -> T:
         """Run ``fn`` in one IMMEDIATE transaction, retrying while the database is locked.
 
         Inside :meth:`atomic` (on its thread) ``fn`` joins that block's transaction instead.
         ``adds``: ``fn`` may add messages, so the keyword indexer is woken after the commit.
+        ``begin=False``: ``fn`` is one statement, its own transaction (no BEGIN and COMMIT).
         """
-        result = self._open_file().write(fn, self._max_retries)
+        result = self._open_file().write(fn, self._max_retries, begin=begin)
         if adds:
             self._keywords.notify()
         return result
@@ -213,16 +216,21 @@ class SQLiteStore(KeywordShortcuts):
         return self._open_file().atomic(fn, self._max_retries)
 
     def transaction(
-        self, fn: Callable[[sqlite3.Connection], T], *, adds_messages: bool = True
+        self,
+        fn: Callable[[sqlite3.Connection], T],
+        *,
+        adds_messages: bool = True,
+        begin: bool = True,
     ) -> T:
         """Run ``fn(connection)`` in one write transaction, with the store's retries.
 
         For tables kept beside the messages by an extension (the LangGraph store of the
         LangChain adapter, the stored vectors), so they share this file, its locking and its
         error types. ``adds_messages=False`` says ``fn`` adds no message, so the keyword
-        indexer is not woken for it.
+        indexer is not woken for it. ``begin=False`` for an ``fn`` of one statement, which
+        commits by itself (no BEGIN and COMMIT around it).
         """
-        return self._write(fn, adds=adds_messages)
+        return self._write(fn, adds=adds_messages, begin=begin)
 
     def snapshot(self, fn: Callable[[sqlite3.Connection], T], *, begin: bool = True) -> T:
         """Run ``fn(connection)`` in one read transaction: a consistent view of the file that

@@ -307,10 +307,12 @@ class SQLiteFile:
             return InvalidInputError(f"{self.location}: {exc}")
         return classify(exc, self.location)
 
-    def write(self, fn: Callable[[Any], T], retries: int) -> T:
+    def write(self, fn: Callable[[Any], T], retries: int, *, begin: bool = True) -> T:
         """Run ``fn(connection)`` in one IMMEDIATE transaction, retrying while it is locked.
 
         Inside :meth:`atomic` (on its thread) ``fn`` joins that block's transaction instead.
+        ``begin=False`` for an ``fn`` of one statement, which commits by itself: the BEGIN
+        and COMMIT (two statements more) are left out.
         """
         self.refuse_writes()
         if self.block.handle is not None:
@@ -321,14 +323,16 @@ class SQLiteFile:
             queued = self._writer.acquire(timeout=self._busy_timeout_ms / 1000)
             try:
                 try:
-                    conn.execute("BEGIN IMMEDIATE")
+                    if begin:
+                        conn.execute("BEGIN IMMEDIATE")
                 except sqlite3.OperationalError as exc:
                     if not (is_busy(exc) and attempt < retries):
                         raise classify(exc, self.location) from exc
                 else:
                     try:
                         result = fn(conn)
-                        conn.execute("COMMIT")
+                        if begin:
+                            conn.execute("COMMIT")
                         return result
                     except BaseException as exc:
                         with contextlib.suppress(sqlite3.Error):

@@ -210,6 +210,40 @@ def test_read_one_answers_as_read_for_bodies_of_none_one_and_several_statements(
         assert starts == ["nothing", "nothing", "one", "one", "two", "two", "two"]
 
 
+def test_run_first_alone_commits_a_lone_statement_and_runs_a_longer_body_again(
+    sql: SqlRunner,
+) -> None:
+    """A body whose first statement wrote something and stops is that statement alone; one
+    whose first statement wrote nothing and asks another is run again from its start in one
+    transaction (as :meth:`SqlRunner.run`), so both answer as ``run`` does."""
+    starts: list[str] = []
+
+    def insert_or_create(session_id: str) -> Body[str]:
+        starts.append(session_id)
+        done = yield sql.step(
+            "UPDATE sessions SET updated_at = updated_at + 1 WHERE id = ?", (session_id,)
+        )
+        if done.rowcount:
+            return "updated"
+        yield from _new_session(sql, session_id)
+        return "created"
+
+    def alone(body: Callable[[], Body[str]]) -> str:
+        return sql.run(body, exactly_once=True, first_alone=True)
+
+    assert alone(lambda: insert_or_create("r1")) == "created"
+    assert alone(lambda: insert_or_create("r1")) == "updated"
+    assert sql.read(lambda: _updated("r1", sql)) == NOW + 1
+    if sql.store.dialect.name == "sqlite":
+        # The creating body was dropped after its first statement and run again.
+        assert starts == ["r1", "r1", "r1"]
+
+
+def _updated(session_id: str, sql: SqlRunner) -> Body[int]:
+    rows = (yield sql.step("SELECT updated_at FROM sessions WHERE id = ?", (session_id,))).rows
+    return int(rows[0][0])
+
+
 def test_read_one_inside_an_atomic_block_sees_its_writes(tmp_path: Path) -> None:
     with MemoryManager(str(tmp_path / "atomic.db"), embedding=None) as manager:
         sql = sql_runner(manager.store)

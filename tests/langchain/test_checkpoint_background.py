@@ -29,6 +29,7 @@ from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langgraph.checkpoint.base import empty_checkpoint
 
+from harombe_core.errors import SessionOwnershipError
 from harombe_core.manager import MemoryManager
 from harombe_core.migrate import migrate
 from harombe_core.testing import hold_background
@@ -118,6 +119,52 @@ def test_flush_writes_every_owed_session(backend_manager: MemoryManager) -> None
         agent.invoke({"messages": [HumanMessage("again")]}, {"configurable": {"thread_id": "x"}})
         saver.flush()
         assert _owed(saver, "x") == (False, 4)
+
+
+def test_a_put_rechecks_what_another_process_changed_since_this_ones_last(
+    tmp_path: Path,
+) -> None:
+    """A step's put trusts what the process's last put of the thread left (owner, blob
+    epoch, owed mark) only as far as its own statement finds it still so: another process
+    clearing the mark, deleting the blobs or taking the thread over is seen."""
+    db = str(tmp_path / "changed.db")
+    with MemoryManager(db, embedding=None) as mm:
+        saver = HarombeSaver(mm)
+        agent = _agent(saver)
+        config = {"configurable": {"thread_id": "c", "user_id": "ann"}}
+        with hold_background():
+            agent.invoke({"messages": [HumanMessage("one")]}, config)
+            with sqlite3.connect(db) as raw:  # another process's job wrote the session...
+                raw.execute("DELETE FROM checkpoint_mirror_due")
+            raw.close()
+            agent.invoke({"messages": [HumanMessage("two")]}, config)
+            assert _owed(saver, "c")[0]  # ...so this turn marks it owed again
+            with sqlite3.connect(db) as raw:  # its blobs deleted, under a new blob epoch
+                raw.execute("DELETE FROM checkpoint_message_blobs")
+                raw.execute("UPDATE checkpoint_threads SET blob_epoch = 'other'")
+            raw.close()
+            agent.invoke({"messages": [HumanMessage("three")]}, config)
+        with MemoryManager(db, embedding=None) as fresh:  # every message was written again
+            newest = HarombeSaver(fresh).get_tuple(config)
+            assert newest is not None
+            assert [m.text for m in newest.checkpoint["channel_values"]["messages"]] == [
+                "one",
+                "answer number 0",
+                "two",
+                "answer number 1",
+                "three",
+                "answer number 2",
+            ]
+        with sqlite3.connect(db) as raw:  # the thread now someone else's
+            raw.execute("UPDATE sessions SET user_id = 'bob' WHERE id = 'c'")
+        raw.close()
+        with pytest.raises(SessionOwnershipError):  # (a put alone: a turn's read refuses it)
+            saver.put(
+                {"configurable": {**config["configurable"], "checkpoint_ns": ""}},
+                empty_checkpoint(),
+                {},
+                {},
+            )
 
 
 def _child() -> dict[str, Any]:
