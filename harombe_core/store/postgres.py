@@ -280,6 +280,14 @@ class PostgresStore(KeywordShortcuts):
                 f"{self.location} cannot be written ({exc}). Connect to the primary or grant "
                 "this role write access."
             )
+        if state == "3F000" or (state == "42704" and '"vector"' in str(exc)):
+            first = str(exc).strip().splitlines()[0]
+            return StoreError(
+                f"{self.location}: {first}. This connection's search_path (the role's setting, "
+                "or options=-csearch_path%3D... in the URL) must name an existing schema first, "
+                "and the schema pgvector is installed in (usually public) after it, e.g. "
+                "options=-csearch_path%3Dmyschema,public."
+            )
         if state in _GAVE_UP:
             return StoreBusyError(
                 f"{self.location}: {_GAVE_UP[state]} ({str(exc).strip()}); the transaction was "

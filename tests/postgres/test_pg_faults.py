@@ -11,6 +11,7 @@ import pytest
 
 from harombe_core.errors import (
     StoreBusyError,
+    StoreError,
     StoreLoginError,
     StoreNotFoundError,
     StoreReadOnlyError,
@@ -179,3 +180,14 @@ def test_an_atomic_block_ended_by_idle_in_transaction_timeout_is_typed_and_left_
         store.atomic(paused_block)
     assert store.run(ops.get_messages("s")) == []  # nothing of the block was applied
     store.close()
+
+
+@pytest.mark.parametrize("search_path", ["nosuch", "app1"])
+def test_a_search_path_harombe_cannot_use_is_named_at_open(pg_url: str, search_path: str) -> None:
+    """A search_path naming no schema, or one without pgvector's: the error says to fix it
+    (the extension is installed in public, which app1 leaves out)."""
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA app1")
+    with pytest.raises(StoreError, match="must name an existing schema"):
+        PostgresStore(f"{pg_url}?options=-csearch_path%3D{search_path}")
+    PostgresStore(f"{pg_url}?options=-csearch_path%3Dapp1,public").close()  # as the error says
