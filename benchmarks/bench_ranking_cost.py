@@ -10,6 +10,12 @@ work for (for ``name_free_weight``: the questions that name a speaker).
 
     python benchmarks/bench_ranking_cost.py --data ../shared/data/locomo/locomo_dev.json
     python benchmarks/bench_ranking_cost.py --data PATH --option name_free_weight --off 0
+    python benchmarks/bench_ranking_cost.py --data PATH --option fact_weight --on 0.4 \
+        --facts observations
+
+``--on`` compares another value than the shipped one (an opt-in option, off by default);
+``--facts observations`` first extracts LoCoMo's observations as the users' facts through the
+LLM extractor (``locomo_recall.py --facts``), what ``fact_weight`` reads.
 
 The conversations are ingested with the default embedder into a temporary database (``--db``
 keeps it for the next run). Nothing of the data is copied anywhere else.
@@ -56,13 +62,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--off", type=float, default=0.0, help="the option's off value")
     parser.add_argument("--limit", type=int, default=None, help="first N questions only")
     parser.add_argument("--db", default=None, help="database file (kept and reused if given)")
+    parser.add_argument("--on", type=float, default=None, help="the value (default: shipped)")
+    parser.add_argument(
+        "--facts", choices=("observations",), default=None, help="extract facts first"
+    )
     args = parser.parse_args(argv)
     lr = _locomo()
     from harombe_core import MemoryManager
     from harombe_core.ranking import RetrievalSettings, named_speakers
     from harombe_core.store.base import SearchScope
 
-    shipped = getattr(RetrievalSettings(), args.option)
+    shipped = getattr(RetrievalSettings(), args.option) if args.on is None else args.on
     data = json.loads(args.data.read_text(encoding="utf-8"))
     questions = lr.questions_of(data)[: args.limit]
     tmp = tempfile.TemporaryDirectory()
@@ -70,8 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     fresh = not Path(db).exists()
     with MemoryManager(db) as mm:
         if fresh:
-            for sample in data:
-                lr.ingest(mm, sample, True)
+            lr.ingest_all(mm, data, True, args.facts)
         mm.flush()
         cache = mm.embedder
         wall: dict[float, list[float]] = {args.off: [], shipped: []}

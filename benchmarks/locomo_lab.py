@@ -22,6 +22,11 @@ beside the shipped ones, with its weights from ``--column-weights``:
         --column soft --column-option threshold=0.6 --column-option replace=1 \\
         --column-weights 0,0.1,0.25,0.5
 
+``--column facts`` and ``--column summaries`` add LoCoMo's LLM-written observations or session
+summaries as extra keys of their turns (``TextKeys``); ``--gather --facts`` gathers with the
+observations extracted as facts through the library's LLM extractor instead, so that
+``--set fact_weight=0,0.4,0.8`` measures the library's own ``fact_weight``.
+
 The
 pickle holds the candidates' messages (the conversations' text): it is written to the
 temporary folder by default and is for this machine only, never for the repository.
@@ -261,6 +266,110 @@ class TurnWalk:
         return column / (column.max() or 1.0)
 
 
+class TextKeys:
+    """LLM-written texts as extra keys of the turns they describe (``docs/ranking.md``):
+    LoCoMo's ``observation`` facts (each with the turns it came from: a stand-in for an LLM
+    fact extractor's output) or its ``session_summary`` texts (a stand-in for an LLM
+    summariser's; each keys every turn of its session).
+
+    Each key is scored for the question as a turn is: its cosine (to the question, plus
+    ``name_free`` times its cosine to the question without the speakers' names),
+    min-max scaled over the ``pool`` best keys, and its BM25 (SQLite FTS5, porter, the
+    keyword side's query words, names out) over the best, averaged. A turn's column is the
+    best score of its keys (``mean``: their mean) over the best of the candidates.
+    """
+
+    def __init__(
+        self,
+        data: list[dict[str, Any]],
+        embedder: Any,
+        lr: Any,
+        kind: str = "facts",
+        name_free: float = 1.0,
+        pool: float = 40,
+        keyword: float = 1.0,
+        vector: float = 1.0,
+        mean: float = 0.0,
+    ) -> None:
+        import sqlite3
+
+        self.embedder, self.name_free, self.pool = embedder, name_free, int(pool)
+        self.keyword, self.vector, self.mean = keyword, vector, bool(mean)
+        self.conversations = []
+        for sample in data:
+            keys: list[tuple[str, frozenset[str]]] = []
+            if kind == "facts":
+                keys = [
+                    (text, frozenset(turns)) for text, turns in lr.observations(sample) if turns
+                ]
+            else:
+                conv = sample["conversation"]
+                n = 1
+                while f"session_{n}" in conv:
+                    text = sample["session_summary"].get(f"session_{n}_summary")
+                    if text:
+                        ids = frozenset(t["dia_id"] for t in conv[f"session_{n}"])
+                        keys.append((text, ids))
+                    n += 1
+            db = sqlite3.connect(":memory:")
+            db.execute(
+                "CREATE VIRTUAL TABLE keys USING fts5(text, tokenize = "
+                "'porter unicode61 remove_diacritics 2')"
+            )
+            db.executemany(
+                "INSERT INTO keys (rowid, text) VALUES (?, ?)",
+                [(i, t) for i, (t, _) in enumerate(keys)],
+            )
+            vectors = np.asarray(embedder.embed([t for t, _ in keys]), dtype=np.float32)
+            of_turn: dict[str, list[int]] = {}
+            for i, (_, turns) in enumerate(keys):
+                for turn in turns:
+                    of_turn.setdefault(turn, []).append(i)
+            self.conversations.append((db, vectors, of_turn))
+        self._scores: dict[tuple[int, str], Any] = {}
+
+    def _key_scores(self, question: Any, found: Any) -> Any:
+        from harombe_core.ranking import without_names
+        from harombe_core.retrieval import keyword_query
+        from harombe_core.store.fts import fts_query, query_words
+
+        cache = (question.conversation, question.text)
+        if cache in self._scores:
+            return self._scores[cache]
+        db, vectors, _ = self.conversations[question.conversation]
+        query = np.asarray(self.embedder.embed_query(question.text), dtype=np.float32)
+        cos = vectors @ query
+        free = without_names(question.text, found.speakers)
+        if self.name_free and free and free != question.text:
+            cos = cos + self.name_free * (vectors @ self.embedder.embed_query(free))
+        best = np.sort(cos)[::-1][: self.pool]
+        low, span = best[-1], (best[0] - best[-1]) or 1.0
+        vector = np.clip((cos - low) / span, 0.0, None)
+        bm25 = np.zeros(len(cos))
+        words = [w for w in query_words(keyword_query(free or question.text))]
+        match = fts_query(words)
+        if match:
+            rows = db.execute(
+                "SELECT rowid, -bm25(keys) FROM keys WHERE keys MATCH ?", (match,)
+            ).fetchall()
+            for i, score in rows:
+                bm25[i] = score
+            bm25 /= bm25.max() or 1.0
+        scores = (self.vector * vector + self.keyword * bm25) / (self.vector + self.keyword)
+        self._scores[cache] = scores
+        return scores
+
+    def __call__(self, question: Any, found: Any, messages: list[Any], table: Any) -> Any:
+        _, _, of_turn = self.conversations[question.conversation]
+        scores = self._key_scores(question, found)
+        column = np.zeros(len(messages))
+        for i, m in enumerate(messages):
+            keys = of_turn.get(m.metadata.get("dia_id"), [])
+            if keys:
+                column[i] = scores[keys].mean() if self.mean else scores[keys].max()
+        return column
+
+
 def extra_column(args: argparse.Namespace, lr: Any, questions: list[Any]) -> Any:
     """The ``--column`` to measure, built over the conversations (None without one)."""
     if args.column is None:
@@ -275,6 +384,8 @@ def extra_column(args: argparse.Namespace, lr: Any, questions: list[Any]) -> Any
     embedder = lr.DiskCachedEmbedder(resolve_embedder("default"), args.cache)
     if args.column == "soft":
         return SoftTerms(data, questions, embedder, lr, **options)
+    if args.column in ("facts", "summaries"):
+        return TextKeys(data, embedder, lr, kind=args.column, **options)
     return TurnWalk(data, embedder, lr, **options)
 
 
@@ -288,12 +399,12 @@ def gather(args: argparse.Namespace, lr: Any) -> None:
     with tempfile.TemporaryDirectory() as folder:
         mm = lr.open_manager(args, str(Path(folder) / "locomo.db"), False)
         try:
-            for sample in data:
-                lr.ingest(mm, sample, True)
-            mm.flush()
+            lr.ingest_all(mm, data, True, "observations" if args.facts else None)
             retriever = mm.retriever
             base = retriever.settings
             every = replace(base, time_weight=1.0, neighbor_weight=1.0)
+            if args.facts:
+                every = replace(every, fact_weight=1.0)
             sizes = sorted(set(pools(args.k, base.candidates, base.min_candidates).values()))
             found = []
             for n, q in enumerate(questions):
@@ -389,6 +500,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--k", type=int, nargs="+", default=[5, 10, 25, 50])
     parser.add_argument("--gather", action="store_true", help="ingest and pickle the candidates")
     parser.add_argument(
+        "--facts",
+        action="store_true",
+        help="with --gather: LoCoMo's observations extracted as facts through the LLM "
+        "extractor (locomo_recall.ObservationModel), read as keys (then --set fact_weight=...)",
+    )
+    parser.add_argument(
         "--candidates",
         type=Path,
         default=Path(tempfile.gettempdir()) / "harombe-locomo-candidates.pkl",
@@ -405,7 +522,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--column",
-        choices=("soft", "walk"),
+        choices=("soft", "walk", "facts", "summaries"),
         default=None,
         help="a measured, unshipped column beside the shipped ones: soft BM25 or a turn walk",
     )

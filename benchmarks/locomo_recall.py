@@ -85,6 +85,7 @@ BASELINE: dict[str, Any] = {
     "statement_weight": 0.0,
     "person_weight": 0.0,
     "name_free_weight": 0.0,
+    "fact_weight": 0.0,
 }
 RANK_GRID: dict[str, tuple[float, ...]] = {
     # 1.0 in every fold of every grid so far (0.5 was the other value): held there, so that
@@ -105,6 +106,18 @@ RANK_GRID: dict[str, tuple[float, ...]] = {
     "person_weight": (0.0, 0.1, 0.2, 0.4),
     "name_free_weight": (0.0, 1.0),
 }
+#: With ``--facts``: the fact column's weights the grid chooses from (``locomo_lab.py``
+#: chose 0.4 in four folds of five, 0.8 in one), and to keep the grid near its size
+#: ``name_free_weight`` held at the 1.0 every fold chose and ``person_weight`` without 0.1.
+FACT_GRID: dict[str, tuple[float, ...]] = {
+    "person_weight": (0.0, 0.2, 0.4),
+    "name_free_weight": (1.0,),
+    "fact_weight": (0.0, 0.2, 0.4, 0.8),
+}
+#: With ``--facts``, the plain run also searches with this ``fact_weight`` (the one chosen
+#: on all five development conversations; ``docs/ranking.md``).
+FACT_WEIGHT = 0.4
+
 #: The hybrid's two halves, each ranked alone with the shipped context weights: ``search``
 #: options that turn the other side off.
 HALVES: dict[str, dict[str, float]] = {
@@ -138,7 +151,11 @@ def turn_content(turn: dict[str, Any], with_captions: bool) -> str:
     return text
 
 
-def ingest(mm: Any, sample: dict[str, Any], with_captions: bool) -> int:
+def ingest(
+    mm: Any, sample: dict[str, Any], with_captions: bool, ids: dict[str, int] | None = None
+) -> int:
+    """Save a conversation's turns (``ids``, when given, gets each turn's message id by
+    ``dia_id``); how many."""
     from harombe_core import Message
 
     user = sample["sample_id"]
@@ -161,9 +178,90 @@ def ingest(mm: Any, sample: dict[str, Any], with_captions: bool) -> int:
             for turn in conv[f"session_{n}"]
         ]
         for message in messages:
-            mm.save_message(sid, message, user_id=user)
+            saved = mm.save_message(sid, message, user_id=user)
+            if ids is not None:
+                ids[message.metadata["dia_id"]] = saved
         count += len(messages)
         n += 1
+    return count
+
+
+def observations(sample: dict[str, Any]) -> list[tuple[str, set[str]]]:
+    """A conversation's ``observation`` facts, each with the turns (``dia_id``) it came from."""
+    out = []
+    for per_session in sample.get("observation", {}).values():
+        for facts in per_session.values():
+            for text, where in facts:
+                items = where if isinstance(where, list) else [where]
+                out.append((text, parse_evidence([str(i) for i in items])))
+    return out
+
+
+class ObservationModel:
+    """A stand-in for the model behind the opt-in LLM fact extractor: it answers each of
+    :class:`~harombe_core.facts.llm.LLMExtractor`'s prompts with LoCoMo's ``observation``
+    facts (written by an LLM, each with the turns it came from) of the prompt's messages,
+    as the JSON operations the extractor parses. The facts then go through the library's
+    real path: the extractor's parsing, consolidation (repeats merged, their sources
+    joined), embedding and the facts' keyword index.
+    """
+
+    def __init__(self) -> None:
+        #: Each message id's facts (filled as conversations are ingested).
+        self.facts: dict[int, list[str]] = {}
+
+    def add(self, sample: dict[str, Any], ids: dict[str, int]) -> int:
+        """Take a conversation's observations, by the message ids of their turns; how many."""
+        count = 0
+        for text, turns in observations(sample):
+            for turn in sorted(turns):
+                if turn in ids:
+                    self.facts.setdefault(ids[turn], []).append(text)
+            count += bool(turns & ids.keys())
+        return count
+
+    def __call__(self, prompt: str) -> str:
+        shown = prompt.split("New messages (id, role, text):", 1)[1].split("\n\nPropose", 1)[0]
+        operations = [
+            {"action": "add", "kind": "fact", "text": text, "message_id": mid}
+            for mid in map(int, re.findall(r"^(\d+) \| ", shown, flags=re.MULTILINE))
+            for text in self.facts.get(mid, [])
+        ]
+        return json.dumps({"operations": operations})
+
+
+#: Messages per extraction prompt with ``--facts``: a session's turns yield fewer facts than
+#: the extractor's answer may hold (:data:`harombe_core.facts.llm.MAX_OPERATIONS`).
+FACT_BATCH = 20
+
+
+def ingest_facts(mm: Any, data: list[dict[str, Any]], ids: dict[str, dict[str, int]]) -> int:
+    """Extract the conversations' observations as facts through the LLM extractor (see
+    :class:`ObservationModel`), session by session; how many observations."""
+    from harombe_core.facts.llm import LLMExtractor
+
+    model = ObservationModel()
+    count = sum(model.add(sample, ids[sample["sample_id"]]) for sample in data)
+    memory = mm.user_memory
+    memory.extractor = LLMExtractor(model)
+    memory.batch_size = FACT_BATCH
+    for sample in data:
+        n = 1
+        while f"session_{n}" in sample["conversation"]:
+            mm.extract_facts(f"{sample['sample_id']}-session-{n}")
+            n += 1
+    return count
+
+
+def ingest_all(mm: Any, data: list[dict[str, Any]], with_captions: bool, facts: str | None) -> int:
+    """Ingest every conversation and wait for its indexes; with ``facts``, extract the
+    observations as facts too (:func:`ingest_facts`). How many messages."""
+    ids: dict[str, dict[str, int]] = {}
+    count = sum(ingest(mm, s, with_captions, ids.setdefault(s["sample_id"], {})) for s in data)
+    mm.flush()
+    if facts:
+        extracted = ingest_facts(mm, data, ids)
+        print(f"{extracted} observations extracted as facts", file=sys.stderr)
     return count
 
 
@@ -325,12 +423,14 @@ def grid_scores(
     # Every kind of evidence gathered (vectors too when the grid tries feedback).
     feedback = max(RANK_GRID.get("feedback_weight", (base.feedback_weight,)))
     name_free = max(RANK_GRID.get("name_free_weight", (base.name_free_weight,)))
+    facts = max(RANK_GRID.get("fact_weight", (base.fact_weight,)))
     gather_settings = replace(
         base,
         time_weight=1.0,
         neighbor_weight=1.0,
         feedback_weight=feedback,
         name_free_weight=name_free,
+        fact_weight=facts,
     )
     pools: dict[int, list[int]] = defaultdict(list)
     for k in ks:
@@ -448,7 +548,17 @@ def main(argv: list[str] | None = None) -> int:
         help="embedding cache file (default: in the temporary folder)",
     )
     parser.add_argument("--no-cache", action="store_true", help="run the model for every text")
+    parser.add_argument(
+        "--facts",
+        choices=("observations",),
+        default=None,
+        help="extract LoCoMo's observations as the user's facts through the LLM fact "
+        f"extractor (a stand-in for an LLM's facts); the plain run adds fact_weight="
+        f"{FACT_WEIGHT}, --cv chooses it",
+    )
     args = parser.parse_args(argv)
+    if args.facts:
+        RANK_GRID.update(FACT_GRID)
     ks = sorted(args.k)
 
     data = json.loads(args.data.read_text(encoding="utf-8"))[: args.limit]
@@ -471,16 +581,18 @@ def main(argv: list[str] | None = None) -> int:
 
     shipped = MemoryConfig().vector_store.embed_context
     mm = open_manager(args, db, shipped)
+    with_facts = None
     try:
         start = time.perf_counter()
-        messages = sum(ingest(mm, sample, not args.no_captions) for sample in data)
-        mm.flush()
+        messages = ingest_all(mm, data, not args.no_captions, args.facts)
         ingest_seconds = time.perf_counter() - start
         scores, latencies, first = plain_run(mm, questions, ks, options)
         halves = {}
         if not keyword_only:
             for label, side in HALVES.items():
                 halves[label] = plain_run(mm, questions, ks, {**options, **side})[0]
+        if args.facts:
+            with_facts = plain_run(mm, questions, ks, {**options, "fact_weight": FACT_WEIGHT})[0]
     finally:
         mm.close()
 
@@ -509,6 +621,13 @@ def main(argv: list[str] | None = None) -> int:
 
     if halves:
         print_halves(scores, halves, questions, ks)
+    if with_facts is not None:
+        print()
+        print(
+            f"with the user's facts as keys (fact_weight={FACT_WEIGHT}; LoCoMo's observations "
+            "extracted through the LLM extractor; ingest above includes the extraction)"
+        )
+        print("\n".join(table(by_category(with_facts, questions, ks), ks)))
     if args.cv:
         run_cv(args, data, questions, ks, keyword_only, Path(tmp.name))
     tmp.cleanup()
@@ -564,9 +683,7 @@ def run_cv(
     for embed_context in index_grid["embed_context"]:
         mm = open_manager(args, str(folder / f"cv-{embed_context}.db"), embed_context)
         try:
-            for sample in data:
-                ingest(mm, sample, not args.no_captions)
-            mm.flush()
+            ingest_all(mm, data, not args.no_captions, args.facts)
             for names in index_grid["names_as_keywords"]:
                 choice = {"embed_context": embed_context, "names_as_keywords": names}
                 for point, table_ in grid_scores(mm, questions, ks, choice).items():

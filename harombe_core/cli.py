@@ -88,12 +88,15 @@ def sessions_command(
     db: DbOption,
     user: UserOption = None,
     limit: Annotated[
-        int, typer.Option("--limit", metavar="N", min=0, help="How many to list.")
+        int, typer.Option("--limit", metavar="N", min=1, help="How many to list.")
     ] = 20,
 ) -> None:
     """List sessions, most recent activity first."""
     with clean_errors(), open_memory(db) as manager:
-        sessions = manager.list_sessions(limit=limit, user_id=user)
+        # One more than shown tells whether the list was cut, without counting every session.
+        sessions = manager.list_sessions(limit=limit + 1, user_id=user)
+        more = len(sessions) > limit
+        sessions = sessions[:limit]
         if not sessions:
             console.print(f"No sessions{f' for user {escape(user)}' if user else ''} in {db}.")
             return
@@ -113,6 +116,8 @@ def sessions_command(
                 one_line(first[0].content, 48) if first else "",
             )
         console.print(table)
+        if more:
+            console.print(f"The {limit} most recent shown; --limit N lists more.")
 
 
 @command("history")

@@ -29,7 +29,6 @@ recover. The tree::
     │   ├── StoreReadOnlyError                     the file or its folder cannot be written
     │   ├── StorageFullError                       the disk (or a size limit) is full
     │   ├── StoreUnavailableError                  the database server stayed unreachable
-    │   ├── StoreLoginError                        the server refused the login (user, password)
     │   ├── EncryptionKeyError                     wrong or missing key for an encrypted file
     │   ├── MigrationError                         a migration's destination differs from its
     │   │                                          source (or already holds other data)
@@ -85,7 +84,6 @@ __all__ = [
     "StorageFullError",
     "StoreBusyError",
     "StoreError",
-    "StoreLoginError",
     "StoreNotFoundError",
     "StoreReadOnlyError",
     "StoreUnavailableError",
@@ -299,6 +297,25 @@ def requires_extra(feature: str, extra: str, module: str) -> Iterator[None]:
         raise MissingExtraError(feature, extra, module) from exc
 
 
+@contextmanager
+def requires_packages(feature: str, extra: str, packages: tuple[str, ...]) -> Iterator[None]:
+    """Imports of a whole module built on an extra: an import that fails because one of
+    ``packages`` (top-level names, ``"langchain_core"``) is not installed becomes the
+    :class:`MissingExtraError` naming it and the extra that brings it.
+
+    Narrower than :func:`requires_extra`, because such a module imports many names: any other
+    :class:`ImportError` (the package is there, at a version without a name we use) is left
+    as it is, since its own message is the truth and "not installed" would not be.
+    """
+    try:
+        yield
+    except ModuleNotFoundError as exc:
+        missing = (exc.name or "").partition(".")[0]
+        if missing not in packages:
+            raise
+        raise MissingExtraError(feature, extra, missing) from exc
+
+
 class StoreError(HarombeError):
     """The store could not complete an operation; nothing was half-written."""
 
@@ -347,11 +364,6 @@ class StorageFullError(StoreError):
 
 class StoreUnavailableError(StoreError):
     """The database server could not be reached during every retry; nothing was half-written."""
-
-
-class StoreLoginError(StoreError):
-    """The database server refused the login (an unknown user, a wrong password, no
-    ``pg_hba.conf`` entry): retrying cannot help, so it is raised at once; nothing was made."""
 
 
 class EncryptionKeyError(StoreError):

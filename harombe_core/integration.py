@@ -28,7 +28,7 @@ from harombe_core.lazy import lazy_attributes
 if TYPE_CHECKING:
     from harombe_core.checkpoint_safety import AllowList, TypePolicy, check_row, refused_tag
     from harombe_core.embeddings.base import NativeAsyncEmbedder, validate_vectors
-    from harombe_core.errors import Fix, install_command, requires_extra
+    from harombe_core.errors import Fix, install_command, requires_extra, requires_packages
     from harombe_core.export.hits import hit_metadata
     from harombe_core.facts.models import (
         FactProposal,
@@ -57,6 +57,7 @@ _LAZY: dict[str, str] = {
     "Fix": "harombe_core.errors",
     "install_command": "harombe_core.errors",
     "requires_extra": "harombe_core.errors",
+    "requires_packages": "harombe_core.errors",
     # the SQL runner for an integration's own tables (one body of steps, both dialects), and
     # the store operations it can join to a transaction
     "Body": "harombe_core.store.runner",
@@ -151,6 +152,7 @@ __all__ = [
     "plural",
     "refused_tag",
     "requires_extra",
+    "requires_packages",
     "resolve_selector",
     "shared_threader",
     "sql_runner",

@@ -894,7 +894,8 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
         ``temporal_decay``, ``mmr_lambda``, ``vector_weight``, ``keyword_weight``, and the
         context evidence weights ``neighbor_weight``, ``session_weight``, ``speaker_weight``,
         ``time_weight``, ``length_weight``, ``statement_weight``, ``person_weight``,
-        ``name_free_weight`` and ``feedback_weight`` (see
+        ``name_free_weight``, ``feedback_weight`` and ``fact_weight`` (the user's facts as
+        extra keys of the messages they came from; see
         :class:`~harombe_core.retrieval.RetrievalSettings`); ``now`` anchors relative times in
         the query ("last week"). Without semantic memory this is keyword (BM25) search and
         ``retriever.mode == "keyword"``. Given both ``session_id`` and ``user_id``, the

@@ -124,11 +124,16 @@ class UserMemoryMethods:
         kind: str = "fact",
         subject: str | None = None,
         valid_from: Any = None,
+        sources: Sequence[int] | None = None,
     ) -> Fact:
         """Add a fact for the user (``kind``: fact, preference, task, decision). A repeat of a
         current fact merges into it; a new value of its ``subject`` supersedes the old one
-        (kept as history). Facts added here stay until forgotten."""
-        flow = self._facts.add(user_id, text, kind=kind, subject=subject, valid_from=valid_from)
+        (kept as history). Facts added here stay until forgotten. ``sources``: ids of the
+        user's messages it comes from (a search with ``fact_weight`` finds them through it;
+        deleting one removes only that link)."""
+        flow = self._facts.add(
+            user_id, text, kind=kind, subject=subject, valid_from=valid_from, sources=sources
+        )
         return drive(flow)
 
     async def aadd_fact(
@@ -139,8 +144,11 @@ class UserMemoryMethods:
         kind: str = "fact",
         subject: str | None = None,
         valid_from: Any = None,
+        sources: Sequence[int] | None = None,
     ) -> Fact:
-        flow = self._facts.add(user_id, text, kind=kind, subject=subject, valid_from=valid_from)
+        flow = self._facts.add(
+            user_id, text, kind=kind, subject=subject, valid_from=valid_from, sources=sources
+        )
         return await adrive(flow)
 
     def correct_fact(self, user_id: str, fact_id: int, text: str, *, subject: Any = ...) -> Fact:

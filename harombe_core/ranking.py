@@ -98,6 +98,15 @@ class RetrievalSettings:
       question's words; on top of ``speaker_weight``, which holds for every question naming
       a speaker (a higher one for all of them would bury the turns of questions that name a
       person only to ask about what they were told).
+    * ``fact_weight`` (off by default): times the mean score of the user's facts that came
+      from the message (each fact scored against the query as a turn is: its cosine,
+      min-max scaled over the best facts, and its BM25, averaged). A fact an LLM extracted
+      says what a turn meant in other words than the turn ("Ann is single" for "since the
+      breakup it's just me"), so it is a second key to that turn; the best facts' messages
+      also become candidates. Only facts with source messages count, and only for a search
+      scoped to a user (or to a session, whose owner's facts are read). Off by default: it
+      helps facts an LLM wrote, not the offline extractor's, which repeat the turn's own
+      words (``docs/ranking.md``).
 
     ``name_free_weight``: the vector side also compares every candidate with the query
     without the names of the speakers it names (:func:`without_names`; "What did Ann
@@ -142,6 +151,7 @@ class RetrievalSettings:
     names_as_keywords: bool = False
     feedback_weight: float = 0.0
     feedback_docs: int = 3
+    fact_weight: float = 0.0
 
     @classmethod
     def from_config(cls, rag: RagSection) -> RetrievalSettings:
@@ -161,7 +171,8 @@ class Candidates:
     ``vectors`` the stored vectors of the candidates, read only when pseudo-relevance feedback
     needs them (``feedback_weight > 0``); ``name_free_cosine`` every candidate's cosine to
     the query without the names of the speakers it names (``name_free_weight``; empty when
-    the query names no speaker).
+    the query names no speaker); ``fact_score`` each candidate's mean score of the user's
+    facts it is a source of (``fact_weight``; empty when facts were not read).
     """
 
     messages: dict[int, Message] = field(default_factory=dict)
@@ -179,6 +190,7 @@ class Candidates:
     unembedded: frozenset[int] = frozenset()
     vectors: dict[int, Any] = field(default_factory=dict)
     name_free_cosine: dict[int, float] = field(default_factory=dict)
+    fact_score: dict[int, float] = field(default_factory=dict)
 
 
 def named_speakers(query: str, messages: Iterable[Message]) -> frozenset[str]:
@@ -221,7 +233,17 @@ def _speaks(message: Message, speakers: frozenset[str]) -> bool:
 
 #: The columns of :func:`evidence`, in order; each but the first is scaled by the setting
 #: ``<name>_weight`` and added to the fused score.
-EVIDENCE = ("fused", "neighbor", "session", "speaker", "time", "length", "statement", "person")
+EVIDENCE = (
+    "fused",
+    "neighbor",
+    "session",
+    "speaker",
+    "time",
+    "length",
+    "statement",
+    "person",
+    "fact",
+)
 
 
 def evidence(
@@ -236,7 +258,8 @@ def evidence(
     written in a time the query names (or up to ``time_slack_days`` after). ``length``: its
     token count over ``length_tokens``, at most 1 (:func:`length_prior`). ``statement``: 1
     unless its last sentence asks (:func:`asks`). ``person``: 1 if the query asks for a
-    judgement about a person (:func:`asks_judgement`) and names its speaker.
+    judgement about a person (:func:`asks_judgement`) and names its speaker. ``fact``: the
+    mean score of the user's facts it is a source of (0 without; ``found.fact_score``).
 
     Neighbours are candidates only when ``neighbor_weight > 0`` (as ``search`` gathers them);
     ``min_similarity`` drops rows here (an excluded session never reaches the candidates:
@@ -288,6 +311,7 @@ def evidence(
                 length_prior(message, s.length_tokens),
                 0.0 if asks(message.content) else 1.0,
                 float(speaker and found.judgement),
+                found.fact_score.get(mid, 0.0),
             )
         )
         messages.append(message)
@@ -348,6 +372,7 @@ def evidence_weights(settings: RetrievalSettings) -> npt.NDArray[np.float64]:
             s.length_weight,
             s.statement_weight,
             s.person_weight,
+            s.fact_weight,
         ],
         dtype=np.float64,
     )
@@ -375,6 +400,7 @@ def rank(
     applicable[EVIDENCE.index("speaker")] *= bool(found.speakers)
     applicable[EVIDENCE.index("time")] *= bool(found.times)
     applicable[EVIDENCE.index("person")] *= bool(found.speakers) and found.judgement
+    applicable[EVIDENCE.index("fact")] *= bool(found.fact_score)
     scores = table @ weights / (applicable.sum() or 1.0)
     best_keyword = max(found.keyword_score.values(), default=0.0) or 1.0
     if settings.temporal_decay > 0:

@@ -145,6 +145,7 @@ SEARCH_OPTIONS = frozenset(
         "statement_weight",
         "person_weight",
         "name_free_weight",
+        "fact_weight",
         "now",
     }
 )
@@ -290,6 +291,7 @@ class Retriever:
         statement_weight: float | None = None,
         person_weight: float | None = None,
         name_free_weight: float | None = None,
+        fact_weight: float | None = None,
         now: datetime | None = None,
     ) -> Flow[list[SearchHit]]:
         """The best ``top_k`` messages for ``query`` inside the scope, best first, with scores.
@@ -324,6 +326,7 @@ class Retriever:
             "statement_weight": statement_weight,
             "person_weight": person_weight,
             "name_free_weight": name_free_weight,
+            "fact_weight": fact_weight,
         }
         for name, value in overrides.items():
             if value is not None:
@@ -480,6 +483,10 @@ class Retriever:
         found.keyword_rank = {int(h.message.id or 0): r for r, h in enumerate(keyword)}
         found.keyword_score = {int(h.message.id or 0): h.score for h in keyword}
         found.pooled = frozenset(found.messages)
+        if s.fact_weight > 0:
+            yield from self._add_fact_keys(
+                found, keyword_text, max(k, NEIGHBOR_SEEDS), pool, scope, s
+            )
         feedback = s.feedback_weight > 0 and wv > 0
         yield from _add_cosines(found, semantic, feedback)
         if neighbors if neighbors is not None else s.neighbor_weight > 0:
@@ -543,6 +550,82 @@ class Retriever:
                     found.vector_rank[match.message_id] = rank_
                     rank_ += 1
         return semantic, vector_messages, embedded
+
+    def _add_fact_keys(
+        self,
+        found: Candidates,
+        keyword_text: str,
+        seeds: int,
+        pool: int,
+        scope: SearchScope,
+        settings: RetrievalSettings,
+    ) -> Flow[None]:
+        """The user's facts as extra keys of the messages they came from (``fact_weight``):
+        each candidate's ``fact_score``, and the messages of the ``seeds`` best facts as
+        candidates.
+
+        Each fact is scored as a turn is: its cosine to the query (min-max scaled over the
+        ``pool`` best facts) and its BM25 for the keyword side's words without the speakers'
+        names (scaled by the best), averaged with the fusion weights. A message's score is
+        the mean of its facts'. The facts are the scope's user's (a session's owner when
+        only a session is given); the messages they name are read through the store with
+        the scope, like every other candidate, so a fact never brings in a message outside
+        it.
+        """
+        import numpy as np
+
+        from harombe_core.facts import ops as fact_ops
+        from harombe_core.ranking import WORDS
+
+        user_id = scope.user_id
+        if user_id is None and scope.session_id is not None:
+            session = yield Run(self.store, ops.get_session(scope.session_id))
+            user_id = None if session is None else session.user_id
+        if user_id is None:
+            return
+        query_vector = found.query_vector
+        semantic = self.semantic
+        model = None if semantic is None or query_vector is None else str(semantic.embedder.name)
+        words = [w for w in WORDS.findall(keyword_text) if w.casefold() not in found.speakers]
+        keyword, blobs, sources = yield Run(
+            self.store,
+            fact_ops.fact_keys(user_id, " ".join(words) or keyword_text, model, limit=pool),
+        )
+        if not sources:
+            return
+        best = max((score for _, score in keyword), default=0.0) or 1.0
+        by_keyword = {fid: score / best for fid, score in keyword}
+        by_vector: dict[int, float] = {}
+        blobs = [(fid, blob) for fid, blob in blobs if len(blob) == query_vector.nbytes]
+        if blobs:
+            matrix = np.frombuffer(b"".join(b for _, b in blobs), dtype=np.float32)
+            cosines = matrix.reshape(len(blobs), -1) @ query_vector
+            top = np.sort(cosines)[::-1][:pool]
+            low, span = float(top[-1]), float(top[0] - top[-1]) or 1.0
+            by_vector = {
+                fid: max((float(c) - low) / span, 0.0)
+                for (fid, _), c in zip(blobs, cosines, strict=True)
+            }
+        wv = settings.vector_weight if by_vector else 0.0
+        wk = settings.keyword_weight
+        if wv + wk == 0:
+            return
+        scores: dict[int, list[float]] = {}
+        fact_score: dict[int, float] = {}
+        for fid, mid in sources:
+            score = fact_score.setdefault(
+                fid, (wv * by_vector.get(fid, 0.0) + wk * by_keyword.get(fid, 0.0)) / (wv + wk)
+            )
+            scores.setdefault(mid, []).append(score)
+        found.fact_score = {mid: sum(v) / len(v) for mid, v in scores.items()}
+        ranked = sorted(fact_score, key=lambda fid: (-fact_score[fid], fid))[:seeds]
+        wanted = {mid for fid, mid in sources if fid in ranked and fact_score[fid] > 0}
+        missing = sorted(wanted - found.messages.keys())
+        if missing:
+            read = yield Run(self.store, ops.get_messages_by_ids(missing, scope))
+            for message in read:
+                found.messages[int(message.id or 0)] = message
+            found.pooled = frozenset(found.messages)
 
     def _add_neighbors(self, found: Candidates, scope: SearchScope, seeds: int) -> Flow[None]:
         """Read the turns just before and after the best candidates (their context).

@@ -68,4 +68,7 @@ __all__ = [
 ]
 
 
-__getattr__, __dir__ = _lazy_attributes(__name__, _LAZY, __all__)
+#: The ``langchain`` extra: a name needing one of these when it is missing says to install it.
+_EXTRA = ("langchain", ("langchain_core", "langchain", "langgraph", "orjson"))
+
+__getattr__, __dir__ = _lazy_attributes(__name__, _LAZY, __all__, extra=_EXTRA)

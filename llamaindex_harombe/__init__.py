@@ -7,13 +7,17 @@ LlamaIndex's own memories persistent; ``HarombeMemoryBlock`` adds long-term reca
 serves past messages to any engine that takes a retriever. The public API is exactly ``__all__``.
 """
 
-from llamaindex_harombe.blocks import HarombeMemoryBlock, HarombeProfileBlock
-from llamaindex_harombe.chat_store import HarombeChatStore, HarombeDBChatStore
-from llamaindex_harombe.convert import LI_KEY, from_llamaindex, to_llamaindex
-from llamaindex_harombe.embeddings import LlamaIndexEmbedder
-from llamaindex_harombe.llm import LlamaIndexLLM, node_selector, summarizer
-from llamaindex_harombe.memory import HarombeMemory
-from llamaindex_harombe.retriever import HarombeRetriever
+from harombe_core.integration import requires_packages
+
+# Without the ``llamaindex`` extra the first import fails deep inside; say which extra to install.
+with requires_packages("llamaindex_harombe", "llamaindex", ("llama_index",)):
+    from llamaindex_harombe.blocks import HarombeMemoryBlock, HarombeProfileBlock
+    from llamaindex_harombe.chat_store import HarombeChatStore, HarombeDBChatStore
+    from llamaindex_harombe.convert import LI_KEY, from_llamaindex, to_llamaindex
+    from llamaindex_harombe.embeddings import LlamaIndexEmbedder
+    from llamaindex_harombe.llm import LlamaIndexLLM, node_selector, summarizer
+    from llamaindex_harombe.memory import HarombeMemory
+    from llamaindex_harombe.retriever import HarombeRetriever
 
 __all__ = [
     "LI_KEY",

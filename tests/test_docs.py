@@ -69,3 +69,32 @@ def test_the_license_is_the_one_pyproject_declares() -> None:
     assert 'license = "MIT"' in (ROOT / "pyproject.toml").read_text(encoding="utf-8")
     assert (ROOT / "LICENSE").read_text(encoding="utf-8").startswith("MIT License")
     assert (ROOT / "CHANGELOG.md").is_file()
+
+
+@pytest.mark.parametrize("page", [README, ROOT / "docs" / "cli.md"], ids=lambda p: p.name)
+def test_the_command_lists_name_every_harombe_command(page: Path) -> None:
+    """A newcomer reads the README's command block (and the command page's) as the list of
+    what ``harombe`` does."""
+    import typer
+
+    from harombe_core.cli import app
+
+    text = page.read_text(encoding="utf-8")
+    section = text[text.index("The `harombe` command") :]
+    block = section[section.index("```") : section.index("```", section.index("```") + 3)]
+    shown = set(re.findall(r"(?:harombe|\|) +([a-z]+)", block))
+    commands = set(typer.main.get_command(app).commands)  # type: ignore[attr-defined]
+    assert commands - shown == set(), f"commands missing from {page.name}'s `harombe` block"
+
+
+def test_install_commands_in_the_docs_work_from_the_clone() -> None:
+    """harombe-memory is installed from a clone (``pip install -e '.[extra]'``, as the README
+    does); ``pip install 'harombe-memory[extra]'`` finds no such distribution on an index."""
+    pages = [README, *sorted((ROOT / "docs").glob("*.md"))]
+    wrong = [
+        f"{page.name}: {line.strip()}"
+        for page in pages
+        for line in page.read_text(encoding="utf-8").splitlines()
+        if re.search(r"pip install [\"']?harombe-memory", line)
+    ]
+    assert wrong == []

@@ -36,6 +36,9 @@ PAGES = [
     ROOT / "docs" / "llamaindex.md",
     ROOT / "docs" / "threads-and-summaries.md",
     ROOT / "docs" / "search.md",
+    ROOT / "docs" / "user-memory.md",
+    ROOT / "docs" / "deletion.md",
+    ROOT / "docs" / "encryption.md",
 ]
 CONFIGURATION = ROOT / "docs" / "configuration.md"
 _FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
@@ -72,6 +75,7 @@ NEEDS: dict[str, dict[str, Callable[[], Any]]] = {
     "langchain.md: Chains and retrievers": {"model": _chat_model},
     "llamaindex.md: Chat engines and agents": {"llm": _llama_llm},
     "threads-and-summaries.md: Threaded memory": {"my_llm": _callable_llm},
+    "user-memory.md: Extractors": {"model": _chat_model},
 }
 
 
@@ -116,6 +120,7 @@ def _run(code: str, namespace: dict[str, Any]) -> None:
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.delenv("HAROMBE_DB", raising=False)
+    monkeypatch.setenv("MY_KEY", "a key the encryption page reads from the environment")
     work = tmp_path / "work"
     work.mkdir()
     monkeypatch.chdir(work)

@@ -354,15 +354,24 @@ class OnnxEmbedder(BaseEmbedder):
         target = folder / ("model.int8-per-channel.onnx" if self.quantize else "model.onnx")
         if target.exists():
             return target
-        folder.mkdir(parents=True, exist_ok=True)
-        _remove_stale_scratch(folder)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            _remove_stale_scratch(folder)
+            scratch_folder = tempfile.TemporaryDirectory(prefix=".convert-", dir=folder)
+        except OSError as exc:  # a read-only home (a container), a file where the folder goes
+            raise EmbeddingError(
+                f"cannot build the ONNX model of {self._name} in {folder} "
+                f"({exc.strerror or exc}): the model cache must be a writable folder. Point "
+                "HAROMBE_CACHE_DIR (or XDG_CACHE_HOME) at one, for example "
+                "HAROMBE_CACHE_DIR=/tmp/harombe-cache; the model is built there once."
+            ) from exc
         _log.warning(
             "building the ONNX model of %s%s once (a few seconds; cached in %s)",
             self._name,
             " with int8 weights" if self.quantize else "",
             folder,
         )
-        with tempfile.TemporaryDirectory(prefix=".convert-", dir=folder) as scratch:
+        with scratch_folder as scratch:
             if self.quantize:
                 raw = self._onnx_file or self._build(Path(scratch))
                 quantize_onnx(raw, target)

@@ -109,8 +109,8 @@ def read_handle(
     except ImportFormatError as exc:
         if fmt is None and str(exc).startswith("not valid JSON"):
             raise ImportFormatError(
-                f"not a JSON or JSONL file ({str(exc).partition('(')[2]}; harombe imports the "
-                "json and jsonl files that `harombe export` writes."
+                f"not a JSON or JSONL file ({str(exc).partition('(')[2].rstrip('.')}; harombe "
+                "imports the json and jsonl files that `harombe export` writes."
             ) from None
         raise
     yield from _records_from_parts(

@@ -402,20 +402,46 @@ class UserMemory:
         subject: str | None = None,
         valid_from: Any = None,
         source: tuple[str, int | None] | None = None,
+        sources: Sequence[int] | None = None,
     ) -> Flow[Fact]:
         """Add a fact as the user (or the application) states it; consolidated like any
-        other (a repeat merges, a new value of its subject supersedes the old)."""
+        other (a repeat merges, a new value of its subject supersedes the old).
+
+        ``sources``: ids of the user's messages the fact comes from (search with
+        ``fact_weight`` then finds those messages through it); InvalidInputError names
+        any that is not a message of the user's sessions."""
         user_id = check_user(user_id)
-        proposal = FactProposal(
-            "add",
-            check_fact_text(text),
-            kind=check_kind(kind),
-            subject=check_subject(subject),
-            source=None if source is None else FactSource(*source),
-            at=_not_future(optional_time(valid_from, "valid_from")),
-        )
-        (fid,) = yield from self._apply(user_id, [proposal], origin="user")
-        return (yield from self._one(user_id, fid))
+        origins = [None if source is None else FactSource(*source)]
+        if sources is not None:
+            wanted = list(
+                dict.fromkeys(
+                    check_count(m, "a source message id", low=1)
+                    for m in check_list(sources, "sources", of="message ids")
+                )
+            )
+            found: list[Message] = yield _run(self.store, _messages_of(user_id, wanted))
+            known = {int(m.id or 0): m for m in found}
+            missing = [m for m in wanted if m not in known]
+            if missing:
+                raise InvalidInputError(
+                    f"sources {missing} are not messages of user {user_id!r}; give the ids "
+                    "save_message returned for the user's own messages."
+                )
+            origins = [FactSource(known[m].session_id or "", m) for m in wanted] or origins
+        proposals = [
+            FactProposal(
+                "add",
+                check_fact_text(text),
+                kind=check_kind(kind),
+                subject=check_subject(subject),
+                source=origin,
+                at=_not_future(optional_time(valid_from, "valid_from")),
+            )
+            for origin in origins
+        ]
+        # One fact: the proposals after the first repeat it, so each adds only its source.
+        touched = yield from self._apply(user_id, proposals, origin="user")
+        return (yield from self._one(user_id, touched[0]))
 
     def correct(self, user_id: str, fact_id: int, text: str, *, subject: Any = ...) -> Flow[Fact]:
         """Replace a current fact's text (the old one is closed as history, not deleted)."""
@@ -507,6 +533,14 @@ def _get_session(session_id: str) -> Op[Any]:
     from harombe_core.store import ops as store_ops
 
     return store_ops.get_session(session_id)
+
+
+def _messages_of(user_id: str, ids: list[int]) -> Op[Any]:
+    """The messages with these ids in the user's sessions (the store checks the owner)."""
+    from harombe_core.store import ops as store_ops
+    from harombe_core.store.base import SearchScope
+
+    return store_ops.get_messages_by_ids(ids, SearchScope(user_id=user_id))
 
 
 def _get_messages(session_id: str, after_id: int, limit: int) -> Op[Any]:

@@ -29,6 +29,7 @@ __all__ = [
     "consolidate",
     "delete_user_facts",
     "extracted_until",
+    "fact_keys",
     "fact_vectors",
     "forget_current",
     "forget_fact",
@@ -483,12 +484,13 @@ def keyword_facts(
         if match is None:
             return []
         if d.name == "sqlite":
-            # The user's facts first (CROSS JOIN keeps that order), each looked up in the
-            # keyword index by rowid: the statement visits the user's facts, not every fact
-            # of every user with the query's words (BM25's word statistics stay global).
+            # The keyword index first, once, then each match's fact by its id. Not the user's
+            # facts first with a rowid lookup each: FTS5 evaluates the whole MATCH again for
+            # every rowid it is asked for, so that plan cost the user's facts times the
+            # query's matches (26 ms for a user with 184 facts, against 0.3 ms this way).
             sql = (
-                "SELECT f.id, -bm25(facts_fts) FROM facts f CROSS JOIN facts_fts ON "
-                f"facts_fts.rowid = f.id WHERE facts_fts MATCH ? AND f.user_id = ?{alive} "
+                "SELECT f.id, -bm25(facts_fts) FROM facts_fts CROSS JOIN facts f ON "
+                f"f.id = facts_fts.rowid WHERE facts_fts MATCH ? AND f.user_id = ?{alive} "
                 "ORDER BY bm25(facts_fts) LIMIT ?"
             )
             rows = (yield d.step(sql, (match, user_id, limit))).rows
@@ -519,6 +521,36 @@ def fact_vectors(user_id: str, model: str, *, current: bool = True) -> Op[list[t
         )
         rows = (yield d.step(sql, (user_id, model))).rows
         return [(int(r[0]), bytes(r[1])) for r in rows]
+
+    return Op(body)
+
+
+def fact_keys(
+    user_id: str, query: str, model: str | None, *, limit: int
+) -> Op[tuple[list[tuple[int, float]], list[tuple[int, bytes]], list[tuple[int, int]]]]:
+    """What search needs to use ``user_id``'s facts as keys of the messages they came from
+    (``fact_weight``), read in one snapshot: the ``limit`` best facts by keyword for
+    ``query`` (as :func:`keyword_facts`), every fact's vector of ``model`` (None: no vectors)
+    and each fact's source messages ``(fact id, message id)``. Closed facts count too: a
+    fact that stopped being true still says what its message said. Only facts with a
+    source message are read; deleting the message deletes that link (and an extracted fact
+    with no source left), so nothing deleted is found through a fact."""
+    keyword = keyword_facts(user_id, query, limit=limit, current=False).body
+    vectors = None if model is None else fact_vectors(user_id, model, current=False).body
+
+    def body(
+        d: Dialect,
+    ) -> Body[tuple[list[tuple[int, float]], list[tuple[int, bytes]], list[tuple[int, int]]]]:
+        sql = (
+            "SELECT s.fact_id, s.message_id FROM facts f JOIN fact_sources s ON s.fact_id = f.id "
+            "WHERE f.user_id = ? AND s.message_id IS NOT NULL"
+        )
+        sources = [(int(r[0]), int(r[1])) for r in (yield d.step(sql, (user_id,))).rows]
+        if not sources:
+            return [], [], []
+        scored = yield from keyword(d)
+        blobs = [] if vectors is None else (yield from vectors(d))
+        return scored, blobs, sources
 
     return Op(body)
 

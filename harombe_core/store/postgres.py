@@ -48,7 +48,6 @@ from harombe_core.errors import (
     StorageFullError,
     StoreBusyError,
     StoreError,
-    StoreLoginError,
     StoreNotFoundError,
     StoreReadOnlyError,
     StoreUnavailableError,
@@ -151,35 +150,6 @@ def same_database(a: str, b: str) -> bool:
     return place(a) == place(b)
 
 
-#: What the server says (before any SQLSTATE exists) when a login can never succeed.
-_LOGIN_REFUSALS = (
-    ("password authentication failed", "the password is wrong for this user"),
-    ("no pg_hba.conf entry", "pg_hba.conf has no entry for this user, host and database"),
-    ("role", "the user does not exist on the server"),
-    ("permission denied for database", "the user lacks CONNECT on the database"),
-)
-
-
-def _refused_login(location: str, reason: str) -> StoreError | None:
-    """The typed error for a connection the server refused for good, or None if retrying may
-    help (the server is starting, restarting or unreachable)."""
-    first = reason.strip().splitlines()[0] if reason.strip() else reason
-    if "FATAL" not in first:
-        return None
-    if "database" in first and "does not exist" in first:
-        return StoreNotFoundError(
-            f"{location}: {first}. Check the database name in the URL, or create the database "
-            "(CREATE DATABASE name) first."
-        )
-    for marker, cause in _LOGIN_REFUSALS:
-        if marker in first and (marker != "role" or "does not exist" in first):
-            return StoreLoginError(
-                f"{location}: the server refused the login: {cause} ({first}). Check the user "
-                "and password in the URL (or PGPASSWORD / ~/.pgpass)."
-            )
-    return None
-
-
 #: Limits a DBA sets on the role: the server gave up on purpose, so retrying for the whole
 #: window would only override them (and then blame an unreachable server).
 _GAVE_UP = {
@@ -193,6 +163,16 @@ _GAVE_UP = {
 #: "prepared statement does not exist" / "already exists": the pooler changed connections.
 _PREPARED_LOST = ("26000", "42P05")
 
+#: libpq's words for a connection the URL itself gets wrong (a restart cannot fix these).
+_WRONG_URL = (
+    "does not exist",  # database or role
+    "password authentication failed",
+    "no pg_hba.conf entry",
+    "failed to resolve host",
+    "could not translate host name",
+    "invalid connection option",
+    "invalid URI",
+)
 _TRANSIENT_STATES = {"40001", "40P01", "57P01", "57P02", "57P03", "08000", "08003", "08006"}
 
 
@@ -237,6 +217,7 @@ class PostgresStore(KeywordShortcuts):
         #: psycopg's default; None once a pooler showed that prepared statements do not survive
         #: from one transaction to the next (see :meth:`_retry_wait`).
         self._prepare_threshold: int | None = 5
+        self._warned_unreachable = False
         self._kwargs = {"autocommit": True, "connect_timeout": max(1, int(connect_timeout))}
         self._pool = ConnectionPool(
             url,
@@ -249,6 +230,8 @@ class PostgresStore(KeywordShortcuts):
         )
         try:
             self._with_retry(self._first_connection)
+            # Not wait=True: a pool that fails to fill once cannot be opened again; the first
+            # call waits for a connection and retries like any other.
             self._pool.open(wait=False)
             self._run(self._migrate_body, write=False, keyed=False)
         except BaseException:
@@ -256,15 +239,21 @@ class PostgresStore(KeywordShortcuts):
             raise
 
     def _first_connection(self) -> None:
-        """Connect once before the pool opens, so a login the server refuses is raised at once
-        and named, and an unreachable server's own reason ends the retries (a pool that failed
-        to open only says it timed out, and cannot be opened again)."""
+        """One plain connection before the pool: its error is the real cause (refused, unknown
+        host, bad password), where a pool that never filled says only that it timed out. The
+        first failure worth waiting for is logged as a warning, so a wrong port is not a
+        silent wait of ``retry_seconds``."""
         try:
             psycopg.connect(self.url, **self._kwargs).close()
-        except psycopg.OperationalError as exc:
-            refused = _refused_login(self.location, str(exc))
-            if refused is not None:
-                raise refused from None
+        except psycopg.Error as exc:
+            if self._transient(exc) and not self._warned_unreachable:
+                self._warned_unreachable = True
+                log.warning(
+                    "%s: %s; retrying for up to %g s (retry_seconds)",
+                    self.location,
+                    str(exc).strip(),
+                    self._retry_seconds,
+                )
             raise
 
     # drivers ----------------------------------------------------------------------------------
@@ -296,6 +285,11 @@ class PostgresStore(KeywordShortcuts):
             )
         if isinstance(exc, (psycopg.IntegrityError, psycopg.DataError, UnicodeError)):
             return InvalidInputError(f"{self.location}: the value cannot be stored ({exc}).")
+        if not state and any(cause in str(exc) for cause in _WRONG_URL):
+            return StoreUnavailableError(
+                f"{self.location} cannot be connected to as given ({str(exc).strip()}). Check "
+                "the host, port, database name, user and password in the URL."
+            )
         if isinstance(exc, psycopg.OperationalError):
             return StoreUnavailableError(
                 f"{self.location} could not be reached for {self._retry_seconds:g} s ({exc}). "
@@ -308,6 +302,8 @@ class PostgresStore(KeywordShortcuts):
         state = getattr(exc, "sqlstate", None) or ""
         if state in ("53100", "25006", "42501") or state in _GAVE_UP:
             return False
+        if not state and any(cause in str(exc) for cause in _WRONG_URL):  # not a SQL error
+            return False  # waiting will not fix the URL: say so now, not after retry_seconds
         if state in _TRANSIENT_STATES or state.startswith("08"):
             return True
         return isinstance(exc, psycopg.OperationalError) and not isinstance(exc, pg_errors.DiskFull)

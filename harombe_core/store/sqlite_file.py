@@ -164,7 +164,7 @@ class SQLiteFile:
         # operation's start and end): a Condition's ``with`` costs two Python calls more.
         self._mutex = threading.Lock()
         self._cond = threading.Condition(self._mutex)
-        self._writer = threading.Lock()
+        self._writer = threading.RLock()  # RLock: it can say whether this thread holds it
         self._local = threading.local()
         self._connections: list[Any] = []  # every open connection, idle or in use
         self._idle: list[Any] = []  # connections no operation holds, ready for any thread
@@ -250,6 +250,14 @@ class SQLiteFile:
         local = self._local
         local.depth -= 1
         conn = local.__dict__.pop("conn", None) if local.depth == 0 else None
+        if conn is not None and conn.in_transaction:
+            # An operation interrupted between BEGIN and COMMIT or ROLLBACK (Ctrl-C, a
+            # notebook's interrupt: KeyboardInterrupt lands between any two bytecodes) must not
+            # hand its open transaction to the next operation, which would fail with "cannot
+            # start a transaction within a transaction" and keep SQLite's write lock from every
+            # other connection. Nothing of it was acknowledged: roll it back.
+            with contextlib.suppress(sqlite3.Error):
+                conn.rollback()
         with self._mutex:
             self._users -= 1
             if conn is not None and conn in self._connections:
@@ -320,8 +328,8 @@ class SQLiteFile:
         delay = 0.005
         for attempt in range(retries + 1):
             conn = self._enter()  # held per attempt, so a fork never waits for a backoff
-            queued = self._writer.acquire(timeout=self._busy_timeout_ms / 1000)
             try:
+                self._writer.acquire(timeout=self._busy_timeout_ms / 1000)
                 try:
                     if begin:
                         conn.execute("BEGIN IMMEDIATE")
@@ -345,7 +353,10 @@ class SQLiteFile:
                                 raise self._typed(exc) from exc
                             raise
             finally:
-                if queued:
+                # Whether this thread holds the lock, not what acquire returned: an interrupt
+                # (Ctrl-C) can land between the two, and a lock kept by nobody would make every
+                # later write of the process wait busy_timeout before going ahead.
+                if self._writer._is_owned():  # type: ignore[attr-defined]
                     self._writer.release()
                 self._exit()
             time.sleep(delay * (1 + random.random()))
@@ -517,7 +528,7 @@ class SQLiteFile:
     def _after_fork_in_child(self) -> None:
         self._mutex = threading.Lock()
         self._cond = threading.Condition(self._mutex)
-        self._writer = threading.Lock()
+        self._writer = threading.RLock()
         self._local = threading.local()
         self.block = AtomicBlock()
         self._idle = []

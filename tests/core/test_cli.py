@@ -88,6 +88,8 @@ def test_sessions_table_newest_first_and_filters(db: str) -> None:
     limited = runner.invoke(app, ["sessions", "--db", db, "--limit", "1"]).output
     assert "tools" in limited
     assert "alpha" not in limited
+    assert "The 1 most recent shown; --limit N lists more." in limited
+    assert "--limit N lists more" not in out  # all three shown
     nobody = runner.invoke(app, ["sessions", "--db", db, "--user", "zed"])
     assert nobody.exit_code == 0
     assert "No sessions for user zed" in nobody.output

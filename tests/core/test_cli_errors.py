@@ -44,6 +44,7 @@ def assert_one_line(err: str, *fragments: str) -> None:
     [
         (["sessions", "--limit", "abc"], "--limit"),
         (["sessions", "--limit", "-3"], "--limit"),
+        (["sessions", "--limit", "0"], "--limit"),  # not "No sessions" on a full store
         (["search", "boats", "-k", "0"], "--top-k"),
         (["history"], "Missing argument"),
         (["no-such-command"], "No such command"),

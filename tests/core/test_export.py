@@ -248,7 +248,7 @@ def test_import_assigns_new_ids_and_rewires_parents_into_a_busy_store(mm: Memory
 @pytest.mark.parametrize(
     ("content", "match"),
     [
-        ("this is not json at all", "not a JSON or JSONL file"),
+        ("this is not json at all", r"not a JSON or JSONL file \(Expecting value[^.]*\); harombe"),
         ("[1, 2, 3]", r"sessions\[0\]: expected a JSON object"),
         ('{"foo": 1}', "not a harombe export"),
         (

@@ -22,6 +22,7 @@ import pytest
 
 from harombe_core.embeddings.onnx import OnnxEmbedder, cache_dir
 from harombe_core.embeddings.sentence_transformers import bundled_model_path
+from harombe_core.errors import EmbeddingError
 
 _COPIED = (
     "tokenizer.json",
@@ -205,3 +206,17 @@ def test_processes_converting_at_once_all_get_a_whole_file(
     (path, _), *_ = results
     assert _model_files(cache) == [Path(path)]  # no torn file, no scratch, no raw export
     assert OnnxEmbedder(tiny_model).embed(["the same text"]).shape == (1, 32)
+
+
+def test_a_cache_that_cannot_be_written_says_how_to_point_it_elsewhere(
+    tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read-only home (a container) or a file where the cache folder goes: a typed error
+    that names HAROMBE_CACHE_DIR, not a bare OSError from deep inside the first embed."""
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("x", encoding="utf-8")
+    monkeypatch.setenv("HAROMBE_CACHE_DIR", str(blocker))
+    with pytest.raises(EmbeddingError, match="HAROMBE_CACHE_DIR") as info:
+        OnnxEmbedder(tiny_model).model_file()
+    assert str(blocker) in str(info.value)
+    assert blocker.read_text(encoding="utf-8") == "x"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import stat
+import sys
 import threading
 from pathlib import Path
 
@@ -278,3 +279,72 @@ def test_threads_that_come_and_go_reuse_connections(db_path: str) -> None:
             worker.join()
         assert _open_descriptors() - before <= 4  # not one or more per thread
         assert len(mm.get_messages("s")) == 200
+
+
+def test_an_operation_interrupted_inside_its_transaction_leaves_none_open(db_path: str) -> None:
+    """Ctrl-C (a notebook's interrupt) lands between any two bytecodes, so an operation may stop
+    between its BEGIN and the try that would roll it back. Its connection goes back to the pool:
+    the next write on it failed with "cannot start a transaction within a transaction", and its
+    write lock kept every other connection waiting. The unacknowledged transaction is rolled
+    back as the connection is handed back."""
+    with MemoryManager(db_path, embedding=None) as mm:
+        mm.save_message("s", _user("before"))
+        file = mm.store._file
+
+        def interrupted() -> None:
+            with file.connection() as conn:
+                conn.execute("BEGIN IMMEDIATE")
+                conn.execute("DELETE FROM messages")
+                raise KeyboardInterrupt  # where the signal lands, before any ROLLBACK
+
+        with pytest.raises(KeyboardInterrupt):
+            interrupted()
+        mm.save_message("s", _user("after"))  # this thread: the same connection again
+        errors: list[BaseException] = []
+
+        def other() -> None:
+            try:
+                mm.save_message("t", _user("from another thread"))
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+
+        worker = threading.Thread(target=other)
+        worker.start()
+        worker.join()
+        assert errors == []
+        assert [m.content for m in mm.get_messages("s")] == ["before", "after"]
+
+
+def test_an_interrupt_just_after_the_write_lock_is_taken_does_not_keep_it(db_path: str) -> None:
+    """The in-process write lock was released only if ``acquire`` had returned True to the code:
+    an interrupt landing right after it returned kept the lock for good, and every later write
+    of the process waited the busy timeout. The KeyboardInterrupt is raised here exactly there,
+    as the acquire call returns."""
+    with MemoryManager(db_path, embedding=None) as mm:
+        mm.save_message("s", _user("before"))
+        writer = mm.store._file._writer
+
+        def interrupt_as_acquire_returns(frame: object, event: str, arg: object) -> None:
+            if event == "c_return" and getattr(arg, "__self__", None) is writer:
+                sys.setprofile(None)
+                raise KeyboardInterrupt
+
+        sys.setprofile(interrupt_as_acquire_returns)
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                mm.save_message("s", _user("interrupted"))
+        finally:
+            sys.setprofile(None)
+        free: list[bool] = []
+
+        def try_the_lock() -> None:  # from another thread: the lock may be re-entrant
+            free.append(writer.acquire(blocking=False))
+            if free[-1]:
+                writer.release()
+
+        other = threading.Thread(target=try_the_lock)
+        other.start()
+        other.join()
+        assert free == [True], "the write lock was left held"
+        mm.save_message("s", _user("after"))
+        assert [m.content for m in mm.get_messages("s")] == ["before", "after"]
