@@ -331,18 +331,20 @@ class PostgresStore(KeywordShortcuts):
         """
         if (
             getattr(exc, "sqlstate", None) in _PREPARED_LOST
-            and self._prepare_threshold is not None
+            and time.monotonic() < deadline
             and not self._closed
         ):
             # pgbouncer in transaction pooling mode (before 1.21's max_prepared_statements):
             # each transaction may get another server connection, without the statements
-            # prepared on the last. The failed transaction was rolled back; retry unprepared.
-            self._prepare_threshold = None
-            log.warning(
-                "%s: prepared statements do not survive between transactions here (a pooler "
-                "in transaction mode?); running without them from now on",
-                self.location,
-            )
+            # prepared on the last. The failed transaction was rolled back; retry unprepared
+            # (a call that began before another thread switched may still meet one).
+            if self._prepare_threshold is not None:
+                self._prepare_threshold = None
+                log.warning(
+                    "%s: prepared statements do not survive between transactions here (a "
+                    "pooler in transaction mode?); running without them from now on",
+                    self.location,
+                )
             return 0.0
         if (
             isinstance(exc, psycopg.Error)
