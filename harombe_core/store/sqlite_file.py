@@ -70,6 +70,10 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+#: Milliseconds an erasure's WAL truncation waits for readers (and so may hold up writers)
+#: before it gives up and is retried later (:meth:`SQLiteFile.truncate_wal`).
+TRUNCATE_WAIT_MS = 50
+
 T = TypeVar("T")
 
 #: How long a fork waits for the operations running on a file before giving up on it.
@@ -476,18 +480,19 @@ class SQLiteFile:
                 raise classify(exc, self.location) from exc
 
     def truncate_wal(self) -> int:
-        """Try once, without waiting, to copy the WAL into the database file and truncate it;
-        returns the bytes the WAL still holds (0: truncated, or no WAL).
+        """Try once, waiting at most a moment, to copy the WAL into the database file and
+        truncate it; returns the bytes the WAL still holds (0: truncated, or no WAL).
 
         Unlike :meth:`checkpoint` (used at close, where waiting is fine) this never makes a
-        writer wait: a ``TRUNCATE`` checkpoint that must wait for readers holding an older
-        snapshot blocks new writers meanwhile, so it is asked with a zero busy timeout and
-        gives up at once; the caller tries again later (the background eraser does)."""
+        writer wait long: a ``TRUNCATE`` checkpoint that must wait for readers holding an older
+        snapshot blocks new writers meanwhile, so it is asked with a short busy timeout and
+        gives up after :data:`TRUNCATE_WAIT_MS` (in-process readers are short); the caller
+        tries again later (the background eraser does)."""
         if self._memory or self.read_only:
             return 0
         with self.connection() as conn:
             try:
-                conn.execute("PRAGMA busy_timeout = 0")
+                conn.execute(f"PRAGMA busy_timeout = {TRUNCATE_WAIT_MS}")
                 try:
                     busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
                 finally:

@@ -425,3 +425,47 @@ def test_harombe_forget_says_when_another_process_holds_the_wal(tmp_path: Path) 
         assert mm.erase_deleted().complete
         assert files_holding(folder, secret) == []
         assert [h.message.content for h in mm.search("kept", top_k=5)] == ["kept"]
+
+
+def test_searches_racing_a_chroma_erasure_still_answer(tmp_path: Path) -> None:
+    """The Chroma folder is swapped under searches running on other threads: each still
+    answers (from the stored vectors while the index is away), none raises."""
+    folder = tmp_path / "store"
+    folder.mkdir()
+    off = MemoryConfig.model_validate({"memory": {"erase_after_seconds": None}})
+    with MemoryManager(
+        str(folder / "m.db"), embedding=FakeEmbedder(), vector_store="chroma", config=off
+    ) as mm:
+        words = [token() for _ in range(60)]
+        for i, word in enumerate(words):
+            mm.save_message(f"s{i % 10}", Message(role="user", content=f"code {word}"))
+        mm.flush()
+        errors: list[BaseException] = []
+        stop = threading.Event()
+
+        def search() -> None:
+            n = 0
+            while not stop.is_set():
+                try:
+                    mm.search_similar(f"code {words[n % 60]}", top_k=3)
+                except BaseException as exc:  # (collected, asserted below)
+                    errors.append(exc)
+                n += 1
+
+        threads = [threading.Thread(target=search) for _ in range(2)]
+        for t in threads:
+            t.start()
+        try:
+            for i in range(5):
+                mm.delete_session(f"s{i}")
+                mm.erase_deleted()
+        finally:
+            stop.set()
+            for t in threads:
+                t.join()
+        assert errors == []
+        assert mm.erase_deleted().complete
+        mm.flush()
+        for word in words[5::10] + words[9::10]:  # (sessions s5 and s9 stay)
+            hits = mm.search_similar(f"code {word}", top_k=60)
+            assert f"code {word}" in [m.content for m in hits]
