@@ -104,6 +104,7 @@ class Message:
             limit=limits.metadata_chars,
             field="metadata_chars",
             error=InvalidMessageError,
+            nul=False,
         )
         if self.tool_calls is not None:
             if isinstance(self.tool_calls, (str, bytes)) or not isinstance(

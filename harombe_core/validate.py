@@ -374,7 +374,7 @@ def check_roles(value: Any) -> tuple[str, ...] | None:
 
 # JSON ------------------------------------------------------------------------------------------
 def _json_walk(
-    value: Any, limit: int, depth_limit: int, *, strict: bool = True
+    value: Any, limit: int, depth_limit: int, *, strict: bool = True, nul: bool = True
 ) -> tuple[str | None, int]:
     """(why ``value`` would not come back from the store as itself, its size so far).
 
@@ -393,6 +393,8 @@ def _json_walk(
             size += 5
         elif isinstance(item, str):
             size += len(item) + 3  # quotes and a separator
+            if not nul and "\x00" in item:
+                return "a string contains a NUL byte (\\x00), which PostgreSQL cannot read", size
             if strict and size <= limit and not item.isascii():
                 try:
                     item.encode("utf-8")
@@ -437,12 +439,13 @@ def check_json(
     field: str,
     error: Error = InvalidInputError,
     strict: bool = True,
+    nul: bool = True,
 ) -> None:
     """``value`` is JSON that reads back as itself, within ``limit`` characters and the depth
     limit (``json_depth``); refused otherwise, before anything is done with it. With
     ``strict=False`` only the size and the depth are checked (for a value a serialiser will
     convert, such as LangGraph's store values)."""
-    problem, size = _json_walk(value, limit, current_limits().json_depth, strict=strict)
+    problem, size = _json_walk(value, limit, current_limits().json_depth, strict=strict, nul=nul)
     if problem is not None:
         raise error(
             f"{what} must be JSON (str, int, float, bool, None, list, dict with str keys; no "
@@ -466,14 +469,17 @@ def check_mapping(
     limit: int,
     field: str,
     error: Error = InvalidInputError,
+    nul: bool = True,
 ) -> dict[str, Any]:
-    """A JSON object (metadata): a dict with str keys, None meaning empty (see check_json)."""
+    """A JSON object (metadata): a dict with str keys, None meaning empty (see check_json).
+    ``nul=False`` also refuses a NUL byte in any string, for a value PostgreSQL reads as jsonb
+    (a message's metadata), so both backends store the same values."""
     if value is None:
         return {}
     if not isinstance(value, Mapping):
         raise error(f"{what} must be a dict, got {type(value).__name__}.")
     data = dict(value)
-    check_json(data, what, limit=limit, field=field, error=error)
+    check_json(data, what, limit=limit, field=field, error=error, nul=nul)
     return data
 
 

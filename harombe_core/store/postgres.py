@@ -46,6 +46,7 @@ from harombe_core.errors import (
     NotAHarombeDatabaseError,
     SchemaTooNewError,
     StorageFullError,
+    StoreBusyError,
     StoreError,
     StoreNotFoundError,
     StoreReadOnlyError,
@@ -149,10 +150,24 @@ def same_database(a: str, b: str) -> bool:
     return place(a) == place(b)
 
 
+#: Limits a DBA sets on the role: the server gave up on purpose, so retrying for the whole
+#: window would only override them (and then blame an unreachable server).
+_GAVE_UP = {
+    "55P03": "a lock was not granted within the server's lock_timeout",
+    "57014": "the server cancelled the statement (its statement_timeout, or a cancel request)",
+    "25P03": "the server ended a transaction left idle longer than its "
+    "idle_in_transaction_session_timeout (an atomic() block paused between its calls)",
+    "25P04": "the server ended a transaction that ran longer than its transaction_timeout",
+}
+
+#: "prepared statement does not exist" / "already exists": the pooler changed connections.
+_PREPARED_LOST = ("26000", "42P05")
+
 #: libpq's words for a connection the URL itself gets wrong (a restart cannot fix these).
 _WRONG_URL = (
     "does not exist",  # database or role
     "password authentication failed",
+    "no pg_hba.conf entry",
     "failed to resolve host",
     "could not translate host name",
     "invalid connection option",
@@ -199,6 +214,9 @@ class PostgresStore(KeywordShortcuts):
         self._writes = itertools.count()
         self._block = AtomicBlock()  # this thread's atomic() block, if one is open
         self._closed = False
+        #: psycopg's default; None once a pooler showed that prepared statements do not survive
+        #: from one transaction to the next (see :meth:`_retry_wait`).
+        self._prepare_threshold: int | None = 5
         self._warned_unreachable = False
         self._kwargs = {"autocommit": True, "connect_timeout": max(1, int(connect_timeout))}
         self._pool = ConnectionPool(
@@ -212,7 +230,9 @@ class PostgresStore(KeywordShortcuts):
         )
         try:
             self._with_retry(self._first_connection)
-            self._with_retry(lambda: self._pool.open(wait=True, timeout=connect_timeout))
+            # Not wait=True: a pool that fails to fill once cannot be opened again; the first
+            # call waits for a connection and retries like any other.
+            self._pool.open(wait=False)
             self._run(self._migrate_body, write=False, keyed=False)
         except BaseException:
             self._pool.close()
@@ -249,9 +269,23 @@ class PostgresStore(KeywordShortcuts):
                 f"{self.location} cannot be written ({exc}). Connect to the primary or grant "
                 "this role write access."
             )
+        if state == "3F000" or (state == "42704" and '"vector"' in str(exc)):
+            first = str(exc).strip().splitlines()[0]
+            return StoreError(
+                f"{self.location}: {first}. This connection's search_path (the role's setting, "
+                "or options=-csearch_path%3D... in the URL) must name an existing schema first, "
+                "and the schema pgvector is installed in (usually public) after it, e.g. "
+                "options=-csearch_path%3Dmyschema,public."
+            )
+        if state in _GAVE_UP:
+            return StoreBusyError(
+                f"{self.location}: {_GAVE_UP[state]} ({str(exc).strip()}); the transaction was "
+                "rolled back. Retry later, or raise that setting for this role "
+                "(ALTER ROLE name SET ...)."
+            )
         if isinstance(exc, (psycopg.IntegrityError, psycopg.DataError, UnicodeError)):
             return InvalidInputError(f"{self.location}: the value cannot be stored ({exc}).")
-        if any(cause in str(exc) for cause in _WRONG_URL):
+        if not state and any(cause in str(exc) for cause in _WRONG_URL):
             return StoreUnavailableError(
                 f"{self.location} cannot be connected to as given ({str(exc).strip()}). Check "
                 "the host, port, database name, user and password in the URL."
@@ -266,9 +300,9 @@ class PostgresStore(KeywordShortcuts):
     @staticmethod
     def _transient(exc: BaseException) -> bool:
         state = getattr(exc, "sqlstate", None) or ""
-        if state in ("53100", "25006", "42501"):
+        if state in ("53100", "25006", "42501") or state in _GAVE_UP:
             return False
-        if any(cause in str(exc) for cause in _WRONG_URL):
+        if not state and any(cause in str(exc) for cause in _WRONG_URL):  # not a SQL error
             return False  # waiting will not fix the URL: say so now, not after retry_seconds
         if state in _TRANSIENT_STATES or state.startswith("08"):
             return True
@@ -295,6 +329,23 @@ class PostgresStore(KeywordShortcuts):
         Only transient server errors (a restart, a dropped connection, a serialisation
         conflict) are retried, with jittered exponential backoff, until the deadline.
         """
+        if (
+            getattr(exc, "sqlstate", None) in _PREPARED_LOST
+            and time.monotonic() < deadline
+            and not self._closed
+        ):
+            # pgbouncer in transaction pooling mode (before 1.21's max_prepared_statements):
+            # each transaction may get another server connection, without the statements
+            # prepared on the last. The failed transaction was rolled back; retry unprepared
+            # (a call that began before another thread switched may still meet one).
+            if self._prepare_threshold is not None:
+                self._prepare_threshold = None
+                log.warning(
+                    "%s: prepared statements do not survive between transactions here (a "
+                    "pooler in transaction mode?); running without them from now on",
+                    self.location,
+                )
+            return 0.0
         if (
             isinstance(exc, psycopg.Error)
             and self._transient(exc)
@@ -365,12 +416,14 @@ class PostgresStore(KeywordShortcuts):
         tries = _Attempts(self, factory, write and keyed)
         while True:
             try:
-                with self._pool.connection() as conn, conn.transaction(), conn.cursor() as cur:
-                    body = tries.body()
-                    if not pin:
-                        return drive(cur, body)
-                    with self._block.open(cur):
-                        return drive(cur, body)
+                with self._pool.connection() as conn:
+                    conn.prepare_threshold = self._prepare_threshold
+                    with conn.transaction(), conn.cursor() as cur:
+                        body = tries.body()
+                        if not pin:
+                            return drive(cur, body)
+                        with self._block.open(cur):
+                            return drive(cur, body)
             except (psycopg.Error, UnicodeError) as exc:
                 time.sleep(tries.wait(exc))
 
@@ -384,7 +437,9 @@ class PostgresStore(KeywordShortcuts):
             try:
                 return drive(cur, factory())
             except (psycopg.Error, UnicodeError) as exc:
-                if isinstance(exc, psycopg.Error) and self._transient(exc):
+                if isinstance(exc, psycopg.Error) and (
+                    self._transient(exc) or exc.sqlstate in _PREPARED_LOST
+                ):
                     raise
                 raise self._classify(exc) from exc
 
@@ -458,11 +513,16 @@ class PostgresStore(KeywordShortcuts):
 
     # schema ---------------------------------------------------------------------------------
     def _migrate_body(self) -> Body[None]:
+        # Processes opening at once wait for the one migrating, whatever the role's lock_timeout.
+        yield Step("SET LOCAL lock_timeout = 0")
         yield Step("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
-        yield Step(
-            "CREATE TABLE IF NOT EXISTS harombe_schema (version INTEGER PRIMARY KEY, "
-            "applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
-        )
+        # Created only when missing: even IF NOT EXISTS is refused by a read-only transaction,
+        # and a store on a read replica (default_transaction_read_only) must open for reads.
+        if not (yield Step("SELECT to_regclass('harombe_schema') IS NOT NULL")).rows[0][0]:
+            yield Step(
+                "CREATE TABLE harombe_schema (version INTEGER PRIMARY KEY, "
+                "applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
+            )
         current = (yield Step("SELECT COALESCE(MAX(version), 0) FROM harombe_schema")).rows[0][0]
         if current > PG_SCHEMA_VERSION:
             raise SchemaTooNewError(
