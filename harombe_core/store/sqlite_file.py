@@ -79,6 +79,10 @@ T = TypeVar("T")
 #: How long a fork waits for the operations running on a file before giving up on it.
 FORK_WAIT_SECONDS = 10.0
 
+#: The most a file's -wal keeps after a checkpoint, in bytes (SQLite's journal_size_limit): four
+#: times what the default auto-checkpoint lets it reach (1,000 pages of 4 KiB).
+WAL_SIZE_LIMIT = 16 * 1024 * 1024
+
 
 def classify(exc: sqlite3.Error, location: str) -> StoreError:
     """The typed error for a SQLite error on ``location``."""
@@ -215,6 +219,10 @@ class SQLiteFile:
             conn.execute("PRAGMA secure_delete = ON")
             if not self._memory:
                 conn.execute("PRAGMA synchronous = NORMAL")
+                # A checkpoint gives the -wal file back down to this size; without it the file
+                # stays as large as it ever grew (e.g. while a long read held the WAL open)
+                # for as long as the app runs.
+                conn.execute(f"PRAGMA journal_size_limit = {WAL_SIZE_LIMIT}")
         except sqlite3.Error as exc:
             raise classify(exc, self.location) from exc
         return conn
