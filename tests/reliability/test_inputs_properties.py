@@ -537,6 +537,7 @@ def common_kinds(world: World) -> dict[str, st.SearchStrategy[Any]]:
         "message": messages_one,
         "messages": messages_many,
         "delete_ids": id_lists,
+        "sources": st.one_of(st.none(), id_lists),
         "deleted_sessions": kind(st.lists(session_ids, max_size=3)),
         "strategy": strategies_,
         "format": formats,
