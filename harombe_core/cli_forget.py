@@ -57,7 +57,17 @@ def forget_command(
             vector_store="chroma" if chroma else "database",
         ) as manager:
             removed = manager.forget_user(user)
+            erased = manager.erase_deleted()  # before close: the close may not be the last
         console.print(
             f"Erased {plural(removed, 'session')} of user {escape(user)} from {escape(location)}.",
             soft_wrap=True,
         )
+        if not erased.complete:
+            # Another process holds the database (a reader kept the WAL, or `harombe serve`
+            # owns the Chroma folder): it pays the recorded debt by its erasure or close.
+            console.print(
+                "Another process has the database open: no search finds the user now, and the "
+                "files are cleaned of their bytes when that process erases or closes "
+                "(docs/deletion.md).",
+                soft_wrap=True,
+            )

@@ -59,6 +59,10 @@ class MemorySection(_Section):
     #: Extract facts, preferences and tasks into each owner's user memory in the background
     #: as messages arrive (end_session always extracts). See docs/user-memory.md.
     user_memory: bool = False
+    #: Seconds after the last of a burst of deletions that the background worker erases the
+    #: deleted text from the files while the store stays open (a server); None: only at
+    #: close or on ``erase_deleted()``. See docs/deletion.md.
+    erase_after_seconds: float | None = Field(default=2.0, ge=0, le=86_400)
     #: SQLCipher key for a SQLite file (extra ``encryption``); else ``HAROMBE_DB_KEY`` is used.
     encryption_key: str | None = Field(default=None, repr=False)
 

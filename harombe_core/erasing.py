@@ -8,17 +8,120 @@ when it closes (:mod:`harombe_core.store.erasure`; user guide: ``docs/deletion.m
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
+from harombe_core.errors import HarombeError
 from harombe_core.store import ops
 from harombe_core.store.base import MessageStore
 from harombe_core.validate import check_number
 
-__all__ = ["delete_user_sessions", "erase", "prune_cutoff"]
+__all__ = [
+    "DeletionEraser",
+    "Erasure",
+    "delete_user_sessions",
+    "erase",
+    "erase_deleted",
+    "prune_cutoff",
+]
 
 T = TypeVar("T")
+
+log = logging.getLogger("harombe_core.manager")
+
+#: The job's key on the background worker (one per eraser).
+_JOB = "erase-deleted"
+
+
+@dataclass(frozen=True, slots=True)
+class Erasure:
+    """What :meth:`MemoryManager.erase_deleted` left: ``complete`` when no deleted text is
+    left in the store's files (the database, its WAL, an embedded Chroma folder)."""
+
+    #: Bytes the WAL still holds because a reader with an older snapshot kept it from being
+    #: truncated (0 when it was truncated); the background eraser tries again.
+    wal_bytes_left: int = 0
+    #: False when an embedded vector index still holds deleted vectors (it could not be
+    #: reopened at once: another process took its folder); erased at its owner's close.
+    vectors_erased: bool = True
+
+    @property
+    def complete(self) -> bool:
+        """True when nothing deleted is left on disk."""
+        return self.wal_bytes_left == 0 and self.vectors_erased
+
+
+def erase_deleted(store: MessageStore, semantic: Any) -> Erasure:
+    """Pay the erasure the store's deletions owe, with everything open (see
+    :meth:`MemoryManager.erase_deleted`): the vector index's files first (its debt is
+    settled by a write to the database), then the keyword index and the WAL."""
+    vectors = semantic.erase_deleted() if semantic is not None else True
+    eraser = getattr(store, "erase_deleted", None)
+    left = int(eraser()) if eraser is not None else 0
+    return Erasure(wal_bytes_left=left, vectors_erased=vectors)
+
+
+class DeletionEraser:
+    """Runs :func:`erase_deleted` on the background worker once deletions have paused for
+    ``idle`` seconds, so a process that never closes (a server) still leaves no deleted text
+    on disk. Debounced: a burst of deletions is erased once, ``idle`` seconds after its last
+    one; an erasure a reader kept from finishing is retried ``idle`` seconds later.
+
+    ``clock`` (``time.monotonic``) is injectable so tests decide when "idle" is; the step is
+    :meth:`run_due` (the worker calls it; a test may too)."""
+
+    def __init__(
+        self,
+        run: Callable[[], Erasure],
+        idle: float,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        from harombe_core.folding import ERASURE, SummaryFolder
+
+        self._run = run
+        self.idle = idle
+        self._clock = clock
+        self._last: float | None = None
+        self._jobs = SummaryFolder(self._step, priority=ERASURE)
+
+    def deleted(self) -> None:
+        """A deletion was committed: erase ``idle`` seconds after the last of a burst (returns
+        at once)."""
+        self._last = self._clock()
+        self._jobs.request(_JOB, 0, delay=self.idle)
+
+    def run_due(self) -> Erasure | None:
+        """Erase now if deletions have paused for ``idle`` seconds (by ``clock``); returns
+        what was left, or None when it is not due yet (then it is asked for again)."""
+        last = self._last
+        if last is None:
+            return None
+        wait = last + self.idle - self._clock()
+        if wait > 0:  # another deletion came meanwhile: wait until the burst is over
+            self._jobs.request(_JOB, 0, delay=wait)
+            return None
+        self._last = None
+        result = self._run()
+        if not result.complete:  # a reader held the WAL, or another process the index
+            self._last = self._clock()
+            self._jobs.request(_JOB, 0, delay=max(self.idle, 0.1))
+        return result
+
+    def _step(self, _key: str, _until: int) -> bool:
+        try:
+            self.run_due()
+        except HarombeError as exc:  # the debt stays recorded: close (or a retry) pays it
+            log.warning("could not erase deleted text yet: %s", exc)
+        return False
+
+    def close(self) -> None:
+        """Stop (the close that follows erases what is still owed)."""
+        self._jobs.close()
 
 
 def erase(semantic: Any, delete: Callable[[], T], sessions: Callable[[T], list[str]]) -> T:

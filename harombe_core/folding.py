@@ -51,6 +51,7 @@ from collections import deque
 from collections.abc import Callable
 
 __all__ = [
+    "ERASURE",
     "FACTS",
     "KEYWORDS",
     "SESSIONS",
@@ -85,6 +86,8 @@ VECTORS = 1
 SUMMARIES = 0
 #: Fact extraction: may call an LLM.
 FACTS = -1
+#: Erasing deleted text from the files (store/erasure.py): once deletions have paused.
+ERASURE = -2
 
 _cond = threading.Condition()
 _queue: deque[SummaryFolder] = deque()  # folders with sessions waiting, round robin

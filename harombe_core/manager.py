@@ -26,7 +26,14 @@ from harombe_core.context_reads import (
     owned_session_and_prompt,
     read_newest,
 )
-from harombe_core.erasing import delete_user_sessions, erase, prune_cutoff
+from harombe_core.erasing import (
+    DeletionEraser,
+    Erasure,
+    delete_user_sessions,
+    erase,
+    erase_deleted,
+    prune_cutoff,
+)
 from harombe_core.errors import InvalidInputError
 from harombe_core.flows import Flow, Run, Work, adrive, drive
 from harombe_core.manager_facts import UserMemoryMethods
@@ -134,6 +141,7 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
             check_semantic_parts(embedding, vector_store, storage_path, config, encryption_key)
         self._store = open_store(storage_path, encryption_key=encryption_key)
         self._closed = False
+        self._eraser: DeletionEraser | None = None
         memory: Any = None
         if semantic:
             try:  # shared with every other manager or adapter on this database in this process
@@ -150,6 +158,7 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
             self._store, self._searcher, max_history_tokens=budget, token_counter=counter
         )
         self._facts = self._user_memory(config, user_memory, fact_extractor)
+        self._eraser = self._deletion_eraser()
         # What a killed process left owed to the database (a checkpointed turn's session) is
         # derived before this manager's first read (harombe_core.store.rederive).
         self._owed = Rederived()
@@ -185,6 +194,23 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
                 days = config.memory.auto_prune_days
                 log.info("pruned %d sessions older than %d days", pruned, days)
         return manager
+
+    def _deletion_eraser(self) -> DeletionEraser | None:
+        """What erases deleted text from the files while this manager stays open, once
+        deletions pause (``memory.erase_after_seconds``); None where nothing is on disk to
+        erase that way (a private in-memory store, PostgreSQL) or when it is turned off."""
+        idle = self.config.memory.erase_after_seconds
+        if idle is None or getattr(self._store, "erase_deleted", None) is None:
+            return None
+        if self._store.location == ":memory:":
+            return None
+        store, searcher = self._store, self._searcher
+        return DeletionEraser(lambda: erase_deleted(store, searcher.semantic), idle)
+
+    def _deleted(self) -> None:
+        """A deletion was committed: have the background erase it from the files soon."""
+        if self._eraser is not None:
+            self._eraser.deleted()
 
     @property
     def store(self) -> MessageStore:
@@ -493,7 +519,10 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
         yield from named_owner(self._store, session_id, user_id)
         sid = check_id(session_id, "session_id")
         run = functools.partial(self._store.run, delete(sid))
-        return (yield Work(erase, self._semantic, run, lambda g: [sid] * bool(g)))
+        gone = yield Work(erase, self._semantic, run, lambda g: [sid] * bool(g))
+        if gone:
+            self._deleted()
+        return gone
 
     def delete_session(self, session_id: str, *, user_id: str | None = None) -> bool:
         """Delete a session and all its messages (and their vectors). True if it existed.
@@ -527,6 +556,8 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
         gone = yield Work(
             erase, self._semantic, lambda: store.run(ops.delete_sessions_before(cutoff)), list
         )
+        if gone:
+            self._deleted()
         return len(gone)
 
     def forget_user(self, user_id: str) -> int:
@@ -542,7 +573,27 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
     def _forget_user(self, user_id: str) -> Flow[int]:
         uid, store = check_id(user_id, "user_id"), self._store
         gone = yield Work(erase, self._semantic, lambda: delete_user_sessions(store, uid), list)
+        self._deleted()  # (facts may have gone even with no session)
         return len(gone)
+
+    def erase_deleted(self) -> Erasure:
+        """Erase now, with the store open, every byte deleted data still leaves in the files:
+        the keyword index's old segments are merged, the WAL truncated and an embedded Chroma
+        folder emptied and vacuumed (it refills from the database in the background) - what
+        close does after a deletion. The background worker does this by itself once deletions
+        pause (``memory.erase_after_seconds``); call it for an erasure that must be on disk
+        before you answer. Returns an :class:`~harombe_core.erasing.Erasure`; when a reader
+        with an older snapshot kept the WAL from being truncated it is not ``complete`` and
+        the background tries again (writers never wait for that). See docs/deletion.md."""
+        return drive(self._erase_deleted())
+
+    async def aerase_deleted(self) -> Erasure:
+        """Erase deleted data from the files now (async twin of :meth:`erase_deleted`)."""
+        return await adrive(self._erase_deleted())
+
+    def _erase_deleted(self) -> Flow[Erasure]:
+        done: Erasure = yield Work(erase_deleted, self._store, self._semantic)
+        return done
 
     # messages -----------------------------------------------------------------------------
     def _write(
@@ -569,6 +620,8 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
             ids = yield Work(self._delete_and_add, add, doomed)
         else:
             ids = yield Run(self._store, add)
+        if doomed:
+            self._deleted()
         if self._semantic is not None and prepared:
             self._semantic.notify()  # wakes the background embedder: never blocks
         self._facts.notify(session_id)  # wakes the background fact extractor (if on)
@@ -1172,12 +1225,16 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
 
         For code that writes messages through the store's runner in its own transaction (the
         LangGraph checkpointer records a thread's messages with its checkpoint): wakes the
-        background embedder and drops the vectors of ``deleted_sessions``. Returns at once.
+        background embedder and drops the vectors of ``deleted_sessions`` (whose bytes the
+        background then erases from the files, as after the manager's own deletions). Returns
+        at once.
         """
         named = [
             check_id(sid, "deleted_sessions item")
             for sid in check_list(deleted_sessions, "deleted_sessions", of="session ids")
         ]
+        if named:  # (a LangGraph thread deleted): erased from the files once deletions pause
+            self._deleted()
         if self._semantic is None:
             return
         # Only sessions that are really gone: a live session's vectors are never dropped here.
@@ -1245,6 +1302,8 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
         self._closed = True
         settle(getattr(self._store, "location", ""))  # derived rows owed are written first
         self._owed.close()
+        if self._eraser is not None:
+            self._eraser.close()  # the close below erases what is still owed
         self._facts.close()
         self._context.close()  # the background folder stops before the store closes
         semantic, self._searcher.semantic = self._searcher.semantic, None

@@ -155,7 +155,15 @@ class ScopedMemory:
     async def delete_session(self, session_id: str) -> dict[str, Any]:
         await self.session(session_id)
         deleted = await self.manager.adelete_session(session_id, user_id=self.user())
-        return {"deleted": deleted}
+        return {"deleted": deleted, **await self._erased(deleted)}
+
+    async def _erased(self, deleted: bool) -> dict[str, Any]:
+        """Have a deletion reach the disk before answering (a server never closes its store);
+        ``erased_from_disk`` is False only while a reader with an older snapshot holds the
+        WAL, and the background worker finishes it once it ends (docs/deletion.md)."""
+        if not deleted:
+            return {"erased_from_disk": True}
+        return {"erased_from_disk": (await self.manager.aerase_deleted()).complete}
 
     # messages --------------------------------------------------------------------------------
     async def append(
@@ -247,7 +255,8 @@ class ScopedMemory:
         user = self.user(user_id)
         if user is None:
             raise AccessDeniedError("erasure is one user's: name the user.")
-        return {"user_id": user, "sessions_deleted": await self.manager.aforget_user(user)}
+        gone = await self.manager.aforget_user(user)
+        return {"user_id": user, "sessions_deleted": gone, **await self._erased(True)}
 
     async def profile(self, user_id: str | None = None) -> dict[str, Any]:
         """What memory holds about a user: the profile text a model is given, the current

@@ -41,6 +41,7 @@ __all__ = [
     "KEYWORD_TABLES",
     "compact_keywords",
     "mark_erased",
+    "merge_keywords",
     "owed",
     "relink_successors",
     "settle",
@@ -164,10 +165,16 @@ def compact_keywords(c: sqlite3.Connection) -> bool:
     token = owed(c, ERASED_KEYWORDS)
     if token is None:
         return False
+    merge_keywords(c)
+    settle(c, ERASED_KEYWORDS, token)
+    return True
+
+
+def merge_keywords(c: sqlite3.Connection) -> None:
+    """Merge each FTS5 index's segments into one (deleted entries are dropped); the debt is
+    left to the caller, who settles it once the WAL is truncated too."""
     names = ", ".join(f"'{name}'" for name in KEYWORD_TABLES)
     for (table,) in c.execute(
         f"SELECT name FROM sqlite_master WHERE type = 'table' AND name IN ({names})"
     ).fetchall():
         c.execute(f"INSERT INTO {table} ({table}) VALUES ('optimize')")  # a name of ours
-    settle(c, ERASED_KEYWORDS, token)
-    return True

@@ -247,12 +247,15 @@ def search(
     if name:
         where += " AND (namespace = ? OR substr(namespace, 1, CAST(? AS INTEGER)) = ?)"
         params += [name, len(name) + 1, name + "."]
-    rows = (
-        yield sql.step(
-            f"SELECT {COLUMNS} FROM store_items WHERE {where} ORDER BY updated_at DESC, key",
-            params,
-        )
-    ).rows
+    order = f"SELECT {COLUMNS} FROM store_items WHERE {where} ORDER BY updated_at DESC, key"
+    if not value_filter and query is None:
+        # Nothing to filter or rank in Python: the database pages, so a search reads the page,
+        # not every item under the prefix (a user's thousands of memories for limit=10).
+        page_rows = (yield sql.step(order + " LIMIT ? OFFSET ?", [*params, limit, offset])).rows
+        if refresh:
+            yield from _refresh(sql, page_rows, now)
+        return [[row, None] for row in page_rows]
+    rows = (yield sql.step(order, params)).rows
     if value_filter:
         rows = [r for r in rows if matches_filter(_value(r), value_filter)]
     scored: list[tuple[float | None, Any]] = [(None, r) for r in rows]

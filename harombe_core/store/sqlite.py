@@ -32,7 +32,12 @@ from typing import Any, TypeVar
 from harombe_core.errors import SchemaTooNewError, StoreError
 from harombe_core.flows import off_loop
 from harombe_core.store import pending
-from harombe_core.store.erasure import ERASED_KEYWORDS, compact_keywords, owed
+from harombe_core.store.erasure import (
+    ERASED_KEYWORDS,
+    merge_keywords,
+    owed,
+    settle,
+)
 from harombe_core.store.fts import catch_up, keyword_indexer
 from harombe_core.store.ops import KeywordShortcuts
 from harombe_core.store.rows import from_micros, to_micros
@@ -98,12 +103,19 @@ def _setup_file(file: SQLiteFile, *, retries: int) -> None:
 
 def _close_keywords(file: SQLiteFile, retries: int) -> None:
     """Index what is left, and after a deletion leave none of the deleted text in the file:
-    FTS5's segments merged (:func:`~harombe_core.store.erasure.compact_keywords`), then the
-    WAL checkpointed into the file and truncated (its old page images held the text)."""
+    FTS5's segments merged (:func:`~harombe_core.store.erasure.merge_keywords`), then the
+    WAL checkpointed into the file and truncated (its old page images held the text); the
+    debt is settled only then, so when another process's reader kept the WAL it stays owed
+    for the next erasure or close."""
     keyword_indexer(file, retries).stop()
     catch_up(file, retries)
-    if file.snapshot(lambda c: owed(c, ERASED_KEYWORDS)) and file.write(compact_keywords, retries):
-        file.checkpoint()
+    token = file.snapshot(lambda c: owed(c, ERASED_KEYWORDS))
+    if token is None:
+        return
+    if file.merged_debt != token:
+        file.write(merge_keywords, retries)
+    if file.checkpoint():  # else another process's reader held the WAL: the debt stays owed
+        file.write(lambda c: settle(c, ERASED_KEYWORDS, token), retries)
 
 
 class SQLiteStore(KeywordShortcuts):
@@ -276,6 +288,40 @@ class SQLiteStore(KeywordShortcuts):
         return self._open_file().read(sql, params)
 
     # derived indexes ----------------------------------------------------------------------
+    def erasure_owed(self) -> bool:
+        """True while a deletion's text may still be in this file's bytes: the keyword index
+        or the WAL not erased since (one indexed read)."""
+        file = self._open_file()
+        if file.read_only:
+            return False
+        return file.snapshot(lambda c: owed(c, ERASED_KEYWORDS) is not None, begin=False)
+
+    def erase_deleted(self) -> int:
+        """Do now what the file's last close does after a deletion, with the file open: merge
+        the keyword index's segments (dropping deleted entries), then truncate the WAL.
+        Returns the bytes the WAL still holds when a reader with an older snapshot kept it
+        from being truncated (0 when it was: no deleted text is left in the files).
+
+        Writers wait only for the merge (one pass over the keyword index, in one short
+        transaction); the truncation never waits (:meth:`SQLiteFile.truncate_wal`), so
+        call again later while this returns more than 0 (the merge is not repeated). The
+        debt stays recorded until the WAL is truncated, so a close or another process pays
+        it if this one cannot. Nothing owed: costs one read."""
+        file = self._open_file()
+        if file.read_only:
+            return 0
+        token = file.snapshot(lambda c: owed(c, ERASED_KEYWORDS), begin=False)
+        if token is None:
+            return 0
+        if file.merged_debt != token:
+            file.write(merge_keywords, self._max_retries)
+            file.merged_debt = token
+        left = file.truncate_wal()
+        if left == 0:
+            # (a later deletion's debt, recorded meanwhile, stays owed: settle() compares)
+            file.write(lambda c: settle(c, ERASED_KEYWORDS, token), self._max_retries)
+        return left
+
     def index_keywords(self) -> int:
         """Bring the keyword index up to date now; returns the rows indexed since the previous
         call in this process (by this call or by the background indexer).

@@ -70,10 +70,18 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+#: Milliseconds an erasure's WAL truncation waits for readers (and so may hold up writers)
+#: before it gives up and is retried later (:meth:`SQLiteFile.truncate_wal`).
+TRUNCATE_WAIT_MS = 50
+
 T = TypeVar("T")
 
 #: How long a fork waits for the operations running on a file before giving up on it.
 FORK_WAIT_SECONDS = 10.0
+
+#: The most a file's -wal keeps after a checkpoint, in bytes (SQLite's journal_size_limit): four
+#: times what the default auto-checkpoint lets it reach (1,000 pages of 4 KiB).
+WAL_SIZE_LIMIT = 16 * 1024 * 1024
 
 
 def classify(exc: sqlite3.Error, location: str) -> StoreError:
@@ -160,6 +168,10 @@ class SQLiteFile:
         self._key_digest = _key_digest(key)
         self._busy_timeout_ms = busy_timeout_ms
         self._memory = memory
+        #: The keyword debt (store/erasure.py) whose segments this process already merged
+        #: while the WAL, whose old page images still hold the deleted text, could not be
+        #: truncated yet (a reader held it): a retry truncates without merging again.
+        self.merged_debt: str | None = None
         # ``_mutex`` is ``_cond``'s lock, taken directly where no wait or notify is needed (every
         # operation's start and end): a Condition's ``with`` costs two Python calls more.
         self._mutex = threading.Lock()
@@ -207,6 +219,10 @@ class SQLiteFile:
             conn.execute("PRAGMA secure_delete = ON")
             if not self._memory:
                 conn.execute("PRAGMA synchronous = NORMAL")
+                # A checkpoint gives the -wal file back down to this size; without it the file
+                # stays as large as it ever grew (e.g. while a long read held the WAL open)
+                # for as long as the app runs.
+                conn.execute(f"PRAGMA journal_size_limit = {WAL_SIZE_LIMIT}")
         except sqlite3.Error as exc:
             raise classify(exc, self.location) from exc
         return conn
@@ -459,17 +475,44 @@ class SQLiteFile:
                 ),
             )
 
-    def checkpoint(self) -> None:
+    def checkpoint(self) -> bool:
         """Copy the WAL into the database file and truncate it to zero bytes, so no old page
-        image (of a deleted row) stays in it. Other processes reading now can keep it from
-        finishing; their own last close checkpoints again."""
+        image (of a deleted row) stays in it; True when it was. Other processes reading now
+        can keep it from finishing; their own last close checkpoints again."""
         if self._memory or self.read_only:
-            return
+            return True
         with self.connection() as conn:
             try:
-                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+                return not conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
             except sqlite3.Error as exc:
                 raise classify(exc, self.location) from exc
+
+    def truncate_wal(self) -> int:
+        """Try once, waiting at most a moment, to copy the WAL into the database file and
+        truncate it; returns the bytes the WAL still holds (0: truncated, or no WAL).
+
+        Unlike :meth:`checkpoint` (used at close, where waiting is fine) this never makes a
+        writer wait long: a ``TRUNCATE`` checkpoint that must wait for readers holding an older
+        snapshot blocks new writers meanwhile, so it is asked with a short busy timeout and
+        gives up after :data:`TRUNCATE_WAIT_MS` (in-process readers are short); the caller
+        tries again later (the background eraser does)."""
+        if self._memory or self.read_only:
+            return 0
+        with self.connection() as conn:
+            try:
+                conn.execute(f"PRAGMA busy_timeout = {TRUNCATE_WAIT_MS}")
+                try:
+                    busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+                finally:
+                    conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
+            except sqlite3.Error as exc:
+                raise classify(exc, self.location) from exc
+        if not busy:
+            return 0
+        try:
+            return os.path.getsize(f"{self.location}-wal")
+        except OSError:
+            return 0
 
     def at_close(self, fn: Callable[[SQLiteFile], object]) -> None:
         """Run ``fn(file)`` when the last opener closes, before the connections close."""

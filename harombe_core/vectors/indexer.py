@@ -64,6 +64,7 @@ from harombe_core.models import Message
 from harombe_core.progress import Progress, progress_reporter, silent
 from harombe_core.store import ops
 from harombe_core.store.base import MessageStore, SearchScope
+from harombe_core.store.erasure import ERASED_VECTORS, owed
 from harombe_core.vectors.base import FloatArray, VectorIndex, VectorMatch, scope_metadata_filter
 from harombe_core.vectors.choice import resolve_embedder_spec, resolve_index
 from harombe_core.vectors.erase import close_erasing
@@ -375,6 +376,36 @@ class SemanticMemory(EmbeddingWorker):
             index, self.index = self.index, None
             if index is not None:
                 close_erasing(index, self.stored)  # after deletions: leaves no vector in files
+
+    def erase_deleted(self) -> bool:
+        """Erase deleted vectors from the index's files now, as its close would: an embedded
+        Chroma folder is emptied, closed (vacuumed, unused segments removed) and opened again;
+        True when nothing deleted is left there (or nothing was owed).
+
+        Nothing is lost: every vector stays in SQLite, searches read them exactly until the
+        background worker has filed them again (no model runs). Searches running meanwhile
+        fall back to the stored vectors. False when deleted vectors stay owed: another
+        process owns the folder (its erasure or close erases them), or the index is an object
+        passed in, which this memory cannot reopen (its close erases them)."""
+        stored = self.stored
+        if stored is None:
+            return True
+        with self._work_lock:
+            index = self.index
+            if index is None and self.open_index is None:
+                return True  # the vectors are in the database only: erased with its pages
+            if index is not None and getattr(index, "erase_deleted", None) is None:
+                return True  # an index that keeps no files
+            if stored.store.snapshot(lambda c: owed(c, ERASED_VECTORS)) is None:
+                return True
+            if index is None or self.open_index is None:
+                return False  # another process owns the folder, or only close can reopen it
+            self.index = None  # searches read the stored vectors exactly from here on
+            close_erasing(index, stored)
+            self.try_open_index()  # (if another process took the folder, the worker retries)
+            erased = stored.store.snapshot(lambda c: owed(c, ERASED_VECTORS)) is None
+        self.notify()  # the worker files every vector into the emptied index again
+        return erased
 
     def forget_sessions(self, session_ids: Iterable[str]) -> None:
         """Remove deleted sessions' vectors from the index (SQLite's went with the rows).

@@ -82,6 +82,44 @@ def test_wal_and_file_mode_0600(tmp_path: Path) -> None:
         store.close()
 
 
+def test_the_wal_shrinks_back_after_a_long_read_lets_go(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reader held open stops checkpoints and the -wal grows; once it lets go, the next
+    checkpoint gives the file back down to the limit instead of keeping its largest size for as
+    long as the app runs (a week-long process must not keep a -wal the size of its import)."""
+    from harombe_core.store import sqlite_file
+
+    limit = 256 * 1024
+    monkeypatch.setattr(sqlite_file, "WAL_SIZE_LIMIT", limit)
+    path = str(tmp_path / "m.db")
+    wal = path + "-wal"
+    manager = MemoryManager(path, embedding=None, vector_store=None)
+    try:
+        sid = manager.create_session()
+        body = "x " * 1000
+
+        def write(batches: int) -> None:
+            for b in range(batches):
+                manager.save_messages(
+                    sid, [Message(role="user", content=f"{b} {i} {body}") for i in range(100)]
+                )
+
+        reader = sqlite3.connect(path)
+        reader.execute("BEGIN")
+        reader.execute("SELECT COUNT(*) FROM messages").fetchone()
+        write(30)  # over the 1,000-page auto-checkpoint, which cannot pass the reader
+        grown = os.path.getsize(wal)
+        assert grown > 4 * 1024 * 1024
+        reader.rollback()
+        reader.close()
+        write(2)  # the first write after the checkpoint restarts the -wal, cut to the limit
+        # it then holds only those two batches; with no limit (-1) it would stay at `grown`
+        assert os.path.getsize(wal) < grown // 2
+    finally:
+        manager.close()
+
+
 def test_tilde_is_expanded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HOME", str(tmp_path))
     store = SQLiteStore("~/memories/m.db")

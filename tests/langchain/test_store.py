@@ -634,3 +634,34 @@ def test_a_filter_key_is_data_never_sql(store: HarombeStore) -> None:
     assert store.search(("docs",), filter={injected: "dummy"}) == []
     assert [i.key for i in store.search(("docs",), filter={"it's a key": "x"})] == ["private"]
     assert [i.key for i in store.search(("docs",), filter={"a b.c)": 1})] == ["private"]
+
+
+def test_a_plain_search_reads_its_page_not_the_whole_namespace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without a filter or query the database pages: the statement hands back `limit` rows
+    (counted by running the traced SQL), however many items the namespace holds."""
+    import sqlite3
+
+    from harombe_core.store import sqlite_file
+
+    traced: list[str] = []
+    connect = sqlite_file.SQLiteFile._connect
+
+    def tracing(self: Any) -> Any:
+        conn = connect(self)
+        conn.set_trace_callback(traced.append)
+        return conn
+
+    monkeypatch.setattr(sqlite_file.SQLiteFile, "_connect", tracing)
+    path = str(tmp_path / "m.db")
+    with MemoryManager(path, embedding=None) as manager:
+        store = HarombeStore(manager)
+        for i in range(200):
+            store.put(("memories", "u1"), f"k{i:03d}", {"text": f"memory {i}"})
+        traced.clear()
+        page = store.search(("memories",), limit=3, offset=5)
+        assert [item.key for item in page] == ["k194", "k193", "k192"]  # newest update first
+        selects = [s for s in traced if "FROM store_items" in s and s.startswith("SELECT")]
+        with sqlite3.connect(path) as raw:
+            assert [len(raw.execute(s).fetchall()) for s in selects] == [3]

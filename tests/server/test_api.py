@@ -80,7 +80,10 @@ def test_sessions_messages_window_context_search(served: Served) -> None:
         profile = http.get("/api/profile").json()
         assert profile["user_id"] == "ann"
         assert sid in [s["session_id"] for s in profile["recent_sessions"]]
-        assert http.delete(f"/api/sessions/{sid}").json() == {"deleted": True}
+        assert http.delete(f"/api/sessions/{sid}").json() == {
+            "deleted": True,
+            "erased_from_disk": True,
+        }
         assert http.get(f"/api/sessions/{sid}").status_code == 404
 
 

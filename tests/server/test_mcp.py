@@ -74,7 +74,8 @@ async def test_http_tools_have_typed_schemas_and_are_scoped(served: Served) -> N
 
     async with http_session(served, served.ann) as session:
         assert result_json(await session.call_tool("forget", {"session_id": sid})) == {
-            "deleted": True
+            "deleted": True,
+            "erased_from_disk": True,
         }
 
 
