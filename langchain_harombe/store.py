@@ -39,7 +39,6 @@ import json
 import logging
 import math
 import os
-import sys
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -323,11 +322,16 @@ class HarombeStore(BaseStore):
     def _namespaces(self, op: ListNamespacesOp) -> Body[list[tuple[str, ...]]]:
         """The item namespaces and the facts namespaces of users with facts, matched, cut to
         ``max_depth`` and paged together (as LangGraph's stores page one list)."""
+        match = [(m.match_type, m.path) for m in op.match_conditions or ()]
         every: list[tuple[str, ...]] = yield from items.list_namespaces(
-            self._backend, now=_now(), limit=sys.maxsize, omit_expired=self._omit_expired
+            self._backend,
+            now=_now(),
+            match=match,
+            max_depth=op.max_depth,
+            limit=op.offset + op.limit,  # the page of the merged list lies in this many of each
+            omit_expired=self._omit_expired,
         )
         every += yield from fact_namespaces(self.manager.store.dialect)
-        match = [(m.match_type, m.path) for m in op.match_conditions or ()]
         found = {
             ns[: op.max_depth] if op.max_depth is not None else ns
             for ns in every

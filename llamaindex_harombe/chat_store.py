@@ -363,9 +363,33 @@ class HarombeDBChatStore(_ManagedStore, AsyncDBChatStore):
     ) -> Flow[list[ChatMessage]]:
         limit = optional_count(limit, "limit")
         start = optional_count(offset, "offset") or 0
-        selected = yield from self._select(key, status)
-        end = None if limit is None else start + limit
-        return [to_llamaindex(m) for m in selected[start:end]]
+        if limit is None:
+            selected = yield from self._select(key, status)
+            return [to_llamaindex(m) for m in selected[start:]]
+        return [
+            to_llamaindex(m) for m in (yield from self._page(key, status, start + limit))[start:]
+        ]
+
+    def _page(self, key: str, status: MessageStatus | None, end: int) -> Flow[list[Message]]:
+        """The first ``end`` messages of :meth:`_select`, read ``end`` rows at a time from
+        the database (after the archived prefix for the active ones), so a page of a long
+        history reads about ``offset + limit`` rows, not the whole queue."""
+        status = _status_arg(status, optional=True)
+        if status is None:
+            yield from self._check(key)
+            through = 0
+        else:
+            through = yield from self._archived_through(key)
+        cursor = (through or None) if status == MessageStatus.ACTIVE else None
+        found: list[Message] = []
+        while len(found) < end:
+            want = end - len(found)
+            batch = yield from self._read(key, after_id=cursor, limit=want)
+            found += [m for m in batch if status is None or self._status(m, through) == status]
+            if len(batch) < want or batch[-1].id is None:
+                break
+            cursor = batch[-1].id
+        return found[:end]
 
     def _add(self, key: str, messages: Sequence[ChatMessage], status: MessageStatus) -> Flow[None]:
         yield from self._check(key)

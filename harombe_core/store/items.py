@@ -23,6 +23,8 @@ none but ``$eq: None``.
 from __future__ import annotations
 
 import json
+import re
+import sqlite3
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -247,17 +249,23 @@ def search(
     if name:
         where += " AND (namespace = ? OR substr(namespace, 1, CAST(? AS INTEGER)) = ?)"
         params += [name, len(name) + 1, name + "."]
+    rest = value_filter
+    if value_filter:
+        clauses, values, rest = yield from _pushed_filter(sql, where, params, value_filter)
+        where += "".join(" AND " + c for c in clauses)
+        params += values
     order = f"SELECT {COLUMNS} FROM store_items WHERE {where} ORDER BY updated_at DESC, key"
-    if not value_filter and query is None:
+    if not rest and query is None:
         # Nothing to filter or rank in Python: the database pages, so a search reads the page,
-        # not every item under the prefix (a user's thousands of memories for limit=10).
+        # not every item under the prefix (a user's thousands of memories for limit=10). A
+        # filter SQL says exactly (:func:`_filter_sql`) is already in the WHERE clause.
         page_rows = (yield sql.step(order + " LIMIT ? OFFSET ?", [*params, limit, offset])).rows
         if refresh:
             yield from _refresh(sql, page_rows, now)
         return [[row, None] for row in page_rows]
     rows = (yield sql.step(order, params)).rows
-    if value_filter:
-        rows = [r for r in rows if matches_filter(_value(r), value_filter)]
+    if rest:
+        rows = [r for r in rows if matches_filter(_value(r), rest)]
     scored: list[tuple[float | None, Any]] = [(None, r) for r in rows]
     if query is not None and rows:
         best = yield from _best_scores(sql, rows, query)
@@ -267,6 +275,121 @@ def search(
     if refresh:
         yield from _refresh(sql, [r for _, r in page], now)
     return [[row, score] for score, row in page]
+
+
+_SQL_FIELD = re.compile(r"[A-Za-z0-9_]+")  # a top-level field a JSON path names unquoted
+_EQUALITY = ("$eq", "$ne")
+# A field's JSON text as written (escapes kept): SQLite's -> (3.38+; json_extract would cut a
+# str at an escaped NUL), PostgreSQL's json -> (jsonb refuses a stored "\u0000").
+_JSON_TEXT = {
+    "sqlite": "(value -> ?)" if sqlite3.sqlite_version_info >= (3, 38) else "",
+    "postgres": "(value::json -> ?::text)::text",
+}
+_SQL_OPERATORS = {"$eq": "=", "$ne": "<>", "$gt": ">", "$gte": ">=", "$lt": "<", "$lte": "<="}
+
+
+def _filter_sql(
+    value_filter: Mapping[str, Any], dialect: str
+) -> tuple[list[str], list[Any], dict[str, Any]]:
+    """The conditions of ``value_filter`` SQL says exactly as :func:`matches_filter` does, as
+    WHERE clauses and their parameters, and the rest (left to Python).
+
+    Exact means: a top-level field (a plain name: no dot, so no path to resolve) compared with
+    a str or a number, by equality or LangGraph's operators. A str matches only strings (in
+    code point order on SQLite; PostgreSQL compares a str as JSON text, so only ``$eq`` and
+    ``$ne``); a number matches numbers and booleans (Python's ``True == 1``); a missing or
+    null field matches nothing. Dotted paths, nested dicts, lists, bools and
+    None operands. The field name and operand are bound parameters, never SQL text."""
+    clauses: list[str] = []
+    params: list[Any] = []
+    rest: dict[str, Any] = {}
+    for key, wanted in value_filter.items():
+        pairs = (
+            list(wanted.items())
+            if isinstance(wanted, Mapping) and wanted and all(k in _SQL_OPERATORS for k in wanted)
+            else [("$eq", wanted)]
+        )
+        pushable = _SQL_FIELD.fullmatch(key) is not None and all(
+            _sql_operand(operand)
+            # a str compares as JSON text: equal or not, but not in order
+            and not (
+                isinstance(operand, str) and (name not in _EQUALITY or not _JSON_TEXT[dialect])
+            )
+            for name, operand in pairs
+        )
+        if not pushable:
+            rest[key] = wanted
+            continue
+        for name, operand in pairs:
+            clause, values = _field_clause(dialect, key, _SQL_OPERATORS[name], operand)
+            clauses.append(clause)
+            params += values
+    return clauses, params, rest
+
+
+def _pushed_filter(
+    sql: SqlRunner, where: str, params: list[Any], value_filter: Mapping[str, Any]
+) -> Body[tuple[list[str], list[Any], Mapping[str, Any]]]:
+    """:func:`_filter_sql` for this store. PostgreSQL's json parser refuses a stored
+    ``"\u0000"``, so there a value holding one (a NUL in a string, rare) under the prefix
+    sends the whole filter back to Python, and the SQL never parses such a value."""
+    dialect = sql.store.dialect.name
+    clauses, values, rest = _filter_sql(value_filter, dialect)
+    if not clauses or dialect != "postgres":
+        return clauses, values, rest
+    nul = (
+        yield sql.step(
+            f"SELECT 1 FROM store_items WHERE {where} AND strpos(value, ?) > 0 LIMIT 1",
+            [*params, _NUL],
+        )
+    ).rows
+    if nul:
+        return [], [], value_filter
+    guarded = f"CASE WHEN strpos(value, ?) > 0 THEN FALSE ELSE ({' AND '.join(clauses)}) END"
+    return [guarded], [_NUL, *values], rest
+
+
+_NUL = "\\u0000"  # how orjson writes a NUL character in a stored value
+
+
+def _sql_operand(operand: Any) -> bool:
+    """A str, or a finite int or float within 64 bits (not a bool)."""
+    if isinstance(operand, str):
+        return True
+    if isinstance(operand, bool) or not isinstance(operand, (int, float)):
+        return False
+    return -(2**63) <= operand < 2**63 and operand == operand and abs(operand) != float("inf")
+
+
+def _field_clause(dialect: str, key: str, op: str, operand: Any) -> tuple[str, list[Any]]:
+    """One field compared in SQL; ``<>`` (``$ne``) matches any non-null value of another type
+    too, as ``a is not None and a != b`` does. A str compares as its JSON text (values are
+    written by orjson, so one string has one text), a number as a number."""
+    postgres = dialect == "postgres"
+    name: Any = key if postgres else f'$."{key}"'
+    kind = "json_typeof(value::json -> ?::text)" if postgres else "json_type(value, ?)"
+    present = f"{kind} <> 'null'"
+    if isinstance(operand, str):
+        encoded = orjson.dumps(operand).decode()
+        if op == "<>":
+            return f"({present} AND {_JSON_TEXT[dialect]} <> ?)", [name, name, encoded]
+        return f"({_JSON_TEXT[dialect]} = ?)", [name, encoded]
+    if postgres:
+        field = "(value::json -> ?::text)"
+        same = f"{kind} IN ('number', 'boolean')"
+        compare = (  # CASE, not AND, keeps a str from ever reaching the ::numeric cast
+            f"(CASE {kind} WHEN 'boolean' THEN ({field}::text)::boolean::int "
+            f"WHEN 'number' THEN ({field}::text)::numeric END) {op} ?::numeric"
+        )
+        names, value = [name] * 3, str(operand)
+    else:
+        same = f"{kind} IN ('integer', 'real', 'true', 'false')"
+        compare = f"json_extract(value, ?) {op} ?"
+        names, value = [name], operand
+    if op == "<>":
+        clause = f"({present} AND NOT ({same}) OR ({same} AND {compare}))"
+        return clause, [name, name, name, *names, value]
+    return f"({same} AND {compare})", [name, *names, value]
 
 
 def list_namespaces(
@@ -281,11 +404,39 @@ def list_namespaces(
 ) -> Body[list[Namespace]]:
     """The distinct namespaces holding items, sorted, the page ``offset:offset + limit``:
     those matching every ``(match_type, path)`` of ``match`` (:func:`ns_matches`), each cut
-    to ``max_depth`` labels (then deduplicated)."""
+    to ``max_depth`` labels (then deduplicated).
+
+    The database narrows and pages as far as SQL can say it: labels before the first ``"*"``
+    of a prefix or suffix become a condition on the dotted name, and when nothing is left for
+    Python (no wildcard, no ``max_depth``) it sorts in tuple order and stops at the page, so a
+    store of thousands of users hands back ``limit`` names, not every one."""
     live, params = _live(omit_expired, now)
-    rows = (
-        yield sql.step(f"SELECT DISTINCT namespace FROM store_items WHERE TRUE{live}", params)
-    ).rows
+    where = "TRUE" + live
+    exact = max_depth is None
+    for kind, path in match:
+        labels = tuple(path)
+        exact = exact and "*" not in labels
+        if kind == "prefix":  # the labels before the first wildcard
+            name = ".".join(labels[: labels.index("*")] if "*" in labels else labels)
+            if name:
+                where += " AND (namespace = ? OR substr(namespace, 1, CAST(? AS INTEGER)) = ?)"
+                params += [name, len(name) + 1, name + "."]
+        elif kind == "suffix":  # the labels after the last wildcard
+            cut = labels[::-1].index("*") if "*" in labels else len(labels)
+            name = ".".join(labels[len(labels) - cut :])
+            if name:
+                where += (
+                    " AND (namespace = ? OR "
+                    "substr(namespace, length(namespace) - CAST(? AS INTEGER) + 1) = ?)"
+                )
+                params += [name, len(name) + 1, "." + name]
+    query = f"SELECT namespace FROM store_items WHERE {where} GROUP BY namespace"
+    if exact:
+        # Tuple order as text: "." becomes a separator below every character (U+0001 in a
+        # label is escaped first, so no two namespaces share a sort key).
+        query += " ORDER BY replace(replace(namespace, ?, ?), '.', ?) LIMIT ?"
+        params += ["\x01", "\x01\x02", "\x01\x01", min(offset + limit, 2**62)]
+    rows = (yield sql.step(query, params)).rows
     namespaces: list[Namespace] = [tuple(r[0].split(".")) for r in rows]
     if match:
         namespaces = [

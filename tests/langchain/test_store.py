@@ -665,3 +665,217 @@ def test_a_plain_search_reads_its_page_not_the_whole_namespace(
         selects = [s for s in traced if "FROM store_items" in s and s.startswith("SELECT")]
         with sqlite3.connect(path) as raw:
             assert [len(raw.execute(s).fetchall()) for s in selects] == [3]
+
+
+def _traced_selects(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The SQL statements every new SQLite connection runs, as executed (parameters inlined)."""
+    from harombe_core.store import sqlite_file
+
+    traced: list[str] = []
+    connect = sqlite_file.SQLiteFile._connect
+
+    def tracing(self: Any) -> Any:
+        conn = connect(self)
+        conn.set_trace_callback(traced.append)
+        return conn
+
+    monkeypatch.setattr(sqlite_file.SQLiteFile, "_connect", tracing)
+    return traced
+
+
+def test_list_namespaces_reads_its_page_not_every_namespace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without a wildcard or max_depth the database matches, sorts and pages: the statement
+    hands back offset + limit names (counted by running the traced SQL), not all 200."""
+    import sqlite3
+
+    traced = _traced_selects(monkeypatch)
+    path = str(tmp_path / "m.db")
+    with MemoryManager(path, embedding=None) as manager:
+        store = HarombeStore(manager)
+        for i in range(200):
+            store.put(("users", f"u{i:03d}", "memories"), "k", {"text": f"memory {i}"})
+        store.put(("other",), "k", {"text": "elsewhere"})
+        cases = [
+            ({"limit": 3, "offset": 2}, 5),
+            ({"prefix": ("users",), "limit": 4}, 4),
+            ({"prefix": ("users", "u150"), "suffix": ("memories",)}, 1),
+            ({"prefix": ("other",)}, 1),
+        ]
+        for kwargs, rows in cases:
+            traced.clear()
+            found = store.list_namespaces(**kwargs)
+            selects = [s for s in traced if "FROM store_items" in s and s.startswith("SELECT")]
+            with sqlite3.connect(path) as raw:
+                assert [len(raw.execute(s).fetchall()) for s in selects] == [rows], kwargs
+            assert found  # and the answers themselves, against InMemoryStore below
+        assert store.list_namespaces(limit=3, offset=2) == [
+            ("users", "u001", "memories"),
+            ("users", "u002", "memories"),
+            ("users", "u003", "memories"),
+        ]
+
+
+def test_list_namespaces_sorts_as_tuples_like_in_memory_store(store: HarombeStore) -> None:
+    """Paging in SQL keeps LangGraph's tuple order, where a shorter label comes first, even
+    for labels holding characters that sort before "." (and U+0001) as text."""
+    from langgraph.store.memory import InMemoryStore
+
+    control = InMemoryStore()
+    names = [("a", "b"), ("a-x",), ("a",), ("a", "b", "c"), ("a\x01b",), ("a", "\x01"), ("ab",)]
+    names += [("z", "y", "x"), ("q", "y", "x"), ("q", "y")]
+    for ns in names:
+        store.put(ns, "k", {"text": "v"})
+        control.put(ns, "k", {"text": "v"})
+    for kwargs in [
+        {},
+        {"limit": 2, "offset": 1},
+        {"limit": 3, "offset": 4},
+        {"prefix": ("a",)},
+        {"prefix": ("a",), "limit": 1, "offset": 1},
+        {"suffix": ("y", "x")},
+        {"suffix": ("*", "x")},
+        {"prefix": ("*", "y")},
+        {"max_depth": 1, "limit": 3},
+        {"max_depth": 2, "prefix": ("q",)},
+    ]:
+        assert store.list_namespaces(**kwargs) == control.list_namespaces(**kwargs), kwargs
+
+
+def test_filters_agree_with_in_memory_store(store: HarombeStore, clock: Clock) -> None:
+    """Filters SQL says exactly (a plain field against a str or number) and those left to
+    Python (paths, nested dicts, lists, bools, None) find, page by page, what the Python
+    filter found before (``items.matches_filter``) on values of every type: types never mix
+    (a str is not a number), a bool counts as a number as in Python, and a missing or null
+    field matches nothing but equality with None. On values of one type per field,
+    InMemoryStore finds the same (it raises or converts on mixed types)."""
+    from langgraph.store.memory import InMemoryStore
+
+    from harombe_core.store.items import matches_filter
+
+    mixed: list[dict[str, Any]] = [
+        {"n": 1, "s": "b"},
+        {"n": 2.5, "s": "a-z"},
+        {"n": True, "s": "B"},
+        {"n": "2", "s": 3},
+        {"n": None, "s": "é"},
+        {"s": "b", "t": {"u": 1}},
+        {"n": [1], "s": ["b"]},
+        {"n": -7, "s": "a.b", "t": {"u": 2, "v": "x"}},
+        {"n": 0, "s": "", "a.b": 1},
+        {"n": 10**15, "s": "bb"},
+        {"n": 5, "s": "nul\x00here", "t": "\x00"},  # PostgreSQL's jsonb would refuse these
+    ]
+    plain = [{"n": n, "s": s} for n, s in [(1, "b"), (2.5, "a-z"), (0, "B"), (-7, "é"), (3, "bb")]]
+    filters: list[dict[str, Any]] = [
+        {"s": "b"},
+        {"n": 1},
+        {"n": 2.5},
+        {"n": 0},
+        {"n": "2"},
+        {"n": None},
+        {"n": {"$gt": 0}},
+        {"n": {"$gte": 1, "$lt": 3}},
+        {"n": {"$lte": 0}},
+        {"n": {"$ne": 1}},
+        {"s": {"$ne": "b"}},
+        {"s": {"$gt": "a"}},
+        {"s": {"$lt": "b"}},
+        {"s": {"$gte": "b", "$lte": "bb"}},
+        {"s": {"$eq": "é"}},
+        {"n": {"$gt": 0}, "s": {"$ne": "B"}},
+        {"t.u": 1},
+        {"t": {"u": 2}},
+        {"a.b": 1},
+        {"n": {"$gt": 0}, "t.v": "x"},
+        {"s": ["b"]},
+        {"n": True},
+        {"missing": {"$ne": "x"}},
+        {"s": "nul\x00here"},
+        {"t": {"$ne": "x"}},
+    ]
+    control = InMemoryStore()
+    for prefix, values in [("mixed", mixed), ("plain", plain)]:
+        for i, value in enumerate(values):
+            clock.now += 1
+            store.put((prefix,), f"k{i}", value)
+            control.put((prefix,), f"k{i}", value)
+        newest_first = [f"k{i}" for i in reversed(range(len(values)))]
+        for flt in filters:
+            want = [k for k in newest_first if matches_filter(values[int(k[1:])], flt)]
+            for limit, offset in [(20, 0), (2, 1), (1, 3)]:
+                got = store.search((prefix,), filter=flt, limit=limit, offset=offset)
+                assert [i.key for i in got] == want[offset : offset + limit], (prefix, flt)
+            ordered_text = any(  # InMemoryStore orders with float(): numbers only
+                isinstance(w, dict) and set(w) - {"$eq", "$ne"} and k == "s" for k, w in flt.items()
+            )
+            if prefix == "plain" and set(flt) <= {"n", "s"} and not ordered_text:
+                found = control.search((prefix,), filter=flt, limit=20)
+                assert sorted(i.key for i in found) == sorted(want), flt
+
+
+def test_a_filtered_search_reads_its_page_not_the_whole_namespace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A filter SQL says exactly is in the WHERE clause and the database pages: the traced
+    statement hands back `limit` rows of 200; a dotted path still reads the prefix."""
+    import sqlite3
+
+    traced = _traced_selects(monkeypatch)
+    path = str(tmp_path / "m.db")
+    with MemoryManager(path, embedding=None) as manager:
+        store = HarombeStore(manager)
+        for i in range(200):
+            store.put(("m", "u1"), f"k{i:03d}", {"kind": "even" if i % 2 == 0 else "odd", "i": i})
+        for flt, rows, found in [
+            ({"kind": "even"}, 3, 3),
+            ({"kind": "odd", "i": {"$gte": 100}}, 3, 3),
+            ({"i": {"$lt": 2}}, 1, 1),
+            ({"kind.x": "even"}, 200, 0),  # a dotted path: Python resolves it, on every row
+        ]:
+            traced.clear()
+            page = store.search(("m",), filter=flt, limit=3, offset=1)
+            selects = [s for s in traced if "FROM store_items" in s and s.startswith("SELECT")]
+            with sqlite3.connect(path) as raw:
+                assert [len(raw.execute(s).fetchall()) for s in selects] == [rows], flt
+            assert len(page) == found, flt
+        assert [i.key for i in store.search(("m",), filter={"kind": "even"}, limit=2)] == [
+            "k198",
+            "k196",
+        ]
+
+
+def test_every_backend_pages_a_filtered_search_in_sql(store: HarombeStore) -> None:
+    """On SQLite and PostgreSQL alike, the statement a filtered search (or a namespace
+    listing) runs hands back its page: each SELECT is replayed and its rows counted."""
+    from harombe_core.store.sql_body import Step
+
+    backend: Any = store._backend  # type: ignore[attr-defined]
+    for i in range(60):
+        store.put(("m", f"u{i:02d}"), "k", {"kind": "even" if i % 2 == 0 else "odd", "i": i})
+    steps: list[Step] = []
+    step = backend.step
+
+    def recording(sql: str, params: Any = ()) -> Step:
+        made: Step = step(sql, params)
+        if sql.startswith("SELECT namespace") and "FROM store_items" in sql:
+            steps.append(made)  # (PostgreSQL's probe for a stored NUL, SELECT 1, reads none)
+        return made
+
+    def rows_of(made: Step) -> Any:
+        return len((yield made).rows)
+
+    backend.step = recording
+    try:
+        for run, rows in [
+            (lambda: store.search(("m",), filter={"kind": "even"}, limit=4), 4),
+            (lambda: store.search(("m",), filter={"kind": {"$ne": "even"}}, limit=4), 4),
+            (lambda: store.search(("m",), filter={"i": {"$gte": 10, "$lt": 12}}), 2),
+            (lambda: store.list_namespaces(prefix=("m",), limit=5, offset=1), 6),
+        ]:
+            steps.clear()
+            run()
+            assert [backend.read(lambda s=s: rows_of(s)) for s in steps] == [rows]
+    finally:
+        del backend.step

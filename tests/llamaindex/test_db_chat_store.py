@@ -172,6 +172,59 @@ async def test_limit_and_offset(store: AsyncDBChatStore) -> None:
     assert contents(await store.get_messages("p", limit=2, offset=1)) == ["message2", "message3"]
 
 
+async def test_pages_of_each_status(store: AsyncDBChatStore) -> None:
+    """limit/offset pages of the active, archived and all messages, with archived ones both
+    before the active queue and marked among it, as SQLAlchemyChatStore pages them."""
+    await store.add_messages("q", [user(f"m{i}") for i in range(6)])
+    await store.archive_oldest_messages("q", 2)
+    await store.add_message("q", user("late0"), status=MessageStatus.ARCHIVED)
+    await store.add_messages("q", [user("m6"), user("m7")])
+    await store.add_message("q", user("late1"), status=MessageStatus.ARCHIVED)
+    await store.add_message("q", user("m8"))
+    expected = {
+        MessageStatus.ACTIVE: ["m2", "m3", "m4", "m5", "m6", "m7", "m8"],
+        MessageStatus.ARCHIVED: ["m0", "m1", "late0", "late1"],
+    }
+    everything = ["m0", "m1", "m2", "m3", "m4", "m5", "late0", "m6", "m7", "late1", "m8"]
+    for status, want in [*expected.items(), (None, everything)]:
+        for limit, offset in [(1, 0), (2, 1), (3, 4), (5, 5), (20, 0), (2, 30)]:
+            got = await store.get_messages("q", status=status, limit=limit, offset=offset)
+            assert contents(got) == want[offset : offset + limit], (status, limit, offset)
+
+
+async def test_a_page_reads_its_rows_not_the_whole_queue(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """get_messages(limit, offset) asks the database for offset + limit messages (counted by
+    running the traced SQL), however long the active queue is."""
+    import sqlite3
+
+    from harombe_core.store import sqlite_file
+
+    traced: list[str] = []
+    connect = sqlite_file.SQLiteFile._connect
+
+    def tracing(self: object) -> object:
+        conn = connect(self)
+        conn.set_trace_callback(traced.append)
+        return conn
+
+    monkeypatch.setattr(sqlite_file.SQLiteFile, "_connect", tracing)
+    path = str(tmp_path / "memory.db")
+    store = HarombeDBChatStore(path, embedding=None)
+    try:
+        await store.add_messages("k", [user(f"m{i}") for i in range(300)])
+        await store.archive_oldest_messages("k", 100)
+        traced.clear()
+        page = await store.get_messages("k", limit=3, offset=2)
+        assert contents(page) == ["m102", "m103", "m104"]
+        selects = [s for s in traced if s.startswith("SELECT") and "FROM messages" in s]
+        with sqlite3.connect(path) as raw:
+            assert sum(len(raw.execute(s).fetchall()) for s in selects) == 5
+    finally:
+        store.close()
+
+
 async def test_get_keys(store: AsyncDBChatStore) -> None:
     for key in ("keys_user1", "keys_user2", "keys_user3"):
         await store.add_message(key, user(f"{key}_message"))
