@@ -86,6 +86,9 @@ def export_store(
 ) -> str:
     """The text of an export: one session (``session_id``) or every session (of ``user_id``).
 
+    Given both, the session must be that user's (SessionOwnershipError otherwise): an
+    application exporting for its user names them, and never hands out another user's session.
+
     A single session in JSON is one session document; a store export is a bundle. A store's
     (or a user's) export carries their facts too, in every format (see :func:`dumps`).
     """
@@ -108,6 +111,8 @@ def _export_store(
 ) -> Flow[str]:
     check_format(fmt)
     if session_id is not None:
+        if user_id is not None:  # the caller's user: their own session only
+            yield Call(manager.check_owner, session_id, user_id, native=manager.acheck_owner)
         record = yield from _read_session(manager, session_id)
         text: str = yield Work(dumps, [record], fmt, bundle=False)
         return text
@@ -143,6 +148,9 @@ def export_to_directory(
 ) -> list[Path]:
     """One file per session in ``directory``, named from the session id by :func:`safe_filename`.
 
+    With ``session_ids`` and ``user_id`` every session must be that user's
+    (SessionOwnershipError before anything is written).
+
     Exporting a whole store or user (no ``session_ids``) also carries their facts: each in
     the file of the newest session it came from (its user's newest otherwise), so importing
     that file brings it back; facts with no session to ride with go to ``facts`` + extension.
@@ -150,6 +158,9 @@ def export_to_directory(
     check_format(fmt)
     if session_ids is not None:
         sessions: list[tuple[str, str | None]] = [(sid, None) for sid in session_ids]
+        if user_id is not None:  # the caller's user: their own sessions only, checked first
+            for sid in session_ids:
+                manager.check_owner(sid, user_id)
         facts: list[dict[str, Any]] = []
     else:
         sessions = drive(_sessions(manager, user_id))

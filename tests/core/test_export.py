@@ -16,6 +16,7 @@ from harombe_core.errors import (
     ImportFormatError,
     InvalidInputError,
     SessionNotFoundError,
+    SessionOwnershipError,
 )
 from harombe_core.manager import MemoryManager
 from harombe_core.models import Message
@@ -488,3 +489,25 @@ def test_activity_moves_forward_only() -> None:
         assert mm.get_session("s").updated_at == before
         session = mm.get_session("s")
         assert session.created_at <= session.updated_at
+
+
+def test_a_users_export_of_one_session_is_refused_for_another_users_session(
+    mm: MemoryManager, tmp_path: Path
+) -> None:
+    """``user_id`` next to a session is the caller's user (a "download my conversation"
+    button): it is checked, not ignored, so one user cannot export another's session."""
+    fill(mm, "trip")  # sam's
+    mm.create_session(user_id="kim", session_id="kims")
+    with pytest.raises(SessionOwnershipError):
+        ex.export_store(mm, "json", session_id="trip", user_id="kim")
+    (tmp_path / "out").mkdir()
+    with pytest.raises(SessionOwnershipError):
+        ex.export_to_directory(mm, tmp_path / "out", "json", user_id="kim", session_ids=["trip"])
+    assert not any((tmp_path / "out").iterdir())
+    # the owner (or the application, naming no user) exports it as before
+    assert "Lisbon" in ex.export_store(mm, "json", session_id="trip", user_id="sam")
+    assert "Lisbon" in ex.export_store(mm, "json", session_id="trip")
+    written = ex.export_to_directory(
+        mm, tmp_path / "out", "json", user_id="sam", session_ids=["trip"]
+    )
+    assert len(written) == 1
