@@ -14,6 +14,7 @@ shell would.
 
 from __future__ import annotations
 
+import asyncio
 import re
 import sqlite3
 from collections.abc import Callable
@@ -117,6 +118,7 @@ def _check(target: str, case: str, edit: Callable[[str, Any], int]) -> None:
             "get_tuple": lambda: saver.get_tuple(_config("bad")),
             "list of the thread": lambda: list(saver.list(_config("bad"))),
             "list of every thread": lambda: list(saver.list(None)),
+            "aget_tuple": lambda: asyncio.run(saver.aget_tuple(_config("bad"))),
             "get_state": lambda: app.get_state(_config("bad")),
             "invoke": lambda: app.invoke({"messages": [HumanMessage("x")]}, _config("bad")),
         }
