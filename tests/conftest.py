@@ -96,3 +96,21 @@ def thread_hops(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     monkeypatch.setattr(asyncio, "to_thread", counting)
     return seen
+
+
+@pytest.fixture
+def sqlite_statements(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every SQL statement the SQLite connections opened from now on run, as executed
+    (parameters inlined), so a test can re-run a SELECT and count the rows it hands back."""
+    from harombe_core.store import sqlite_file
+
+    traced: list[str] = []
+    connect = sqlite_file.SQLiteFile._connect
+
+    def tracing(self: Any) -> Any:
+        conn = connect(self)
+        conn.set_trace_callback(traced.append)
+        return conn
+
+    monkeypatch.setattr(sqlite_file.SQLiteFile, "_connect", tracing)
+    return traced

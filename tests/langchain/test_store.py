@@ -637,23 +637,13 @@ def test_a_filter_key_is_data_never_sql(store: HarombeStore) -> None:
 
 
 def test_a_plain_search_reads_its_page_not_the_whole_namespace(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, sqlite_statements: list[str]
 ) -> None:
     """Without a filter or query the database pages: the statement hands back `limit` rows
     (counted by running the traced SQL), however many items the namespace holds."""
     import sqlite3
 
-    from harombe_core.store import sqlite_file
-
-    traced: list[str] = []
-    connect = sqlite_file.SQLiteFile._connect
-
-    def tracing(self: Any) -> Any:
-        conn = connect(self)
-        conn.set_trace_callback(traced.append)
-        return conn
-
-    monkeypatch.setattr(sqlite_file.SQLiteFile, "_connect", tracing)
+    traced = sqlite_statements
     path = str(tmp_path / "m.db")
     with MemoryManager(path, embedding=None) as manager:
         store = HarombeStore(manager)
@@ -667,30 +657,14 @@ def test_a_plain_search_reads_its_page_not_the_whole_namespace(
             assert [len(raw.execute(s).fetchall()) for s in selects] == [3]
 
 
-def _traced_selects(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The SQL statements every new SQLite connection runs, as executed (parameters inlined)."""
-    from harombe_core.store import sqlite_file
-
-    traced: list[str] = []
-    connect = sqlite_file.SQLiteFile._connect
-
-    def tracing(self: Any) -> Any:
-        conn = connect(self)
-        conn.set_trace_callback(traced.append)
-        return conn
-
-    monkeypatch.setattr(sqlite_file.SQLiteFile, "_connect", tracing)
-    return traced
-
-
 def test_list_namespaces_reads_its_page_not_every_namespace(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, sqlite_statements: list[str]
 ) -> None:
     """Without a wildcard or max_depth the database matches, sorts and pages: the statement
     hands back offset + limit names (counted by running the traced SQL), not all 200."""
     import sqlite3
 
-    traced = _traced_selects(monkeypatch)
+    traced = sqlite_statements
     path = str(tmp_path / "m.db")
     with MemoryManager(path, embedding=None) as manager:
         store = HarombeStore(manager)
@@ -816,13 +790,13 @@ def test_filters_agree_with_in_memory_store(store: HarombeStore, clock: Clock) -
 
 
 def test_a_filtered_search_reads_its_page_not_the_whole_namespace(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, sqlite_statements: list[str]
 ) -> None:
     """A filter SQL says exactly is in the WHERE clause and the database pages: the traced
     statement hands back `limit` rows of 200; a dotted path still reads the prefix."""
     import sqlite3
 
-    traced = _traced_selects(monkeypatch)
+    traced = sqlite_statements
     path = str(tmp_path / "m.db")
     with MemoryManager(path, embedding=None) as manager:
         store = HarombeStore(manager)

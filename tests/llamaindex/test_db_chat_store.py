@@ -193,23 +193,13 @@ async def test_pages_of_each_status(store: AsyncDBChatStore) -> None:
 
 
 async def test_a_page_reads_its_rows_not_the_whole_queue(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, sqlite_statements: list[str]
 ) -> None:
     """get_messages(limit, offset) asks the database for offset + limit messages (counted by
     running the traced SQL), however long the active queue is."""
     import sqlite3
 
-    from harombe_core.store import sqlite_file
-
-    traced: list[str] = []
-    connect = sqlite_file.SQLiteFile._connect
-
-    def tracing(self: object) -> object:
-        conn = connect(self)
-        conn.set_trace_callback(traced.append)
-        return conn
-
-    monkeypatch.setattr(sqlite_file.SQLiteFile, "_connect", tracing)
+    traced = sqlite_statements
     path = str(tmp_path / "memory.db")
     store = HarombeDBChatStore(path, embedding=None)
     try:
