@@ -335,8 +335,17 @@ def _pushed_filter(
     sends the whole filter back to Python, and the SQL never parses such a value."""
     dialect = sql.store.dialect.name
     clauses, values, rest = _filter_sql(value_filter, dialect)
-    if not clauses or dialect != "postgres":
+    if not clauses:
         return clauses, values, rest
+    if dialect != "postgres":
+        # A value that is not JSON (edited outside harombe) passes the SQL filter, so that
+        # decoding it names its row (CorruptRowError), as every other read of it does,
+        # instead of the JSON functions failing the whole search.
+        return (
+            [f"CASE WHEN json_valid(value) THEN ({' AND '.join(clauses)}) ELSE 1 END"],
+            values,
+            rest,
+        )
     nul = (
         yield sql.step(
             f"SELECT 1 FROM store_items WHERE {where} AND strpos(value, ?) > 0 LIMIT 1",

@@ -187,6 +187,9 @@ def test_crafted_fact_item_and_vector_rows_are_named(tmp_path: Path) -> None:
             CorruptRowError, match=re.escape("WHERE namespace = 'ann.notes' AND key = 'n1'")
         ):
             store.search(("ann",))
+        for value_filter in ({"text": "apples"}, {"n": {"$gt": 0}}):  # filters SQL evaluates
+            with pytest.raises(CorruptRowError, match="of table store_items: column value is"):
+                store.search(("ann",), filter=value_filter)
         with pytest.raises(CorruptRowError, match=r"message_vectors.*reindex --reembed") as caught:
             mm.search_similar("apple", top_k=3)
         assert caught.value.row_id == {"message_id": 2}
