@@ -76,6 +76,7 @@ _HAS_WRITES = (
     "EXISTS (SELECT 1 FROM checkpoint_writes w WHERE w.thread_id = c.thread_id "
     "AND w.checkpoint_ns = c.checkpoint_ns AND w.checkpoint_id = c.checkpoint_id)"
 )
+_OWNER = "SELECT user_id FROM sessions WHERE id = ?"
 _GET_ONE = (
     f"SELECT {_ROW}, {_HAS_WRITES} {_FROM} WHERE c.thread_id = ? AND c.checkpoint_ns = ? "
     "AND c.checkpoint_id = ?"
@@ -483,6 +484,7 @@ class CheckpointTables:
         else:
             found = (yield step(_GET_NEWEST, (thread_id, namespace))).rows
         if not found:
+            yield from self._check_session_owner(thread_id, user_id)
             return []
         row = found[0]
         _check_owner(row[7], user_id, thread_id)
@@ -523,14 +525,26 @@ class CheckpointTables:
             sql += " WHERE " + " AND ".join(clauses)
         sql += " ORDER BY c.checkpoint_id DESC, c.thread_id DESC, c.checkpoint_ns DESC LIMIT ?"
         rows = (yield self.runner.step(sql, (*params, size))).rows
-        if "thread_id" in filters and rows:
-            _check_owner(rows[0][7], user_id, filters["thread_id"])
+        if "thread_id" in filters:
+            if rows:
+                _check_owner(rows[0][7], user_id, filters["thread_id"])
+            elif cursor is None:  # a first page (later ones were checked by the first)
+                yield from self._check_session_owner(filters["thread_id"], user_id)
         following = (rows[-1][2], rows[-1][0], rows[-1][1]) if len(rows) == size else None
         if matches is not None:
             rows = [r for r in rows if matches(json.loads(r[4]))]
         return (yield from self._load(rows)), following
 
     # helpers ------------------------------------------------------------------------------
+    def _check_session_owner(self, thread_id: str, user_id: str | None) -> Body[None]:
+        """A read that found no checkpoint refuses another user's thread all the same, as
+        when it has checkpoints (a session holding only messages, a namespace not written):
+        the answer must not depend on whether it has any. A thread that does not exist at
+        all reads as None, as in LangGraph's own savers. Only reads that miss pay this."""
+        rows = (yield self.runner.step(_OWNER, (thread_id,))).rows
+        if rows:
+            _check_owner(rows[0][0], user_id, thread_id)
+
     def _state(
         self, thread_id: str, create: tuple[str | None, int] | None = None, sql: str = _STATE
     ) -> Body[ThreadState]:
