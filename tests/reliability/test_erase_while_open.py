@@ -21,6 +21,7 @@ from harombe_core.config import MemoryConfig
 from harombe_core.erasing import DeletionEraser, Erasure
 from harombe_core.manager import MemoryManager
 from harombe_core.models import Message
+from harombe_core.store import ops
 from harombe_core.testing import FakeEmbedder
 from tests.reliability.test_deletion import KINDS, files_holding, open_manager, token
 
@@ -469,3 +470,24 @@ def test_searches_racing_a_chroma_erasure_still_answer(tmp_path: Path) -> None:
         for word in words[5::10] + words[9::10]:  # (sessions s5 and s9 stay)
             hits = mm.search_similar(f"code {word}", top_k=60)
             assert f"code {word}" in [m.content for m in hits]
+
+
+def test_a_replaced_summary_is_erased_like_a_deletion(tmp_path: Path) -> None:
+    """Replacing a session summary deletes its keyword entry; the old summary's words stay in
+    FTS5's older segments until a merge, so the replacement owes the erasure a deletion does."""
+    mm = MemoryManager(str(tmp_path / "m.db"), embedding=None)
+    try:
+        old = token()
+        mm.create_session(session_id="s", user_id="ann")
+        for i in range(5):  # other summaries: the index has segments besides the replaced one
+            mm.create_session(session_id=f"other-{i}")
+            mm.store.run(ops.update_session(f"other-{i}", summary=f"talked about gardening {i}"))
+        mm.store.run(ops.update_session("s", summary=f"ann's locker code is {old}"))
+        mm.store.run(ops.update_session("s", summary="ann asked about trains"))  # a re-summary
+        assert mm.search_summaries(old) == []
+        assert mm.erase_deleted().complete
+        assert erased_from(tmp_path, old) == []
+        assert [s.id for s, _ in mm.search_summaries("trains")] == ["s"]
+        assert mm.erase_deleted().complete  # nothing owed now
+    finally:
+        mm.close()
