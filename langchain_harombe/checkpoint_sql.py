@@ -305,7 +305,7 @@ class CheckpointTables:
 
     def mirror(
         self, thread_id: str, head: Head | None, converted: dict[int, Message]
-    ) -> Body[list[Any] | None]:
+    ) -> Body[tuple[list[Any] | None, bool]]:
         """Make the thread's session hold the messages of its newest checkpoint (main
         namespace) and clear the thread's mark of an owed session, in one transaction.
 
@@ -313,19 +313,23 @@ class CheckpointTables:
         (used if it is still the newest; else they are read back); ``converted``: harombe
         messages made from some of them before the transaction (by ``id()`` of the LangChain
         message), so the write lock is not held while converting. Returns what the session
-        then mirrors (None when the thread is gone or has no checkpoint)."""
+        then mirrors (None when the thread is gone or has no checkpoint), and whether messages
+        were deleted from it (a ``RemoveMessage``: the files then owe their erasure)."""
         step = self.runner.step
         rows = (yield step(_STATE + self.runner.for_update("s"), (thread_id,))).rows
         mirror: Mirror | None = None
+        removed: list[int] = []
         if rows:
             state = ThreadState.from_row(rows[0])
             if state.head_id is not None:
                 if head is not None and head.checkpoint_id == state.head_id:
-                    mirror = yield from self._reconcile(thread_id, state, head, converted)
+                    mirror = yield from self._reconcile(
+                        thread_id, state, head, converted, removed
+                    )
                 else:
-                    mirror = yield from self._reconcile_stored(thread_id, state)
+                    mirror = yield from self._reconcile_stored(thread_id, state, removed)
         yield step("DELETE FROM checkpoint_mirror_due WHERE thread_id = ?", (thread_id,))
-        return mirror_json(mirror)
+        return mirror_json(mirror), bool(removed)
 
     def due(self) -> Body[list[str]]:
         """The threads whose session is owed the messages of their newest checkpoint."""
@@ -596,6 +600,7 @@ class CheckpointTables:
         state: ThreadState,
         head: Head,
         converted: dict[int, Message] | None = None,
+        removed: list[int] | None = None,
     ) -> Body[Mirror]:
         mirror: Mirror = yield from reconcile(
             self.runner,
@@ -607,6 +612,7 @@ class CheckpointTables:
             converted=converted,
             load_refs=lambda version: self._refs(thread_id, version),
             load_messages=lambda hashes: self._messages(thread_id, hashes),
+            removed=removed,
         )
         return mirror
 
@@ -620,7 +626,9 @@ class CheckpointTables:
             return Head(plan.checkpoint_id, None, b"")
         return Head(plan.checkpoint_id, version, None)
 
-    def _reconcile_stored(self, thread_id: str, state: ThreadState) -> Body[Mirror | None]:
+    def _reconcile_stored(
+        self, thread_id: str, state: ThreadState, removed: list[int] | None = None
+    ) -> Body[Mirror | None]:
         """Make the session hold the messages of the thread's newest stored checkpoint."""
         rows = (
             yield self.runner.step(
@@ -637,7 +645,7 @@ class CheckpointTables:
             head = Head(rows[0][0], None, b"")
         else:
             head = Head(rows[0][0], str(version), None)
-        return (yield from self._reconcile(thread_id, state, head))
+        return (yield from self._reconcile(thread_id, state, head, None, removed))
 
     def _refs(self, thread_id: str, version: str | None) -> Body[bytes]:
         """The message references of the main namespace's messages channel at ``version``."""

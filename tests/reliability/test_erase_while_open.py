@@ -13,6 +13,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
@@ -491,3 +492,41 @@ def test_a_replaced_summary_is_erased_like_a_deletion(tmp_path: Path) -> None:
         assert mm.erase_deleted().complete  # nothing owed now
     finally:
         mm.close()
+
+
+def test_a_removed_langgraph_message_arms_the_background_eraser(tmp_path: Path) -> None:
+    """A ``RemoveMessage`` deletes a message of the thread's session (in the checkpointer's
+    own SQL, on the background thread): the eraser is armed as after ``delete_thread``, so
+    the keyword index's copy is merged away while the manager stays open."""
+    pytest.importorskip("langgraph")
+    from langchain_core.messages import HumanMessage, RemoveMessage
+
+    from langchain_harombe import HarombeSaver
+    from tests.langchain.test_deletion import _graph
+
+    folder = tmp_path / "store"
+    folder.mkdir()
+    secret, thread = token(), "t-" + token()
+    config = MemoryConfig.model_validate({"memory": {"erase_after_seconds": 3600}})
+    with MemoryManager(str(folder / "m.db"), embedding=None, config=config) as mm:
+        eraser = mm._eraser
+        assert eraser is not None
+        clock = Clock()
+        eraser._clock = clock
+        graph = _graph(HarombeSaver(mm))
+        thread_config: Any = {"configurable": {"thread_id": thread}}
+        graph.invoke({"messages": [HumanMessage(f"my password is {secret}")]}, thread_config)
+        mm.flush()
+        mm.store.index_keywords()
+        clock.now += 3600
+        assert eraser.run_due() is None  # nothing deleted yet: nothing to erase
+        doomed = next(
+            m for m in graph.get_state(thread_config).values["messages"] if secret in m.text
+        )
+        graph.update_state(thread_config, {"messages": [RemoveMessage(id=doomed.id)]})
+        mm.flush()
+        assert mm.store.keyword_search(secret, limit=5) == []
+        assert mm.store.erasure_owed()
+        clock.now += 3600
+        assert eraser.run_due() == Erasure()
+        assert not mm.store.erasure_owed()
