@@ -48,12 +48,14 @@ from langgraph.checkpoint.base import (
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
-from harombe_core.errors import InvalidInputError
+from harombe_core.errors import HarombeError, InvalidInputError, UnsafeCheckpointError
+from harombe_core.store.rows import corrupt_row
 from harombe_core.validate import check_id
 
 __all__ = [
     "HASH_SIZE",
     "REFS_TYPE",
+    "UNDECODABLE",
     "BlobCache",
     "MessageList",
     "PutPlan",
@@ -72,6 +74,7 @@ __all__ = [
     "plan_put",
     "split_refs",
     "thread_key",
+    "undecodable",
 ]
 
 #: The type tag of a channel blob that holds message references instead of a serialised value.
@@ -97,6 +100,31 @@ def split_refs(refs: bytes) -> list[bytes]:
 
 
 _HASHES = struct.Struct(f"{HASH_SIZE}s")
+
+#: What reading a stored value raises on bytes harombe never wrote (msgpack, JSON and struct
+#: errors), and the refusal of a type nobody allowed (which then learns the row it came from).
+UNDECODABLE = (ValueError, TypeError, KeyError, struct.error, UnsafeCheckpointError)
+
+
+def undecodable(table: str, key: Mapping[str, Any], column: str, error: Exception) -> Exception:
+    """The error for a stored value its decoder refused, naming the table, the row's key and
+    the column: CorruptRowError for bytes no serializer wrote; a refused type stays
+    UnsafeCheckpointError (a security refusal, caught as such) with the row's location added
+    to its message and as ``table``, ``row_id``, ``column``. Called only in ``except``
+    clauses, so reading a sound row costs nothing more."""
+    where = dict(key)
+    if isinstance(error, UnsafeCheckpointError):
+        located = corrupt_row(table, where, column, "was refused")
+        refused = UnsafeCheckpointError(
+            f"{error.problem} It is {located.problem}",
+            type_name=error.type_name,
+            fix=error.fix,
+        )
+        refused.table, refused.row_id, refused.column = table, where, column
+        return refused
+    if isinstance(error, HarombeError):
+        return error
+    return corrupt_row(table, dict(key), column, f"could not be decoded ({type(error).__name__})")
 
 
 def load_messages(serde: SerializerProtocol, blobs: list[tuple[str, bytes]]) -> list[Any]:
@@ -640,25 +668,62 @@ def assemble(
     for key, (type_, blob) in blobs.items():
         if blob is None:
             continue
-        if type_ == REFS_TYPE:
-            listed = refs.get(key, [])
-            if isinstance(listed, Serialised):
-                values[key[0]] = listed.load(serde)
+        try:
+            if type_ == REFS_TYPE:
+                listed = refs.get(key, [])
+                if isinstance(listed, Serialised):
+                    values[key[0]] = listed.load(serde)
+                else:
+                    values[key[0]] = load_messages(serde, [messages[h] for h in listed])
             else:
-                values[key[0]] = load_messages(serde, [messages[h] for h in listed])
-        else:
-            values[key[0]] = loads((type_, blob))
+                values[key[0]] = loads((type_, blob))
+        except UNDECODABLE as error:
+            listed = refs.get(key, []) if type_ == REFS_TYPE else []
+            bad = next((h for h in listed if _undecodable_message(serde, messages, h)), None)
+            if isinstance(bad, bytes):
+                where = {"thread_id": thread_id, "hash": bad}
+                raise undecodable("checkpoint_message_blobs", where, "blob", error) from error
+            where = {
+                "thread_id": thread_id,
+                "checkpoint_ns": namespace,
+                "channel": key[0],
+                "version": key[1],
+            }
+            raise undecodable("checkpoint_blobs", where, "blob", error) from error
     owner = row[7] if len(row) > 7 else None
+    ckpt_key = {"thread_id": thread_id, "checkpoint_ns": namespace, "checkpoint_id": checkpoint_id}
+    try:
+        decoded_metadata = json.loads(metadata)
+    except UNDECODABLE as error:
+        raise undecodable("checkpoints", ckpt_key, "metadata", error) from error
+    try:
+        pending = [
+            (task_id, channel, serde.loads_typed((type_, bytes(blob))))
+            for task_id, channel, type_, blob in writes
+        ]
+    except UNDECODABLE as error:
+        raise undecodable("checkpoint_writes", ckpt_key, "blob", error) from error
     return CheckpointTuple(
         config=_config(thread_id, namespace, checkpoint_id, owner),
         checkpoint=checkpoint,
-        metadata=cast(CheckpointMetadata, json.loads(metadata)),
+        metadata=cast(CheckpointMetadata, decoded_metadata),
         parent_config=_config(thread_id, namespace, parent_id, owner) if parent_id else None,
-        pending_writes=[
-            (task_id, channel, serde.loads_typed((type_, bytes(blob))))
-            for task_id, channel, type_, blob in writes
-        ],
+        pending_writes=pending,
     )
+
+
+def _undecodable_message(
+    serde: SerializerProtocol, messages: Mapping[bytes, tuple[str, bytes]], digest: Any
+) -> bool:
+    """Whether the stored message ``digest`` names is there but does not decode (asked only
+    after a channel failed, to name the row at fault)."""
+    if not isinstance(digest, bytes) or digest not in messages:
+        return False
+    try:
+        serde.loads_typed(messages[digest])
+    except UNDECODABLE:
+        return True
+    return False
 
 
 def checkpoint_config(

@@ -32,12 +32,14 @@ from harombe_core.models import Message
 from langchain_harombe.checkpoint_mirror import Head, Mirror, ThreadState, mirror_json, reconcile
 from langchain_harombe.checkpoint_rows import (
     REFS_TYPE,
+    UNDECODABLE,
     BlobCache,
     PutPlan,
     Serialised,
     load_messages,
     needed_blobs,
     split_refs,
+    undecodable,
 )
 
 __all__ = ["CheckpointTables", "Loaded"]
@@ -639,7 +641,11 @@ class CheckpointTables:
         ).rows
         if not rows:
             return None
-        checkpoint = self.serde.loads_typed((rows[0][1], bytes(rows[0][2])))
+        try:
+            checkpoint = self.serde.loads_typed((rows[0][1], bytes(rows[0][2])))
+        except UNDECODABLE as error:
+            key = {"thread_id": thread_id, "checkpoint_ns": "", "checkpoint_id": rows[0][0]}
+            raise undecodable("checkpoints", key, "checkpoint", error) from error
         version = checkpoint["channel_versions"].get(self.messages_key)
         if version is None or self.messages_key in checkpoint["channel_values"]:
             head = Head(rows[0][0], None, b"")
@@ -707,10 +713,12 @@ class CheckpointTables:
         if not rows:
             return []
         step = self.runner.step
-        loaded = [
-            Loaded(tuple(r), self.serde.loads_typed((r[5], bytes(r[6]))))
-            for r in rows
-        ]
+        try:
+            loaded = [Loaded(tuple(r), self.serde.loads_typed((r[5], bytes(r[6])))) for r in rows]
+        except UNDECODABLE as error:
+            bad = next(r for r in rows if not _decodes(self.serde, r[5], r[6]))
+            key = {"thread_id": bad[0], "checkpoint_ns": bad[1], "checkpoint_id": bad[2]}
+            raise undecodable("checkpoints", key, "checkpoint", error) from error
         wanted = list(
             dict.fromkeys(
                 (item.row[0], item.row[1], channel, version)
@@ -754,7 +762,12 @@ class CheckpointTables:
             if known is not None:  # the list this process wrote: its blobs are at hand
                 refs[key] = known
                 continue
-            hashes = refs[key] = split_refs(blob)
+            try:
+                hashes = refs[key] = split_refs(blob)
+            except UNDECODABLE as error:
+                names = ("thread_id", "checkpoint_ns", "channel", "version")
+                where = dict(zip(names, key, strict=True))
+                raise undecodable("checkpoint_blobs", where, "blob", error) from error
             threads.setdefault(key[0], []).extend(hashes)
         messages: dict[str, tuple[Mapping[bytes, tuple[str, bytes]], dict[bytes, Any]]] = {}
         for thread_id, hashes in threads.items():
@@ -805,13 +818,22 @@ class CheckpointTables:
             (thread_id,),
         )
         kept: set[tuple[str, str, str]] = set()
-        for namespace, type_, blob in (
+        for namespace, type_, blob, checkpoint_id in (
             yield step(
-                "SELECT checkpoint_ns, type, checkpoint FROM checkpoints WHERE thread_id = ?",
+                "SELECT checkpoint_ns, type, checkpoint, checkpoint_id FROM checkpoints "
+                "WHERE thread_id = ?",
                 (thread_id,),
             )
         ).rows:
-            checkpoint = self.serde.loads_typed((type_, bytes(blob)))
+            try:
+                checkpoint = self.serde.loads_typed((type_, bytes(blob)))
+            except UNDECODABLE as error:
+                key = {
+                    "thread_id": thread_id,
+                    "checkpoint_ns": namespace,
+                    "checkpoint_id": checkpoint_id,
+                }
+                raise undecodable("checkpoints", key, "checkpoint", error) from error
             kept.update((namespace, c, v) for c, v in needed_blobs(checkpoint))
         stored = (
             yield step(
@@ -850,3 +872,12 @@ class CheckpointTables:
                 "UPDATE checkpoint_threads SET blob_epoch = ? WHERE thread_id = ?",
                 (epoch, thread_id),
             )
+
+
+def _decodes(serde: Any, type_: str, blob: Any) -> bool:
+    """Whether one stored checkpoint decodes (asked only after a batch failed, to name the row)."""
+    try:
+        serde.loads_typed((type_, bytes(blob)))
+    except UNDECODABLE:
+        return False
+    return True

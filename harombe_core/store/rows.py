@@ -299,6 +299,8 @@ def corrupt_row(table: str, row_id: Any, column: str, what: str) -> CorruptRowEr
 
 
 def _literal(value: Any) -> str:
+    if isinstance(value, bytes):  # a BLOB key (a message hash): SQLite's x'..' form
+        return f"x'{value.hex()}'"
     return str(value) if type(value) is int else "'" + str(value).replace("'", "''") + "'"
 
 
