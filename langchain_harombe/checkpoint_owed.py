@@ -31,7 +31,7 @@ from harombe_core import MemoryManager
 from harombe_core.errors import UnsafeCheckpointError
 from harombe_core.integration import SESSIONS, Body, SummaryFolder, sql_runner
 from langchain_harombe.checkpoint_mirror import convert_with
-from langchain_harombe.checkpoint_rows import BlobCache
+from langchain_harombe.checkpoint_rows import UNDECODABLE, BlobCache, undecodable
 from langchain_harombe.checkpoint_serde import HarombeSerializer
 from langchain_harombe.checkpoint_sql import CheckpointTables
 
@@ -96,6 +96,15 @@ class OwedSessions:
                     thread_id,
                     exc,
                 )
+            return False
+        except UNDECODABLE as exc:
+            # A checkpoint row edited outside harombe: other reads must not fail for it; the
+            # session stays as it is and the mark stays, and the saver's reads name the row.
+            log.warning(
+                "thread %s: its session is owed its newest checkpoint's messages, but %s",
+                thread_id,
+                undecodable("checkpoints", {"thread_id": thread_id}, "checkpoint", exc),
+            )
             return False
         if written:
             self._manager.notify_written()

@@ -7,10 +7,10 @@ LlamaIndex's own memories persistent; ``HarombeMemoryBlock`` adds long-term reca
 serves past messages to any engine that takes a retriever. The public API is exactly ``__all__``.
 """
 
-from harombe_core.integration import requires_packages
+from harombe_core.integration import requires_packages as _requires_packages
 
 # Without the ``llamaindex`` extra the first import fails deep inside; say which extra to install.
-with requires_packages("llamaindex_harombe", "llamaindex", ("llama_index",)):
+with _requires_packages("llamaindex_harombe", "llamaindex", ("llama_index",)):
     from llamaindex_harombe.blocks import HarombeMemoryBlock, HarombeProfileBlock
     from llamaindex_harombe.chat_store import HarombeChatStore, HarombeDBChatStore
     from llamaindex_harombe.convert import LI_KEY, from_llamaindex, to_llamaindex

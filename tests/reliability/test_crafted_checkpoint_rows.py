@@ -170,3 +170,25 @@ def test_a_crafted_checkpoint_row_on_postgres_is_named_too(pg_url: str, case: st
             return raw.execute(sql.format("%s"), (value,)).rowcount
 
     _check(pg_url, case, edit)
+
+
+def test_an_owed_thread_with_a_crafted_checkpoint_does_not_break_other_reads(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A killed saver's thread is re-derived at any open (harombe_core.store.rederive); if its
+    newest checkpoint was edited into bytes no serializer wrote, the open and every other read
+    go on, the thread stays marked owed, and a warning names the row."""
+    path = tmp_path / "memory.db"
+    _threads(str(path))
+    with sqlite3.connect(path) as raw:
+        sql = CASES["checkpoint not msgpack"][0]
+        assert raw.execute(sql.format("?"), (b"\xde\xad\xbe\xef",)).rowcount == 1
+        raw.execute("INSERT INTO checkpoint_mirror_due (thread_id) VALUES ('bad')")
+    with caplog.at_level("WARNING"), MemoryManager(path, embedding=None) as mm:
+        assert [m.content for m in mm.load_session("good")][:2] == ["hello", "hi there"]
+        assert "hello" in [h.message.content for h in mm.search("hello", top_k=5)]
+        mm.flush()
+    assert "table checkpoints" in caplog.text
+    assert "thread bad" in caplog.text
+    with sqlite3.connect(path) as raw:
+        assert raw.execute("SELECT thread_id FROM checkpoint_mirror_due").fetchall() == [("bad",)]
