@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -162,6 +164,20 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
+
+
+@contextmanager
+def clocked_manager(
+    db: Path, **options: Any
+) -> Iterator[tuple[MemoryManager, DeletionEraser, Clock]]:
+    """A manager whose background eraser waits an hour by ``Clock``, which the test moves."""
+    config = MemoryConfig.model_validate({"memory": {"erase_after_seconds": 3600}})
+    with MemoryManager(str(db), config=config, **options) as mm:
+        eraser = mm._eraser
+        assert eraser is not None
+        clock = Clock()
+        eraser._clock = clock
+        yield mm, eraser, clock
 
 
 def test_the_background_eraser_waits_for_deletions_to_pause() -> None:
@@ -340,12 +356,7 @@ def test_a_forgotten_fact_is_erased_in_the_background(tmp_path: Path) -> None:
     folder = tmp_path / "store"
     folder.mkdir()
     secret, control = token(), token()
-    config = MemoryConfig.model_validate({"memory": {"erase_after_seconds": 3600}})
-    with MemoryManager(str(folder / "m.db"), embedding=None, config=config) as mm:
-        eraser = mm._eraser
-        assert eraser is not None
-        clock = Clock()
-        eraser._clock = clock
+    with clocked_manager(folder / "m.db", embedding=None) as (mm, eraser, clock):
         fact = mm.add_fact("ann", f"The alarm code is {secret}")
         mm.add_fact("ann", f"Parks in bay {control}")
         mm.flush()
@@ -507,12 +518,7 @@ def test_a_removed_langgraph_message_arms_the_background_eraser(tmp_path: Path) 
     folder = tmp_path / "store"
     folder.mkdir()
     secret, thread = token(), "t-" + token()
-    config = MemoryConfig.model_validate({"memory": {"erase_after_seconds": 3600}})
-    with MemoryManager(str(folder / "m.db"), embedding=None, config=config) as mm:
-        eraser = mm._eraser
-        assert eraser is not None
-        clock = Clock()
-        eraser._clock = clock
+    with clocked_manager(folder / "m.db", embedding=None) as (mm, eraser, clock):
         graph = _graph(HarombeSaver(mm))
         thread_config: Any = {"configurable": {"thread_id": thread}}
         graph.invoke({"messages": [HumanMessage(f"my password is {secret}")]}, thread_config)
