@@ -306,13 +306,15 @@ class HarombeSaver(ClosesOnExit, BaseCheckpointSaver[str]):
             head = self._heads.pop(thread_id, None)
         self._cache.mirrored(thread_id)  # (its transaction clears the session's owed mark)
         converted = convert_ahead(self._cache.mirror(thread_id), head, self._tables.convert)
-        result = self._runner.run(
+        result, removed = self._runner.run(
             lambda: self._tables.mirror(thread_id, head, converted), exactly_once=True
         )
         mirror = mirror_from_json(result)
         if mirror is not None:
             self._cache.set_mirror(thread_id, mirror)
-            self.manager.notify_written()
+            # Messages deleted (a RemoveMessage): erased from the files once deletions pause,
+            # as after delete_thread.
+            self.manager.notify_written(deleted_sessions=[thread_id] if removed else ())
         return False
 
     # put_writes ---------------------------------------------------------------------------

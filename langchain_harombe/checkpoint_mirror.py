@@ -154,9 +154,12 @@ def reconcile(
     load_refs: Callable[[str | None], Body[bytes]],
     load_messages: Callable[[list[bytes]], Body[list[BaseMessage]]],
     converted: dict[int, Message] | None = None,
+    removed: list[int] | None = None,
 ) -> Body[Mirror]:
     """Make the session hold ``head``'s messages; returns what it then mirrors.
-    ``converted``: some of ``head.messages`` converted ahead (see :func:`convert_ahead`)."""
+    ``converted``: some of ``head.messages`` converted ahead (see :func:`convert_ahead`);
+    ``removed``, when given, receives the ids of the messages deleted (a ``RemoveMessage``,
+    an edit, a rollback), whose bytes the files then owe an erasure."""
     step = runner.step
     trusted = (
         cached is not None
@@ -194,6 +197,8 @@ def reconcile(
         row.metadata[MIRROR_KEY] = digest.hex()
         prepared.append(row)
     ids: list[int] = []
+    if removed is not None:
+        removed.extend(doomed)
     if prepared or doomed:
         ids = yield from runner.add_messages(
             thread_id, prepared, user_id=state.owner, replace_ids=doomed

@@ -78,6 +78,7 @@ _HAS_WRITES = (
     "EXISTS (SELECT 1 FROM checkpoint_writes w WHERE w.thread_id = c.thread_id "
     "AND w.checkpoint_ns = c.checkpoint_ns AND w.checkpoint_id = c.checkpoint_id)"
 )
+_OWNER = "SELECT user_id FROM sessions WHERE id = ?"
 _GET_ONE = (
     f"SELECT {_ROW}, {_HAS_WRITES} {_FROM} WHERE c.thread_id = ? AND c.checkpoint_ns = ? "
     "AND c.checkpoint_id = ?"
@@ -306,7 +307,7 @@ class CheckpointTables:
 
     def mirror(
         self, thread_id: str, head: Head | None, converted: dict[int, Message]
-    ) -> Body[list[Any] | None]:
+    ) -> Body[tuple[list[Any] | None, bool]]:
         """Make the thread's session hold the messages of its newest checkpoint (main
         namespace) and clear the thread's mark of an owed session, in one transaction.
 
@@ -314,19 +315,23 @@ class CheckpointTables:
         (used if it is still the newest; else they are read back); ``converted``: harombe
         messages made from some of them before the transaction (by ``id()`` of the LangChain
         message), so the write lock is not held while converting. Returns what the session
-        then mirrors (None when the thread is gone or has no checkpoint)."""
+        then mirrors (None when the thread is gone or has no checkpoint), and whether messages
+        were deleted from it (a ``RemoveMessage``: the files then owe their erasure)."""
         step = self.runner.step
         rows = (yield step(_STATE + self.runner.for_update("s"), (thread_id,))).rows
         mirror: Mirror | None = None
+        removed: list[int] = []
         if rows:
             state = ThreadState.from_row(rows[0])
             if state.head_id is not None:
                 if head is not None and head.checkpoint_id == state.head_id:
-                    mirror = yield from self._reconcile(thread_id, state, head, converted)
+                    mirror = yield from self._reconcile(
+                        thread_id, state, head, converted, removed
+                    )
                 else:
-                    mirror = yield from self._reconcile_stored(thread_id, state)
+                    mirror = yield from self._reconcile_stored(thread_id, state, removed)
         yield step("DELETE FROM checkpoint_mirror_due WHERE thread_id = ?", (thread_id,))
-        return mirror_json(mirror)
+        return mirror_json(mirror), bool(removed)
 
     def due(self) -> Body[list[str]]:
         """The threads whose session is owed the messages of their newest checkpoint."""
@@ -485,6 +490,7 @@ class CheckpointTables:
         else:
             found = (yield step(_GET_NEWEST, (thread_id, namespace))).rows
         if not found:
+            yield from self._check_session_owner(thread_id, user_id)
             return []
         row = found[0]
         _check_owner(row[7], user_id, thread_id)
@@ -525,14 +531,26 @@ class CheckpointTables:
             sql += " WHERE " + " AND ".join(clauses)
         sql += " ORDER BY c.checkpoint_id DESC, c.thread_id DESC, c.checkpoint_ns DESC LIMIT ?"
         rows = (yield self.runner.step(sql, (*params, size))).rows
-        if "thread_id" in filters and rows:
-            _check_owner(rows[0][7], user_id, filters["thread_id"])
+        if "thread_id" in filters:
+            if rows:
+                _check_owner(rows[0][7], user_id, filters["thread_id"])
+            elif cursor is None:  # a first page (later ones were checked by the first)
+                yield from self._check_session_owner(filters["thread_id"], user_id)
         following = (rows[-1][2], rows[-1][0], rows[-1][1]) if len(rows) == size else None
         if matches is not None:
             rows = [r for r in rows if matches(json.loads(r[4]))]
         return (yield from self._load(rows)), following
 
     # helpers ------------------------------------------------------------------------------
+    def _check_session_owner(self, thread_id: str, user_id: str | None) -> Body[None]:
+        """A read that found no checkpoint refuses another user's thread all the same, as
+        when it has checkpoints (a session holding only messages, a namespace not written):
+        the answer must not depend on whether it has any. A thread that does not exist at
+        all reads as None, as in LangGraph's own savers. Only reads that miss pay this."""
+        rows = (yield self.runner.step(_OWNER, (thread_id,))).rows
+        if rows:
+            _check_owner(rows[0][0], user_id, thread_id)
+
     def _state(
         self, thread_id: str, create: tuple[str | None, int] | None = None, sql: str = _STATE
     ) -> Body[ThreadState]:
@@ -584,6 +602,7 @@ class CheckpointTables:
         state: ThreadState,
         head: Head,
         converted: dict[int, Message] | None = None,
+        removed: list[int] | None = None,
     ) -> Body[Mirror]:
         mirror: Mirror = yield from reconcile(
             self.runner,
@@ -595,6 +614,7 @@ class CheckpointTables:
             converted=converted,
             load_refs=lambda version: self._refs(thread_id, version),
             load_messages=lambda hashes: self._messages(thread_id, hashes),
+            removed=removed,
         )
         return mirror
 
@@ -608,7 +628,9 @@ class CheckpointTables:
             return Head(plan.checkpoint_id, None, b"")
         return Head(plan.checkpoint_id, version, None)
 
-    def _reconcile_stored(self, thread_id: str, state: ThreadState) -> Body[Mirror | None]:
+    def _reconcile_stored(
+        self, thread_id: str, state: ThreadState, removed: list[int] | None = None
+    ) -> Body[Mirror | None]:
         """Make the session hold the messages of the thread's newest stored checkpoint."""
         rows = (
             yield self.runner.step(
@@ -629,7 +651,7 @@ class CheckpointTables:
             head = Head(rows[0][0], None, b"")
         else:
             head = Head(rows[0][0], str(version), None)
-        return (yield from self._reconcile(thread_id, state, head))
+        return (yield from self._reconcile(thread_id, state, head, None, removed))
 
     def _refs(self, thread_id: str, version: str | None) -> Body[bytes]:
         """The message references of the main namespace's messages channel at ``version``."""

@@ -43,7 +43,10 @@ class HarombeMemoryBlock(OwnedManager, BaseMemoryBlock[str]):
     """Recall from harombe as a ``Memory`` block (returns text for the memory template).
 
     ``scope``: ``"session"`` recalls only the session being asked for; ``"user"`` everything
-    ``user_id`` said in any session; ``"all"`` the whole database (one-user applications).
+    ``user_id`` said in any session; ``"all"`` every session of ``user_id`` when one is given
+    (as the LangChain retriever's ``all_users=True`` with a user), else the whole database
+    (one-user applications, an operator's tool): a user-bound block never recalls another
+    user's messages.
     With a ``user_id`` the block acts for that user: a session of another user (or of none) is
     refused with ``SessionOwnershipError``, for recall and for storing flushed messages alike
     (give ``Memory``'s chat store the same ``user_id``); without one it reaches only sessions
@@ -102,10 +105,8 @@ class HarombeMemoryBlock(OwnedManager, BaseMemoryBlock[str]):
                 )
             await self._manager.acheck_owner(session_id, self.user_id, exact=True)
             where: dict[str, Any] = {"session_id": session_id, "user_id": self.user_id}
-        elif self.scope == "user":
+        else:  # "user", or "all": with a user_id given only that user's sessions
             where = {"user_id": self.user_id}
-        else:
-            where = {}
         hits = await self._manager.asearch(query, top_k=self.top_k + len(messages), **where)
         # What the model already sees in the window is not "recalled".
         visible = {(m.role.value, m.content or "") for m in messages}

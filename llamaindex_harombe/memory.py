@@ -207,7 +207,8 @@ class HarombeMemory(BaseMemory):
         default="user",
         description=(
             "'user': recall from this user's other sessions (nothing without user_id: no other "
-            "session is known to be theirs); 'all': from every session of every user."
+            "session is known to be theirs); 'all': from all of user_id's other sessions when "
+            "a user_id is given (never another user's), else from every session of every user."
         ),
     )
 
@@ -441,7 +442,9 @@ class HarombeMemory(BaseMemory):
     def _rag_args(self, budget: int) -> dict[str, Any]:
         return {
             "max_tokens": min(self.rag_max_tokens, budget),
-            "user_id": self.user_id if self.rag_scope == "user" else None,
+            # A user-bound memory recalls only its user's sessions, whatever rag_scope says:
+            # "all" reaches every user only for a memory built without a user_id.
+            "user_id": self.user_id,
             "exclude_session_id": self.session_id,
             "top_k": self.rag_top_k,
         }

@@ -475,6 +475,18 @@ MIGRATIONS: list[list[str]] = [
     # 12: a new session deletes what a session of its id deleted with foreign keys off left;
     # what such deletes already left is deleted once here.
     [_orphans_trigger(), *_orphans_swept()],
+    # 13: a replaced (or cleared) summary leaves its words in sessions_fts's older segments, as
+    # a deleted row does: record the keyword erasure owed (store/erasure.py), whichever code
+    # writes the summary, so the file's last close, erase_deleted() or the background eraser
+    # merges them away. Only a summary that was indexed (non-empty) and changed owes it.
+    [
+        """CREATE TRIGGER sessions_summary_erased AFTER UPDATE OF summary, summary_json
+        ON sessions WHEN old.summary <> '' AND (new.summary IS NOT old.summary
+            OR new.summary_json IS NOT old.summary_json) BEGIN
+            INSERT OR REPLACE INTO harombe_meta (key, value)
+                VALUES ('erased_keywords_pending', lower(hex(randomblob(16))));
+        END""",
+    ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 

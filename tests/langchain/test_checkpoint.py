@@ -284,6 +284,35 @@ def test_a_thread_has_one_owner(manager: MemoryManager) -> None:
     assert {t.config["configurable"]["thread_id"] for t in saver.list(None)} == {"t1", "t2"}
 
 
+async def test_a_thread_without_checkpoints_is_refused_as_one_with_them(
+    manager: MemoryManager,
+) -> None:
+    # Reading another user's thread raises whether or not it has checkpoints yet (a session
+    # holding only messages, a namespace never written); only an unknown thread reads as None,
+    # as in LangGraph's own savers.
+    saver = HarombeSaver(manager)
+    manager.save_messages("ann-chat", [{"role": "user", "content": "hi"}], user_id="ann")
+    for who in ("bob", None):
+        config: Any = {"configurable": {"thread_id": "ann-chat", "user_id": who}}
+        with pytest.raises(SessionOwnershipError):
+            saver.get_tuple(config)
+        with pytest.raises(SessionOwnershipError):
+            await saver.aget_tuple(config)
+        with pytest.raises(SessionOwnershipError):
+            list(saver.list(config))
+        with pytest.raises(SessionOwnershipError):
+            [t async for t in saver.alist(config)]
+        unknown: Any = {"configurable": {"thread_id": "nobody-wrote-this", "user_id": who}}
+        assert saver.get_tuple(unknown) is None
+        assert list(saver.list(unknown)) == []
+    ann: Any = {"configurable": {"thread_id": "ann-chat", "user_id": "ann"}}
+    assert saver.get_tuple(ann) is None
+    assert list(saver.list(ann)) == []
+    close_pool = getattr(manager.store, "aclose", None)  # PostgreSQL's async pool: in this loop
+    if close_pool is not None:
+        await close_pool()
+
+
 def test_the_threads_are_visible_to_the_harombe_command(tmp_path: Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     from rich.console import Console

@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
@@ -21,6 +24,7 @@ from harombe_core.config import MemoryConfig
 from harombe_core.erasing import DeletionEraser, Erasure
 from harombe_core.manager import MemoryManager
 from harombe_core.models import Message
+from harombe_core.store import ops
 from harombe_core.testing import FakeEmbedder
 from tests.reliability.test_deletion import KINDS, files_holding, open_manager, token
 
@@ -160,6 +164,20 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
+
+
+@contextmanager
+def clocked_manager(
+    db: Path, **options: Any
+) -> Iterator[tuple[MemoryManager, DeletionEraser, Clock]]:
+    """A manager whose background eraser waits an hour by ``Clock``, which the test moves."""
+    config = MemoryConfig.model_validate({"memory": {"erase_after_seconds": 3600}})
+    with MemoryManager(str(db), config=config, **options) as mm:
+        eraser = mm._eraser
+        assert eraser is not None
+        clock = Clock()
+        eraser._clock = clock
+        yield mm, eraser, clock
 
 
 def test_the_background_eraser_waits_for_deletions_to_pause() -> None:
@@ -338,12 +356,7 @@ def test_a_forgotten_fact_is_erased_in_the_background(tmp_path: Path) -> None:
     folder = tmp_path / "store"
     folder.mkdir()
     secret, control = token(), token()
-    config = MemoryConfig.model_validate({"memory": {"erase_after_seconds": 3600}})
-    with MemoryManager(str(folder / "m.db"), embedding=None, config=config) as mm:
-        eraser = mm._eraser
-        assert eraser is not None
-        clock = Clock()
-        eraser._clock = clock
+    with clocked_manager(folder / "m.db", embedding=None) as (mm, eraser, clock):
         fact = mm.add_fact("ann", f"The alarm code is {secret}")
         mm.add_fact("ann", f"Parks in bay {control}")
         mm.flush()
@@ -469,3 +482,57 @@ def test_searches_racing_a_chroma_erasure_still_answer(tmp_path: Path) -> None:
         for word in words[5::10] + words[9::10]:  # (sessions s5 and s9 stay)
             hits = mm.search_similar(f"code {word}", top_k=60)
             assert f"code {word}" in [m.content for m in hits]
+
+
+def test_a_replaced_summary_is_erased_like_a_deletion(tmp_path: Path) -> None:
+    """Replacing a session summary deletes its keyword entry; the old summary's words stay in
+    FTS5's older segments until a merge, so the replacement owes the erasure a deletion does."""
+    mm = MemoryManager(str(tmp_path / "m.db"), embedding=None)
+    try:
+        old = token()
+        mm.create_session(session_id="s", user_id="ann")
+        for i in range(5):  # other summaries: the index has segments besides the replaced one
+            mm.create_session(session_id=f"other-{i}")
+            mm.store.run(ops.update_session(f"other-{i}", summary=f"talked about gardening {i}"))
+        mm.store.run(ops.update_session("s", summary=f"ann's locker code is {old}"))
+        mm.store.run(ops.update_session("s", summary="ann asked about trains"))  # a re-summary
+        assert mm.search_summaries(old) == []
+        assert mm.erase_deleted().complete
+        assert erased_from(tmp_path, old) == []
+        assert [s.id for s, _ in mm.search_summaries("trains")] == ["s"]
+        assert mm.erase_deleted().complete  # nothing owed now
+    finally:
+        mm.close()
+
+
+def test_a_removed_langgraph_message_arms_the_background_eraser(tmp_path: Path) -> None:
+    """A ``RemoveMessage`` deletes a message of the thread's session (in the checkpointer's
+    own SQL, on the background thread): the eraser is armed as after ``delete_thread``, so
+    the keyword index's copy is merged away while the manager stays open."""
+    pytest.importorskip("langgraph")
+    from langchain_core.messages import HumanMessage, RemoveMessage
+
+    from langchain_harombe import HarombeSaver
+    from tests.langchain.test_deletion import _graph
+
+    folder = tmp_path / "store"
+    folder.mkdir()
+    secret, thread = token(), "t-" + token()
+    with clocked_manager(folder / "m.db", embedding=None) as (mm, eraser, clock):
+        graph = _graph(HarombeSaver(mm))
+        thread_config: Any = {"configurable": {"thread_id": thread}}
+        graph.invoke({"messages": [HumanMessage(f"my password is {secret}")]}, thread_config)
+        mm.flush()
+        mm.store.index_keywords()
+        clock.now += 3600
+        assert eraser.run_due() is None  # nothing deleted yet: nothing to erase
+        doomed = next(
+            m for m in graph.get_state(thread_config).values["messages"] if secret in m.text
+        )
+        graph.update_state(thread_config, {"messages": [RemoveMessage(id=doomed.id)]})
+        mm.flush()
+        assert mm.store.keyword_search(secret, limit=5) == []
+        assert mm.store.erasure_owed()
+        clock.now += 3600
+        assert eraser.run_due() == Erasure()
+        assert not mm.store.erasure_owed()

@@ -163,6 +163,23 @@ def test_memory_recall_scopes(mm: MemoryManager) -> None:
     assert SECRET in repr(everyone.get(input="bank PIN")), "all users only when asked for"
 
 
+async def test_all_scopes_with_a_user_stay_inside_that_user(mm: MemoryManager) -> None:
+    # As the retrievers' all_users=True with a user_id: "all" is all of that user's sessions;
+    # only a memory or block built without a user reaches every user.
+    mm.save_messages("bob-old", [{"role": "user", "content": "my bank is Acme"}], user_id="bob")
+    mm.flush()
+    bob = HarombeMemory.from_defaults(manager=mm, user_id="bob", rag_scope="all")
+    recalled = repr(bob.get(input="bank PIN")) + repr(await bob.aget(input="bank PIN"))
+    assert "Acme" in recalled, "bob's own earlier sessions are recalled"
+    assert SECRET not in recalled
+    block = HarombeMemoryBlock(manager=mm, user_id="bob", scope="all")
+    text = await block.aget([user("bank PIN?")], session_id="bob-now")
+    assert "Acme" in text
+    assert SECRET not in text
+    anyone = HarombeMemoryBlock(manager=mm, scope="all")
+    assert SECRET in await anyone.aget([user("bank PIN?")], session_id="bob-now")
+
+
 # chat stores ------------------------------------------------------------------------------------
 @pytest.mark.parametrize("kind", ["SimpleChatStore", "HarombeChatStore"])
 def test_a_chat_store_key_is_global_without_users(kind: str, mm: MemoryManager) -> None:
