@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from harombe_core.store import items, pending
     from harombe_core.store.base import ClosesOnExit
     from harombe_core.store.items import check_key, check_namespace
-    from harombe_core.store.rows import to_micros
+    from harombe_core.store.rows import corrupt_row, to_micros
     from harombe_core.store.runner import Body, Dialect, Op
     from harombe_core.store.sql_body import SqlRunner, sql_runner
     from harombe_core.threader import Threader, shared_threader
@@ -67,6 +67,8 @@ _LAZY: dict[str, str] = {
     "sql_runner": "harombe_core.store.sql_body",
     "ClosesOnExit": "harombe_core.store.base",
     "to_micros": "harombe_core.store.rows",
+    # the typed error for a stored value no serializer wrote, naming its row
+    "corrupt_row": "harombe_core.store.rows",
     # key/value items with vectors (LangGraph's BaseStore is built on them)
     "check_key": "harombe_core.store.items",
     "check_namespace": "harombe_core.store.items",
@@ -142,6 +144,7 @@ __all__ = [
     "check_subject",
     "check_user",
     "context_message",
+    "corrupt_row",
     "drive",
     "forget_current",
     "hit_metadata",

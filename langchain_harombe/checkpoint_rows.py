@@ -49,7 +49,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from harombe_core.errors import HarombeError, InvalidInputError, UnsafeCheckpointError
-from harombe_core.store.rows import corrupt_row
+from harombe_core.integration import corrupt_row
 from harombe_core.validate import check_id
 
 __all__ = [
