@@ -347,7 +347,12 @@ def ingest(
     count = 0
     for session in sessions_of(sample, notes, index):
         sid = f"{user}-session-{session.number}"
-        mm.create_session(user_id=user, session_id=sid, metadata={"locomo_session": session.number})
+        mm.create_session(
+            user_id=user,
+            session_id=sid,
+            metadata={"locomo_session": session.number},
+            created_at=session.date,
+        )
         messages = [
             Message(
                 role=roles.get(turn.speaker, "user"),

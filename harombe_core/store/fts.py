@@ -577,9 +577,11 @@ def _drop_common_words(
     words find, and the rows only it would add mostly rank below those. Below 2,000 rows
     scoring all of a word's rows takes a few milliseconds, so small stores keep every word.
     When every word is that common, the ``_KEEP_WHEN_ALL_COMMON`` (2) rarest are kept, so a
-    query never loses all its words. A word whose terms are not in the index counts as rare
-    (it matches nothing, so it costs nothing). The messages not indexed yet (``tail``) count
-    as if they were.
+    query never loses all its words. A word whose terms are not in the index is kept (it
+    matches nothing, so it costs nothing), but it is not a rarer word that lets a common one
+    go: "the garden yesterday" over a history where every turn names the garden would
+    otherwise find nothing at all. The messages not indexed yet (``tail``) count as if they
+    were.
     """
     if len(words) < 2:
         return list(words)
@@ -592,9 +594,10 @@ def _drop_common_words(
                 counts[word] += tail_rows(tail, terms)
     threshold = max(rows * _COMMON_SHARE, _COMMON_MIN_ROWS)
     kept = [w for w in words if counts[w] <= threshold]
-    if not kept:
-        rarest = sorted(words, key=lambda w: counts[w])[:_KEEP_WHEN_ALL_COMMON]
-        kept = [w for w in words if w in rarest]
+    if not any(counts[w] for w in kept):  # what is left would match no row
+        found = sorted((w for w in words if counts[w]), key=lambda w: counts[w])
+        rarest = found[:_KEEP_WHEN_ALL_COMMON] or list(words)
+        kept = [w for w in words if w in rarest or counts[w] == 0]
     return kept
 
 
