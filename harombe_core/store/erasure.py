@@ -117,10 +117,12 @@ def relink_successors(d: Dialect, session_id: str, removed: Sequence[int]) -> Bo
         else:
             held = (yield d.step("SELECT rowid FROM messages_fts WHERE rowid = ?", (nid,))).rows
             if held:  # not yet indexed: the catch-up indexes it with its context as it is then
+                from harombe_core.store.fts import spaced  # fts imports this module
+
                 yield d.step("DELETE FROM messages_fts WHERE rowid = ?", (nid,))
                 yield d.step(
                     "INSERT INTO messages_fts (rowid, content, context) VALUES (?, ?, ?)",
-                    (nid, content, context),
+                    (nid, spaced(content), spaced(context)),
                 )
     yield from _drop_vectors(d, sorted(successors))
     until = (yield d.step("SELECT summary_until_id FROM sessions WHERE id = ?", (session_id,))).rows

@@ -58,6 +58,7 @@ __all__ = [
     "rebuild_body",
     "score_tail",
     "search_body",
+    "spaced",
     "split_tail",
     "tail_rows",
 ]
@@ -74,15 +75,47 @@ _K1, _B = 1.2, 0.75
 TAIL_LIMIT = 5_000
 
 _WORD = re.compile(r"\w+", re.UNICODE)
+#: Characters of scripts written without spaces between words (Han ideographs, Hiragana,
+#: Katakana). FTS5's unicode61 makes one token of a whole run of them (a sentence), so no word
+#: inside it could be found; the index holds each as a token of its own instead
+#: (:func:`spaced`), and a query word of them is looked up as the phrase of its characters.
+_UNSPACED = re.compile(
+    "[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002fa1f]"
+)
 
 #: The keyword index's tokenizer (``messages_fts``, migration 1); query words go through it too.
 TOKENIZER = "porter unicode61 remove_diacritics 2"
 
 
+_UNSPACED_RUN = re.compile(f"({_UNSPACED.pattern}+)")
+
+
 def query_words(text: str) -> list[str]:
-    """The distinct words of free text that a keyword search looks for (at most 64)."""
-    words = dict.fromkeys(w.lower() for w in _WORD.findall(text) if len(w) > 1 or w.isdigit())
+    """The distinct words of free text that a keyword search looks for (at most 64).
+
+    Chinese and Japanese are written without spaces, so a run of their characters gives
+    itself and its overlapping pairs of characters ("東京の寿司" -> "東京の寿司", "東京",
+    "京の", "の寿", "寿司"), each looked up as a phrase (:func:`fts_query`): BM25 then ranks a
+    turn by how many of the question's pairs it has, as it does words (one character alone
+    is a word). The keyword indexes of facts and of PostgreSQL hold a run as one token: the
+    run itself still matches there.
+    """
+    words: dict[str, None] = {}
+    for word in _WORD.findall(text):
+        for piece in _UNSPACED_RUN.split(word.lower()):
+            if _UNSPACED.match(piece):
+                pairs = [piece[i : i + 2] for i in range(len(piece) - 1)]
+                words.update(dict.fromkeys([piece, *pairs]))
+            elif len(piece) > 1 or piece.isdigit():
+                words[piece] = None
     return list(words)[:64]
+
+
+def spaced(text: str) -> str:
+    """``text`` as the keyword index is given it: each character of a script written without
+    spaces (:data:`_UNSPACED`) set apart, so that it is a token of its own and any word of
+    such text is found as the phrase of its characters. Other text is unchanged."""
+    return _UNSPACED.sub(r" \g<0> ", text) if _UNSPACED.search(text) else text
 
 
 def fts_query(text: str | Sequence[str]) -> str | None:
@@ -90,11 +123,17 @@ def fts_query(text: str | Sequence[str]) -> str | None:
     injection), OR-ed.
 
     BM25 then ranks by how many rare words match, which is what a user typing a question means.
+    A word of Chinese or Japanese characters is the phrase of its characters (as
+    :func:`spaced` indexes them), or else one token (as an index written before
+    :func:`spaced` holds such text, until ``harombe reindex``).
     """
     words = query_words(text) if isinstance(text, str) else list(text)
     if not words:
         return None
-    return " OR ".join(f'"{w}"' for w in words)
+    return " OR ".join(
+        f'"{" ".join(spaced(w).split())}" OR "{w}"' if _UNSPACED.search(w) else f'"{w}"'
+        for w in words
+    )
 
 
 _TERMS_LOCK = threading.Lock()
@@ -115,7 +154,7 @@ def tokens(text: str) -> tuple[str, ...]:
         db = _TERMS_DB[0]
         db.execute("BEGIN")
         try:
-            db.execute("INSERT INTO words (rowid, word) VALUES (1, ?)", (text,))
+            db.execute("INSERT INTO words (rowid, word) VALUES (1, ?)", (spaced(text),))
             rows = db.execute("SELECT term FROM word_terms ORDER BY offset").fetchall()
         finally:
             db.execute("ROLLBACK")
@@ -195,10 +234,12 @@ def catch_up(file: SQLiteFile, retries: int) -> int:
         # Rows the index already holds above the mark are skipped (one empty rowid range when
         # the mark is right), so a mark set too low cannot fail every catch-up on a rowid
         # the index has.
+        c.create_function("harombe_spaced", 1, spaced, deterministic=True)
         count = c.execute(
-            "INSERT INTO messages_fts (rowid, content, context) "
-            f"SELECT m.id, m.content, {CONTEXT_SQL} FROM messages m WHERE m.id > ? "
-            "AND m.id NOT IN (SELECT rowid FROM messages_fts WHERE rowid > ?) ORDER BY m.id",
+            "INSERT INTO messages_fts (rowid, content, context) SELECT m.id, "
+            f"harombe_spaced(m.content), harombe_spaced({CONTEXT_SQL}) FROM messages m "
+            "WHERE m.id > ? AND m.id NOT IN (SELECT rowid FROM messages_fts WHERE rowid > ?) "
+            "ORDER BY m.id",
             (done, done),
         ).rowcount
         set_keyword_mark(c, max(done, _max_message_id(c)))
@@ -740,7 +781,7 @@ def rebuild_body() -> Body[int]:
             previous_session, context = session_id, ""
         yield Step(
             "INSERT INTO messages_fts (rowid, content, context) VALUES (?, ?, ?)",
-            (mid, content, context),
+            (mid, spaced(content), spaced(context)),
         )
         context = content
         count += 1

@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 
 from harombe_core import InvalidInputError, InvalidMessageError, MemoryManager, Message
+from harombe_core.store import ops
 
 #: Session dates as the public benchmarks spell them, and how a user turns each into a time.
 LONGMEMEVAL = ("2023/05/20 (Sat) 02:21", "%Y/%m/%d (%a) %H:%M")
@@ -199,3 +200,53 @@ def test_now_over_25k_turns(long_history: MemoryManager) -> None:
     # The same words with no time named rank the whole history.
     plain = long_history.search("what did we say about the garden?", user_id="u", top_k=5)
     assert not all(first <= h.message.created_at < last for h in plain)
+
+
+JAPANESE = "東京で寿司を食べました。とても美味しかった"
+CHINESE = "我昨天在北京买了一辆自行车"
+
+
+@pytest.mark.parametrize("indexed", [False, True], ids=["unindexed tail", "indexed"])
+def test_words_inside_chinese_and_japanese_text_are_found(mm: MemoryManager, indexed: bool) -> None:
+    # Written without spaces: the keyword index must find a word inside a sentence.
+    mm.save_messages(
+        "s",
+        [
+            Message(role="user", content=JAPANESE),
+            Message(role="assistant", content="That sounds lovely, what else did you do?"),
+            Message(role="user", content=CHINESE),
+            Message(role="assistant", content="Nice, a bicycle is a good way to get around."),
+        ],
+        user_id="u",
+    )
+    if indexed:
+        mm.flush()
+
+    def first(query: str) -> str:
+        return mm.search(query, user_id="u", top_k=1, neighbor_weight=0.0)[0].message.content
+
+    assert first("寿司") == JAPANESE
+    assert first("東京") == JAPANESE
+    assert first("寿司はどこで食べた？") == JAPANESE  # a question, its words unspaced too
+    assert first("自行车") == CHINESE
+    assert first("北京") == CHINESE
+    assert first("bicycle") != JAPANESE
+
+
+def test_chinese_text_is_found_after_a_reindex_and_an_edit(mm: MemoryManager) -> None:
+    ids = mm.save_messages(
+        "s",
+        [
+            Message(role="user", content="a turn that will be deleted"),
+            Message(role="assistant", content=CHINESE),
+        ],
+        user_id="u",
+    )
+    mm.flush()
+    mm.store.run(ops.rebuild_keyword_index())  # what `harombe reindex` runs first
+    assert mm.search("自行车", user_id="u", top_k=1)[0].message.content == CHINESE
+    # Deleting the turn it answered re-indexes it with its new context.
+    mm.replace_messages("s", [ids[0]])
+    mm.flush()
+    hits = mm.search("自行车", user_id="u", top_k=2)
+    assert [h.message.content for h in hits] == [CHINESE]
