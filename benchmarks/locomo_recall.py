@@ -312,7 +312,9 @@ def sessions_of(sample: Any, notes: Notes, index: int = 0) -> list[LoSession]:
             dia_id = normalise_id(turn.get("dia_id", ""))
             if dia_id is None:
                 dia_id = f"D{n}:{position}"
-                notes.repair("turn without a usable dia_id (numbered by position)", dia_id)
+                notes.repair(
+                    "turn without a usable dia_id (numbered by position)", f"{user} {dia_id}"
+                )
             elif dia_id != turn.get("dia_id"):
                 notes.repair("turn dia_id normalised", f"{user} {turn.get('dia_id')}")
             speaker = turn.get("speaker")
