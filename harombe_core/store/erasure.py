@@ -34,6 +34,7 @@ from typing import Any
 
 from harombe_core.store.runner import Body, Dialect
 from harombe_core.store.schema import TS_CONFIG
+from harombe_core.store.unspaced import spaced
 
 __all__ = [
     "ERASED_KEYWORDS",
@@ -117,8 +118,6 @@ def relink_successors(d: Dialect, session_id: str, removed: Sequence[int]) -> Bo
         else:
             held = (yield d.step("SELECT rowid FROM messages_fts WHERE rowid = ?", (nid,))).rows
             if held:  # not yet indexed: the catch-up indexes it with its context as it is then
-                from harombe_core.store.fts import spaced  # fts imports this module
-
                 yield d.step("DELETE FROM messages_fts WHERE rowid = ?", (nid,))
                 yield d.step(
                     "INSERT INTO messages_fts (rowid, content, context) VALUES (?, ?, ?)",

@@ -44,6 +44,7 @@ from harombe_core.store.erasure import KEYWORD_TABLES
 from harombe_core.store.rows import MESSAGE_COLUMNS, row_to_message, scope_sql
 from harombe_core.store.runner import Body, Step
 from harombe_core.store.sqlite_file import SQLiteFile
+from harombe_core.store.unspaced import UNSPACED, spaced
 
 __all__ = [
     "KEYWORD_MARK",
@@ -58,7 +59,6 @@ __all__ = [
     "rebuild_body",
     "score_tail",
     "search_body",
-    "spaced",
     "split_tail",
     "tail_rows",
 ]
@@ -75,19 +75,11 @@ _K1, _B = 1.2, 0.75
 TAIL_LIMIT = 5_000
 
 _WORD = re.compile(r"\w+", re.UNICODE)
-#: Characters of scripts written without spaces between words (Han ideographs, Hiragana,
-#: Katakana). FTS5's unicode61 makes one token of a whole run of them (a sentence), so no word
-#: inside it could be found; the index holds each as a token of its own instead
-#: (:func:`spaced`), and a query word of them is looked up as the phrase of its characters.
-_UNSPACED = re.compile(
-    "[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002fa1f]"
-)
-
 #: The keyword index's tokenizer (``messages_fts``, migration 1); query words go through it too.
 TOKENIZER = "porter unicode61 remove_diacritics 2"
 
 
-_UNSPACED_RUN = re.compile(f"({_UNSPACED.pattern}+)")
+_UNSPACED_RUN = re.compile(f"({UNSPACED.pattern}+)")
 
 
 def query_words(text: str) -> list[str]:
@@ -103,19 +95,12 @@ def query_words(text: str) -> list[str]:
     words: dict[str, None] = {}
     for word in _WORD.findall(text):
         for piece in _UNSPACED_RUN.split(word.lower()):
-            if _UNSPACED.match(piece):
+            if UNSPACED.match(piece):
                 pairs = [piece[i : i + 2] for i in range(len(piece) - 1)]
                 words.update(dict.fromkeys([piece, *pairs]))
             elif len(piece) > 1 or piece.isdigit():
                 words[piece] = None
     return list(words)[:64]
-
-
-def spaced(text: str) -> str:
-    """``text`` as the keyword index is given it: each character of a script written without
-    spaces (:data:`_UNSPACED`) set apart, so that it is a token of its own and any word of
-    such text is found as the phrase of its characters. Other text is unchanged."""
-    return _UNSPACED.sub(r" \g<0> ", text) if _UNSPACED.search(text) else text
 
 
 def fts_query(text: str | Sequence[str]) -> str | None:
@@ -131,7 +116,7 @@ def fts_query(text: str | Sequence[str]) -> str | None:
     if not words:
         return None
     return " OR ".join(
-        f'"{" ".join(spaced(w).split())}" OR "{w}"' if _UNSPACED.search(w) else f'"{w}"'
+        f'"{" ".join(spaced(w).split())}" OR "{w}"' if UNSPACED.search(w) else f'"{w}"'
         for w in words
     )
 
