@@ -89,8 +89,8 @@ def query_words(text: str) -> list[str]:
     itself and its overlapping pairs of characters ("東京の寿司" -> "東京の寿司", "東京",
     "京の", "の寿", "寿司"), each looked up as a phrase (:func:`fts_query`): BM25 then ranks a
     turn by how many of the question's pairs it has, as it does words (one character alone
-    is a word). The keyword indexes of facts and of PostgreSQL hold a run as one token: the
-    run itself still matches there.
+    is a word). The facts' keyword index holds a run as one token: the run itself still
+    matches there. (PostgreSQL's parser makes no token of these scripts at all.)
     """
     words: dict[str, None] = {}
     for word in _WORD.findall(text):
