@@ -12,14 +12,13 @@ model named beside it). The keyword index is FTS5 kept by triggers on SQLite and
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import Any
 
 from harombe_core.facts.consolidate import Current, decide
 from harombe_core.facts.models import Fact, FactProposal, FactSource, SessionState
 from harombe_core.store.erasure import mark_erased
-from harombe_core.store.fts import fts_query, query_words
+from harombe_core.store.fts import fts_query, pg_query, query_words
 from harombe_core.store.rows import corrupt_row, from_micros, time_problem, to_micros
 from harombe_core.store.runner import Body, Dialect, Op
 from harombe_core.store.schema import TS_CONFIG
@@ -495,15 +494,14 @@ def keyword_facts(
             )
             rows = (yield d.step(sql, (match, user_id, limit))).rows
         else:
-            terms = " | ".join(w for w in (re.sub(r"\W", "", x) for x in words) if w)
-            if not terms:
-                return []
+            # The words as the messages' keyword search reads them (Chinese, Japanese and
+            # Korean as phrases of their characters, as the facts' index holds them).
             sql = (
-                f"SELECT f.id, ts_rank(f.fts, to_tsquery('{TS_CONFIG}', ?)) AS r FROM facts f "
-                f"WHERE f.fts @@ to_tsquery('{TS_CONFIG}', ?) AND f.user_id = ?{alive} "
-                "ORDER BY r DESC, f.id LIMIT ?"
+                f"SELECT f.id, ts_rank(f.fts, q) AS r FROM facts f, "
+                f"websearch_to_tsquery('{TS_CONFIG}', ?) AS q "
+                f"WHERE f.fts @@ q AND f.user_id = ?{alive} ORDER BY r DESC, f.id LIMIT ?"
             )
-            rows = (yield d.step(sql, (terms, terms, user_id, limit))).rows
+            rows = (yield d.step(sql, (pg_query(words), user_id, limit))).rows
         return [(int(r[0]), float(r[1])) for r in rows]
 
     return Op(body)

@@ -836,7 +836,7 @@ def keyword_search(
             "JOIN sessions s ON s.id = m.session_id "
             f"WHERE m.fts @@ q{where} ORDER BY rank DESC, m.id DESC LIMIT ?"
         )
-        rows = (yield d.step(sql, [" or ".join(words), *params, limit])).rows
+        rows = (yield d.step(sql, [fts.pg_query(words), *params, limit])).rows
         return [KeywordHit(row_to_message(r[:-1]), float(r[-1])) for r in rows]
 
     return Op(body, empty=not words or limit <= 0)
@@ -853,8 +853,8 @@ def rebuild_keyword_index() -> Op[int]:
             "WITH ctx AS (SELECT id, COALESCE(LAG(content) OVER (PARTITION BY session_id "
             "ORDER BY id), '') AS context FROM messages) "
             "UPDATE messages m SET context = ctx.context, "
-            f"fts = setweight(to_tsvector('{TS_CONFIG}', m.content), 'A') || "
-            f"setweight(to_tsvector('{TS_CONFIG}', ctx.context), 'B') "
+            f"fts = setweight(to_tsvector('{TS_CONFIG}', harombe_spaced(m.content)), 'A') || "
+            f"setweight(to_tsvector('{TS_CONFIG}', harombe_spaced(ctx.context)), 'B') "
             "FROM ctx WHERE ctx.id = m.id"
         )
         return int(result.rowcount)

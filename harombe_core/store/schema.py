@@ -10,6 +10,7 @@ messages on SQLite, a ``tsvector`` column on PostgreSQL) and the column types.
 from __future__ import annotations
 
 from harombe_core.store.context_sql import context_indexes
+from harombe_core.store.unspaced import PG_UNSPACED
 
 __all__ = [
     "MIGRATIONS",
@@ -487,6 +488,25 @@ MIGRATIONS: list[list[str]] = [
                 VALUES ('erased_keywords_pending', lower(hex(randomblob(16))));
         END""",
     ],
+    # 14: Chinese, Japanese and Korean words inside a run of text are found
+    # (store/unspaced.py): the facts' triggers index a fact's text with each of those
+    # characters set apart (``harombe_spaced``, a function every connection of harombe's
+    # defines), and the rows indexed before, as one token per run, are indexed again that way:
+    # the facts and the messages (or turns they answer) that hold such characters, only them.
+    [
+        "DROP TRIGGER facts_fts_insert",
+        """CREATE TRIGGER facts_fts_insert AFTER INSERT ON facts BEGIN
+            INSERT INTO facts_fts (rowid, text) VALUES (new.id, harombe_spaced(new.text));
+        END""",
+        "DROP TRIGGER facts_fts_update",
+        """CREATE TRIGGER facts_fts_update AFTER UPDATE OF text ON facts BEGIN
+            UPDATE facts_fts SET text = harombe_spaced(new.text) WHERE rowid = new.id;
+        END""",
+        "UPDATE facts_fts SET text = harombe_spaced(text) WHERE harombe_spaced(text) <> text",
+        "UPDATE messages_fts SET content = harombe_spaced(content), "
+        "context = harombe_spaced(context) "
+        "WHERE harombe_spaced(content) <> content OR harombe_spaced(context) <> context",
+    ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -496,10 +516,11 @@ TS_CONFIG = "english"
 
 #: A message's keyword vector on PostgreSQL: the message (weight A) and the turn it answers
 #: (weight B), from two ``?`` parameters.
-TSVECTOR_SQL = (
-    f"setweight(to_tsvector('{TS_CONFIG}', ?), 'A') || "
-    f"setweight(to_tsvector('{TS_CONFIG}', ?), 'B')"
+_PG_VECTOR = (
+    f"setweight(to_tsvector('{TS_CONFIG}', harombe_spaced({{content}})), 'A') || "
+    f"setweight(to_tsvector('{TS_CONFIG}', harombe_spaced({{context}})), 'B')"
 )
+TSVECTOR_SQL = _PG_VECTOR.format(content="?", context="?")
 
 #: The pgvector table: one vector per message, gone with its message. The column is untyped so
 #: vectors of any model fit; each dimension gets its own partial HNSW index (vectors/pgvector.py).
@@ -681,6 +702,22 @@ PG_MIGRATIONS: list[list[str]] = [
         "ON sessions FOR EACH ROW EXECUTE FUNCTION harombe_summary_fts()",
         "UPDATE sessions SET summary = summary WHERE summary <> ''",
         "CREATE INDEX IF NOT EXISTS sessions_summary_fts ON sessions USING GIN (summary_fts)",
+    ],
+    # 11: Chinese, Japanese and Korean words inside a run of text are found, as SQLite
+    # migration 14: ``harombe_spaced`` sets each of their characters apart (store/unspaced.py;
+    # the parser made one token of a whole run), the messages' keyword vectors that hold such
+    # characters are computed again through it, and the facts' generated vector is replaced by
+    # one computed through it (which recomputes every fact's).
+    [
+        "CREATE OR REPLACE FUNCTION harombe_spaced(t TEXT) RETURNS TEXT LANGUAGE sql "
+        f"IMMUTABLE STRICT PARALLEL SAFE AS $$ SELECT regexp_replace(t, '({PG_UNSPACED})', "
+        "' \\1 ', 'g') $$",
+        f"UPDATE messages SET fts = {_PG_VECTOR.format(content='content', context='context')} "
+        f"WHERE content ~ '{PG_UNSPACED}' OR context ~ '{PG_UNSPACED}'",
+        "ALTER TABLE facts DROP COLUMN fts",
+        "ALTER TABLE facts ADD COLUMN fts TSVECTOR GENERATED ALWAYS AS "
+        f"(to_tsvector('{TS_CONFIG}', harombe_spaced(text))) STORED",
+        "CREATE INDEX facts_fts ON facts USING GIN (fts)",
     ],
 ]
 PG_SCHEMA_VERSION = len(PG_MIGRATIONS)

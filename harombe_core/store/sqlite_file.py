@@ -57,6 +57,7 @@ from harombe_core.errors import (
 from harombe_core.store.base import AtomicBlock
 from harombe_core.store.shared import Lease, SharedRegistry
 from harombe_core.store.sqlite_checks import plan_open
+from harombe_core.store.unspaced import spaced
 
 __all__ = [
     "FORK_WAIT_SECONDS",
@@ -217,6 +218,9 @@ class SQLiteFile:
             # Deleted rows are zeroed, not just marked free, whatever the build's default:
             # deleted means gone from the file (store/erasure.py).
             conn.execute("PRAGMA secure_delete = ON")
+            # The keyword indexes' transform of unspaced scripts (store/unspaced.py): the facts'
+            # triggers call it, whichever connection writes a fact.
+            conn.create_function("harombe_spaced", 1, spaced, deterministic=True)
             if not self._memory:
                 conn.execute("PRAGMA synchronous = NORMAL")
                 # A checkpoint gives the -wal file back down to this size; without it the file

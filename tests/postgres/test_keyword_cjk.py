@@ -1,0 +1,160 @@
+"""Chinese, Japanese and Korean words inside a run of text are found by keyword, on every
+backend, in the messages and in the facts, also in stores written before the index set their
+characters apart (store/unspaced.py), and deleted text of theirs is found no more."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from harombe_core.manager import MemoryManager
+from harombe_core.models import Message
+from harombe_core.store import ops
+from harombe_core.store.pg_server import EmbeddedPostgres
+
+JAPANESE = "東京で寿司を食べました。とても美味しかった"
+CHINESE = "我昨天在北京买了一辆自行车"
+KOREAN = "어제 서울에서 친구를 만났어요"
+ENGLISH = "That sounds lovely, what else did you do?"
+
+
+def _save(mm: MemoryManager) -> list[int]:
+    ids = mm.save_messages(
+        "s",
+        [
+            Message(role="user", content=JAPANESE),
+            Message(role="assistant", content=ENGLISH),
+            Message(role="user", content=CHINESE),
+            Message(role="assistant", content="A bicycle is a good way to get around."),
+            Message(role="user", content=KOREAN),
+        ],
+        user_id="u",
+    )
+    mm.flush()
+    return ids
+
+
+def _first(mm: MemoryManager, query: str) -> str | None:
+    hits = mm.search(query, user_id="u", top_k=1, neighbor_weight=0.0)
+    return hits[0].message.content if hits else None
+
+
+def _fact(mm: MemoryManager, query: str) -> list[str]:
+    return [h.fact.text for h in mm.search_facts("u", query, top_k=1)]
+
+
+def test_words_inside_chinese_japanese_and_korean_text_are_found(manager: MemoryManager) -> None:
+    _save(manager)
+    assert _first(manager, "寿司") == JAPANESE
+    assert _first(manager, "寿司はどこで食べた？") == JAPANESE  # a question, unspaced too
+    assert _first(manager, "北京") == CHINESE
+    assert _first(manager, "自行车") == CHINESE
+    # Korean writes particles onto the noun: 서울에서 is "in Seoul".
+    assert _first(manager, "서울") == KOREAN
+    assert _first(manager, "친구") == KOREAN
+    assert _first(manager, "bicycle") not in (JAPANESE, KOREAN)
+    manager.store.run(ops.rebuild_keyword_index())  # `harombe reindex`: the same
+    assert _first(manager, "寿司") == JAPANESE
+    assert _first(manager, "서울") == KOREAN
+
+
+def test_facts_are_found_by_a_word_inside_them(backend_url: str) -> None:
+    with MemoryManager(backend_url, embedding=None, user_memory=True) as mm:
+        mm.add_fact("u", "我最喜欢的水果是芒果")
+        mm.add_fact("u", "週末は京都で寿司を食べたい", kind="preference")
+        mm.add_fact("u", "서울에서 일해요")
+        mm.add_fact("u", "likes green tea")
+        assert _fact(mm, "芒果") == ["我最喜欢的水果是芒果"]
+        assert _fact(mm, "寿司") == ["週末は京都で寿司を食べたい"]
+        assert _fact(mm, "서울") == ["서울에서 일해요"]
+        profile = mm.get_profile("u", query="芒果")  # the fact the question names first
+        assert profile.facts[0].text == "我最喜欢的水果是芒果"
+        fact = mm.search_facts("u", "芒果", top_k=1)[0].fact
+        mm.correct_fact("u", fact.id, "我最喜欢的水果是西瓜")
+        assert _fact(mm, "西瓜") == ["我最喜欢的水果是西瓜"]
+        assert mm.search_facts("u", "芒果", top_k=3) == []
+
+
+def test_deleted_chinese_and_japanese_text_is_not_found(manager: MemoryManager) -> None:
+    ids = _save(manager)
+    # The Japanese turn goes: the English answer to it held it as the turn it answers.
+    manager.replace_messages("s", [ids[0], ids[2]])
+    manager.flush()
+    for word in ("寿司", "東京", "北京", "自行车"):
+        assert manager.search(word, user_id="u", top_k=5) == [], word
+    assert _first(manager, "서울") == KOREAN
+    manager.delete_session("s")
+    assert manager.search("서울", top_k=5) == []
+
+
+# stores written before the change -------------------------------------------------------------
+@pytest.fixture
+def old_sqlite(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A file as harombe wrote it at schema 13: each run of Han, kana or Hangul one token in
+    the messages' and the facts' keyword indexes."""
+    from harombe_core.store import sqlite as sqlite_module
+    from harombe_core.store import sqlite_file
+
+    path = tmp_path / "old.db"
+    with monkeypatch.context() as old:
+        old.setattr(sqlite_module, "MIGRATIONS", sqlite_module.MIGRATIONS[:13])
+        old.setattr(sqlite_module, "SCHEMA_VERSION", 13)
+        old.setattr(sqlite_file, "spaced", lambda text: text)
+        with MemoryManager(path, embedding=None, user_memory=True) as mm:
+            _save(mm)
+            mm.add_fact("u", "我最喜欢的水果是芒果")
+    raw = sqlite3.connect(path)
+    assert raw.execute("PRAGMA user_version").fetchone()[0] == 13
+    held = raw.execute("SELECT content FROM messages_fts WHERE content LIKE '東京%'").fetchall()
+    assert held == [(JAPANESE,)]  # one unspaced run: 寿司 was not a token
+    raw.close()
+    return path
+
+
+def test_an_old_sqlite_file_is_reindexed_as_it_is_opened(old_sqlite: Path) -> None:
+    with MemoryManager(old_sqlite, embedding=None, user_memory=True) as mm:
+        assert _first(mm, "寿司") == JAPANESE
+        assert _first(mm, "北京") == CHINESE
+        assert _first(mm, "서울") == KOREAN
+        assert _fact(mm, "芒果") == ["我最喜欢的水果是芒果"]
+        assert _first(mm, "sounds lovely") == ENGLISH  # the others are as they were
+    raw = sqlite3.connect(old_sqlite)
+    english = raw.execute(
+        "SELECT content, context FROM messages_fts WHERE content = ?", (ENGLISH,)
+    ).fetchall()
+    assert english
+    assert "寿 司" in " ".join(english[0][1].split())  # its context (the Japanese turn) too
+    raw.close()
+
+
+def test_an_old_postgres_database_is_reindexed_as_it_is_opened(
+    pg_server: EmbeddedPostgres, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from harombe_core.store import postgres as pg_module
+    from harombe_core.store import schema
+
+    url = pg_server.create_database("cjk_old")
+    with monkeypatch.context() as old:  # schema 10 and the vector it computed then
+        old.setattr(pg_module, "PG_MIGRATIONS", schema.PG_MIGRATIONS[:10])
+        old.setattr(pg_module, "PG_SCHEMA_VERSION", 10)
+        old.setattr(
+            ops,
+            "TSVECTOR_SQL",
+            "setweight(to_tsvector('english', ?), 'A') || "
+            "setweight(to_tsvector('english', ?), 'B')",
+        )
+        with MemoryManager(url, embedding=None, user_memory=True) as mm:
+            _save(mm)
+            mm.add_fact("u", "我最喜欢的水果是芒果")
+    with psycopg.connect(url) as conn:
+        vector = conn.execute("SELECT fts::text FROM messages WHERE content = %s", (CHINESE,))
+        assert "'我昨天在北京买了一辆自行车'" in str(vector.fetchone())
+    with MemoryManager(url, embedding=None, user_memory=True) as mm:
+        assert _first(mm, "寿司") == JAPANESE
+        assert _first(mm, "北京") == CHINESE
+        assert _first(mm, "서울") == KOREAN
+        assert _fact(mm, "芒果") == ["我最喜欢的水果是芒果"]
+        assert _first(mm, "sounds lovely") == ENGLISH
