@@ -73,9 +73,11 @@ def test_facts_are_found_by_a_word_inside_them(backend_url: str) -> None:
         profile = mm.get_profile("u", query="芒果")  # the fact the question names first
         assert profile.facts[0].text == "我最喜欢的水果是芒果"
         fact = mm.search_facts("u", "芒果", top_k=1)[0].fact
-        mm.correct_fact("u", fact.id, "我最喜欢的水果是西瓜")
+        corrected = mm.correct_fact("u", fact.id, "我最喜欢的水果是西瓜")
         assert _fact(mm, "西瓜") == ["我最喜欢的水果是西瓜"]
         assert mm.search_facts("u", "芒果", top_k=3) == []
+        mm.forget_fact("u", corrected.id)
+        assert mm.search_facts("u", "西瓜", top_k=3) == []
 
 
 def test_deleted_chinese_and_japanese_text_is_not_found(manager: MemoryManager) -> None:
@@ -88,6 +90,12 @@ def test_deleted_chinese_and_japanese_text_is_not_found(manager: MemoryManager) 
     assert _first(manager, "서울") == KOREAN
     manager.delete_session("s")
     assert manager.search("서울", top_k=5) == []
+    manager.save_message("t", Message(role="user", content=CHINESE), user_id="v")
+    manager.flush()
+    assert manager.search("北京", user_id="v", top_k=1)
+    manager.forget_user("v")  # erasure of a user
+    manager.flush()
+    assert manager.search("北京", top_k=5) == []
 
 
 # stores written before the change -------------------------------------------------------------
