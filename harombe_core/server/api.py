@@ -28,6 +28,7 @@ from fastapi import Depends, FastAPI, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from harombe_core import errors as err
@@ -111,6 +112,56 @@ class _BodyLimit:
             return read.pop(0) if read else await receive()
 
         await self.app(scope, replayed, send)
+
+
+#: Methods a browser sends across sites without asking (a form, a ``fetch`` without CORS) that
+#: change nothing here; every other method may write.
+_SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+class _SameOriginWrites:
+    """Refuse (403) a writing request a browser sent from a page of another site.
+
+    A browser marks such a request with an ``Origin`` header naming the page's site. Without
+    this check a page the user visits could write to a ``--no-auth`` server on their machine
+    (``fetch(url, {method: "POST", mode: "no-cors"})`` needs no CORS permission, and
+    ``/api/sessions/{id}/summary`` takes no body), or sign the inspector in with the page's own
+    key (``/login``). Requests without ``Origin`` (httpx, curl, the MCP SDK, server-side
+    clients) and from the server's own pages pass, as do the origins given with
+    ``--cors-origin``. Only the host is compared with the request's ``Host``, so a TLS proxy in
+    front (``https://`` outside, ``http://`` inside) still counts as the same site.
+    """
+
+    def __init__(self, app: Asgi, allowed: Sequence[str] = ()) -> None:
+        self.app = app
+        self.allowed = {origin.rstrip("/").lower() for origin in allowed}
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope.get("method", "GET") not in _SAFE_METHODS:
+            headers = Headers(scope=scope)
+            origin = headers.get("origin")
+            if origin is not None and not self._same_site(origin, headers.get("host", "")):
+                response = JSONResponse(
+                    {
+                        "error": "AccessDeniedError",
+                        "detail": (
+                            f"a {scope.get('method')} request from a page of {origin!r} is "
+                            "refused: browsers may change memory only from this server's own "
+                            "pages or from an origin allowed with --cors-origin."
+                        ),
+                    },
+                    status_code=403,
+                )
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+    def _same_site(self, origin: str, host: str) -> bool:
+        origin = origin.rstrip("/").lower()
+        if origin in self.allowed:
+            return True
+        _, sep, netloc = origin.partition("://")
+        return bool(sep) and bool(host) and netloc == host.lower()
 
 
 def _invalid_text(exc: RequestValidationError) -> str:
@@ -404,6 +455,7 @@ def create_app(
     add_inspector(app)
     endpoint.add_to(app)
     app.add_middleware(_BodyLimit)
+    app.add_middleware(_SameOriginWrites, allowed=cors_origins)
     if host in LOOPBACK_HOSTS:
         # A page on another site whose name is re-pointed at 127.0.0.1 (DNS rebinding) sends
         # its own name as Host: refused, so a loopback server (--no-auth included) answers

@@ -397,3 +397,44 @@ def test_an_append_of_more_messages_than_one_request_takes_is_refused(served: Se
         assert (
             len(http.post(f"/api/sessions/{sid}/messages", json=most).json()["ids"]) == MAX_APPEND
         )
+
+
+def test_a_page_of_another_site_cannot_write_through_the_browser(fresh_db: str) -> None:
+    """A browser sends ``Origin`` with a page's cross-site POST (``fetch`` in ``no-cors`` mode
+    needs no CORS permission): on a ``--no-auth`` demo server that page could otherwise write
+    (the summary route takes no body at all) or sign the inspector in with its own key. The
+    server's own pages and clients that send no ``Origin`` (httpx, curl, the MCP SDK) pass."""
+    import httpx
+
+    with ServerProcess(fresh_db, extra=["--no-auth"]) as server:
+        sid = _sid()
+        own = {"Origin": server.url}
+        kept = httpx.post(
+            f"{server.url}/api/sessions/{sid}/messages",
+            json={"messages": [{"role": "user", "content": "mine"}]},
+            headers=own,
+        )
+        assert kept.status_code == 201
+        evil = {"Origin": "http://evil.example"}
+        for method, path, body in (
+            ("POST", f"/api/sessions/{sid}/summary", None),
+            (
+                "POST",
+                f"/api/sessions/{sid}/messages",
+                b'{"messages":[{"role":"user","content":"x"}]}',
+            ),
+            ("DELETE", f"/api/sessions/{sid}", None),
+            ("POST", "/login", b"key=hk_x"),
+            ("POST", "/mcp", b"{}"),
+        ):
+            answer = httpx.request(method, server.url + path, content=body, headers=evil)
+            assert answer.status_code == 403, (method, path, answer.text)
+            assert answer.json()["error"] == "AccessDeniedError"
+            assert "--cors-origin" in answer.json()["detail"]
+        assert (
+            httpx.get(f"{server.url}/api/sessions/{sid}/messages", headers=evil).json()[0][
+                "content"
+            ]
+            == "mine"
+        )
+        assert httpx.post(f"{server.url}/api/sessions/{sid}/summary").status_code == 200
