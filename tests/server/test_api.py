@@ -438,3 +438,20 @@ def test_a_page_of_another_site_cannot_write_through_the_browser(fresh_db: str) 
             == "mine"
         )
         assert httpx.post(f"{server.url}/api/sessions/{sid}/summary").status_code == 200
+
+
+def test_every_answer_forbids_framing_sniffing_and_scripts_in_pages(served: Served) -> None:
+    """The inspector's pages may not be framed by another site (clickjacking) and may run no
+    script (it has none, so a hostile message escaping the templates could run nothing); the
+    API's answers are never sniffed into HTML. ``/docs`` keeps Swagger UI's script."""
+    with served.http(served.ann) as http:
+        for path in ("/login", "/api/me", "/api/sessions/nosuch/export?format=text", "/nosuch"):
+            headers = http.get(path).headers
+            assert headers["x-frame-options"] == "DENY", path
+            assert headers["x-content-type-options"] == "nosniff", path
+            assert headers["referrer-policy"] == "same-origin", path
+            policy = headers["content-security-policy"]
+            assert "frame-ancestors 'none'" in policy, path
+            assert "default-src 'none'" in policy, path
+            assert "script-src" not in policy, path
+        assert "content-security-policy" not in http.get("/docs").headers
