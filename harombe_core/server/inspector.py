@@ -24,10 +24,14 @@ from harombe_core.errors import HarombeError
 from harombe_core.server.auth import KEY_COOKIE, scope_for_key, scoped
 from harombe_core.server.memory import ScopedMemory
 
-__all__ = ["add_inspector", "error_page", "graph_svg"]
+__all__ = ["PAGE_MESSAGES", "add_inspector", "error_page", "graph_svg"]
 
 Memory = Annotated[ScopedMemory, Depends(scoped)]
 templates = Jinja2Templates(directory=str(Path(__file__).with_name("templates")))
+
+#: The most messages one session page shows; a longer session is paged (``?after=ID``), so
+#: every message of a session of any length can be reached and no page grows with history.
+PAGE_MESSAGES = 2000
 
 # Thread graph drawing, in SVG user units.
 _STEP_X, _STEP_Y, _RADIUS, _PAD = 34, 40, 11, 20
@@ -178,9 +182,14 @@ def add_inspector(app: FastAPI) -> None:
         session_id: str,
         strategy: str = "simple",
         max_tokens: Annotated[int, Query(ge=0)] = 2000,
+        after: Annotated[int | None, Query(ge=0)] = None,
+        limit: Annotated[int, Query(ge=1, le=PAGE_MESSAGES)] = PAGE_MESSAGES,
     ) -> Response:
         record = await memory.get_session(session_id)
-        messages = await memory.messages(session_id, limit=2000)
+        # one more than shown tells whether a next page exists without counting the session
+        messages = await memory.messages(session_id, limit=limit + 1, after_id=after)
+        more = len(messages) > limit
+        messages = messages[:limit]
         context = await memory.context(session_id, strategy=strategy, max_tokens=max_tokens)
         return _page(
             request,
@@ -192,6 +201,9 @@ def add_inspector(app: FastAPI) -> None:
             strategies=list(STRATEGIES),
             strategy=strategy,
             max_tokens=max_tokens,
+            after=after,
+            limit=limit,
+            next_after=messages[-1]["id"] if more else None,
         )
 
     @app.get("/search", include_in_schema=False, response_class=HTMLResponse)
