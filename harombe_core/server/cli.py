@@ -6,8 +6,10 @@ The commands import the server's dependencies (the ``server`` extra) only when t
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import os
+import socket
 from typing import Annotated
 
 import typer
@@ -26,9 +28,9 @@ from harombe_core.cli_app import (
     open_memory,
     when,
 )
-from harombe_core.errors import InvalidInputError, MissingExtraError
+from harombe_core.errors import HarombeError, InvalidInputError, MissingExtraError
 
-__all__ = ["is_loopback", "keys_app"]
+__all__ = ["AddressUnavailableError", "is_loopback", "keys_app", "listen"]
 
 keys_app = typer.Typer(
     help="Make, list and revoke the API keys of `harombe serve`.",
@@ -107,19 +109,56 @@ def serve_command(
 
         from harombe_core.server.api import create_app
 
-        location = db if "://" in db else os.path.expanduser(db)
-        with open_memory(location, create=True):
-            pass  # the database exists and is migrated before the first request
-        application = create_app(
-            location,
-            auth=not no_auth,
-            cors_origins=cors or (),
-            embedding=embedding,
-            vector_store=vector_store if embedding else None,
-            host=host,
-        )
-        err_console.print(f"harombe serving {escape(location)} on http://{host}:{port}")
-        uvicorn.run(application, host=host, port=port, log_level="warning")
+        listener = listen(host, port)  # before anything is created: a busy port changes nothing
+        with listener:
+            location = db if "://" in db else os.path.expanduser(db)
+            with open_memory(location, create=True):
+                pass  # the database exists and is migrated before the first request
+            application = create_app(
+                location,
+                auth=not no_auth,
+                cors_origins=cors or (),
+                embedding=embedding,
+                vector_store=vector_store if embedding else None,
+                host=host,
+            )
+            bound = listener.getsockname()[1]  # the port chosen, for --port 0
+            shown = f"[{host}]" if ":" in host else host
+            err_console.print(f"harombe serving {escape(location)} on http://{shown}:{bound}")
+            config = uvicorn.Config(application, host=host, port=bound, log_level="warning")
+            uvicorn.Server(config).run(sockets=[listener])
+
+
+class AddressUnavailableError(HarombeError):
+    """``harombe serve`` cannot listen on the ``--host`` and ``--port`` given: the port is taken
+    (often by another ``harombe serve``), the address is not this machine's, or the port needs
+    privileges."""
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host``:``port`` for the server (AddressUnavailableError naming the
+    option to change when it cannot be), made before the database is opened or created."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+    try:
+        sock.bind((host.strip("[]"), port))
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            fix = (
+                f"port {port} on {host} is already in use (another harombe serve?); stop that "
+                "server or pass another --port (--port 0 picks a free one)."
+            )
+        elif exc.errno == errno.EACCES:
+            fix = f"port {port} needs privileges on this machine; pass a --port above 1023."
+        else:
+            fix = (
+                f"cannot listen on {host}:{port} ({exc.strerror}); pass a --host this machine "
+                "has (127.0.0.1 for this machine only, 0.0.0.0 for every interface)."
+            )
+        raise AddressUnavailableError(fix) from exc
+    return sock
 
 
 @command("mcp")

@@ -455,3 +455,28 @@ def test_every_answer_forbids_framing_sniffing_and_scripts_in_pages(served: Serv
             assert "default-src 'none'" in policy, path
             assert "script-src" not in policy, path
         assert "content-security-policy" not in http.get("/docs").headers
+
+
+def test_a_port_in_use_is_a_typed_error_before_anything_is_created(fresh_db: str) -> None:
+    """A busy port used to print "harombe serving ... on http://..." first, create the
+    database, then die with uvicorn's own line (exit 3); now one line names the port and the
+    option to change, exit 1, and the database is not created."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        args = ["serve", "--db", fresh_db, "--port", str(port)]
+        done = subprocess.run(
+            [sys.executable, "-m", "harombe_core.cli", *args],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=60,
+        )
+    assert done.returncode == 1, done.stderr
+    assert f"port {port} on 127.0.0.1 is already in use" in done.stderr
+    assert "--port" in done.stderr
+    assert "serving" not in done.stderr
+    assert not Path(fresh_db).exists()
