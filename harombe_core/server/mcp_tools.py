@@ -207,7 +207,8 @@ class McpEndpoint:
 
 async def _parsable(scope: Any, receive: Any, send: Any) -> Any:
     """The request's ``receive`` again, once its body is known to parse as JSON at all; None
-    when it does not (a 400 JSON-RPC parse error is sent).
+    when it does not (a 400 JSON-RPC parse error is sent) or the client disconnected before
+    sending all of it (nothing is sent: the SDK would log a traceback for each such client).
 
     The SDK answers invalid JSON with a parse error, but JSON nested deeper than Python's
     recursion limit raises RecursionError, which it answers with a 500. The body is already
@@ -216,11 +217,13 @@ async def _parsable(scope: Any, receive: Any, send: Any) -> Any:
     read: list[Any] = []
     while True:
         message = await receive()
+        if message["type"] == "http.disconnect":
+            return None  # the client left mid-body: nobody to answer (the SDK logs a traceback)
         read.append(message)
-        if message["type"] != "http.request" or not message.get("more_body", False):
+        if not message.get("more_body", False):
             break
     try:
-        json.loads(b"".join(m.get("body", b"") for m in read if m["type"] == "http.request"))
+        json.loads(b"".join(m.get("body", b"") for m in read))
     except RecursionError:
         error = {"code": PARSE_ERROR, "message": "Parse error: JSON nested too deeply."}
         response = JSONResponse({"jsonrpc": "2.0", "id": None, "error": error}, status_code=400)

@@ -107,3 +107,49 @@ def test_json_nested_too_deeply_is_a_parse_error_not_a_500(served: Served) -> No
     broken = httpx.post(served.url + "/mcp", content=b"{", headers=headers, timeout=30)
     assert broken.status_code == 400
     assert broken.json()["error"]["code"] == -32700
+
+
+async def test_a_client_gone_mid_body_is_not_logged_as_a_server_error(
+    fresh_db: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An MCP client that disconnects while sending its request (a timeout, a closed laptop)
+    made the SDK log a 40-line traceback and an "exception from stream" for each one; the
+    request now just ends: nothing is answered (nobody is there) and nothing is logged."""
+    from harombe_core.manager import MemoryManager
+    from harombe_core.server.auth import ServerState
+    from harombe_core.server.keys import Scope
+    from harombe_core.server.mcp_tools import McpEndpoint, build_mcp
+
+    manager = MemoryManager(fresh_db)
+    endpoint = McpEndpoint(build_mcp(manager), ServerState(manager, Scope("ann")))
+    arriving = [
+        {"type": "http.request", "body": b'{"jsonrpc": "2.0", "id": 1, ', "more_body": True},
+        {"type": "http.disconnect"},
+    ]
+    sent: list[Any] = []
+
+    async def receive() -> Any:
+        return arriving.pop(0) if arriving else {"type": "http.disconnect"}
+
+    async def send(message: Any) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/mcp",
+        "headers": [
+            (b"host", b"127.0.0.1:8765"),
+            (b"content-type", b"application/json"),
+            (b"accept", b"application/json, text/event-stream"),
+            (b"content-length", b"2000"),
+        ],
+    }
+    try:
+        with caplog.at_level("ERROR"):
+            async with endpoint.running():
+                await endpoint(scope, receive, send)
+    finally:
+        manager.close()
+    assert sent == []
+    assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == []
