@@ -310,7 +310,7 @@ def add_api(app: FastAPI) -> None:
         """The users this key sees (a user key: itself; an admin key: every user)."""
         return await memory.users()
 
-    @app.delete("/api/users/{user_id}", tags=["users"])
+    @app.delete("/api/users/{user_id:path}", tags=["users"])
     async def forget_user(memory: Memory, user_id: Annotated[str, Path()]) -> dict[str, Any]:
         """Erase everything stored for the user (a user key: only its own user): once this
         returns nothing finds it, and no byte of it stays in the database or its indexes."""
@@ -335,24 +335,7 @@ def add_api(app: FastAPI) -> None:
         """Create a session (a new id unless ``session_id`` is given)."""
         return await memory.create_session(**body.model_dump())
 
-    @app.get("/api/sessions/{session_id}", tags=["sessions"])
-    async def get_session(memory: Memory, session_id: SessionId) -> dict[str, Any]:
-        """A session's record: owner, system prompt, metadata, counts, summary."""
-        return await memory.get_session(session_id)
-
-    @app.patch("/api/sessions/{session_id}", tags=["sessions"])
-    async def update_session(
-        memory: Memory, session_id: SessionId, body: SessionPatch
-    ) -> dict[str, Any]:
-        """Change a session's system prompt or metadata (an admin key: also its owner)."""
-        return await memory.update_session(session_id, changes=body.model_dump(exclude_unset=True))
-
-    @app.delete("/api/sessions/{session_id}", tags=["sessions"])
-    async def delete_session(memory: Memory, session_id: SessionId) -> dict[str, Any]:
-        """Delete a session with its messages and their vectors."""
-        return await memory.delete_session(session_id)
-
-    @app.get("/api/sessions/{session_id}/messages", tags=["messages"])
+    @app.get("/api/sessions/{session_id:path}/messages", tags=["messages"])
     async def get_messages(
         memory: Memory,
         session_id: SessionId,
@@ -362,13 +345,13 @@ def add_api(app: FastAPI) -> None:
         """A session's messages in order (``limit`` of them after ``after_id``)."""
         return await memory.messages(session_id, limit=limit, after_id=after_id)
 
-    @app.post("/api/sessions/{session_id}/messages", status_code=201, tags=["messages"])
+    @app.post("/api/sessions/{session_id:path}/messages", status_code=201, tags=["messages"])
     async def append(memory: Memory, session_id: SessionId, body: AppendIn) -> dict[str, Any]:
         """Append messages in one transaction (an unknown session is created); their ids."""
         messages = [m.model_dump(exclude_none=True) for m in body.messages]
         return await memory.append(session_id, messages, body.user_id)
 
-    @app.get("/api/sessions/{session_id}/window", tags=["messages"])
+    @app.get("/api/sessions/{session_id:path}/window", tags=["messages"])
     async def window(
         memory: Memory,
         session_id: SessionId,
@@ -377,7 +360,7 @@ def add_api(app: FastAPI) -> None:
         """The newest messages that fit ``max_tokens``, with their token total."""
         return await memory.window(session_id, max_tokens)
 
-    @app.get("/api/sessions/{session_id}/context", tags=["context"])
+    @app.get("/api/sessions/{session_id:path}/context", tags=["context"])
     async def context(
         memory: Memory,
         session_id: SessionId,
@@ -399,12 +382,12 @@ def add_api(app: FastAPI) -> None:
             full=full,
         )
 
-    @app.post("/api/sessions/{session_id}/summary", tags=["context"])
+    @app.post("/api/sessions/{session_id:path}/summary", tags=["context"])
     async def summarize(memory: Memory, session_id: SessionId) -> dict[str, Any]:
         """Bring the session's stored summary up to date; the session with it."""
         return await memory.summarize(session_id)
 
-    @app.get("/api/sessions/{session_id}/export", tags=["sessions"])
+    @app.get("/api/sessions/{session_id:path}/export", tags=["sessions"])
     async def export(
         memory: Memory,
         session_id: SessionId,
@@ -425,6 +408,25 @@ def add_api(app: FastAPI) -> None:
     ) -> list[dict[str, Any]]:
         """Messages relevant to ``q``, best first, each with its meaning/keyword evidence."""
         return await memory.search(q, top_k=top_k, session_id=session_id, user_id=user_id)
+
+    # after every /api/sessions/{id}/... route: a path id may hold '/', and the first route
+    # that matches a path answers it
+    @app.get("/api/sessions/{session_id:path}", tags=["sessions"])
+    async def get_session(memory: Memory, session_id: SessionId) -> dict[str, Any]:
+        """A session's record: owner, system prompt, metadata, counts, summary."""
+        return await memory.get_session(session_id)
+
+    @app.patch("/api/sessions/{session_id:path}", tags=["sessions"])
+    async def update_session(
+        memory: Memory, session_id: SessionId, body: SessionPatch
+    ) -> dict[str, Any]:
+        """Change a session's system prompt or metadata (an admin key: also its owner)."""
+        return await memory.update_session(session_id, changes=body.model_dump(exclude_unset=True))
+
+    @app.delete("/api/sessions/{session_id:path}", tags=["sessions"])
+    async def delete_session(memory: Memory, session_id: SessionId) -> dict[str, Any]:
+        """Delete a session with its messages and their vectors."""
+        return await memory.delete_session(session_id)
 
 
 def create_app(

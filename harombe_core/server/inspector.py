@@ -171,11 +171,11 @@ def add_inspector(app: FastAPI) -> None:
             request, "index.html", sessions=sessions, users=await memory.users(), user=None
         )
 
-    @app.get("/users/{user_id}", include_in_schema=False, response_class=HTMLResponse)
+    @app.get("/users/{user_id:path}", include_in_schema=False, response_class=HTMLResponse)
     async def user(request: Request, memory: Memory, user_id: str) -> Response:
         return _page(request, "user.html", profile=await memory.profile(user_id))
 
-    @app.get("/sessions/{session_id}", include_in_schema=False, response_class=HTMLResponse)
+    @app.get("/sessions/{session_id:path}", include_in_schema=False, response_class=HTMLResponse)
     async def session(
         request: Request,
         memory: Memory,

@@ -480,3 +480,38 @@ def test_a_port_in_use_is_a_typed_error_before_anything_is_created(fresh_db: str
     assert "--port" in done.stderr
     assert "serving" not in done.stderr
     assert not Path(fresh_db).exists()
+
+
+def test_a_session_id_with_slashes_is_reached_by_every_route(served: Served) -> None:
+    """Session ids may hold '/' (``tenant/user/chat``): such a session was listed but every
+    route naming it (read, write, delete, the inspector's page) answered 404 "Not Found",
+    whether the '/' was sent as is or as %2F (the server decodes it before routing)."""
+    from urllib.parse import quote
+
+    from harombe_core.server import HarombeClient
+
+    sid = f"team/{_sid()}/chat"
+    with served.http(served.ann) as http:
+        assert http.post("/api/sessions", json={"session_id": sid}).status_code == 201
+        for written in (sid, quote(sid, safe="")):
+            base = f"/api/sessions/{written}"
+            kept = http.post(
+                base + "/messages", json={"messages": [{"role": "user", "content": "slash"}]}
+            )
+            assert kept.status_code == 201, kept.text
+            assert kept.json()["session_id"] == sid
+            assert http.get(base).json()["id"] == sid
+            assert http.get(base + "/messages").json()[-1]["content"] == "slash"
+            assert http.get(base + "/window").status_code == 200
+            assert http.get(base + "/context").json()["messages"]
+            assert http.get(base + "/export").status_code == 200
+            assert http.post(base + "/summary").status_code == 200
+            assert http.patch(base, json={"metadata": {"k": 1}}).json()["metadata"] == {"k": 1}
+            page = http.get(f"/sessions/{written}", headers={"Accept": "text/html"})
+            assert page.status_code == 200
+            assert "slash" in page.text
+    with served.http(served.bob) as http:
+        assert http.get(f"/api/sessions/{sid}/messages").status_code == 403
+    with HarombeClient(served.url, api_key=served.ann) as client:
+        assert [m["content"] for m in client.get_messages(sid)] == ["slash", "slash"]
+        assert client.delete_session(sid) is True
