@@ -27,7 +27,7 @@ from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from harombe_core.errors import HarombeError
+from harombe_core.errors import HarombeError, InvalidInputError
 from harombe_core.server.auth import (
     LOOPBACK_HOSTS,
     ServerState,
@@ -119,6 +119,11 @@ def build_mcp(
         """Keep a message in memory (in the user's default memory conversation unless
         session_id names one of theirs). Returns the session and the message id."""
         with _told():
+            if not content.strip():
+                # an assistant's empty call would keep a blank message and report success
+                raise InvalidInputError(
+                    "remember needs the text to keep in content; it was empty or only spaces."
+                )
             scoped = memory(ctx)
             sid = conversation(scoped, session_id)
             return await scoped.append(sid, [{"role": role, "content": content}])

@@ -153,3 +153,18 @@ async def test_a_client_gone_mid_body_is_not_logged_as_a_server_error(
         manager.close()
     assert sent == []
     assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == []
+
+
+async def test_remember_refuses_an_empty_memory(served: Served) -> None:
+    """An assistant calling ``remember`` with no text got success and a blank message kept in
+    the user's memory; it now gets the typed error saying what to pass, and nothing is kept."""
+    sid = "ann-blank-remember"
+    async with http_session(served, served.ann) as session:
+        for blank in ("", "   \n\t"):
+            refused = await session.call_tool("remember", {"content": blank, "session_id": sid})
+            assert refused.isError
+            assert "InvalidInputError" in refused.content[0].text
+            assert "content" in refused.content[0].text
+        result_json(await session.call_tool("remember", {"content": "kept", "session_id": sid}))
+    with served.http(served.ann) as http:
+        assert [m["content"] for m in http.get(f"/api/sessions/{sid}/messages").json()] == ["kept"]
