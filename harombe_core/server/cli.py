@@ -124,7 +124,12 @@ def serve_command(
             )
             bound = listener.getsockname()[1]  # the port chosen, for --port 0
             shown = f"[{host}]" if ":" in host else host
-            err_console.print(f"harombe serving {escape(location)} on http://{shown}:{bound}")
+            named = location
+            if "://" in location:  # a PostgreSQL URL's password stays out of the log
+                from harombe_core.store.postgres import redact_url
+
+                named = redact_url(location)
+            err_console.print(f"harombe serving {escape(named)} on http://{shown}:{bound}")
             config = uvicorn.Config(application, host=host, port=bound, log_level="warning")
             uvicorn.Server(config).run(sockets=[listener])
 

@@ -515,3 +515,24 @@ def test_a_session_id_with_slashes_is_reached_by_every_route(served: Served) -> 
     with HarombeClient(served.url, api_key=served.ann) as client:
         assert [m["content"] for m in client.get_messages(sid)] == ["slash", "slash"]
         assert client.delete_session(sid) is True
+
+
+def test_the_start_line_never_shows_a_postgres_password(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``harombe serve --db postgresql://user:PASSWORD@...`` printed the URL, password and
+    all, on its first line (into service logs); it now shows ``***`` in its place."""
+    from contextlib import nullcontext
+
+    import uvicorn
+    from typer.testing import CliRunner
+
+    from harombe_core.cli import app
+    from harombe_core.server import api, cli
+
+    monkeypatch.setattr(cli, "open_memory", lambda *a, **k: nullcontext())
+    monkeypatch.setattr(api, "create_app", lambda *a, **k: object())
+    monkeypatch.setattr(uvicorn.Server, "run", lambda self, sockets=None: None)
+    url = "postgresql://ann:s3cret-pw@db.example:5432/memory"
+    done = CliRunner().invoke(app, ["serve", "--db", url, "--port", "0"])
+    assert done.exit_code == 0, done.output
+    assert "s3cret-pw" not in done.output
+    assert "postgresql://ann:***@db.example:5432/memory" in done.output
