@@ -29,6 +29,10 @@ __all__ = ["PAGE_MESSAGES", "add_inspector", "error_page", "graph_svg"]
 Memory = Annotated[ScopedMemory, Depends(scoped)]
 templates = Jinja2Templates(directory=str(Path(__file__).with_name("templates")))
 
+#: Sessions the sessions page lists at first (most recently active first), and the most it
+#: lists when asked for more (``/?limit=N``).
+LISTED_SESSIONS, MAX_LISTED = 200, 10_000
+
 #: The most messages one session page shows; a longer session is paged (``?after=ID``), so
 #: every message of a session of any length can be reached and no page grows with history.
 PAGE_MESSAGES = 2000
@@ -165,10 +169,21 @@ def add_inspector(app: FastAPI) -> None:
     from harombe_core.context import STRATEGIES
 
     @app.get("/", include_in_schema=False, response_class=HTMLResponse)
-    async def index(request: Request, memory: Memory) -> Response:
-        sessions = await memory.list_sessions(limit=200)
+    async def index(
+        request: Request,
+        memory: Memory,
+        limit: Annotated[int, Query(ge=1, le=MAX_LISTED)] = LISTED_SESSIONS,
+    ) -> Response:
+        # one more than shown tells whether older sessions exist (a "show more" link)
+        sessions = await memory.list_sessions(limit=limit + 1)
+        more = len(sessions) > limit and limit < MAX_LISTED
         return _page(
-            request, "index.html", sessions=sessions, users=await memory.users(), user=None
+            request,
+            "index.html",
+            sessions=sessions[:limit],
+            users=await memory.users(),
+            user=None,
+            more_limit=min(limit * 5, MAX_LISTED) if more else None,
         )
 
     @app.get("/users/{user_id:path}", include_in_schema=False, response_class=HTMLResponse)

@@ -4,6 +4,7 @@ library's messages and status codes, keys, limits, and two processes sharing one
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import uuid
@@ -536,3 +537,23 @@ def test_the_start_line_never_shows_a_postgres_password(monkeypatch: pytest.Monk
     assert done.exit_code == 0, done.output
     assert "s3cret-pw" not in done.output
     assert "postgresql://ann:***@db.example:5432/memory" in done.output
+
+
+def test_the_sessions_page_says_when_older_sessions_are_not_listed(served: Served) -> None:
+    """The sessions page listed the 200 most recent sessions and stopped, with nothing to say
+    more existed or way to see them; it now links to a longer list."""
+    key = create_key_cli(served.db, user="lister")
+    with served.http(key) as http:
+        for n in range(3):
+            http.post(
+                f"/api/sessions/lister-{n}/messages",
+                json={"messages": [{"role": "user", "content": "hi"}]},
+            )
+        html = {"Accept": "text/html"}
+        short = http.get("/?limit=2", headers=html).text
+        assert len(re.findall(r'href="/sessions/lister-', short)) == 2
+        more = re.search(r'href="\?limit=(\d+)" id="more-sessions"', short)
+        assert more is not None
+        longer = http.get(f"/?limit={more.group(1)}", headers=html).text
+        assert len(re.findall(r'href="/sessions/lister-', longer)) == 3
+        assert 'id="more-sessions"' not in longer
