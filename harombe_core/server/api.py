@@ -128,8 +128,9 @@ class _SameOriginWrites:
     ``/api/sessions/{id}/summary`` takes no body), or sign the inspector in with the page's own
     key (``/login``). Requests without ``Origin`` (httpx, curl, the MCP SDK, server-side
     clients) and from the server's own pages pass, as do the origins given with
-    ``--cors-origin``. Only the host is compared with the request's ``Host``, so a TLS proxy in
-    front (``https://`` outside, ``http://`` inside) still counts as the same site.
+    ``--cors-origin`` (every site for ``*``). Only the host is compared with the request's
+    ``Host``, so a TLS proxy in front (``https://`` outside, ``http://`` inside) still counts
+    as the same site.
     """
 
     def __init__(self, app: Asgi, allowed: Sequence[str] = ()) -> None:
@@ -158,7 +159,7 @@ class _SameOriginWrites:
 
     def _same_site(self, origin: str, host: str) -> bool:
         origin = origin.rstrip("/").lower()
-        if origin in self.allowed:
+        if origin in self.allowed or "*" in self.allowed:
             return True
         _, sep, netloc = origin.partition("://")
         return bool(sep) and bool(host) and netloc == host.lower()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import ipaddress
 import os
+import re
 import socket
 from typing import Annotated
 
@@ -30,7 +31,7 @@ from harombe_core.cli_app import (
 )
 from harombe_core.errors import HarombeError, InvalidInputError, MissingExtraError
 
-__all__ = ["AddressUnavailableError", "is_loopback", "keys_app", "listen"]
+__all__ = ["AddressUnavailableError", "cors_origin", "is_loopback", "keys_app", "listen"]
 
 keys_app = typer.Typer(
     help="Make, list and revoke the API keys of `harombe serve`.",
@@ -99,6 +100,12 @@ def serve_command(
     """Serve memory over HTTP: JSON API (/api, /docs), MCP (/mcp) and inspector (/)."""
     with clean_errors():
         _need_server("harombe serve")
+        if not host.strip():
+            raise InvalidInputError(
+                "--host is empty, which would listen on every interface; pass 127.0.0.1 for "
+                "this machine only, or 0.0.0.0 to serve every interface on purpose."
+            )
+        origins = [cors_origin(origin) for origin in cors or ()]
         if no_auth and not is_loopback(host):
             raise InvalidInputError(
                 f"--no-auth serves everyone's memory to anyone who can connect, so it is only "
@@ -117,7 +124,7 @@ def serve_command(
             application = create_app(
                 location,
                 auth=not no_auth,
-                cors_origins=cors or (),
+                cors_origins=origins,
                 embedding=embedding,
                 vector_store=vector_store if embedding else None,
                 host=host,
@@ -132,6 +139,22 @@ def serve_command(
             err_console.print(f"harombe serving {escape(named)} on http://{shown}:{bound}")
             config = uvicorn.Config(application, host=host, port=bound, log_level="warning")
             uvicorn.Server(config).run(sockets=[listener])
+
+
+_ORIGIN = re.compile(r"https?://[^/\s?#]+")
+
+
+def cors_origin(value: str) -> str:
+    """``value`` as a browser sends it in ``Origin`` (``scheme://host[:port]``, no trailing
+    slash), or ``*``; InvalidInputError naming ``--cors-origin`` for anything else, which no
+    browser's request would ever match (a missing scheme, a path)."""
+    origin = value.strip().rstrip("/")
+    if origin == "*" or _ORIGIN.fullmatch(origin):
+        return origin
+    raise InvalidInputError(
+        f"--cors-origin {value!r} is not an origin a browser sends: give scheme, host and "
+        "port only, like https://app.example or http://localhost:3000 (or * for any site)."
+    )
 
 
 class AddressUnavailableError(HarombeError):

@@ -557,3 +557,43 @@ def test_the_sessions_page_says_when_older_sessions_are_not_listed(served: Serve
         longer = http.get(f"/?limit={more.group(1)}", headers=html).text
         assert len(re.findall(r'href="/sessions/lister-', longer)) == 3
         assert 'id="more-sessions"' not in longer
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "named"),
+    [
+        ("--host", "", "--host is empty"),
+        ("--host", "  ", "--host is empty"),
+        ("--cors-origin", "app.example", "--cors-origin 'app.example'"),
+        ("--cors-origin", "https://app.example/page", "--cors-origin 'https://app.example/page'"),
+    ],
+)
+def test_a_bad_host_or_origin_is_a_typed_error_naming_the_option(
+    fresh_db: str, option: str, value: str, named: str
+) -> None:
+    """An empty ``--host`` (an unset variable in a service file) listened on every interface,
+    and an origin no browser sends (no scheme, a path) was accepted and never matched; both
+    now stop ``harombe serve`` with one line naming the option, and nothing is created."""
+    from typer.testing import CliRunner
+
+    from harombe_core.cli import app
+
+    done = CliRunner().invoke(app, ["serve", "--db", fresh_db, "--port", "0", option, value])
+    assert done.exit_code == 1
+    assert named in done.output
+    assert not Path(fresh_db).exists()
+
+
+def test_an_origin_given_with_a_trailing_slash_is_allowed(fresh_db: str) -> None:
+    """``--cors-origin https://app.example/`` (as copied from an address bar) never matched
+    the ``Origin`` a browser sends, which has no slash: the app's calls were refused."""
+    import httpx
+
+    preflight = {
+        "Origin": "https://app.example",
+        "Access-Control-Request-Method": "POST",
+        "Access-Control-Request-Headers": "authorization",
+    }
+    with ServerProcess(fresh_db, extra=["--cors-origin", "https://app.example/"]) as server:
+        allowed = httpx.options(server.url + "/api/me", headers=preflight)
+        assert allowed.headers["access-control-allow-origin"] == "https://app.example"
