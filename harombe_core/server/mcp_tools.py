@@ -190,8 +190,13 @@ class McpEndpoint:
             yield
 
     def add_to(self, app: FastAPI) -> None:
-        """Serve at exactly ``/mcp`` (a route, not a mount: no redirect to ``/mcp/``)."""
-        app.router.routes.append(Route("/mcp", endpoint=self, methods=["GET", "POST", "DELETE"]))
+        """Serve at exactly ``/mcp`` (a route, not a mount: no redirect to ``/mcp/``).
+
+        GET is answered 405, as the MCP spec lets a server that offers no stream of its own
+        do: a stateless server never sends anything unasked, and the SDK held each GET open
+        as an empty stream until the client left (a file descriptor and a task each, as
+        many as any key cared to open)."""
+        app.router.routes.append(Route("/mcp", endpoint=self, methods=["POST", "DELETE"]))
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         try:

@@ -168,3 +168,14 @@ async def test_remember_refuses_an_empty_memory(served: Served) -> None:
         result_json(await session.call_tool("remember", {"content": "kept", "session_id": sid}))
     with served.http(served.ann) as http:
         assert [m["content"] for m in http.get(f"/api/sessions/{sid}/messages").json()] == ["kept"]
+
+
+def test_get_is_405_not_a_stream_held_open(served: Served) -> None:
+    """A stateless server pushes nothing, yet a GET of ``/mcp`` was held open as an empty
+    event stream for as long as the client kept it (200 of them held 200 descriptors); the
+    spec's answer for a server without a stream of its own is 405, at once."""
+    with served.http(served.ann) as http:
+        answer = http.get("/mcp", headers={"Accept": "text/event-stream"}, timeout=10)
+        assert answer.status_code == 405
+        assert answer.json()["error"] == "HTTPError"
+        assert http.get("/mcp", timeout=10).status_code == 405
