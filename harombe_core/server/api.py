@@ -70,14 +70,9 @@ def max_body_bytes() -> int:
     return 4 * chars + 65_536
 
 
-class _BodyLimit:
-    """Refuse a request body over :func:`max_body_bytes` (413) before the app reads it.
-
-    A declared ``Content-Length`` is checked at once (the server reads no more than it
-    declares). A body without one (chunked) is read here up to the limit and handed on whole:
-    the app would read it all anyway, and an error raised while the app reads it would reach
-    the client as FastAPI's untyped 400 "error parsing the body", not as this 413.
-    """
+class _HttpMiddleware:
+    """An ASGI middleware that sees HTTP requests only (:meth:`http`); lifespan and other
+    scopes pass straight to the app."""
 
     def __init__(self, app: Asgi) -> None:
         self.app = app
@@ -86,6 +81,22 @@ class _BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        await self.http(scope, receive, send)
+
+    async def http(self, scope: Any, receive: Any, send: Any) -> None:
+        await self.app(scope, receive, send)
+
+
+class _BodyLimit(_HttpMiddleware):
+    """Refuse a request body over :func:`max_body_bytes` (413) before the app reads it.
+
+    A declared ``Content-Length`` is checked at once (the server reads no more than it
+    declares). A body without one (chunked) is read here up to the limit and handed on whole:
+    the app would read it all anyway, and an error raised while the app reads it would reach
+    the client as FastAPI's untyped 400 "error parsing the body", not as this 413.
+    """
+
+    async def http(self, scope: Any, receive: Any, send: Any) -> None:
         limit = max_body_bytes()
         declared = dict(scope.get("headers") or []).get(b"content-length")
         if declared is not None:
@@ -119,7 +130,7 @@ class _BodyLimit:
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
-class _SameOriginWrites:
+class _SameOriginWrites(_HttpMiddleware):
     """Refuse (403) a writing request a browser sent from a page of another site.
 
     A browser marks such a request with an ``Origin`` header naming the page's site. Without
@@ -134,11 +145,11 @@ class _SameOriginWrites:
     """
 
     def __init__(self, app: Asgi, allowed: Sequence[str] = ()) -> None:
-        self.app = app
+        super().__init__(app)
         self.allowed = {origin.rstrip("/").lower() for origin in allowed}
 
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http" and scope.get("method", "GET") not in _SAFE_METHODS:
+    async def http(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope.get("method", "GET") not in _SAFE_METHODS:
             headers = Headers(scope=scope)
             origin = headers.get("origin")
             if origin is not None and not self._same_site(origin, headers.get("host", "")):
@@ -175,20 +186,14 @@ _PAGE_POLICY = (
 _OPENAPI_PAGES = ("/docs", "/redoc")
 
 
-class _SecurityHeaders:
+class _SecurityHeaders(_HttpMiddleware):
     """Add the browser protections every response of the app carries: no framing by other
     sites, no MIME sniffing (an export served as text stays text), no referrer (a search query)
     sent to another site (``same-origin``: ``no-referrer`` would make the inspector's own
     form send ``Origin: null``, which :class:`_SameOriginWrites` refuses), and
     :data:`_PAGE_POLICY` on everything but the OpenAPI pages."""
 
-    def __init__(self, app: Asgi) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def http(self, scope: Any, receive: Any, send: Any) -> None:
         extra = [
             (b"x-frame-options", b"DENY"),
             (b"x-content-type-options", b"nosniff"),
