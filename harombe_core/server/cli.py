@@ -61,6 +61,13 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+#: How long ``harombe serve`` lets requests in flight finish after SIGTERM. Without a bound one
+#: client that stops sending mid-request kept the server from ever exiting; a request still
+#: running then is cut (not acknowledged: its transaction commits whole or not at all), well
+#: within the 10 s a container runtime waits before SIGKILL.
+SHUTDOWN_SECONDS = 5.0
+
+
 @command("serve")
 def serve_command(
     db: DbOption,
@@ -96,6 +103,15 @@ def serve_command(
             help="Where --embedding keeps vectors: database (default), chroma or pgvector.",
         ),
     ] = "database",
+    shutdown_timeout: Annotated[
+        float,
+        typer.Option(
+            "--shutdown-timeout",
+            metavar="SECONDS",
+            min=0,
+            help="On SIGTERM, how long requests in flight may take before they are cut.",
+        ),
+    ] = SHUTDOWN_SECONDS,
 ) -> None:
     """Serve memory over HTTP: JSON API (/api, /docs), MCP (/mcp) and inspector (/)."""
     with clean_errors():
@@ -137,7 +153,13 @@ def serve_command(
 
                 named = redact_url(location)
             err_console.print(f"harombe serving {escape(named)} on http://{shown}:{bound}")
-            config = uvicorn.Config(application, host=host, port=bound, log_level="warning")
+            config = uvicorn.Config(
+                application,
+                host=host,
+                port=bound,
+                log_level="warning",
+                timeout_graceful_shutdown=shutdown_timeout,  # type: ignore[arg-type]
+            )
             uvicorn.Server(config).run(sockets=[listener])
 
 

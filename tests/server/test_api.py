@@ -597,3 +597,37 @@ def test_an_origin_given_with_a_trailing_slash_is_allowed(fresh_db: str) -> None
     with ServerProcess(fresh_db, extra=["--cors-origin", "https://app.example/"]) as server:
         allowed = httpx.options(server.url + "/api/me", headers=preflight)
         assert allowed.headers["access-control-allow-origin"] == "https://app.example"
+
+
+def test_sigterm_stops_the_server_while_a_client_stalls_mid_request(fresh_db: str) -> None:
+    """A client that sent half a request and then nothing kept ``harombe serve`` from ever
+    exiting on SIGTERM (uvicorn waited for it without end); in-flight requests now get
+    ``--shutdown-timeout`` seconds, and what was acknowledged before is all there after."""
+    import socket
+
+    import httpx
+
+    key = create_key_cli(fresh_db, user="ann")
+    server = ServerProcess(fresh_db, extra=["--shutdown-timeout", "0.5"]).start()
+    auth = {"Authorization": f"Bearer {key}"}
+    try:
+        kept = httpx.post(
+            server.url + "/api/sessions/stall/messages",
+            json={"messages": [{"role": "user", "content": "acknowledged"}]},
+            headers=auth,
+        )
+        assert kept.status_code == 201
+        with socket.create_connection(("127.0.0.1", server.port)) as stalled:
+            stalled.sendall(
+                b"POST /api/sessions/stall/messages HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                b"Authorization: Bearer " + key.encode() + b"\r\n"
+                b'Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"mess'
+            )
+            assert server.process is not None
+            server.process.terminate()
+            server.process.wait(timeout=60)  # before: still waiting for the stalled client
+    finally:
+        server.stop()
+    with ServerProcess(fresh_db) as again:
+        messages = httpx.get(again.url + "/api/sessions/stall/messages", headers=auth).json()
+        assert [m["content"] for m in messages] == ["acknowledged"]
