@@ -44,7 +44,7 @@ from harombe_core.errors import InvalidInputError
 from harombe_core.integration import Call, Flow, adrive, drive
 from harombe_core.models import Message
 from langchain_harombe._recall import DEFAULT_RECALL_TOKENS, recalling
-from langchain_harombe.convert import from_langchain, to_langchain
+from langchain_harombe.convert import storable_message, to_langchain
 from langchain_harombe.history import (
     HarombeChatMessageHistory,
     Strategy,
@@ -70,13 +70,16 @@ class _Pending(NamedTuple):
     total: int
 
     def saving(self) -> Flow[dict[str, Any]]:
-        yield from saving(self.history, self.messages)
+        # The agent's state holds these messages whole; what harombe cannot store as it is (a
+        # tool's artifact of Documents, text with NUL bytes) is kept in its readable form, as
+        # HarombeSaver's copy of a thread keeps it, rather than failing the run mid-turn.
+        yield from saving(self.history, self.messages, storable=True)
         return {"harombe_saved": self.total}
 
 
 def _key(message: BaseMessage) -> tuple[str, str]:
     """A LangChain message as the (role, content) a stored harombe message would have."""
-    stored = from_langchain(message)
+    stored = storable_message(message)
     return stored.role, stored.content
 
 
@@ -248,7 +251,7 @@ class HarombeMemoryMiddleware(AgentMiddleware[HarombeMemoryState, Any, Any]):
         held = [i for i, m in enumerate(state_messages) if m.id is not None and m.id in ids]
         if not held or held[-1] + 1 >= len(state_messages):
             return window
-        pending = [from_langchain(m) for m in state_messages[held[-1] + 1 :]]
+        pending = [storable_message(m) for m in state_messages[held[-1] + 1 :]]
         budget = self.max_tokens if self.max_tokens is not None else self.manager.max_history_tokens
         spent = self.manager.count_tokens(pending) + sum(m.token_count or 0 for m in view)
         first = 1 if view and view[0].role == "system" else 0
