@@ -66,6 +66,22 @@ ROUND_TRIP = [
     ),
     FunctionMessage(content="42", name="answer"),
     AIMessage("héllo ✓ 漢字", name="bot"),
+    # few-shot examples (LangChain's ``example`` flag) stay examples
+    HumanMessage("2+2?", example=True, id="e1"),
+    AIMessage("4", example=True, id="e2"),
+    # content blocks of LangChain 1.x: an inline image, reasoning, a citation
+    HumanMessage(
+        content=[
+            {"type": "image", "base64": "iVBORw0KGgo=", "mime_type": "image/png"},
+            {"type": "text", "text": "what is it?"},
+        ]
+    ),
+    AIMessage(
+        content=[
+            {"type": "reasoning", "reasoning": "a small png"},
+            {"type": "text", "text": "a dot", "annotations": [{"type": "citation", "url": "u"}]},
+        ]
+    ),
 ]
 
 
