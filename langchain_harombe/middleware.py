@@ -57,24 +57,31 @@ __all__ = ["HarombeMemoryMiddleware", "HarombeMemoryState"]
 
 
 class HarombeMemoryState(AgentState[Any]):
-    """Agent state plus how many of its messages are already stored (private to the middleware)."""
+    """Agent state plus which of its messages are already stored (private to the middleware).
+
+    ``harombe_saved_ids`` are the ids of the state's messages once stored: ids, not a count,
+    because a node may shorten the list (``RemoveMessage``, as LangGraph's guides trim a
+    thread), and a count would then skip the turns that follow. ``harombe_saved`` is the
+    count kept by earlier versions, still read from their checkpoints."""
 
     harombe_saved: NotRequired[Annotated[int, PrivateStateAttr]]
+    harombe_saved_ids: NotRequired[Annotated[list[str], PrivateStateAttr]]
 
 
 class _Pending(NamedTuple):
-    """Messages a save hook writes into ``history``, and the state's count once they are."""
+    """Messages a save hook writes into ``history``, and the state's messages once they are."""
 
     history: HarombeChatMessageHistory
     messages: list[BaseMessage]
-    total: int
+    state: list[BaseMessage]
 
     def saving(self) -> Flow[dict[str, Any]]:
         # The agent's state holds these messages whole; what harombe cannot store as it is (a
         # tool's artifact of Documents, text with NUL bytes) is kept in its readable form, as
         # HarombeSaver's copy of a thread keeps it, rather than failing the run mid-turn.
         yield from saving(self.history, self.messages, storable=True)
-        return {"harombe_saved": self.total}
+        ids = [m.id for m in self.state if m.id is not None]
+        return {"harombe_saved": len(self.state), "harombe_saved_ids": ids}
 
 
 def _key(message: BaseMessage) -> tuple[str, str]:
@@ -175,10 +182,14 @@ class HarombeMemoryMiddleware(AgentMiddleware[HarombeMemoryState, Any, Any]):
         )
 
     # saving -------------------------------------------------------------------------------
-    def _unsaved(self, state: HarombeMemoryState) -> tuple[list[BaseMessage], int]:
+    def _unsaved(self, state: HarombeMemoryState) -> tuple[list[BaseMessage], list[BaseMessage]]:
+        """The state's messages not stored yet, and all of them."""
         messages: list[BaseMessage] = list(state.get("messages") or [])
-        saved = state.get("harombe_saved") or 0
-        return messages[saved:], len(messages)
+        saved_ids = state.get("harombe_saved_ids")
+        if saved_ids is None:  # nothing stored yet, or a checkpoint of an earlier version
+            return messages[state.get("harombe_saved") or 0 :], messages
+        stored = set(saved_ids)
+        return [m for m in messages if m.id is None or m.id not in stored], messages
 
     def _recorded(self, session_id: str) -> bool:
         """True when the graph's checkpointer records this thread into this very session."""
@@ -194,13 +205,13 @@ class HarombeMemoryMiddleware(AgentMiddleware[HarombeMemoryState, Any, Any]):
     def _pending(self, state: HarombeMemoryState, runtime: Runtime[Any]) -> _Pending | None:
         """What a save hook writes: ``None`` when the state holds nothing new, or when the
         graph's checkpointer already records this thread into this very session."""
-        new, total = self._unsaved(state)
+        new, messages = self._unsaved(state)
         if not new:
             return None
         session_id, user_id = self._keys(runtime)
         if self._recorded(session_id):
             return None
-        return _Pending(self._history(session_id, user_id), new, total)
+        return _Pending(self._history(session_id, user_id), new, messages)
 
     def before_model(
         self, state: HarombeMemoryState, runtime: Runtime[Any]

@@ -424,3 +424,50 @@ def test_tool_results_harombe_cannot_store_whole_do_not_stop_the_agent(
             ("user", "more?"),
             ("assistant", "bye"),
         ]
+
+
+@pytest.mark.parametrize("trim_first", [False, True], ids=["harombe-first", "trim-first"])
+def test_a_state_trimmed_with_remove_message_keeps_every_turn_stored(
+    manager: MemoryManager, trim_first: bool
+) -> None:
+    """LangGraph's way to shorten a thread (``RemoveMessage`` of everything, the newest put
+    back) under another checkpointer: the middleware still stores every turn once, so the
+    session keeps the whole conversation and the model's window still reaches past the trim."""
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from tests.langchain.agent_stack_turn import Trim
+
+    memory = HarombeMemoryMiddleware(manager)
+    model = RecordingChatModel()  # echoes
+    agent = create_agent(
+        model,
+        tools=[add],
+        middleware=[Trim(), memory] if trim_first else [memory, Trim()],
+        checkpointer=InMemorySaver(),
+    )
+    config = {"configurable": {"thread_id": "long"}}
+    for n in range(10):
+        state = agent.invoke({"messages": [HumanMessage(f"q{n}")]}, config)
+    assert len(state["messages"]) < 20  # trimmed
+    turns = [text for n in range(10) for text in (f"q{n}", f"echo: q{n}")]
+    assert [m.content for m in manager.get_messages("long")] == turns
+    assert [m.text for m in model.calls[-1]] == turns[:-1]
+
+
+def test_a_thread_saved_by_count_continues_without_storing_twice(manager: MemoryManager) -> None:
+    """A checkpoint written before the middleware kept ids holds only a count of stored
+    messages; the next turn stores only what came after it."""
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    agent = create_agent(
+        RecordingChatModel(),
+        middleware=[HarombeMemoryMiddleware(manager)],
+        checkpointer=InMemorySaver(),
+    )
+    config = {"configurable": {"thread_id": "old"}}
+    agent.invoke({"messages": [HumanMessage("q0")]}, config)
+    agent.update_state(config, {"harombe_saved_ids": None, "harombe_saved": 2})
+    agent.invoke({"messages": [HumanMessage("q1")]}, config)
+    agent.invoke({"messages": [HumanMessage("q2")]}, config)
+    turns = [text for n in range(3) for text in (f"q{n}", f"echo: q{n}")]
+    assert [m.content for m in manager.get_messages("old")] == turns
