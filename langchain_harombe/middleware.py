@@ -185,11 +185,19 @@ class HarombeMemoryMiddleware(AgentMiddleware[HarombeMemoryState, Any, Any]):
     def _unsaved(self, state: HarombeMemoryState) -> tuple[list[BaseMessage], list[BaseMessage]]:
         """The state's messages not stored yet, and all of them."""
         messages: list[BaseMessage] = list(state.get("messages") or [])
+        count = state.get("harombe_saved") or 0
         saved_ids = state.get("harombe_saved_ids")
         if saved_ids is None:  # nothing stored yet, or a checkpoint of an earlier version
-            return messages[state.get("harombe_saved") or 0 :], messages
+            return messages[count:], messages
         stored = set(saved_ids)
-        return [m for m in messages if m.id is None or m.id not in stored], messages
+        # (a message without an id, which LangGraph's reducer never leaves in a graph's
+        # state, is placed by the count)
+        new = [
+            m
+            for i, m in enumerate(messages)
+            if (m.id not in stored if m.id is not None else i >= count)
+        ]
+        return new, messages
 
     def _recorded(self, session_id: str) -> bool:
         """True when the graph's checkpointer records this thread into this very session."""

@@ -412,7 +412,9 @@ def test_tool_results_harombe_cannot_store_whole_do_not_stop_the_agent(
         assert result["messages"][2].artifact == [
             Document(page_content="tea notes", metadata={"kb": 1})
         ]
-        assert [m.text for m in model.calls[-1]] == ["tea?", "", "1 doc about tea", "PK\x03\x04zip"]
+        # the stored form, or the state's if its checkpoint has not landed yet
+        sent = [m.text.replace("\x00", "") for m in model.calls[-1]]
+        assert sent == ["tea?", "", "1 doc about tea", "PK\x03\x04zip"]
         agent.invoke({"messages": [HumanMessage("more?")]}, config)
         stored = manager.get_messages("t", user_id="ann")
         assert [(m.role, m.content) for m in stored] == [
