@@ -13,8 +13,8 @@ so harombe decides by a :class:`TypePolicy` instead, and refuses everything else
   rows where LangGraph is not installed (a test keeps the copy a superset of LangGraph's);
 * the state types LangGraph writes for ordinary graphs of LangChain and LangGraph modules:
   pydantic models, dataclasses, enums and named tuples *defined* in ``langchain_core``,
-  ``langgraph`` or ``langchain`` (a function, an exception or any other callable there is not
-  one: only classes are constructed);
+  ``langgraph``, ``langchain`` or ``langmem`` (a function, an exception or any other callable
+  there is not one: only classes are constructed);
 * exactly the ``(module, name)`` pairs the application allow-lists, with LangGraph's own names
   (``allowed_msgpack_modules``, ``with_allowlist``); ``True`` is LangGraph's permissive default,
   for those who trust every writer of the database.
@@ -103,7 +103,9 @@ LANGGRAPH_SAFE_TYPES: frozenset[tuple[str, str]] = frozenset(
 _SAFE_METHODS = frozenset({("datetime", "datetime", "fromisoformat")})
 
 #: Packages whose state classes (pydantic, dataclass, enum, named tuple) are revived by default.
-FRAMEWORK_MODULES = ("langchain_core", "langgraph", "langchain")
+#: LangMem is LangChain's memory library: its short-term memory keeps a ``RunningSummary``
+#: dataclass in the graph's state.
+FRAMEWORK_MODULES = ("langchain_core", "langgraph", "langchain", "langmem")
 
 #: Serialisation tags that construct nothing (msgpack and json are walked): LangGraph's plain
 #: ones, and the LangChain adapter's blob of message hashes.

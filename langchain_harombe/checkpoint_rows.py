@@ -114,7 +114,16 @@ def undecodable(table: str, key: Mapping[str, Any], column: str, error: Exceptio
     clauses, so reading a sound row costs nothing more."""
     where = dict(key)
     if isinstance(error, UnsafeCheckpointError):
-        located = corrupt_row(table, where, column, "was refused")
+        # A refused type is one the application stored and did not allow, or one written
+        # into the file outside harombe: the row may well be harombe's own.
+        located = corrupt_row(
+            table,
+            where,
+            column,
+            "was refused",
+            cause="It names a type no one allowed: one the application stores itself (allow "
+            "it as said below) or one written into the file outside harombe",
+        )
         refused = UnsafeCheckpointError(
             f"{error.problem} It is {located.problem}",
             type_name=error.type_name,

@@ -405,6 +405,9 @@ def test_an_allow_listed_type_of_the_application_is_revived(tmp_path: Path) -> N
         with pytest.raises(UnsafeCheckpointError, match="Plan") as caught:
             _plan_graph(HarombeSaver(mm)).get_state(CONFIG)
         assert caught.value.type_name == f"{Plan.__module__}.Plan"
+        # the saver wrote this row itself: the message must not say the file was tampered with
+        assert "edited outside harombe" not in str(caught.value)
+        assert "the application stores itself" in str(caught.value)
         for saver in (
             HarombeSaver(mm, allowed_msgpack_modules=[Plan]),
             HarombeSaver(mm, allowed_msgpack_modules=[key]),
@@ -498,6 +501,67 @@ def test_typed_state_graphs_and_interrupts_round_trip(tmp_path: Path, schema: An
     assert [m.text for m in values["messages"]] == ["start", "hi Ann"]
 
 
+@pytest.mark.filterwarnings("ignore:Failed to trim messages:RuntimeWarning")  # LangMem's own
+def test_langmems_running_summary_round_trips(tmp_path: Path) -> None:
+    """LangMem's short-term memory (``SummarizationNode``) keeps a ``RunningSummary``
+    dataclass in the graph's state; HarombeSaver revives it as LangGraph's InMemorySaver does,
+    in a later process too (another saver on the same file)."""
+    pytest.importorskip("langmem")
+    from langchain_core.messages.utils import count_tokens_approximately
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.graph import MessagesState
+    from langmem.short_term import RunningSummary, SummarizationNode
+
+    from langchain_harombe import RecordingChatModel
+
+    class State(MessagesState):
+        context: dict[str, Any]  # {"running_summary": RunningSummary}
+
+    class ModelInput(MessagesState):
+        summarized_messages: list[AnyMessage]
+        context: dict[str, Any]
+
+    def build(saver: Any) -> tuple[Any, RecordingChatModel]:
+        model = RecordingChatModel()
+        summarizer = RecordingChatModel(respond=lambda sent: f"summary of {len(sent)}")
+        summarize = SummarizationNode(
+            token_counter=count_tokens_approximately,
+            model=summarizer,
+            max_tokens=60,
+            max_summary_tokens=20,
+            output_messages_key="summarized_messages",
+        )
+
+        def answer(state: ModelInput) -> dict[str, Any]:
+            return {"messages": [model.invoke(state["summarized_messages"])]}
+
+        graph = StateGraph(State)
+        graph.add_node("summarize", summarize)
+        graph.add_node("answer", answer, input_schema=ModelInput)
+        graph.add_edge(START, "summarize")
+        graph.add_edge("summarize", "answer")
+        return graph.compile(checkpointer=saver), model
+
+    def run(graph: Any, turns: range) -> None:
+        for n in turns:
+            graph.invoke({"messages": [HumanMessage(f"message number {n} " * 5)]}, CONFIG)
+
+    control, control_model = build(InMemorySaver())
+    run(control, range(6))
+    path = tmp_path / "memory.db"
+    with MemoryManager(path, embedding=None) as mm:
+        run(build(HarombeSaver(mm))[0], range(3))
+    with MemoryManager(path, embedding=None) as mm:
+        graph, model = build(HarombeSaver(mm))
+        run(graph, range(3, 6))
+        summary = graph.get_state(CONFIG).values["context"]["running_summary"]
+    expected = control.get_state(CONFIG).values["context"]["running_summary"]
+    assert isinstance(summary, RunningSummary)
+    assert summary.summary == expected.summary
+    assert len(summary.summarized_message_ids) == len(expected.summarized_message_ids)
+    assert [m.text for m in model.calls[-1]] == [m.text for m in control_model.calls[-1]]
+
+
 # the policy itself ----------------------------------------------------------------------------
 def test_the_policy_covers_langgraphs_own_safe_types() -> None:
     """The copy a migration uses without LangGraph stays a superset of LangGraph's list."""
@@ -519,6 +583,7 @@ def test_the_policy_covers_langgraphs_own_safe_types() -> None:
         ("builtins", "exec", False),
         ("builtins", "set", True),
         ("langchain_core..x", "y", False),
+        ("langmem.short_term.summarization", "RunningSummary", True),  # LangMem's state
     ],
 )
 def test_the_policy_answers(module: str, name: str, allowed: bool) -> None:
