@@ -688,7 +688,11 @@ def assemble(
                 values[key[0]] = loads((type_, blob))
         except UNDECODABLE as error:
             listed = refs.get(key, []) if type_ == REFS_TYPE else []
-            bad = next((h for h in listed if _undecodable_message(serde, messages, h)), None)
+            stored: Mapping[bytes, tuple[str, bytes]] = messages
+            if isinstance(listed, Serialised):  # a list this process wrote: its own blobs
+                stored = dict(zip(listed.hashes, listed.blobs, strict=True))
+                listed = listed.hashes
+            bad = next((h for h in listed if _undecodable_message(serde, stored, h)), None)
             if isinstance(bad, bytes):
                 where = {"thread_id": thread_id, "hash": bad}
                 raise undecodable("checkpoint_message_blobs", where, "blob", error) from error

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import enum
 import os
 import pickle
 import sqlite3
@@ -560,6 +561,97 @@ def test_langmems_running_summary_round_trips(tmp_path: Path) -> None:
     assert summary.summary == expected.summary
     assert len(summary.summarized_message_ids) == len(expected.summarized_message_ids)
     assert [m.text for m in model.calls[-1]] == [m.text for m in control_model.calls[-1]]
+
+
+def _memory_agent(saver: Any, store: Any, tools: list[Any]) -> tuple[Any, Any]:
+    """An agent whose second turn calls ``tools[1]`` (a search) after ``tools[0]`` stored."""
+    from langchain_harombe import RecordingChatModel
+
+    def call(name: str, args: dict[str, Any], n: int) -> dict[str, Any]:
+        return {"name": name, "args": args, "id": f"c{n}", "type": "tool_call"}
+
+    script: list[Any] = [
+        AIMessage(
+            "", tool_calls=[call(tools[0].name, {"content": "likes tea", "action": "create"}, 1)]
+        ),
+        "ok",
+        AIMessage("", tool_calls=[call(tools[1].name, {"query": "tea"}, 2)]),
+        "found it",
+        "bye",
+    ]
+    model = RecordingChatModel(responses=script)
+    return create_agent(model, tools=tools, checkpointer=saver, store=store), model
+
+
+def test_langmems_search_results_kept_as_an_artifact_round_trip(tmp_path: Path) -> None:
+    """LangMem's search tool with ``response_format="content_and_artifact"`` puts LangGraph's
+    own ``SearchItem`` records in a ToolMessage's artifact; HarombeSaver revives them, as
+    LangGraph's SqliteSaver does, so the thread goes on."""
+    langmem = pytest.importorskip("langmem")
+    from langgraph.checkpoint.sqlite import SqliteSaver
+    from langgraph.store.base import SearchItem
+    from langgraph.store.memory import InMemoryStore
+
+    from langchain_harombe import HarombeStore
+
+    namespace = ("memories", "{langgraph_user_id}")
+    tools = [
+        langmem.create_manage_memory_tool(namespace),
+        langmem.create_search_memory_tool(namespace, response_format="content_and_artifact"),
+    ]
+    config = {"configurable": {"thread_id": "t1", "user_id": USER, "langgraph_user_id": USER}}
+    seen = {}
+    with (
+        closing(sqlite3.connect(tmp_path / "lg.db", check_same_thread=False)) as conn,
+        MemoryManager(tmp_path / "memory.db", embedding=None) as mm,
+    ):
+        stacks = {
+            "control": (SqliteSaver(conn), InMemoryStore()),
+            "harombe": (HarombeSaver(mm), HarombeStore(mm)),
+        }
+        for name, (saver, store) in stacks.items():
+            agent, _ = _memory_agent(saver, store, tools)
+            for text in ("remember tea", "what do I like?", "thanks"):
+                last = agent.invoke({"messages": [HumanMessage(text)]}, config)
+            (found,) = agent.get_state(config).values["messages"][6].artifact
+            assert isinstance(found, SearchItem)
+            # (memory keys and times are made afresh by each run)
+            seen[name] = (
+                found.value,
+                [m.type for m in last["messages"]],
+                last["messages"][-1].text,
+            )
+    assert seen["harombe"] == seen["control"]
+
+
+class Outcome(enum.Enum):
+    """An application type a tool returns as its artifact (not allow-listed)."""
+
+    PAID = "paid"
+
+
+def test_a_refused_artifact_of_this_process_is_named_not_a_type_error(tmp_path: Path) -> None:
+    """A ToolMessage artifact of an application type nobody allowed, read back in the process
+    that wrote it (from the saver's memory of the list), raises UnsafeCheckpointError naming
+    the type and the row, as a read from the file does; allow-listed, it is revived."""
+    from langchain_harombe import RecordingChatModel
+
+    @tool(response_format="content_and_artifact")
+    def pay(amount: int) -> tuple[str, Outcome]:
+        """Pay."""
+        return f"paid {amount}", Outcome.PAID
+
+    call = {"name": "pay", "args": {"amount": 3}, "id": "p1", "type": "tool_call"}
+    model = RecordingChatModel(responses=[AIMessage("", tool_calls=[call]), "done", "bye"])
+    with MemoryManager(tmp_path / "memory.db", embedding=None) as mm:
+        agent = create_agent(model, tools=[pay], checkpointer=HarombeSaver(mm))
+        agent.invoke({"messages": [HumanMessage("pay 3")]}, CONFIG)
+        with pytest.raises(UnsafeCheckpointError, match="Outcome") as caught:
+            agent.invoke({"messages": [HumanMessage("thanks")]}, CONFIG)
+        assert caught.value.table == "checkpoint_message_blobs"
+        allowed = HarombeSaver(mm).with_allowlist([Outcome])
+        values = create_agent(model, tools=[pay], checkpointer=allowed).get_state(CONFIG).values
+        assert values["messages"][2].artifact is Outcome.PAID
 
 
 # the policy itself ----------------------------------------------------------------------------
