@@ -569,15 +569,20 @@ def test_the_sessions_page_says_when_older_sessions_are_not_listed(served: Serve
     ],
 )
 def test_a_bad_host_or_origin_is_a_typed_error_naming_the_option(
-    fresh_db: str, option: str, value: str, named: str
+    fresh_db: str, option: str, value: str, named: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An empty ``--host`` (an unset variable in a service file) listened on every interface,
     and an origin no browser sends (no scheme, a path) was accepted and never matched; both
     now stop ``harombe serve`` with one line naming the option, and nothing is created."""
+    import uvicorn
     from typer.testing import CliRunner
 
     from harombe_core.cli import app
 
+    def started(self: object, sockets: object = None) -> None:
+        raise AssertionError("the server started with a bad option")
+
+    monkeypatch.setattr(uvicorn.Server, "run", started)
     done = CliRunner().invoke(app, ["serve", "--db", fresh_db, "--port", "0", option, value])
     assert done.exit_code == 1
     assert named in done.output
