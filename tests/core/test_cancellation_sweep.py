@@ -117,6 +117,26 @@ async def _sweep(
     return hops
 
 
+def sweep_session(
+    canceller: HopCanceller,
+    mm: MemoryManager,
+    session_id: str,
+    makes: list[Callable[[], tuple[Callable[[], Awaitable[Any]], list[str]]]],
+    still_works: Callable[[], Awaitable[Any]],
+    acknowledged: list[str],
+) -> None:
+    """:func:`_sweep` each of ``makes`` (calls writing to ``session_id``), then check every
+    acknowledged word is stored once and found."""
+
+    async def sweep_all() -> None:
+        stored = lambda: [m.content for m in mm.get_messages(session_id)]  # noqa: E731
+        for make in makes:
+            await _sweep(canceller, make, stored, acknowledged, still_works)
+
+    asyncio.run(sweep_all())
+    _check_found(mm, acknowledged, session_id)
+
+
 def _check_found(mm: MemoryManager, acknowledged: list[str], session_id: str) -> None:
     mm.flush(timeout=60)
     text = [m.content for m in mm.get_messages(session_id)]

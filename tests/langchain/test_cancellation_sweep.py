@@ -18,7 +18,7 @@ from langchain_core.messages import AIMessage, HumanMessage
 from harombe_core.manager import MemoryManager
 from harombe_core.testing import FakeEmbedder
 from langchain_harombe import HarombeChatMessageHistory, HarombeSaver, HarombeStore, to_langchain
-from tests.core.test_cancellation_sweep import HopCanceller, _check_found, _sweep, _word
+from tests.core.test_cancellation_sweep import HopCanceller, _sweep, _word, sweep_session
 from tests.core.test_cancellation_sweep import canceller as canceller  # (the fixture)
 
 
@@ -50,13 +50,7 @@ def test_history_and_store_cancelled_at_every_await(
             items.append(key)
             await store.asearch(("u", "notes"), query="item")
 
-        async def sweep_all() -> None:
-            stored = lambda: [m.content for m in mm.get_messages("h")]  # noqa: E731
-            for make in (add, put):
-                await _sweep(canceller, make, stored, acknowledged, still_works)
-
-        asyncio.run(sweep_all())
-        _check_found(mm, acknowledged, "h")
+        sweep_session(canceller, mm, "h", [add, put], still_works, acknowledged)
         for key in items:
             assert store.get(("u", "notes"), key) is not None
             hits = store.search(("u", "notes"), query=f"item {key}", limit=3)

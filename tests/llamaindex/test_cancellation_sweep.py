@@ -6,7 +6,6 @@ acknowledged write is stored once and found."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ from llama_index.core.llms import ChatMessage
 from harombe_core.manager import MemoryManager
 from harombe_core.testing import FakeEmbedder
 from llamaindex_harombe import HarombeChatStore, HarombeMemory
-from tests.core.test_cancellation_sweep import HopCanceller, _check_found, _sweep, _word
+from tests.core.test_cancellation_sweep import HopCanceller, _word, sweep_session
 from tests.core.test_cancellation_sweep import canceller as canceller  # (the fixture)
 
 Made = tuple[Callable[[], Awaitable[Any]], list[str]]
@@ -52,13 +51,8 @@ def test_chat_store_cancelled_at_every_await(tmp_path: Path, canceller: HopCance
             acknowledged.append(word)
             await store.aget_messages("k")
 
-        async def sweep_all() -> None:
-            stored = lambda: [m.content for m in mm.get_messages("k")]  # noqa: E731
-            for make in (add(None), add(0), add(-1), delete, replace):
-                await _sweep(canceller, make, stored, acknowledged, still_works)
-
-        asyncio.run(sweep_all())
-        _check_found(mm, acknowledged, "k")
+        makes = [add(None), add(0), add(-1), delete, replace]
+        sweep_session(canceller, mm, "k", makes, still_works, acknowledged)
 
 
 @pytest.mark.parametrize("strategy", ["simple", "threaded"])
@@ -84,10 +78,4 @@ def test_memory_cancelled_at_every_await(
             acknowledged.append(word)
             await memory.aget()
 
-        async def sweep_all() -> None:
-            stored = lambda: [m.content for m in mm.get_messages("m")]  # noqa: E731
-            for make in (put, read):
-                await _sweep(canceller, make, stored, acknowledged, still_works)
-
-        asyncio.run(sweep_all())
-        _check_found(mm, acknowledged, "m")
+        sweep_session(canceller, mm, "m", [put, read], still_works, acknowledged)
