@@ -634,27 +634,27 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
         if not prepared and not doomed:
             return []
         add = ops.add_messages(session_id, prepared, user_id=user_id, replace_ids=doomed)
-        ids: list[int]
-        if doomed:
-            # The delete, the removal of its vectors from the index and the arming of the
-            # eraser as one request (one thread hop when async, which a cancelled caller waits
-            # for), as erase() does for sessions: a cancellation between them left the vectors
-            # in the index, or the deleted text in the files.
-            ids = yield Work(self._delete_and_add, add, doomed)
-        else:
-            ids = yield Run(self._store, add)
-        if self._semantic is not None and prepared:
-            self._semantic.notify()  # wakes the background embedder: never blocks
-        self._facts.notify(session_id)  # wakes the background fact extractor (if on)
+        # The commit and what it owes the background (dropping deleted vectors from the index,
+        # arming the eraser, waking the embedder and the fact extractor) as one request: one
+        # thread hop when async, which a cancelled caller waits for, as erase() does for
+        # sessions. A cancellation between them left vectors in the index, deleted text in the
+        # files, or committed messages unextracted until the session's next write.
+        ids: list[int] = yield Work(self._commit_and_wake, session_id, add, doomed, bool(prepared))
         return ids
 
-    def _delete_and_add(self, add: Op[list[int]], doomed: list[int]) -> list[int]:
-        """Run ``add`` (which deletes ``doomed``), then drop their vectors from the index and
-        arm the eraser."""
+    def _commit_and_wake(
+        self, session_id: str, add: Op[list[int]], doomed: list[int], added: bool
+    ) -> list[int]:
+        """Run ``add`` (which deletes ``doomed``), drop the deleted vectors from the index and
+        arm the eraser, then wake the background embedder and fact extractor (never blocks)."""
         ids = self._store.run(add)
-        if self._semantic is not None:
-            self._semantic.forget_messages(doomed)
-        self._deleted()
+        if doomed:
+            if self._semantic is not None:
+                self._semantic.forget_messages(doomed)
+            self._deleted()
+        if self._semantic is not None and added:
+            self._semantic.notify()
+        self._facts.notify(session_id)
         return ids
 
     def save_message(

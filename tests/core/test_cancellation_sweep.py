@@ -230,3 +230,35 @@ def test_many_tasks_writing_to_one_manager_lose_nothing(tmp_path: Path) -> None:
             assert [h.message.id for h in hits][:1] == [message_id]
         stored = {m.id: m.content for s in range(5) for m in mm.get_messages(f"s{s}")}
         assert stored == {message_id: text for _, message_id, text in acknowledged}
+
+
+def test_cancelled_save_after_its_commit_still_wakes_fact_extraction(
+    tmp_path: Path, canceller: HopCanceller, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A save cancelled after its commit (before it returns) has still woken the background
+    fact extractor for its session: the wake-up is part of the commit's thread step, so those
+    messages do not wait for the session's next write to be extracted."""
+    mm = MemoryManager(str(tmp_path / "m.db"))
+    woken: list[str] = []
+    monkeypatch.setattr(mm._facts, "notify", woken.append)
+    batch = [Message(role="user", content="I live in Lisbon")]
+    calls: list[Callable[[], Awaitable[Any]]] = [
+        lambda: mm.asave_message("s", batch[0]),
+        lambda: mm.asave_messages("s", batch),
+        lambda: mm.areplace_messages("s", [], batch),
+    ]
+
+    async def sweep() -> None:
+        for call in calls:
+            hops = await canceller.hops(call)
+            for at in range(hops):
+                woken.clear()
+                before = len(mm.get_messages("s"))
+                assert await canceller.cancelled_at(call, at, before=False)
+                assert len(mm.get_messages("s")) == before + 1  # committed, not acknowledged
+                assert woken == ["s"], (at, woken)
+
+    try:
+        asyncio.run(sweep())
+    finally:
+        mm.close()
