@@ -487,6 +487,10 @@ MIGRATIONS: list[list[str]] = [
                 VALUES ('erased_keywords_pending', lower(hex(randomblob(16))));
         END""",
     ],
+    # 14: the embedding model that made each LangGraph store item vector (its Embedder's
+    # name), so a search by another model leaves them out instead of ranking a query against
+    # vectors of another space. Vectors written before have none: model unknown, stale.
+    ["ALTER TABLE store_vectors ADD COLUMN model TEXT"],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -682,5 +686,7 @@ PG_MIGRATIONS: list[list[str]] = [
         "UPDATE sessions SET summary = summary WHERE summary <> ''",
         "CREATE INDEX IF NOT EXISTS sessions_summary_fts ON sessions USING GIN (summary_fts)",
     ],
+    # 11: the embedding model of each store item vector, as SQLite migration 14.
+    ["ALTER TABLE store_vectors ADD COLUMN IF NOT EXISTS model TEXT"],
 ]
 PG_SCHEMA_VERSION = len(PG_MIGRATIONS)
