@@ -114,6 +114,12 @@ class _ManagedStore(OwnedManager, BaseModel):
         replace = m.replace_messages
         yield Call(replace, key, doomed, messages, user_id=self.user_id, native=m.areplace_messages)
 
+    def _replace_all(self, key: str, messages: Sequence[Message]) -> Flow[None]:
+        """The key's whole history becomes ``messages``, in one transaction: whatever it holds
+        when that runs goes (ids read earlier would miss a concurrent writer's messages)."""
+        m = self._manager
+        yield Call(m.set_messages, key, messages, user_id=self.user_id, native=m.aset_messages)
+
     def _keys(self, *, with_messages: bool = False) -> Flow[list[str]]:
         """The sessions this store may list (no user: unowned ones), oldest first like the
         insertion order of LlamaIndex's stores; ``with_messages``: only those holding any."""
@@ -151,8 +157,7 @@ class HarombeChatStore(_ManagedStore, BaseChatStore):
         if (yield from self._check(key)) is None and not converted:
             yield from self._create(key)  # SimpleChatStore then lists the key, with no messages
             return
-        old = [m.id for m in (yield from self._read(key)) if m.id is not None]
-        yield from self._rewrite(key, old, converted)
+        yield from self._replace_all(key, converted)
 
     def _create(self, key: str) -> Flow[None]:
         """The key's session, with no messages, owned by this store's user; if another caller
@@ -401,8 +406,9 @@ class HarombeDBChatStore(_ManagedStore, AsyncDBChatStore):
         """The key's whole history becomes ``messages`` (archived ones go too, as in
         ``SQLAlchemyChatStore``: ``Memory.set`` means "this is the conversation")."""
         converted = self._convert(messages, status)
-        doomed = [m.id for m in (yield from self._stored(key)) if m.id is not None]
-        yield from self._rewrite(key, doomed, converted)
+        if (yield from self._check(key)) is None and not converted:
+            return  # as SQLAlchemyChatStore: an empty history of a new key stores nothing
+        yield from self._replace_all(key, converted)
 
     def _delete_ids(self, key: str, victims: list[Message]) -> Flow[list[ChatMessage]]:
         yield from self._rewrite(key, [m.id for m in victims if m.id is not None])

@@ -572,12 +572,11 @@ class HarombeMemory(BaseMemory):
         )
 
     def set(self, messages: Sequence[ChatMessage]) -> None:
-        """Replace the session's messages with ``messages``, in one transaction."""
+        """Replace the session's messages with ``messages``, in one transaction (of concurrent
+        sets, one history stays: never two merged)."""
         converted = from_llamaindex_list(messages, "set")
         self._check()
-        stored = self._manager.get_messages(self.session_id, user_id=self.user_id)
-        old = [m.id for m in stored if m.id is not None]
-        self._manager.replace_messages(self.session_id, old, converted, user_id=self.user_id)
+        self._manager.set_messages(self.session_id, converted, user_id=self.user_id)
         self._forget_threads()
 
     def _forget_threads(self) -> None:
@@ -585,14 +584,10 @@ class HarombeMemory(BaseMemory):
             self._threader.forget()
 
     async def aset(self, messages: Sequence[ChatMessage]) -> None:
+        """Async twin of :meth:`set`."""
         converted = from_llamaindex_list(messages, "aset")
         await self._acheck()
-        old = [
-            m.id for m in await self._manager.aget_messages(self.session_id, user_id=self.user_id)
-        ]
-        await self._manager.areplace_messages(
-            self.session_id, [i for i in old if i is not None], converted, user_id=self.user_id
-        )
+        await self._manager.aset_messages(self.session_id, converted, user_id=self.user_id)
         self._forget_threads()
 
     def reset(self, status: MessageStatus | None = None) -> None:
