@@ -165,3 +165,55 @@ async def test_a_chat_store_set_racing_another_set_leaves_one_history(
             await db_store.set_messages("k", [user("mine")])
             got = await db_store.get_messages("k")
         assert texts(got) == texts(control.get_messages("k")) == ["mine"]
+
+
+class JustBefore:
+    """Wraps ``atomic`` of a manager: right before its first transaction, ``interloper`` runs
+    (another memory's whole turn), as a concurrent task can on any thread hop."""
+
+    def __init__(self, atomic: Callable[[Callable[[], Any]], Any], interloper: Callable[[], None]):
+        self.atomic = atomic
+        self.interloper: Callable[[], None] | None = interloper
+
+    def __call__(self, fn: Callable[[], Any]) -> Any:
+        if self.interloper is not None:
+            interloper, self.interloper = self.interloper, None
+            interloper()
+        return self.atomic(fn)
+
+
+def exchange(question: str) -> list[ChatMessage]:
+    return [user(question), ChatMessage(role="assistant", content=f"re: {question}")]
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+async def test_threaded_turns_written_at_once_continue_one_another(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
+) -> None:
+    # Another memory's turn commits after this one chose where its turn hangs (the end of the
+    # session then) and before it writes: the turn must still continue the session as it now
+    # ends, as two turns one after another do, not start a branch that hides the other's.
+    with MemoryManager(str(tmp_path / "m.db"), embedding=None) as mm:
+
+        def threaded() -> HarombeMemory:
+            return HarombeMemory.from_defaults(
+                manager=mm,
+                session_id="s",
+                user_id="ann",
+                strategy="threaded",
+                thread_selector="linear",
+            )
+
+        mine, theirs = threaded(), threaded()
+        mine.put_messages(exchange("first"))
+        interloper = JustBefore(mm.atomic, lambda: theirs.put_messages(exchange("theirs")))
+        monkeypatch.setattr(mm, "atomic", interloper)
+        if mode == "sync":
+            mine.put_messages(exchange("mine"))
+        else:
+            await mine.aput_messages(exchange("mine"))
+        stored = mm.get_messages("s")
+        assert [m.parent_id for m in stored[1:]] == [m.id for m in stored[:-1]]
+        everything = ["first", "re: first", "theirs", "re: theirs", "mine", "re: mine"]
+        assert texts(await mine.aget()) == everything
+        assert texts(theirs.get()) == everything
