@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from harombe_core.errors import InvalidInputError
 from harombe_core.manager import MemoryManager
+from harombe_core.models import Message
 from llamaindex_harombe import HarombeDBChatStore, HarombeMemoryBlock
 
 
@@ -41,6 +42,10 @@ def filler(tag: str, n: int) -> list[ChatMessage]:
         (user if i % 2 == 0 else assistant)(f"{tag} small talk number {i} about nothing much")
         for i in range(n)
     ]
+
+
+def system_message(text: str) -> Message:
+    return Message(role="system", content=text)
 
 
 def system_text(messages: list[ChatMessage]) -> str:
@@ -189,3 +194,50 @@ def test_block_serialises_its_location(db: str) -> None:
     again = HarombeMemoryBlock(**data)
     assert (again.scope, again.top_k) == ("all", 3)
     again.close()
+
+
+FACTS = [
+    "We fly to Lisbon on the 3rd of May.",
+    "The boat is called Marigold.",
+    "Tea with no sugar.",
+    "The hotel is near the river.",
+    "Flight number TP 1234.",
+]
+
+
+async def test_over_the_token_limit_recall_is_shortened_weakest_first_not_dropped(
+    manager: MemoryManager,
+) -> None:
+    # Memory asks every block whose priority is not 0 to shrink when the prompt is over its
+    # token_limit; a block without atruncate (StaticMemoryBlock here, and LlamaIndex's
+    # VectorMemoryBlock) loses its whole text. The recall block keeps its best messages.
+    from llama_index.core.memory import StaticMemoryBlock
+
+    block = HarombeMemoryBlock(manager=manager, priority=1, name="recall", top_k=5)
+    control = StaticMemoryBlock(name="notes", static_content="Ann likes window seats.", priority=1)
+    memory = Memory.from_defaults(
+        session_id="trip",
+        token_limit=60,
+        chat_history_token_ratio=0.5,
+        token_flush_size=10,
+        memory_blocks=[control, block],
+    )
+    for i, fact in enumerate(FACTS):
+        await memory.aput_messages([user(fact), assistant(f"Noted {i}.")])
+    question = user("When do we fly to Lisbon, and on which flight?")
+    await memory.aput(question)
+    recalled = await block.aget([question], session_id="trip")
+    assert "Lisbon" in recalled
+    assert "Marigold" in recalled  # (everything flushed is recalled while there is room)
+
+    prompt = system_text(await memory.aget())
+    assert "window seats" not in prompt  # the control's whole text went
+    assert "We fly to Lisbon on the 3rd of May." in prompt  # the best recalled message stayed
+    assert "Marigold" not in prompt  # the weakest went
+
+    size = manager.count_tokens([system_message(recalled)])
+    shorter = await block.atruncate(recalled, 20)
+    assert shorter is not None
+    assert manager.count_tokens([system_message(shorter)]) <= size - 20
+    assert await block.atruncate(recalled, size) is None  # not even the best one fits
+    assert await block.atruncate("text this block never gave", 1) is None
