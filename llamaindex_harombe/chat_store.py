@@ -28,7 +28,7 @@ from llama_index.core.storage.chat_store.base_db import AsyncDBChatStore, Messag
 
 from harombe_core import MemoryManager
 from harombe_core.errors import InvalidInputError
-from harombe_core.integration import Call, Flow, adrive, drive
+from harombe_core.integration import Call, Flow, Work, adrive, drive
 from harombe_core.models import Message, Session
 from harombe_core.validate import (
     MAX_COUNT,
@@ -248,11 +248,26 @@ class HarombeChatStore(_ManagedStore, BaseChatStore):
         return tail[0] if len(tail) == -idx else None
 
     def _delete_at(self, key: str, idx: int) -> Flow[ChatMessage | None]:
-        doomed = yield from self._at(key, _index(idx))
-        if doomed is None:
-            return None
-        yield from self._rewrite(key, [doomed.id] if doomed.id is not None else [])
-        return to_llamaindex(doomed)
+        position = _index(idx)
+        yield from self._check(key)
+        removed: dict[str, Any] | None = yield Work(self._take, key, position)
+        return None if removed is None else ChatMessage.model_validate(removed)
+
+    def _take(self, key: str, idx: int) -> dict[str, Any] | None:
+        """Find and delete the message at ``idx`` in one transaction, so two calls at once
+        take two messages, as from SimpleChatStore's list (found first and deleted in a second
+        step, both would take the same one). As JSON: a transaction's result on PostgreSQL."""
+        m = self._manager
+
+        def take() -> dict[str, Any] | None:
+            doomed = drive(self._at(key, idx))
+            if doomed is None or doomed.id is None:
+                return None
+            m.replace_messages(key, [doomed.id], user_id=self.user_id)
+            return to_llamaindex(doomed).model_dump(mode="json")
+
+        taken: dict[str, Any] | None = m.atomic(take)
+        return taken
 
     def get_keys(self) -> list[str]:
         """Every key (session), oldest first, like the insertion order of SimpleChatStore."""

@@ -217,3 +217,55 @@ async def test_threaded_turns_written_at_once_continue_one_another(
         everything = ["first", "re: first", "theirs", "re: theirs", "mine", "re: mine"]
         assert texts(await mine.aget()) == everything
         assert texts(theirs.get()) == everything
+
+
+class Interloper:
+    """Runs ``other`` once, just before this process's next transaction or write begins
+    (whichever the code under test reaches first): another task's whole call, committed
+    between this call's reads and its write when they are separate steps."""
+
+    def __init__(self, manager: MemoryManager, other: Callable[[], Any]) -> None:
+        self.other: Callable[[], Any] | None = other
+        self.atomic, self.run = manager.atomic, manager.store.run
+
+    def fire(self) -> None:
+        if self.other is not None:
+            other, self.other = self.other, None
+            other()
+
+    def in_atomic(self, fn: Callable[[], Any]) -> Any:
+        self.fire()
+        return self.atomic(fn)
+
+    def in_run(self, op: Any) -> Any:
+        if op.write:
+            self.fire()
+        return self.run(op)
+
+
+@pytest.mark.parametrize("last", [True, False], ids=["delete_last_message", "delete_message"])
+async def test_deletes_racing_each_other_delete_two_messages_as_simple_chat_store_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, last: bool
+) -> None:
+    ten = [user(f"m{i}") for i in range(10)]
+    control = SimpleChatStore()
+    control.set_messages("k", ten)
+    with MemoryManager(str(tmp_path / "m.db"), embedding=None) as mm:
+        store = HarombeChatStore(manager=mm, user_id="ann")
+        store.set_messages("k", ten)
+
+        async def delete(chat_store: Any) -> ChatMessage | None:
+            if last:
+                return await chat_store.adelete_last_message("k")  # type: ignore[no-any-return]
+            return await chat_store.adelete_message("k", 0)  # type: ignore[no-any-return]
+
+        theirs: list[ChatMessage | None] = []
+        interloper = Interloper(
+            mm, lambda: theirs.append(store.delete_message("k", -1 if last else 0))
+        )
+        monkeypatch.setattr(mm, "atomic", interloper.in_atomic)
+        monkeypatch.setattr(mm.store, "run", interloper.in_run)
+        mine = await delete(store)
+        expected = [control.delete_message("k", -1 if last else 0) for _ in range(2)]
+        assert texts([theirs[0], mine]) == texts(expected)  # type: ignore[list-item]
+        assert texts(store.get_messages("k")) == texts(control.get_messages("k"))
