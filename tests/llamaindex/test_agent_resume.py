@@ -11,35 +11,14 @@ process the run has no memory.)
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.llamaindex.agent_resume import AGENTS, pause
+from tests.llamaindex.engine_turn import in_new_process
 
-ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = Path(__file__).with_name("agent_resume.py")
-
-
-def resume_in_new_process(**args: Any) -> dict[str, Any]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run(
-        [sys.executable, str(SCRIPT), json.dumps(args)],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=env,
-        check=False,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
 
 
 @pytest.mark.parametrize(
@@ -50,7 +29,7 @@ async def test_a_paused_run_finishes_in_a_new_process_with_its_history(
 ) -> None:
     db, path = str(tmp_path / "memory.db"), str(tmp_path / "ctx.json")
     await pause(db=db, kind=kind, ser=ser, path=path)
-    result = resume_in_new_process(kind=kind, ser=ser, path=path)
+    result = in_new_process(SCRIPT, {"kind": kind, "ser": ser, "path": path})
     sent, stored = result["sent"], result["stored"]
     assert ["user", "Book me a trip."] in sent
     assert stored[0] == ["user", "Book me a trip."]

@@ -22,6 +22,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from harombe_core import MemoryManager
 from llamaindex_harombe import HarombeChatStore, HarombeDBChatStore, HarombeMemory
+from tests.interleave import interleave
 
 TASKS = 30
 
@@ -100,27 +101,6 @@ async def test_thirty_tasks_put_get_set_and_reset_as_llamaindex_memory_does(
     assert texts(await handles[0].aget_all()) == ["after reset"]
 
 
-class SetJustBefore:
-    """Wraps a store's ``run``: right before the first write it is armed for, ``interloper``
-    runs (another writer's whole ``set``), as a concurrent task can on any thread hop."""
-
-    def __init__(self, store: Any, interloper: Callable[[], None]) -> None:
-        self.run = store.run
-        self.interloper: Callable[[], None] | None = interloper
-
-    def __call__(self, op: Any) -> Any:
-        if self.interloper is not None and op.write:
-            interloper, self.interloper = self.interloper, None
-            interloper()
-        return self.run(op)
-
-
-def set_while_another_sets(
-    monkeypatch: pytest.MonkeyPatch, manager: MemoryManager, theirs: Callable[[], None]
-) -> None:
-    monkeypatch.setattr(manager.store, "run", SetJustBefore(manager.store, theirs))
-
-
 @pytest.mark.parametrize("mode", ["sync", "async"])
 async def test_a_set_racing_another_set_leaves_one_history_not_both(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str
@@ -129,7 +109,7 @@ async def test_a_set_racing_another_set_leaves_one_history_not_both(
         mine = HarombeMemory.from_defaults(manager=mm, session_id="s", user_id="ann")
         other = HarombeMemory.from_defaults(manager=mm, session_id="s", user_id="ann")
         mine.put_messages([user("old 1"), user("old 2")])
-        set_while_another_sets(monkeypatch, mm, lambda: other.set([user("theirs")]))
+        interleave(monkeypatch, mm, lambda: other.set([user("theirs")]))
         if mode == "sync":
             mine.set([user("mine")])
         else:
@@ -150,36 +130,17 @@ async def test_a_chat_store_set_racing_another_set_leaves_one_history(
         if store_kind == "HarombeChatStore":
             store = HarombeChatStore(manager=mm, user_id="ann")
             store.set_messages("k", [user("old")])
-            set_while_another_sets(
-                monkeypatch, mm, lambda: store.set_messages("k", [user("theirs")])
-            )
+            interleave(monkeypatch, mm, lambda: store.set_messages("k", [user("theirs")]))
             await store.aset_messages("k", [user("mine")])
             got = store.get_messages("k")
         else:
             db_store = HarombeDBChatStore(manager=mm, user_id="ann")
             await db_store.set_messages("k", [user("old")])
             theirs = HarombeChatStore(manager=mm, user_id="ann")
-            set_while_another_sets(
-                monkeypatch, mm, lambda: theirs.set_messages("k", [user("theirs")])
-            )
+            interleave(monkeypatch, mm, lambda: theirs.set_messages("k", [user("theirs")]))
             await db_store.set_messages("k", [user("mine")])
             got = await db_store.get_messages("k")
         assert texts(got) == texts(control.get_messages("k")) == ["mine"]
-
-
-class JustBefore:
-    """Wraps ``atomic`` of a manager: right before its first transaction, ``interloper`` runs
-    (another memory's whole turn), as a concurrent task can on any thread hop."""
-
-    def __init__(self, atomic: Callable[[Callable[[], Any]], Any], interloper: Callable[[], None]):
-        self.atomic = atomic
-        self.interloper: Callable[[], None] | None = interloper
-
-    def __call__(self, fn: Callable[[], Any]) -> Any:
-        if self.interloper is not None:
-            interloper, self.interloper = self.interloper, None
-            interloper()
-        return self.atomic(fn)
 
 
 def exchange(question: str) -> list[ChatMessage]:
@@ -206,8 +167,7 @@ async def test_threaded_turns_written_at_once_continue_one_another(
 
         mine, theirs = threaded(), threaded()
         mine.put_messages(exchange("first"))
-        interloper = JustBefore(mm.atomic, lambda: theirs.put_messages(exchange("theirs")))
-        monkeypatch.setattr(mm, "atomic", interloper)
+        interleave(monkeypatch, mm, lambda: theirs.put_messages(exchange("theirs")))
         if mode == "sync":
             mine.put_messages(exchange("mine"))
         else:
@@ -217,30 +177,6 @@ async def test_threaded_turns_written_at_once_continue_one_another(
         everything = ["first", "re: first", "theirs", "re: theirs", "mine", "re: mine"]
         assert texts(await mine.aget()) == everything
         assert texts(theirs.get()) == everything
-
-
-class Interloper:
-    """Runs ``other`` once, just before this process's next transaction or write begins
-    (whichever the code under test reaches first): another task's whole call, committed
-    between this call's reads and its write when they are separate steps."""
-
-    def __init__(self, manager: MemoryManager, other: Callable[[], Any]) -> None:
-        self.other: Callable[[], Any] | None = other
-        self.atomic, self.run = manager.atomic, manager.store.run
-
-    def fire(self) -> None:
-        if self.other is not None:
-            other, self.other = self.other, None
-            other()
-
-    def in_atomic(self, fn: Callable[[], Any]) -> Any:
-        self.fire()
-        return self.atomic(fn)
-
-    def in_run(self, op: Any) -> Any:
-        if op.write:
-            self.fire()
-        return self.run(op)
 
 
 @pytest.mark.parametrize("last", [True, False], ids=["delete_last_message", "delete_message"])
@@ -260,11 +196,9 @@ async def test_deletes_racing_each_other_delete_two_messages_as_simple_chat_stor
             return await chat_store.adelete_message("k", 0)  # type: ignore[no-any-return]
 
         theirs: list[ChatMessage | None] = []
-        interloper = Interloper(
-            mm, lambda: theirs.append(store.delete_message("k", -1 if last else 0))
+        interleave(
+            monkeypatch, mm, lambda: theirs.append(store.delete_message("k", -1 if last else 0))
         )
-        monkeypatch.setattr(mm, "atomic", interloper.in_atomic)
-        monkeypatch.setattr(mm.store, "run", interloper.in_run)
         mine = await delete(store)
         expected = [control.delete_message("k", -1 if last else 0) for _ in range(2)]
         assert texts([theirs[0], mine]) == texts(expected)  # type: ignore[list-item]

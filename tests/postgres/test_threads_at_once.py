@@ -7,32 +7,16 @@ again, under the turn that now ends the session, so the session stays one thread
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 import pytest
 
 from harombe_core.integration import Threader, resolve_selector
 from harombe_core.manager import MemoryManager
 from harombe_core.models import Message
+from tests.interleave import interleave
 
 
 def exchange(question: str) -> list[Message]:
     return [Message(role="user", content=question), Message(role="assistant", content="re")]
-
-
-class JustBefore:
-    """``atomic`` of a manager that first runs ``interloper`` (another writer's whole turn)."""
-
-    def __init__(self, atomic: Callable[[Callable[[], Any]], Any], interloper: Callable[[], Any]):
-        self.atomic = atomic
-        self.interloper: Callable[[], Any] | None = interloper
-
-    def __call__(self, fn: Callable[[], Any]) -> Any:
-        if self.interloper is not None:
-            interloper, self.interloper = self.interloper, None
-            interloper()
-        return self.atomic(fn)
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
@@ -44,8 +28,7 @@ async def test_a_turn_committed_meanwhile_is_continued_not_branched_from(
 
     mine, theirs = threader(), threader()
     mine.append(exchange("first"))
-    interloper = JustBefore(manager.atomic, lambda: theirs.append(exchange("theirs")))
-    monkeypatch.setattr(manager, "atomic", interloper)
+    interleave(monkeypatch, manager, lambda: theirs.append(exchange("theirs")))
     if mode == "sync":
         mine.append(exchange("mine"))
     else:
