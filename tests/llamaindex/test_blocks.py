@@ -3,6 +3,10 @@ sessions and users kept apart even when one block serves many interleaved sessio
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -241,3 +245,64 @@ async def test_over_the_token_limit_recall_is_shortened_weakest_first_not_droppe
     assert manager.count_tokens([system_message(shorter)]) <= size - 20
     assert await block.atruncate(recalled, size) is None  # not even the best one fits
     assert await block.atruncate("text this block never gave", 1) is None
+
+
+OTHER_PROCESS_TURNS = """
+import asyncio, sys
+from llama_index.core.llms import ChatMessage
+from llama_index.core.memory import Memory
+from llamaindex_harombe import HarombeDBChatStore, HarombeMemoryBlock
+
+async def turns(db: str) -> None:
+    store = HarombeDBChatStore(db, user_id="ann", embedding=None)
+    block = HarombeMemoryBlock(manager=store.manager, user_id="ann")
+    memory = Memory.from_defaults(session_id="s", token_limit=60, token_flush_size=10,
+        chat_history_token_ratio=0.5, memory_blocks=[block], chat_store=store)
+    for text in ["The spare key is under the blue pot.", "ok 1", "Another thing.", "ok 2"]:
+        role = "assistant" if text.startswith("ok") else "user"
+        await memory.aput(ChatMessage(role=role, content=text))
+    store.close()
+
+asyncio.run(turns(sys.argv[1]))
+"""
+
+
+async def test_two_processes_share_the_queue_and_the_recall_of_one_file(db: str) -> None:
+    # A web app with two workers: this process keeps its Memory open while another process
+    # adds turns to the same session on the same file. Each message is stored once, in order;
+    # this process's queue continues after the other's turns; what the other flushed is
+    # recalled here.
+    store = HarombeDBChatStore(db, user_id="ann", embedding=None)
+    block = HarombeMemoryBlock(manager=store.manager, user_id="ann")
+    memory = Memory.from_defaults(
+        session_id="s",
+        token_limit=60,
+        token_flush_size=10,
+        chat_history_token_ratio=0.5,
+        memory_blocks=[block],
+        chat_store=store,
+    )
+    try:
+        await memory.aput_messages([user("Hello from the first worker."), assistant("hi")])
+        root = Path(__file__).resolve().parents[2]
+        done = subprocess.run(
+            [sys.executable, "-c", OTHER_PROCESS_TURNS, db],
+            capture_output=True,
+            text=True,
+            cwd=root,
+            env={**os.environ, "PYTHONPATH": str(root)},
+            check=False,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        await memory.aput_messages(filler("later", 6))
+        stored = [m.content for m in store.manager.get_messages("s")]
+        expected = ["Hello from the first worker.", "hi", "The spare key is under the blue pot."]
+        assert stored[:3] == expected
+        assert len(stored) == len(set(stored)) == 12
+        assert [m.content for m in await memory.aget_all()] == stored
+        window = await memory.aget(input="where is the spare key?")
+        assert "blue pot" in system_text(window)
+        assert "blue pot" not in [m.content for m in window if m.role.value != "system"]
+    finally:
+        store.close()
