@@ -1,10 +1,11 @@
 """Many tasks on one conversation at once, as an async server runs them, beside LlamaIndex's own.
 
-LlamaIndex's ``Memory`` (on its SQL chat store) is the control: after concurrent ``aset`` calls
-the history is one of the sets; concurrent ``aput_messages`` keep each batch together; a read
-sees its own write; ``get_all`` after ``reset`` is empty. The regression tests make the
-interleaving that merged two histories happen deterministically: a second ``set`` commits just
-before the first one's write starts.
+LlamaIndex's ``Memory`` (on its SQL chat store) is the control: concurrent ``aput_messages``
+keep each batch together; a read sees its own write; ``get_all`` after ``reset`` is empty.
+Concurrent ``aset`` calls leave one of the histories (``Memory``'s own SQL store does not
+promise it: it deletes, then inserts in a second step). The regression tests make the
+interleaving that merged two histories happen deterministically: another call commits just
+before this one's write starts.
 """
 
 from __future__ import annotations
@@ -91,8 +92,11 @@ async def test_thirty_tasks_put_get_set_and_reset_as_llamaindex_memory_does(
         *(handles[i].aset([user(f"set{i}-{j}") for j in range(3)]) for i in range(TASKS))
     )
     after_sets = texts(await handles[0].aget_all())
-    assert len(after_sets) == 3
-    assert len({t.split("-")[0] for t in after_sets}) == 1
+    if kind == "HarombeMemory":  # one set, whole, as SimpleChatStore's assignment leaves
+        assert len(after_sets) == 3
+        assert len({t.split("-")[0] for t in after_sets}) == 1
+    # (LlamaIndex's SQL store deletes, then inserts in a second session: its concurrent sets
+    # usually leave one history, and sometimes two merged.)
 
     await handles[3].areset()
     assert await handles[7].aget_all() == []
