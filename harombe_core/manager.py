@@ -214,6 +214,16 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
         if self._eraser is not None:
             self._eraser.deleted()
 
+    def _deleting(self, delete: Callable[[], T], *, always: bool = False) -> T:
+        """Run ``delete`` and, if it removed anything (or ``always``), arm the background
+        eraser. Both in one request of work: a cancelled async caller waits for its thread,
+        so the arming cannot be skipped after the delete committed (which left the deleted
+        text in the files of a long-running process until its close)."""
+        gone = delete()
+        if gone or always:
+            self._deleted()
+        return gone
+
     @property
     def store(self) -> MessageStore:
         """The underlying store (the source of truth)."""
@@ -533,9 +543,8 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
         yield from named_owner(self._store, session_id, user_id)
         sid = check_id(session_id, "session_id")
         run = functools.partial(self._store.run, delete(sid))
-        gone = yield Work(erase, self._semantic, run, lambda g: [sid] * bool(g))
-        if gone:
-            self._deleted()
+        erasing = functools.partial(erase, self._semantic, run, lambda g: [sid] * bool(g))
+        gone: T = yield Work(self._deleting, erasing)
         return gone
 
     def delete_session(self, session_id: str, *, user_id: str | None = None) -> bool:
@@ -567,11 +576,8 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
 
     def _prune_old_sessions(self, days: float) -> Flow[int]:
         cutoff, store = prune_cutoff(days), self._store
-        gone = yield Work(
-            erase, self._semantic, lambda: store.run(ops.delete_sessions_before(cutoff)), list
-        )
-        if gone:
-            self._deleted()
+        run = functools.partial(store.run, ops.delete_sessions_before(cutoff))
+        gone = yield Work(self._deleting, functools.partial(erase, self._semantic, run, list))
         return len(gone)
 
     def forget_user(self, user_id: str) -> int:
@@ -586,8 +592,10 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
 
     def _forget_user(self, user_id: str) -> Flow[int]:
         uid, store = check_id(user_id, "user_id"), self._store
-        gone = yield Work(erase, self._semantic, lambda: delete_user_sessions(store, uid), list)
-        self._deleted()  # (facts may have gone even with no session)
+        run = functools.partial(delete_user_sessions, store, uid)
+        erasing = functools.partial(erase, self._semantic, run, list)
+        # (always: facts may have gone even with no session)
+        gone = yield Work(self._deleting, erasing, always=True)
         return len(gone)
 
     def erase_deleted(self) -> Erasure:
@@ -627,15 +635,14 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
         if not prepared and doomed == []:
             return []
         replace = ops.replace_messages(session_id, prepared, user_id=user_id, replace_ids=doomed)
-        if doomed != [] and self._semantic is not None:
-            # The delete and the removal of its vectors from the index as one request (one
-            # thread hop when async, which a cancelled caller waits for), as erase() does for
-            # sessions: a cancellation between the two left the vectors in the index.
-            removed, ids = yield Work(self._delete_and_add, replace)
+        if doomed != []:
+            # The delete, the removal of its vectors from the index and the arming of the
+            # eraser as one request (one thread hop when async, which a cancelled caller waits
+            # for), as erase() does for sessions: a cancellation between them left the vectors
+            # in the index, or the deleted text in the files.
+            _removed, ids = yield Work(self._delete_and_add, replace)
         else:
-            removed, ids = yield Run(self._store, replace)
-        if removed:
-            self._deleted()
+            _removed, ids = yield Run(self._store, replace)
         if self._semantic is not None and prepared:
             self._semantic.notify()  # wakes the background embedder: never blocks
         self._facts.notify(session_id)  # wakes the background fact extractor (if on)
@@ -644,10 +651,13 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
     def _delete_and_add(
         self, replace: Op[tuple[list[int], list[int]]]
     ) -> tuple[list[int], list[int]]:
-        """Run ``replace``, then drop the vectors of the messages it deleted from the index."""
+        """Run ``replace``, then drop the vectors of the messages it deleted from the index and
+        arm the eraser (if it deleted any)."""
         removed, ids = self._store.run(replace)
-        assert self._semantic is not None  # (only called with semantic memory on)
-        self._semantic.forget_messages(removed)
+        if removed:
+            if self._semantic is not None:
+                self._semantic.forget_messages(removed)
+            self._deleted()
         return removed, ids
 
     def save_message(

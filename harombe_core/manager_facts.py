@@ -34,11 +34,19 @@ class UserMemoryMethods:
     def _deleted(self) -> None:
         """A deletion was committed (the manager has the background erase it from disk)."""
 
-    def _erase_soon(self, gone: T) -> T:
-        """``gone`` (what a delete returned); if anything went, have it erased from disk."""
-        if gone:
-            self._deleted()
-        return gone
+    def _erasing(self, delete: Flow[T]) -> Flow[T]:
+        """The delete ``delete`` and, if anything went, the arming of the background eraser, as
+        one request of work: a cancelled async caller waits for its thread, so the arming
+        cannot be skipped after the delete committed (the text then stayed in the files)."""
+
+        def run() -> T:
+            gone = drive(delete)
+            if gone:
+                self._deleted()
+            return gone
+
+        done: T = yield Work(run)
+        return done
 
     def _user_memory(self, config: Any, enabled: bool | None, extractor: Any) -> UserMemory:
         """The user memory over this manager's store, also given to its context builder:
@@ -182,18 +190,18 @@ class UserMemoryMethods:
     def forget_fact(self, user_id: str, fact_id: int) -> bool:
         """Delete a fact, its vector and its keyword entry: nothing finds it afterwards. True
         if the user had it."""
-        return self._erase_soon(drive(self._facts.forget(user_id, fact_id)))
+        return drive(self._erasing(self._facts.forget(user_id, fact_id)))
 
     async def aforget_fact(self, user_id: str, fact_id: int) -> bool:
-        return self._erase_soon(await adrive(self._facts.forget(user_id, fact_id)))
+        return await adrive(self._erasing(self._facts.forget(user_id, fact_id)))
 
     def forget_user_facts(self, user_id: str) -> int:
         """Delete every fact of the user (current and history); how many. Deleting a
         session already removes the facts extracted only from it."""
-        return self._erase_soon(drive(self._facts.forget_user(user_id)))
+        return drive(self._erasing(self._facts.forget_user(user_id)))
 
     async def aforget_user_facts(self, user_id: str) -> int:
-        return self._erase_soon(await adrive(self._facts.forget_user(user_id)))
+        return await adrive(self._erasing(self._facts.forget_user(user_id)))
 
     def extract_facts(self, session_id: str) -> int:
         """Extract facts from the session's messages not yet extracted, now (end_session and
