@@ -164,12 +164,12 @@ async def _dispatch(
     return {"reply": reply, "sent": dump(llm.last_chat_messages)}
 
 
-def in_new_process(script: Path, args: dict[str, Any]) -> dict[str, Any]:
-    """Run ``script`` (this file, or another like it) in a fresh Python process with ``args``
-    as JSON; the JSON object it prints last."""
+def run_python(*argv: str) -> subprocess.CompletedProcess[str]:
+    """``python *argv`` in a fresh process that imports this checkout; fails the test if it
+    fails."""
     root = Path(__file__).resolve().parents[2]
     done = subprocess.run(
-        [sys.executable, str(script), json.dumps(args)],
+        [sys.executable, *argv],
         capture_output=True,
         text=True,
         cwd=root,
@@ -178,6 +178,13 @@ def in_new_process(script: Path, args: dict[str, Any]) -> dict[str, Any]:
         timeout=300,
     )
     assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def in_new_process(script: Path, args: dict[str, Any]) -> dict[str, Any]:
+    """Run ``script`` (this file, or another like it) in a fresh Python process with ``args``
+    as JSON; the JSON object it prints last."""
+    done = run_python(str(script), json.dumps(args))
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
 

@@ -3,10 +3,6 @@ sessions and users kept apart even when one block serves many interleaved sessio
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,6 +16,7 @@ from harombe_core.errors import InvalidInputError
 from harombe_core.manager import MemoryManager
 from harombe_core.models import Message
 from llamaindex_harombe import HarombeDBChatStore, HarombeMemoryBlock
+from tests.llamaindex.engine_turn import run_python
 
 
 def user(text: str) -> ChatMessage:
@@ -284,17 +281,7 @@ async def test_two_processes_share_the_queue_and_the_recall_of_one_file(db: str)
     )
     try:
         await memory.aput_messages([user("Hello from the first worker."), assistant("hi")])
-        root = Path(__file__).resolve().parents[2]
-        done = subprocess.run(
-            [sys.executable, "-c", OTHER_PROCESS_TURNS, db],
-            capture_output=True,
-            text=True,
-            cwd=root,
-            env={**os.environ, "PYTHONPATH": str(root)},
-            check=False,
-            timeout=300,
-        )
-        assert done.returncode == 0, done.stderr[-3000:]
+        run_python("-c", OTHER_PROCESS_TURNS, db)
         await memory.aput_messages(filler("later", 6))
         stored = [m.content for m in store.manager.get_messages("s")]
         expected = ["Hello from the first worker.", "hi", "The spare key is under the blue pot."]
