@@ -71,7 +71,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 #: Milliseconds an erasure's WAL truncation waits for readers (and so may hold up writers)
-#: before it gives up and is retried later (:meth:`SQLiteFile.truncate_wal`).
+#: before it gives up and is retried later (:meth:`SQLiteFile.truncate_wal`); close waits
+#: the file's busy timeout instead.
 TRUNCATE_WAIT_MS = 50
 
 T = TypeVar("T")
@@ -475,36 +476,28 @@ class SQLiteFile:
                 ),
             )
 
-    def checkpoint(self) -> bool:
+    def truncate_wal(self, wait_ms: int | None = None) -> int:
         """Copy the WAL into the database file and truncate it to zero bytes, so no old page
-        image (of a deleted row) stays in it; True when it was. Other processes reading now
-        can keep it from finishing; their own last close checkpoints again."""
-        if self._memory or self.read_only:
-            return True
-        with self.connection() as conn:
-            try:
-                return not conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
-            except sqlite3.Error as exc:
-                raise classify(exc, self.location) from exc
+        image (of a deleted row) stays in it; returns the bytes the WAL still holds (0:
+        truncated, or no WAL). Readers of other connections holding an older snapshot can
+        keep it from finishing; the caller tries again later.
 
-    def truncate_wal(self) -> int:
-        """Try once, waiting at most a moment, to copy the WAL into the database file and
-        truncate it; returns the bytes the WAL still holds (0: truncated, or no WAL).
-
-        Unlike :meth:`checkpoint` (used at close, where waiting is fine) this never makes a
-        writer wait long: a ``TRUNCATE`` checkpoint that must wait for readers holding an older
-        snapshot blocks new writers meanwhile, so it is asked with a short busy timeout and
-        gives up after :data:`TRUNCATE_WAIT_MS` (in-process readers are short); the caller
-        tries again later (the background eraser does)."""
+        ``wait_ms``: how long to wait for such readers, None for the file's busy timeout (at
+        close, where waiting is fine). An erasure while the file stays open passes
+        :data:`TRUNCATE_WAIT_MS`: a ``TRUNCATE`` checkpoint waiting for readers blocks new
+        writers meanwhile, so it gives up after a moment (in-process readers are short)."""
         if self._memory or self.read_only:
             return 0
         with self.connection() as conn:
             try:
-                conn.execute(f"PRAGMA busy_timeout = {TRUNCATE_WAIT_MS}")
-                try:
+                if wait_ms is None:
                     busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
-                finally:
-                    conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
+                else:
+                    conn.execute(f"PRAGMA busy_timeout = {int(wait_ms)}")
+                    try:
+                        busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+                    finally:
+                        conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
             except sqlite3.Error as exc:
                 raise classify(exc, self.location) from exc
         if not busy:
