@@ -76,6 +76,10 @@ MAX_WAIT_SECONDS = 86_400.0
 T = TypeVar("T")
 
 
+def _nothing() -> None:
+    """What stops watching for erasures when nothing watches."""
+
+
 def open_store(
     storage_path: str | os.PathLike[str] | MessageStore, *, encryption_key: str | None = None
 ) -> MessageStore:
@@ -142,6 +146,7 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
         self._store = open_store(storage_path, encryption_key=encryption_key)
         self._closed = False
         self._eraser: DeletionEraser | None = None
+        self._unwatch: Callable[[], None] = _nothing
         memory: Any = None
         if semantic:
             try:  # shared with every other manager or adapter on this database in this process
@@ -200,17 +205,17 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
         deletions pause (``memory.erase_after_seconds``); None where nothing is on disk to
         erase that way (a private in-memory store, PostgreSQL) or when it is turned off."""
         idle = self.config.memory.erase_after_seconds
-        if idle is None or getattr(self._store, "erase_deleted", None) is None:
+        file = getattr(self._store, "file", None)  # (a SQLite file's; PostgreSQL has none)
+        if idle is None or file is None or getattr(self._store, "erase_deleted", None) is None:
             return None
         if self._store.location == ":memory:":
             return None
         store, searcher = self._store, self._searcher
-        return DeletionEraser(lambda: erase_deleted(store, searcher.semantic), idle)
-
-    def _deleted(self) -> None:
-        """A deletion was committed: have the background erase it from the files soon."""
-        if self._eraser is not None:
-            self._eraser.deleted()
+        eraser = DeletionEraser(lambda: erase_deleted(store, searcher.semantic), idle)
+        # Armed by the deletion's own commit, whichever code made it (this manager, an
+        # adapter's SQL, a trigger): every write that records an erasure owed calls it.
+        self._unwatch = file.on_erasure_owed(eraser.deleted)
+        return eraser
 
     @property
     def store(self) -> MessageStore:
@@ -520,8 +525,6 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
         sid = check_id(session_id, "session_id")
         run = functools.partial(self._store.run, delete(sid))
         gone = yield Work(erase, self._semantic, run, lambda g: [sid] * bool(g))
-        if gone:
-            self._deleted()
         return gone
 
     def delete_session(self, session_id: str, *, user_id: str | None = None) -> bool:
@@ -556,8 +559,6 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
         gone = yield Work(
             erase, self._semantic, lambda: store.run(ops.delete_sessions_before(cutoff)), list
         )
-        if gone:
-            self._deleted()
         return len(gone)
 
     def forget_user(self, user_id: str) -> int:
@@ -573,7 +574,6 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
     def _forget_user(self, user_id: str) -> Flow[int]:
         uid, store = check_id(user_id, "user_id"), self._store
         gone = yield Work(erase, self._semantic, lambda: delete_user_sessions(store, uid), list)
-        self._deleted()  # (facts may have gone even with no session)
         return len(gone)
 
     def erase_deleted(self) -> Erasure:
@@ -620,8 +620,6 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
             ids = yield Work(self._delete_and_add, add, doomed)
         else:
             ids = yield Run(self._store, add)
-        if doomed:
-            self._deleted()
         if self._semantic is not None and prepared:
             self._semantic.notify()  # wakes the background embedder: never blocks
         self._facts.notify(session_id)  # wakes the background fact extractor (if on)
@@ -1225,16 +1223,14 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
 
         For code that writes messages through the store's runner in its own transaction (the
         LangGraph checkpointer records a thread's messages with its checkpoint): wakes the
-        background embedder and drops the vectors of ``deleted_sessions`` (whose bytes the
-        background then erases from the files, as after the manager's own deletions). Returns
-        at once.
+        background embedder and drops the vectors of ``deleted_sessions`` (the deletion's own
+        commit has the background erase their bytes from the files, as after the manager's own
+        deletions). Returns at once.
         """
         named = [
             check_id(sid, "deleted_sessions item")
             for sid in check_list(deleted_sessions, "deleted_sessions", of="session ids")
         ]
-        if named:  # (a LangGraph thread deleted): erased from the files once deletions pause
-            self._deleted()
         if self._semantic is None:
             return
         # Only sessions that are really gone: a live session's vectors are never dropped here.
@@ -1303,6 +1299,7 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
         settle(getattr(self._store, "location", ""))  # derived rows owed are written first
         self._owed.close()
         if self._eraser is not None:
+            self._unwatch()
             self._eraser.close()  # the close below erases what is still owed
         self._facts.close()
         self._context.close()  # the background folder stops before the store closes
