@@ -206,3 +206,89 @@ def test_every_manager_on_the_file_is_armed_until_it_closes(tmp_path: Path) -> N
         other.save_message("s2", Message(role="user", content="bye"))
         assert other.delete_session("s2")
         assert eraser._last is None
+
+
+def _poison_new_segments(folder: Path, word: str) -> None:
+    """Write ``word`` into the unused capacity of every HNSW segment's element array, as
+    hnswlib leaves it when it saves a new segment from memory it never zeroed (a deleted
+    record's bytes were seen there by chance; this makes the chance a certainty)."""
+    for data in folder.glob("*/data_level0.bin"):
+        size = data.stat().st_size
+        assert size > 100 + len(word)  # a new segment is saved at its full capacity
+        with open(data, "r+b") as f:
+            f.seek(size - 100 - len(word))
+            f.write(word.encode())
+
+
+def test_an_erasure_leaves_no_stale_memory_in_chroma_segments(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Chroma index an erasure re-creates is saved from this process's memory, which held
+    the deleted records: its unused slots are zeroed before the segment is used."""
+    pytest.importorskip("chromadb")
+    from chromadb.api.models.Collection import Collection
+
+    from harombe_core.manager import MemoryManager
+    from harombe_core.testing import FakeEmbedder
+
+    folder = tmp_path / "store"
+    folder.mkdir()
+    secret, sid = token(), "s-" + token()
+    with MemoryManager(str(folder / "m.db"), embedding=FakeEmbedder(), vector_store="chroma") as mm:
+        mm.save_message(sid, Message(role="user", content=f"my password is {secret}"))
+        control = _control(mm)
+        assert mm.delete_session(sid)
+        upsert, poisoned = Collection.upsert, []
+
+        def stale_upsert(self: Collection, *args: Any, **kwargs: Any) -> Any:
+            done = upsert(self, *args, **kwargs)
+            if not poisoned:  # the new segment's first save, from unzeroed memory
+                _poison_new_segments(folder / "m.db.chroma", sid)
+                poisoned.append(True)
+            return done
+
+        monkeypatch.setattr(Collection, "upsert", stale_upsert)
+        assert mm.erase_deleted().complete
+        mm.flush()  # the index is filled again from the stored vectors
+        assert poisoned
+        assert files_holding(folder, sid) == []
+        assert files_holding(folder, secret) == []
+        hits = mm.search_similar(f"the harbour code is {control}", top_k=3)
+        assert f"the harbour code is {control}" in [m.content for m in hits]
+
+
+def test_clearing_unused_slots_keeps_every_saved_element(tmp_path: Path) -> None:
+    """A segment Chroma has saved holds its elements only; clearing never touches them (the
+    index reopens and finds every vector), and a file with stale bytes past its elements (a
+    new segment) is cleared from the first unused slot on."""
+    pytest.importorskip("chromadb")
+    import numpy as np
+
+    from harombe_core.vectors.chroma import ChromaVectorIndex
+    from harombe_core.vectors.chroma_folder import scrub_unused_slots
+
+    path = tmp_path / "index"
+    index = ChromaVectorIndex(path=str(path))
+    vectors = np.random.default_rng(7).standard_normal((1100, 16)).astype(np.float32)
+    ids = list(range(1, 1101))
+    index.upsert(ids, vectors, [{"session_id": f"s{i % 7}"} for i in ids])  # past a save
+    index.close()
+    saved = {p: p.read_bytes() for p in path.glob("*/data_level0.bin")}
+    assert saved
+    assert all(saved.values())
+    assert scrub_unused_slots(path) == 0
+    assert {p: p.read_bytes() for p in saved} == saved
+    stale = token()
+    for data in saved:  # stale bytes in one unused slot past the saved elements
+        with open(data, "ab") as f:
+            f.write(stale.encode().ljust(len(saved[data]) // 1100, b"\x01"))
+    assert files_holding(path, stale)
+    assert scrub_unused_slots(path) > 0
+    assert files_holding(path, stale) == []
+    index = ChromaVectorIndex(path=str(path))
+    try:
+        assert index.count() == 1100
+        for i in (0, 550, 1099):
+            assert index.query(vectors[i], 1)[0].message_id == ids[i]
+    finally:
+        index.close()
