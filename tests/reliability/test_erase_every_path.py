@@ -153,8 +153,9 @@ def test_a_langgraph_store_item_removed_is_erased(tmp_path: Path, how: str) -> N
         assert eraser.run_due() is None
         if how == "delete":
             store.delete(("users", "ann"), "pin")
-        elif how == "overwrite":
+        elif how == "overwrite":  # (twice: the second finds the debt's key recorded)
             store.put(("users", "ann"), "pin", {"text": "no pin any more"})
+            store.put(("users", "ann"), "pin", {"text": "still no pin"})
         else:
             import time
 
