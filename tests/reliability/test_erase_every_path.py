@@ -40,21 +40,26 @@ def _still_found(mm: Any, folder: Path, word: str) -> None:
     assert hits.count(f"the harbour code is {word}") == 1
 
 
-def test_delete_for_runs_is_erased_in_the_background(tmp_path: Path) -> None:
-    """The run's checkpoints, the blobs only they referenced and the session's copy of its
-    messages all go, and the deletion arms the eraser (no manager method was called)."""
+def _langgraph(mm: Any) -> tuple[Any, Any, Any]:
+    """A HarombeSaver on ``mm``, a one-node graph on it, and LangChain's HumanMessage."""
     pytest.importorskip("langgraph")
     from langchain_core.messages import HumanMessage
 
     from langchain_harombe import HarombeSaver
     from tests.langchain.test_deletion import _graph
 
+    saver = HarombeSaver(mm)
+    return saver, _graph(saver), HumanMessage
+
+
+def test_delete_for_runs_is_erased_in_the_background(tmp_path: Path) -> None:
+    """The run's checkpoints, the blobs only they referenced and the session's copy of its
+    messages all go, and the deletion arms the eraser (no manager method was called)."""
     folder = tmp_path / "store"
     folder.mkdir()
     secret = token()
     with clocked_manager(folder / "m.db", embedding=None) as (mm, eraser, clock):
-        saver = HarombeSaver(mm)
-        graph = _graph(saver)
+        saver, graph, HumanMessage = _langgraph(mm)
         thread: dict[str, Any] = {"thread_id": "t-" + token()}
         graph.invoke(
             {"messages": [HumanMessage("what should I keep safe")]},
@@ -82,18 +87,11 @@ def test_copy_thread_replacing_a_session_arms_the_eraser(tmp_path: Path) -> None
     """Copying a thread onto one whose session held other messages deletes those from the
     session (the thread's own history keeps its checkpoints, as LangGraph's savers do): the
     keyword index's copy is owed an erasure, and the eraser pays it while the store is open."""
-    pytest.importorskip("langgraph")
-    from langchain_core.messages import HumanMessage
-
-    from langchain_harombe import HarombeSaver
-    from tests.langchain.test_deletion import _graph
-
     folder = tmp_path / "store"
     folder.mkdir()
     secret = token()
     with clocked_manager(folder / "m.db", embedding=None) as (mm, eraser, clock):
-        saver = HarombeSaver(mm)
-        graph = _graph(saver)
+        saver, graph, HumanMessage = _langgraph(mm)
         target = {"configurable": {"thread_id": "t2"}}
         graph.invoke({"messages": [HumanMessage(f"my password is {secret}")]}, target)
         graph.invoke({"messages": [HumanMessage("hello")]}, {"configurable": {"thread_id": "t1"}})
