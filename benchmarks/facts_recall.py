@@ -100,8 +100,9 @@ def main(argv: list[str] | None = None) -> int:
     lr = _locomo()
     from harombe_core import MemoryManager, OfflineExtractor
 
-    data = json.loads(Path(args.data).read_text(encoding="utf-8"))
+    data = lr.read_data(Path(args.data))
     questions = lr.questions_of(data)
+    users = lr.conversation_ids(data, lr.Notes())
     per_conv: dict[int, list[tuple[Any, list, list]]] = {}
     pool = max(args.k) * 2
     with tempfile.TemporaryDirectory() as folder:
@@ -112,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.embedding != "none":
                 options = {"embedding": args.embedding}
             with MemoryManager(path, fact_extractor=extractor, **options) as mm:
-                lr.ingest(mm, sample, True)
+                lr.ingest(mm, sample, True, index=index, user=users[index])
                 for session in mm.list_sessions(limit=None):
                     mm.extract_facts(session.id)
                 mm.flush()

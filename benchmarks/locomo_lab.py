@@ -43,7 +43,6 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != _HERE]
 
 import argparse  # noqa: E402
 import itertools  # noqa: E402
-import json  # noqa: E402
 import math  # noqa: E402
 import pickle  # noqa: E402
 import tempfile  # noqa: E402
@@ -83,14 +82,11 @@ def pools(ks: list[int], candidates: int, least: int) -> dict[int, int]:
 def conversation_turns(sample: dict[str, Any], lr: Any) -> list[tuple[int, str, str, str]]:
     """Every turn of a LoCoMo conversation in order: (session, speaker, dia_id, text as
     ingested, a shared photo's caption included)."""
-    conv = sample["conversation"]
-    turns = []
-    n = 1
-    while f"session_{n}" in conv:
-        for turn in conv[f"session_{n}"]:
-            turns.append((n, turn["speaker"], turn["dia_id"], lr.turn_content(turn, True)))
-        n += 1
-    return turns
+    return [
+        (session.number, turn.speaker, turn.dia_id, lr.turn_content(turn.raw, True))
+        for session in lr.sessions_of(sample, lr.Notes())
+        for turn in session.turns
+    ]
 
 
 def content_words(text: str, drop: frozenset[str] = frozenset()) -> list[str]:
@@ -303,14 +299,11 @@ class TextKeys:
                     (text, frozenset(turns)) for text, turns in lr.observations(sample) if turns
                 ]
             else:
-                conv = sample["conversation"]
-                n = 1
-                while f"session_{n}" in conv:
-                    text = sample["session_summary"].get(f"session_{n}_summary")
+                summaries = sample.get("session_summary") or {}
+                for session in lr.sessions_of(sample, lr.Notes()):
+                    text = summaries.get(f"session_{session.number}_summary")
                     if text:
-                        ids = frozenset(t["dia_id"] for t in conv[f"session_{n}"])
-                        keys.append((text, ids))
-                    n += 1
+                        keys.append((text, frozenset(t.dia_id for t in session.turns)))
             db = sqlite3.connect(":memory:")
             db.execute(
                 "CREATE VIRTUAL TABLE keys USING fts5(text, tokenize = "
@@ -380,7 +373,7 @@ def extra_column(args: argparse.Namespace, lr: Any, questions: list[Any]) -> Any
     for item in args.column_option:
         name, _, value = item.partition("=")
         options[name] = float(value)
-    data = json.loads(args.data.read_text(encoding="utf-8"))
+    data = lr.read_data(args.data)
     embedder = lr.DiskCachedEmbedder(resolve_embedder("default"), args.cache)
     if args.column == "soft":
         return SoftTerms(data, questions, embedder, lr, **options)
@@ -393,7 +386,7 @@ def gather(args: argparse.Namespace, lr: Any) -> None:
     """Ingest the conversations and pickle every question's candidates at every pool."""
     from harombe_core.store.base import SearchScope
 
-    data = json.loads(args.data.read_text(encoding="utf-8"))
+    data = lr.read_data(args.data)
     questions = lr.questions_of(data)
     args.embedding, args.no_cache = "default", False
     with tempfile.TemporaryDirectory() as folder:

@@ -58,7 +58,6 @@ from typing import Any  # noqa: E402
 import numpy as np  # noqa: E402
 
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
-_EVIDENCE = re.compile(r"D(\d+):(\d+)")
 
 #: What the cross-validation chooses from. Index-time choices (how a message is embedded, whether
 #: speaker names are searched as words) need their own ingest or keyword query; the weights are
@@ -126,74 +125,268 @@ HALVES: dict[str, dict[str, float]] = {
 }
 
 
-def parse_evidence(items: list[str]) -> set[str]:
-    """Normalise evidence ids ("D8:6; D9:17", "D30:05" -> {"D8:6", "D9:17", "D30:5"})."""
+#: LoCoMo's category names, for files that give a category as a word.
+CATEGORY_NAMES = {
+    name.replace("-", sep): number
+    for number, name in CATEGORIES.items()
+    for sep in ("-", "_", " ", "")
+}
+#: Session date formats seen in LoCoMo-shaped files ("1:56 pm on 8 May, 2023") and in
+#: LongMemEval-style histories ("2023/05/20 (Sat) 02:21"); ISO 8601 is tried first.
+DATE_FORMATS = (
+    "%I:%M %p on %d %B, %Y",
+    "%I:%M %p on %d %b, %Y",
+    "%I:%M %p on %d %B %Y",
+    "%Y/%m/%d (%a) %H:%M",
+    "%Y/%m/%d %H:%M",
+    "%d %B, %Y",
+    "%d %B %Y",
+    "%B %d, %Y",
+)
+_SESSION_KEY = re.compile(r"session_(\d+)")
+#: An evidence id as the public release spells it: "D8:6", "D30:05", "D:11:26".
+_EVIDENCE_LOOSE = re.compile(r"D:?(\d+):(\d+)")
+
+
+class Notes:
+    """What a LoCoMo-shaped file lacked and what the benchmark did about it.
+
+    ``skip`` is a question (or turn) left out of the measure, ``repair`` a value the benchmark
+    had to supply or normalise (a session date, a turn id, an evidence id naming no turn).
+    Each is counted by its reason, once per place (``where``), and printed: a held-out file
+    must never lose questions silently, nor have its figures bent by a guess nobody sees.
+    """
+
+    def __init__(self) -> None:
+        self.skipped: dict[str, list[str]] = defaultdict(list)
+        self.repaired: dict[str, list[str]] = defaultdict(list)
+
+    @staticmethod
+    def _add(table: dict[str, list[str]], reason: str, where: str) -> None:
+        if where not in table[reason]:
+            table[reason].append(where)
+
+    def skip(self, reason: str, where: str) -> None:
+        self._add(self.skipped, reason, where)
+
+    def repair(self, reason: str, where: str) -> None:
+        self._add(self.repaired, reason, where)
+
+    def count(self, reason: str) -> int:
+        return len(self.skipped.get(reason, ())) + len(self.repaired.get(reason, ()))
+
+    def lines(self, examples: int = 3) -> list[str]:
+        """The report: each reason with its count and a few places."""
+        out = []
+        for title, table_ in (("skipped", self.skipped), ("repaired", self.repaired)):
+            for reason, places in sorted(table_.items()):
+                shown = ", ".join(places[:examples]) + (", ..." if len(places) > examples else "")
+                out.append(f"  {title} {len(places)}: {reason} ({shown})")
+        return out
+
+
+def normalise_id(text: Any) -> str | None:
+    """A turn id as ``D<session>:<turn>`` without leading zeros ("D30:05" -> "D30:5",
+    "D:11:26" -> "D11:26"), or None when it is not one."""
+    match = _EVIDENCE_LOOSE.fullmatch(str(text).strip())
+    if match is None:
+        return None
+    return f"D{int(match.group(1))}:{int(match.group(2))}"
+
+
+def parse_evidence(items: Any) -> set[str]:
+    """Normalise evidence ids ("D8:6; D9:17", "D30:05", "D:11:26" ->
+    {"D8:6", "D9:17", "D30:5", "D11:26"}); what is not an id is dropped."""
+    if isinstance(items, str):
+        items = [items]
     out: set[str] = set()
-    for item in items:
-        for part in re.split(r"[;,\s]+", item):
-            match = _EVIDENCE.fullmatch(part.strip())
-            if match:
-                out.add(f"D{int(match.group(1))}:{int(match.group(2))}")
+    for item in items if isinstance(items, list) else []:
+        for part in re.split(r"[;,\s]+", str(item)):
+            normal = normalise_id(part)
+            if normal:
+                out.add(normal)
     return out
 
 
-def parse_date(text: str) -> datetime:
-    """LoCoMo session dates look like "1:56 pm on 8 May, 2023"."""
-    return datetime.strptime(text.strip(), "%I:%M %p on %d %B, %Y")
+def parse_date(text: Any) -> datetime | None:
+    """A session date in any of :data:`DATE_FORMATS` or ISO 8601 (naive, as written:
+    the store takes a naive time as UTC), or None when there is none or it is unreadable."""
+    if not isinstance(text, str) or not text.strip():
+        return None
+    text = " ".join(text.split())
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        pass
+    for form in DATE_FORMATS:
+        try:
+            return datetime.strptime(text, form)
+        except ValueError:
+            continue
+    return None
 
 
 def turn_content(turn: dict[str, Any], with_captions: bool) -> str:
     """A turn as a chat app would store it: the text, and a shared photo's caption if any."""
-    text = str(turn.get("text", ""))
+    raw = turn.get("text")
+    text = "" if raw is None else str(raw)
     caption = turn.get("blip_caption")
     if with_captions and caption:
-        text = f"{text} [shares a photo: {caption}]"
+        text = f"{text} [shares a photo: {caption}]".strip()
     return text
 
 
+@dataclass(frozen=True)
+class Turn:
+    speaker: str
+    dia_id: str
+    raw: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class LoSession:
+    """One session of a conversation as ingested: its number, date and turns."""
+
+    number: int
+    date: datetime | None
+    turns: list[Turn]
+
+
+def conversation_of(sample: Any) -> dict[str, Any]:
+    """The ``conversation`` object of a sample (empty when it has none)."""
+    conv = sample.get("conversation") if isinstance(sample, dict) else None
+    return conv if isinstance(conv, dict) else {}
+
+
+def sample_id(sample: Any, index: int) -> str:
+    """A conversation's id (``sample_id``, or its position when it has none)."""
+    value = sample.get("sample_id") if isinstance(sample, dict) else None
+    return str(value) if value not in (None, "") else f"conversation-{index}"
+
+
+def conversation_ids(data: list[Any], notes: Notes) -> list[str]:
+    """Each conversation's user id: its ``sample_id``, made unique by its position when two
+    conversations share one (their sessions would otherwise collide)."""
+    out: list[str] = []
+    for index, sample in enumerate(data):
+        user = sample_id(sample, index)
+        if user in out:
+            notes.repair("sample_id repeated (the position added)", user)
+            user = f"{user}#{index}"
+        out.append(user)
+    return out
+
+
+def sessions_of(sample: Any, notes: Notes, index: int = 0) -> list[LoSession]:
+    """Every session of a conversation, in the order of their numbers, whatever is missing.
+
+    A gap in the numbering does not end the conversation (sessions after it are kept); a
+    session that is not a list of turns is left out. A missing or unreadable date is
+    replaced by the previous session's (or, before the first dated one, the next one's); a
+    turn without a usable ``dia_id`` gets ``D<session>:<position>``. Each repair is noted.
+    """
+    conv = conversation_of(sample)
+    user = sample_id(sample, index)
+    numbers = sorted(
+        int(m.group(1)) for key in conv if (m := _SESSION_KEY.fullmatch(key)) is not None
+    )
+    sessions: list[LoSession] = []
+    for n in numbers:
+        where = f"{user} session_{n}"
+        raw_turns = conv[f"session_{n}"]
+        if not isinstance(raw_turns, list):
+            notes.skip("session is not a list of turns", where)
+            continue
+        date = parse_date(conv.get(f"session_{n}_date_time"))
+        if date is None:
+            given = conv.get(f"session_{n}_date_time")
+            notes.repair(
+                "session date missing" if given in (None, "") else "session date unreadable",
+                where,
+            )
+        turns = []
+        for position, turn in enumerate(raw_turns, 1):
+            if not isinstance(turn, dict):
+                notes.skip("turn is not an object", f"{where} turn {position}")
+                continue
+            dia_id = normalise_id(turn.get("dia_id", ""))
+            if dia_id is None:
+                dia_id = f"D{n}:{position}"
+                notes.repair(
+                    "turn without a usable dia_id (numbered by position)", f"{user} {dia_id}"
+                )
+            elif dia_id != turn.get("dia_id"):
+                notes.repair("turn dia_id normalised", f"{user} {turn.get('dia_id')}")
+            speaker = turn.get("speaker")
+            turns.append(Turn(str(speaker) if speaker else "unknown", dia_id, turn))
+        sessions.append(LoSession(n, date, turns))
+    dates = [s.date for s in sessions]
+    for i, date in enumerate(dates):
+        if date is None:
+            before = next((d for d in reversed(dates[:i]) if d is not None), None)
+            after = next((d for d in dates[i + 1 :] if d is not None), None)
+            dates[i] = before or after or datetime(2000, 1, 1)
+    return [replace(s, date=d) for s, d in zip(sessions, dates, strict=True)]
+
+
 def ingest(
-    mm: Any, sample: dict[str, Any], with_captions: bool, ids: dict[str, int] | None = None
+    mm: Any,
+    sample: dict[str, Any],
+    with_captions: bool,
+    ids: dict[str, int] | None = None,
+    notes: Notes | None = None,
+    index: int = 0,
+    user: str | None = None,
 ) -> int:
     """Save a conversation's turns (``ids``, when given, gets each turn's message id by
-    ``dia_id``); how many."""
+    ``dia_id``) as ``user`` (default: its ``sample_id``); how many."""
     from harombe_core import Message
 
-    user = sample["sample_id"]
-    conv = sample["conversation"]
-    roles = {conv["speaker_a"]: "user", conv["speaker_b"]: "assistant"}
+    user = user or sample_id(sample, index)
+    conv = conversation_of(sample)
+    roles = {conv.get("speaker_a"): "user", conv.get("speaker_b"): "assistant"}
+    notes = notes or Notes()
     count = 0
-    n = 1
-    while f"session_{n}" in conv:
-        sid = f"{user}-session-{n}"
-        mm.create_session(user_id=user, session_id=sid, metadata={"locomo_session": n})
-        when = parse_date(conv[f"session_{n}_date_time"])
+    for session in sessions_of(sample, notes, index):
+        sid = f"{user}-session-{session.number}"
+        mm.create_session(
+            user_id=user,
+            session_id=sid,
+            metadata={"locomo_session": session.number},
+            created_at=session.date,
+        )
         messages = [
             Message(
-                role=roles.get(turn["speaker"], "user"),
-                content=turn_content(turn, with_captions),
-                name=turn["speaker"],
-                metadata={"dia_id": turn["dia_id"]},
-                created_at=when,
+                role=roles.get(turn.speaker, "user"),
+                content=turn_content(turn.raw, with_captions),
+                name=turn.speaker,
+                metadata={"dia_id": turn.dia_id},
+                created_at=session.date,
             )
-            for turn in conv[f"session_{n}"]
+            for turn in session.turns
         ]
         for message in messages:
+            if not message.content:
+                where = f"{user} {message.metadata['dia_id']}"
+                notes.repair("turn with no text to index (stored empty)", where)
             saved = mm.save_message(sid, message, user_id=user)
             if ids is not None:
-                ids[message.metadata["dia_id"]] = saved
+                ids.setdefault(message.metadata["dia_id"], saved)
         count += len(messages)
-        n += 1
     return count
 
 
 def observations(sample: dict[str, Any]) -> list[tuple[str, set[str]]]:
     """A conversation's ``observation`` facts, each with the turns (``dia_id``) it came from."""
     out = []
-    for per_session in sample.get("observation", {}).values():
-        for facts in per_session.values():
-            for text, where in facts:
-                items = where if isinstance(where, list) else [where]
-                out.append((text, parse_evidence([str(i) for i in items])))
+    by_session = sample.get("observation") if isinstance(sample, dict) else None
+    for per_session in (by_session or {}).values() if isinstance(by_session, dict) else ():
+        for facts in per_session.values() if isinstance(per_session, dict) else ():
+            for fact in facts if isinstance(facts, list) else ():
+                if isinstance(fact, list) and len(fact) == 2 and isinstance(fact[0], str):
+                    text, where = fact
+                    items = where if isinstance(where, list) else [where]
+                    out.append((text, parse_evidence([str(i) for i in items])))
     return out
 
 
@@ -240,24 +433,39 @@ def ingest_facts(mm: Any, data: list[dict[str, Any]], ids: dict[str, dict[str, i
     :class:`ObservationModel`), session by session; how many observations."""
     from harombe_core.facts.llm import LLMExtractor
 
+    notes = Notes()  # the ingest has reported them
+    users = conversation_ids(data, notes)
     model = ObservationModel()
-    count = sum(model.add(sample, ids[sample["sample_id"]]) for sample in data)
+    count = sum(model.add(sample, ids[user]) for sample, user in zip(data, users, strict=True))
     memory = mm.user_memory
     memory.extractor = LLMExtractor(model)
     memory.batch_size = FACT_BATCH
-    for sample in data:
-        n = 1
-        while f"session_{n}" in sample["conversation"]:
-            mm.extract_facts(f"{sample['sample_id']}-session-{n}")
-            n += 1
+    for index, (sample, user) in enumerate(zip(data, users, strict=True)):
+        for session in sessions_of(sample, notes, index):
+            mm.extract_facts(f"{user}-session-{session.number}")
     return count
 
 
-def ingest_all(mm: Any, data: list[dict[str, Any]], with_captions: bool, facts: str | None) -> int:
+def ingest_all(
+    mm: Any,
+    data: list[dict[str, Any]],
+    with_captions: bool,
+    facts: str | None,
+    notes: Notes | None = None,
+) -> int:
     """Ingest every conversation and wait for its indexes; with ``facts``, extract the
-    observations as facts too (:func:`ingest_facts`). How many messages."""
+    observations as facts too (:func:`ingest_facts`). How many messages. What the data
+    lacked goes to ``notes`` (printed to stderr when none is given)."""
+    own = notes is None
+    notes = notes or Notes()
     ids: dict[str, dict[str, int]] = {}
-    count = sum(ingest(mm, s, with_captions, ids.setdefault(s["sample_id"], {})) for s in data)
+    users = conversation_ids(data, notes)
+    count = sum(
+        ingest(mm, sample, with_captions, ids.setdefault(user, {}), notes, index, user)
+        for index, (sample, user) in enumerate(zip(data, users, strict=True))
+    )
+    if own and notes.lines():
+        print("\n".join(["the data, as ingested:", *notes.lines()]), file=sys.stderr)
     mm.flush()
     if facts:
         extracted = ingest_facts(mm, data, ids)
@@ -330,21 +538,67 @@ class Question:
     evidence: frozenset[str]
 
 
-def questions_of(data: list[dict[str, Any]]) -> list[Question]:
+def category_of(value: Any) -> int | None:
+    """A question's category as its number (1-5), from a number, a digit string or a name
+    ("temporal", "multi-hop"); None when it is none of them."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float) and int(value) == value and int(value) in CATEGORIES:
+        return int(value)
+    if isinstance(value, str):
+        text = value.strip().casefold()
+        if text.isdigit() and int(text) in CATEGORIES:
+            return int(text)
+        return CATEGORY_NAMES.get(text)
+    return None
+
+
+def questions_of(data: list[dict[str, Any]], notes: Notes | None = None) -> list[Question]:
+    """Every question that can be scored, its evidence normalised to the conversation's turns.
+
+    A question is skipped, with its reason in ``notes``, when it has no question text, no
+    evidence, only malformed evidence, or evidence naming no turn of its conversation (an id
+    naming no turn is dropped from a question that has others). A category that is not one
+    of LoCoMo's five counts in "all" only. Without ``notes``, the report goes to stderr.
+    """
+    own = notes is None
+    notes = notes or Notes()
+    users = conversation_ids(data, notes)
     out = []
-    for index, sample in enumerate(data):
-        for qa in sample["qa"]:
-            evidence = parse_evidence(qa.get("evidence") or [])
-            if evidence:
-                out.append(
-                    Question(
-                        index,
-                        sample["sample_id"],
-                        int(qa.get("category", 0)),
-                        qa["question"],
-                        frozenset(evidence),
-                    )
-                )
+    for index, (sample, user) in enumerate(zip(data, users, strict=True)):
+        qas = sample.get("qa") if isinstance(sample, dict) else None
+        if not isinstance(qas, list):
+            notes.skip("conversation without a list of questions (qa)", user)
+            continue
+        turns = {t.dia_id for session in sessions_of(sample, notes, index) for t in session.turns}
+        for number, qa in enumerate(qas):
+            where = f"{user} qa[{number}]"
+            if not isinstance(qa, dict):
+                notes.skip("question is not an object", where)
+                continue
+            text = qa.get("question")
+            if not isinstance(text, str) or not text.strip():
+                notes.skip("no question text", where)
+                continue
+            given = qa.get("evidence")
+            if not given:
+                notes.skip("no evidence", where)
+                continue
+            evidence = parse_evidence(given)
+            if not evidence:
+                notes.skip("evidence malformed (no D<session>:<turn> id)", where)
+                continue
+            if evidence - turns:
+                if not evidence & turns:
+                    notes.skip("evidence names no turn of the conversation", where)
+                    continue
+                notes.repair("evidence id naming no turn (dropped from the question)", where)
+            category = category_of(qa.get("category"))
+            if category is None:
+                notes.repair("category not one of the five (counted in 'all' only)", where)
+            out.append(Question(index, user, category or 0, text, frozenset(evidence & turns)))
+    if own and notes.lines():
+        print("\n".join(["the questions, as read:", *notes.lines()]), file=sys.stderr)
     return out
 
 
@@ -386,6 +640,11 @@ def by_category(
             rows[f"{cat} {label} (n={len(index)})"] = {
                 k: statistics.fmean(scores[k][i] for i in index) for k in ks
             }
+    other = [i for i, q in enumerate(questions) if q.category not in CATEGORIES]
+    if other:
+        rows[f"other category (n={len(other)})"] = {
+            k: statistics.fmean(scores[k][i] for i in other) for k in ks
+        }
     return rows
 
 
@@ -527,6 +786,19 @@ def describe(point: tuple[Any, ...]) -> str:
     return ", ".join(f"{n}={v}" for n, v in zip(names, point, strict=True))
 
 
+def read_data(path: Path) -> list[Any]:
+    """The conversations of a LoCoMo-shaped file (a list; one conversation alone is taken as a
+    list of one). Anything else stops the run with what was found."""
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if isinstance(data, dict):
+        data = [data]
+    if not isinstance(data, list):
+        raise SystemExit(
+            f"{path}: expected a JSON list of conversations, got {type(data).__name__}"
+        )
+    return data
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", required=True, type=Path, help="locomo JSON file")
@@ -561,8 +833,16 @@ def main(argv: list[str] | None = None) -> int:
         RANK_GRID.update(FACT_GRID)
     ks = sorted(args.k)
 
-    data = json.loads(args.data.read_text(encoding="utf-8"))[: args.limit]
-    questions = questions_of(data)
+    data = read_data(args.data)[: args.limit]
+    notes = Notes()
+    questions = questions_of(data, notes)
+    asked = sum(len(s["qa"]) for s in data if isinstance(s, dict) and isinstance(s.get("qa"), list))
+    print(f"{len(questions)} of {asked} questions scored ({asked - len(questions)} skipped)")
+    if notes.lines():
+        print("\n".join(notes.lines()))
+    if not questions:
+        print("no question has evidence naming a turn of its conversation: nothing to score")
+        return 1
     tmp = tempfile.TemporaryDirectory()
     db = args.db or str(Path(tmp.name) / "locomo.db")
     keyword_only = args.embedding == "none"
@@ -584,7 +864,7 @@ def main(argv: list[str] | None = None) -> int:
     with_facts = None
     try:
         start = time.perf_counter()
-        messages = ingest_all(mm, data, not args.no_captions, args.facts)
+        messages = ingest_all(mm, data, not args.no_captions, args.facts, notes)
         ingest_seconds = time.perf_counter() - start
         scores, latencies, first = plain_run(mm, questions, ks, options)
         halves = {}
@@ -683,7 +963,7 @@ def run_cv(
     for embed_context in index_grid["embed_context"]:
         mm = open_manager(args, str(folder / f"cv-{embed_context}.db"), embed_context)
         try:
-            ingest_all(mm, data, not args.no_captions, args.facts)
+            ingest_all(mm, data, not args.no_captions, args.facts, Notes())
             for names in index_grid["names_as_keywords"]:
                 choice = {"embed_context": embed_context, "names_as_keywords": names}
                 for point, table_ in grid_scores(mm, questions, ks, choice).items():

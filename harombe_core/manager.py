@@ -14,6 +14,7 @@ import logging
 import os
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -59,6 +60,7 @@ from harombe_core.validate import (
     optional_count,
     optional_id,
     optional_number,
+    optional_time,
 )
 from harombe_core.write_inputs import as_message, costed, id_list, message_list, session_fields
 
@@ -324,12 +326,18 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
         user_id: str | None = None,
         *,
         session_id: str | None = None,
+        created_at: datetime | str | None = None,
     ) -> str:
         """Create a session and return its id (a new UUID unless ``session_id`` is given).
 
-        Raises InvalidInputError for a malformed id, metadata or an id already in use.
+        ``created_at`` (default now; a datetime or ISO 8601 string, naive taken as UTC) dates a
+        session of past history, as an import of old conversations has: its last activity is
+        then its newest message, so ``list_sessions`` and pruning order it by when it happened
+        rather than by when it was imported.
+
+        Raises InvalidInputError for a malformed id, metadata, time or an id already in use.
         """
-        return drive(self._create_session(system_prompt, metadata, user_id, session_id))
+        return drive(self._create_session(system_prompt, metadata, user_id, session_id, created_at))
 
     async def acreate_session(
         self,
@@ -338,9 +346,12 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
         user_id: str | None = None,
         *,
         session_id: str | None = None,
+        created_at: datetime | str | None = None,
     ) -> str:
         """Create a session and return its id (async twin of :meth:`create_session`)."""
-        return await adrive(self._create_session(system_prompt, metadata, user_id, session_id))
+        return await adrive(
+            self._create_session(system_prompt, metadata, user_id, session_id, created_at)
+        )
 
     def _create_session(
         self,
@@ -348,10 +359,12 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
         metadata: Mapping[str, Any] | None,
         user_id: str | None,
         session_id: str | None,
+        created_at: datetime | str | None = None,
     ) -> Flow[str]:
         sid = optional_id(session_id, "session_id") or uuid.uuid4().hex
         optional_id(user_id, "user_id")
         session_fields(system_prompt, metadata)
+        when = optional_time(created_at, "created_at")
         tokens = self._system_prompt_tokens(system_prompt)
         yield Run(
             self._store,
@@ -361,6 +374,7 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
                 system_prompt=system_prompt,
                 system_prompt_tokens=tokens,
                 metadata=metadata,
+                created_at=when,
             ),
         )
         return sid
@@ -613,10 +627,11 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
             return []
         add = ops.add_messages(session_id, prepared, user_id=user_id, replace_ids=doomed)
         ids: list[int]
-        if doomed and self._semantic is not None:
+        if doomed:
             # The delete and the removal of its vectors from the index as one request (one
             # thread hop when async, which a cancelled caller waits for), as erase() does for
-            # sessions: a cancellation between the two left the vectors in the index.
+            # sessions: a cancellation between them left the vectors in the index. (The
+            # delete's commit arms the background eraser itself.)
             ids = yield Work(self._delete_and_add, add, doomed)
         else:
             ids = yield Run(self._store, add)
@@ -628,8 +643,8 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
     def _delete_and_add(self, add: Op[list[int]], doomed: list[int]) -> list[int]:
         """Run ``add`` (which deletes ``doomed``), then drop their vectors from the index."""
         ids = self._store.run(add)
-        assert self._semantic is not None  # (only called with semantic memory on)
-        self._semantic.forget_messages(doomed)
+        if self._semantic is not None:
+            self._semantic.forget_messages(doomed)
         return ids
 
     def save_message(

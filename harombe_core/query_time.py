@@ -29,7 +29,7 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-__all__ = ["TimeRange", "in_ranges", "query_time_ranges"]
+__all__ = ["TimeRange", "in_ranges", "query_time_ranges", "slack_end"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,6 +191,12 @@ def query_time_ranges(query: str, now: datetime | None = None) -> list[TimeRange
         if claim(match):
             found.append(_relative(match.group(1), reference))
     return [r for r in found if r.start < r.end]  # a period wholly before year 1 names nothing
+
+
+def slack_end(span: TimeRange, slack_days: float) -> datetime:
+    """The end of ``span`` extended ``slack_days``, as :func:`in_ranges` extends it (cut at
+    the last representable moment)."""
+    return _shift(span.end, timedelta(days=slack_days if slack_days <= _ALL_DAYS else _ALL_DAYS))
 
 
 def in_ranges(when: datetime, ranges: list[TimeRange], slack_days: float = 0.0) -> bool:

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 from harombe_core.errors import EmbeddingError
 from harombe_core.flows import Call, Flow, Parallel, Run, Subflow, Work, drive
 from harombe_core.models import Message, SearchHit, Session
-from harombe_core.query_time import query_time_ranges
+from harombe_core.query_time import query_time_ranges, slack_end
 from harombe_core.store import ops
 from harombe_core.store.base import KeywordHit, MessageStore, SearchScope
 from harombe_core.validate import (
@@ -114,6 +114,39 @@ CONTEXT_HEADER = "Relevant context from past conversations:"
 #: At least this many of each side's best candidates have their neighbours read (``top_k`` if
 #: larger): enough for the top of the ranking, a fraction of what every candidate would cost.
 NEIGHBOR_SEEDS = 10
+#: At most this many of the time ranges a query names get a keyword search of their own.
+TIME_QUERIES = 3
+
+
+def _keyword_in_times(
+    store: MessageStore,
+    text: str,
+    keyword: list[KeywordHit],
+    pool: int,
+    scope: SearchScope,
+    times: Sequence[Any],
+    slack_days: float,
+) -> Flow[list[KeywordHit]]:
+    """``keyword`` with the best keyword hits written in the times the query names (up to
+    ``slack_days`` after each, as ``time_weight`` counts them), best score first.
+
+    The time a query names only weighs candidates, so they must be in the pool: over a long
+    history ("what did we say about the garden yesterday?" after a year of talking about the
+    garden) the store-wide best matches are all from other days. One keyword search per range
+    (:data:`TIME_QUERIES` at most; a date without a year is not one range) scoped to it finds
+    that day's. Their BM25 scores are the index's, comparable with the store-wide ones.
+    """
+    merged = {int(h.message.id or 0): h for h in keyword}
+    for span in [t for t in times if not t.any_year][:TIME_QUERIES]:
+        since = span.start if scope.since is None else max(scope.since, span.start)
+        end = slack_end(span, slack_days)
+        until = end if scope.until is None else min(scope.until, end)
+        if since >= until:
+            continue
+        timed = replace(scope, since=since, until=until)
+        for hit in (yield Run(store, ops.keyword_search(text, limit=pool, scope=timed))):
+            merged.setdefault(int(hit.message.id or 0), hit)
+    return sorted(merged.values(), key=lambda h: -h.score)
 
 
 def keyword_query(query: str) -> str:
@@ -477,9 +510,16 @@ class Retriever:
                 w for w in WORDS.findall(keyword_text) if w.casefold() not in found.speakers
             )
             if rest.strip():
+                keyword_text = rest
                 keyword = yield Run(self.store, ops.keyword_search(rest, limit=pool, scope=scope))
                 for hit in keyword:
                     found.messages.setdefault(int(hit.message.id or 0), hit.message)
+        if keyword_text.strip() and found.times and (want_keyword or self.semantic is None):
+            keyword = yield from _keyword_in_times(
+                self.store, keyword_text, keyword, pool, scope, found.times, s.time_slack_days
+            )
+            for hit in keyword:
+                found.messages.setdefault(int(hit.message.id or 0), hit.message)
         found.keyword_rank = {int(h.message.id or 0): r for r, h in enumerate(keyword)}
         found.keyword_score = {int(h.message.id or 0): h.score for h in keyword}
         found.pooled = frozenset(found.messages)

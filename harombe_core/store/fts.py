@@ -44,6 +44,7 @@ from harombe_core.store.erasure import KEYWORD_TABLES
 from harombe_core.store.rows import MESSAGE_COLUMNS, row_to_message, scope_sql
 from harombe_core.store.runner import Body, Step
 from harombe_core.store.sqlite_file import SQLiteFile
+from harombe_core.store.unspaced import UNSPACED, spaced
 
 __all__ = [
     "KEYWORD_MARK",
@@ -74,14 +75,31 @@ _K1, _B = 1.2, 0.75
 TAIL_LIMIT = 5_000
 
 _WORD = re.compile(r"\w+", re.UNICODE)
-
 #: The keyword index's tokenizer (``messages_fts``, migration 1); query words go through it too.
 TOKENIZER = "porter unicode61 remove_diacritics 2"
 
 
+_UNSPACED_RUN = re.compile(f"({UNSPACED.pattern}+)")
+
+
 def query_words(text: str) -> list[str]:
-    """The distinct words of free text that a keyword search looks for (at most 64)."""
-    words = dict.fromkeys(w.lower() for w in _WORD.findall(text) if len(w) > 1 or w.isdigit())
+    """The distinct words of free text that a keyword search looks for (at most 64).
+
+    Chinese and Japanese are written without spaces, so a run of their characters gives
+    itself and its overlapping pairs of characters ("東京の寿司" -> "東京の寿司", "東京",
+    "京の", "の寿", "寿司"), each looked up as a phrase (:func:`fts_query`): BM25 then ranks a
+    turn by how many of the question's pairs it has, as it does words (one character alone
+    is a word). The facts' keyword index holds a run as one token: the run itself still
+    matches there. (PostgreSQL's parser makes no token of these scripts at all.)
+    """
+    words: dict[str, None] = {}
+    for word in _WORD.findall(text):
+        for piece in _UNSPACED_RUN.split(word.lower()):
+            if UNSPACED.match(piece):
+                pairs = [piece[i : i + 2] for i in range(len(piece) - 1)]
+                words.update(dict.fromkeys([piece, *pairs]))
+            elif len(piece) > 1 or piece.isdigit():
+                words[piece] = None
     return list(words)[:64]
 
 
@@ -90,11 +108,17 @@ def fts_query(text: str | Sequence[str]) -> str | None:
     injection), OR-ed.
 
     BM25 then ranks by how many rare words match, which is what a user typing a question means.
+    A word of Chinese or Japanese characters is the phrase of its characters (as
+    :func:`spaced` indexes them), or else one token (as an index written before
+    :func:`spaced` holds such text, until ``harombe reindex``).
     """
     words = query_words(text) if isinstance(text, str) else list(text)
     if not words:
         return None
-    return " OR ".join(f'"{w}"' for w in words)
+    return " OR ".join(
+        f'"{" ".join(spaced(w).split())}" OR "{w}"' if UNSPACED.search(w) else f'"{w}"'
+        for w in words
+    )
 
 
 _TERMS_LOCK = threading.Lock()
@@ -115,7 +139,7 @@ def tokens(text: str) -> tuple[str, ...]:
         db = _TERMS_DB[0]
         db.execute("BEGIN")
         try:
-            db.execute("INSERT INTO words (rowid, word) VALUES (1, ?)", (text,))
+            db.execute("INSERT INTO words (rowid, word) VALUES (1, ?)", (spaced(text),))
             rows = db.execute("SELECT term FROM word_terms ORDER BY offset").fetchall()
         finally:
             db.execute("ROLLBACK")
@@ -195,10 +219,12 @@ def catch_up(file: SQLiteFile, retries: int) -> int:
         # Rows the index already holds above the mark are skipped (one empty rowid range when
         # the mark is right), so a mark set too low cannot fail every catch-up on a rowid
         # the index has.
+        c.create_function("harombe_spaced", 1, spaced, deterministic=True)
         count = c.execute(
-            "INSERT INTO messages_fts (rowid, content, context) "
-            f"SELECT m.id, m.content, {CONTEXT_SQL} FROM messages m WHERE m.id > ? "
-            "AND m.id NOT IN (SELECT rowid FROM messages_fts WHERE rowid > ?) ORDER BY m.id",
+            "INSERT INTO messages_fts (rowid, content, context) SELECT m.id, "
+            f"harombe_spaced(m.content), harombe_spaced({CONTEXT_SQL}) FROM messages m "
+            "WHERE m.id > ? AND m.id NOT IN (SELECT rowid FROM messages_fts WHERE rowid > ?) "
+            "ORDER BY m.id",
             (done, done),
         ).rowcount
         set_keyword_mark(c, max(done, _max_message_id(c)))
@@ -577,9 +603,11 @@ def _drop_common_words(
     words find, and the rows only it would add mostly rank below those. Below 2,000 rows
     scoring all of a word's rows takes a few milliseconds, so small stores keep every word.
     When every word is that common, the ``_KEEP_WHEN_ALL_COMMON`` (2) rarest are kept, so a
-    query never loses all its words. A word whose terms are not in the index counts as rare
-    (it matches nothing, so it costs nothing). The messages not indexed yet (``tail``) count
-    as if they were.
+    query never loses all its words. A word whose terms are not in the index is kept (it
+    matches nothing, so it costs nothing), but it is not a rarer word that lets a common one
+    go: "the garden yesterday" over a history where every turn names the garden would
+    otherwise find nothing at all. The messages not indexed yet (``tail``) count as if they
+    were.
     """
     if len(words) < 2:
         return list(words)
@@ -592,9 +620,10 @@ def _drop_common_words(
                 counts[word] += tail_rows(tail, terms)
     threshold = max(rows * _COMMON_SHARE, _COMMON_MIN_ROWS)
     kept = [w for w in words if counts[w] <= threshold]
-    if not kept:
-        rarest = sorted(words, key=lambda w: counts[w])[:_KEEP_WHEN_ALL_COMMON]
-        kept = [w for w in words if w in rarest]
+    if not any(counts[w] for w in kept):  # what is left would match no row
+        found = sorted((w for w in words if counts[w]), key=lambda w: counts[w])
+        rarest = found[:_KEEP_WHEN_ALL_COMMON] or list(words)
+        kept = [w for w in words if w in rarest or counts[w] == 0]
     return kept
 
 
@@ -737,7 +766,7 @@ def rebuild_body() -> Body[int]:
             previous_session, context = session_id, ""
         yield Step(
             "INSERT INTO messages_fts (rowid, content, context) VALUES (?, ?, ?)",
-            (mid, content, context),
+            (mid, spaced(content), spaced(context)),
         )
         context = content
         count += 1

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from pytest_socket import disable_socket, enable_socket
 
+from harombe_core import MemoryManager
 from harombe_core.embeddings import (
     DEFAULT_MODEL_NAME,
     CachedEmbedder,
@@ -22,7 +23,9 @@ from harombe_core.embeddings import (
     SentenceTransformerEmbedder,
     resolve_embedder,
 )
+from harombe_core.embeddings.base import forced_device
 from harombe_core.errors import (
+    ConfigError,
     EmbeddingError,
     InvalidInputError,
     MissingExtraError,
@@ -259,3 +262,20 @@ def test_bad_input_is_rejected(fast: OnnxEmbedder) -> None:
         fast.embed("a bare string")
     with pytest.raises(InvalidInputError, match="not str"):
         fast.embed(["fine", 3])  # type: ignore[list-item]
+
+
+@pytest.mark.parametrize("value", ["banana", "gpu", "cuda0", "CUDA"])
+def test_a_misspelt_device_is_a_config_error_at_open(
+    value: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``HAROMBE_DEVICE=gpu`` used to run on the CPU without a word (ONNX path) or fail inside
+    torch at the first embedding; now opening a memory names the variable and its values."""
+    monkeypatch.setenv("HAROMBE_DEVICE", value)
+    with pytest.raises(ConfigError, match="HAROMBE_DEVICE"):
+        MemoryManager(tmp_path / "m.db")
+
+
+@pytest.mark.parametrize("value", ["cpu", "cuda", "cuda:1", "mps", ""])
+def test_the_devices_harombe_device_takes(value: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HAROMBE_DEVICE", value)
+    assert forced_device() == (value or None)

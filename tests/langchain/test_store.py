@@ -158,6 +158,40 @@ def test_put_without_index_is_not_ranked(store: HarombeStore) -> None:
     assert [(h.key, h.score is None) for h in hits] == [("indexed", False), ("plain", True)]
 
 
+def test_a_put_is_searched_by_what_it_indexes_not_by_an_older_put(store: HarombeStore) -> None:
+    """A put replaces the item's vectors: after a put with ``index=False``, or one indexing
+    fewer fields, no vector of the older value is left. On purpose, unlike LangGraph's
+    ``InMemoryStore`` and ``SqliteStore``, which keep the older value's vectors and go on
+    ranking the item by text it no longer holds (shown here on ``InMemoryStore``)."""
+    from langgraph.store.memory import InMemoryStore
+
+    embedder = FakeEmbedder()
+    fields = ["text", "title"]
+    theirs = InMemoryStore(
+        index={
+            "embed": lambda texts: embedder.embed(list(texts)).tolist(),
+            "dims": 256,
+            "fields": fields,
+        }
+    )
+    ours = HarombeStore(store.manager, index={"embed": embedder, "fields": fields})
+    scores: dict[str, list[dict[str, float]]] = {}
+    for name, each in (("theirs", theirs), ("ours", ours)):
+        each.put(("n",), "a", {"text": "lisbon flight", "title": "travel"})
+        each.put(("n",), "b", {"text": "cat food", "title": "pets"})
+        each.put(("n",), "a", {"text": "dentist monday", "title": "health"}, index=False)
+        each.put(("n",), "b", {"text": "dentist friday"})  # no title any more
+        scores[name] = [
+            {h.key: h.score or 0.0 for h in each.search(("n",), query=query)}
+            for query in ("lisbon flight", "pets")
+        ]
+    flight, pets = scores["theirs"]
+    assert flight["a"] > 0.9  # ranked by text "a" no longer holds
+    assert pets["b"] > 0.9
+    flight, pets = scores["ours"]
+    assert max([*flight.values(), *pets.values()]) < 0.5
+
+
 def test_list_namespaces(store: HarombeStore) -> None:
     for ns in [("a", "b", "c"), ("a", "b", "d"), ("a", "x"), ("z",)]:
         store.put(ns, "k", {"text": "v"})

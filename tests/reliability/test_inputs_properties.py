@@ -527,6 +527,7 @@ def common_kinds(world: World) -> dict[str, st.SearchStrategy[Any]]:
         "kinds": kind(st.lists(FACT_KINDS, max_size=3)),
         "subject": st.one_of(st.none(), texts),
         "valid_from": st.one_of(st.none(), times),
+        "created_at": st.one_of(st.none(), times),
         "as_of": st.one_of(st.none(), times),
         "include_history": flags,
         "fact_id": counts,
