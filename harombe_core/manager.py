@@ -613,39 +613,41 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
     def _write(
         self,
         session_id: str,
-        delete_ids: Sequence[int],
+        delete_ids: Sequence[int] | None,
         messages: Iterable[Message | Mapping[str, Any]],
         user_id: str | None,
         what: str,
     ) -> Flow[list[int]]:
-        """Delete ``delete_ids`` and append ``messages`` in one transaction of the store."""
+        """Delete ``delete_ids`` (None: every message of the session) and append ``messages``
+        in one transaction of the store."""
         check_id(session_id, "session_id")
         optional_id(user_id, "user_id")
-        doomed = id_list(delete_ids, "delete_ids")
+        doomed = None if delete_ids is None else id_list(delete_ids, "delete_ids")
         prepared = yield from costed(messages, what, self.token_counter)
-        if not prepared and not doomed:
+        if not prepared and doomed == []:
             return []
-        add = ops.add_messages(session_id, prepared, user_id=user_id, replace_ids=doomed)
-        ids: list[int]
-        if doomed:
+        replace = ops.replace_messages(session_id, prepared, user_id=user_id, replace_ids=doomed)
+        if doomed != []:
             # The delete and the removal of its vectors from the index as one request (one
             # thread hop when async, which a cancelled caller waits for), as erase() does for
             # sessions: a cancellation between them left the vectors in the index. (The
             # delete's commit arms the background eraser itself.)
-            ids = yield Work(self._delete_and_add, add, doomed)
+            _removed, ids = yield Work(self._delete_and_add, replace)
         else:
-            ids = yield Run(self._store, add)
+            _removed, ids = yield Run(self._store, replace)
         if self._semantic is not None and prepared:
             self._semantic.notify()  # wakes the background embedder: never blocks
         self._facts.notify(session_id)  # wakes the background fact extractor (if on)
-        return ids
+        return list(ids)
 
-    def _delete_and_add(self, add: Op[list[int]], doomed: list[int]) -> list[int]:
-        """Run ``add`` (which deletes ``doomed``), then drop their vectors from the index."""
-        ids = self._store.run(add)
-        if self._semantic is not None:
-            self._semantic.forget_messages(doomed)
-        return ids
+    def _delete_and_add(
+        self, replace: Op[tuple[list[int], list[int]]]
+    ) -> tuple[list[int], list[int]]:
+        """Run ``replace``, then drop the vectors of the messages it deleted from the index."""
+        removed, ids = self._store.run(replace)
+        if removed and self._semantic is not None:
+            self._semantic.forget_messages(removed)
+        return removed, ids
 
     def save_message(
         self, session_id: str, message: Message | Mapping[str, Any], *, user_id: str | None = None
@@ -711,6 +713,32 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
         """Delete and append in one transaction (async twin of :meth:`replace_messages`)."""
         write = self._write(session_id, delete_ids, messages, user_id, "replace_messages")
         return await adrive(write)
+
+    def set_messages(
+        self,
+        session_id: str,
+        messages: Iterable[Message | Mapping[str, Any]],
+        *,
+        user_id: str | None = None,
+    ) -> list[int]:
+        """Make ``messages`` the session's whole history, in one transaction; their new ids.
+
+        What a framework's "set the history" means (LlamaIndex's ``Memory.set``, a chat store's
+        ``set_messages``): every message the session holds when the transaction runs goes, so
+        concurrent sets leave one of the histories, never both. An unknown session is created.
+        With ``user_id``, only that user's session (else SessionOwnershipError).
+        """
+        return drive(self._write(session_id, None, messages, user_id, "set_messages"))
+
+    async def aset_messages(
+        self,
+        session_id: str,
+        messages: Iterable[Message | Mapping[str, Any]],
+        *,
+        user_id: str | None = None,
+    ) -> list[int]:
+        """Replace a session's history (async twin of :meth:`set_messages`)."""
+        return await adrive(self._write(session_id, None, messages, user_id, "set_messages"))
 
     def get_messages(
         self,
