@@ -487,6 +487,31 @@ MIGRATIONS: list[list[str]] = [
                 VALUES ('erased_keywords_pending', lower(hex(randomblob(16))));
         END""",
     ],
+    # 14: text removed outside the messages also owes the file's erasure (the WAL's old page
+    # images hold it until truncated): a deleted LangGraph checkpoint (delete_for_runs, prune,
+    # a deleted thread), a deleted, expired or overwritten LangGraph store item. Recorded by
+    # triggers, whichever code removes them, as migration 13 does for summaries; the keyword
+    # key only, since no message vector changes (a Chroma folder is not rebuilt for them). An
+    # upsert, not INSERT OR REPLACE: the conflict clause of the statement firing a trigger
+    # (a store item's own upsert) overrides a trigger's OR REPLACE, which then fails.
+    [
+        *(
+            f"""CREATE TRIGGER {name} AFTER {event} {when} BEGIN
+            INSERT INTO harombe_meta (key, value)
+                VALUES ('erased_keywords_pending', lower(hex(randomblob(16))))
+                ON CONFLICT (key) DO UPDATE SET value = excluded.value;
+        END"""
+            for name, event, when in (
+                ("checkpoints_erased", "DELETE ON checkpoints", ""),
+                ("store_items_erased", "DELETE ON store_items", ""),
+                (
+                    "store_items_replaced",
+                    "UPDATE OF value ON store_items",
+                    "WHEN new.value IS NOT old.value",
+                ),
+            )
+        ),
+    ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
