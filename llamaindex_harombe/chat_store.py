@@ -299,7 +299,14 @@ class HarombeChatStore(_ManagedStore, BaseChatStore):
 
 
 def _lock_session(runner: SqlRunner, key: str) -> Body[None]:
-    """Lock the session of ``key`` (if it exists) until the transaction ends (PostgreSQL)."""
+    """Hold ``key`` against other rewrites until the transaction ends (PostgreSQL).
+
+    The session's row is locked as other writers of it lock it; but a key's first messages
+    come before its row exists, and two inserts at an index racing then each rewrote the
+    other's messages again (a message stored twice). So the key itself is locked first, by a
+    transaction-scoped advisory lock on its hash (a collision only makes two keys wait for
+    each other)."""
+    yield runner.step("SELECT pg_advisory_xact_lock(hashtextextended(?, 0))", (key,))
     yield runner.step(f"SELECT id FROM sessions s WHERE s.id = ?{runner.for_update('s')}", (key,))
 
 

@@ -487,7 +487,32 @@ MIGRATIONS: list[list[str]] = [
                 VALUES ('erased_keywords_pending', lower(hex(randomblob(16))));
         END""",
     ],
-    # 14: the embedding model that made each LangGraph store item vector (its Embedder's
+    # 14: text removed outside the messages also owes the file's erasure (the WAL's old page
+    # images hold it until truncated): a deleted LangGraph checkpoint (delete_for_runs, prune,
+    # a deleted thread), a deleted, expired or overwritten LangGraph store item. Recorded by
+    # triggers, whichever code removes them, as migration 13 does for summaries; the keyword
+    # key only, since no message vector changes (a Chroma folder is not rebuilt for them). An
+    # upsert, not INSERT OR REPLACE: the conflict clause of the statement firing a trigger
+    # (a store item's own upsert) overrides a trigger's OR REPLACE, which then fails.
+    [
+        *(
+            f"""CREATE TRIGGER {name} AFTER {event} {when} BEGIN
+            INSERT INTO harombe_meta (key, value)
+                VALUES ('erased_keywords_pending', lower(hex(randomblob(16))))
+                ON CONFLICT (key) DO UPDATE SET value = excluded.value;
+        END"""
+            for name, event, when in (
+                ("checkpoints_erased", "DELETE ON checkpoints", ""),
+                ("store_items_erased", "DELETE ON store_items", ""),
+                (
+                    "store_items_replaced",
+                    "UPDATE OF value ON store_items",
+                    "WHEN new.value IS NOT old.value",
+                ),
+            )
+        ),
+    ],
+    # 15: the embedding model that made each LangGraph store item vector (its Embedder's
     # name), so a search by another model leaves them out instead of ranking a query against
     # vectors of another space. Vectors written before have none: model unknown, stale.
     ["ALTER TABLE store_vectors ADD COLUMN model TEXT"],
