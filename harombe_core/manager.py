@@ -626,54 +626,29 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
         prepared = yield from costed(messages, what, self.token_counter)
         if not prepared and doomed == []:
             return []
-<<<<<<< HEAD
-        add = ops.add_messages(session_id, prepared, user_id=user_id, replace_ids=doomed)
+        replace = ops.replace_messages(session_id, prepared, user_id=user_id, replace_ids=doomed)
         # The commit and what it owes the background (dropping deleted vectors from the index,
-        # arming the eraser, waking the embedder and the fact extractor) as one request: one
-        # thread hop when async, which a cancelled caller waits for, as erase() does for
-        # sessions. A cancellation between them left vectors in the index, deleted text in the
-        # files, or committed messages unextracted until the session's next write.
-        ids: list[int] = yield Work(self._commit_and_wake, session_id, add, doomed, bool(prepared))
+        # waking the embedder and the fact extractor) as one request: one thread hop when
+        # async, which a cancelled caller waits for, as erase() does for sessions. A
+        # cancellation between them left vectors in the index, or committed messages
+        # unextracted until the session's next write. (The delete's commit arms the
+        # background eraser itself.)
+        ids: list[int] = yield Work(self._commit_and_wake, session_id, replace, bool(prepared))
         return ids
 
     def _commit_and_wake(
-        self, session_id: str, add: Op[list[int]], doomed: list[int], added: bool
+        self, session_id: str, replace: Op[tuple[list[int], list[int]]], added: bool
     ) -> list[int]:
-        """Run ``add`` (which deletes ``doomed``), drop the deleted vectors from the index and
-        arm the eraser, then wake the background embedder and fact extractor (never blocks)."""
-        ids = self._store.run(add)
-        if doomed:
-            if self._semantic is not None:
-                self._semantic.forget_messages(doomed)
-            self._deleted()
-        if self._semantic is not None and added:
-            self._semantic.notify()
-        self._facts.notify(session_id)
-        return ids
-=======
-        replace = ops.replace_messages(session_id, prepared, user_id=user_id, replace_ids=doomed)
-        if doomed != []:
-            # The delete and the removal of its vectors from the index as one request (one
-            # thread hop when async, which a cancelled caller waits for), as erase() does for
-            # sessions: a cancellation between them left the vectors in the index. (The
-            # delete's commit arms the background eraser itself.)
-            _removed, ids = yield Work(self._delete_and_add, replace)
-        else:
-            _removed, ids = yield Run(self._store, replace)
-        if self._semantic is not None and prepared:
-            self._semantic.notify()  # wakes the background embedder: never blocks
-        self._facts.notify(session_id)  # wakes the background fact extractor (if on)
-        return list(ids)
-
-    def _delete_and_add(
-        self, replace: Op[tuple[list[int], list[int]]]
-    ) -> tuple[list[int], list[int]]:
-        """Run ``replace``, then drop the vectors of the messages it deleted from the index."""
+        """Run ``replace``, drop the vectors of the messages it deleted from the index, then
+        wake the background embedder and fact extractor (which never blocks)."""
         removed, ids = self._store.run(replace)
-        if removed and self._semantic is not None:
-            self._semantic.forget_messages(removed)
-        return removed, ids
->>>>>>> main
+        if self._semantic is not None:
+            if removed:
+                self._semantic.forget_messages(removed)
+            if added:
+                self._semantic.notify()
+        self._facts.notify(session_id)
+        return list(ids)
 
     def save_message(
         self, session_id: str, message: Message | Mapping[str, Any], *, user_id: str | None = None
