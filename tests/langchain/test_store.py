@@ -21,6 +21,7 @@ from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.tools import tool
 from langgraph.config import get_store
 from langgraph.store.base import GetOp, ListNamespacesOp, PutOp, SearchOp
+from langgraph.store.base.embed import ensure_embeddings
 
 import langchain_harombe.store as store_module
 from harombe_core.embeddings import resolve_embedder
@@ -887,3 +888,88 @@ def test_every_backend_pages_a_filtered_search_in_sql(store: HarombeStore) -> No
             assert [backend.read(lambda s=s: rows_of(s)) for s in steps] == [rows]
     finally:
         del backend.step
+
+
+def _made_by_unknown_models(store: HarombeStore) -> None:
+    """What vectors written before the model was recorded look like: no model."""
+
+    def body() -> Any:
+        yield store._backend.step("UPDATE store_vectors SET model = NULL")
+
+    store._backend.run(body)
+
+
+def test_vectors_of_another_model_are_never_ranked_and_reindex_embeds_them_again(
+    url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Item vectors record the model that made them. Reopened with another model of the same
+    dimension, a search by meaning leaves the older model's items out of the ranking (they
+    follow unscored; one warning says so) instead of scoring queries against vectors of
+    another space; ``reindex`` embeds them again with the current model, and they rank.
+    Vectors written before models were recorded (model unknown) are treated the same.
+
+    LangGraph's ``InMemoryStore`` keeps the vectors its items were put with and records no
+    model either: given another model it goes on scoring new queries against the old vectors
+    (shown at the end). Its items live only as long as the object, so it meets this only when
+    its ``embeddings`` are swapped; a database-backed store meets it on every reopening."""
+    from langgraph.store.memory import InMemoryStore
+
+    old, new = FakeEmbedder(), FakeEmbedder(ngram=4)  # same dimension, other vectors
+    assert old.dimension == new.dimension
+    assert old.name != new.name
+    with MemoryManager(url, embedding=None) as manager:
+        before = HarombeStore(manager, index={"embed": old, "fields": ["text"]})
+        before.put(("m",), "trip", {"text": "lisbon flight"})
+        before.put(("m",), "pet", {"text": ["cat food", "dog walk"]}, index=["text[*]"])
+        after = HarombeStore(manager, index={"embed": new, "fields": ["text"]})
+        after.put(("m",), "fresh", {"text": "green tea"})
+        with caplog.at_level("WARNING", logger="langchain_harombe.store"):
+            hits = after.search(("m",), query="lisbon flight")
+            after.search(("m",), query="cat food")
+        assert [(h.key, h.score is None) for h in hits] == [
+            ("fresh", False),
+            ("pet", True),
+            ("trip", True),
+        ]
+        warned = [r for r in caplog.records if "reindex" in r.getMessage()]
+        assert len(warned) == 1
+        assert "2 item(s)" in warned[0].getMessage()
+        assert after.reindex(batch_size=1) == 2
+        assert after.reindex() == 0
+        hits = after.search(("m",), query="lisbon flight")
+        assert hits[0].key == "trip"
+        assert all(h.score is not None for h in hits)
+        assert after.search(("m",), query="dog walk")[0].key == "pet"  # every text again
+
+        _made_by_unknown_models(after)
+        assert all(h.score is None for h in after.search(("m",), query="green tea"))
+        assert asyncio.run(after.areindex()) == 3
+        hits = asyncio.run(after.asearch(("m",), query="green tea"))
+        assert hits[0].key == "fresh"
+        assert all(h.score is not None for h in hits)
+        with pytest.raises(InvalidInputError, match="index"):
+            HarombeStore(manager).reindex()
+
+    theirs = InMemoryStore(
+        index={"embed": lambda t: old.embed(list(t)).tolist(), "dims": 256, "fields": ["text"]}
+    )
+    theirs.put(("m",), "trip", {"text": "lisbon flight"})
+    theirs.embeddings = ensure_embeddings(lambda t: new.embed(list(t)).tolist())
+    assert theirs.search(("m",), query="green tea")[0].score is not None  # old vectors scored
+
+
+def test_an_embed_function_is_recorded_by_its_name() -> None:
+    """``embed`` functions are told apart by their names (LangGraph wraps every one in the same
+    ``EmbeddingsLambda`` class), so switching function is seen as switching model."""
+
+    def one(texts: list[str]) -> list[list[float]]:
+        return [[1.0, 0.0] for _ in texts]
+
+    async def two(texts: list[str]) -> list[list[float]]:
+        return [[0.0, 1.0] for _ in texts]
+
+    with MemoryManager(":memory:", embedding=None) as manager:
+        names = {
+            HarombeStore(manager, index={"embed": f, "dims": 2})._embedder.name for f in (one, two)
+        }
+    assert len(names) == 2
