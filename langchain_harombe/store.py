@@ -331,8 +331,8 @@ class HarombeStore(BaseStore):
             return
         self._warned_stale = True
         logger.warning(
-            "HarombeStore: %d item(s) under the searched namespace have vectors another (or an "
-            "unknown) embedding model made, not %r; searches by meaning leave them out of the "
+            "HarombeStore: %d item(s) under the searched namespace have vectors another "
+            "embedding model made, not %r; searches by meaning leave them out of the "
             "ranking (they follow, unscored) until store.reindex() embeds them again.",
             count,
             self._model,
@@ -342,11 +342,13 @@ class HarombeStore(BaseStore):
         """Embed again, with this store's model, every item whose vectors another (or an
         unknown) model made, so searches by meaning rank them again; returns how many.
 
-        Needed after reopening a store with another ``index`` embedding (or on items written
-        before the model was recorded): until then such items are left out of the ranking,
-        never scored against a query of another model. Each item is re-embedded at the paths
-        it was embedded at before; an item deleted or rewritten meanwhile is skipped (a put
-        already embedded it with the current model). Safe to stop and run again."""
+        Needed after reopening a store with another ``index`` embedding: until then such items
+        are left out of the ranking, never scored against a query of another model. Items
+        written before the model was recorded are still ranked (as they were before); they are
+        re-embedded too, which matters only if the model changed with the upgrade. Each item
+        is re-embedded at the paths it was embedded at before; an item deleted or rewritten
+        meanwhile is skipped (a put already embedded it with the current model). Safe to stop
+        and run again."""
         model = self._reindexing()
         done = 0
         while todo := self._backend.read(lambda: items.stale(self._backend, model, batch_size)):

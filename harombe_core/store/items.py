@@ -254,9 +254,10 @@ def search(
     ``refresh`` renews the expiry of the items returned.
 
     ``model`` (the name of the embedder that made ``query``): only vectors recorded with that
-    model are compared; an item whose vectors another model (or an unknown one, written before
-    models were recorded) made is stale and follows unscored, never ranked by a meaningless
-    cosine. ``stale`` is then called with how many such items the search met.
+    model are compared; an item whose vectors another model made is stale and follows unscored,
+    never ranked by a meaningless cosine. ``stale`` is then called with how many such items the
+    search met. Vectors written before models were recorded (model unknown) are compared as
+    they always were, so an upgrade loses no search by meaning; ``reindex`` re-embeds them.
     """
     check_namespace(prefix, "namespace_prefix", empty=True)
     name = ".".join(prefix)
@@ -485,8 +486,8 @@ def sweep(sql: SqlRunner, *, now: int) -> Body[int]:
 def _best_scores(
     sql: SqlRunner, rows: Sequence[Any], query: np.ndarray, model: str | None
 ) -> Body[tuple[dict[tuple[str, str], float], set[tuple[str, str]]]]:
-    """Each item's best cosine with ``query`` among its vectors ``model`` made, and the items
-    with vectors only another (or an unknown) model made."""
+    """Each item's best cosine with ``query`` among its vectors ``model`` (or an unrecorded
+    model) made, and the items with vectors only another model made."""
     keys = {(r[0], r[1]) for r in rows}
     namespaces = sorted({k[0] for k in keys})
     best: dict[tuple[str, str], float] = {}
@@ -502,7 +503,7 @@ def _best_scores(
             if (namespace, key) not in keys:
                 continue
             vector = np.frombuffer(blob, dtype=np.float32)
-            if made_by != model or vector.shape != query.shape:
+            if (made_by is not None and made_by != model) or vector.shape != query.shape:
                 other.add((namespace, key))  # another model's space: not comparable
                 continue
             score = float(np.dot(vector, query))

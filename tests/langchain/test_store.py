@@ -906,7 +906,9 @@ def test_vectors_of_another_model_are_never_ranked_and_reindex_embeds_them_again
     dimension, a search by meaning leaves the older model's items out of the ranking (they
     follow unscored; one warning says so) instead of scoring queries against vectors of
     another space; ``reindex`` embeds them again with the current model, and they rank.
-    Vectors written before models were recorded (model unknown) are treated the same.
+    Vectors written before models were recorded (model unknown) are still ranked, as they were
+    before the model was recorded (an upgrade loses no search by meaning); ``reindex`` embeds
+    them again too, for a model changed with the upgrade.
 
     LangGraph's ``InMemoryStore`` keeps the vectors its items were put with and records no
     model either: given another model it goes on scoring new queries against the old vectors
@@ -942,7 +944,12 @@ def test_vectors_of_another_model_are_never_ranked_and_reindex_embeds_them_again
         assert after.search(("m",), query="dog walk")[0].key == "pet"  # every text again
 
         _made_by_unknown_models(after)
-        assert all(h.score is None for h in after.search(("m",), query="green tea"))
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="langchain_harombe.store"):
+            unknown = after.search(("m",), query="green tea")
+        assert unknown[0].key == "fresh"
+        assert all(h.score is not None for h in unknown)
+        assert not [r for r in caplog.records if "reindex" in r.getMessage()]
         assert asyncio.run(after.areindex()) == 3
         hits = asyncio.run(after.asearch(("m",), query="green tea"))
         assert hits[0].key == "fresh"
