@@ -10,11 +10,12 @@ so harombe decides by a :class:`TypePolicy` instead, and refuses everything else
 
 * the types LangGraph itself lists as safe (``SAFE_MSGPACK_TYPES``: messages, ``Send``,
   ``Command``, ``Interrupt``, datetimes, UUIDs, paths, ...), copied here so a migration can check
-  rows where LangGraph is not installed (a test keeps the copy a superset of LangGraph's);
+  rows where LangGraph is not installed (a test keeps the copy a superset of LangGraph's),
+  and LangGraph's ``SearchItem`` (the ``Item`` a store search returns), which its list lacks;
 * the state types LangGraph writes for ordinary graphs of LangChain and LangGraph modules:
   pydantic models, dataclasses, enums and named tuples *defined* in ``langchain_core``,
-  ``langgraph`` or ``langchain`` (a function, an exception or any other callable there is not
-  one: only classes are constructed);
+  ``langgraph``, ``langchain`` or ``langmem`` (a function, an exception or any other callable
+  there is not one: only classes are constructed);
 * exactly the ``(module, name)`` pairs the application allow-lists, with LangGraph's own names
   (``allowed_msgpack_modules``, ``with_allowlist``); ``True`` is LangGraph's permissive default,
   for those who trust every writer of the database.
@@ -38,6 +39,7 @@ from typing import Any, Literal
 from harombe_core.errors import Fix, InvalidInputError, UnsafeCheckpointError, requires_extra
 
 __all__ = [
+    "EXTRA_SAFE_TYPES",
     "FRAMEWORK_MODULES",
     "LANGGRAPH_SAFE_TYPES",
     "AllowList",
@@ -99,11 +101,18 @@ LANGGRAPH_SAFE_TYPES: frozenset[tuple[str, str]] = frozenset(
     }
 )
 
+#: Types beside LangGraph's list that its serializer writes for ordinary graphs: a store
+#: search's ``SearchItem`` (a subclass of the listed ``Item``, serialised by the same branch),
+#: which LangMem's search tool keeps as a ToolMessage's artifact.
+EXTRA_SAFE_TYPES: frozenset[tuple[str, ...]] = frozenset({("langgraph.store.base", "SearchItem")})
+
 #: The one ``(module, class, method)`` LangGraph's serializer calls a method of.
 _SAFE_METHODS = frozenset({("datetime", "datetime", "fromisoformat")})
 
 #: Packages whose state classes (pydantic, dataclass, enum, named tuple) are revived by default.
-FRAMEWORK_MODULES = ("langchain_core", "langgraph", "langchain")
+#: LangMem is LangChain's memory library: its short-term memory keeps a ``RunningSummary``
+#: dataclass in the graph's state.
+FRAMEWORK_MODULES = ("langchain_core", "langgraph", "langchain", "langmem")
 
 #: Serialisation tags that construct nothing (msgpack and json are walked): LangGraph's plain
 #: ones, and the LangChain adapter's blob of message hashes.
@@ -146,7 +155,9 @@ class TypePolicy:
         if not isinstance(module, str) or not isinstance(name, str):
             return False
         key = (module, name)
-        if self.allow_all or key in LANGGRAPH_SAFE_TYPES or key in self.allowed:
+        if self.allow_all or key in LANGGRAPH_SAFE_TYPES or key in EXTRA_SAFE_TYPES:
+            return True
+        if key in self.allowed:
             return True
         answer = self._answers.get(key)
         if answer is None:

@@ -78,6 +78,10 @@ MAX_WAIT_SECONDS = 86_400.0
 T = TypeVar("T")
 
 
+def _nothing() -> None:
+    """What stops watching for erasures when nothing watches."""
+
+
 def open_store(
     storage_path: str | os.PathLike[str] | MessageStore, *, encryption_key: str | None = None
 ) -> MessageStore:
@@ -144,6 +148,7 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
         self._store = open_store(storage_path, encryption_key=encryption_key)
         self._closed = False
         self._eraser: DeletionEraser | None = None
+        self._unwatch: Callable[[], None] = _nothing
         memory: Any = None
         if semantic:
             try:  # shared with every other manager or adapter on this database in this process
@@ -202,17 +207,17 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
         deletions pause (``memory.erase_after_seconds``); None where nothing is on disk to
         erase that way (a private in-memory store, PostgreSQL) or when it is turned off."""
         idle = self.config.memory.erase_after_seconds
-        if idle is None or getattr(self._store, "erase_deleted", None) is None:
+        file = getattr(self._store, "file", None)  # (a SQLite file's; PostgreSQL has none)
+        if idle is None or file is None or getattr(self._store, "erase_deleted", None) is None:
             return None
         if self._store.location == ":memory:":
             return None
         store, searcher = self._store, self._searcher
-        return DeletionEraser(lambda: erase_deleted(store, searcher.semantic), idle)
-
-    def _deleted(self) -> None:
-        """A deletion was committed: have the background erase it from the files soon."""
-        if self._eraser is not None:
-            self._eraser.deleted()
+        eraser = DeletionEraser(lambda: erase_deleted(store, searcher.semantic), idle)
+        # Armed by the deletion's own commit, whichever code made it (this manager, an
+        # adapter's SQL, a trigger): every write that records an erasure owed calls it.
+        self._unwatch = file.on_erasure_owed(eraser.deleted)
+        return eraser
 
     @property
     def store(self) -> MessageStore:
@@ -534,8 +539,6 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
         sid = check_id(session_id, "session_id")
         run = functools.partial(self._store.run, delete(sid))
         gone = yield Work(erase, self._semantic, run, lambda g: [sid] * bool(g))
-        if gone:
-            self._deleted()
         return gone
 
     def delete_session(self, session_id: str, *, user_id: str | None = None) -> bool:
@@ -570,8 +573,6 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
         gone = yield Work(
             erase, self._semantic, lambda: store.run(ops.delete_sessions_before(cutoff)), list
         )
-        if gone:
-            self._deleted()
         return len(gone)
 
     def forget_user(self, user_id: str) -> int:
@@ -587,7 +588,6 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
     def _forget_user(self, user_id: str) -> Flow[int]:
         uid, store = check_id(user_id, "user_id"), self._store
         gone = yield Work(erase, self._semantic, lambda: delete_user_sessions(store, uid), list)
-        self._deleted()  # (facts may have gone even with no session)
         return len(gone)
 
     def erase_deleted(self) -> Erasure:
@@ -613,40 +613,42 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
     def _write(
         self,
         session_id: str,
-        delete_ids: Sequence[int],
+        delete_ids: Sequence[int] | None,
         messages: Iterable[Message | Mapping[str, Any]],
         user_id: str | None,
         what: str,
     ) -> Flow[list[int]]:
-        """Delete ``delete_ids`` and append ``messages`` in one transaction of the store."""
+        """Delete ``delete_ids`` (None: every message of the session) and append ``messages``
+        in one transaction of the store."""
         check_id(session_id, "session_id")
         optional_id(user_id, "user_id")
-        doomed = id_list(delete_ids, "delete_ids")
+        doomed = None if delete_ids is None else id_list(delete_ids, "delete_ids")
         prepared = yield from costed(messages, what, self.token_counter)
-        if not prepared and not doomed:
+        if not prepared and doomed == []:
             return []
-        add = ops.add_messages(session_id, prepared, user_id=user_id, replace_ids=doomed)
-        ids: list[int]
-        if doomed and self._semantic is not None:
-            # The delete and the removal of its vectors from the index as one request (one
-            # thread hop when async, which a cancelled caller waits for), as erase() does for
-            # sessions: a cancellation between the two left the vectors in the index.
-            ids = yield Work(self._delete_and_add, add, doomed)
-        else:
-            ids = yield Run(self._store, add)
-        if doomed:
-            self._deleted()
-        if self._semantic is not None and prepared:
-            self._semantic.notify()  # wakes the background embedder: never blocks
-        self._facts.notify(session_id)  # wakes the background fact extractor (if on)
+        replace = ops.replace_messages(session_id, prepared, user_id=user_id, replace_ids=doomed)
+        # The commit and what it owes the background (dropping deleted vectors from the index,
+        # waking the embedder and the fact extractor) as one request: one thread hop when
+        # async, which a cancelled caller waits for, as erase() does for sessions. A
+        # cancellation between them left vectors in the index, or committed messages
+        # unextracted until the session's next write. (The delete's commit arms the
+        # background eraser itself.)
+        ids: list[int] = yield Work(self._commit_and_wake, session_id, replace, bool(prepared))
         return ids
 
-    def _delete_and_add(self, add: Op[list[int]], doomed: list[int]) -> list[int]:
-        """Run ``add`` (which deletes ``doomed``), then drop their vectors from the index."""
-        ids = self._store.run(add)
-        assert self._semantic is not None  # (only called with semantic memory on)
-        self._semantic.forget_messages(doomed)
-        return ids
+    def _commit_and_wake(
+        self, session_id: str, replace: Op[tuple[list[int], list[int]]], added: bool
+    ) -> list[int]:
+        """Run ``replace``, drop the vectors of the messages it deleted from the index, then
+        wake the background embedder and fact extractor (which never blocks)."""
+        removed, ids = self._store.run(replace)
+        if self._semantic is not None:
+            if removed:
+                self._semantic.forget_messages(removed)
+            if added:
+                self._semantic.notify()
+        self._facts.notify(session_id)
+        return list(ids)
 
     def save_message(
         self, session_id: str, message: Message | Mapping[str, Any], *, user_id: str | None = None
@@ -712,6 +714,32 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
         """Delete and append in one transaction (async twin of :meth:`replace_messages`)."""
         write = self._write(session_id, delete_ids, messages, user_id, "replace_messages")
         return await adrive(write)
+
+    def set_messages(
+        self,
+        session_id: str,
+        messages: Iterable[Message | Mapping[str, Any]],
+        *,
+        user_id: str | None = None,
+    ) -> list[int]:
+        """Make ``messages`` the session's whole history, in one transaction; their new ids.
+
+        What a framework's "set the history" means (LlamaIndex's ``Memory.set``, a chat store's
+        ``set_messages``): every message the session holds when the transaction runs goes, so
+        concurrent sets leave one of the histories, never both. An unknown session is created.
+        With ``user_id``, only that user's session (else SessionOwnershipError).
+        """
+        return drive(self._write(session_id, None, messages, user_id, "set_messages"))
+
+    async def aset_messages(
+        self,
+        session_id: str,
+        messages: Iterable[Message | Mapping[str, Any]],
+        *,
+        user_id: str | None = None,
+    ) -> list[int]:
+        """Replace a session's history (async twin of :meth:`set_messages`)."""
+        return await adrive(self._write(session_id, None, messages, user_id, "set_messages"))
 
     def get_messages(
         self,
@@ -1239,16 +1267,14 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
 
         For code that writes messages through the store's runner in its own transaction (the
         LangGraph checkpointer records a thread's messages with its checkpoint): wakes the
-        background embedder and drops the vectors of ``deleted_sessions`` (whose bytes the
-        background then erases from the files, as after the manager's own deletions). Returns
-        at once.
+        background embedder and drops the vectors of ``deleted_sessions`` (the deletion's own
+        commit has the background erase their bytes from the files, as after the manager's own
+        deletions). Returns at once.
         """
         named = [
             check_id(sid, "deleted_sessions item")
             for sid in check_list(deleted_sessions, "deleted_sessions", of="session ids")
         ]
-        if named:  # (a LangGraph thread deleted): erased from the files once deletions pause
-            self._deleted()
         if self._semantic is None:
             return
         # Only sessions that are really gone: a live session's vectors are never dropped here.
@@ -1317,6 +1343,7 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
         settle(getattr(self._store, "location", ""))  # derived rows owed are written first
         self._owed.close()
         if self._eraser is not None:
+            self._unwatch()
             self._eraser.close()  # the close below erases what is still owed
         self._facts.close()
         self._context.close()  # the background folder stops before the store closes

@@ -10,7 +10,7 @@ docs/user-memory.md.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 from harombe_core.facts.memory import UserMemory
 from harombe_core.facts.models import Fact, FactHit, Profile, SessionState
@@ -18,8 +18,6 @@ from harombe_core.flows import Flow, Work, adrive, drive
 from harombe_core.validate import check_flag, check_id
 
 __all__ = ["UserMemoryMethods"]
-
-T = TypeVar("T")
 
 
 class UserMemoryMethods:
@@ -30,15 +28,6 @@ class UserMemoryMethods:
     _searcher: Any
     _context: Any
     token_counter: Any
-
-    def _deleted(self) -> None:
-        """A deletion was committed (the manager has the background erase it from disk)."""
-
-    def _erase_soon(self, gone: T) -> T:
-        """``gone`` (what a delete returned); if anything went, have it erased from disk."""
-        if gone:
-            self._deleted()
-        return gone
 
     def _user_memory(self, config: Any, enabled: bool | None, extractor: Any) -> UserMemory:
         """The user memory over this manager's store, also given to its context builder:
@@ -182,18 +171,18 @@ class UserMemoryMethods:
     def forget_fact(self, user_id: str, fact_id: int) -> bool:
         """Delete a fact, its vector and its keyword entry: nothing finds it afterwards. True
         if the user had it."""
-        return self._erase_soon(drive(self._facts.forget(user_id, fact_id)))
+        return drive(self._facts.forget(user_id, fact_id))
 
     async def aforget_fact(self, user_id: str, fact_id: int) -> bool:
-        return self._erase_soon(await adrive(self._facts.forget(user_id, fact_id)))
+        return await adrive(self._facts.forget(user_id, fact_id))
 
     def forget_user_facts(self, user_id: str) -> int:
         """Delete every fact of the user (current and history); how many. Deleting a
         session already removes the facts extracted only from it."""
-        return self._erase_soon(drive(self._facts.forget_user(user_id)))
+        return drive(self._facts.forget_user(user_id))
 
     async def aforget_user_facts(self, user_id: str) -> int:
-        return self._erase_soon(await adrive(self._facts.forget_user(user_id)))
+        return await adrive(self._facts.forget_user(user_id))
 
     def extract_facts(self, session_id: str) -> int:
         """Extract facts from the session's messages not yet extracted, now (end_session and

@@ -228,8 +228,19 @@ class Threader:
         return parents
 
     # writing ------------------------------------------------------------------------------
-    def _write(self, batch: Sequence[Message], chosen: dict[int, int | None]) -> list[int]:
-        """Store ``batch`` with its parent links (and any pending ones) in one transaction."""
+    def _tip(self) -> tuple[int | None, int]:
+        """The graph brought up to date, as (newest message id, message count): what the
+        parents about to be chosen were chosen from."""
+        with self._lock:
+            self.refresh()
+            return self._newest, self._count
+
+    def _write(
+        self, batch: Sequence[Message], chosen: dict[int, int | None], seen: tuple[int | None, int]
+    ) -> list[int] | None:
+        """Store ``batch`` with its parent links (and any pending ones) in one transaction;
+        None, with nothing written, if the session moved on since ``seen`` (another writer
+        appended or deleted after the parents were chosen: they must be chosen again)."""
         with self._lock:
             parents = self._parents(batch, chosen)
             links, store = self._unstored_links, self.host.store
@@ -239,6 +250,8 @@ class Threader:
             ]
 
             def write() -> list[int]:
+                if self._moved_on(seen):
+                    raise _MovedOn
                 for message_id, parent_id in links:
                     store.run(ops.set_parent(message_id, parent_id))
                 ids = self.host.save_messages(self.session_id, prepared, user_id=self.user_id)
@@ -247,12 +260,26 @@ class Threader:
                         store.run(ops.set_parent(new_id, ids[in_batch]))
                 return ids
 
-            ids = self.host.atomic(write)
+            try:
+                ids = self.host.atomic(write)
+            except _MovedOn:
+                return None
             self._unstored_links = []
             for message, new_id, (stored, in_batch) in zip(batch, ids, parents, strict=True):
                 parent = stored if in_batch is None else ids[in_batch]
                 self._add(message.with_ids(id=new_id, session_id=self.session_id), parent)
             return ids
+
+    def _moved_on(self, seen: tuple[int | None, int]) -> bool:
+        """Inside the write's transaction: has the session changed since ``seen``?"""
+        newest, count = seen
+        store = self.host.store
+        session = store.run(ops.get_session(self.session_id))
+        if (session.message_count if session is not None else 0) != count:
+            return True
+        return newest is not None and bool(
+            store.run(ops.get_messages(self.session_id, after_id=newest, limit=1))
+        )
 
     def append(self, batch: Sequence[Message]) -> list[int]:
         """Thread and store ``batch`` in one transaction; returns the new ids in order."""
@@ -265,15 +292,26 @@ class Threader:
         return await adrive(self._append(batch))
 
     def _append(self, batch: Sequence[Message]) -> Flow[list[int]]:
-        yield Work(self.refresh)
-        chosen: dict[int, int | None] = {}
-        select = self.selector.select_parent
-        aselect = getattr(self.selector, "aselect_parent", None)  # optional for a selector
-        for index, extra in self._requests(batch):
-            answer = yield Call(select, self.graph, batch[index], native=aselect, **extra)
-            chosen[index] = self._check(answer)
-        ids: list[int] = yield Work(self._write, batch, chosen)
-        return ids
+        # Parents are chosen from the graph as it was, then written only if the session is
+        # still as it was (checked in the write's transaction); else chosen again. So tasks,
+        # memories or processes appending at once continue one another, as one after another
+        # would, instead of each hanging its turn where the session ended before any wrote.
+        while True:
+            seen = yield Work(self._tip)
+            chosen: dict[int, int | None] = {}
+            select = self.selector.select_parent
+            aselect = getattr(self.selector, "aselect_parent", None)  # optional for a selector
+            for index, extra in self._requests(batch):
+                answer = yield Call(select, self.graph, batch[index], native=aselect, **extra)
+                chosen[index] = self._check(answer)
+            ids: list[int] | None = yield Work(self._write, batch, chosen, seen)
+            if ids is not None:
+                return ids
+
+
+class _MovedOn(Exception):
+    """Raised inside a write's transaction to roll it back: the session changed since its
+    parents were chosen."""
 
 
 _shared: weakref.WeakKeyDictionary[Any, OrderedDict[tuple[Any, ...], Threader]] = (

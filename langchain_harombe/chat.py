@@ -37,7 +37,7 @@ from harombe_core.models import Message, Session
 from harombe_core.validate import check_budget
 from langchain_harombe._packages import missing_package, package_of
 from langchain_harombe._recall import DEFAULT_RECALL_TOKENS, recall
-from langchain_harombe.convert import from_langchain, to_langchain
+from langchain_harombe.convert import from_langchain, storable_message, to_langchain
 from langchain_harombe.testing import RecordingChatModel
 
 __all__ = [
@@ -217,7 +217,9 @@ class ChatSession:
             else:
                 context = [SystemMessage(recalled), *context]
         reply = self.model.invoke([*context, human])
-        self._store([from_langchain(human), from_langchain(reply)])
+        # A reply whose extras are not JSON (a provider's NaN log-probability, say) is kept in
+        # its readable form rather than lost with the turn the model was paid for.
+        self._store([from_langchain(human), storable_message(reply)])
         return str(reply.text)
 
     def _store(self, messages: list[Message]) -> None:

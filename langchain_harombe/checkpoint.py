@@ -453,7 +453,7 @@ class HarombeSaver(ClosesOnExit, BaseCheckpointSaver[str]):
         if not runs:
             return
         emptied, mirrors = self._runner.run(
-            lambda: self._tables.delete_runs(runs), exactly_once=True
+            lambda: self._tables.delete_runs(runs, _epoch()), exactly_once=True
         )
         self._after_rewrite(emptied, mirrors)
 

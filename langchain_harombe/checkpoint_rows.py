@@ -114,7 +114,16 @@ def undecodable(table: str, key: Mapping[str, Any], column: str, error: Exceptio
     clauses, so reading a sound row costs nothing more."""
     where = dict(key)
     if isinstance(error, UnsafeCheckpointError):
-        located = corrupt_row(table, where, column, "was refused")
+        # A refused type is one the application stored and did not allow, or one written
+        # into the file outside harombe: the row may well be harombe's own.
+        located = corrupt_row(
+            table,
+            where,
+            column,
+            "was refused",
+            cause="It names a type no one allowed: one the application stores itself (allow "
+            "it as said below) or one written into the file outside harombe",
+        )
         refused = UnsafeCheckpointError(
             f"{error.problem} It is {located.problem}",
             type_name=error.type_name,
@@ -679,7 +688,11 @@ def assemble(
                 values[key[0]] = loads((type_, blob))
         except UNDECODABLE as error:
             listed = refs.get(key, []) if type_ == REFS_TYPE else []
-            bad = next((h for h in listed if _undecodable_message(serde, messages, h)), None)
+            stored: Mapping[bytes, tuple[str, bytes]] = messages
+            if isinstance(listed, Serialised):  # a list this process wrote: its own blobs
+                stored = dict(zip(listed.hashes, listed.blobs, strict=True))
+                listed = listed.hashes
+            bad = next((h for h in listed if _undecodable_message(serde, stored, h)), None)
             if isinstance(bad, bytes):
                 where = {"thread_id": thread_id, "hash": bad}
                 raise undecodable("checkpoint_message_blobs", where, "blob", error) from error

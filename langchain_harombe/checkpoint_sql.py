@@ -435,9 +435,12 @@ class CheckpointTables:
             )
             yield from self._drop_orphans(thread_id, epoch)
 
-    def delete_runs(self, run_ids: Sequence[str]) -> Body[tuple[list[str], dict[str, Any]]]:
+    def delete_runs(
+        self, run_ids: Sequence[str], epoch: str
+    ) -> Body[tuple[list[str], dict[str, Any]]]:
         """Delete the checkpoints (and writes) of these runs; threads left empty are deleted,
-        the others' sessions follow their (possibly older) newest checkpoint."""
+        the others' sessions follow their (possibly older) newest checkpoint, and the blobs
+        only the deleted checkpoints referenced (their messages) go too (new blob ``epoch``)."""
         step = self.runner.step
         runs = list(dict.fromkeys(run_ids))
         threads: list[str] = []
@@ -470,6 +473,7 @@ class CheckpointTables:
             if not left:
                 emptied += yield from self.delete_threads([thread_id])
                 continue
+            yield from self._drop_orphans(thread_id, epoch)
             mirror = yield from self._reconcile_stored(thread_id, state)
             mirrors[thread_id] = mirror_json(mirror)
         return emptied, mirrors

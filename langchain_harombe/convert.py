@@ -2,7 +2,7 @@
 
 harombe stores what every framework shares (role, plain-text content, name, tool calls,
 tool_call_id) in its own columns, so keyword search, embeddings and token counts see real text.
-Everything LangChain has beyond that (the message ``id``, ``additional_kwargs``,
+Everything LangChain has beyond that (the message ``id``, ``additional_kwargs``, ``example``,
 ``response_metadata``, ``usage_metadata``, ``invalid_tool_calls``, a ToolMessage's ``artifact``
 and ``status``, a ChatMessage's custom role, list-of-parts content) is kept under one reserved
 metadata key, :data:`LC_KEY`, so :func:`to_langchain` rebuilds the exact message that was saved.
@@ -65,6 +65,8 @@ def from_langchain(message: BaseMessage, *, metadata: dict[str, Any] | None = No
         lc["response_metadata"] = message.response_metadata
     if not isinstance(message.content, str):
         lc["content"] = message.content
+    if getattr(message, "example", False):  # a few-shot example (Human/AIMessage)
+        lc["example"] = True
     role: str
     tool_calls: list[dict[str, Any]] | None = None
     tool_call_id: str | None = None
@@ -183,6 +185,8 @@ def to_langchain(message: Message) -> BaseMessage:
         "additional_kwargs": lc.get("additional_kwargs") or {},
         "response_metadata": lc.get("response_metadata") or {},
     }
+    # Only a few-shot example passes the flag: an explicit False would still compare unequal.
+    example: dict[str, Any] = {"example": True} if lc.get("example") else {}
     kind = lc.get("type") or {
         "user": "human",
         "assistant": "ai",
@@ -192,6 +196,7 @@ def to_langchain(message: Message) -> BaseMessage:
     if kind == "ai":
         return AIMessage(
             **common,
+            **example,
             tool_calls=[_tool_call(c) for c in message.tool_calls or []],
             invalid_tool_calls=lc.get("invalid_tool_calls") or [],
             usage_metadata=lc.get("usage_metadata"),
@@ -209,7 +214,7 @@ def to_langchain(message: Message) -> BaseMessage:
         return FunctionMessage(**{**common, "name": message.name or ""})
     if kind == "system":
         return SystemMessage(**common)
-    return HumanMessage(**common)
+    return HumanMessage(**common, **example)
 
 
 def _tool_call(call: dict[str, Any]) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from harombe_core.validate import (
     optional_id,
     show,
 )
-from langchain_harombe.convert import from_langchain, to_langchain
+from langchain_harombe.convert import from_langchain, storable_message, to_langchain
 
 __all__ = [
     "HarombeChatMessageHistory",
@@ -50,8 +50,10 @@ _MANAGER_OPTIONS: frozenset[str] = frozenset(
 )
 
 
-def _converted(messages: Any) -> list[Message]:
-    """A batch of LangChain messages as harombe messages (a lone message is refused)."""
+def _converted(messages: Any, *, storable: bool = False) -> list[Message]:
+    """A batch of LangChain messages as harombe messages (a lone message is refused); with
+    ``storable``, a message that cannot be stored whole is kept in its readable form
+    (:func:`~langchain_harombe.convert.storable_message`) instead of refused."""
     batch = check_list(
         messages,
         "add_messages",
@@ -60,7 +62,8 @@ def _converted(messages: Any) -> list[Message]:
         error=InvalidMessageError,
         hint="wrap a single message in a list or call add_message()",
     )
-    return [from_langchain(m) for m in batch]
+    convert = storable_message if storable else from_langchain
+    return [convert(m) for m in batch]
 
 
 def resolve_manager(
@@ -289,10 +292,14 @@ def viewing(history: HarombeChatMessageHistory) -> Flow[list[Message]]:
     return context
 
 
-def saving(history: HarombeChatMessageHistory, messages: Sequence[BaseMessage]) -> Flow[None]:
+def saving(
+    history: HarombeChatMessageHistory, messages: Sequence[BaseMessage], *, storable: bool = False
+) -> Flow[None]:
     """``history.add_messages(messages)`` written once for both paths, over the manager's
-    pairs: one transaction, all or none."""
-    batch = _converted(messages)
+    pairs: one transaction, all or none. ``storable`` is for messages the caller's framework
+    keeps whole elsewhere (an agent's state): one harombe cannot store as it is (an artifact
+    of Documents, text with NUL bytes) is stored in its readable form, marked partial."""
+    batch = _converted(messages, storable=storable)
     if not batch:
         return
     m, sid, uid = history.manager, history.session_id, history.user_id

@@ -44,7 +44,7 @@ from harombe_core.errors import InvalidInputError
 from harombe_core.integration import Call, Flow, adrive, drive
 from harombe_core.models import Message
 from langchain_harombe._recall import DEFAULT_RECALL_TOKENS, recalling
-from langchain_harombe.convert import from_langchain, to_langchain
+from langchain_harombe.convert import storable_message, to_langchain
 from langchain_harombe.history import (
     HarombeChatMessageHistory,
     Strategy,
@@ -57,26 +57,36 @@ __all__ = ["HarombeMemoryMiddleware", "HarombeMemoryState"]
 
 
 class HarombeMemoryState(AgentState[Any]):
-    """Agent state plus how many of its messages are already stored (private to the middleware)."""
+    """Agent state plus which of its messages are already stored (private to the middleware).
+
+    ``harombe_saved_ids`` are the ids of the state's messages once stored: ids, not a count,
+    because a node may shorten the list (``RemoveMessage``, as LangGraph's guides trim a
+    thread), and a count would then skip the turns that follow. ``harombe_saved`` is the
+    count kept by earlier versions, still read from their checkpoints."""
 
     harombe_saved: NotRequired[Annotated[int, PrivateStateAttr]]
+    harombe_saved_ids: NotRequired[Annotated[list[str], PrivateStateAttr]]
 
 
 class _Pending(NamedTuple):
-    """Messages a save hook writes into ``history``, and the state's count once they are."""
+    """Messages a save hook writes into ``history``, and the state's messages once they are."""
 
     history: HarombeChatMessageHistory
     messages: list[BaseMessage]
-    total: int
+    state: list[BaseMessage]
 
     def saving(self) -> Flow[dict[str, Any]]:
-        yield from saving(self.history, self.messages)
-        return {"harombe_saved": self.total}
+        # The agent's state holds these messages whole; what harombe cannot store as it is (a
+        # tool's artifact of Documents, text with NUL bytes) is kept in its readable form, as
+        # HarombeSaver's copy of a thread keeps it, rather than failing the run mid-turn.
+        yield from saving(self.history, self.messages, storable=True)
+        ids = [m.id for m in self.state if m.id is not None]
+        return {"harombe_saved": len(self.state), "harombe_saved_ids": ids}
 
 
 def _key(message: BaseMessage) -> tuple[str, str]:
     """A LangChain message as the (role, content) a stored harombe message would have."""
-    stored = from_langchain(message)
+    stored = storable_message(message)
     return stored.role, stored.content
 
 
@@ -172,10 +182,22 @@ class HarombeMemoryMiddleware(AgentMiddleware[HarombeMemoryState, Any, Any]):
         )
 
     # saving -------------------------------------------------------------------------------
-    def _unsaved(self, state: HarombeMemoryState) -> tuple[list[BaseMessage], int]:
+    def _unsaved(self, state: HarombeMemoryState) -> tuple[list[BaseMessage], list[BaseMessage]]:
+        """The state's messages not stored yet, and all of them."""
         messages: list[BaseMessage] = list(state.get("messages") or [])
-        saved = state.get("harombe_saved") or 0
-        return messages[saved:], len(messages)
+        count = state.get("harombe_saved") or 0
+        saved_ids = state.get("harombe_saved_ids")
+        if saved_ids is None:  # nothing stored yet, or a checkpoint of an earlier version
+            return messages[count:], messages
+        stored = set(saved_ids)
+        # (a message without an id, which LangGraph's reducer never leaves in a graph's
+        # state, is placed by the count)
+        new = [
+            m
+            for i, m in enumerate(messages)
+            if (m.id not in stored if m.id is not None else i >= count)
+        ]
+        return new, messages
 
     def _recorded(self, session_id: str) -> bool:
         """True when the graph's checkpointer records this thread into this very session."""
@@ -191,13 +213,13 @@ class HarombeMemoryMiddleware(AgentMiddleware[HarombeMemoryState, Any, Any]):
     def _pending(self, state: HarombeMemoryState, runtime: Runtime[Any]) -> _Pending | None:
         """What a save hook writes: ``None`` when the state holds nothing new, or when the
         graph's checkpointer already records this thread into this very session."""
-        new, total = self._unsaved(state)
+        new, messages = self._unsaved(state)
         if not new:
             return None
         session_id, user_id = self._keys(runtime)
         if self._recorded(session_id):
             return None
-        return _Pending(self._history(session_id, user_id), new, total)
+        return _Pending(self._history(session_id, user_id), new, messages)
 
     def before_model(
         self, state: HarombeMemoryState, runtime: Runtime[Any]
@@ -248,7 +270,7 @@ class HarombeMemoryMiddleware(AgentMiddleware[HarombeMemoryState, Any, Any]):
         held = [i for i, m in enumerate(state_messages) if m.id is not None and m.id in ids]
         if not held or held[-1] + 1 >= len(state_messages):
             return window
-        pending = [from_langchain(m) for m in state_messages[held[-1] + 1 :]]
+        pending = [storable_message(m) for m in state_messages[held[-1] + 1 :]]
         budget = self.max_tokens if self.max_tokens is not None else self.manager.max_history_tokens
         spent = self.manager.count_tokens(pending) + sum(m.token_count or 0 for m in view)
         first = 1 if view and view[0].role == "system" else 0

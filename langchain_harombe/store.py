@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import json
 import logging
 import math
@@ -183,6 +184,8 @@ class HarombeStore(BaseStore):
         self._fields: _Fields = (
             [] if self.index_config is None else self.index_config["__tokenized_fields"]
         )
+        self._model: str | None = None if self._embedder is None else self._embedder.name
+        self._warned_stale = False
         self._sweeper: threading.Thread | None = None
         self._sweeper_stop = threading.Event()
         self._sweeper_future: concurrent.futures.Future[None] = concurrent.futures.Future()
@@ -292,6 +295,7 @@ class HarombeStore(BaseStore):
                 now=_now(),
                 ttl=op.ttl,
                 vectors=plan.vectors.get(key),
+                model=self._model,
             )
         return out
 
@@ -315,9 +319,69 @@ class HarombeStore(BaseStore):
                 limit=op.limit,
                 omit_expired=omit,
                 refresh=refresh,
+                model=self._model,
+                stale=self._warn_stale,
             )
         assert isinstance(op, ListNamespacesOp)  # check_op refused any other kind
         return self._namespaces(op)
+
+    def _warn_stale(self, count: int) -> None:
+        """Say once per store that searches by meaning leave out items another model embedded."""
+        if self._warned_stale:
+            return
+        self._warned_stale = True
+        logger.warning(
+            "HarombeStore: %d item(s) under the searched namespace have vectors another "
+            "embedding model made, not %r; searches by meaning leave them out of the "
+            "ranking (they follow, unscored) until store.reindex() embeds them again.",
+            count,
+            self._model,
+        )
+
+    def reindex(self, batch_size: int = 100) -> int:
+        """Embed again, with this store's model, every item whose vectors another (or an
+        unknown) model made, so searches by meaning rank them again; returns how many.
+
+        Needed after reopening a store with another ``index`` embedding: until then such items
+        are left out of the ranking, never scored against a query of another model. Items
+        written before the model was recorded are still ranked (as they were before); they are
+        re-embedded too, which matters only if the model changed with the upgrade. Each item
+        is re-embedded at the paths it was embedded at before; an item deleted or rewritten
+        meanwhile is skipped (a put already embedded it with the current model). Safe to stop
+        and run again."""
+        model = self._reindexing()
+        done = 0
+        while todo := self._backend.read(lambda: items.stale(self._backend, model, batch_size)):
+            texts = _stale_texts(todo)
+            vectors = _grouped(todo, texts, self._embedder.embed([t for _, _, t in texts]))
+            done += self._backend.run(
+                functools.partial(items.replace_vectors, self._backend, todo, vectors, model)
+            )
+        return done
+
+    async def areindex(self, batch_size: int = 100) -> int:
+        """:meth:`reindex` on the async path (embedding with the embedder's async methods)."""
+        model = self._reindexing()
+        done = 0
+        while todo := await self._backend.aread(
+            lambda: items.stale(self._backend, model, batch_size)
+        ):
+            texts = _stale_texts(todo)
+            matrix = await self._embedder.aembed([t for _, _, t in texts])
+            vectors = _grouped(todo, texts, matrix)
+            done += await self._backend.arun(
+                functools.partial(items.replace_vectors, self._backend, todo, vectors, model)
+            )
+        return done
+
+    def _reindexing(self) -> str:
+        """The model a reindex embeds with; refuses a store without ``index``."""
+        if self._model is None:
+            raise InvalidInputError(
+                "this HarombeStore has no index: open it with index={'embed': ...} (the model "
+                "to embed the items with) to reindex them."
+            )
+        return self._model
 
     def _namespaces(self, op: ListNamespacesOp) -> Body[list[tuple[str, ...]]]:
         """The item namespaces and the facts namespaces of users with facts, matched, cut to
@@ -476,8 +540,19 @@ def _index(index: Mapping[str, Any] | None, default: Any) -> tuple[dict[str, Any
     except ValueError as exc:  # an unknown provider, or no embed at all
         raise InvalidInputError(f"index embed {embed!r} cannot be used: {exc}") from exc
     # ``dims`` is advice in LangGraph's SQLite and in-memory stores: the model's own length wins.
-    embedder = LangChainEmbedder(embeddings, probe=False)
+    embedder = LangChainEmbedder(embeddings, probe=False, name=_function_name(embeddings))
     return config | {"__tokenized_fields": _fields(config)}, embeddings, embedder
+
+
+def _function_name(embeddings: Any) -> str | None:
+    """The name item vectors record for an ``embed`` function (LangGraph wraps it in an
+    ``EmbeddingsLambda``): the function's own, so that switching to another function is seen
+    as another model. None for an ``Embeddings`` object (its class and model name it)."""
+    func = getattr(embeddings, "func", None) or getattr(embeddings, "afunc", None)
+    if type(embeddings).__name__ != "EmbeddingsLambda" or func is None:
+        return None
+    module = getattr(func, "__module__", None) or "?"
+    return f"langchain/function/{module}.{getattr(func, '__qualname__', repr(func))}"
 
 
 def _fields(config: Mapping[str, Any]) -> _Fields:
@@ -505,6 +580,42 @@ def _with_vectors(plan: _Plan, docs: Sequence[tuple[_Key, str, str]], matrix: np
     for (key, path, _), row in zip(docs, rows, strict=True):
         vectors.setdefault(key, []).append((path, row))
     return plan._replace(vectors=vectors)
+
+
+def _stale_texts(todo: Sequence[items.Stale]) -> list[tuple[int, str, str]]:
+    """``(item index, path, text)`` for every path the stale items were embedded at, read
+    from their values again as a put reads them (a list's ``path.i`` is its i-th text)."""
+    out: list[tuple[int, str, str]] = []
+    for n, (_, _, value_json, _, paths) in enumerate(todo):
+        value = json.loads(value_json)
+        for path in paths:
+            text = _text_at(value, path)
+            if text is not None:
+                out.append((n, path, text))
+    return out
+
+
+def _text_at(value: Any, path: str) -> str | None:
+    """The text a put embedded at ``path`` (see ``_embed_texts``), or None if it is gone."""
+    texts = get_text_at_path(value, "$" if path == "$" else tokenize_path(path))
+    if len(texts) == 1:
+        return texts[0]
+    base, _, index = path.rpartition(".")
+    if base and index.isdigit():
+        listed = get_text_at_path(value, "$" if base == "$" else tokenize_path(base))
+        if int(index) < len(listed):
+            return listed[int(index)]
+    return None
+
+
+def _grouped(
+    todo: Sequence[items.Stale], texts: Sequence[tuple[int, str, str]], matrix: np.ndarray
+) -> list[list[tuple[str, np.ndarray]]]:
+    """One ``(path, vector)`` list per stale item, from the rows of ``matrix``."""
+    out: list[list[tuple[str, np.ndarray]]] = [[] for _ in todo]
+    for (n, path, _), row in zip(texts, matrix, strict=True):
+        out[n].append((path, row))
+    return out
 
 
 def _writes(ops: Sequence[Op]) -> bool:

@@ -166,7 +166,9 @@ def plan_fact_write(manager: MemoryManager, op: PutOp) -> Flow[StoreOp[Any]]:
     if not isinstance(text, str):
         raise InvalidInputError(
             'a fact item needs {"content": "what is true of the user"} (a str), got '
-            f"{type(text).__name__}."
+            f"{type(text).__name__}. Structured memories, such as those of LangMem's "
+            "create_memory_store_manager, belong in an item namespace (e.g. "
+            '("memories", "{langgraph_user_id}")), not in ("harombe", "facts", user).'
         )
     proposal = FactProposal(
         "set",

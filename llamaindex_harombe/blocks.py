@@ -14,7 +14,7 @@ session id in its query filter and then answers every later session with it).
 from __future__ import annotations
 
 import asyncio
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from typing import Any, Literal
 
 from llama_index.core.base.llms.types import ChatMessage
@@ -37,6 +37,10 @@ from llamaindex_harombe.memory import (
 )
 
 __all__ = ["HarombeMemoryBlock", "HarombeProfileBlock"]
+
+#: Recalled texts a block remembers the messages of, for ``atruncate`` (``Memory`` truncates
+#: right after the ``get`` that made the text; a block may serve several sessions at once).
+_REMEMBERED = 16
 
 
 class HarombeMemoryBlock(OwnedManager, BaseMemoryBlock[str]):
@@ -78,6 +82,7 @@ class HarombeMemoryBlock(OwnedManager, BaseMemoryBlock[str]):
 
     _manager: MemoryManager = PrivateAttr()
     _owns_manager: bool = PrivateAttr(default=True)
+    _recalled: OrderedDict[str, list[Message]] = PrivateAttr(default_factory=OrderedDict)
 
     def __init__(self, *, manager: MemoryManager | None = None, **data: Any) -> None:
         super().__init__(**_location_fields(manager, data))
@@ -114,7 +119,29 @@ class HarombeMemoryBlock(OwnedManager, BaseMemoryBlock[str]):
             h.message for h in hits if (_li_role(h.message), h.message.content) not in visible
         ][: self.top_k]
         context = fit_context(fresh, self._manager, self.max_tokens)
-        return context.content if context is not None else ""
+        if context is None:
+            return ""
+        self._remember(context.content, fresh)
+        return context.content
+
+    def _remember(self, text: str, recalled: list[Message]) -> None:
+        """Keep what ``text`` was made of (best first), for :meth:`atruncate`."""
+        self._recalled[text] = recalled
+        self._recalled.move_to_end(text)
+        while len(self._recalled) > _REMEMBERED:
+            self._recalled.popitem(last=False)
+
+    async def atruncate(self, content: str, tokens_to_truncate: int) -> str | None:
+        """A shorter recall: ``Memory`` asks a block whose ``priority`` is not 0 to give back
+        ``tokens_to_truncate`` when the prompt is over its ``token_limit``. The weakest recalled
+        messages go first, so the best ones stay (LlamaIndex's own blocks drop their whole
+        text); None when not even the best one fits, or the text is not this block's."""
+        recalled = self._recalled.get(content)
+        if recalled is None:
+            return None
+        size = self._manager.count_tokens([Message(role="system", content=content)])
+        shorter = fit_context(recalled, self._manager, size - max(tokens_to_truncate, 0))
+        return shorter.content if shorter is not None else None
 
     async def _aput(self, messages: list[ChatMessage]) -> None:
         by_session: dict[str, list[Message]] = defaultdict(list)

@@ -17,7 +17,7 @@ only sessions that have no owner. (``ChatMemoryBuffer``'s default key is the sam
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 from llama_index.core.base.llms.types import ChatMessage
@@ -28,7 +28,7 @@ from llama_index.core.storage.chat_store.base_db import AsyncDBChatStore, Messag
 
 from harombe_core import MemoryManager
 from harombe_core.errors import InvalidInputError
-from harombe_core.integration import Call, Flow, adrive, drive
+from harombe_core.integration import Body, Call, Flow, SqlRunner, Work, adrive, drive, sql_runner
 from harombe_core.models import Message, Session
 from harombe_core.validate import (
     MAX_COUNT,
@@ -114,6 +114,32 @@ class _ManagedStore(OwnedManager, BaseModel):
         replace = m.replace_messages
         yield Call(replace, key, doomed, messages, user_id=self.user_id, native=m.areplace_messages)
 
+    def _delete_ids(self, key: str, victims: list[Message]) -> Flow[list[Message]]:
+        """Delete ``victims`` (messages of ``key``) and return them."""
+        yield from self._rewrite(key, [m.id for m in victims if m.id is not None])
+        return victims
+
+    def _atomically(self, key: str, make: Callable[[], Flow[list[Message]]]) -> Flow[list[Message]]:
+        """The flow ``make()`` (a read of ``key``'s messages and the rewrite built from it; it
+        returns the messages it removed or archived) as one transaction of the store, holding
+        the key's session against other writers. One committing between the read and the
+        rewrite made the rewrite stale: two inserts at an index at once each wrote the tail
+        again (duplicated messages), and two deletes at one index removed one message.
+        SQLite's write transaction locks the file; PostgreSQL locks the session's row first.
+        The store calls run synchronously inside ``manager.atomic`` (one thread hop when
+        async); a dropped PostgreSQL connection may run the block again, hence a factory, and
+        its result must be JSON there, hence dicts."""
+        manager = self._manager
+        runner = sql_runner(manager.store)
+
+        def block() -> list[dict[str, Any]]:
+            if not runner.writes_one_at_a_time:
+                runner.run(lambda: _lock_session(runner, key))
+            return [m.to_dict() for m in drive(make())]
+
+        removed: list[dict[str, Any]] = yield Work(manager.atomic, block)
+        return [Message.from_dict(m) for m in removed]
+
     def _keys(self, *, with_messages: bool = False) -> Flow[list[str]]:
         """The sessions this store may list (no user: unowned ones), oldest first like the
         insertion order of LlamaIndex's stores; ``with_messages``: only those holding any."""
@@ -148,11 +174,15 @@ class HarombeChatStore(_ManagedStore, BaseChatStore):
 
     def _set(self, key: str, messages: list[ChatMessage]) -> Flow[None]:
         converted = from_llamaindex_list(messages, "set_messages")
+        yield from self._atomically(key, lambda: self._set_converted(key, converted))
+
+    def _set_converted(self, key: str, converted: list[Message]) -> Flow[list[Message]]:
         if (yield from self._check(key)) is None and not converted:
             yield from self._create(key)  # SimpleChatStore then lists the key, with no messages
-            return
-        old = [m.id for m in (yield from self._read(key)) if m.id is not None]
-        yield from self._rewrite(key, old, converted)
+            return []
+        old = yield from self._read(key)
+        yield from self._rewrite(key, [m.id for m in old if m.id is not None], converted)
+        return old
 
     def _create(self, key: str) -> Flow[None]:
         """The key's session, with no messages, owned by this store's user; if another caller
@@ -193,7 +223,10 @@ class HarombeChatStore(_ManagedStore, BaseChatStore):
             m = self._manager
             yield Call(m.save_message, key, converted, user_id=self.user_id, native=m.asave_message)
             return
-        idx = _index(idx)
+        yield from self._atomically(key, lambda: self._insert(key, converted, _index(idx)))
+
+    def _insert(self, key: str, converted: Message, idx: int) -> Flow[list[Message]]:
+        """Insert ``converted`` before the message now at ``idx`` (in one transaction)."""
         stored = yield from self._read(key)
         position = min(idx, len(stored)) if idx >= 0 else max(len(stored) + idx, 0)
         tail = stored[position:]
@@ -201,6 +234,7 @@ class HarombeChatStore(_ManagedStore, BaseChatStore):
         # the new one, in the same transaction.
         doomed = [m.id for m in tail if m.id is not None]
         yield from self._rewrite(key, doomed, [converted, *(_fresh(m) for m in tail)])
+        return []  # (the tail is written again after it: nothing is gone)
 
     def delete_messages(self, key: str) -> list[ChatMessage] | None:
         """Remove the key and its messages; returns them, or None if the key is unknown."""
@@ -243,11 +277,18 @@ class HarombeChatStore(_ManagedStore, BaseChatStore):
         return tail[0] if len(tail) == -idx else None
 
     def _delete_at(self, key: str, idx: int) -> Flow[ChatMessage | None]:
-        doomed = yield from self._at(key, _index(idx))
+        idx = _index(idx)
+        removed = yield from self._atomically(
+            key, lambda: self._delete_found(key, self._at(key, idx))
+        )
+        return to_llamaindex(removed[0]) if removed else None
+
+    def _delete_found(self, key: str, found: Flow[Message | None]) -> Flow[list[Message]]:
+        """Delete from ``key`` the message the flow ``found`` finds (if any); return it."""
+        doomed = yield from found
         if doomed is None:
-            return None
-        yield from self._rewrite(key, [doomed.id] if doomed.id is not None else [])
-        return to_llamaindex(doomed)
+            return []
+        return (yield from self._delete_ids(key, [doomed]))
 
     def get_keys(self) -> list[str]:
         """Every key (session), oldest first, like the insertion order of SimpleChatStore."""
@@ -255,6 +296,18 @@ class HarombeChatStore(_ManagedStore, BaseChatStore):
 
     async def aget_keys(self) -> list[str]:
         return await adrive(self._keys())
+
+
+def _lock_session(runner: SqlRunner, key: str) -> Body[None]:
+    """Hold ``key`` against other rewrites until the transaction ends (PostgreSQL).
+
+    The session's row is locked as other writers of it lock it; but a key's first messages
+    come before its row exists, and two inserts at an index racing then each rewrote the
+    other's messages again (a message stored twice). So the key itself is locked first, by a
+    transaction-scoped advisory lock on its hash (a collision only makes two keys wait for
+    each other)."""
+    yield runner.step("SELECT pg_advisory_xact_lock(hashtextextended(?, 0))", (key,))
+    yield runner.step(f"SELECT id FROM sessions s WHERE s.id = ?{runner.for_update('s')}", (key,))
 
 
 def _index(value: Any, what: str = "idx") -> int:
@@ -397,45 +450,44 @@ class HarombeDBChatStore(_ManagedStore, AsyncDBChatStore):
         converted = self._convert(messages, status)
         yield Call(m.save_messages, key, converted, user_id=self.user_id, native=m.asave_messages)
 
-    def _set(self, key: str, messages: Sequence[ChatMessage], status: MessageStatus) -> Flow[None]:
+    def _set(
+        self, key: str, messages: Sequence[ChatMessage], status: MessageStatus
+    ) -> Flow[list[Message]]:
         """The key's whole history becomes ``messages`` (archived ones go too, as in
         ``SQLAlchemyChatStore``: ``Memory.set`` means "this is the conversation")."""
         converted = self._convert(messages, status)
-        doomed = [m.id for m in (yield from self._stored(key)) if m.id is not None]
-        yield from self._rewrite(key, doomed, converted)
+        old = yield from self._stored(key)
+        yield from self._rewrite(key, [m.id for m in old if m.id is not None], converted)
+        return old
 
-    def _delete_ids(self, key: str, victims: list[Message]) -> Flow[list[ChatMessage]]:
-        yield from self._rewrite(key, [m.id for m in victims if m.id is not None])
-        return [to_llamaindex(m) for m in victims]
-
-    def _delete_id(self, key: str, row_id: int) -> Flow[ChatMessage | None]:
+    def _delete_id(self, key: str, row_id: int) -> Flow[list[Message]]:
         """The message whose id is ``row_id``, if it is the key's, deleted and returned."""
         row_id = check_count(
             row_id, "delete_message's message id (from get_messages)", low=-MAX_COUNT
         )
         if (yield from self._check(key)) is None or row_id < 1:
-            return None
+            return []
         found = yield from self._read(key, after_id=row_id - 1, limit=1)
         if not found or found[0].id != row_id:
-            return None
-        return (yield from self._delete_ids(key, found))[0]
+            return []
+        return (yield from self._delete_ids(key, found))
 
-    def _delete_status(self, key: str, status: MessageStatus | None) -> Flow[None]:
+    def _delete_status(self, key: str, status: MessageStatus | None) -> Flow[list[Message]]:
         status = _status_arg(status, optional=True)
         if status is None:
             yield from self._check(key)
             m = self._manager
             yield Call(m.clear_session, key, user_id=self.user_id, native=m.aclear_session)
-            return
-        yield from self._delete_ids(key, (yield from self._select(key, status)))
+            return []
+        return (yield from self._delete_ids(key, (yield from self._select(key, status))))
 
-    def _delete_oldest(self, key: str, n: int) -> Flow[list[ChatMessage]]:
+    def _delete_oldest(self, key: str, n: int) -> Flow[list[Message]]:
         if _index(n, "n") <= 0:
             return []
         active = yield from self._select(key, MessageStatus.ACTIVE)
         return (yield from self._delete_ids(key, active[:n]))
 
-    def _archive_oldest(self, key: str, n: int) -> Flow[list[ChatMessage]]:
+    def _archive_oldest(self, key: str, n: int) -> Flow[list[Message]]:
         active = (yield from self._select(key, MessageStatus.ACTIVE))[: max(_index(n, "n"), 0)]
         if not active:
             return []
@@ -444,7 +496,7 @@ class HarombeDBChatStore(_ManagedStore, AsyncDBChatStore):
         metadata = {} if session is None else dict(session.metadata)
         metadata[ARCHIVED_THROUGH_KEY] = max(m.id or 0 for m in active)
         yield Call(mm.update_session, key, metadata=metadata, native=mm.aupdate_session)
-        return [to_llamaindex(m) for m in active]
+        return active
 
     # AsyncDBChatStore -------------------------------------------------------------------------
     async def get_messages(
@@ -480,22 +532,25 @@ class HarombeDBChatStore(_ManagedStore, AsyncDBChatStore):
         messages: list[ChatMessage],
         status: MessageStatus = MessageStatus.ACTIVE,
     ) -> None:
-        await adrive(self._set(key, messages, status))
+        await adrive(self._atomically(key, lambda: self._set(key, messages, status)))
 
     async def delete_message(self, key: str, idx: int) -> ChatMessage | None:
         """Delete the message whose id is ``idx`` and return it (None if the key has no such
         message), as ``SQLAlchemyChatStore`` does with its row ids. The ids are harombe's
         message ids (``store.manager.get_messages(key)``)."""
-        return await adrive(self._delete_id(key, idx))
+        removed = await adrive(self._atomically(key, lambda: self._delete_id(key, idx)))
+        return to_llamaindex(removed[0]) if removed else None
 
     async def delete_messages(self, key: str, status: MessageStatus | None = None) -> None:
-        await adrive(self._delete_status(key, status))
+        await adrive(self._atomically(key, lambda: self._delete_status(key, status)))
 
     async def delete_oldest_messages(self, key: str, n: int) -> list[ChatMessage]:
-        return await adrive(self._delete_oldest(key, n))
+        removed = await adrive(self._atomically(key, lambda: self._delete_oldest(key, n)))
+        return [to_llamaindex(m) for m in removed]
 
     async def archive_oldest_messages(self, key: str, n: int) -> list[ChatMessage]:
-        return await adrive(self._archive_oldest(key, n))
+        archived = await adrive(self._atomically(key, lambda: self._archive_oldest(key, n)))
+        return [to_llamaindex(m) for m in archived]
 
     async def get_keys(self) -> list[str]:
         """Keys holding messages, as ``SQLAlchemyChatStore`` lists them (its keys are rows)."""

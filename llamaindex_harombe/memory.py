@@ -192,7 +192,7 @@ class HarombeMemory(BaseMemory):
         description=(
             "With strategy='threaded', how a user message finds the turn it continues: "
             "'embedding' (semantic memory's model, else the bundled one), 'llm' (the llm "
-            "given to from_defaults) or 'linear'."
+            "given to from_defaults, else LlamaIndex's Settings.llm) or 'linear'."
         ),
     )
     system_prompt: str | None = Field(
@@ -251,6 +251,8 @@ class HarombeMemory(BaseMemory):
                 f"unknown strategy {self.strategy!r}; use 'simple', 'summarization', 'hybrid' "
                 "or 'threaded'."
             )
+        if self.strategy == "threaded" and self.thread_selector == "llm" and llm is None:
+            llm = _settings_llm()  # (before the store is opened: nothing to close on error)
         if manager is None:
             manager = open_manager(
                 self.storage_path, self.embedding, self.vector_store, embed_model
@@ -272,10 +274,7 @@ class HarombeMemory(BaseMemory):
         if self.thread_selector == "linear":
             return resolve_selector("linear")
         if self.thread_selector == "llm":
-            if llm is None:
-                raise InvalidInputError(
-                    "thread_selector='llm' needs llm=<a LlamaIndex LLM>; or use 'embedding'."
-                )
+            assert llm is not None  # (Settings.llm when none was given: see __init__)
             return resolve_selector("llm", llm=LlamaIndexLLM(llm))
         embedder = self._manager.embedder if self._manager.semantic_enabled else "default"
         return resolve_selector("embedding", embedder=embedder)
@@ -572,12 +571,11 @@ class HarombeMemory(BaseMemory):
         )
 
     def set(self, messages: Sequence[ChatMessage]) -> None:
-        """Replace the session's messages with ``messages``, in one transaction."""
+        """Replace the session's messages with ``messages``, in one transaction (of concurrent
+        sets, one history stays: never two merged)."""
         converted = from_llamaindex_list(messages, "set")
         self._check()
-        stored = self._manager.get_messages(self.session_id, user_id=self.user_id)
-        old = [m.id for m in stored if m.id is not None]
-        self._manager.replace_messages(self.session_id, old, converted, user_id=self.user_id)
+        self._manager.set_messages(self.session_id, converted, user_id=self.user_id)
         self._forget_threads()
 
     def _forget_threads(self) -> None:
@@ -585,14 +583,10 @@ class HarombeMemory(BaseMemory):
             self._threader.forget()
 
     async def aset(self, messages: Sequence[ChatMessage]) -> None:
+        """Async twin of :meth:`set`."""
         converted = from_llamaindex_list(messages, "aset")
         await self._acheck()
-        old = [
-            m.id for m in await self._manager.aget_messages(self.session_id, user_id=self.user_id)
-        ]
-        await self._manager.areplace_messages(
-            self.session_id, [i for i in old if i is not None], converted, user_id=self.user_id
-        )
+        await self._manager.aset_messages(self.session_id, converted, user_id=self.user_id)
         self._forget_threads()
 
     def reset(self, status: MessageStatus | None = None) -> None:
@@ -631,6 +625,20 @@ class HarombeMemory(BaseMemory):
         if not isinstance(data, dict):
             raise InvalidInputError("from_string takes what to_string wrote (a JSON object).")
         return cls.from_dict(data)
+
+
+def _settings_llm() -> LLM:
+    """LlamaIndex's ``Settings.llm``, which its own LLM-driven pieces default to; a memory
+    reopened from a dict (a serialised workflow ``Context``) has no other model to ask."""
+    from llama_index.core import Settings
+
+    try:
+        return Settings.llm
+    except (ImportError, ValueError) as exc:  # its default is OpenAI's: not installed, no key
+        raise InvalidInputError(
+            "thread_selector='llm' asks an LLM where each message continues the conversation: "
+            f"pass llm=..., set LlamaIndex's Settings.llm, or use 'embedding' ({exc})."
+        ) from None
 
 
 def _merge_system(context: list[Message], window: list[Message]) -> list[Message]:

@@ -73,6 +73,7 @@ NEEDS: dict[str, dict[str, Callable[[], Any]]] = {
     "README.md: LlamaIndex": {"llm": _llama_llm},
     "langchain.md: The agent": {"model": _chat_model},
     "langchain.md: Chains and retrievers": {"model": _chat_model},
+    "langchain.md: The LangGraph store": {"model": _chat_model},
     "llamaindex.md: Chat engines and agents": {"llm": _llama_llm},
     "threads-and-summaries.md: Threaded memory": {"my_llm": _callable_llm},
     "user-memory.md: Extractors": {"model": _chat_model},

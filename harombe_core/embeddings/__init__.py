@@ -25,7 +25,13 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from harombe_core.embeddings.base import BaseEmbedder, Embedder, FloatArray, normalize_rows
+from harombe_core.embeddings.base import (
+    BaseEmbedder,
+    Embedder,
+    FloatArray,
+    forced_device,
+    normalize_rows,
+)
 from harombe_core.embeddings.cache import CachedEmbedder
 from harombe_core.errors import EmbeddingError, InvalidInputError, MissingExtraError
 from harombe_core.lazy import lazy_attributes as _lazy_attributes
@@ -115,7 +121,7 @@ def _gpu_present() -> bool:
     torch is imported only when the machine shows signs of an NVIDIA driver, so CPU machines
     keep the default path free of torch.
     """
-    forced = os.environ.get("HAROMBE_DEVICE")
+    forced = forced_device()
     if forced:
         return forced.startswith("cuda")
     if not (os.path.exists("/proc/driver/nvidia") or os.path.exists("/dev/nvidia0")):

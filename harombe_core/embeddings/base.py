@@ -11,13 +11,15 @@ every backend is interchangeable for the code above it.
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
 
-from harombe_core.errors import EmbeddingError, InvalidInputError
+from harombe_core.errors import ConfigError, EmbeddingError, InvalidInputError
 from harombe_core.flows import off_loop
 
 __all__ = [
@@ -201,3 +203,26 @@ class NativeAsyncEmbedder(BaseEmbedder):
             return np.zeros((0, self.dimension), dtype=np.float32)
         rows = await self._aembed_batch(items)
         return validate_vectors(rows, len(items), self.dimension, self.name)
+
+
+_DEVICE = re.compile(r"cpu|cuda(:\d+)?|mps")
+
+
+def forced_device() -> str | None:
+    """The device ``HAROMBE_DEVICE`` names, or None when it is unset or empty.
+
+    Checked here, once for every backend, because a misspelt value ("gpu", "cuda0") used to be
+    taken silently: the ONNX path read anything but ``cuda...`` as the CPU, and
+    sentence-transformers failed later, deep inside torch, on the first embedding.
+
+    Raises :class:`~harombe_core.errors.ConfigError` naming the variable and the values it takes.
+    """
+    value = os.environ.get("HAROMBE_DEVICE", "").strip()
+    if not value:
+        return None
+    if not _DEVICE.fullmatch(value):
+        raise ConfigError(
+            f"HAROMBE_DEVICE={value!r} is not a device: use cpu, cuda, cuda:N (a GPU's index) "
+            "or mps, or unset it to let harombe choose"
+        )
+    return value

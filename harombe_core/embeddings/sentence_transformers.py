@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from harombe_core.embeddings.base import BaseEmbedder, FloatArray
+from harombe_core.embeddings.base import BaseEmbedder, FloatArray, forced_device
 from harombe_core.errors import EmbeddingError, MissingExtraError, requires_extra
 
 if TYPE_CHECKING:
@@ -54,7 +54,7 @@ def bundled_model_path() -> Path:
 
 def pick_device() -> str:
     """``cuda`` when a GPU is usable, else ``cpu`` (``HAROMBE_DEVICE`` overrides)."""
-    forced = os.environ.get("HAROMBE_DEVICE")
+    forced = forced_device()
     if forced:
         return forced
     import torch

@@ -6,8 +6,8 @@ the message-store protocol does not model, so they are copied as SQL bodies
 to stop and re-run at any point:
 
 * Items are read in key order, a page at a time, and each page is written to the destination in
-  one transaction, item and vectors together (vectors are copied as stored, so no model is
-  needed and semantic search finds the same items).
+  one transaction, item and vectors together (vectors are copied as stored, with the name of
+  the model that made them, so no model is needed and semantic search finds the same items).
 * An item the destination already holds identically (a page an interrupted run committed) is
   skipped; one it holds with a different value is a conflict: MigrationError names it and
   nothing of that page is written, so a destination's own data is never overwritten.
@@ -33,7 +33,7 @@ _PAGE_CAP = 1000
 
 Key = tuple[str, str]
 Item = tuple[Any, ...]
-Vector = tuple[str, str, str, bytes]
+Vector = tuple[str, str, str, bytes, str | None]  # namespace, key, path, vector, model
 Page = tuple[list[Item], list[Vector]]
 
 
@@ -69,12 +69,12 @@ def _read_keys(runner: SqlRunner, keys: list[Key]) -> Body[Page]:
     ).rows
     vectors = (
         yield runner.step(
-            f"SELECT namespace, key, path, vector FROM store_vectors WHERE {among} "
+            f"SELECT namespace, key, path, vector, model FROM store_vectors WHERE {among} "
             "ORDER BY namespace, key, path",
             params,
         )
     ).rows
-    return [tuple(r) for r in items], [(r[0], r[1], r[2], bytes(r[3])) for r in vectors]
+    return [tuple(r) for r in items], [(r[0], r[1], r[2], bytes(r[3]), r[4]) for r in vectors]
 
 
 def _keys(page: Page) -> list[Key]:
@@ -121,7 +121,8 @@ def _write_page(runner: SqlRunner, source: Page) -> Body[int]:
         )
         for vector in vectors:
             yield runner.step(
-                "INSERT INTO store_vectors (namespace, key, path, vector) VALUES (?, ?, ?, ?)",
+                "INSERT INTO store_vectors (namespace, key, path, vector, model) "
+                "VALUES (?, ?, ?, ?, ?)",
                 vector,
             )
     return len(missing)

@@ -28,6 +28,7 @@ from fastapi import Depends, FastAPI, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from harombe_core import errors as err
@@ -69,14 +70,9 @@ def max_body_bytes() -> int:
     return 4 * chars + 65_536
 
 
-class _BodyLimit:
-    """Refuse a request body over :func:`max_body_bytes` (413) before the app reads it.
-
-    A declared ``Content-Length`` is checked at once (the server reads no more than it
-    declares). A body without one (chunked) is read here up to the limit and handed on whole:
-    the app would read it all anyway, and an error raised while the app reads it would reach
-    the client as FastAPI's untyped 400 "error parsing the body", not as this 413.
-    """
+class _HttpMiddleware:
+    """An ASGI middleware that sees HTTP requests only (:meth:`http`); lifespan and other
+    scopes pass straight to the app."""
 
     def __init__(self, app: Asgi) -> None:
         self.app = app
@@ -85,6 +81,22 @@ class _BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        await self.http(scope, receive, send)
+
+    async def http(self, scope: Any, receive: Any, send: Any) -> None:
+        await self.app(scope, receive, send)
+
+
+class _BodyLimit(_HttpMiddleware):
+    """Refuse a request body over :func:`max_body_bytes` (413) before the app reads it.
+
+    A declared ``Content-Length`` is checked at once (the server reads no more than it
+    declares). A body without one (chunked) is read here up to the limit and handed on whole:
+    the app would read it all anyway, and an error raised while the app reads it would reach
+    the client as FastAPI's untyped 400 "error parsing the body", not as this 413.
+    """
+
+    async def http(self, scope: Any, receive: Any, send: Any) -> None:
         limit = max_body_bytes()
         declared = dict(scope.get("headers") or []).get(b"content-length")
         if declared is not None:
@@ -111,6 +123,91 @@ class _BodyLimit:
             return read.pop(0) if read else await receive()
 
         await self.app(scope, replayed, send)
+
+
+#: Methods a browser sends across sites without asking (a form, a ``fetch`` without CORS) that
+#: change nothing here; every other method may write.
+_SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+class _SameOriginWrites(_HttpMiddleware):
+    """Refuse (403) a writing request a browser sent from a page of another site.
+
+    A browser marks such a request with an ``Origin`` header naming the page's site. Without
+    this check a page the user visits could write to a ``--no-auth`` server on their machine
+    (``fetch(url, {method: "POST", mode: "no-cors"})`` needs no CORS permission, and
+    ``/api/sessions/{id}/summary`` takes no body), or sign the inspector in with the page's own
+    key (``/login``). Requests without ``Origin`` (httpx, curl, the MCP SDK, server-side
+    clients) and from the server's own pages pass, as do the origins given with
+    ``--cors-origin`` (every site for ``*``). Only the host is compared with the request's
+    ``Host``, so a TLS proxy in front (``https://`` outside, ``http://`` inside) still counts
+    as the same site.
+    """
+
+    def __init__(self, app: Asgi, allowed: Sequence[str] = ()) -> None:
+        super().__init__(app)
+        self.allowed = {origin.rstrip("/").lower() for origin in allowed}
+
+    async def http(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope.get("method", "GET") not in _SAFE_METHODS:
+            headers = Headers(scope=scope)
+            origin = headers.get("origin")
+            if origin is not None and not self._same_site(origin, headers.get("host", "")):
+                response = JSONResponse(
+                    {
+                        "error": "AccessDeniedError",
+                        "detail": (
+                            f"a {scope.get('method')} request from a page of {origin!r} is "
+                            "refused: browsers may change memory only from this server's own "
+                            "pages or from an origin allowed with --cors-origin."
+                        ),
+                    },
+                    status_code=403,
+                )
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+    def _same_site(self, origin: str, host: str) -> bool:
+        origin = origin.rstrip("/").lower()
+        if origin in self.allowed or "*" in self.allowed:
+            return True
+        _, sep, netloc = origin.partition("://")
+        return bool(sep) and bool(host) and netloc == host.lower()
+
+
+#: The inspector runs no script and loads nothing from elsewhere, so its pages may do no more:
+#: a hostile message that ever slipped past escaping could still run nothing, and no other
+#: site may frame a page (clickjacking). ``/docs`` is left out: Swagger UI loads its script.
+_PAGE_POLICY = (
+    "default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:; "
+    "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+)
+_OPENAPI_PAGES = ("/docs", "/redoc")
+
+
+class _SecurityHeaders(_HttpMiddleware):
+    """Add the browser protections every response of the app carries: no framing by other
+    sites, no MIME sniffing (an export served as text stays text), no referrer (a search query)
+    sent to another site (``same-origin``: ``no-referrer`` would make the inspector's own
+    form send ``Origin: null``, which :class:`_SameOriginWrites` refuses), and
+    :data:`_PAGE_POLICY` on everything but the OpenAPI pages."""
+
+    async def http(self, scope: Any, receive: Any, send: Any) -> None:
+        extra = [
+            (b"x-frame-options", b"DENY"),
+            (b"x-content-type-options", b"nosniff"),
+            (b"referrer-policy", b"same-origin"),
+        ]
+        if not scope.get("path", "").startswith(_OPENAPI_PAGES):
+            extra.append((b"content-security-policy", _PAGE_POLICY.encode()))
+
+        async def send_with_headers(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), *extra]}
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
 
 
 def _invalid_text(exc: RequestValidationError) -> str:
@@ -219,7 +316,7 @@ def add_api(app: FastAPI) -> None:
         """The users this key sees (a user key: itself; an admin key: every user)."""
         return await memory.users()
 
-    @app.delete("/api/users/{user_id}", tags=["users"])
+    @app.delete("/api/users/{user_id:path}", tags=["users"])
     async def forget_user(memory: Memory, user_id: Annotated[str, Path()]) -> dict[str, Any]:
         """Erase everything stored for the user (a user key: only its own user): once this
         returns nothing finds it, and no byte of it stays in the database or its indexes."""
@@ -244,24 +341,7 @@ def add_api(app: FastAPI) -> None:
         """Create a session (a new id unless ``session_id`` is given)."""
         return await memory.create_session(**body.model_dump())
 
-    @app.get("/api/sessions/{session_id}", tags=["sessions"])
-    async def get_session(memory: Memory, session_id: SessionId) -> dict[str, Any]:
-        """A session's record: owner, system prompt, metadata, counts, summary."""
-        return await memory.get_session(session_id)
-
-    @app.patch("/api/sessions/{session_id}", tags=["sessions"])
-    async def update_session(
-        memory: Memory, session_id: SessionId, body: SessionPatch
-    ) -> dict[str, Any]:
-        """Change a session's system prompt or metadata (an admin key: also its owner)."""
-        return await memory.update_session(session_id, changes=body.model_dump(exclude_unset=True))
-
-    @app.delete("/api/sessions/{session_id}", tags=["sessions"])
-    async def delete_session(memory: Memory, session_id: SessionId) -> dict[str, Any]:
-        """Delete a session with its messages and their vectors."""
-        return await memory.delete_session(session_id)
-
-    @app.get("/api/sessions/{session_id}/messages", tags=["messages"])
+    @app.get("/api/sessions/{session_id:path}/messages", tags=["messages"])
     async def get_messages(
         memory: Memory,
         session_id: SessionId,
@@ -271,13 +351,13 @@ def add_api(app: FastAPI) -> None:
         """A session's messages in order (``limit`` of them after ``after_id``)."""
         return await memory.messages(session_id, limit=limit, after_id=after_id)
 
-    @app.post("/api/sessions/{session_id}/messages", status_code=201, tags=["messages"])
+    @app.post("/api/sessions/{session_id:path}/messages", status_code=201, tags=["messages"])
     async def append(memory: Memory, session_id: SessionId, body: AppendIn) -> dict[str, Any]:
         """Append messages in one transaction (an unknown session is created); their ids."""
         messages = [m.model_dump(exclude_none=True) for m in body.messages]
         return await memory.append(session_id, messages, body.user_id)
 
-    @app.get("/api/sessions/{session_id}/window", tags=["messages"])
+    @app.get("/api/sessions/{session_id:path}/window", tags=["messages"])
     async def window(
         memory: Memory,
         session_id: SessionId,
@@ -286,7 +366,7 @@ def add_api(app: FastAPI) -> None:
         """The newest messages that fit ``max_tokens``, with their token total."""
         return await memory.window(session_id, max_tokens)
 
-    @app.get("/api/sessions/{session_id}/context", tags=["context"])
+    @app.get("/api/sessions/{session_id:path}/context", tags=["context"])
     async def context(
         memory: Memory,
         session_id: SessionId,
@@ -308,12 +388,12 @@ def add_api(app: FastAPI) -> None:
             full=full,
         )
 
-    @app.post("/api/sessions/{session_id}/summary", tags=["context"])
+    @app.post("/api/sessions/{session_id:path}/summary", tags=["context"])
     async def summarize(memory: Memory, session_id: SessionId) -> dict[str, Any]:
         """Bring the session's stored summary up to date; the session with it."""
         return await memory.summarize(session_id)
 
-    @app.get("/api/sessions/{session_id}/export", tags=["sessions"])
+    @app.get("/api/sessions/{session_id:path}/export", tags=["sessions"])
     async def export(
         memory: Memory,
         session_id: SessionId,
@@ -334,6 +414,25 @@ def add_api(app: FastAPI) -> None:
     ) -> list[dict[str, Any]]:
         """Messages relevant to ``q``, best first, each with its meaning/keyword evidence."""
         return await memory.search(q, top_k=top_k, session_id=session_id, user_id=user_id)
+
+    # after every /api/sessions/{id}/... route: a path id may hold '/', and the first route
+    # that matches a path answers it
+    @app.get("/api/sessions/{session_id:path}", tags=["sessions"])
+    async def get_session(memory: Memory, session_id: SessionId) -> dict[str, Any]:
+        """A session's record: owner, system prompt, metadata, counts, summary."""
+        return await memory.get_session(session_id)
+
+    @app.patch("/api/sessions/{session_id:path}", tags=["sessions"])
+    async def update_session(
+        memory: Memory, session_id: SessionId, body: SessionPatch
+    ) -> dict[str, Any]:
+        """Change a session's system prompt or metadata (an admin key: also its owner)."""
+        return await memory.update_session(session_id, changes=body.model_dump(exclude_unset=True))
+
+    @app.delete("/api/sessions/{session_id:path}", tags=["sessions"])
+    async def delete_session(memory: Memory, session_id: SessionId) -> dict[str, Any]:
+        """Delete a session with its messages and their vectors."""
+        return await memory.delete_session(session_id)
 
 
 def create_app(
@@ -404,6 +503,8 @@ def create_app(
     add_inspector(app)
     endpoint.add_to(app)
     app.add_middleware(_BodyLimit)
+    app.add_middleware(_SameOriginWrites, allowed=cors_origins)
+    app.add_middleware(_SecurityHeaders)
     if host in LOOPBACK_HOSTS:
         # A page on another site whose name is re-pointed at 127.0.0.1 (DNS rebinding) sends
         # its own name as Host: refused, so a loopback server (--no-auth included) answers

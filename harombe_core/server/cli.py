@@ -6,8 +6,11 @@ The commands import the server's dependencies (the ``server`` extra) only when t
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import os
+import re
+import socket
 from typing import Annotated
 
 import typer
@@ -26,9 +29,9 @@ from harombe_core.cli_app import (
     open_memory,
     when,
 )
-from harombe_core.errors import InvalidInputError, MissingExtraError
+from harombe_core.errors import HarombeError, InvalidInputError, MissingExtraError
 
-__all__ = ["is_loopback", "keys_app"]
+__all__ = ["AddressUnavailableError", "cors_origin", "is_loopback", "keys_app", "listen"]
 
 keys_app = typer.Typer(
     help="Make, list and revoke the API keys of `harombe serve`.",
@@ -56,6 +59,13 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+#: How long ``harombe serve`` lets requests in flight finish after SIGTERM. Without a bound one
+#: client that stops sending mid-request kept the server from ever exiting; a request still
+#: running then is cut (not acknowledged: its transaction commits whole or not at all), well
+#: within the 10 s a container runtime waits before SIGKILL.
+SHUTDOWN_SECONDS = 5.0
 
 
 @command("serve")
@@ -93,10 +103,25 @@ def serve_command(
             help="Where --embedding keeps vectors: database (default), chroma or pgvector.",
         ),
     ] = "database",
+    shutdown_timeout: Annotated[
+        float,
+        typer.Option(
+            "--shutdown-timeout",
+            metavar="SECONDS",
+            min=0,
+            help="On SIGTERM, how long requests in flight may take before they are cut.",
+        ),
+    ] = SHUTDOWN_SECONDS,
 ) -> None:
     """Serve memory over HTTP: JSON API (/api, /docs), MCP (/mcp) and inspector (/)."""
     with clean_errors():
         _need_server("harombe serve")
+        if not host.strip():
+            raise InvalidInputError(
+                "--host is empty, which would listen on every interface; pass 127.0.0.1 for "
+                "this machine only, or 0.0.0.0 to serve every interface on purpose."
+            )
+        origins = [cors_origin(origin) for origin in cors or ()]
         if no_auth and not is_loopback(host):
             raise InvalidInputError(
                 f"--no-auth serves everyone's memory to anyone who can connect, so it is only "
@@ -107,19 +132,83 @@ def serve_command(
 
         from harombe_core.server.api import create_app
 
-        location = db if "://" in db else os.path.expanduser(db)
-        with open_memory(location, create=True):
-            pass  # the database exists and is migrated before the first request
-        application = create_app(
-            location,
-            auth=not no_auth,
-            cors_origins=cors or (),
-            embedding=embedding,
-            vector_store=vector_store if embedding else None,
-            host=host,
-        )
-        err_console.print(f"harombe serving {escape(location)} on http://{host}:{port}")
-        uvicorn.run(application, host=host, port=port, log_level="warning")
+        listener = listen(host, port)  # before anything is created: a busy port changes nothing
+        with listener:
+            location = db if "://" in db else os.path.expanduser(db)
+            with open_memory(location, create=True):
+                pass  # the database exists and is migrated before the first request
+            application = create_app(
+                location,
+                auth=not no_auth,
+                cors_origins=origins,
+                embedding=embedding,
+                vector_store=vector_store if embedding else None,
+                host=host,
+            )
+            bound = listener.getsockname()[1]  # the port chosen, for --port 0
+            shown = f"[{host}]" if ":" in host else host
+            named = location
+            if "://" in location:  # a PostgreSQL URL's password stays out of the log
+                from harombe_core.store.postgres import redact_url
+
+                named = redact_url(location)
+            err_console.print(f"harombe serving {escape(named)} on http://{shown}:{bound}")
+            config = uvicorn.Config(
+                application,
+                host=host,
+                port=bound,
+                log_level="warning",
+                timeout_graceful_shutdown=shutdown_timeout,  # type: ignore[arg-type]
+            )
+            uvicorn.Server(config).run(sockets=[listener])
+
+
+_ORIGIN = re.compile(r"https?://[^/\s?#]+")
+
+
+def cors_origin(value: str) -> str:
+    """``value`` as a browser sends it in ``Origin`` (``scheme://host[:port]``, no trailing
+    slash), or ``*``; InvalidInputError naming ``--cors-origin`` for anything else, which no
+    browser's request would ever match (a missing scheme, a path)."""
+    origin = value.strip().rstrip("/")
+    if origin == "*" or _ORIGIN.fullmatch(origin):
+        return origin
+    raise InvalidInputError(
+        f"--cors-origin {value!r} is not an origin a browser sends: give scheme, host and "
+        "port only, like https://app.example or http://localhost:3000 (or * for any site)."
+    )
+
+
+class AddressUnavailableError(HarombeError):
+    """``harombe serve`` cannot listen on the ``--host`` and ``--port`` given: the port is taken
+    (often by another ``harombe serve``), the address is not this machine's, or the port needs
+    privileges."""
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host``:``port`` for the server (AddressUnavailableError naming the
+    option to change when it cannot be), made before the database is opened or created."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+    try:
+        sock.bind((host.strip("[]"), port))
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            fix = (
+                f"port {port} on {host} is already in use (another harombe serve?); stop that "
+                "server or pass another --port (--port 0 picks a free one)."
+            )
+        elif exc.errno == errno.EACCES:
+            fix = f"port {port} needs privileges on this machine; pass a --port above 1023."
+        else:
+            fix = (
+                f"cannot listen on {host}:{port} ({exc.strerror}); pass a --host this machine "
+                "has (127.0.0.1 for this machine only, 0.0.0.0 for every interface)."
+            )
+        raise AddressUnavailableError(fix) from exc
+    return sock
 
 
 @command("mcp")

@@ -24,10 +24,18 @@ from harombe_core.errors import HarombeError
 from harombe_core.server.auth import KEY_COOKIE, scope_for_key, scoped
 from harombe_core.server.memory import ScopedMemory
 
-__all__ = ["add_inspector", "error_page", "graph_svg"]
+__all__ = ["PAGE_MESSAGES", "add_inspector", "error_page", "graph_svg"]
 
 Memory = Annotated[ScopedMemory, Depends(scoped)]
 templates = Jinja2Templates(directory=str(Path(__file__).with_name("templates")))
+
+#: Sessions the sessions page lists at first (most recently active first), and the most it
+#: lists when asked for more (``/?limit=N``).
+LISTED_SESSIONS, MAX_LISTED = 200, 10_000
+
+#: The most messages one session page shows; a longer session is paged (``?after=ID``), so
+#: every message of a session of any length can be reached and no page grows with history.
+PAGE_MESSAGES = 2000
 
 # Thread graph drawing, in SVG user units.
 _STEP_X, _STEP_Y, _RADIUS, _PAD = 34, 40, 11, 20
@@ -161,26 +169,42 @@ def add_inspector(app: FastAPI) -> None:
     from harombe_core.context import STRATEGIES
 
     @app.get("/", include_in_schema=False, response_class=HTMLResponse)
-    async def index(request: Request, memory: Memory) -> Response:
-        sessions = await memory.list_sessions(limit=200)
+    async def index(
+        request: Request,
+        memory: Memory,
+        limit: Annotated[int, Query(ge=1, le=MAX_LISTED)] = LISTED_SESSIONS,
+    ) -> Response:
+        # one more than shown tells whether older sessions exist (a "show more" link)
+        sessions = await memory.list_sessions(limit=limit + 1)
+        more = len(sessions) > limit and limit < MAX_LISTED
         return _page(
-            request, "index.html", sessions=sessions, users=await memory.users(), user=None
+            request,
+            "index.html",
+            sessions=sessions[:limit],
+            users=await memory.users(),
+            user=None,
+            more_limit=min(limit * 5, MAX_LISTED) if more else None,
         )
 
-    @app.get("/users/{user_id}", include_in_schema=False, response_class=HTMLResponse)
+    @app.get("/users/{user_id:path}", include_in_schema=False, response_class=HTMLResponse)
     async def user(request: Request, memory: Memory, user_id: str) -> Response:
         return _page(request, "user.html", profile=await memory.profile(user_id))
 
-    @app.get("/sessions/{session_id}", include_in_schema=False, response_class=HTMLResponse)
+    @app.get("/sessions/{session_id:path}", include_in_schema=False, response_class=HTMLResponse)
     async def session(
         request: Request,
         memory: Memory,
         session_id: str,
         strategy: str = "simple",
         max_tokens: Annotated[int, Query(ge=0)] = 2000,
+        after: Annotated[int | None, Query(ge=0)] = None,
+        limit: Annotated[int, Query(ge=1, le=PAGE_MESSAGES)] = PAGE_MESSAGES,
     ) -> Response:
         record = await memory.get_session(session_id)
-        messages = await memory.messages(session_id, limit=2000)
+        # one more than shown tells whether a next page exists without counting the session
+        messages = await memory.messages(session_id, limit=limit + 1, after_id=after)
+        more = len(messages) > limit
+        messages = messages[:limit]
         context = await memory.context(session_id, strategy=strategy, max_tokens=max_tokens)
         return _page(
             request,
@@ -192,6 +216,9 @@ def add_inspector(app: FastAPI) -> None:
             strategies=list(STRATEGIES),
             strategy=strategy,
             max_tokens=max_tokens,
+            after=after,
+            limit=limit,
+            next_after=messages[-1]["id"] if more else None,
         )
 
     @app.get("/search", include_in_schema=False, response_class=HTMLResponse)

@@ -27,7 +27,7 @@ from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from harombe_core.errors import HarombeError
+from harombe_core.errors import HarombeError, InvalidInputError
 from harombe_core.server.auth import (
     LOOPBACK_HOSTS,
     ServerState,
@@ -119,6 +119,11 @@ def build_mcp(
         """Keep a message in memory (in the user's default memory conversation unless
         session_id names one of theirs). Returns the session and the message id."""
         with _told():
+            if not content.strip():
+                # an assistant's empty call would keep a blank message and report success
+                raise InvalidInputError(
+                    "remember needs the text to keep in content; it was empty or only spaces."
+                )
             scoped = memory(ctx)
             sid = conversation(scoped, session_id)
             return await scoped.append(sid, [{"role": role, "content": content}])
@@ -185,8 +190,13 @@ class McpEndpoint:
             yield
 
     def add_to(self, app: FastAPI) -> None:
-        """Serve at exactly ``/mcp`` (a route, not a mount: no redirect to ``/mcp/``)."""
-        app.router.routes.append(Route("/mcp", endpoint=self, methods=["GET", "POST", "DELETE"]))
+        """Serve at exactly ``/mcp`` (a route, not a mount: no redirect to ``/mcp/``).
+
+        GET is answered 405, as the MCP spec lets a server that offers no stream of its own
+        do: a stateless server never sends anything unasked, and the SDK held each GET open
+        as an empty stream until the client left (a file descriptor and a task each, as
+        many as any key cared to open)."""
+        app.router.routes.append(Route("/mcp", endpoint=self, methods=["POST", "DELETE"]))
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         try:
@@ -207,7 +217,8 @@ class McpEndpoint:
 
 async def _parsable(scope: Any, receive: Any, send: Any) -> Any:
     """The request's ``receive`` again, once its body is known to parse as JSON at all; None
-    when it does not (a 400 JSON-RPC parse error is sent).
+    when it does not (a 400 JSON-RPC parse error is sent) or the client disconnected before
+    sending all of it (nothing is sent: the SDK would log a traceback for each such client).
 
     The SDK answers invalid JSON with a parse error, but JSON nested deeper than Python's
     recursion limit raises RecursionError, which it answers with a 500. The body is already
@@ -216,11 +227,13 @@ async def _parsable(scope: Any, receive: Any, send: Any) -> Any:
     read: list[Any] = []
     while True:
         message = await receive()
+        if message["type"] == "http.disconnect":
+            return None  # the client left mid-body: nobody to answer (the SDK logs a traceback)
         read.append(message)
-        if message["type"] != "http.request" or not message.get("more_body", False):
+        if not message.get("more_body", False):
             break
     try:
-        json.loads(b"".join(m.get("body", b"") for m in read if m["type"] == "http.request"))
+        json.loads(b"".join(m.get("body", b"") for m in read))
     except RecursionError:
         error = {"code": PARSE_ERROR, "message": "Parse error: JSON nested too deeply."}
         response = JSONResponse({"jsonrpc": "2.0", "id": None, "error": error}, status_code=400)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import re
 import sqlite3
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
@@ -186,11 +186,13 @@ def put(
     now: int,
     ttl: float | None = None,
     vectors: Sequence[tuple[str, Any]] | None = None,
+    model: str | None = None,
 ) -> Body[None]:
     """Write an item: ``value`` is its JSON text (:func:`encode_values`), or None to delete it
     and its vectors. A write keeps the item's creation time, sets its update time to ``now``
     and its expiry ``ttl`` minutes later (None: never), and replaces its vectors with
-    ``vectors``: ``(path, vector)`` pairs, each vector stored as float32."""
+    ``vectors``: ``(path, vector)`` pairs, each vector stored as float32 with ``model`` (the
+    name of the embedder that made them), so a search by another model can tell them apart."""
     check_key(namespace, key)
     if value is None:
         yield from delete(sql, namespace, key)
@@ -206,12 +208,19 @@ def put(
     )
     yield sql.step("DELETE FROM store_vectors WHERE namespace = ? AND key = ?", (name, key))
     if vectors:
-        blobs = [(path, np.asarray(v, dtype=np.float32).tobytes()) for path, v in vectors]
-        yield sql.step(
-            "INSERT INTO store_vectors (namespace, key, path, vector) VALUES "
-            + ", ".join(["(?, ?, ?, ?)"] * len(blobs)),
-            [v for path, blob in blobs for v in (name, key, path, blob)],
-        )
+        yield from put_vectors(sql, name, key, vectors, model)
+
+
+def put_vectors(
+    sql: SqlRunner, name: str, key: str, vectors: Sequence[tuple[str, Any]], model: str | None
+) -> Body[None]:
+    """Insert an item's vectors (``name`` is its namespace joined by dots), made by ``model``."""
+    blobs = [(path, np.asarray(v, dtype=np.float32).tobytes()) for path, v in vectors]
+    yield sql.step(
+        "INSERT INTO store_vectors (namespace, key, path, vector, model) VALUES "
+        + ", ".join(["(?, ?, ?, ?, ?)"] * len(blobs)),
+        [v for path, blob in blobs for v in (name, key, path, blob, model)],
+    )
 
 
 def delete(sql: SqlRunner, namespace: Namespace, key: str) -> Body[None]:
@@ -233,6 +242,8 @@ def search(
     limit: int = 10,
     omit_expired: bool = False,
     refresh: bool = False,
+    model: str | None = None,
+    stale: Callable[[int], None] | None = None,
 ) -> Body[list[Any]]:
     """``[row, score]`` pairs for the items under ``prefix`` that match ``value_filter`` (checked
     first with :func:`check_filter`), the page ``offset:offset + limit``.
@@ -241,6 +252,12 @@ def search(
     ``query`` vector (unit length) they are ranked by the best cosine of their vectors of the
     same length; items without one follow, unscored, in the same newest-first order.
     ``refresh`` renews the expiry of the items returned.
+
+    ``model`` (the name of the embedder that made ``query``): only vectors recorded with that
+    model are compared; an item whose vectors another model made is stale and follows unscored,
+    never ranked by a meaningless cosine. ``stale`` is then called with how many such items the
+    search met. Vectors written before models were recorded (model unknown) are compared as
+    they always were, so an upgrade loses no search by meaning; ``reindex`` re-embeds them.
     """
     check_namespace(prefix, "namespace_prefix", empty=True)
     name = ".".join(prefix)
@@ -268,7 +285,9 @@ def search(
         rows = [r for r in rows if matches_filter(_value(r), rest)]
     scored: list[tuple[float | None, Any]] = [(None, r) for r in rows]
     if query is not None and rows:
-        best = yield from _best_scores(sql, rows, query)
+        best, old = yield from _best_scores(sql, rows, query, model)
+        if old and stale is not None:
+            stale(len(old))
         scored = [(best.get((r[0], r[1])), r) for r in rows]
         scored.sort(key=lambda sr: (sr[0] is None, -(sr[0] or 0.0)))
     page = scored[offset : offset + limit]
@@ -465,26 +484,32 @@ def sweep(sql: SqlRunner, *, now: int) -> Body[int]:
 
 
 def _best_scores(
-    sql: SqlRunner, rows: Sequence[Any], query: np.ndarray
-) -> Body[dict[tuple[str, str], float]]:
+    sql: SqlRunner, rows: Sequence[Any], query: np.ndarray, model: str | None
+) -> Body[tuple[dict[tuple[str, str], float], set[tuple[str, str]]]]:
+    """Each item's best cosine with ``query`` among its vectors ``model`` (or an unrecorded
+    model) made, and the items with vectors only another model made."""
     keys = {(r[0], r[1]) for r in rows}
     namespaces = sorted({k[0] for k in keys})
     best: dict[tuple[str, str], float] = {}
+    other: set[tuple[str, str]] = set()
     for start in range(0, len(namespaces), 500):
         chunk = namespaces[start : start + 500]
         found = yield sql.step(
-            "SELECT namespace, key, vector FROM store_vectors WHERE namespace IN "
+            "SELECT namespace, key, vector, model FROM store_vectors WHERE namespace IN "
             f"({', '.join('?' * len(chunk))})",
             chunk,
         )
-        for namespace, key, blob in found.rows:
+        for namespace, key, blob, made_by in found.rows:
+            if (namespace, key) not in keys:
+                continue
             vector = np.frombuffer(blob, dtype=np.float32)
-            if (namespace, key) not in keys or vector.shape != query.shape:
-                continue  # another item, or embedded by another model: not comparable
+            if (made_by is not None and made_by != model) or vector.shape != query.shape:
+                other.add((namespace, key))  # another model's space: not comparable
+                continue
             score = float(np.dot(vector, query))
             if score > best.get((namespace, key), -2.0):
                 best[(namespace, key)] = score
-    return best
+    return best, other - best.keys()
 
 
 def _refresh(sql: SqlRunner, rows: Sequence[Any], now: int) -> Body[None]:
@@ -596,3 +621,51 @@ def _operand(value: Any) -> Any:
         return orjson.loads(orjson.dumps(value))
     except (TypeError, ValueError) as exc:
         raise InvalidInputError(f"filter values must be JSON values: {exc}.") from exc
+
+
+# re-embedding ---------------------------------------------------------------------------------
+#: An item to embed again: namespace (joined), key, JSON value, update time, embedded paths.
+Stale = tuple[str, str, str, int, list[str]]
+
+
+def stale(sql: SqlRunner, model: str, limit: int) -> Body[list[Stale]]:
+    """Up to ``limit`` items (in key order) with vectors ``model`` did not make (another model's,
+    or recorded before models were: unknown), with the paths they were embedded at."""
+    found = (
+        yield sql.step(
+            "SELECT i.namespace, i.key, i.value, i.updated_at, v.path FROM store_items i "
+            "JOIN store_vectors v ON v.namespace = i.namespace AND v.key = i.key "
+            "WHERE (i.namespace, i.key) IN (SELECT namespace, key FROM store_vectors "
+            "WHERE model IS NULL OR model <> ? GROUP BY namespace, key "
+            "ORDER BY namespace, key LIMIT ?) ORDER BY i.namespace, i.key, v.path",
+            (model, limit),
+        )
+    ).rows
+    out: dict[tuple[str, str], Stale] = {}
+    for namespace, key, value, updated, path in found:
+        out.setdefault((namespace, key), (namespace, key, value, updated, []))[4].append(path)
+    return list(out.values())
+
+
+def replace_vectors(
+    sql: SqlRunner, items: Sequence[Stale], vectors: Sequence[Sequence[tuple[str, Any]]], model: str
+) -> Body[int]:
+    """Replace each stale item's vectors by ``vectors`` (made by ``model``), unless the item was
+    written or deleted since it was read (that write embedded it already); how many."""
+    done = 0
+    for (namespace, key, _, updated, _), new in zip(items, vectors, strict=True):
+        same = (
+            yield sql.step(
+                "SELECT 1 FROM store_items WHERE namespace = ? AND key = ? AND updated_at = ?",
+                (namespace, key, updated),
+            )
+        ).rows
+        if not same:
+            continue
+        yield sql.step(
+            "DELETE FROM store_vectors WHERE namespace = ? AND key = ?", (namespace, key)
+        )
+        if new:
+            yield from put_vectors(sql, namespace, key, new, model)
+        done += 1
+    return done

@@ -68,6 +68,7 @@ __all__ = [
     "pending_count",
     "pending_embeddings",
     "rebuild_keyword_index",
+    "replace_messages",
     "reset_embedded",
     "scope_size",
     "session_and_prompt",
@@ -350,13 +351,35 @@ def add_messages(
     PostgreSQL writes each message's keyword vector (with the turn it answers) in the same
     transaction; SQLite's keyword index catches up in the background (store/fts.py).
     """
+    replace = replace_messages(session_id, messages, user_id=user_id, replace_ids=replace_ids)
+
+    def body(d: Dialect) -> Body[list[int]]:
+        _removed, ids = yield from replace.body(d)
+        return ids
+
+    return Op(body, write=True, adds_messages=True)
+
+
+def replace_messages(
+    session_id: str,
+    messages: Sequence[Message],
+    *,
+    user_id: str | None = None,
+    replace_ids: Sequence[int] | None = (),
+) -> Op[tuple[list[int], list[int]]]:
+    """:func:`add_messages` that also says what it deleted: ``(removed ids, new ids)``.
+
+    ``replace_ids=None`` deletes every message the session holds when the transaction runs,
+    so "set the history" is one step: ids read before it would miss a message another writer
+    added meanwhile, and two concurrent sets would then leave both histories.
+    """
     check_id(session_id, "session_id")
     owner_id = optional_id(user_id, "user_id")
-    doomed = message_ids(replace_ids)
+    doomed = None if replace_ids is None else message_ids(replace_ids)
     rows = [_message_row(message) for message in messages]
     created, active = session_span([r[6] for r in rows], time.time_ns() // 1000)
 
-    def body(d: Dialect) -> Body[list[int]]:
+    def body(d: Dialect) -> Body[tuple[list[int], list[int]]]:
         # The upsert takes the session's row lock first (writers to one session queue here,
         # so ids grow in commit order within it) and returns the owner.
         ((owner,),) = (
@@ -370,7 +393,10 @@ def add_messages(
         ).rows
         check_owner(session_id, owner, owner_id)
         removed: list[int] = []
-        for chunk in _chunks(doomed):
+        if doomed is None:  # the whole history, read under the session's lock
+            sql = "DELETE FROM messages WHERE session_id = ? RETURNING id"
+            removed = sorted(int(r[0]) for r in (yield d.step(sql, (session_id,))).rows)
+        for chunk in _chunks(doomed or []):
             sql = (
                 f"DELETE FROM messages WHERE session_id = ? AND id IN ({d.marks(len(chunk))}) "
                 "RETURNING id"
@@ -398,7 +424,7 @@ def add_messages(
             "UPDATE sessions SET message_count = message_count + ? WHERE id = ?",
             (len(rows) - len(removed), session_id),
         )
-        return ids
+        return removed, ids
 
     return Op(body, write=True, adds_messages=True)
 

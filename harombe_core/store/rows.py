@@ -279,19 +279,24 @@ def _corrupt(table: str, row: Sequence[Any], problem: tuple[str, str]) -> Corrup
     return corrupt_row(table, row[0], *problem)
 
 
-def corrupt_row(table: str, row_id: Any, column: str, what: str) -> CorruptRowError:
-    """The error for a stored row harombe cannot have written: which row, which column, what
-    is wrong with it, and the SQL that deletes it (``row_id`` is the row's ``id``, or for a
-    table keyed otherwise a mapping of its key columns)."""
+_EDITED = "harombe never writes that, so the file was edited outside harombe"
+
+
+def corrupt_row(
+    table: str, row_id: Any, column: str, what: str, *, cause: str = _EDITED
+) -> CorruptRowError:
+    """The error for a stored row harombe cannot read: which row, which column, what is
+    wrong with it, why (by default: harombe cannot have written it), and the SQL that deletes
+    it (``row_id`` is the row's ``id``, or for a table keyed otherwise a mapping of its key
+    columns)."""
     if isinstance(row_id, Mapping):
         where = " AND ".join(f"{k} = {_literal(v)}" for k, v in row_id.items())
     else:
         where = f"id = {_literal(row_id)}"
     return CorruptRowError(
-        f"row {show(row_id)} of table {table}: column {column} {what}. harombe never writes "
-        "that, so the file was edited outside harombe. Repair that column, or delete the row "
-        f"(PRAGMA foreign_keys = ON; DELETE FROM {table} WHERE {where};); the other rows are "
-        "untouched and still readable.",
+        f"row {show(row_id)} of table {table}: column {column} {what}. {cause}. Repair that "
+        f"column, or delete the row (PRAGMA foreign_keys = ON; DELETE FROM {table} WHERE "
+        f"{where};); the other rows are untouched and still readable.",
         table=table,
         row_id=row_id,
         column=column,

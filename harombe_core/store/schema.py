@@ -488,7 +488,36 @@ MIGRATIONS: list[list[str]] = [
                 VALUES ('erased_keywords_pending', lower(hex(randomblob(16))));
         END""",
     ],
-    # 14: Chinese, Japanese and Korean words inside a run of text are found
+    # 14: text removed outside the messages also owes the file's erasure (the WAL's old page
+    # images hold it until truncated): a deleted LangGraph checkpoint (delete_for_runs, prune,
+    # a deleted thread), a deleted, expired or overwritten LangGraph store item. Recorded by
+    # triggers, whichever code removes them, as migration 13 does for summaries; the keyword
+    # key only, since no message vector changes (a Chroma folder is not rebuilt for them). An
+    # upsert, not INSERT OR REPLACE: the conflict clause of the statement firing a trigger
+    # (a store item's own upsert) overrides a trigger's OR REPLACE, which then fails.
+    [
+        *(
+            f"""CREATE TRIGGER {name} AFTER {event} {when} BEGIN
+            INSERT INTO harombe_meta (key, value)
+                VALUES ('erased_keywords_pending', lower(hex(randomblob(16))))
+                ON CONFLICT (key) DO UPDATE SET value = excluded.value;
+        END"""
+            for name, event, when in (
+                ("checkpoints_erased", "DELETE ON checkpoints", ""),
+                ("store_items_erased", "DELETE ON store_items", ""),
+                (
+                    "store_items_replaced",
+                    "UPDATE OF value ON store_items",
+                    "WHEN new.value IS NOT old.value",
+                ),
+            )
+        ),
+    ],
+    # 15: the embedding model that made each LangGraph store item vector (its Embedder's
+    # name), so a search by another model leaves them out instead of ranking a query against
+    # vectors of another space. Vectors written before have none: model unknown, stale.
+    ["ALTER TABLE store_vectors ADD COLUMN model TEXT"],
+    # 16: Chinese, Japanese and Korean words inside a run of text are found
     # (store/unspaced.py): the facts' triggers index a fact's text with each of those
     # characters set apart (``harombe_spaced``, a function every connection of harombe's
     # defines), and the rows indexed before, as one token per run, are indexed again that way:
@@ -703,8 +732,10 @@ PG_MIGRATIONS: list[list[str]] = [
         "UPDATE sessions SET summary = summary WHERE summary <> ''",
         "CREATE INDEX IF NOT EXISTS sessions_summary_fts ON sessions USING GIN (summary_fts)",
     ],
-    # 11: Chinese, Japanese and Korean words inside a run of text are found, as SQLite
-    # migration 14: ``harombe_spaced`` sets each of their characters apart (store/unspaced.py;
+    # 11: the embedding model of each store item vector, as SQLite migration 14.
+    ["ALTER TABLE store_vectors ADD COLUMN IF NOT EXISTS model TEXT"],
+    # 12: Chinese, Japanese and Korean words inside a run of text are found, as SQLite
+    # migration 16: ``harombe_spaced`` sets each of their characters apart (store/unspaced.py;
     # the parser made one token of a whole run), the messages' keyword vectors that hold such
     # characters are computed again through it, and the facts' generated vector is replaced by
     # one computed through it (which recomputes every fact's).

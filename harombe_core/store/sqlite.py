@@ -46,6 +46,7 @@ from harombe_core.store.schema import MIGRATIONS, SCHEMA_VERSION
 from harombe_core.store.shared import Lease
 from harombe_core.store.sqlite_checks import APPLICATION_ID
 from harombe_core.store.sqlite_file import (
+    TRUNCATE_WAIT_MS,
     SQLiteFile,
     memory_file,
     open_file,
@@ -109,13 +110,26 @@ def _close_keywords(file: SQLiteFile, retries: int) -> None:
     for the next erasure or close."""
     keyword_indexer(file, retries).stop()
     catch_up(file, retries)
-    token = file.snapshot(lambda c: owed(c, ERASED_KEYWORDS))
+    _erase_keywords(file, retries, wait_ms=None)
+
+
+def _erase_keywords(file: SQLiteFile, retries: int, *, wait_ms: int | None) -> int:
+    """Pay the keyword debt of ``file``'s deletions: merge FTS5's segments (not again for a
+    debt already merged), then truncate the WAL, waiting ``wait_ms`` for readers
+    (:meth:`SQLiteFile.truncate_wal`); the debt is settled only once the WAL is truncated.
+    Returns the bytes the WAL still holds (0: nothing deleted is left; one read when nothing
+    was owed)."""
+    token = file.snapshot(lambda c: owed(c, ERASED_KEYWORDS), begin=False)
     if token is None:
-        return
+        return 0
     if file.merged_debt != token:
         file.write(merge_keywords, retries)
-    if file.checkpoint():  # else another process's reader held the WAL: the debt stays owed
+        file.merged_debt = token
+    left = file.truncate_wal(wait_ms)
+    if left == 0:
+        # (a later deletion's debt, recorded meanwhile, stays owed: settle() compares)
         file.write(lambda c: settle(c, ERASED_KEYWORDS, token), retries)
+    return left
 
 
 class SQLiteStore(KeywordShortcuts):
@@ -303,24 +317,15 @@ class SQLiteStore(KeywordShortcuts):
         from being truncated (0 when it was: no deleted text is left in the files).
 
         Writers wait only for the merge (one pass over the keyword index, in one short
-        transaction); the truncation never waits (:meth:`SQLiteFile.truncate_wal`), so
+        transaction); the truncation waits for readers only a moment
+        (:meth:`SQLiteFile.truncate_wal` with :data:`TRUNCATE_WAIT_MS`), so
         call again later while this returns more than 0 (the merge is not repeated). The
         debt stays recorded until the WAL is truncated, so a close or another process pays
         it if this one cannot. Nothing owed: costs one read."""
         file = self._open_file()
         if file.read_only:
             return 0
-        token = file.snapshot(lambda c: owed(c, ERASED_KEYWORDS), begin=False)
-        if token is None:
-            return 0
-        if file.merged_debt != token:
-            file.write(merge_keywords, self._max_retries)
-            file.merged_debt = token
-        left = file.truncate_wal()
-        if left == 0:
-            # (a later deletion's debt, recorded meanwhile, stays owed: settle() compares)
-            file.write(lambda c: settle(c, ERASED_KEYWORDS, token), self._max_retries)
-        return left
+        return _erase_keywords(file, self._max_retries, wait_ms=TRUNCATE_WAIT_MS)
 
     def index_keywords(self) -> int:
         """Bring the keyword index up to date now; returns the rows indexed since the previous

@@ -29,8 +29,10 @@ Why it looks the way it does:
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import hmac
+import inspect
 import logging
 import os
 import random
@@ -55,6 +57,7 @@ from harombe_core.errors import (
     StoreReadOnlyError,
 )
 from harombe_core.store.base import AtomicBlock
+from harombe_core.store.erasure import DONE, ERASED_KEYWORDS, ERASED_VECTORS
 from harombe_core.store.shared import Lease, SharedRegistry
 from harombe_core.store.sqlite_checks import plan_open
 from harombe_core.store.unspaced import spaced
@@ -72,7 +75,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 #: Milliseconds an erasure's WAL truncation waits for readers (and so may hold up writers)
-#: before it gives up and is retried later (:meth:`SQLiteFile.truncate_wal`).
+#: before it gives up and is retried later (:meth:`SQLiteFile.truncate_wal`); close waits
+#: the file's busy timeout instead.
 TRUNCATE_WAIT_MS = 50
 
 T = TypeVar("T")
@@ -173,6 +177,10 @@ class SQLiteFile:
         #: while the WAL, whose old page images still hold the deleted text, could not be
         #: truncated yet (a reader held it): a retry truncates without merging again.
         self.merged_debt: str | None = None
+        # Called after the commit of a transaction that recorded an erasure owed (see
+        # on_erasure_owed); the ids of the connections that carry the trigger telling so.
+        self._owed_listeners: list[Callable[[], Callable[[], object] | None]] = []
+        self._watched: set[int] = set()
         # ``_mutex`` is ``_cond``'s lock, taken directly where no wait or notify is needed (every
         # operation's start and end): a Condition's ``with`` costs two Python calls more.
         self._mutex = threading.Lock()
@@ -304,6 +312,7 @@ class SQLiteFile:
     def _close_connections(self) -> None:
         """Close every connection (caller holds ``_cond`` and no operation is running)."""
         conns, self._connections, self._idle = self._connections, [], []
+        self._watched = set()  # (a new connection may reuse a closed one's id)
         for conn in conns:
             with contextlib.suppress(sqlite3.Error):
                 conn.close()
@@ -345,6 +354,22 @@ class SQLiteFile:
         self.refuse_writes()
         if self.block.handle is not None:
             return self._write_inside(fn)
+        if not self._owed_listeners:
+            return self._commit(fn, retries, begin)
+        local = self._local
+        result = self._commit(functools.partial(self._watching, fn), retries, begin)
+        installed = local.__dict__.pop("installed", None)
+        if installed is not None:  # committed: the trigger stays on that connection
+            self._watched.add(installed)
+        if local.__dict__.pop("owed", False):
+            for ref in list(self._owed_listeners):
+                listener = ref()
+                if listener is not None:
+                    listener()
+        return result
+
+    def _commit(self, fn: Callable[[Any], T], retries: int, begin: bool) -> T:
+        """:meth:`write` outside an atomic block: the transaction and its retries."""
         delay = 0.005
         for attempt in range(retries + 1):
             conn = self._enter()  # held per attempt, so a fork never waits for a backoff
@@ -382,6 +407,53 @@ class SQLiteFile:
             time.sleep(delay * (1 + random.random()))
             delay = min(delay * 2, 1.0)
         raise StoreBusyError(f"{self.location}: still locked after {retries} retries")
+
+    # erasure owed ---------------------------------------------------------------------------
+    def on_erasure_owed(self, fn: Callable[[], object]) -> Callable[[], None]:
+        """Call ``fn()`` (on the writing thread, after the commit) whenever a write of this
+        process records an erasure owed in ``harombe_meta`` (:mod:`~harombe_core.store.erasure`),
+        whichever code deleted or replaced the text: the manager's methods, a trigger (a
+        deleted session, a replaced summary, a deleted checkpoint or LangGraph store item),
+        the LangGraph checkpointer's SQL. So the background eraser owes its work to the
+        deletion itself, not to each caller remembering to ask. Returns what stops it. A
+        bound method is held weakly, so a manager dropped without close is still collected.
+
+        Watching costs nothing until someone asks: then each connection carries a temporary
+        trigger (this process only, not in the file) on ``harombe_meta`` that calls back into
+        Python, and a write checks one thread-local flag after its commit."""
+        ref: Callable[[], Callable[[], object] | None] = (
+            weakref.WeakMethod(fn) if inspect.ismethod(fn) else lambda: fn
+        )
+        with self._mutex:
+            self._owed_listeners.append(ref)
+
+        def stop() -> None:
+            with self._mutex:
+                if ref in self._owed_listeners:
+                    self._owed_listeners.remove(ref)
+
+        return stop
+
+    def _watching(self, fn: Callable[[Any], T], conn: Any) -> T:
+        """Run one attempt of a watched write: the trigger put on ``conn`` first if it lacks
+        it (kept once the write commits), the flag cleared (a retried attempt starts over)."""
+        local = self._local
+        local.owed = False
+        if id(conn) not in self._watched:
+            conn.create_function("harombe_erasure_owed", 0, self._erasure_recorded)
+            for event in ("INSERT", "UPDATE OF value"):
+                conn.execute(
+                    "CREATE TEMP TRIGGER IF NOT EXISTS "
+                    f"harombe_owed_{event.split()[0].lower()} AFTER {event} ON main.harombe_meta "
+                    f"WHEN new.key IN ('{ERASED_KEYWORDS}', '{ERASED_VECTORS}') "
+                    f"AND new.value <> '{DONE}' BEGIN SELECT harombe_erasure_owed(); END"
+                )
+            local.installed = id(conn)
+        return fn(conn)
+
+    def _erasure_recorded(self) -> None:
+        """The temporary trigger's call: this thread's write recorded an erasure owed."""
+        self._local.owed = True
 
     def snapshot(self, fn: Callable[[Any], T], *, begin: bool = True) -> T:
         """Run ``fn(connection)`` in one read transaction: a consistent view of the file that
@@ -479,36 +551,28 @@ class SQLiteFile:
                 ),
             )
 
-    def checkpoint(self) -> bool:
+    def truncate_wal(self, wait_ms: int | None = None) -> int:
         """Copy the WAL into the database file and truncate it to zero bytes, so no old page
-        image (of a deleted row) stays in it; True when it was. Other processes reading now
-        can keep it from finishing; their own last close checkpoints again."""
-        if self._memory or self.read_only:
-            return True
-        with self.connection() as conn:
-            try:
-                return not conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
-            except sqlite3.Error as exc:
-                raise classify(exc, self.location) from exc
+        image (of a deleted row) stays in it; returns the bytes the WAL still holds (0:
+        truncated, or no WAL). Readers of other connections holding an older snapshot can
+        keep it from finishing; the caller tries again later.
 
-    def truncate_wal(self) -> int:
-        """Try once, waiting at most a moment, to copy the WAL into the database file and
-        truncate it; returns the bytes the WAL still holds (0: truncated, or no WAL).
-
-        Unlike :meth:`checkpoint` (used at close, where waiting is fine) this never makes a
-        writer wait long: a ``TRUNCATE`` checkpoint that must wait for readers holding an older
-        snapshot blocks new writers meanwhile, so it is asked with a short busy timeout and
-        gives up after :data:`TRUNCATE_WAIT_MS` (in-process readers are short); the caller
-        tries again later (the background eraser does)."""
+        ``wait_ms``: how long to wait for such readers, None for the file's busy timeout (at
+        close, where waiting is fine). An erasure while the file stays open passes
+        :data:`TRUNCATE_WAIT_MS`: a ``TRUNCATE`` checkpoint waiting for readers blocks new
+        writers meanwhile, so it gives up after a moment (in-process readers are short)."""
         if self._memory or self.read_only:
             return 0
         with self.connection() as conn:
             try:
-                conn.execute(f"PRAGMA busy_timeout = {TRUNCATE_WAIT_MS}")
-                try:
+                if wait_ms is None:
                     busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
-                finally:
-                    conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
+                else:
+                    conn.execute(f"PRAGMA busy_timeout = {int(wait_ms)}")
+                    try:
+                        busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+                    finally:
+                        conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
             except sqlite3.Error as exc:
                 raise classify(exc, self.location) from exc
         if not busy:

@@ -27,7 +27,7 @@ from harombe_core.errors import (
     VectorIndexError,
 )
 from harombe_core.vectors.base import FloatArray, Metadatas, VectorIndexBase, VectorMatch
-from harombe_core.vectors.chroma_folder import is_out_of_space, room_left
+from harombe_core.vectors.chroma_folder import is_out_of_space, room_left, scrub_unused_slots
 
 log = logging.getLogger(__name__)
 
@@ -155,6 +155,7 @@ class ChromaVectorIndex(VectorIndexBase):
         self._lock = threading.Lock()
         self._closed = False
         self._erase_on_close = False
+        self._unscrubbed = True  # (see _write)
         #: Set once a write failed for want of space: every later call raises it at once.
         self._failed: str | None = None
         if mode == "memory":
@@ -241,14 +242,21 @@ class ChromaVectorIndex(VectorIndexBase):
     @_typed_errors
     def _write(self, ids: list[int], array: FloatArray, metadatas: Metadatas) -> None:
         self._make_room(int(array.nbytes) + 200 * len(ids))
-        for start in range(0, len(ids), self._max_batch):
-            stop = start + self._max_batch
-            self._collection.upsert(
-                ids=[str(i) for i in ids[start:stop]],
-                embeddings=array[start:stop],
-                # Chroma merges metadata on upsert: an explicit None removes an old owner.
-                metadatas=[{"user_id": None, **m} for m in metadatas[start:stop]],
-            )
+        with self._lock:  # (only upserts add HNSW elements: the clearing below sees no other)
+            for start in range(0, len(ids), self._max_batch):
+                stop = start + self._max_batch
+                self._collection.upsert(
+                    ids=[str(i) for i in ids[start:stop]],
+                    embeddings=array[start:stop],
+                    # Chroma merges metadata on upsert: an explicit None removes an old owner.
+                    metadatas=[{"user_id": None, **m} for m in metadatas[start:stop]],
+                )
+            if self._unscrubbed and self._folder is not None:
+                # The first upsert since opening creates a new collection's HNSW segment,
+                # saved from memory hnswlib never zeroed (after an erasure it held the deleted
+                # records): its unused slots are cleared now, before they are ever read.
+                self._unscrubbed = False
+                scrub_unused_slots(self._folder.folder)
         self._wrote()
 
     @_typed_errors
@@ -327,6 +335,7 @@ class ChromaVectorIndex(VectorIndexBase):
             with contextlib.suppress(NotFoundError):  # already gone: nothing to clear
                 self._client.delete_collection(self._collection_name)
             self._collection = self._open_collection(self._client)
+            self._unscrubbed = True  # (a new collection: its first upsert makes a new segment)
         self._wrote()
 
     def erase_deleted(self) -> None:
@@ -356,6 +365,7 @@ class ChromaVectorIndex(VectorIndexBase):
                 self._client.close()  # Chroma forgets its cached copy of the folder
                 if self._erase_on_close:
                     self._folder.purge()
+                    scrub_unused_slots(self._folder.folder)
                 self._folder.after_write()  # anything Chroma wrote while closing
         finally:
             if self._folder is not None:

@@ -38,6 +38,7 @@ import os
 import shutil
 import sqlite3
 import stat
+import struct
 import time
 import uuid
 from pathlib import Path
@@ -50,7 +51,14 @@ from harombe_core.errors import (
     VectorIndexError,
 )
 
-__all__ = ["ChromaFolder", "is_damage", "is_out_of_space", "protect_folder", "room_left"]
+__all__ = [
+    "ChromaFolder",
+    "is_damage",
+    "is_out_of_space",
+    "protect_folder",
+    "room_left",
+    "scrub_unused_slots",
+]
 
 log = logging.getLogger(__name__)
 
@@ -309,6 +317,62 @@ class ChromaFolder:
         """Tighten files Chroma created while writing (see the module docstring)."""
         with contextlib.suppress(FileNotFoundError):
             protect_folder(self.folder)
+
+
+#: The head of an HNSW segment's ``header.bin`` as Chroma's hnswlib writes it (format version
+#: 1): version (int32), then offset_level0, max_elements, cur_element_count and
+#: size_data_per_element (size_t each).
+_HNSW_HEAD = struct.Struct("<iQQQQ")
+_HNSW_VERSION = 1
+_ZEROS = bytes(1 << 16)
+
+
+def scrub_unused_slots(folder: Path) -> int:
+    """Zero the unused slots of every HNSW segment's ``data_level0.bin`` in ``folder``; the
+    bytes zeroed. Call it only while nothing else writes the folder's segments.
+
+    Why: hnswlib allocates a segment's element array for its whole capacity without zeroing
+    it, and a new segment's file is saved with all of it, so the slots past the elements it
+    holds are whatever this process's memory held before. Right after an erasure that memory
+    held the deleted vectors' log records (their session and user ids were seen there). The
+    elements themselves are zeroed as they are added, so only the slots from
+    ``cur_element_count`` on are cleared (a segment saved since holds just its elements:
+    nothing to clear). A header of another format, or a file whose length does not fit it,
+    is left alone."""
+    zeroed = 0
+    with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+        for segment in folder.iterdir():
+            data = segment / "data_level0.bin"
+            try:
+                head = (segment / "header.bin").read_bytes()[: _HNSW_HEAD.size]
+                version, _offset, capacity, used, size = _HNSW_HEAD.unpack(head)
+                length = data.stat().st_size
+            except (OSError, struct.error):
+                continue
+            if version != _HNSW_VERSION or size <= 0 or used > capacity:
+                continue
+            if length % size or not used * size <= length <= capacity * size:
+                continue
+            try:
+                zeroed += _zero_from(data, used * size)
+            except OSError as exc:
+                log.warning("could not clear unused HNSW slots of %s: %s", data, exc)
+    return zeroed
+
+
+def _zero_from(path: Path, start: int) -> int:
+    """Zero ``path`` from byte ``start`` on, writing only the blocks that are not zero yet."""
+    zeroed = 0
+    with open(path, "r+b") as f:
+        f.seek(start)
+        while block := f.read(len(_ZEROS)):
+            if block.count(0) != len(block):
+                f.seek(-len(block), os.SEEK_CUR)
+                f.write(_ZEROS[: len(block)])
+                zeroed += len(block)
+        f.flush()
+        os.fsync(f.fileno())
+    return zeroed
 
 
 def _is_uuid(name: str) -> bool:

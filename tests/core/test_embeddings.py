@@ -22,7 +22,9 @@ from harombe_core.embeddings import (
     SentenceTransformerEmbedder,
     resolve_embedder,
 )
+from harombe_core.embeddings.base import forced_device
 from harombe_core.errors import (
+    ConfigError,
     EmbeddingError,
     InvalidInputError,
     MissingExtraError,
@@ -259,3 +261,35 @@ def test_bad_input_is_rejected(fast: OnnxEmbedder) -> None:
         fast.embed("a bare string")
     with pytest.raises(InvalidInputError, match="not str"):
         fast.embed(["fine", 3])  # type: ignore[list-item]
+
+
+@pytest.mark.parametrize("value", ["banana", "gpu", "cuda0", "CUDA"])
+def test_a_misspelt_device_is_a_config_error(value: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``HAROMBE_DEVICE=gpu`` used to run on the CPU without a word (ONNX path) or fail inside
+    torch at the first embedding; every backend now reads it through ``forced_device``."""
+    monkeypatch.setenv("HAROMBE_DEVICE", value)
+    with pytest.raises(ConfigError, match="HAROMBE_DEVICE"):
+        forced_device()
+
+
+def test_a_misspelt_device_stops_a_fresh_process_at_open(tmp_path: Path) -> None:
+    """In a fresh process (the default embedder is shared within one), opening a memory names
+    the variable, before anything is written."""
+    script = "import sys; from harombe_core import MemoryManager; MemoryManager(sys.argv[1])"
+    env = {**os.environ, "HAROMBE_DEVICE": "gpu"}
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "m.db")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode != 0
+    assert "ConfigError" in done.stderr
+    assert "HAROMBE_DEVICE='gpu'" in done.stderr
+
+
+@pytest.mark.parametrize("value", ["cpu", "cuda", "cuda:1", "mps", ""])
+def test_the_devices_harombe_device_takes(value: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HAROMBE_DEVICE", value)
+    assert forced_device() == (value or None)

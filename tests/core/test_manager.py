@@ -14,6 +14,7 @@ from harombe_core import (
     InvalidInputError,
     MemoryManager,
     Message,
+    SessionOwnershipError,
     StoreError,
 )
 from harombe_core.store import ops
@@ -247,6 +248,31 @@ def test_delete_session_cascades(manager: MemoryManager) -> None:
     assert manager.stats()["messages"] == 1
     assert manager.store.keyword_search("x y keep") != []  # the index holds only what is left
     assert all(h.message.session_id == keep for h in manager.store.keyword_search("x y keep"))
+
+
+def test_set_messages_replaces_the_whole_history_in_one_step(tmp_path: Path) -> None:
+    # What "set the history" means in the frameworks: every message there when it commits
+    # goes (with its vector), also one added after the caller last read the session.
+    from harombe_core.testing import FakeEmbedder
+
+    with MemoryManager(
+        str(tmp_path / "m.db"), embedding=FakeEmbedder(), vector_store="chroma"
+    ) as mm:
+        sid = mm.create_session(system_prompt="sys", user_id="ann")
+        mm.save_messages(sid, [_user("the harbour opens at six"), _user("tide tables")])
+        mm.flush()
+        ids = mm.set_messages(sid, [_user("kayak rental")], user_id="ann")
+        mm.flush()
+        assert [m.id for m in mm.get_messages(sid)] == ids
+        assert [m.content for m in mm.get_messages(sid)] == ["kayak rental"]
+        assert mm.get_session(sid).message_count == 1
+        assert mm.get_session(sid).system_prompt == "sys"
+        found = mm.search("harbour tide kayak", user_id="ann")
+        assert {h.message.content for h in found} == {"kayak rental"}
+        assert mm.set_messages(sid, [], user_id="ann") == []
+        assert mm.get_messages(sid) == []
+        with pytest.raises(SessionOwnershipError):
+            mm.set_messages(sid, [_user("not mine")], user_id="bob")
 
 
 def test_clear_session_keeps_the_session(manager: MemoryManager) -> None:

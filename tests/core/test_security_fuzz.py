@@ -126,7 +126,7 @@ METHODS = [
     ("create_session", 3), ("load_session", 1), ("get_session", 1), ("update_session", 1),
     ("list_sessions", 2), ("delete_session", 1), ("clear_session", 1), ("prune_old_sessions", 1),
     ("save_message", 2),
-    ("save_messages", 2), ("replace_messages", 3), ("get_messages", 1),
+    ("save_messages", 2), ("replace_messages", 3), ("set_messages", 2), ("get_messages", 1),
     ("get_recent_messages", 2), ("get_window", 2), ("count_tokens", 1), ("search", 2),
     ("search_similar", 2), ("get_relevant_context", 2), ("session_exists", 1),
 ]
@@ -143,7 +143,7 @@ def test_public_methods_with_hostile_arguments(
     fn = getattr(mm, name)
     before = snapshot(mm)
     destructive = name in {"delete_session", "clear_session", "prune_old_sessions",
-                           "replace_messages", "update_session"}
+                           "replace_messages", "set_messages", "update_session"}
     error: Exception | None = None
     try:
         fn(*args[:arity])

@@ -80,6 +80,7 @@ CALLS: dict[str, list[Call]] = {
     "save_message": [Call("write", (UNKNOWN, _hello()), {"user_id": ANN})],
     "save_messages": [Call("write", (UNKNOWN, [_hello()]), {"user_id": ANN})],
     "replace_messages": [Call("write", (UNKNOWN, [], [_hello()]), {"user_id": ANN})],
+    "set_messages": [Call("write", (UNKNOWN, [_hello()]), {"user_id": ANN})],
     "update_session": [Call("write", (UNKNOWN,), {"metadata": {"k": 1}, "user_id": ANN})],
     "create_session": [Call("write", (), {"session_id": UNKNOWN, "user_id": ANN})],
 }

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from langchain.agents import create_agent
+from langchain_core.documents import Document
 from langchain_core.messages import (
     AIMessage,
     BaseMessage,
@@ -369,3 +370,106 @@ def test_a_turn_the_store_does_not_hold_yet_still_fits_the_budget(tmp_path: Path
         assert total <= 100
         assert len(kept) < len(view)  # room was made by dropping the oldest
         assert [w.id for w in window] == [to_langchain(m).id for m in view[len(view) - len(kept) :]]
+
+
+@pytest.mark.parametrize("checkpointer", [None, "in-memory", "harombe"])
+def test_tool_results_harombe_cannot_store_whole_do_not_stop_the_agent(
+    tmp_path: Path, checkpointer: str | None
+) -> None:
+    """A ``content_and_artifact`` tool's Documents and a tool's text with NUL bytes are what
+    LangGraph's own state holds; the middleware stores their readable form (as HarombeSaver's
+    copy of a thread does) instead of failing the run after the tools have run."""
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from harombe_core.testing import FakeEmbedder
+    from langchain_harombe import HarombeSaver
+
+    @tool(response_format="content_and_artifact")
+    def lookup(q: str) -> tuple[str, list[Document]]:
+        """Look up documents."""
+        return f"1 doc about {q}", [Document(page_content=f"{q} notes", metadata={"kb": 1})]
+
+    @tool
+    def read_file(path: str) -> str:
+        """Read a file."""
+        return "PK\x03\x04\x00\x00zip"
+
+    calls = [
+        {"name": "lookup", "args": {"q": "tea"}, "id": "l1"},
+        {"name": "read_file", "args": {"path": "a.zip"}, "id": "r1"},
+    ]
+    model = RecordingChatModel(responses=[AIMessage("", tool_calls=calls), "done", "bye"])
+    with MemoryManager(str(tmp_path / "m.db"), embedding=FakeEmbedder()) as manager:
+        saver = {None: None, "in-memory": InMemorySaver(), "harombe": HarombeSaver(manager)}
+        agent = create_agent(
+            model,
+            tools=[lookup, read_file],
+            middleware=[HarombeMemoryMiddleware(manager)],
+            checkpointer=saver[checkpointer],
+        )
+        config = {"configurable": {"thread_id": "t", "user_id": "ann"}}
+        result = agent.invoke({"messages": [HumanMessage("tea?")]}, config)
+        assert result["messages"][2].artifact == [
+            Document(page_content="tea notes", metadata={"kb": 1})
+        ]
+        # the stored form, or the state's if its checkpoint has not landed yet
+        sent = [m.text.replace("\x00", "") for m in model.calls[-1]]
+        assert sent == ["tea?", "", "1 doc about tea", "PK\x03\x04zip"]
+        agent.invoke({"messages": [HumanMessage("more?")]}, config)
+        stored = manager.get_messages("t", user_id="ann")
+        assert [(m.role, m.content) for m in stored] == [
+            ("user", "tea?"),
+            ("assistant", ""),
+            ("tool", "1 doc about tea"),
+            ("tool", "PK\x03\x04zip"),
+            ("assistant", "done"),
+            ("user", "more?"),
+            ("assistant", "bye"),
+        ]
+
+
+@pytest.mark.parametrize("trim_first", [False, True], ids=["harombe-first", "trim-first"])
+def test_a_state_trimmed_with_remove_message_keeps_every_turn_stored(
+    manager: MemoryManager, trim_first: bool
+) -> None:
+    """LangGraph's way to shorten a thread (``RemoveMessage`` of everything, the newest put
+    back) under another checkpointer: the middleware still stores every turn once, so the
+    session keeps the whole conversation and the model's window still reaches past the trim."""
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    from tests.langchain.agent_stack_turn import Trim
+
+    memory = HarombeMemoryMiddleware(manager)
+    model = RecordingChatModel()  # echoes
+    agent = create_agent(
+        model,
+        tools=[add],
+        middleware=[Trim(), memory] if trim_first else [memory, Trim()],
+        checkpointer=InMemorySaver(),
+    )
+    config = {"configurable": {"thread_id": "long"}}
+    for n in range(10):
+        state = agent.invoke({"messages": [HumanMessage(f"q{n}")]}, config)
+    assert len(state["messages"]) < 20  # trimmed
+    turns = [text for n in range(10) for text in (f"q{n}", f"echo: q{n}")]
+    assert [m.content for m in manager.get_messages("long")] == turns
+    assert [m.text for m in model.calls[-1]] == turns[:-1]
+
+
+def test_a_thread_saved_by_count_continues_without_storing_twice(manager: MemoryManager) -> None:
+    """A checkpoint written before the middleware kept ids holds only a count of stored
+    messages; the next turn stores only what came after it."""
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    agent = create_agent(
+        RecordingChatModel(),
+        middleware=[HarombeMemoryMiddleware(manager)],
+        checkpointer=InMemorySaver(),
+    )
+    config = {"configurable": {"thread_id": "old"}}
+    agent.invoke({"messages": [HumanMessage("q0")]}, config)
+    agent.update_state(config, {"harombe_saved_ids": None, "harombe_saved": 2})
+    agent.invoke({"messages": [HumanMessage("q1")]}, config)
+    agent.invoke({"messages": [HumanMessage("q2")]}, config)
+    turns = [text for n in range(3) for text in (f"q{n}", f"echo: q{n}")]
+    assert [m.content for m in manager.get_messages("old")] == turns

@@ -273,3 +273,21 @@ def test_a_database_in_a_missing_folder_is_refused_not_created(tmp_path: Path) -
     assert child.exitstatus == 1
     assert "does not exist" in child.before
     assert not missing.parent.exists()
+
+
+def test_a_reply_with_extras_that_are_not_json_is_stored_readable(db_path: str) -> None:
+    """A provider's reply may carry values JSON cannot hold (a -inf log-probability); the
+    turn is stored with its text instead of failing after the model answered."""
+    from langchain_core.messages import AIMessage
+
+    from langchain_harombe import RecordingChatModel
+    from langchain_harombe.chat import ChatSession
+
+    reply = AIMessage("hello", response_metadata={"logprobs": [float("-inf")]})
+    with MemoryManager(db_path, embedding=None) as mm:
+        chat = ChatSession(mm, RecordingChatModel(responses=[reply]), session_id="s", write=str)
+        assert chat.send("hi") == "hello"
+        assert [(m.role, m.content) for m in mm.get_messages("s")] == [
+            ("user", "hi"),
+            ("assistant", "hello"),
+        ]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import enum
 import os
 import pickle
 import sqlite3
@@ -405,6 +406,9 @@ def test_an_allow_listed_type_of_the_application_is_revived(tmp_path: Path) -> N
         with pytest.raises(UnsafeCheckpointError, match="Plan") as caught:
             _plan_graph(HarombeSaver(mm)).get_state(CONFIG)
         assert caught.value.type_name == f"{Plan.__module__}.Plan"
+        # the saver wrote this row itself: the message must not say the file was tampered with
+        assert "edited outside harombe" not in str(caught.value)
+        assert "the application stores itself" in str(caught.value)
         for saver in (
             HarombeSaver(mm, allowed_msgpack_modules=[Plan]),
             HarombeSaver(mm, allowed_msgpack_modules=[key]),
@@ -498,6 +502,158 @@ def test_typed_state_graphs_and_interrupts_round_trip(tmp_path: Path, schema: An
     assert [m.text for m in values["messages"]] == ["start", "hi Ann"]
 
 
+@pytest.mark.filterwarnings("ignore:Failed to trim messages:RuntimeWarning")  # LangMem's own
+def test_langmems_running_summary_round_trips(tmp_path: Path) -> None:
+    """LangMem's short-term memory (``SummarizationNode``) keeps a ``RunningSummary``
+    dataclass in the graph's state; HarombeSaver revives it as LangGraph's InMemorySaver does,
+    in a later process too (another saver on the same file)."""
+    pytest.importorskip("langmem")
+    from langchain_core.messages.utils import count_tokens_approximately
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.graph import MessagesState
+    from langmem.short_term import RunningSummary, SummarizationNode
+
+    from langchain_harombe import RecordingChatModel
+
+    class State(MessagesState):
+        context: dict[str, Any]  # {"running_summary": RunningSummary}
+
+    class ModelInput(MessagesState):
+        summarized_messages: list[AnyMessage]
+        context: dict[str, Any]
+
+    def build(saver: Any) -> tuple[Any, RecordingChatModel]:
+        model = RecordingChatModel()
+        summarizer = RecordingChatModel(respond=lambda sent: f"summary of {len(sent)}")
+        summarize = SummarizationNode(
+            token_counter=count_tokens_approximately,
+            model=summarizer,
+            max_tokens=60,
+            max_summary_tokens=20,
+            output_messages_key="summarized_messages",
+        )
+
+        def answer(state: ModelInput) -> dict[str, Any]:
+            return {"messages": [model.invoke(state["summarized_messages"])]}
+
+        graph = StateGraph(State)
+        graph.add_node("summarize", summarize)
+        graph.add_node("answer", answer, input_schema=ModelInput)
+        graph.add_edge(START, "summarize")
+        graph.add_edge("summarize", "answer")
+        return graph.compile(checkpointer=saver), model
+
+    def run(graph: Any, turns: range) -> None:
+        for n in turns:
+            graph.invoke({"messages": [HumanMessage(f"message number {n} " * 5)]}, CONFIG)
+
+    control, control_model = build(InMemorySaver())
+    run(control, range(6))
+    path = tmp_path / "memory.db"
+    with MemoryManager(path, embedding=None) as mm:
+        run(build(HarombeSaver(mm))[0], range(3))
+    with MemoryManager(path, embedding=None) as mm:
+        graph, model = build(HarombeSaver(mm))
+        run(graph, range(3, 6))
+        summary = graph.get_state(CONFIG).values["context"]["running_summary"]
+    expected = control.get_state(CONFIG).values["context"]["running_summary"]
+    assert isinstance(summary, RunningSummary)
+    assert summary.summary == expected.summary
+    assert len(summary.summarized_message_ids) == len(expected.summarized_message_ids)
+    assert [m.text for m in model.calls[-1]] == [m.text for m in control_model.calls[-1]]
+
+
+def _memory_agent(saver: Any, store: Any, tools: list[Any]) -> tuple[Any, Any]:
+    """An agent whose second turn calls ``tools[1]`` (a search) after ``tools[0]`` stored."""
+    from langchain_harombe import RecordingChatModel
+
+    def call(name: str, args: dict[str, Any], n: int) -> dict[str, Any]:
+        return {"name": name, "args": args, "id": f"c{n}", "type": "tool_call"}
+
+    script: list[Any] = [
+        AIMessage(
+            "", tool_calls=[call(tools[0].name, {"content": "likes tea", "action": "create"}, 1)]
+        ),
+        "ok",
+        AIMessage("", tool_calls=[call(tools[1].name, {"query": "tea"}, 2)]),
+        "found it",
+        "bye",
+    ]
+    model = RecordingChatModel(responses=script)
+    return create_agent(model, tools=tools, checkpointer=saver, store=store), model
+
+
+def test_langmems_search_results_kept_as_an_artifact_round_trip(tmp_path: Path) -> None:
+    """LangMem's search tool with ``response_format="content_and_artifact"`` puts LangGraph's
+    own ``SearchItem`` records in a ToolMessage's artifact; HarombeSaver revives them, as
+    LangGraph's SqliteSaver does, so the thread goes on."""
+    langmem = pytest.importorskip("langmem")
+    from langgraph.checkpoint.sqlite import SqliteSaver
+    from langgraph.store.base import SearchItem
+    from langgraph.store.memory import InMemoryStore
+
+    from langchain_harombe import HarombeStore
+
+    namespace = ("memories", "{langgraph_user_id}")
+    tools = [
+        langmem.create_manage_memory_tool(namespace),
+        langmem.create_search_memory_tool(namespace, response_format="content_and_artifact"),
+    ]
+    config = {"configurable": {"thread_id": "t1", "user_id": USER, "langgraph_user_id": USER}}
+    seen = {}
+    with (
+        closing(sqlite3.connect(tmp_path / "lg.db", check_same_thread=False)) as conn,
+        MemoryManager(tmp_path / "memory.db", embedding=None) as mm,
+    ):
+        stacks = {
+            "control": (SqliteSaver(conn), InMemoryStore()),
+            "harombe": (HarombeSaver(mm), HarombeStore(mm)),
+        }
+        for name, (saver, store) in stacks.items():
+            agent, _ = _memory_agent(saver, store, tools)
+            for text in ("remember tea", "what do I like?", "thanks"):
+                last = agent.invoke({"messages": [HumanMessage(text)]}, config)
+            (found,) = agent.get_state(config).values["messages"][6].artifact
+            assert isinstance(found, SearchItem)
+            # (memory keys and times are made afresh by each run)
+            seen[name] = (
+                found.value,
+                [m.type for m in last["messages"]],
+                last["messages"][-1].text,
+            )
+    assert seen["harombe"] == seen["control"]
+
+
+class Outcome(enum.Enum):
+    """An application type a tool returns as its artifact (not allow-listed)."""
+
+    PAID = "paid"
+
+
+def test_a_refused_artifact_of_this_process_is_named_not_a_type_error(tmp_path: Path) -> None:
+    """A ToolMessage artifact of an application type nobody allowed, read back in the process
+    that wrote it (from the saver's memory of the list), raises UnsafeCheckpointError naming
+    the type and the row, as a read from the file does; allow-listed, it is revived."""
+    from langchain_harombe import RecordingChatModel
+
+    @tool(response_format="content_and_artifact")
+    def pay(amount: int) -> tuple[str, Outcome]:
+        """Pay."""
+        return f"paid {amount}", Outcome.PAID
+
+    call = {"name": "pay", "args": {"amount": 3}, "id": "p1", "type": "tool_call"}
+    model = RecordingChatModel(responses=[AIMessage("", tool_calls=[call]), "done", "bye"])
+    with MemoryManager(tmp_path / "memory.db", embedding=None) as mm:
+        agent = create_agent(model, tools=[pay], checkpointer=HarombeSaver(mm))
+        agent.invoke({"messages": [HumanMessage("pay 3")]}, CONFIG)
+        with pytest.raises(UnsafeCheckpointError, match="Outcome") as caught:
+            agent.invoke({"messages": [HumanMessage("thanks")]}, CONFIG)
+        assert caught.value.table == "checkpoint_message_blobs"
+        allowed = HarombeSaver(mm).with_allowlist([Outcome])
+        values = create_agent(model, tools=[pay], checkpointer=allowed).get_state(CONFIG).values
+        assert values["messages"][2].artifact is Outcome.PAID
+
+
 # the policy itself ----------------------------------------------------------------------------
 def test_the_policy_covers_langgraphs_own_safe_types() -> None:
     """The copy a migration uses without LangGraph stays a superset of LangGraph's list."""
@@ -519,6 +675,7 @@ def test_the_policy_covers_langgraphs_own_safe_types() -> None:
         ("builtins", "exec", False),
         ("builtins", "set", True),
         ("langchain_core..x", "y", False),
+        ("langmem.short_term.summarization", "RunningSummary", True),  # LangMem's state
     ],
 )
 def test_the_policy_answers(module: str, name: str, allowed: bool) -> None:

@@ -306,3 +306,40 @@ def test_middleware_and_checkpointer_store_nothing_twice(tmp_path: Path) -> None
     assert [m.text for m in model.calls[1]] == ["1+2?", "", "3"]
     assert [m.text for m in model.calls[2]] == ["1+2?", "", "3", "3", "thanks"]
 
+
+
+def test_a_functional_api_thread_is_a_session_with_its_previous_channel(
+    manager: MemoryManager,
+) -> None:
+    """LangGraph's functional API keeps what ``entrypoint.final(save=...)`` saves in the
+    ``__previous__`` channel; with ``messages_key="__previous__"`` that message list is the
+    thread's session, through an interrupt and its resume, as the graph API's ``messages``."""
+    from langgraph.func import entrypoint, task
+    from langgraph.graph.message import add_messages
+    from langgraph.types import Command, interrupt
+
+    model = RecordingChatModel()
+
+    @task
+    def answer(messages: list[BaseMessage]) -> BaseMessage:
+        return model.invoke(messages)
+
+    @entrypoint(checkpointer=HarombeSaver(manager, messages_key="__previous__"))
+    def chat(new: list[BaseMessage], *, previous: list[BaseMessage] | None) -> Any:
+        messages = add_messages(previous or [], new)
+        if len(messages) == 3:
+            messages = add_messages(messages, [HumanMessage(f"human said {interrupt('ok?')}")])
+        reply = answer(messages).result()
+        return entrypoint.final(value=reply, save=add_messages(messages, [reply]))
+
+    config = {"configurable": {"thread_id": "fn"}}
+    chat.invoke([HumanMessage("hi")], config)
+    chat.invoke([HumanMessage("again")], config)
+    chat.invoke(Command(resume="yes"), config)
+    assert [(m.role, m.content) for m in manager.get_messages("fn")] == [
+        ("user", "hi"),
+        ("assistant", "echo: hi"),
+        ("user", "again"),
+        ("user", "human said yes"),
+        ("assistant", "echo: human said yes"),
+    ]

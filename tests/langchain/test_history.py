@@ -66,6 +66,22 @@ ROUND_TRIP = [
     ),
     FunctionMessage(content="42", name="answer"),
     AIMessage("héllo ✓ 漢字", name="bot"),
+    # few-shot examples (LangChain's ``example`` flag) stay examples
+    HumanMessage("2+2?", example=True, id="e1"),
+    AIMessage("4", example=True, id="e2"),
+    # content blocks of LangChain 1.x: an inline image, reasoning, a citation
+    HumanMessage(
+        content=[
+            {"type": "image", "base64": "iVBORw0KGgo=", "mime_type": "image/png"},
+            {"type": "text", "text": "what is it?"},
+        ]
+    ),
+    AIMessage(
+        content=[
+            {"type": "reasoning", "reasoning": "a small png"},
+            {"type": "text", "text": "a dot", "annotations": [{"type": "citation", "url": "u"}]},
+        ]
+    ),
 ]
 
 
@@ -491,3 +507,79 @@ def test_the_same_steps_as_langchains_in_memory_history(manager: MemoryManager) 
     for history in (theirs, ours):
         asyncio.run(history.aclear())
     assert ours.messages == theirs.messages == []
+
+
+def test_a_chain_with_retriever_and_history_batched_over_20_sessions(tmp_path: Path) -> None:
+    """``RunnableWithMessageHistory`` around an LCEL chain that also retrieves past turns,
+    run with ``batch``/``abatch`` over 20 sessions at once and watched with ``astream_events``:
+    the answers, every session's stored history and the event sequence are those of the same
+    chain on ``InMemoryChatMessageHistory``."""
+    import warnings
+    from operator import itemgetter
+    from typing import Any
+
+    from langchain_core.chat_history import InMemoryChatMessageHistory
+    from langchain_core.documents import Document
+    from langchain_core.runnables import Runnable, RunnableLambda, RunnablePassthrough
+
+    from harombe_core.testing import FakeEmbedder
+    from langchain_harombe import HarombeRetriever
+
+    def reply(messages: list[BaseMessage]) -> str:  # depends only on what the model is sent
+        return f"{messages[0].text} | {messages[-1].text} | {len(messages)} messages"
+
+    def chain(history: Any, retriever: Runnable[str, list[Document]]) -> Runnable[Any, Any]:
+        prompt = ChatPromptTemplate.from_messages(
+            [("system", "Past: {past}"), MessagesPlaceholder("history"), ("human", "{question}")]
+        )
+        past = (
+            itemgetter("question")
+            | retriever
+            | RunnableLambda(lambda docs: "; ".join(sorted(d.page_content for d in docs)))
+        )
+        core = RunnablePassthrough.assign(past=past) | prompt | RecordingChatModel(respond=reply)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # deprecated in LangChain 1.x: still used
+            return RunnableWithMessageHistory(
+                core, history, input_messages_key="question", history_messages_key="history"
+            )
+
+    histories: dict[str, Any] = {}
+
+    def in_memory(session_id: str) -> Any:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return histories.setdefault(session_id, InMemoryChatMessageHistory())
+
+    nothing = RunnableLambda(lambda query: [])
+    sessions = [{"configurable": {"session_id": f"s{i}"}} for i in range(20)]
+    with MemoryManager(str(tmp_path / "m.db"), embedding=FakeEmbedder()) as mm:
+        theirs, ours = chain(in_memory, nothing), chain(session_history_factory(mm), nothing)
+        for turn in range(4):
+            questions = [{"question": f"session {i} turn {turn} code {i * 7}"} for i in range(20)]
+            if turn % 2:
+                expected = asyncio.run(theirs.abatch(questions, sessions))
+                got = asyncio.run(ours.abatch(questions, sessions))
+            else:
+                expected, got = theirs.batch(questions, sessions), ours.batch(questions, sessions)
+            assert [m.text for m in got] == [m.text for m in expected]
+        for i in range(20):
+            stored = HarombeChatMessageHistory(f"s{i}", manager=mm).get_all_messages()
+            assert [(m.type, m.text) for m in stored] == [
+                (m.type, m.text) for m in histories[f"s{i}"].messages
+            ]
+
+        async def events(runnable: Runnable[Any, Any], session_id: str) -> list[tuple[str, str]]:
+            config = {"configurable": {"session_id": session_id}}
+            stream = runnable.astream_events({"question": "events?"}, config, version="v2")
+            return [(e["event"], e["name"]) async for e in stream]
+
+        assert asyncio.run(events(ours, "ev")) == asyncio.run(events(theirs, "ev"))
+        mm.flush()
+        remembering = chain(
+            session_history_factory(mm), HarombeRetriever(manager=mm, k=2, all_users=True)
+        )
+        seen = asyncio.run(events(remembering, "new"))
+        assert ("on_retriever_end", "HarombeRetriever") in seen
+        answer = remembering.invoke({"question": "code 21"}, {"configurable": {"session_id": "n"}})
+        assert "session 3 turn" in answer.text  # the past turns of session 3 were retrieved

@@ -21,6 +21,7 @@ from langchain_core.messages import AIMessage, HumanMessage
 from langchain_core.tools import tool
 from langgraph.config import get_store
 from langgraph.store.base import GetOp, ListNamespacesOp, PutOp, SearchOp
+from langgraph.store.base.embed import ensure_embeddings
 
 import langchain_harombe.store as store_module
 from harombe_core.embeddings import resolve_embedder
@@ -156,6 +157,40 @@ def test_put_without_index_is_not_ranked(store: HarombeStore) -> None:
     store.put(("n",), "indexed", {"text": "hiking"})
     hits = store.search(("n",), query="hiking")
     assert [(h.key, h.score is None) for h in hits] == [("indexed", False), ("plain", True)]
+
+
+def test_a_put_is_searched_by_what_it_indexes_not_by_an_older_put(store: HarombeStore) -> None:
+    """A put replaces the item's vectors: after a put with ``index=False``, or one indexing
+    fewer fields, no vector of the older value is left. On purpose, unlike LangGraph's
+    ``InMemoryStore`` and ``SqliteStore``, which keep the older value's vectors and go on
+    ranking the item by text it no longer holds (shown here on ``InMemoryStore``)."""
+    from langgraph.store.memory import InMemoryStore
+
+    embedder = FakeEmbedder()
+    fields = ["text", "title"]
+    theirs = InMemoryStore(
+        index={
+            "embed": lambda texts: embedder.embed(list(texts)).tolist(),
+            "dims": 256,
+            "fields": fields,
+        }
+    )
+    ours = HarombeStore(store.manager, index={"embed": embedder, "fields": fields})
+    scores: dict[str, list[dict[str, float]]] = {}
+    for name, each in (("theirs", theirs), ("ours", ours)):
+        each.put(("n",), "a", {"text": "lisbon flight", "title": "travel"})
+        each.put(("n",), "b", {"text": "cat food", "title": "pets"})
+        each.put(("n",), "a", {"text": "dentist monday", "title": "health"}, index=False)
+        each.put(("n",), "b", {"text": "dentist friday"})  # no title any more
+        scores[name] = [
+            {h.key: h.score or 0.0 for h in each.search(("n",), query=query)}
+            for query in ("lisbon flight", "pets")
+        ]
+    flight, pets = scores["theirs"]
+    assert flight["a"] > 0.9  # ranked by text "a" no longer holds
+    assert pets["b"] > 0.9
+    flight, pets = scores["ours"]
+    assert max([*flight.values(), *pets.values()]) < 0.5
 
 
 def test_list_namespaces(store: HarombeStore) -> None:
@@ -853,3 +888,95 @@ def test_every_backend_pages_a_filtered_search_in_sql(store: HarombeStore) -> No
             assert [backend.read(lambda s=s: rows_of(s)) for s in steps] == [rows]
     finally:
         del backend.step
+
+
+def _made_by_unknown_models(store: HarombeStore) -> None:
+    """What vectors written before the model was recorded look like: no model."""
+
+    def body() -> Any:
+        yield store._backend.step("UPDATE store_vectors SET model = NULL")
+
+    store._backend.run(body)
+
+
+def test_vectors_of_another_model_are_never_ranked_and_reindex_embeds_them_again(
+    url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Item vectors record the model that made them. Reopened with another model of the same
+    dimension, a search by meaning leaves the older model's items out of the ranking (they
+    follow unscored; one warning says so) instead of scoring queries against vectors of
+    another space; ``reindex`` embeds them again with the current model, and they rank.
+    Vectors written before models were recorded (model unknown) are still ranked, as they were
+    before the model was recorded (an upgrade loses no search by meaning); ``reindex`` embeds
+    them again too, for a model changed with the upgrade.
+
+    LangGraph's ``InMemoryStore`` keeps the vectors its items were put with and records no
+    model either: given another model it goes on scoring new queries against the old vectors
+    (shown at the end). Its items live only as long as the object, so it meets this only when
+    its ``embeddings`` are swapped; a database-backed store meets it on every reopening."""
+    from langgraph.store.memory import InMemoryStore
+
+    old, new = FakeEmbedder(), FakeEmbedder(ngram=4)  # same dimension, other vectors
+    assert old.dimension == new.dimension
+    assert old.name != new.name
+    with MemoryManager(url, embedding=None) as manager:
+        before = HarombeStore(manager, index={"embed": old, "fields": ["text"]})
+        before.put(("m",), "trip", {"text": "lisbon flight"})
+        before.put(("m",), "pet", {"text": ["cat food", "dog walk"]}, index=["text[*]"])
+        after = HarombeStore(manager, index={"embed": new, "fields": ["text"]})
+        after.put(("m",), "fresh", {"text": "green tea"})
+        with caplog.at_level("WARNING", logger="langchain_harombe.store"):
+            hits = after.search(("m",), query="lisbon flight")
+            after.search(("m",), query="cat food")
+        assert [(h.key, h.score is None) for h in hits] == [
+            ("fresh", False),
+            ("pet", True),
+            ("trip", True),
+        ]
+        warned = [r for r in caplog.records if "reindex" in r.getMessage()]
+        assert len(warned) == 1
+        assert "2 item(s)" in warned[0].getMessage()
+        assert after.reindex(batch_size=1) == 2
+        assert after.reindex() == 0
+        hits = after.search(("m",), query="lisbon flight")
+        assert hits[0].key == "trip"
+        assert all(h.score is not None for h in hits)
+        assert after.search(("m",), query="dog walk")[0].key == "pet"  # every text again
+
+        _made_by_unknown_models(after)
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="langchain_harombe.store"):
+            unknown = after.search(("m",), query="green tea")
+        assert unknown[0].key == "fresh"
+        assert all(h.score is not None for h in unknown)
+        assert not [r for r in caplog.records if "reindex" in r.getMessage()]
+        assert asyncio.run(after.areindex()) == 3
+        hits = asyncio.run(after.asearch(("m",), query="green tea"))
+        assert hits[0].key == "fresh"
+        assert all(h.score is not None for h in hits)
+        with pytest.raises(InvalidInputError, match="index"):
+            HarombeStore(manager).reindex()
+
+    theirs = InMemoryStore(
+        index={"embed": lambda t: old.embed(list(t)).tolist(), "dims": 256, "fields": ["text"]}
+    )
+    theirs.put(("m",), "trip", {"text": "lisbon flight"})
+    theirs.embeddings = ensure_embeddings(lambda t: new.embed(list(t)).tolist())
+    assert theirs.search(("m",), query="green tea")[0].score is not None  # old vectors scored
+
+
+def test_an_embed_function_is_recorded_by_its_name() -> None:
+    """``embed`` functions are told apart by their names (LangGraph wraps every one in the same
+    ``EmbeddingsLambda`` class), so switching function is seen as switching model."""
+
+    def one(texts: list[str]) -> list[list[float]]:
+        return [[1.0, 0.0] for _ in texts]
+
+    async def two(texts: list[str]) -> list[list[float]]:
+        return [[0.0, 1.0] for _ in texts]
+
+    with MemoryManager(":memory:", embedding=None) as manager:
+        names = {
+            HarombeStore(manager, index={"embed": f, "dims": 2})._embedder.name for f in (one, two)
+        }
+    assert len(names) == 2

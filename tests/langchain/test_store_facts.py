@@ -73,6 +73,31 @@ async def test_langmem_tools_manage_and_search_the_users_facts(tmp_path: Path) -
         assert [f.text for f in mm.get_facts("ann", include_history=True)] == ["Prefers green tea"]
 
 
+def test_langmems_memory_manager_belongs_in_an_item_namespace(tmp_path: Path) -> None:
+    """LangMem's memory store manager writes structured documents (``{"kind": "Memory",
+    "content": {"content": ...}}``) from a thread pool whose errors it never reads: in the
+    facts namespace nothing would be written, silently. The store's refusal names the item
+    namespace to use instead; there the same manager keeps the memory."""
+    from langchain_core.messages import AIMessage, HumanMessage
+
+    from tests.langchain.test_langmem import ToolCallingFake
+
+    langmem = pytest.importorskip("langmem")
+    with MemoryManager(str(tmp_path / "m.db"), embedding=None) as mm:
+        store = HarombeStore(mm)
+        shaped = {"kind": "Memory", "content": {"content": "Likes tea"}}
+        with pytest.raises(InvalidInputError, match="item namespace"):
+            store.put(ANN, "k", shaped)
+        call = {"name": "Memory", "args": {"content": "Likes tea"}, "id": "c1"}
+        model = ToolCallingFake(messages=iter([AIMessage("", tool_calls=[call])]))
+        manager = langmem.create_memory_store_manager(model, store=store)  # ("memories", user)
+        config = {"configurable": {"langgraph_user_id": "ann"}}
+        manager.invoke({"messages": [HumanMessage("I like tea")]}, config)
+        (item,) = store.search(("memories", "ann"))
+        assert item.value == shaped
+        assert mm.get_facts("ann") == []
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 def location(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "postgres":

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from llama_index.core import Settings
@@ -159,6 +162,31 @@ async def _dispatch(
         response = await chat_engine.astream_chat(message)
         reply = "".join([d async for d in response.async_response_gen()])
     return {"reply": reply, "sent": dump(llm.last_chat_messages)}
+
+
+def run_python(*argv: str) -> subprocess.CompletedProcess[str]:
+    """``python *argv`` in a fresh process that imports this checkout; fails the test if it
+    fails."""
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, *argv],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)},
+        check=False,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def in_new_process(script: Path, args: dict[str, Any]) -> dict[str, Any]:
+    """Run ``script`` (this file, or another like it) in a fresh Python process with ``args``
+    as JSON; the JSON object it prints last."""
+    done = run_python(str(script), json.dumps(args))
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
 
 
 if __name__ == "__main__":

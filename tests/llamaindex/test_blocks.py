@@ -14,7 +14,9 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from harombe_core.errors import InvalidInputError
 from harombe_core.manager import MemoryManager
+from harombe_core.models import Message
 from llamaindex_harombe import HarombeDBChatStore, HarombeMemoryBlock
+from tests.llamaindex.engine_turn import run_python
 
 
 def user(text: str) -> ChatMessage:
@@ -41,6 +43,10 @@ def filler(tag: str, n: int) -> list[ChatMessage]:
         (user if i % 2 == 0 else assistant)(f"{tag} small talk number {i} about nothing much")
         for i in range(n)
     ]
+
+
+def system_message(text: str) -> Message:
+    return Message(role="system", content=text)
 
 
 def system_text(messages: list[ChatMessage]) -> str:
@@ -189,3 +195,101 @@ def test_block_serialises_its_location(db: str) -> None:
     again = HarombeMemoryBlock(**data)
     assert (again.scope, again.top_k) == ("all", 3)
     again.close()
+
+
+FACTS = [
+    "We fly to Lisbon on the 3rd of May.",
+    "The boat is called Marigold.",
+    "Tea with no sugar.",
+    "The hotel is near the river.",
+    "Flight number TP 1234.",
+]
+
+
+async def test_over_the_token_limit_recall_is_shortened_weakest_first_not_dropped(
+    manager: MemoryManager,
+) -> None:
+    # Memory asks every block whose priority is not 0 to shrink when the prompt is over its
+    # token_limit; a block without atruncate (StaticMemoryBlock here, and LlamaIndex's
+    # VectorMemoryBlock) loses its whole text. The recall block keeps its best messages.
+    from llama_index.core.memory import StaticMemoryBlock
+
+    block = HarombeMemoryBlock(manager=manager, priority=1, name="recall", top_k=5)
+    control = StaticMemoryBlock(name="notes", static_content="Ann likes window seats.", priority=1)
+    memory = Memory.from_defaults(
+        session_id="trip",
+        token_limit=60,
+        chat_history_token_ratio=0.5,
+        token_flush_size=10,
+        memory_blocks=[control, block],
+    )
+    for i, fact in enumerate(FACTS):
+        await memory.aput_messages([user(fact), assistant(f"Noted {i}.")])
+    question = user("When do we fly to Lisbon, and on which flight?")
+    await memory.aput(question)
+    recalled = await block.aget([question], session_id="trip")
+    assert "Lisbon" in recalled
+    assert "Marigold" in recalled  # (everything flushed is recalled while there is room)
+
+    prompt = system_text(await memory.aget())
+    assert "window seats" not in prompt  # the control's whole text went
+    assert "We fly to Lisbon on the 3rd of May." in prompt  # the best recalled message stayed
+    assert "Marigold" not in prompt  # the weakest went
+
+    size = manager.count_tokens([system_message(recalled)])
+    shorter = await block.atruncate(recalled, 20)
+    assert shorter is not None
+    assert manager.count_tokens([system_message(shorter)]) <= size - 20
+    assert await block.atruncate(recalled, size) is None  # not even the best one fits
+    assert await block.atruncate("text this block never gave", 1) is None
+
+
+OTHER_PROCESS_TURNS = """
+import asyncio, sys
+from llama_index.core.llms import ChatMessage
+from llama_index.core.memory import Memory
+from llamaindex_harombe import HarombeDBChatStore, HarombeMemoryBlock
+
+async def turns(db: str) -> None:
+    store = HarombeDBChatStore(db, user_id="ann", embedding=None)
+    block = HarombeMemoryBlock(manager=store.manager, user_id="ann")
+    memory = Memory.from_defaults(session_id="s", token_limit=60, token_flush_size=10,
+        chat_history_token_ratio=0.5, memory_blocks=[block], chat_store=store)
+    for text in ["The spare key is under the blue pot.", "ok 1", "Another thing.", "ok 2"]:
+        role = "assistant" if text.startswith("ok") else "user"
+        await memory.aput(ChatMessage(role=role, content=text))
+    store.close()
+
+asyncio.run(turns(sys.argv[1]))
+"""
+
+
+async def test_two_processes_share_the_queue_and_the_recall_of_one_file(db: str) -> None:
+    # A web app with two workers: this process keeps its Memory open while another process
+    # adds turns to the same session on the same file. Each message is stored once, in order;
+    # this process's queue continues after the other's turns; what the other flushed is
+    # recalled here.
+    store = HarombeDBChatStore(db, user_id="ann", embedding=None)
+    block = HarombeMemoryBlock(manager=store.manager, user_id="ann")
+    memory = Memory.from_defaults(
+        session_id="s",
+        token_limit=60,
+        token_flush_size=10,
+        chat_history_token_ratio=0.5,
+        memory_blocks=[block],
+        chat_store=store,
+    )
+    try:
+        await memory.aput_messages([user("Hello from the first worker."), assistant("hi")])
+        run_python("-c", OTHER_PROCESS_TURNS, db)
+        await memory.aput_messages(filler("later", 6))
+        stored = [m.content for m in store.manager.get_messages("s")]
+        expected = ["Hello from the first worker.", "hi", "The spare key is under the blue pot."]
+        assert stored[:3] == expected
+        assert len(stored) == len(set(stored)) == 12
+        assert [m.content for m in await memory.aget_all()] == stored
+        window = await memory.aget(input="where is the spare key?")
+        assert "blue pot" in system_text(window)
+        assert "blue pot" not in [m.content for m in window if m.role.value != "system"]
+    finally:
+        store.close()

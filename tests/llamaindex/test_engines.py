@@ -8,16 +8,13 @@ token limit, and the model receives what was recalled from an earlier session.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from llamaindex_harombe import HarombeMemory
-from tests.llamaindex.engine_turn import ENGINES, MODES, run_turn
+from tests.llamaindex.engine_turn import ENGINES, MODES, in_new_process, run_turn
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = Path(__file__).with_name("engine_turn.py")
@@ -78,19 +75,7 @@ async def test_no_recall_across_users(db: str) -> None:
 
 
 def turn_in_new_process(**args: Any) -> dict[str, Any]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run(
-        [sys.executable, str(SCRIPT), json.dumps(args)],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=env,
-        check=False,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
+    return in_new_process(SCRIPT, args)
 
 
 @pytest.mark.parametrize(

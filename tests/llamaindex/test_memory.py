@@ -376,14 +376,30 @@ def test_summarising_strategies_fit_the_budget(manager: MemoryManager, strategy:
     assert window[-1].content == "turn 19 of a long chat about sailing boats"
 
 
-def test_llm_thread_selector_needs_an_llm(manager: MemoryManager) -> None:
-    with pytest.raises(InvalidInputError, match="llm"):
-        HarombeMemory.from_defaults(manager=manager, strategy="threaded", thread_selector="llm")
-    memory = HarombeMemory.from_defaults(
-        manager=manager, strategy="threaded", thread_selector="llm", llm=MockLLM()
-    )
+def test_llm_thread_selector_takes_the_llm_given_else_settings_llm(
+    db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As LlamaIndex's own LLM-driven pieces (FactExtractionMemoryBlock): llm=, else
+    # Settings.llm (here the tests' MockLLM). So a memory reopened from its dict, which cannot
+    # hold the model, as a serialised workflow Context reopens it, threads again.
+    from llama_index.core import Settings
+
+    threaded = {"storage_path": db, "session_id": "s", "strategy": "threaded", "embedding": None}
+    memory = HarombeMemory.from_defaults(thread_selector="llm", llm=MockLLM(), **threaded)
     memory.put(user("first"))
     assert memory.get() == [user("first")]
+    again = HarombeMemory.from_dict(memory.to_dict())
+    again.put(assistant("second"))
+    assert [m.content for m in again.get()] == ["first", "second"]
+    again.close()
+    unset = HarombeMemory.from_defaults(thread_selector="llm", **threaded)
+    assert [m.content for m in unset.get()] == ["first", "second"]
+    unset.close()
+    # LlamaIndex's default model (OpenAI's) is not installed here, or has no key
+    monkeypatch.setattr(Settings, "_llm", None)
+    with pytest.raises(InvalidInputError, match=r"Settings\.llm"):
+        HarombeMemory.from_defaults(thread_selector="llm", **threaded)
+    memory.close()
 
 
 @pytest.mark.parametrize("strategy", ["simple", "summarization", "hybrid", "threaded"])

@@ -101,21 +101,21 @@ def test_deleted_chinese_and_japanese_text_is_not_found(manager: MemoryManager) 
 # stores written before the change -------------------------------------------------------------
 @pytest.fixture
 def old_sqlite(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A file as harombe wrote it at schema 13: each run of Han, kana or Hangul one token in
+    """A file as harombe wrote it at schema 15: each run of Han, kana or Hangul one token in
     the messages' and the facts' keyword indexes."""
     from harombe_core.store import sqlite as sqlite_module
     from harombe_core.store import sqlite_file
 
     path = tmp_path / "old.db"
     with monkeypatch.context() as old:
-        old.setattr(sqlite_module, "MIGRATIONS", sqlite_module.MIGRATIONS[:13])
-        old.setattr(sqlite_module, "SCHEMA_VERSION", 13)
+        old.setattr(sqlite_module, "MIGRATIONS", sqlite_module.MIGRATIONS[:15])
+        old.setattr(sqlite_module, "SCHEMA_VERSION", 15)
         old.setattr(sqlite_file, "spaced", lambda text: text)
         with MemoryManager(path, embedding=None, user_memory=True) as mm:
             _save(mm)
             mm.add_fact("u", "我最喜欢的水果是芒果")
     raw = sqlite3.connect(path)
-    assert raw.execute("PRAGMA user_version").fetchone()[0] == 13
+    assert raw.execute("PRAGMA user_version").fetchone()[0] == 15
     held = raw.execute("SELECT content FROM messages_fts WHERE content LIKE '東京%'").fetchall()
     assert held == [(JAPANESE,)]  # one unspaced run: 寿司 was not a token
     raw.close()
@@ -145,9 +145,9 @@ def test_an_old_postgres_database_is_reindexed_as_it_is_opened(
     from harombe_core.store import schema
 
     url = pg_server.create_database("cjk_old")
-    with monkeypatch.context() as old:  # schema 10 and the vector it computed then
-        old.setattr(pg_module, "PG_MIGRATIONS", schema.PG_MIGRATIONS[:10])
-        old.setattr(pg_module, "PG_SCHEMA_VERSION", 10)
+    with monkeypatch.context() as old:  # schema 11 and the vector it computed then
+        old.setattr(pg_module, "PG_MIGRATIONS", schema.PG_MIGRATIONS[:11])
+        old.setattr(pg_module, "PG_SCHEMA_VERSION", 11)
         old.setattr(
             ops,
             "TSVECTOR_SQL",

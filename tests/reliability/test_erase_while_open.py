@@ -32,18 +32,6 @@ pytestmark = pytest.mark.slow
 
 KEPT = 12  # acknowledged messages that must survive every erasure
 
-#: The arrays an HNSW segment of Chroma is saved from. hnswlib allocates them without zeroing,
-#: so when this process files vectors into the re-created index, their unused slots may hold
-#: stale bytes of this process's memory, which were seen to include a deleted session's and
-#: user's ids (never yet the text). The close erases them with the folder; docs/deletion.md
-#: says so. Everything else of the folder (its SQLite file and log) is checked.
-HNSW_ARRAYS = ("data_level0.bin", "link_lists.bin")
-
-
-def erased_from(folder: Path, word: str) -> list[str]:
-    """The files holding ``word``, except the HNSW arrays (see HNSW_ARRAYS)."""
-    return [f for f in files_holding(folder, word) if Path(f).name not in HNSW_ARRAYS]
-
 
 def _fill(mm: MemoryManager, secret: str, sid: str, user: str) -> list[str]:
     """A session of ``user`` holding ``secret``, and KEPT other messages (their unique words)."""
@@ -97,13 +85,10 @@ def test_erase_deleted_clears_the_files_while_open(tmp_path: Path, kind: str, ho
         done = mm.erase_deleted()
         assert done == Erasure(wal_bytes_left=0, vectors_erased=True)
         assert done.complete
-        assert erased_from(folder, secret) == []  # the manager is still open
-        assert erased_from(folder, sid) == []
+        assert files_holding(folder, secret) == []  # the manager is still open
+        assert files_holding(folder, sid) == []
         if how == "forget_user":
-            assert erased_from(folder, user) == []
-        if kind != "chroma":
-            assert files_holding(folder, secret) == []
-            assert files_holding(folder, sid) == []
+            assert files_holding(folder, user) == []
         _everything_else_found(mm, kept)
         assert "m.db" in " ".join(files_holding(folder, kept[0]))
         assert mm.erase_deleted().complete  # nothing owed: nothing to do
@@ -242,8 +227,8 @@ def test_a_long_running_manager_erases_by_itself(tmp_path: Path) -> None:
         assert files_holding(folder, secret)  # (the WAL still holds it: a real gap)
         clock.now += 3600
         assert eraser.run_due() == Erasure()
-        assert erased_from(folder, secret) == []
-        assert erased_from(folder, sid) == []
+        assert files_holding(folder, secret) == []
+        assert files_holding(folder, sid) == []
         _everything_else_found(mm, kept)
 
 
@@ -498,7 +483,7 @@ def test_a_replaced_summary_is_erased_like_a_deletion(tmp_path: Path) -> None:
         mm.store.run(ops.update_session("s", summary="ann asked about trains"))  # a re-summary
         assert mm.search_summaries(old) == []
         assert mm.erase_deleted().complete
-        assert erased_from(tmp_path, old) == []
+        assert files_holding(tmp_path, old) == []
         assert [s.id for s, _ in mm.search_summaries("trains")] == ["s"]
         assert mm.erase_deleted().complete  # nothing owed now
     finally:

@@ -4,6 +4,7 @@ library's messages and status codes, keys, limits, and two processes sharing one
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import uuid
@@ -397,3 +398,241 @@ def test_an_append_of_more_messages_than_one_request_takes_is_refused(served: Se
         assert (
             len(http.post(f"/api/sessions/{sid}/messages", json=most).json()["ids"]) == MAX_APPEND
         )
+
+
+def test_a_page_of_another_site_cannot_write_through_the_browser(fresh_db: str) -> None:
+    """A browser sends ``Origin`` with a page's cross-site POST (``fetch`` in ``no-cors`` mode
+    needs no CORS permission): on a ``--no-auth`` demo server that page could otherwise write
+    (the summary route takes no body at all) or sign the inspector in with its own key. The
+    server's own pages and clients that send no ``Origin`` (httpx, curl, the MCP SDK) pass."""
+    import httpx
+
+    with ServerProcess(fresh_db, extra=["--no-auth"]) as server:
+        sid = _sid()
+        own = {"Origin": server.url}
+        kept = httpx.post(
+            f"{server.url}/api/sessions/{sid}/messages",
+            json={"messages": [{"role": "user", "content": "mine"}]},
+            headers=own,
+        )
+        assert kept.status_code == 201
+        evil = {"Origin": "http://evil.example"}
+        for method, path, body in (
+            ("POST", f"/api/sessions/{sid}/summary", None),
+            (
+                "POST",
+                f"/api/sessions/{sid}/messages",
+                b'{"messages":[{"role":"user","content":"x"}]}',
+            ),
+            ("DELETE", f"/api/sessions/{sid}", None),
+            ("POST", "/login", b"key=hk_x"),
+            ("POST", "/mcp", b"{}"),
+        ):
+            answer = httpx.request(method, server.url + path, content=body, headers=evil)
+            assert answer.status_code == 403, (method, path, answer.text)
+            assert answer.json()["error"] == "AccessDeniedError"
+            assert "--cors-origin" in answer.json()["detail"]
+        assert (
+            httpx.get(f"{server.url}/api/sessions/{sid}/messages", headers=evil).json()[0][
+                "content"
+            ]
+            == "mine"
+        )
+        assert httpx.post(f"{server.url}/api/sessions/{sid}/summary").status_code == 200
+
+
+def test_every_answer_forbids_framing_sniffing_and_scripts_in_pages(served: Served) -> None:
+    """The inspector's pages may not be framed by another site (clickjacking) and may run no
+    script (it has none, so a hostile message escaping the templates could run nothing); the
+    API's answers are never sniffed into HTML. ``/docs`` keeps Swagger UI's script."""
+    with served.http(served.ann) as http:
+        for path in ("/login", "/api/me", "/api/sessions/nosuch/export?format=text", "/nosuch"):
+            headers = http.get(path).headers
+            assert headers["x-frame-options"] == "DENY", path
+            assert headers["x-content-type-options"] == "nosniff", path
+            assert headers["referrer-policy"] == "same-origin", path
+            policy = headers["content-security-policy"]
+            assert "frame-ancestors 'none'" in policy, path
+            assert "default-src 'none'" in policy, path
+            assert "script-src" not in policy, path
+        assert "content-security-policy" not in http.get("/docs").headers
+
+
+def test_a_port_in_use_is_a_typed_error_before_anything_is_created(fresh_db: str) -> None:
+    """A busy port used to print "harombe serving ... on http://..." first, create the
+    database, then die with uvicorn's own line (exit 3); now one line names the port and the
+    option to change, exit 1, and the database is not created."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        args = ["serve", "--db", fresh_db, "--port", str(port)]
+        done = subprocess.run(
+            [sys.executable, "-m", "harombe_core.cli", *args],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=60,
+        )
+    assert done.returncode == 1, done.stderr
+    assert f"port {port} on 127.0.0.1 is already in use" in done.stderr
+    assert "--port" in done.stderr
+    assert "serving" not in done.stderr
+    assert not Path(fresh_db).exists()
+
+
+def test_a_session_id_with_slashes_is_reached_by_every_route(served: Served) -> None:
+    """Session ids may hold '/' (``tenant/user/chat``): such a session was listed but every
+    route naming it (read, write, delete, the inspector's page) answered 404 "Not Found",
+    whether the '/' was sent as is or as %2F (the server decodes it before routing)."""
+    from urllib.parse import quote
+
+    from harombe_core.server import HarombeClient
+
+    sid = f"team/{_sid()}/chat"
+    with served.http(served.ann) as http:
+        assert http.post("/api/sessions", json={"session_id": sid}).status_code == 201
+        for written in (sid, quote(sid, safe="")):
+            base = f"/api/sessions/{written}"
+            kept = http.post(
+                base + "/messages", json={"messages": [{"role": "user", "content": "slash"}]}
+            )
+            assert kept.status_code == 201, kept.text
+            assert kept.json()["session_id"] == sid
+            assert http.get(base).json()["id"] == sid
+            assert http.get(base + "/messages").json()[-1]["content"] == "slash"
+            assert http.get(base + "/window").status_code == 200
+            assert http.get(base + "/context").json()["messages"]
+            assert http.get(base + "/export").status_code == 200
+            assert http.post(base + "/summary").status_code == 200
+            assert http.patch(base, json={"metadata": {"k": 1}}).json()["metadata"] == {"k": 1}
+            page = http.get(f"/sessions/{written}", headers={"Accept": "text/html"})
+            assert page.status_code == 200
+            assert "slash" in page.text
+    with served.http(served.bob) as http:
+        assert http.get(f"/api/sessions/{sid}/messages").status_code == 403
+    with HarombeClient(served.url, api_key=served.ann) as client:
+        assert [m["content"] for m in client.get_messages(sid)] == ["slash", "slash"]
+        assert client.delete_session(sid) is True
+
+
+def test_the_start_line_never_shows_a_postgres_password(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``harombe serve --db postgresql://user:PASSWORD@...`` printed the URL, password and
+    all, on its first line (into service logs); it now shows ``***`` in its place."""
+    from contextlib import nullcontext
+
+    import uvicorn
+    from typer.testing import CliRunner
+
+    from harombe_core.cli import app
+    from harombe_core.server import api, cli
+
+    monkeypatch.setattr(cli, "open_memory", lambda *a, **k: nullcontext())
+    monkeypatch.setattr(api, "create_app", lambda *a, **k: object())
+    monkeypatch.setattr(uvicorn.Server, "run", lambda self, sockets=None: None)
+    url = "postgresql://ann:s3cret-pw@db.example:5432/memory"
+    done = CliRunner().invoke(app, ["serve", "--db", url, "--port", "0"])
+    assert done.exit_code == 0, done.output
+    assert "s3cret-pw" not in done.output
+    assert "postgresql://ann:***@db.example:5432/memory" in done.output
+
+
+def test_the_sessions_page_says_when_older_sessions_are_not_listed(served: Served) -> None:
+    """The sessions page listed the 200 most recent sessions and stopped, with nothing to say
+    more existed or way to see them; it now links to a longer list."""
+    key = create_key_cli(served.db, user="lister")
+    with served.http(key) as http:
+        for n in range(3):
+            http.post(
+                f"/api/sessions/lister-{n}/messages",
+                json={"messages": [{"role": "user", "content": "hi"}]},
+            )
+        html = {"Accept": "text/html"}
+        short = http.get("/?limit=2", headers=html).text
+        assert len(re.findall(r'href="/sessions/lister-', short)) == 2
+        more = re.search(r'href="\?limit=(\d+)" id="more-sessions"', short)
+        assert more is not None
+        longer = http.get(f"/?limit={more.group(1)}", headers=html).text
+        assert len(re.findall(r'href="/sessions/lister-', longer)) == 3
+        assert 'id="more-sessions"' not in longer
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "named"),
+    [
+        ("--host", "", "--host is empty"),
+        ("--host", "  ", "--host is empty"),
+        ("--cors-origin", "app.example", "--cors-origin 'app.example'"),
+        ("--cors-origin", "https://app.example/page", "--cors-origin 'https://app.example/page'"),
+    ],
+)
+def test_a_bad_host_or_origin_is_a_typed_error_naming_the_option(
+    fresh_db: str, option: str, value: str, named: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An empty ``--host`` (an unset variable in a service file) listened on every interface,
+    and an origin no browser sends (no scheme, a path) was accepted and never matched; both
+    now stop ``harombe serve`` with one line naming the option, and nothing is created."""
+    import uvicorn
+    from typer.testing import CliRunner
+
+    from harombe_core.cli import app
+
+    def started(self: object, sockets: object = None) -> None:
+        raise AssertionError("the server started with a bad option")
+
+    monkeypatch.setattr(uvicorn.Server, "run", started)
+    done = CliRunner().invoke(app, ["serve", "--db", fresh_db, "--port", "0", option, value])
+    assert done.exit_code == 1
+    assert named in done.output
+    assert not Path(fresh_db).exists()
+
+
+def test_an_origin_given_with_a_trailing_slash_is_allowed(fresh_db: str) -> None:
+    """``--cors-origin https://app.example/`` (as copied from an address bar) never matched
+    the ``Origin`` a browser sends, which has no slash: the app's calls were refused."""
+    import httpx
+
+    preflight = {
+        "Origin": "https://app.example",
+        "Access-Control-Request-Method": "POST",
+        "Access-Control-Request-Headers": "authorization",
+    }
+    with ServerProcess(fresh_db, extra=["--cors-origin", "https://app.example/"]) as server:
+        allowed = httpx.options(server.url + "/api/me", headers=preflight)
+        assert allowed.headers["access-control-allow-origin"] == "https://app.example"
+
+
+def test_sigterm_stops_the_server_while_a_client_stalls_mid_request(fresh_db: str) -> None:
+    """A client that sent half a request and then nothing kept ``harombe serve`` from ever
+    exiting on SIGTERM (uvicorn waited for it without end); in-flight requests now get
+    ``--shutdown-timeout`` seconds, and what was acknowledged before is all there after."""
+    import socket
+
+    import httpx
+
+    key = create_key_cli(fresh_db, user="ann")
+    server = ServerProcess(fresh_db, extra=["--shutdown-timeout", "0.5"]).start()
+    auth = {"Authorization": f"Bearer {key}"}
+    try:
+        kept = httpx.post(
+            server.url + "/api/sessions/stall/messages",
+            json={"messages": [{"role": "user", "content": "acknowledged"}]},
+            headers=auth,
+        )
+        assert kept.status_code == 201
+        with socket.create_connection(("127.0.0.1", server.port)) as stalled:
+            stalled.sendall(
+                b"POST /api/sessions/stall/messages HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                b"Authorization: Bearer " + key.encode() + b"\r\n"
+                b'Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{"mess'
+            )
+            assert server.process is not None
+            server.process.terminate()
+            server.process.wait(timeout=60)  # before: still waiting for the stalled client
+    finally:
+        server.stop()
+    with ServerProcess(fresh_db) as again:
+        messages = httpx.get(again.url + "/api/sessions/stall/messages", headers=auth).json()
+        assert [m["content"] for m in messages] == ["acknowledged"]

@@ -144,6 +144,45 @@ def test_another_users_page_shows_the_error_not_the_memory(
     assert "Kyoto" not in page
 
 
+def test_every_message_of_a_long_session_is_reached_page_by_page(
+    browser: object, served: Served
+) -> None:
+    """A session longer than a page is paged: following "next" from the first page reaches
+    every message once, in order (a session of 10,000 messages showed its first 2,000 and
+    no way to the rest)."""
+    sid = "paged-session"
+    with served.http(served.ann) as http:
+        appended = http.post(
+            f"/api/sessions/{sid}/messages",
+            json={"messages": [{"role": "user", "content": f"line {i}"} for i in range(5)]},
+        )
+        ids = appended.json()["ids"]
+    b: object = browser
+    b.get(served.url + "/logout")  # type: ignore[attr-defined]
+    _sign_in(b, served, served.ann)
+    b.get(served.url + f"/sessions/{sid}?limit=2")  # type: ignore[attr-defined]
+    seen: list[int] = []
+    for _ in range(len(ids)):
+        shown = b.find_elements(By.CSS_SELECTOR, "div.msg[id^=m]")  # type: ignore[attr-defined]
+        seen += [int(m.get_attribute("id")[1:]) for m in shown]
+        following = b.find_elements(By.ID, "next-page")  # type: ignore[attr-defined]
+        if not following:
+            break
+        following[0].click()
+        _arrive(b, f"after={seen[-1]}")
+    assert seen == ids
+    assert "of 5" in b.find_element(By.CSS_SELECTOR, ".pager").text  # type: ignore[attr-defined]
+    b.find_element(By.ID, "first-page").click()  # type: ignore[attr-defined]
+    WebDriverWait(b, 60).until(
+        lambda d: (
+            "after=" not in d.current_url
+            and d.execute_script("return document.readyState") == "complete"
+        )
+    )
+    shown = b.find_elements(By.CSS_SELECTOR, "div.msg[id^=m]")  # type: ignore[attr-defined]
+    assert [int(m.get_attribute("id")[1:]) for m in shown] == ids[:2]
+
+
 def test_graph_svg_lays_out_branches_side_by_side() -> None:
     """Two threads under one answer: the branches sit side by side, their parent between them,
     each edge runs parent to child; a long linear session is one column (no recursion)."""

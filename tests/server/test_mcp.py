@@ -107,3 +107,75 @@ def test_json_nested_too_deeply_is_a_parse_error_not_a_500(served: Served) -> No
     broken = httpx.post(served.url + "/mcp", content=b"{", headers=headers, timeout=30)
     assert broken.status_code == 400
     assert broken.json()["error"]["code"] == -32700
+
+
+async def test_a_client_gone_mid_body_is_not_logged_as_a_server_error(
+    fresh_db: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An MCP client that disconnects while sending its request (a timeout, a closed laptop)
+    made the SDK log a 40-line traceback and an "exception from stream" for each one; the
+    request now just ends: nothing is answered (nobody is there) and nothing is logged."""
+    from harombe_core.manager import MemoryManager
+    from harombe_core.server.auth import ServerState
+    from harombe_core.server.keys import Scope
+    from harombe_core.server.mcp_tools import McpEndpoint, build_mcp
+
+    manager = MemoryManager(fresh_db)
+    endpoint = McpEndpoint(build_mcp(manager), ServerState(manager, Scope("ann")))
+    arriving = [
+        {"type": "http.request", "body": b'{"jsonrpc": "2.0", "id": 1, ', "more_body": True},
+        {"type": "http.disconnect"},
+    ]
+    sent: list[Any] = []
+
+    async def receive() -> Any:
+        return arriving.pop(0) if arriving else {"type": "http.disconnect"}
+
+    async def send(message: Any) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/mcp",
+        "headers": [
+            (b"host", b"127.0.0.1:8765"),
+            (b"content-type", b"application/json"),
+            (b"accept", b"application/json, text/event-stream"),
+            (b"content-length", b"2000"),
+        ],
+    }
+    try:
+        with caplog.at_level("ERROR"):
+            async with endpoint.running():
+                await endpoint(scope, receive, send)
+    finally:
+        manager.close()
+    assert sent == []
+    assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == []
+
+
+async def test_remember_refuses_an_empty_memory(served: Served) -> None:
+    """An assistant calling ``remember`` with no text got success and a blank message kept in
+    the user's memory; it now gets the typed error saying what to pass, and nothing is kept."""
+    sid = "ann-blank-remember"
+    async with http_session(served, served.ann) as session:
+        for blank in ("", "   \n\t"):
+            refused = await session.call_tool("remember", {"content": blank, "session_id": sid})
+            assert refused.isError
+            assert "InvalidInputError" in refused.content[0].text
+            assert "content" in refused.content[0].text
+        result_json(await session.call_tool("remember", {"content": "kept", "session_id": sid}))
+    with served.http(served.ann) as http:
+        assert [m["content"] for m in http.get(f"/api/sessions/{sid}/messages").json()] == ["kept"]
+
+
+def test_get_is_405_not_a_stream_held_open(served: Served) -> None:
+    """A stateless server pushes nothing, yet a GET of ``/mcp`` was held open as an empty
+    event stream for as long as the client kept it (200 of them held 200 descriptors); the
+    spec's answer for a server without a stream of its own is 405, at once."""
+    with served.http(served.ann) as http:
+        answer = http.get("/mcp", headers={"Accept": "text/event-stream"}, timeout=10)
+        assert answer.status_code == 405
+        assert answer.json()["error"] == "HTTPError"
+        assert http.get("/mcp", timeout=10).status_code == 405
