@@ -79,10 +79,8 @@ def test_harombe_db_environment_variable(home: Path, monkeypatch: pytest.MonkeyP
 
 def test_from_config_dict_and_object(tmp_path: Path) -> None:
     db = str(tmp_path / "m.db")
-    data = {
-        "memory": {"storage_path": db, "max_history_tokens": 64, "token_counter": "approximate"},
-        **NO_VECTORS,
-    }
+    data = {"memory": {"storage_path": db, "max_history_tokens": 64,
+                       "token_counter": "approximate"}, **NO_VECTORS}
     with MemoryManager.from_config(data) as mm:
         assert mm.max_history_tokens == 64
         assert isinstance(mm.token_counter, ApproximateTokenCounter)
