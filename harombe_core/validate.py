@@ -55,6 +55,7 @@ __all__ = [
     "check_roles",
     "check_text",
     "check_time",
+    "known_arguments",
     "optional_count",
     "optional_id",
     "optional_number",
@@ -520,6 +521,21 @@ def check_options(value: Any, known: frozenset[str] | None, what: str) -> dict[s
 
 
 # framework models ------------------------------------------------------------------------------
+def known_arguments(owner: str, known: Iterable[str], given: Iterable[str]) -> None:
+    """A misspelt keyword of an adapter built on a pydantic model (LlamaIndex's components
+    ignore unknown fields) is an error that names the nearest spelling, not a setting silently
+    dropped (``token_limt=500`` left the default limit in place)."""
+    import difflib
+
+    names = sorted(set(known))
+    unknown = sorted(set(given) - set(names))
+    if not unknown:
+        return
+    close = difflib.get_close_matches(unknown[0], names, n=1)
+    hint = f"did you mean {close[0]!r}?" if close else f"its arguments: {', '.join(names)}."
+    raise InvalidInputError(f"{owner} got an unknown argument {unknown[0]!r}; {hint}")
+
+
 @contextmanager
 def pydantic_errors(owner: str) -> Iterator[None]:
     """Report a pydantic validation failure (an adapter's fields) as InvalidInputError."""
