@@ -219,8 +219,32 @@ def check_location(value: Any, what: str = "storage_path") -> str:
             f"{type(value).__name__}."
         )
     if value != ":memory:" and not value.startswith(("postgresql://", "postgres://")):
+        _not_another_url(value, what)
         check_path(value, what)
     return value
+
+
+def _not_another_url(value: str, what: str) -> None:
+    """A SQLAlchemy-style URL (LangChain's ``SQLChatMessageHistory(connection=...)``, LlamaIndex's
+    ``SQLAlchemyChatStore``) is not a file name: taken as one, ``sqlite:///chat.db`` became a
+    folder ``sqlite:`` in the working directory. Say what to write instead."""
+    scheme, sep, rest = value.partition("://")
+    if not sep or not scheme or not all(c.isalnum() or c in "+.-" for c in scheme):
+        return
+    dialect = scheme.split("+")[0].lower()
+    if dialect == "sqlite":
+        path = rest[1:] if rest.startswith("/") else rest  # sqlite:///x.db -> x.db
+        fix = f"the file's path, {path!r}" if path else "':memory:'"
+        raise InvalidInputError(f"{what} {value!r} is a SQLAlchemy URL; harombe takes {fix}.")
+    if dialect in ("postgresql", "postgres"):
+        raise InvalidInputError(
+            f"{what} {value!r} names a driver; harombe takes the plain "
+            f"'postgresql://{rest}' (it uses psycopg 3)."
+        )
+    raise InvalidInputError(
+        f"{what} {value!r} is a {scheme}:// URL; harombe stores in a SQLite file (pass its path) "
+        "or PostgreSQL (a postgresql:// URL)."
+    )
 
 
 # times -----------------------------------------------------------------------------------------
