@@ -129,6 +129,8 @@ def test_the_readme_has_its_examples() -> None:
     assert set(NEEDS) <= set(sections), "NEEDS names a section without a python block"
     # The README's examples run as pasted: they build their own offline model.
     assert not [section for section in NEEDS if section.startswith("README.md: ")]
+    # ... and run as a script: no statement there is expected to raise.
+    assert not [s for s, code in BLOCKS if s.startswith("README.md: ") and _expected_errors(code)]
 
 
 def _run_block(section: str, code: str) -> None:
