@@ -342,20 +342,12 @@ def _rows_holding(url: str, word: str) -> list[str]:
 #: their result (the deleted message) until it expires (minutes): no API reads it, but the
 #: row holds the text. Known and reported; strict, so the fix turns these into failures to
 #: remove from this list.
-WRITE_LOG_KEEPS = {
-    "llamaindex_delete_message",
-    "llamaindex_delete_last_message",
-    "llamaindex_set_messages",
-}
 
 
 def test_on_postgres_no_row_holds_it(
-    pg_url: str, case: tuple[str, Case], control_word: str, request: pytest.FixtureRequest
+    pg_url: str, case: tuple[str, Case], control_word: str
 ) -> None:
-    name, chosen = case
-    if name in WRITE_LOG_KEEPS:
-        reason = "harombe_writes keeps the deleted message as the call's result until it expires"
-        request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
+    _, chosen = case
     secret = token()
     with MemoryManager(pg_url, embedding=FakeEmbedder(), vector_store="pgvector") as mm:
         _delete_unfindable(mm, chosen, secret, control_word)
