@@ -64,6 +64,23 @@ def _old_key(store: Any, user: str) -> str:
     return secret
 
 
+def _old_keys(
+    monkeypatch: pytest.MonkeyPatch,
+    module: Any,
+    prefix: str,
+    migrations: list[list[str]],
+    url: str,
+) -> list[str]:
+    """Keys of ann and bob made, as before, in a database of the schema before the ids were
+    made random (``module``'s ``{prefix}MIGRATIONS`` cut there)."""
+    before = _index(migrations)
+    with monkeypatch.context() as old:
+        old.setattr(module, f"{prefix}MIGRATIONS", migrations[:before])
+        old.setattr(module, f"{prefix}SCHEMA_VERSION", before)
+        with MemoryManager(url, embedding=None) as mm:
+            return [_old_key(mm.store, "ann"), _old_key(mm.store, "bob")]
+
+
 def _check_upgraded(url: str, secrets: list[str]) -> None:
     with MemoryManager(url, embedding=None) as mm:
         keys = list_keys(mm.store)
@@ -90,13 +107,7 @@ def test_sqlite_keys_made_before_get_a_random_id(
     from harombe_core.store import sqlite as sqlite_module
 
     path = str(tmp_path / "old.db")
-    before = _index(schema.MIGRATIONS)
-    with monkeypatch.context() as old:
-        old.setattr(sqlite_module, "MIGRATIONS", schema.MIGRATIONS[:before])
-        old.setattr(sqlite_module, "SCHEMA_VERSION", before)
-        with MemoryManager(path, embedding=None) as mm:
-            secrets = [_old_key(mm.store, "ann"), _old_key(mm.store, "bob")]
-            assert [k.id for k in list_keys(mm.store)] != []
+    secrets = _old_keys(monkeypatch, sqlite_module, "", schema.MIGRATIONS, path)
     _check_upgraded(path, secrets)
     assert not any(_holds_any(Path(path).read_bytes(), s) for s in secrets)
 
@@ -107,12 +118,7 @@ def test_postgres_keys_made_before_get_a_random_id(
     from harombe_core.store import postgres as pg_module
 
     url = pg_server.create_database("key_ids_upgrade")
-    before = _index(schema.PG_MIGRATIONS)
-    with monkeypatch.context() as old:
-        old.setattr(pg_module, "PG_MIGRATIONS", schema.PG_MIGRATIONS[:before])
-        old.setattr(pg_module, "PG_SCHEMA_VERSION", before)
-        with MemoryManager(url, embedding=None) as mm:
-            secrets = [_old_key(mm.store, "ann"), _old_key(mm.store, "bob")]
+    secrets = _old_keys(monkeypatch, pg_module, "PG_", schema.PG_MIGRATIONS, url)
     _check_upgraded(url, secrets)
 
 
