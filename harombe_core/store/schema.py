@@ -516,6 +516,10 @@ MIGRATIONS: list[list[str]] = [
     # name), so a search by another model leaves them out instead of ranking a query against
     # vectors of another space. Vectors written before have none: model unknown, stale.
     ["ALTER TABLE store_vectors ADD COLUMN model TEXT"],
+    # 16: an API key's public id (listed, revoked by, logged) was the key's first 8
+    # characters, 48 of its bits in every listing: each key gets a random id unrelated to it
+    # (server/keys.py new_key_id), the same form as a new key's.
+    ["UPDATE api_keys SET id = 'k' || lower(hex(randomblob(8)))"],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -713,5 +717,7 @@ PG_MIGRATIONS: list[list[str]] = [
     ],
     # 11: the embedding model of each store item vector, as SQLite migration 14.
     ["ALTER TABLE store_vectors ADD COLUMN IF NOT EXISTS model TEXT"],
+    # 12: a random public id for every API key, as SQLite migration 16.
+    ["UPDATE api_keys SET id = 'k' || substr(md5(gen_random_uuid()::text), 1, 16)"],
 ]
 PG_SCHEMA_VERSION = len(PG_MIGRATIONS)

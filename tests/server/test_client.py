@@ -52,8 +52,8 @@ def test_sync_client_errors(served: Served) -> None:
     with HarombeClient(served.url, api_key=served.bob) as client:
         with pytest.raises(HarombeServerError) as caught:
             client.get_messages("x-ann")
-        assert caught.value.status == 403
-        assert "is not owned by user 'bob'" in caught.value.detail
+        assert caught.value.status == 404  # another user's session reads as missing
+        assert caught.value.error == "SessionNotFoundError"
     with HarombeClient(served.url) as client, pytest.raises(HarombeServerError) as caught:
         client.list_sessions()
     assert caught.value.status == 401
