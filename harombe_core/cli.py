@@ -308,7 +308,15 @@ def import_command(
                 pass
         model = embedding if embed and (new or _searches_by_meaning(db)) else None
         with _import_memory(db, model) as manager:
-            result = ex.import_file(manager, file, on_conflict=policy, user_id=user)  # type: ignore[arg-type]
+            try:
+                result = ex.import_file(manager, file, on_conflict=policy, user_id=user)  # type: ignore[arg-type]
+            except KeyboardInterrupt:
+                # One transaction: Ctrl-C rolled it back. Say so, or the user cannot tell.
+                error_line(
+                    "interrupted: nothing was imported (an import is one transaction); run the "
+                    "same command again to import the file."
+                )
+                raise typer.Exit(130) from None
             console.print(
                 f"Imported {plural(len(result.session_ids), 'session')} "
                 f"({plural(result.messages, 'message')}) into {escape(manager.store.location)}"
@@ -319,7 +327,11 @@ def import_command(
                 console.print(f"Skipped (already stored): {escape(_some(result.skipped))}")
             if manager.semantic_enabled and result.messages:
                 # The import committed; the bar (on a terminal only) is the embedding.
-                manager.flush(progress=err_console.is_terminal)
+                try:
+                    manager.flush(progress=err_console.is_terminal)
+                except KeyboardInterrupt:
+                    _interrupted_embedding(manager)
+                    raise typer.Exit(130) from None
                 console.print("Embedded them: search finds them by meaning and by keyword.")
             elif embed and result.messages:
                 console.print(
@@ -328,6 +340,19 @@ def import_command(
                     "meaning.",
                     soft_wrap=True,
                 )
+
+
+def _interrupted_embedding(manager: MemoryManager) -> None:
+    """Ctrl-C while the import's messages are embedded: they are imported (the transaction
+    committed) and found by keyword; say how many still wait for a vector and what embeds them."""
+    pending = manager.stats()["pending_embeddings"]
+    location = manager.store.location
+    error_line(
+        f"interrupted while embedding: the messages are imported and search finds them by "
+        f"keyword; still to embed: {plural(pending, 'message')}. `harombe reindex --db "
+        f"{location}` embeds them now (a memory opened with a model also embeds them in the "
+        "background)."
+    )
 
 
 def _searches_by_meaning(db: str) -> bool:

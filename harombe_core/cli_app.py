@@ -96,6 +96,8 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     cls=_Group,
+    # Docstring paragraphs reflow to the terminal (their source line ends are not kept).
+    rich_markup_mode="markdown",
     # A bug's traceback must not print local variables: they can hold keys and user data.
     pretty_exceptions_show_locals=False,
 )

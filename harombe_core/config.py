@@ -170,11 +170,55 @@ class MemoryConfig(_Section):
     rag: RagSection = Field(default_factory=RagSection)
 
 
+#: The keys of each block, to say where a misplaced or misspelt key belongs.
+_SECTIONS: dict[str, type[_Section]] = {
+    "memory": MemorySection,
+    "vector_store": VectorStoreSection,
+    "rag": RagSection,
+}
+#: ``MemoryManager(...)`` argument names that a YAML file spells differently.
+_ARGUMENT_KEYS = {
+    "embedding": "vector_store.embedding_model",
+    "vector_store": "vector_store.provider",
+}
+
+
+def _unknown_key_hint(loc: tuple[int | str, ...]) -> str:
+    """How to fix an unknown key: the block it belongs in (a key written at the top level, as
+    ``MemoryManager(...)`` takes it), or the nearest spelling in its own block."""
+    import difflib
+
+    key = str(loc[-1])
+    homes = [f"{name}.{key}" for name, model in _SECTIONS.items() if key in model.model_fields]
+    if len(loc) == 1 and key in _ARGUMENT_KEYS:
+        homes = homes or [_ARGUMENT_KEYS[key]]
+    if homes and len(loc) == 1:
+        return f"; it belongs in a block: write it as {' or '.join(homes)}"
+    if len(loc) == 1:
+        known = list(_SECTIONS)
+        spelt = {f: f"{n}.{f}" for n, model in _SECTIONS.items() for f in model.model_fields}
+        close = difflib.get_close_matches(key, [*known, *spelt], n=1)
+        if close:
+            return f"; did you mean {spelt.get(close[0], close[0])!r}?"
+    else:
+        known = list(_SECTIONS[str(loc[0])].model_fields) if str(loc[0]) in _SECTIONS else []
+    close = difflib.get_close_matches(key, known, n=1)
+    if close:
+        return f"; did you mean {close[0]!r}?"
+    if homes:
+        return f"; it belongs in another block: {' or '.join(homes)}"
+    if known:
+        return f"; known keys here: {', '.join(sorted(known))}"
+    return ""
+
+
 def _format(exc: ValidationError) -> str:
     lines = []
     for error in exc.errors():
         where = ".".join(str(p) for p in error["loc"]) or "(top level)"
-        lines.append(f"  {where}: {error['msg']}")
+        hint = _unknown_key_hint(error["loc"]) if error["type"] == "extra_forbidden" else ""
+        message = "unknown key" if hint else error["msg"]
+        lines.append(f"  {where}: {message}{hint}")
     return "\n".join(lines)
 
 

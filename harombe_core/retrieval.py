@@ -807,11 +807,16 @@ class Retriever:
             **options,
         )
         chosen: list[Message] = []
+        seen: set[tuple[str, str | None, str]] = set()
         used = 0
         for hit in hits:
+            # The same words said again (a retried question, a re-run script) add nothing for
+            # the model; the best-ranked copy stands for them and the budget goes further.
+            said = (hit.message.role, hit.message.name, hit.message.content)
             cost = hit.message.token_count or 0
-            if used + cost <= budget:
+            if said not in seen and used + cost <= budget:
                 chosen.append(hit.message)
+                seen.add(said)
                 used += cost
             if top_k is not None and len(chosen) >= top_k:
                 break

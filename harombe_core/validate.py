@@ -55,6 +55,7 @@ __all__ = [
     "check_roles",
     "check_text",
     "check_time",
+    "known_arguments",
     "optional_count",
     "optional_id",
     "optional_number",
@@ -218,8 +219,32 @@ def check_location(value: Any, what: str = "storage_path") -> str:
             f"{type(value).__name__}."
         )
     if value != ":memory:" and not value.startswith(("postgresql://", "postgres://")):
+        _not_another_url(value, what)
         check_path(value, what)
     return value
+
+
+def _not_another_url(value: str, what: str) -> None:
+    """A SQLAlchemy-style URL (LangChain's ``SQLChatMessageHistory(connection=...)``, LlamaIndex's
+    ``SQLAlchemyChatStore``) is not a file name: taken as one, ``sqlite:///chat.db`` became a
+    folder ``sqlite:`` in the working directory. Say what to write instead."""
+    scheme, sep, rest = value.partition("://")
+    if not sep or not scheme or not all(c.isalnum() or c in "+.-" for c in scheme):
+        return
+    dialect = scheme.split("+")[0].lower()
+    if dialect == "sqlite":
+        path = rest[1:] if rest.startswith("/") else rest  # sqlite:///x.db -> x.db
+        fix = f"the file's path, {path!r}" if path else "':memory:'"
+        raise InvalidInputError(f"{what} {value!r} is a SQLAlchemy URL; harombe takes {fix}.")
+    if dialect in ("postgresql", "postgres"):
+        raise InvalidInputError(
+            f"{what} {value!r} names a driver; harombe takes the plain "
+            f"'postgresql://{rest}' (it uses psycopg 3)."
+        )
+    raise InvalidInputError(
+        f"{what} {value!r} is a {scheme}:// URL; harombe stores in a SQLite file (pass its path) "
+        "or PostgreSQL (a postgresql:// URL)."
+    )
 
 
 # times -----------------------------------------------------------------------------------------
@@ -520,6 +545,21 @@ def check_options(value: Any, known: frozenset[str] | None, what: str) -> dict[s
 
 
 # framework models ------------------------------------------------------------------------------
+def known_arguments(owner: str, known: Iterable[str], given: Iterable[str]) -> None:
+    """A misspelt keyword of an adapter built on a pydantic model (LlamaIndex's components
+    ignore unknown fields) is an error that names the nearest spelling, not a setting silently
+    dropped (``token_limt=500`` left the default limit in place)."""
+    import difflib
+
+    names = sorted(set(known))
+    unknown = sorted(set(given) - set(names))
+    if not unknown:
+        return
+    close = difflib.get_close_matches(unknown[0], names, n=1)
+    hint = f"did you mean {close[0]!r}?" if close else f"its arguments: {', '.join(names)}."
+    raise InvalidInputError(f"{owner} got an unknown argument {unknown[0]!r}; {hint}")
+
+
 @contextmanager
 def pydantic_errors(owner: str) -> Iterator[None]:
     """Report a pydantic validation failure (an adapter's fields) as InvalidInputError."""

@@ -318,7 +318,7 @@ class CheckpointTables:
         then mirrors (None when the thread is gone or has no checkpoint), and whether messages
         were deleted from it (a ``RemoveMessage``: the files then owe their erasure)."""
         step = self.runner.step
-        rows = (yield step(_STATE + self.runner.for_update("s"), (thread_id,))).rows
+        rows = yield from self._locked_state(thread_id)
         mirror: Mirror | None = None
         removed: list[int] = []
         if rows:
@@ -560,13 +560,26 @@ class CheckpointTables:
     ) -> Body[ThreadState]:
         """The thread, locked until the transaction ends; with ``create`` (owner, now) its
         session is created first if it does not exist (else it must exist)."""
-        sql = sql + self.runner.for_update("s")
-        rows = (yield self.runner.step(sql, (thread_id,))).rows
+        rows = yield from self._locked_state(thread_id, sql)
         if not rows and create is not None:
             owner, now = create
             yield self.runner.step(_NEW_SESSION, (thread_id, owner, now, now))
-            rows = (yield self.runner.step(sql, (thread_id,))).rows
+            rows = yield from self._locked_state(thread_id, sql)
         return ThreadState.from_row(rows[0])
+
+    def _locked_state(self, thread_id: str, sql: str = _STATE) -> Body[list[Any]]:
+        """The rows of ``sql`` (a thread's state) read with the session's row locked.
+
+        On PostgreSQL the lock is taken by a statement of its own, and the state read after
+        it: a ``SELECT ... FOR UPDATE`` that waited for another transaction's lock re-reads
+        the locked row but evaluates its subqueries in the snapshot taken before the wait
+        (READ COMMITTED), so the newest checkpoint it named could be one that transaction had
+        just deleted (``delete_for_runs``), and the background session write put the deleted
+        run's messages back. SQLite's write transaction already holds the whole file."""
+        if not self.runner.writes_one_at_a_time:
+            yield from self._lock(thread_id)
+        rows: list[Any] = (yield self.runner.step(sql, (thread_id,))).rows
+        return rows
 
     def _lock(self, thread_id: str) -> Body[None]:
         """Take the session's row, so no put of this thread interleaves."""

@@ -88,7 +88,8 @@ def resolve_manager(
         if not isinstance(manager, MemoryManager):
             raise InvalidInputError(
                 f"{owner}: manager must be a harombe_core.MemoryManager, got "
-                f"{type(manager).__name__}."
+                f"{type(manager).__name__}; open one on the file and pass that: "
+                f"MemoryManager({_path_example(manager)})."
             )
         return manager, False
     if storage_path is None:
@@ -376,3 +377,8 @@ def conversation_history_fields() -> list[ConfigurableFieldSpec]:
         )
         for what, name in (("user", "User ID"), ("conversation", "Conversation ID"))
     ]
+
+
+def _path_example(value: object) -> str:
+    """The value itself when it looks like the path meant, else a placeholder path."""
+    return repr(os.fspath(value)) if isinstance(value, str | os.PathLike) else "'memory.db'"

@@ -129,7 +129,8 @@ class HarombeMemoryMiddleware(AgentMiddleware[HarombeMemoryState, Any, Any]):
         super().__init__()
         if not isinstance(manager, MemoryManager):
             raise InvalidInputError(
-                f"manager must be a harombe_core.MemoryManager, got {type(manager).__name__}."
+                f"manager must be a harombe_core.MemoryManager, got {type(manager).__name__}; "
+                "open one on the file and pass that: MemoryManager('memory.db')."
             )
         self.manager = manager
         self.session_id = session_id

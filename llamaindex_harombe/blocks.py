@@ -18,13 +18,13 @@ from collections import OrderedDict, defaultdict
 from typing import Any, Literal
 
 from llama_index.core.base.llms.types import ChatMessage
-from llama_index.core.bridge.pydantic import Field, PrivateAttr
+from llama_index.core.bridge.pydantic import BaseModel, Field, PrivateAttr
 from llama_index.core.memory.memory import BaseMemoryBlock
 
 from harombe_core import MemoryManager
 from harombe_core.errors import InvalidInputError
 from harombe_core.models import Message
-from harombe_core.validate import check_location
+from harombe_core.validate import check_location, known_arguments
 from llamaindex_harombe._owned import OwnedManager
 from llamaindex_harombe._recall import fit_context
 from llamaindex_harombe.chat_store import holds_its_queue
@@ -85,7 +85,7 @@ class HarombeMemoryBlock(OwnedManager, BaseMemoryBlock[str]):
     _recalled: OrderedDict[str, list[Message]] = PrivateAttr(default_factory=OrderedDict)
 
     def __init__(self, *, manager: MemoryManager | None = None, **data: Any) -> None:
-        super().__init__(**_location_fields(manager, data))
+        super().__init__(**_location_fields(type(self), manager, data))
         if self.scope == "user" and self.user_id is None:
             raise InvalidInputError("scope='user' needs user_id; or use scope='session'.")
         self._take_manager(manager, self.storage_path, self.embedding, self.vector_store)
@@ -167,9 +167,12 @@ class HarombeMemoryBlock(OwnedManager, BaseMemoryBlock[str]):
         )
 
 
-def _location_fields(manager: MemoryManager | None, data: dict[str, Any]) -> dict[str, Any]:
+def _location_fields(
+    block: type[BaseModel], manager: MemoryManager | None, data: dict[str, Any]
+) -> dict[str, Any]:
     """A block's fields: where a given ``manager`` lives (unless given), or the checked
-    ``storage_path``."""
+    ``storage_path``; a misspelt one is refused (pydantic would drop it)."""
+    known_arguments(block.__name__, [*block.model_fields, "class_name"], data)
     if manager is not None:
         location, embedding, vector_store = describe_manager(manager)
         data.setdefault("storage_path", location)
@@ -218,7 +221,7 @@ class HarombeProfileBlock(OwnedManager, BaseMemoryBlock[str]):
     _owns_manager: bool = PrivateAttr(default=True)
 
     def __init__(self, *, manager: MemoryManager | None = None, **data: Any) -> None:
-        super().__init__(**_location_fields(manager, data))
+        super().__init__(**_location_fields(type(self), manager, data))
         self._take_manager(manager, self.storage_path, self.embedding, self.vector_store)
 
     async def _aget(

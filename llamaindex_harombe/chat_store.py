@@ -34,6 +34,7 @@ from harombe_core.validate import (
     MAX_COUNT,
     check_count,
     check_location,
+    known_arguments,
     optional_count,
     optional_id,
     pydantic_errors,
@@ -72,6 +73,7 @@ class _ManagedStore(OwnedManager, BaseModel):
         manager: MemoryManager | None = None,
         **data: Any,
     ) -> None:
+        known_arguments(type(self).__name__, [*type(self).model_fields, "class_name"], data)
         if manager is not None:
             location, embedding, vector_store = describe_manager(manager)
             data.setdefault("embedding", embedding)

@@ -43,6 +43,7 @@ from harombe_core.validate import (
     check_count,
     check_id,
     check_location,
+    known_arguments,
     optional_id,
     pydantic_errors,
 )
@@ -224,6 +225,7 @@ class HarombeMemory(BaseMemory):
         llm: LLM | None = None,
         **data: Any,
     ) -> None:
+        known_arguments("HarombeMemory", [*type(self).model_fields, "class_name"], data)
         if manager is not None and embed_model is not None:
             raise InvalidInputError("pass embed_model or manager, not both.")
         if embed_model is not None:

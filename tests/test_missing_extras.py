@@ -83,3 +83,17 @@ def test_only_a_missing_package_of_the_extra_is_blamed_on_the_extra() -> None:
         requires_packages("x", "langchain", ("langchain_core",)),
     ):
         raise ModuleNotFoundError("No module named", name="langchain_core.messages")
+
+
+@pytest.mark.parametrize("spec", ["st", "sentence-transformers/all-MiniLM-L6-v2"])
+def test_a_sentence_transformers_model_without_the_st_extra_fails_when_memory_opens(
+    spec: str,
+) -> None:
+    """Not later, from the background worker on the first message embedded: the constructor
+    names the extra, like the other backends."""
+    out = _run(
+        ("sentence_transformers",),
+        f"from harombe_core import MemoryManager; MemoryManager(':memory:', embedding={spec!r})",
+    )
+    assert out.startswith("MissingExtraError: sentence-transformers embeddings"), out
+    assert "[st]'" in out

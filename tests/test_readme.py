@@ -3,8 +3,9 @@ drift from the library.
 
 Every ```python block of README.md and of the pages in ``PAGES`` runs in a fresh namespace, in a
 temporary folder with a temporary HOME (so ``~/.harombe/memory.db`` is a new database), offline.
-A block may use one name the page leaves to the reader, a model: ``NEEDS`` gives it an offline
-fake (a LangChain chat model, a LlamaIndex LLM, a ``prompt -> str`` callable). A statement whose
+A block of a docs page may use one name the page leaves to the reader, a model: ``NEEDS`` gives
+it an offline fake (a LangChain chat model, a ``prompt -> str`` callable); the README's blocks
+and the adapters' first examples build their own, so they run as pasted. A statement whose
 comment starts with an error's name (``# SessionOwnershipError: ...``) must raise that error. The
 YAML configuration block is loaded with ``MemoryManager.from_config``. No block is skipped; a new
 one runs too, and fails here until it runs offline. The README's blocks also run one after the
@@ -50,12 +51,6 @@ def _chat_model() -> Any:
     return RecordingChatModel()
 
 
-def _llama_llm() -> Any:
-    from llama_index.core.llms import MockLLM
-
-    return MockLLM()
-
-
 def _callable_llm() -> Callable[[str], str]:
     """``my_llm(prompt) -> str`` for the threaded memory: picks a thread and writes summaries."""
 
@@ -69,12 +64,8 @@ def _callable_llm() -> Callable[[str], str]:
 
 #: Page and section -> the names its blocks leave to the reader, and offline fakes.
 NEEDS: dict[str, dict[str, Callable[[], Any]]] = {
-    "README.md: LangChain": {"model": _chat_model},
-    "README.md: LlamaIndex": {"llm": _llama_llm},
-    "langchain.md: The agent": {"model": _chat_model},
     "langchain.md: Chains and retrievers": {"model": _chat_model},
     "langchain.md: The LangGraph store": {"model": _chat_model},
-    "llamaindex.md: Chat engines and agents": {"llm": _llama_llm},
     "threads-and-summaries.md: Threaded memory": {"my_llm": _callable_llm},
     "user-memory.md: Extractors": {"model": _chat_model},
 }
@@ -136,6 +127,10 @@ def test_the_readme_has_its_examples() -> None:
     for expected in ("Plain Python", "LangChain", "LlamaIndex", "Users and sessions"):
         assert f"README.md: {expected}" in sections
     assert set(NEEDS) <= set(sections), "NEEDS names a section without a python block"
+    # The README's examples run as pasted: they build their own offline model.
+    assert not [section for section in NEEDS if section.startswith("README.md: ")]
+    # ... and run as a script: no statement there is expected to raise.
+    assert not [s for s, code in BLOCKS if s.startswith("README.md: ") and _expected_errors(code)]
 
 
 def _run_block(section: str, code: str) -> None:

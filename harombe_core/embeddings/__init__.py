@@ -150,7 +150,7 @@ def resolve_embedder(spec: Any = "default", *, cache: bool | None = None) -> Emb
         return CachedEmbedder(spec) if cache else spec
     if not isinstance(spec, str | os.PathLike):
         raise InvalidInputError(
-            f"cannot use {type(spec).__name__} as an embedder (it lacks the Embedder methods); "
+            f"cannot use {type(spec).__name__} as an embedder ({_framework_hint(spec)}); "
             f"accepted: {ACCEPTED_SPECS}"
         )
     text = os.fspath(spec).strip()
@@ -193,6 +193,30 @@ def resolve_embedder(spec: Any = "default", *, cache: bool | None = None) -> Emb
     else:
         raise InvalidInputError(f"unknown embedder {text!r}; accepted: {ACCEPTED_SPECS}")
     return embedder if cache is not False else _unwrap(embedder)
+
+
+def _framework_hint(spec: object) -> str:
+    """What to do with a framework's object passed as ``embedding=``: the adapters wrap
+    embeddings models, and a chat model or LLM is not one (a common mix-up, since both are
+    "the model" in a LangChain or LlamaIndex app). Recognised by its methods, so the core
+    imports neither framework."""
+    name = type(spec).__name__
+    if callable(getattr(spec, "embed_documents", None)):
+        return (
+            "a LangChain Embeddings: wrap it, "
+            f"embedding=langchain_harombe.LangChainEmbedder({name}(...))"
+        )
+    if callable(getattr(spec, "get_text_embedding_batch", None)):
+        return (
+            "a LlamaIndex embedding model: wrap it, "
+            f"embedding=llamaindex_harombe.LlamaIndexEmbedder({name}(...))"
+        )
+    if any(callable(getattr(spec, m, None)) for m in ("invoke", "complete", "chat")):
+        return (
+            "it is a chat model or LLM, not an embeddings model: pass it where an llm or "
+            "model is asked for, and give embedding= an embeddings model or 'default'"
+        )
+    return "it lacks the Embedder methods"
 
 
 _SHARED: dict[tuple[str, ...], Embedder] = {}

@@ -8,6 +8,7 @@ sentence_transformers are imported on first use, not at import.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import threading
@@ -111,6 +112,13 @@ class SentenceTransformerEmbedder(BaseEmbedder):
             else:
                 self._source = source
                 default_name = source
+        if importlib.util.find_spec("sentence_transformers") is None:
+            # Said when the memory opens, not from the background worker on the first embed.
+            raise MissingExtraError(
+                f"sentence-transformers embeddings ({self._source_name(model)})",
+                extra="st",
+                module="sentence-transformers",
+            )
         self._name = name or default_name
         self._device = device
         self.batch_size = batch_size
@@ -119,6 +127,10 @@ class SentenceTransformerEmbedder(BaseEmbedder):
         local_dir = Path(self._source)
         known = _known_dimension(local_dir) if local_dir.is_dir() else None
         self._dimension_known = known
+
+    @staticmethod
+    def _source_name(model: str | os.PathLike[str] | None) -> str:
+        return BUNDLED_NAME if model is None else os.fspath(model)
 
     def _repr_fields(self) -> dict[str, object]:
         return {"name": self.name, "dimension": self._dimension_known}

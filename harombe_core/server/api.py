@@ -35,9 +35,11 @@ from harombe_core import errors as err
 from harombe_core.limits import current_limits
 from harombe_core.manager import MemoryManager
 from harombe_core.server.auth import (
+    KEY_COOKIE,
     LOOPBACK_HOSTS,
     Memory,
     ServerState,
+    bearer_key,
     current_scope,
     status_of,
 )
@@ -45,7 +47,12 @@ from harombe_core.server.inspector import add_inspector, error_page
 from harombe_core.server.keys import Scope
 from harombe_core.server.mcp_tools import McpEndpoint, build_mcp
 
-__all__ = ["MAX_APPEND", "add_api", "create_app", "max_body_bytes"]
+__all__ = ["MAX_APPEND", "MAX_CONCURRENT_PER_KEY", "add_api", "create_app", "max_body_bytes"]
+
+#: How many requests one API key may have in flight at once in one server process, by default
+#: (``harombe serve --max-concurrent-per-key``): generous for any client, yet one leaked or
+#: runaway key cannot take every worker thread and database connection of the server.
+MAX_CONCURRENT_PER_KEY = 64
 
 Asgi = Callable[
     [MutableMapping[str, Any], Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]],
@@ -123,6 +130,82 @@ class _BodyLimit(_HttpMiddleware):
             return read.pop(0) if read else await receive()
 
         await self.app(scope, replayed, send)
+
+
+class _PerKeyLimit(_HttpMiddleware):
+    """Refuse (429, ``Retry-After``) a request whose key already has ``limit`` in flight.
+
+    Counted per credential as sent (the Bearer key, or the inspector's cookie on GET), before
+    the key is looked up, so a flood of requests costs no database work; a request without one
+    is left to the 401 it gets. A request counts from its headers until the last byte of its
+    answer is handed to the server (not after: a client that has its answer may send the next
+    at once), or until its client leaves. Per process: N processes on one database allow N
+    times the limit.
+    """
+
+    def __init__(self, app: Asgi, limit: int) -> None:
+        super().__init__(app)
+        self.limit = limit
+        self.in_flight: dict[str, int] = {}
+
+    async def http(self, scope: Any, receive: Any, send: Any) -> None:
+        headers = Headers(scope=scope)
+        key = bearer_key(headers)
+        if key is None and scope.get("method") == "GET":
+            key = _cookie(headers.get("cookie", ""), KEY_COOKIE)
+        if key is None or self.limit <= 0:
+            await self.app(scope, receive, send)
+            return
+        if self.in_flight.get(key, 0) >= self.limit:
+            response = JSONResponse(
+                {
+                    "error": "TooManyRequestsError",
+                    "detail": (
+                        f"this API key already has {self.limit} requests in flight on this "
+                        "server, the most it allows (harombe serve --max-concurrent-per-key); "
+                        "wait for one to finish, or send fewer at once."
+                    ),
+                },
+                status_code=429,
+                headers={"Retry-After": "1"},
+            )
+            await response(scope, receive, send)
+            return
+        self.in_flight[key] = self.in_flight.get(key, 0) + 1
+        done = False
+
+        def finish() -> None:
+            nonlocal done
+            if not done:
+                done = True
+                left = self.in_flight[key] - 1
+                if left:
+                    self.in_flight[key] = left
+                else:
+                    del self.in_flight[key]
+
+        async def sending(message: Any) -> None:
+            if message["type"] == "http.response.body" and not message.get("more_body", False):
+                finish()
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            finish()
+
+
+def _cookie(header: str, name: str) -> str | None:
+    """The value of cookie ``name`` in a ``Cookie`` header, if any."""
+    from http.cookies import SimpleCookie
+
+    jar: SimpleCookie = SimpleCookie()
+    try:
+        jar.load(header)
+    except Exception:  # a malformed header: no key, the 401 says so
+        return None
+    morsel = jar.get(name)
+    return morsel.value if morsel is not None else None
 
 
 #: Methods a browser sends across sites without asking (a form, a ``fetch`` without CORS) that
@@ -443,6 +526,7 @@ def create_app(
     embedding: Any = None,
     vector_store: Any = None,
     host: str = "127.0.0.1",
+    max_concurrent_per_key: int = MAX_CONCURRENT_PER_KEY,
 ) -> FastAPI:
     """The app serving ``db`` (a path, a ``postgresql://`` URL, or an open manager, which the
     app then does not close).
@@ -450,6 +534,7 @@ def create_app(
     ``auth=False`` serves every request as an admin: only for a loopback demo (``harombe
     serve`` refuses it on another host). ``embedding`` and ``vector_store`` are the manager's
     (off by default: keyword search, and nothing that one process alone may hold open).
+    ``max_concurrent_per_key`` caps the requests one key has in flight (0: no cap).
     """
     owned = not isinstance(db, MemoryManager)
     manager = (
@@ -503,6 +588,7 @@ def create_app(
     add_inspector(app)
     endpoint.add_to(app)
     app.add_middleware(_BodyLimit)
+    app.add_middleware(_PerKeyLimit, limit=max_concurrent_per_key)
     app.add_middleware(_SameOriginWrites, allowed=cors_origins)
     app.add_middleware(_SecurityHeaders)
     if host in LOOPBACK_HOSTS:

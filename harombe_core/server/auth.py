@@ -20,7 +20,7 @@ from harombe_core.server.keys import (
     Scope,
     aresolve_key,
 )
-from harombe_core.server.memory import ScopedMemory
+from harombe_core.server.memory import ScopedMemory, SessionIdUnavailableError
 
 __all__ = [
     "KEY_COOKIE",
@@ -46,6 +46,7 @@ STATUS: dict[type[err.HarombeError], int] = {
     NotAuthenticatedError: 401,
     AccessDeniedError: 403,
     err.SessionOwnershipError: 403,
+    SessionIdUnavailableError: 409,
     err.SessionNotFoundError: 404,
     err.InputTooLargeError: 413,
     err.InvalidInputError: 422,

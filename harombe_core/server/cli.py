@@ -112,6 +112,15 @@ def serve_command(
             help="On SIGTERM, how long requests in flight may take before they are cut.",
         ),
     ] = SHUTDOWN_SECONDS,
+    max_concurrent_per_key: Annotated[
+        int,
+        typer.Option(
+            "--max-concurrent-per-key",
+            metavar="N",
+            min=0,
+            help="Requests one API key may have in flight at once; more get 429 (0: no cap).",
+        ),
+    ] = 64,  # api.MAX_CONCURRENT_PER_KEY (not imported here: the CLI stays light)
 ) -> None:
     """Serve memory over HTTP: JSON API (/api, /docs), MCP (/mcp) and inspector (/)."""
     with clean_errors():
@@ -144,6 +153,7 @@ def serve_command(
                 embedding=embedding,
                 vector_store=vector_store if embedding else None,
                 host=host,
+                max_concurrent_per_key=max_concurrent_per_key,
             )
             bound = listener.getsockname()[1]  # the port chosen, for --port 0
             shown = f"[{host}]" if ":" in host else host

@@ -9,6 +9,10 @@ reaches, or is an admin key (no user) that reaches every user's. Keys live in th
 as the memory they open, so every ``harombe serve`` process on one SQLite file or one PostgreSQL
 database accepts the same keys, and a revoked key stops working in all of them at once.
 
+A key's public id (what ``harombe keys list`` shows, ``harombe keys revoke`` takes and
+:attr:`Scope.key_id` carries) is random and unrelated to the key (:func:`new_key_id`), so a
+listing, a log line or a screenshot of one gives away no bit of the key.
+
 Each operation is one SQL body (:mod:`harombe_core.store.sql_body`), the same on both backends.
 """
 
@@ -34,6 +38,7 @@ __all__ = [
     "create_key",
     "hash_key",
     "list_keys",
+    "new_key_id",
     "resolve_key",
     "revoke_key",
 ]
@@ -89,6 +94,12 @@ class ApiKey:
     revoked: bool
 
 
+def new_key_id() -> str:
+    """A key's public id: ``k`` and 16 random hex digits, drawn apart from the key (schema
+    migration 16 gives keys made before the same form)."""
+    return "k" + secrets.token_hex(8)
+
+
 def hash_key(key: str) -> str:
     """The stored form of ``key``: its SHA-256, in hex."""
     return hashlib.sha256(key.encode("utf-8")).hexdigest()
@@ -108,12 +119,9 @@ def create_key(
         check_id(user_id, "user_id")
     if label is not None and (not isinstance(label, str) or len(label) > 200):
         raise InvalidInputError("a key's label must be a string of at most 200 characters.")
-    body = secrets.token_urlsafe(32)
-    while body.startswith("-"):  # an id starting with "-" reads as an option on a command line
-        body = secrets.token_urlsafe(32)
-    secret = KEY_PREFIX + body
+    secret = KEY_PREFIX + secrets.token_urlsafe(32)
     record = ApiKey(
-        id=secret[len(KEY_PREFIX) : len(KEY_PREFIX) + 8],
+        id=new_key_id(),
         user_id=user_id,
         admin=admin,
         label=label,
@@ -164,8 +172,8 @@ def list_keys(store: Any, *, user_id: str | None = None) -> list[ApiKey]:
 
 
 def revoke_key(store: Any, key_id: str) -> bool:
-    """Stop the key whose id (its first characters, as listed) is ``key_id``; True if it was
-    live. The record stays, so a listing shows the key existed."""
+    """Stop the key whose public id (as listed) is ``key_id``; True if it was live. The
+    record stays, so a listing shows the key existed."""
     check_id(key_id, "key id")
     runner = sql_runner(store)
 

@@ -7,16 +7,30 @@ argument), so the manager's own ownership checks (SessionOwnershipError, the sto
 filter on searches) do the enforcing; nothing here filters results after reading them. A user
 key acts only as its own user; an admin key acts as the user a request names, or for every user.
 
+A user key cannot tell another user's session from a missing one (no existence oracle): every
+read, change or deletion of a session that is not its user's answers exactly as for an id that
+does not exist (:class:`~harombe_core.errors.SessionNotFoundError`, same message, HTTP 404), and
+every refused create (an id in use by anyone, or another user's ``USER:NAME`` conversation id,
+whether that conversation exists yet or not) answers one :class:`SessionIdUnavailableError`
+(HTTP 409) that never says whose the id is. An admin key keeps the precise answers
+(``SessionOwnershipError`` naming the owner, ``already exists``): it may see everything anyway.
+
 The results are plain JSON values (``dict``/``list``), the same for every surface.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from harombe_core.errors import InvalidInputError, SessionNotFoundError
+from harombe_core.errors import (
+    HarombeError,
+    InvalidInputError,
+    SessionNotFoundError,
+    SessionOwnershipError,
+)
 from harombe_core.owners import session_key, split_session_key
 from harombe_core.server.keys import AccessDeniedError, Scope
 
@@ -24,12 +38,49 @@ if TYPE_CHECKING:
     from harombe_core.manager import MemoryManager
     from harombe_core.models import Message, SearchHit, Session
 
-__all__ = ["ScopedMemory", "hit_json", "message_json", "session_json"]
+__all__ = [
+    "ScopedMemory",
+    "SessionIdUnavailableError",
+    "hit_json",
+    "message_json",
+    "session_json",
+]
 
 #: How many recent sessions' summaries a profile shows beside the user's facts and tasks.
 PROFILE_SESSIONS = 10
 #: How many of the most recent sessions an admin's list of users is drawn from.
 USER_SESSIONS = 1000
+
+
+class SessionIdUnavailableError(HarombeError):
+    """A user key may not create a session with this id (HTTP 409): it is in use (by this user
+    or any other), or it is another user's ``USER:NAME`` conversation id. One answer for every
+    reason, so a key learns nothing of other users' sessions from it."""
+
+    def __init__(self, session_id: str, user: str | None) -> None:
+        own = ""
+        if user is not None:
+            try:
+                _, name = split_session_key(session_id)
+            except InvalidInputError:
+                name = None
+            if name is not None:
+                own = f", or {session_key(user, name)!r} for this user's conversation {name!r}"
+        super().__init__(
+            f"session id {session_id!r} is not available to this key: it is in use, or it is "
+            "the id of another user's conversation (ids of the form USER:NAME are USER's); "
+            f"choose another id (or leave session_id out for a new one){own}. GET /api/sessions "
+            "(or the list_sessions tool) lists this key's sessions."
+        )
+        self.session_id = session_id
+
+
+def not_found(session_id: str) -> SessionNotFoundError:
+    """The one answer to a session this scope cannot see, whether it exists or not."""
+    return SessionNotFoundError(
+        f"no session {session_id!r} here; GET /api/sessions (or the list_sessions tool) "
+        "lists the sessions this key may use."
+    )
 
 
 def message_json(message: Message) -> dict[str, Any]:
@@ -81,14 +132,23 @@ class ScopedMemory:
         if not self.scope.admin:
             raise AccessDeniedError(f"{what} needs an admin key (harombe keys create --admin).")
 
+    @contextmanager
+    def _unseen(self, session_id: str) -> Iterator[None]:
+        """For a user key, another user's session reads as missing (see the module docstring);
+        an admin key gets the precise SessionOwnershipError."""
+        try:
+            yield
+        except SessionOwnershipError as exc:
+            if self.scope.admin:
+                raise
+            raise not_found(session_id) from exc
+
     async def session(self, session_id: str, user_id: str | None = None) -> Session:
         """The session, if this scope may read it; SessionNotFoundError when there is none."""
-        session = await self.manager.aget_session(session_id, user_id=self.user(user_id))
+        with self._unseen(session_id):
+            session = await self.manager.aget_session(session_id, user_id=self.user(user_id))
         if session is None:
-            raise SessionNotFoundError(
-                f"no session {session_id!r} here; GET /api/sessions (or the list_sessions tool) "
-                "lists the sessions this key may use."
-            )
+            raise not_found(session_id)
         return session
 
     async def may_create(self, session_id: str, user: str | None) -> None:
@@ -97,20 +157,40 @@ class ScopedMemory:
         ``"bob:memory"`` is the id ``MemoryManager.conversation_session_id`` gives bob's
         conversation ``memory`` (his MCP memory, his LangChain histories). Session
         ids are one namespace, so if anyone else could create it first, bob could never use
-        his own conversation (every write of his would be refused as not his). An existing
-        session is left to the manager's ownership check; only creating one is refused here.
+        his own conversation (every write of his would be refused as not his). A user key gets
+        the same :class:`SessionIdUnavailableError` whether bob has started it or not (unless
+        the session is, from before this rule, the key's own user's); an admin key gets the
+        precise answer, and an existing session is left to the manager's ownership check.
         """
         try:
             owner, name = split_session_key(session_id)
         except InvalidInputError:
             return  # not of the form user:name
-        if owner == user or await self.manager.aget_session(session_id) is not None:
+        if owner == user:
+            return
+        existing = await self.manager.aget_session(session_id)
+        if not self.scope.admin:
+            if existing is None or existing.user_id != user:
+                raise SessionIdUnavailableError(session_id, user)
+            return
+        if existing is not None:
             return
         yours = f", or {session_key(user, name)!r} for this user" if user else ""
         raise AccessDeniedError(
             f"session id {session_id!r} is the per-user conversation id of user {owner!r}, and "
             f"only that user may start it; choose an id without ':'{yours}."
         )
+
+    @contextmanager
+    def _creating(self, session_id: str, user: str | None) -> Iterator[None]:
+        """For a user key, a create refused because the id is another user's session answers
+        :class:`SessionIdUnavailableError`, never whose it is (an admin key: as raised)."""
+        try:
+            yield
+        except SessionOwnershipError as exc:
+            if self.scope.admin:
+                raise
+            raise SessionIdUnavailableError(session_id, user) from exc
 
     # sessions --------------------------------------------------------------------------------
     async def list_sessions(
@@ -130,9 +210,19 @@ class ScopedMemory:
         user = self.user(user_id)
         if session_id is not None:
             await self.may_create(session_id, user)
-        sid = await self.manager.acreate_session(
-            system_prompt, metadata, user, session_id=session_id
-        )
+            if not self.scope.admin and await self.manager.aget_session(session_id) is not None:
+                raise SessionIdUnavailableError(session_id, user)
+        try:
+            sid = await self.manager.acreate_session(
+                system_prompt, metadata, user, session_id=session_id
+            )
+        except InvalidInputError:
+            # made by another request since the check above: the same answer as taken before
+            if session_id is None or self.scope.admin:
+                raise
+            if await self.manager.aget_session(session_id) is None:
+                raise
+            raise SessionIdUnavailableError(session_id, user) from None
         return session_json(await self.session(sid, user_id))
 
     async def get_session(self, session_id: str) -> dict[str, Any]:
@@ -149,12 +239,14 @@ class ScopedMemory:
         await self.session(session_id)  # must exist and be this scope's
         if "user_id" in changes:
             self.require_admin("moving a session to another user")
-        await self.manager.aupdate_session(session_id, **changes)
+        with self._unseen(session_id):
+            await self.manager.aupdate_session(session_id, **changes)
         return session_json(await self.session(session_id))
 
     async def delete_session(self, session_id: str) -> dict[str, Any]:
         await self.session(session_id)
-        deleted = await self.manager.adelete_session(session_id, user_id=self.user())
+        with self._unseen(session_id):
+            deleted = await self.manager.adelete_session(session_id, user_id=self.user())
         return {"deleted": deleted, **await self._erased(deleted)}
 
     async def _erased(self, deleted: bool) -> dict[str, Any]:
@@ -172,21 +264,24 @@ class ScopedMemory:
         """Append messages in one transaction; an unknown session is created for this user."""
         user = self.user(user_id)
         await self.may_create(session_id, user)
-        ids = await self.manager.asave_messages(session_id, messages, user_id=user)
+        with self._creating(session_id, user):
+            ids = await self.manager.asave_messages(session_id, messages, user_id=user)
         return {"session_id": session_id, "ids": ids}
 
     async def messages(
         self, session_id: str, *, limit: int | None = None, after_id: int | None = None
     ) -> list[dict[str, Any]]:
         await self.session(session_id)
-        found = await self.manager.aget_messages(
-            session_id, limit=limit, after_id=after_id, user_id=self.user()
-        )
+        with self._unseen(session_id):
+            found = await self.manager.aget_messages(
+                session_id, limit=limit, after_id=after_id, user_id=self.user()
+            )
         return [message_json(m) for m in found]
 
     async def window(self, session_id: str, max_tokens: int | None = None) -> dict[str, Any]:
         await self.session(session_id)
-        window = await self.manager.aget_window(session_id, max_tokens, user_id=self.user())
+        with self._unseen(session_id):
+            window = await self.manager.aget_window(session_id, max_tokens, user_id=self.user())
         return {"messages": [message_json(m) for m in window.messages], "tokens": window.tokens}
 
     async def context(
@@ -204,15 +299,16 @@ class ScopedMemory:
         from harombe_core.strategies import ContextBudget
 
         await self.session(session_id)
-        messages = await self.manager.aget_context(
-            session_id,
-            strategy,
-            max_tokens,
-            keep_last=keep_last,
-            query=query,
-            budget=ContextBudget() if full else None,
-            user_id=self.user(),
-        )
+        with self._unseen(session_id):
+            messages = await self.manager.aget_context(
+                session_id,
+                strategy,
+                max_tokens,
+                keep_last=keep_last,
+                query=query,
+                budget=ContextBudget() if full else None,
+                user_id=self.user(),
+            )
         return {
             "messages": [message_json(m) for m in messages],
             "tokens": sum(m.token_count or 0 for m in messages),
@@ -220,7 +316,8 @@ class ScopedMemory:
 
     async def summarize(self, session_id: str) -> dict[str, Any]:
         await self.session(session_id)
-        await self.manager.asummarize_session(session_id, user_id=self.user())
+        with self._unseen(session_id):
+            await self.manager.asummarize_session(session_id, user_id=self.user())
         return session_json(await self.session(session_id))
 
     async def search(
@@ -236,7 +333,8 @@ class ScopedMemory:
         user = self.user(user_id)
         if session_id is not None:
             await self.session(session_id, user_id)
-        hits = await self.manager.asearch(query, top_k, session_id, user)
+        with self._unseen(session_id or ""):
+            hits = await self.manager.asearch(query, top_k, session_id, user)
         return [hit_json(h) for h in hits]
 
     # users -----------------------------------------------------------------------------------
@@ -291,5 +389,6 @@ class ScopedMemory:
         from harombe_core.export.records import SessionRecord
 
         session = await self.session(session_id)
-        found = await self.manager.aget_messages(session_id, user_id=self.user())
+        with self._unseen(session_id):
+            found = await self.manager.aget_messages(session_id, user_id=self.user())
         return dumps([SessionRecord.from_session(session, found)], fmt)

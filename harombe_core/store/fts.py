@@ -112,7 +112,7 @@ def fts_query(text: str | Sequence[str]) -> str | None:
     BM25 then ranks by how many rare words match, which is what a user typing a question means.
     A word of Chinese, Japanese or Korean characters is the phrase of its characters (as
     :func:`spaced` indexes them; an index written before that was re-indexed as the file was
-    opened, schema migration 16).
+    opened, schema migration 17).
     """
     words = query_words(text) if isinstance(text, str) else list(text)
     if not words:
@@ -123,7 +123,7 @@ def fts_query(text: str | Sequence[str]) -> str | None:
 def pg_query(words: Sequence[str]) -> str | None:
     """The same words as a ``websearch_to_tsquery`` text for PostgreSQL's keyword indexes:
     OR-ed, a word of Chinese, Japanese or Korean characters quoted as the phrase of its
-    characters (the index holds them spaced: ``harombe_spaced``, PG migration 12). A word is
+    characters (the index holds them spaced: ``harombe_spaced``, PG migration 13). A word is
     letters and digits only (:func:`query_words`), so the one syntax it can carry is a literal
     "or", which is what joins them anyway."""
     if not words:

@@ -356,9 +356,7 @@ class PostgresStore(KeywordShortcuts):
             return delay * (1 + random.random())
         return None
 
-    def _keyed(
-        self, factory: Callable[[], Body[T]], key: uuid.UUID, attempt: int, started: float
-    ) -> Body[T]:
+    def _keyed(self, factory: Callable[[], Body[T]], tries: _Attempts[T]) -> Body[T]:
         """``factory``'s body, applied exactly once however often the transaction is retried.
 
         The write records ``key`` and its result in ``harombe_writes`` in its own transaction,
@@ -367,8 +365,12 @@ class PostgresStore(KeywordShortcuts):
         last (the retry window, one more connection attempt, the backoff), so the lookup always
         finds a committed write, and every ``_PRUNE_EVERY``-th write of a store deletes rows
         past that age (``SKIP LOCKED``: never waits for another writer). The log therefore
-        holds about the last ``_write_log_seconds`` of writes, never more.
+        holds about the last ``_write_log_seconds`` of writes, never more. A result holding
+        text (a removed message, a session id) is deleted as soon as the call has it
+        (:meth:`_Attempts.forget_recorded`): a retry of a call that returned cannot come, and
+        text a user deleted must not outlive the call in this log.
         """
+        key, attempt, started = tries.key, tries.attempt, tries.started
         if attempt > 1:
             if time.monotonic() - started > self._write_log_seconds - _WRITE_LOG_SLACK / 2:
                 raise StoreUnavailableError(
@@ -378,6 +380,7 @@ class PostgresStore(KeywordShortcuts):
                 )
             done = (yield Step("SELECT result FROM harombe_writes WHERE key = %s", (key,))).rows
             if done:
+                tries.holds_text = '"' in done[0][0]
                 return json.loads(done[0][0])
         value = yield from factory()
         try:
@@ -392,6 +395,7 @@ class PostgresStore(KeywordShortcuts):
             "VALUES (%s, %s, now() + make_interval(secs => %s))",
             (key, recorded, self._write_log_seconds),
         )
+        tries.holds_text = '"' in recorded  # only JSON strings can hold a user's text
         if next(self._writes) % _PRUNE_EVERY == 0:
             yield Step(_PRUNE_SQL, (_PRUNE_BATCH,))
         return value
@@ -421,11 +425,15 @@ class PostgresStore(KeywordShortcuts):
                     with conn.transaction(), conn.cursor() as cur:
                         body = tries.body()
                         if not pin:
-                            return drive(cur, body)
-                        with self._block.open(cur):
-                            return drive(cur, body)
+                            value = drive(cur, body)
+                        else:
+                            with self._block.open(cur):
+                                value = drive(cur, body)
             except (psycopg.Error, UnicodeError) as exc:
                 time.sleep(tries.wait(exc))
+            else:
+                tries.forget_recorded()
+                return value
 
     def _run_inside(self, cur: psycopg.Cursor[Any], factory: Callable[[], Body[T]]) -> T:
         """Run a body inside the :meth:`atomic` block of this thread.
@@ -590,13 +598,30 @@ class _Attempts(Generic[T]):
         self.deadline = self.started + store._retry_seconds
         self.delay = 0.05
         self.attempt = 0
+        self.holds_text = False  # the recorded result holds a string (set by _keyed)
 
     def body(self) -> Body[T]:
         """A fresh body for the next try (keyed, so a retry never applies it twice)."""
         self.attempt += 1
         if self.key is None:
             return self.factory()
-        return self.store._keyed(self.factory, self.key, self.attempt, self.started)
+        return self.store._keyed(self.factory, self)
+
+    def forget_recorded(self) -> None:
+        """Delete the committed call's write-log row if its result holds text.
+
+        Run once the call's connection is back in the pool with its result in hand, so no
+        retry of this call will look the row up; left in place, a removed message
+        (LlamaIndex ``delete_message`` returns it) would stay in a row until the log is
+        pruned. A failure here loses nothing: the row still expires.
+        """
+        if self.key is None or not self.holds_text:
+            return
+        try:
+            with self.store._pool.connection() as conn:
+                conn.execute("DELETE FROM harombe_writes WHERE key = %s", (self.key,))
+        except psycopg.Error as exc:
+            log.debug("%s: a write-log row is left to expire (%s)", self.store.location, exc)
 
     def wait(self, exc: BaseException) -> float:
         """Seconds to wait before the next try after ``exc``; raises it, typed, when it is

@@ -517,20 +517,18 @@ MIGRATIONS: list[list[str]] = [
     # name), so a search by another model leaves them out instead of ranking a query against
     # vectors of another space. Vectors written before have none: model unknown, stale.
     ["ALTER TABLE store_vectors ADD COLUMN model TEXT"],
-    # 16: Chinese, Japanese and Korean words inside a run of text are found
-    # (store/unspaced.py): the facts' triggers index a fact's text with each of those
-    # characters set apart (``harombe_spaced``, a function every connection of harombe's
-    # defines), and the rows indexed before, as one token per run, are indexed again that way:
-    # the facts and the messages (or turns they answer) that hold such characters, only them.
+    # 16: an API key's public id (listed, revoked by, logged) was the key's first 8
+    # characters, 48 of its bits in every listing: each key gets a random id unrelated to it
+    # (server/keys.py new_key_id), the same form as a new key's.
+    ["UPDATE api_keys SET id = 'k' || lower(hex(randomblob(8)))"],
+    # 17: Chinese, Japanese and Korean words inside a run of text are found
+    # (store/unspaced.py): the rows indexed before, as one token per run, are indexed again
+    # with each of those characters set apart (``harombe_spaced``, a function harombe's
+    # connections define; the migration runs in harombe): the facts and the messages (or turns
+    # they answer) that hold such characters, only them. Nothing left in the schema calls it:
+    # the facts' triggers stay those of migration 7, and harombe's own fact writes set the
+    # spaced text (facts/ops.py _insert_fact), so plain sqlite3 can still write every table.
     [
-        "DROP TRIGGER facts_fts_insert",
-        """CREATE TRIGGER facts_fts_insert AFTER INSERT ON facts BEGIN
-            INSERT INTO facts_fts (rowid, text) VALUES (new.id, harombe_spaced(new.text));
-        END""",
-        "DROP TRIGGER facts_fts_update",
-        """CREATE TRIGGER facts_fts_update AFTER UPDATE OF text ON facts BEGIN
-            UPDATE facts_fts SET text = harombe_spaced(new.text) WHERE rowid = new.id;
-        END""",
         "UPDATE facts_fts SET text = harombe_spaced(text) WHERE harombe_spaced(text) <> text",
         "UPDATE messages_fts SET content = harombe_spaced(content), "
         "context = harombe_spaced(context) "
@@ -734,8 +732,10 @@ PG_MIGRATIONS: list[list[str]] = [
     ],
     # 11: the embedding model of each store item vector, as SQLite migration 14.
     ["ALTER TABLE store_vectors ADD COLUMN IF NOT EXISTS model TEXT"],
-    # 12: Chinese, Japanese and Korean words inside a run of text are found, as SQLite
-    # migration 16: ``harombe_spaced`` sets each of their characters apart (store/unspaced.py;
+    # 12: a random public id for every API key, as SQLite migration 16.
+    ["UPDATE api_keys SET id = 'k' || substr(md5(gen_random_uuid()::text), 1, 16)"],
+    # 13: Chinese, Japanese and Korean words inside a run of text are found, as SQLite
+    # migration 17: ``harombe_spaced`` sets each of their characters apart (store/unspaced.py;
     # the parser made one token of a whole run), the messages' keyword vectors that hold such
     # characters are computed again through it, and the facts' generated vector is replaced by
     # one computed through it (which recomputes every fact's).

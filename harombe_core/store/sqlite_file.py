@@ -62,6 +62,9 @@ from harombe_core.store.shared import Lease, SharedRegistry
 from harombe_core.store.sqlite_checks import plan_open
 from harombe_core.store.unspaced import spaced
 
+#: Seconds a read waits, one after another, for an in-memory database's table lock to go.
+_TABLE_LOCK_WAITS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.4, 0.8, 1.6)
+
 __all__ = [
     "FORK_WAIT_SECONDS",
     "SQLiteFile",
@@ -226,8 +229,9 @@ class SQLiteFile:
             # Deleted rows are zeroed, not just marked free, whatever the build's default:
             # deleted means gone from the file (store/erasure.py).
             conn.execute("PRAGMA secure_delete = ON")
-            # The keyword indexes' transform of unspaced scripts (store/unspaced.py): the facts'
-            # triggers call it, whichever connection writes a fact.
+            # The keyword indexes' transform of unspaced scripts (store/unspaced.py), for the
+            # re-indexing migration and the messages' catch-up. No trigger, view or index may
+            # call it: the file must stay writable by a connection without it (sqlite3).
             conn.create_function("harombe_spaced", 1, spaced, deterministic=True)
             if not self._memory:
                 conn.execute("PRAGMA synchronous = NORMAL")
@@ -462,6 +466,19 @@ class SQLiteFile:
         BEGIN and COMMIT (two statements more) are left out."""
         if self.block.handle is not None:
             return self._write_inside(fn)
+        for wait in _TABLE_LOCK_WAITS:
+            try:
+                return self._snapshot_once(fn, begin)
+            except StoreBusyError as exc:
+                # An in-memory database shares one cache between connections: a read meets a
+                # writer's table lock at once (SQLITE_LOCKED, which busy_timeout never waits
+                # for). A read has no effect, so it waits for the writer and runs again.
+                if "table is locked" not in str(exc):
+                    raise
+                time.sleep(wait)
+        return self._snapshot_once(fn, begin)
+
+    def _snapshot_once(self, fn: Callable[[Any], T], begin: bool) -> T:
         conn = self._enter()
         try:
             if not begin:

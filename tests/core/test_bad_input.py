@@ -307,6 +307,28 @@ def test_wrong_storage_path_types(bad: object) -> None:
         MemoryManager(bad, embedding=None)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize(
+    ("url", "fix"),
+    [
+        ("sqlite:///chat.db", "harombe takes the file's path, 'chat.db'"),
+        ("sqlite:////srv/chat.db", "harombe takes the file's path, '/srv/chat.db'"),
+        ("sqlite://", "harombe takes ':memory:'"),
+        ("postgresql+psycopg://u@db/app", "harombe takes the plain 'postgresql://u@db/app'"),
+        ("mysql://u@db/app", "SQLite file (pass its path) or PostgreSQL"),
+    ],
+)
+def test_a_sqlalchemy_url_says_what_to_pass(
+    url: str, fix: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """LangChain's and LlamaIndex's SQL stores take SQLAlchemy URLs; taken as a file name,
+    ``sqlite:///chat.db`` made a folder ``sqlite:`` in the working directory."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InvalidInputError, match="storage_path") as info:
+        MemoryManager(url, embedding=None)
+    assert fix in str(info.value)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_refusing_a_file_leaves_the_good_store_alone(tmp_path: Path) -> None:
     good = tmp_path / "good.db"
     with MemoryManager(good, embedding=None) as mm:

@@ -229,3 +229,23 @@ def test_a_linear_session_is_drawn_as_one_chain(db: str, tmp_path: Path) -> None
     assert ids == sorted(ids)  # each message follows the one before it
     picture = runner.invoke(app, ["graph", "alpha", "--db", db, "--out", str(tmp_path / "g.svg")])
     assert "(4 messages, 1 thread)" in picture.output
+
+
+@pytest.mark.parametrize("command", ["forget", "migrate", "import", "reindex"])
+def test_help_paragraphs_are_reflowed_not_broken_at_the_docstrings_line_ends(
+    command: str,
+) -> None:
+    """A docstring is wrapped at 100 columns in the source; on an 80-column terminal its lines
+    used to be wrapped again, leaving a word or two alone on a line ("cleaned")."""
+    result = runner.invoke(app, [command, "--help"], env={"COLUMNS": "80", "NO_COLOR": "1"})
+    assert result.exit_code == 0, result.output
+    description = result.output.split("╭")[0].splitlines()
+    paragraphs: list[list[str]] = [[]]
+    for line in description:
+        if line.strip():
+            paragraphs[-1].append(line.strip())
+        elif paragraphs[-1]:
+            paragraphs.append([])
+    for lines in paragraphs:
+        for line in lines[:-1]:  # every line but a paragraph's last is filled
+            assert len(line) > 50, f"{line!r} in {lines}"

@@ -135,6 +135,30 @@ def test_invalid_config_names_the_key(data: dict[str, object], where: str) -> No
         MemoryManager.from_config(data)
 
 
+@pytest.mark.parametrize(
+    ("data", "fix"),
+    [
+        # Keys written at the top level, as MemoryManager(...) takes them: the block they go in.
+        (
+            {"storage_path": "x.db"},
+            "storage_path: unknown key; it belongs in a block: write it as memory.storage_path",
+        ),
+        ({"embedding": None}, "write it as vector_store.embedding_model"),
+        ({"max_history_token": 5}, "did you mean 'memory.max_history_tokens'?"),
+        # A typo inside a block, or a key in the wrong block.
+        ({"memory": {"max_history_token": 5}}, "did you mean 'max_history_tokens'?"),
+        ({"memroy": {}}, "did you mean 'memory'?"),
+        ({"rag": {"storage_path": "x.db"}}, "it belongs in another block: memory.storage_path"),
+        ({"rag": {"zzz": 1}}, "known keys here: enabled, "),
+    ],
+)
+def test_an_unknown_key_says_where_it_belongs(data: dict[str, object], fix: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config(data)
+    assert fix in str(caught.value)
+    assert "Extra inputs are not permitted" not in str(caught.value)
+
+
 def test_unreadable_or_malformed_files(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="cannot read config file"):
         load_config(tmp_path / "missing.yaml")

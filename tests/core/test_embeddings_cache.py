@@ -104,6 +104,37 @@ def test_resolve_wraps_objects_only_on_request() -> None:
     assert resolve_embedder(wrapped, cache=False) is fake
 
 
+class _LangChainLikeEmbeddings:
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return [[1.0] for _ in texts]
+
+
+class _LlamaIndexLikeEmbedding:
+    def get_text_embedding_batch(self, texts: list[str]) -> list[list[float]]:
+        return [[1.0] for _ in texts]
+
+
+class _ChatModelLike:
+    def invoke(self, prompt: str) -> str:
+        return prompt
+
+
+@pytest.mark.parametrize(
+    ("spec", "fix"),
+    [
+        (_LangChainLikeEmbeddings(), "langchain_harombe.LangChainEmbedder(_LangChainLike"),
+        (_LlamaIndexLikeEmbedding(), "llamaindex_harombe.LlamaIndexEmbedder(_LlamaIndexLike"),
+        (_ChatModelLike(), "it is a chat model or LLM, not an embeddings model"),
+    ],
+)
+def test_a_framework_object_as_embedder_says_what_to_pass(spec: object, fix: str) -> None:
+    """The frameworks' embeddings need the adapter's wrapper, and a chat model is no embedder:
+    the message says which, recognised by methods (the core imports neither framework)."""
+    with pytest.raises(InvalidInputError, match="cannot use") as info:
+        resolve_embedder(spec)
+    assert fix in str(info.value)
+
+
 @pytest.mark.parametrize(
     ("spec", "message"),
     [

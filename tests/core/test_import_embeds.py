@@ -162,3 +162,55 @@ def test_harombe_import_without_the_model_extras_imports_for_keyword_search(
     with MemoryManager(str(target), embedding=None) as plain:
         assert plain.count_tokens(plain.get_messages("trip")) > 0
         assert plain.store.run(ops.get_meta("embedding_model")) is None
+
+
+def test_ctrl_c_mid_import_says_nothing_was_imported(
+    backup: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C while the sessions are written rolls the one transaction back, and the command
+    says so (exit 130) instead of ending in silence."""
+    from harombe_core.export import transfer
+
+    passes = []
+
+    def interrupted(*args: object, **kwargs: object) -> object:
+        passes.append(1)
+        records = ex.iter_records(*args, **kwargs)  # type: ignore[arg-type]
+        if len(passes) == 1:
+            return records  # the file is checked first; the second pass writes
+        first = next(iter(records))
+
+        def then_ctrl_c() -> object:
+            yield first
+            raise KeyboardInterrupt
+
+        return then_ctrl_c()
+
+    monkeypatch.setattr(transfer, "iter_records", interrupted)
+    target = str(tmp_path / "memory.db")
+    with MemoryManager(target, embedding=None):
+        pass  # an existing database: the command does not pre-check the file itself
+    result = runner.invoke(app, ["import", str(backup), "--db", target, "--no-embed"])
+    assert result.exit_code == 130, result.output
+    assert "interrupted: nothing was imported" in _flat(result.stderr)
+    assert "run the same command again" in _flat(result.stderr)
+    with MemoryManager(target, embedding=None) as mm:
+        assert mm.list_sessions() == []
+
+
+def test_ctrl_c_while_embedding_says_what_is_imported_and_what_embeds_the_rest(
+    backup: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def ctrl_c(self: MemoryManager, *args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(MemoryManager, "flush", ctrl_c)
+    target = str(tmp_path / "memory.db")
+    result = runner.invoke(app, ["import", str(backup), "--db", target])
+    assert result.exit_code == 130, result.output
+    assert "Imported 1 session (3 messages)" in _flat(result.stdout)
+    said = _flat(result.stderr)
+    assert "interrupted while embedding: the messages are imported" in said
+    assert f"harombe reindex --db {target}" in said
+    with MemoryManager(target, embedding=None) as mm:
+        assert len(mm.get_messages("trip")) == 3

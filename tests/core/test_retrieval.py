@@ -148,6 +148,21 @@ def test_relevant_context_fits_the_budget(mm: MemoryManager) -> None:
         mm.get_relevant_context("travel", max_tokens=-1)
 
 
+def test_relevant_context_gives_words_said_again_once() -> None:
+    """A script run three times stores its turn three times; the model is given it once, and
+    the budget goes to something else."""
+    with MemoryManager(":memory:") as manager:
+        for _ in range(3):
+            sid = manager.create_session(user_id="ann")
+            manager.save_message(sid, Message(role="user", content="We fly to Lisbon on May 3rd"))
+        manager.save_message(sid, Message(role="assistant", content="Pack for Lisbon evenings."))
+        manager.flush()
+        found = manager.get_relevant_context("Lisbon flight", user_id="ann")
+        contents = [m.content for m in found]
+        assert contents.count("We fly to Lisbon on May 3rd") == 1
+        assert "Pack for Lisbon evenings." in contents
+
+
 def test_exclude_session(mm: MemoryManager) -> None:
     found = mm.get_relevant_context("hiking Kyoto puppy", user_id="ann", exclude_session_id="pets")
     assert found

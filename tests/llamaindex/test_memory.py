@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
+
 import pytest
 from llama_index.core.base.llms.types import ChatMessage, TextBlock, ToolCallBlock
 from llama_index.core.llms import MockLLM
@@ -10,7 +13,12 @@ from llama_index.core.memory import BaseMemory
 from harombe_core.errors import InvalidBudgetError, InvalidInputError
 from harombe_core.manager import MemoryManager
 from harombe_core.retrieval import CONTEXT_HEADER
-from llamaindex_harombe import HarombeMemory
+from llamaindex_harombe import (
+    HarombeChatStore,
+    HarombeDBChatStore,
+    HarombeMemory,
+    HarombeMemoryBlock,
+)
 
 
 def user(text: str) -> ChatMessage:
@@ -421,3 +429,35 @@ def test_every_strategy_sends_a_newest_turn_that_does_not_fit(
     # the whole newest turn, nothing cut (after the summary, for the summarising strategies)
     assert [m for m in window if m.role.value != "system"] == big
     assert cost(memory, big) > 30
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (
+            lambda db: HarombeMemory.from_defaults(storage_path=db, token_limt=500),
+            "HarombeMemory got an unknown argument 'token_limt'; did you mean 'token_limit'?",
+        ),
+        (
+            lambda db: HarombeChatStore(db, user="ann"),
+            "HarombeChatStore got an unknown argument 'user'; did you mean 'user_id'?",
+        ),
+        (
+            lambda db: HarombeDBChatStore(db, userid="ann"),
+            "HarombeDBChatStore got an unknown argument 'userid'; did you mean 'user_id'?",
+        ),
+        (
+            lambda db: HarombeMemoryBlock(storage_path=db, scop="session"),
+            "HarombeMemoryBlock got an unknown argument 'scop'; did you mean 'scope'?",
+        ),
+    ],
+)
+def test_a_misspelt_argument_is_refused_not_dropped(
+    db: str, build: Callable[[str], object], message: str
+) -> None:
+    """LlamaIndex's components are pydantic models that ignore unknown fields: a typo used to
+    leave the default in place, silently. Nothing is opened or created before the refusal."""
+    with pytest.raises(InvalidInputError) as info:
+        build(db)
+    assert str(info.value) == message
+    assert not os.path.exists(db)

@@ -31,8 +31,9 @@ from llamaindex_harombe import HarombeRetriever as LlamaIndexRetriever
 
 #: The hooks are called directly, outside a graph run (the session and user are fixed).
 NO_RUNTIME: Any = None
-#: One store operation in a worker thread: the store's async path (``arun``).
-STORE_HOPS = {"PostgresStore.run"}
+#: One store operation in a worker thread: the store's async path (``arun``), or a write's
+#: one operation with its wake-up of the background workers (``_commit_and_wake``).
+STORE_HOPS = {"PostgresStore.run", "MemoryManager._commit_and_wake"}
 
 
 @pytest.fixture
@@ -118,7 +119,8 @@ async def test_middleware_async_hooks_read_and_write_off_the_loop(
     assert await middleware.abefore_model(state, NO_RUNTIME) == saved
     monkeypatch.undo()
     assert thread_hops
-    assert set(thread_hops) == STORE_HOPS, thread_hops
+    assert thread_hops
+    assert set(thread_hops) <= STORE_HOPS, thread_hops
     assert mm.get_messages(sid)[-1].content == "what did I order?"
 
 
@@ -145,7 +147,8 @@ async def test_an_agent_turn_builds_the_model_request_one_hop_per_operation(
     agent("sync").invoke(question, config={"configurable": {"thread_id": "t-sync"}})
     await agent("async").ainvoke(question, config={"configurable": {"thread_id": "t-async"}})
     assert thread_hops
-    assert set(thread_hops) == STORE_HOPS, thread_hops
+    assert thread_hops
+    assert set(thread_hops) <= STORE_HOPS, thread_hops
     assert sent["async"] == sent["sync"]
     assert [m.content for m in mm.get_messages("t-async")] == [
         m.content for m in mm.get_messages("t-sync")

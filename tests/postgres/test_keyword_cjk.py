@@ -4,6 +4,7 @@ characters apart (store/unspaced.py), and deleted text of theirs is found no mor
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from pathlib import Path
 
@@ -101,21 +102,23 @@ def test_deleted_chinese_and_japanese_text_is_not_found(manager: MemoryManager) 
 # stores written before the change -------------------------------------------------------------
 @pytest.fixture
 def old_sqlite(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A file as harombe wrote it at schema 15: each run of Han, kana or Hangul one token in
+    """A file as harombe wrote it at schema 16: each run of Han, kana or Hangul one token in
     the messages' and the facts' keyword indexes."""
+    from harombe_core.facts import ops as fact_ops
     from harombe_core.store import sqlite as sqlite_module
     from harombe_core.store import sqlite_file
 
     path = tmp_path / "old.db"
     with monkeypatch.context() as old:
-        old.setattr(sqlite_module, "MIGRATIONS", sqlite_module.MIGRATIONS[:15])
-        old.setattr(sqlite_module, "SCHEMA_VERSION", 15)
+        old.setattr(sqlite_module, "MIGRATIONS", sqlite_module.MIGRATIONS[:16])
+        old.setattr(sqlite_module, "SCHEMA_VERSION", 16)
         old.setattr(sqlite_file, "spaced", lambda text: text)
+        old.setattr(fact_ops, "spaced", lambda text: text)
         with MemoryManager(path, embedding=None, user_memory=True) as mm:
             _save(mm)
             mm.add_fact("u", "我最喜欢的水果是芒果")
     raw = sqlite3.connect(path)
-    assert raw.execute("PRAGMA user_version").fetchone()[0] == 15
+    assert raw.execute("PRAGMA user_version").fetchone()[0] == 16
     held = raw.execute("SELECT content FROM messages_fts WHERE content LIKE '東京%'").fetchall()
     assert held == [(JAPANESE,)]  # one unspaced run: 寿司 was not a token
     raw.close()
@@ -145,9 +148,9 @@ def test_an_old_postgres_database_is_reindexed_as_it_is_opened(
     from harombe_core.store import schema
 
     url = pg_server.create_database("cjk_old")
-    with monkeypatch.context() as old:  # schema 11 and the vector it computed then
-        old.setattr(pg_module, "PG_MIGRATIONS", schema.PG_MIGRATIONS[:11])
-        old.setattr(pg_module, "PG_SCHEMA_VERSION", 11)
+    with monkeypatch.context() as old:  # schema 12 and the vector it computed then
+        old.setattr(pg_module, "PG_MIGRATIONS", schema.PG_MIGRATIONS[:12])
+        old.setattr(pg_module, "PG_SCHEMA_VERSION", 12)
         old.setattr(
             ops,
             "TSVECTOR_SQL",
@@ -166,3 +169,79 @@ def test_an_old_postgres_database_is_reindexed_as_it_is_opened(
         assert _first(mm, "서울") == KOREAN
         assert _fact(mm, "芒果") == ["我最喜欢的水果是芒果"]
         assert _first(mm, "sounds lovely") == ENGLISH
+
+
+# written by another program ----------------------------------------------------------------
+def _harombe_functions() -> set[str]:
+    """Every SQL function harombe defines on its SQLite connections (none other has them)."""
+    source = Path(ops.__file__).parents[1]
+    found = set()
+    for module in source.rglob("*.py"):
+        found.update(re.findall(r'create_function\(\s*"(\w+)"', module.read_text()))
+    return found
+
+
+def _every_table_written(raw: sqlite3.Connection) -> list[str]:
+    """Delete every row of every table, insert them again and update each column to itself,
+    in plain SQL, then undo it: whatever trigger that fires runs without harombe's functions."""
+    rows = raw.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table'").fetchall()
+    virtual = [name for name, sql in rows if sql.upper().startswith("CREATE VIRTUAL")]
+    tables = [
+        name
+        for name, _ in rows
+        if not name.startswith("sqlite_") and not any(name.startswith(v) for v in virtual)
+    ]
+    raw.execute("SAVEPOINT everything")
+    for table in tables:
+        info = raw.execute(f'PRAGMA table_xinfo("{table}")').fetchall()
+        columns = ", ".join(f'"{c[1]}"' for c in info if c[6] == 0)
+        raw.execute(f'CREATE TEMP TABLE copy AS SELECT {columns} FROM "{table}"')
+        raw.execute(f'DELETE FROM "{table}"')
+        raw.execute(f'INSERT INTO "{table}" ({columns}) SELECT {columns} FROM copy')
+        assigned = ", ".join(f'"{c[1]}" = "{c[1]}"' for c in info if c[6] == 0)
+        raw.execute(f'UPDATE "{table}" SET {assigned}')
+        raw.execute("DROP TABLE copy")
+    raw.execute("ROLLBACK TO everything")
+    raw.execute("RELEASE everything")
+    return tables
+
+
+def test_a_sqlite_file_stays_writable_by_plain_sqlite3(tmp_path: Path) -> None:
+    path = tmp_path / "shared.db"
+    with MemoryManager(path, embedding=None, user_memory=True) as mm:
+        _save(mm)
+        mm.add_fact("u", "我最喜欢的水果是芒果")
+        mm.add_fact("u", "likes green tea")
+        mm.add_fact("u", "works on Saturdays")
+    raw = sqlite3.connect(path, isolation_level=None)  # no function of harombe's
+    raw.execute("UPDATE sessions SET summary = 'Talked about sushi in Tokyo' WHERE id = 's'")
+    schema = " ".join(sql for (sql,) in raw.execute("SELECT sql FROM sqlite_master") if sql)
+    for function in _harombe_functions():
+        assert function not in schema, function
+    tables = _every_table_written(raw)
+    assert {"facts", "messages", "sessions", "api_keys"} <= set(tables)
+    # A user's own rows, as a script or the sqlite3 shell writes them.
+    raw.execute(
+        "INSERT INTO facts (user_id, kind, text, valid_from, recorded_at, updated_at, origin) "
+        "SELECT user_id, kind, '他喜欢打网球 tennis', valid_from, recorded_at, updated_at, origin "
+        "FROM facts WHERE text = 'likes green tea'"
+    )
+    raw.execute("UPDATE facts SET text = 'likes black coffee' WHERE text = 'likes green tea'")
+    raw.execute("DELETE FROM facts WHERE text = 'works on Saturdays'")
+    raw.execute(
+        "INSERT INTO messages (session_id, role, content, created_at, token_count) "
+        "SELECT session_id, 'user', '我在上海喝咖啡 espresso', created_at, 5 FROM messages "
+        "WHERE content = ?",
+        (KOREAN,),
+    )
+    raw.close()
+    with MemoryManager(path, embedding=None, user_memory=True) as mm:
+        assert _first(mm, "寿司") == JAPANESE  # harombe's own rows, as before
+        assert _first(mm, "서울") == KOREAN
+        assert _fact(mm, "芒果") == ["我最喜欢的水果是芒果"]
+        assert _fact(mm, "tennis") == ["他喜欢打网球 tennis"]  # the foreign rows
+        assert _fact(mm, "coffee") == ["likes black coffee"]
+        assert mm.search_facts("u", "tea", top_k=3) == []
+        assert mm.search_facts("u", "Saturdays", top_k=3) == []
+        assert _first(mm, "espresso") == "我在上海喝咖啡 espresso"
+        assert _first(mm, "上海") == "我在上海喝咖啡 espresso"  # indexed as it caught up

@@ -52,8 +52,8 @@ def test_sync_client_errors(served: Served) -> None:
     with HarombeClient(served.url, api_key=served.bob) as client:
         with pytest.raises(HarombeServerError) as caught:
             client.get_messages("x-ann")
-        assert caught.value.status == 403
-        assert "is not owned by user 'bob'" in caught.value.detail
+        assert caught.value.status == 404  # another user's session reads as missing
+        assert caught.value.error == "SessionNotFoundError"
     with HarombeClient(served.url) as client, pytest.raises(HarombeServerError) as caught:
         client.list_sessions()
     assert caught.value.status == 401
@@ -79,3 +79,29 @@ async def test_async_client_round_trip(served: Served) -> None:
         assert await client.adelete_session(sid) is True
         with pytest.raises(HarombeServerError):
             await client.aget_session(sid)
+
+
+def test_the_server_page_python_example_runs_as_pasted(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """docs/server.md's HarombeClient block, run as a script (it once had a top-level
+    ``async with`` and an unexplained ``KEY``): the key from ``HAROMBE_KEY`` as the page says,
+    and the URL of this test's server in place of the page's default port."""
+    import re
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "server.md").read_text("utf-8")
+    (block,) = [
+        code
+        for code in re.findall(r"^```python\n(.*?)^```", page, re.S | re.M)
+        if "HarombeClient(URL" in code
+    ]
+    monkeypatch.setenv("HAROMBE_KEY", served.ann)
+    namespace: dict[str, object] = {"__name__": "__main__"}
+    exec(
+        compile(block.replace("http://127.0.0.1:8765", served.url), "server.md", "exec"), namespace
+    )
+    assert namespace["hits"]
+    with HarombeClient(served.url, api_key=served.ann) as client:
+        contents = [m["content"] for m in client.get_messages("trip")]
+    assert contents[-2:] == ["I moved to Lisbon in May.", "And to Porto in June."]

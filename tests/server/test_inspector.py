@@ -140,7 +140,7 @@ def test_another_users_page_shows_the_error_not_the_memory(
     _sign_in(b, served, served.bob)
     b.get(served.url + f"/sessions/{session_id}")  # type: ignore[attr-defined]
     page = b.find_element(By.TAG_NAME, "body").text  # type: ignore[attr-defined]
-    assert "SessionOwnershipError" in page
+    assert "SessionNotFoundError" in page  # as a missing session: nothing says it exists
     assert "Kyoto" not in page
 
 
