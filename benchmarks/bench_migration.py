@@ -86,9 +86,7 @@ def build(path: Path, messages: int, share: float, seed: int = 7) -> None:
     marks = ", ".join("?" * len(columns))
     with conn:
         conn.executemany(f"INSERT INTO messages VALUES ({marks})", rows)
-        conn.executemany(
-            "INSERT INTO messages_fts (rowid, content, context) VALUES (?, ?, ?)", fts
-        )
+        conn.executemany("INSERT INTO messages_fts (rowid, content, context) VALUES (?, ?, ?)", fts)
         set_keyword_mark(conn, first[0] + messages - 1)
     conn.close()
 
