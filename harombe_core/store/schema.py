@@ -15,6 +15,7 @@ from harombe_core.store.unspaced import PG_UNSPACED
 __all__ = [
     "MIGRATIONS",
     "PG_MIGRATIONS",
+    "PG_NOT_WORD",
     "PG_SCHEMA_VERSION",
     "SCHEMA_VERSION",
     "TSVECTOR_SQL",
@@ -525,11 +526,14 @@ MIGRATIONS: list[list[str]] = [
     # (store/unspaced.py): the rows indexed before, as one token per run, are indexed again
     # with each of those characters set apart (``harombe_spaced``, a function harombe's
     # connections define; the migration runs in harombe): the facts and the messages (or turns
-    # they answer) that hold such characters, only them. Nothing left in the schema calls it:
-    # the facts' triggers stay those of migration 7, and harombe's own fact writes set the
-    # spaced text (facts/ops.py _insert_fact), so plain sqlite3 can still write every table.
+    # they answer) and the session summaries that hold such characters, only them. Nothing
+    # left in the schema calls it: the triggers stay those of migrations 7 and 10, and
+    # harombe's own writes of a fact or a summary set the spaced text (facts/ops.py
+    # _insert_fact, ops.update_session), so plain sqlite3 can still write every table.
     [
         "UPDATE facts_fts SET text = harombe_spaced(text) WHERE harombe_spaced(text) <> text",
+        "UPDATE sessions_fts SET summary = harombe_spaced(summary) "
+        "WHERE harombe_spaced(summary) <> summary",
         "UPDATE messages_fts SET content = harombe_spaced(content), "
         "context = harombe_spaced(context) "
         "WHERE harombe_spaced(content) <> content OR harombe_spaced(context) <> context",
@@ -537,6 +541,10 @@ MIGRATIONS: list[list[str]] = [
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
+
+#: PostgreSQL: what is not a word character of the summaries' keyword index (PG migration 13):
+#: neither [:alnum:] (ASCII only in a "C" locale) nor _ nor a Chinese, Japanese or Korean one.
+PG_NOT_WORD = "[^[:alnum:]_" + PG_UNSPACED[1:-1] + "]+"
 
 #: The text search configuration of the PostgreSQL keyword index.
 TS_CONFIG = "english"
@@ -737,8 +745,9 @@ PG_MIGRATIONS: list[list[str]] = [
     # 13: Chinese, Japanese and Korean words inside a run of text are found, as SQLite
     # migration 17: ``harombe_spaced`` sets each of their characters apart (store/unspaced.py;
     # the parser made one token of a whole run), the messages' keyword vectors that hold such
-    # characters are computed again through it, and the facts' generated vector is replaced by
-    # one computed through it (which recomputes every fact's).
+    # characters are computed again through it, the facts' generated vector is replaced by
+    # one computed through it (which recomputes every fact's), and the summaries' trigger
+    # function spaces the text it indexes.
     [
         "CREATE OR REPLACE FUNCTION harombe_spaced(t TEXT) RETURNS TEXT LANGUAGE sql "
         f"IMMUTABLE STRICT PARALLEL SAFE AS $$ SELECT regexp_replace(t, '({PG_UNSPACED})', "
@@ -749,6 +758,27 @@ PG_MIGRATIONS: list[list[str]] = [
         "ALTER TABLE facts ADD COLUMN fts TSVECTOR GENERATED ALWAYS AS "
         f"(to_tsvector('{TS_CONFIG}', harombe_spaced(text))) STORED",
         "CREATE INDEX facts_fts ON facts USING GIN (fts)",
+        # The summaries' vector too (migration 10's function, the text spaced and those
+        # characters kept as word characters, which a "C" locale's [:alnum:] does not hold),
+        # recomputed for the summaries holding such characters.
+        f"""CREATE OR REPLACE FUNCTION harombe_summary_fts() RETURNS trigger LANGUAGE plpgsql AS $$
+        DECLARE
+            topics TEXT;
+        BEGIN
+            BEGIN
+                SELECT string_agg(t, ' ') INTO topics
+                FROM jsonb_array_elements_text(NEW.summary_json::jsonb -> 'topics') AS t;
+            EXCEPTION WHEN others THEN
+                topics := NULL;  -- no topics, or not a list of them
+            END;
+            NEW.summary_fts := CASE WHEN COALESCE(NEW.summary, '') = '' THEN NULL
+                ELSE to_tsvector('simple', harombe_spaced(regexp_replace(
+                    NEW.summary || ' ' || COALESCE(topics, ''), '{PG_NOT_WORD}', ' ', 'g')))
+                END;
+            RETURN NEW;
+        END $$""",
+        f"UPDATE sessions SET summary = summary WHERE summary ~ '{PG_UNSPACED}' "
+        f"OR summary_json ~ '{PG_UNSPACED}'",
     ],
 ]
 PG_SCHEMA_VERSION = len(PG_MIGRATIONS)

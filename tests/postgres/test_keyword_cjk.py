@@ -20,6 +20,7 @@ JAPANESE = "東京で寿司を食べました。とても美味しかった"
 CHINESE = "我昨天在北京买了一辆自行车"
 KOREAN = "어제 서울에서 친구를 만났어요"
 ENGLISH = "That sounds lovely, what else did you do?"
+SUMMARY = "用户昨天在北京买了一辆自行车，然后去東京で寿司を食べました"
 
 
 def _save(mm: MemoryManager) -> list[int]:
@@ -117,6 +118,7 @@ def old_sqlite(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         with MemoryManager(path, embedding=None, user_memory=True) as mm:
             _save(mm)
             mm.add_fact("u", "我最喜欢的水果是芒果")
+            mm.store.run(ops.update_session("s", summary=SUMMARY))
     raw = sqlite3.connect(path)
     assert raw.execute("PRAGMA user_version").fetchone()[0] == 16
     held = raw.execute("SELECT content FROM messages_fts WHERE content LIKE '東京%'").fetchall()
@@ -131,6 +133,7 @@ def test_an_old_sqlite_file_is_reindexed_as_it_is_opened(old_sqlite: Path) -> No
         assert _first(mm, "北京") == CHINESE
         assert _first(mm, "서울") == KOREAN
         assert _fact(mm, "芒果") == ["我最喜欢的水果是芒果"]
+        assert [s.id for s, _ in mm.search_summaries("自行车", top_k=1)] == ["s"]
         assert _first(mm, "sounds lovely") == ENGLISH  # the others are as they were
     raw = sqlite3.connect(old_sqlite)
     english = raw.execute(
@@ -160,6 +163,7 @@ def test_an_old_postgres_database_is_reindexed_as_it_is_opened(
         with MemoryManager(url, embedding=None, user_memory=True) as mm:
             _save(mm)
             mm.add_fact("u", "我最喜欢的水果是芒果")
+            mm.store.run(ops.update_session("s", summary=SUMMARY))
     with psycopg.connect(url) as conn:
         vector = conn.execute("SELECT fts::text FROM messages WHERE content = %s", (CHINESE,))
         assert "'我昨天在北京买了一辆自行车'" in str(vector.fetchone())
@@ -168,6 +172,7 @@ def test_an_old_postgres_database_is_reindexed_as_it_is_opened(
         assert _first(mm, "北京") == CHINESE
         assert _first(mm, "서울") == KOREAN
         assert _fact(mm, "芒果") == ["我最喜欢的水果是芒果"]
+        assert [s.id for s, _ in mm.search_summaries("自行车", top_k=1)] == ["s"]
         assert _first(mm, "sounds lovely") == ENGLISH
 
 
@@ -245,3 +250,17 @@ def test_a_sqlite_file_stays_writable_by_plain_sqlite3(tmp_path: Path) -> None:
         assert mm.search_facts("u", "Saturdays", top_k=3) == []
         assert _first(mm, "espresso") == "我在上海喝咖啡 espresso"
         assert _first(mm, "上海") == "我在上海喝咖啡 espresso"  # indexed as it caught up
+
+
+def test_a_session_is_found_by_a_word_inside_its_summary(manager: MemoryManager) -> None:
+    _save(manager)
+    manager.save_message("t", Message(role="user", content="hello"), user_id="u")
+    manager.store.run(
+        ops.update_session("s", summary=SUMMARY, summary_data={"topics": ["서울에서"]})
+    )
+    manager.store.run(ops.update_session("t", summary="Greetings only", summary_data={}))
+    for word in ("北京", "自行车", "寿司", "서울", "寿司はどこ"):
+        for user in (None, "u"):  # the keyword index, and the user's summaries read whole
+            hits = manager.search_summaries(word, top_k=3, user_id=user)
+            assert [s.id for s, _ in hits] == ["s"], (word, user)
+    assert [s.id for s, _ in manager.search_summaries("greetings", top_k=3)] == ["t"]
