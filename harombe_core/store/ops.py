@@ -893,11 +893,21 @@ def keyword_search(
 
 def rebuild_keyword_index() -> Op[int]:
     """Recreate the keyword index from the messages (idempotent); the rows indexed: SQLite's
-    FTS5 rows, or PostgreSQL's context and ``tsvector`` of every message."""
+    FTS5 rows, or PostgreSQL's context and ``tsvector`` of every message.
+
+    On SQLite it also sets apart the Chinese, Japanese and Korean characters of the facts' and
+    the summaries' keyword entries that another program wrote (their triggers index the text
+    as it is; harombe's own writes space it), so those are found by a word inside a run too."""
 
     def body(d: Dialect) -> Body[int]:
         if d.name == "sqlite":
-            return (yield from fts.rebuild_body())
+            count = yield from fts.rebuild_body()
+            for table, column in (("facts_fts", "text"), ("sessions_fts", "summary")):
+                yield d.step(
+                    f"UPDATE {table} SET {column} = harombe_spaced({column}) "
+                    f"WHERE harombe_spaced({column}) <> {column}"
+                )
+            return count
         result = yield d.step(
             "WITH ctx AS (SELECT id, COALESCE(LAG(content) OVER (PARTITION BY session_id "
             "ORDER BY id), '') AS context FROM messages) "

@@ -219,7 +219,7 @@ def test_a_sqlite_file_stays_writable_by_plain_sqlite3(tmp_path: Path) -> None:
         mm.add_fact("u", "likes green tea")
         mm.add_fact("u", "works on Saturdays")
     raw = sqlite3.connect(path, isolation_level=None)  # no function of harombe's
-    raw.execute("UPDATE sessions SET summary = 'Talked about sushi in Tokyo' WHERE id = 's'")
+    raw.execute("UPDATE sessions SET summary = 'Talked about 寿司 in Tokyo' WHERE id = 's'")
     schema = " ".join(sql for (sql,) in raw.execute("SELECT sql FROM sqlite_master") if sql)
     for function in _harombe_functions():
         assert function not in schema, function
@@ -250,6 +250,12 @@ def test_a_sqlite_file_stays_writable_by_plain_sqlite3(tmp_path: Path) -> None:
         assert mm.search_facts("u", "Saturdays", top_k=3) == []
         assert _first(mm, "espresso") == "我在上海喝咖啡 espresso"
         assert _first(mm, "上海") == "我在上海喝咖啡 espresso"  # indexed as it caught up
+        assert [s.id for s, _ in mm.search_summaries("Tokyo", top_k=1)] == ["s"]
+        assert _fact(mm, "网球") == []  # indexed as the other program wrote it...
+        mm.store.run(ops.rebuild_keyword_index())  # ...until `harombe reindex`
+        assert _fact(mm, "网球") == ["他喜欢打网球 tennis"]
+        assert [s.id for s, _ in mm.search_summaries("寿司", top_k=1)] == ["s"]
+        assert _first(mm, "寿司") == JAPANESE
 
 
 def test_a_session_is_found_by_a_word_inside_its_summary(manager: MemoryManager) -> None:
