@@ -542,9 +542,18 @@ MIGRATIONS: list[list[str]] = [
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
-#: PostgreSQL: what is not a word character of the summaries' keyword index (PG migration 13):
-#: neither [:alnum:] (ASCII only in a "C" locale) nor _ nor a Chinese, Japanese or Korean one.
-PG_NOT_WORD = "[^[:alnum:]_" + PG_UNSPACED[1:-1] + "]+"
+#: PostgreSQL: what separates the words of the summaries' keyword index (PG migration 13):
+#: ASCII punctuation, spaces and controls, and the punctuation blocks of Latin-1, General
+#: Punctuation, CJK and the fullwidth forms. Every other character is part of a word. (The
+#: class was ``[^[:alnum:]_]``, whose [:alnum:] is ASCII only in a "C" locale: a summary in
+#: Russian, Greek, Chinese... had no word left.) A regular expression in ASCII escapes, so the
+#: schema's SQL is the same bytes whatever the database's encoding.
+PG_NOT_WORD = (
+    "[\\x01-\\x2f\\x3a-\\x40\\x5b-\\x5e\\x60\\x7b-\\x7f\\u00a0-\\u00bf\\u00d7\\u00f7"
+    "\\u2000-\\u206f\\u3000-\\u303f\\uff01-\\uff0f\\uff1a-\\uff20\\uff3b-\\uff40\\uff5b-\\uff65]+"
+)
+#: A text holding any character outside ASCII (PG migration 13 re-indexes those summaries).
+PG_NOT_ASCII = "[^\\x01-\\x7f]"
 
 #: The text search configuration of the PostgreSQL keyword index.
 TS_CONFIG = "english"
@@ -777,8 +786,8 @@ PG_MIGRATIONS: list[list[str]] = [
                 END;
             RETURN NEW;
         END $$""",
-        f"UPDATE sessions SET summary = summary WHERE summary ~ '{PG_UNSPACED}' "
-        f"OR summary_json ~ '{PG_UNSPACED}'",
+        f"UPDATE sessions SET summary = summary WHERE summary ~ '{PG_NOT_ASCII}' "
+        f"OR summary_json ~ '{PG_NOT_ASCII}'",
     ],
 ]
 PG_SCHEMA_VERSION = len(PG_MIGRATIONS)

@@ -270,3 +270,24 @@ def test_a_session_is_found_by_a_word_inside_its_summary(manager: MemoryManager)
             hits = manager.search_summaries(word, top_k=3, user_id=user)
             assert [s.id for s, _ in hits] == ["s"], (word, user)
     assert [s.id for s, _ in manager.search_summaries("greetings", top_k=3)] == ["t"]
+
+
+def test_a_summary_in_another_alphabet_is_found_by_its_words(manager: MemoryManager) -> None:
+    """A summary's words in Cyrillic, Greek or with accents are words of its keyword index
+    (PostgreSQL's old word class, ``[:alnum:]`` of a "C" locale, blanked every non-ASCII
+    character), and typographic punctuation around them does not join them to it."""
+    for session, summary in (
+        ("ru", "«поездка» в горы летом"),
+        ("el", "ταξίδι στην θάλασσα…"),
+        ("fr", "un café—vite à la gare"),
+    ):
+        manager.save_message(session, Message(role="user", content="hello"))
+        manager.store.run(ops.update_session(session, summary=summary))
+    for word, session in (
+        ("поездка", "ru"),
+        ("летом", "ru"),
+        ("θάλασσα", "el"),
+        ("café", "fr"),
+        ("vite", "fr"),
+    ):
+        assert [s.id for s, _ in manager.search_summaries(word, top_k=3)] == [session], word
