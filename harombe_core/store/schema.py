@@ -10,7 +10,7 @@ messages on SQLite, a ``tsvector`` column on PostgreSQL) and the column types.
 from __future__ import annotations
 
 from harombe_core.store.context_sql import context_indexes
-from harombe_core.store.unspaced import PG_UNSPACED
+from harombe_core.store.unspaced import PG_FOLDED, PG_UNSPACED
 
 __all__ = [
     "MIGRATIONS",
@@ -758,11 +758,12 @@ PG_MIGRATIONS: list[list[str]] = [
     # one computed through it (which recomputes every fact's), and the summaries' trigger
     # function spaces the text it indexes.
     [
+        # (It lowers the letters a "C" locale leaves as they are, too: PG_FOLDED.)
         "CREATE OR REPLACE FUNCTION harombe_spaced(t TEXT) RETURNS TEXT LANGUAGE sql "
-        f"IMMUTABLE STRICT PARALLEL SAFE AS $$ SELECT regexp_replace(t, '({PG_UNSPACED})', "
-        "' \\1 ', 'g') $$",
+        "IMMUTABLE STRICT PARALLEL SAFE AS $$ SELECT regexp_replace("
+        f"{PG_FOLDED.format(text='t')}, '({PG_UNSPACED})', ' \\1 ', 'g') $$",
         f"UPDATE messages SET fts = {_PG_VECTOR.format(content='content', context='context')} "
-        f"WHERE content ~ '{PG_UNSPACED}' OR context ~ '{PG_UNSPACED}'",
+        f"WHERE content ~ '{PG_NOT_ASCII}' OR context ~ '{PG_NOT_ASCII}'",
         "ALTER TABLE facts DROP COLUMN fts",
         "ALTER TABLE facts ADD COLUMN fts TSVECTOR GENERATED ALWAYS AS "
         f"(to_tsvector('{TS_CONFIG}', harombe_spaced(text))) STORED",

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["PG_UNSPACED", "UNSPACED", "phrase", "spaced"]
+__all__ = ["PG_FOLDED", "PG_UNSPACED", "UNSPACED", "phrase", "spaced"]
 
 #: Code point ranges of the scripts set apart: Hiragana and Katakana, CJK Extension A, CJK
 #: Unified Ideographs, Hangul syllables, CJK Compatibility Ideographs, Extensions B-F and the
@@ -45,6 +45,43 @@ def _pg_escape(code: int) -> str:
 #: :data:`UNSPACED` as a PostgreSQL regular expression, in ASCII (``\\uXXXX`` escapes), so
 #: the schema's SQL is the same bytes whatever the database's encoding.
 PG_UNSPACED = "[" + "".join(f"{_pg_escape(a)}-{_pg_escape(b)}" for a, b in _RANGES) + "]"
+
+
+#: Upper-case letters outside ASCII whose lower case is one character, in the scripts of
+#: Latin (Latin-1 to Latin Extended Additional), Greek, Cyrillic, Armenian, Georgian and the
+#: fullwidth forms. PostgreSQL's parser leaves them as they are in a "C" locale (only ASCII is
+#: lowered there), so "Москву" was indexed as itself and never matched a query, which is
+#: lowered; :data:`PG_FOLDED` lowers them first, whatever the database's locale.
+_CASED = (
+    (0x00C0, 0x024F),
+    (0x0370, 0x052F),
+    (0x0531, 0x0556),
+    (0x10A0, 0x10CD),
+    (0x1E00, 0x1FFF),
+    (0xFF21, 0xFF3A),
+)
+_FOLDS = [
+    (chr(code), chr(code).lower())
+    for first, last in _CASED
+    for code in range(first, last + 1)
+    if len(chr(code).lower()) == 1 and chr(code).lower() != chr(code)
+]
+
+
+def _pg_unicode_literal(text: str) -> str:
+    return "U&'" + "".join(f"\\{ord(c):04X}" for c in text) + "'"
+
+
+#: ``{text}`` lowered as Python's ``str.lower`` lowers a query's words (for the letters of
+#: ``_CASED``), as a PostgreSQL expression in ASCII: the ``translate`` runs only on text that
+#: holds a character outside ASCII.
+PG_FOLDED = (
+    "CASE WHEN {text} ~ '[^\\x01-\\x7f]' THEN translate({text}, "
+    + _pg_unicode_literal("".join(upper for upper, _ in _FOLDS))
+    + ", "
+    + _pg_unicode_literal("".join(lower for _, lower in _FOLDS))
+    + ") ELSE {text} END"
+)
 
 
 def spaced(text: str) -> str:

@@ -277,17 +277,41 @@ def test_a_summary_in_another_alphabet_is_found_by_its_words(manager: MemoryMana
     (PostgreSQL's old word class, ``[:alnum:]`` of a "C" locale, blanked every non-ASCII
     character), and typographic punctuation around them does not join them to it."""
     for session, summary in (
-        ("ru", "«поездка» в горы летом"),
-        ("el", "ταξίδι στην θάλασσα…"),
-        ("fr", "un café—vite à la gare"),
+        ("ru", "«Поездка» в горы летом"),
+        ("el", "Ταξίδι στην Θάλασσα…"),
+        ("fr", "Un café—vite à la gare, Élodie"),
     ):
         manager.save_message(session, Message(role="user", content="hello"))
         manager.store.run(ops.update_session(session, summary=summary))
     for word, session in (
         ("поездка", "ru"),
+        ("Поездка", "ru"),
         ("летом", "ru"),
         ("θάλασσα", "el"),
         ("café", "fr"),
         ("vite", "fr"),
+        ("Élodie", "fr"),
+        ("élodie", "fr"),
     ):
         assert [s.id for s, _ in manager.search_summaries(word, top_k=3)] == [session], word
+
+
+def test_capitalised_words_of_other_alphabets_are_found_by_keyword(manager: MemoryManager) -> None:
+    """A capital outside ASCII is lowered in the index as the query is (PostgreSQL in a "C"
+    locale lowers only ASCII, so "Москву" was never found there); SQLite is the control."""
+    said = {
+        "Поездка в Москву летом": ("Москву", "москву", "Поездка"),
+        "Ταξίδι στην Αθήνα": ("Αθήνα", "αθήνα"),
+        "Ärger mit Österreich": ("Ärger", "österreich"),
+        "Était-ce à Paris": ("Était", "était"),
+    }
+    for text in said:
+        manager.save_message("s", Message(role="user", content=text), user_id="u")
+    manager.add_fact("u", "Живёт в Санкт-Петербурге")
+    manager.flush()
+    for text, queries in said.items():
+        for query in queries:
+            hits = manager.store.keyword_search(query, limit=1)
+            assert [h.message.content for h in hits] == [text], query
+    for query in ("Санкт", "петербурге"):
+        assert _fact(manager, query) == ["Живёт в Санкт-Петербурге"], query
