@@ -10,7 +10,7 @@ messages on SQLite, a ``tsvector`` column on PostgreSQL) and the column types.
 from __future__ import annotations
 
 from harombe_core.store.context_sql import context_indexes
-from harombe_core.store.unspaced import PG_FOLDED, PG_UNSPACED
+from harombe_core.store.unspaced import PG_FOLDED, PG_REWRITTEN, PG_UNSPACED
 
 __all__ = [
     "MIGRATIONS",
@@ -763,7 +763,7 @@ PG_MIGRATIONS: list[list[str]] = [
         "IMMUTABLE STRICT PARALLEL SAFE AS $$ SELECT regexp_replace("
         f"{PG_FOLDED.format(text='t')}, '({PG_UNSPACED})', ' \\1 ', 'g') $$",
         f"UPDATE messages SET fts = {_PG_VECTOR.format(content='content', context='context')} "
-        f"WHERE content ~ '{PG_NOT_ASCII}' OR context ~ '{PG_NOT_ASCII}'",
+        f"WHERE content ~ '{PG_REWRITTEN}' OR context ~ '{PG_REWRITTEN}'",
         "ALTER TABLE facts DROP COLUMN fts",
         "ALTER TABLE facts ADD COLUMN fts TSVECTOR GENERATED ALWAYS AS "
         f"(to_tsvector('{TS_CONFIG}', harombe_spaced(text))) STORED",

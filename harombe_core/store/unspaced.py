@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["PG_FOLDED", "PG_UNSPACED", "UNSPACED", "phrase", "spaced"]
+__all__ = ["PG_FOLDED", "PG_REWRITTEN", "PG_UNSPACED", "UNSPACED", "phrase", "spaced"]
 
 #: Code point ranges of the scripts set apart: Hiragana and Katakana, CJK Extension A, CJK
 #: Unified Ideographs, Hangul syllables, CJK Compatibility Ideographs, Extensions B-F and the
@@ -81,6 +81,14 @@ PG_FOLDED = (
     + ", "
     + _pg_unicode_literal("".join(lower for _, lower in _FOLDS))
     + ") ELSE {text} END"
+)
+
+
+#: A character the PostgreSQL index writes otherwise since :data:`PG_FOLDED` (PG migration
+#: 13 re-indexes only the messages holding one): a capital it lowers, or one of
+#: :data:`UNSPACED`.
+PG_REWRITTEN = (
+    "[" + "".join(_pg_escape(ord(upper)) for upper, _ in _FOLDS) + PG_UNSPACED[1:-1] + "]"
 )
 
 

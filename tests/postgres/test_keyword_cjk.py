@@ -162,8 +162,11 @@ def test_an_old_postgres_database_is_reindexed_as_it_is_opened(
         )
         with MemoryManager(url, embedding=None, user_memory=True) as mm:
             _save(mm)
+            mm.save_message("s", Message(role="user", content="Поездка в Москву"), user_id="u")
             mm.add_fact("u", "我最喜欢的水果是芒果")
             mm.store.run(ops.update_session("s", summary=SUMMARY))
+            if _c_locale(url):  # (a "C" locale lowered only ASCII)
+                assert mm.store.keyword_search("москву", limit=1) == []
     with psycopg.connect(url) as conn:
         vector = conn.execute("SELECT fts::text FROM messages WHERE content = %s", (CHINESE,))
         assert "'我昨天在北京买了一辆自行车'" in str(vector.fetchone())
@@ -174,6 +177,15 @@ def test_an_old_postgres_database_is_reindexed_as_it_is_opened(
         assert _fact(mm, "芒果") == ["我最喜欢的水果是芒果"]
         assert [s.id for s, _ in mm.search_summaries("自行车", top_k=1)] == ["s"]
         assert _first(mm, "sounds lovely") == ENGLISH
+        assert _first(mm, "Москву") == "Поездка в Москву"
+
+
+def _c_locale(url: str) -> bool:
+    with psycopg.connect(url) as conn:
+        found = conn.execute(
+            "SELECT datctype FROM pg_database WHERE datname = current_database()"
+        ).fetchone()
+    return bool(found) and found[0] in ("C", "POSIX")
 
 
 # written by another program ----------------------------------------------------------------
