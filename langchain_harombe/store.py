@@ -395,12 +395,15 @@ class HarombeStore(BaseStore):
             limit=op.offset + op.limit,  # the page of the merged list lies in this many of each
             omit_expired=self._omit_expired,
         )
-        every += yield from fact_namespaces(self.manager.store.dialect)
-        found = {
-            ns[: op.max_depth] if op.max_depth is not None else ns
-            for ns in every
-            if all(items.ns_matches(kind, path, ns) for kind, path in match)
-        }
+        facts = yield from fact_namespaces(self.manager.store.dialect)
+        found = (
+            set(every)
+            | {  # the item names came matched and cut; the facts' are here
+                ns[: op.max_depth] if op.max_depth is not None else ns
+                for ns in facts
+                if all(items.ns_matches(kind, path, ns) for kind, path in match)
+            }
+        )
         return sorted(found)[op.offset : op.offset + op.limit]
 
     # TTL settings, read live (LangGraph's own tests change ttl_config on a running store) --
