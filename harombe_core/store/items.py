@@ -31,6 +31,7 @@ from typing import Any, TypeVar
 import numpy as np
 import orjson
 
+from harombe_core.embeddings.base import legacy_name
 from harombe_core.errors import CorruptRowError, InvalidInputError
 from harombe_core.limits import current_limits
 from harombe_core.store.rows import corrupt_row, from_micros, json_problem, time_problem
@@ -253,11 +254,13 @@ def search(
     same length; items without one follow, unscored, in the same newest-first order.
     ``refresh`` renews the expiry of the items returned.
 
-    ``model`` (the name of the embedder that made ``query``): only vectors recorded with that
+    ``model`` (the identity of the embedder that made ``query``, from
+    :func:`harombe_core.embeddings.base.identity`): only vectors recorded with that
     model are compared; an item whose vectors another model made is stale and follows unscored,
     never ranked by a meaningless cosine. ``stale`` is then called with how many such items the
-    search met. Vectors written before models were recorded (model unknown) are compared as
-    they always were, so an upgrade loses no search by meaning; ``reindex`` re-embeds them.
+    search met. Vectors written before models were recorded (model unknown), or recorded under
+    the embedder's bare name before identities, are compared as they always were, so an upgrade
+    loses no search by meaning; ``reindex`` re-embeds them under the identity.
     """
     check_namespace(prefix, "namespace_prefix", empty=True)
     name = ".".join(prefix)
@@ -516,9 +519,11 @@ def _best_scores(
     sql: SqlRunner, rows: Sequence[Any], query: np.ndarray, model: str | None
 ) -> Body[tuple[dict[tuple[str, str], float], set[tuple[str, str]]]]:
     """Each item's best cosine with ``query`` among its vectors ``model`` (or an unrecorded
-    model) made, and the items with vectors only another model made."""
+    model, or the bare name ``model`` was recorded as before identities) made, and the items
+    with vectors only another model made."""
     keys = {(r[0], r[1]) for r in rows}
     namespaces = sorted({k[0] for k in keys})
+    legacy = None if model is None else legacy_name(model)  # recorded before identities
     best: dict[tuple[str, str], float] = {}
     other: set[tuple[str, str]] = set()
     for start in range(0, len(namespaces), 500):
@@ -532,7 +537,7 @@ def _best_scores(
             if (namespace, key) not in keys:
                 continue
             vector = np.frombuffer(blob, dtype=np.float32)
-            if (made_by is not None and made_by != model) or vector.shape != query.shape:
+            if made_by not in (None, model, legacy) or vector.shape != query.shape:
                 other.add((namespace, key))  # another model's space: not comparable
                 continue
             score = float(np.dot(vector, query))
