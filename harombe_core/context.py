@@ -39,6 +39,8 @@ from harombe_core.models import Message, Session
 from harombe_core.retrieval import format_context
 from harombe_core.store import ops
 from harombe_core.store.base import MessageStore, SearchScope
+from harombe_core.store.fts import query_words
+from harombe_core.store.unspaced import UNSPACED
 from harombe_core.strategies import (
     ContextBudget,
     newest_turn,
@@ -311,7 +313,7 @@ class ContextBuilder:
         top_k = check_count(top_k, "top_k", high=MAX_TOP_K)
         user_id = optional_id(user_id, "user_id")
         embedder = self.search.embedder
-        words = set(re.findall(r"\w+", query.lower()))
+        words = _summary_words(query)
         if embedder is None and user_id is None:
             rows = yield Run(self.store, ops.summaries_matching(sorted(words)))
         else:
@@ -327,8 +329,9 @@ class ContextBuilder:
                     score = float(sum(a * b for a, b in zip(q, vector, strict=True)))
                     scored.append((session_id, score))
                 continue
-            text = summary + " " + " ".join(data.get("topics", []))
-            found = words & set(re.findall(r"\w+", text.lower()))
+            text = (summary + " " + " ".join(data.get("topics", []))).lower()
+            held = set(re.findall(r"\w+", text))
+            found = {w for w in words if w in held or (UNSPACED.search(w) and w in text)}
             if found:
                 scored.append((session_id, len(found) / max(len(words), 1)))
         scored.sort(key=lambda pair: -pair[1])
@@ -690,3 +693,17 @@ STRATEGIES: Mapping[str, Strategy] = {
     "hybrid": _hybrid,
     "threaded": _threaded,
 }
+
+
+def _summary_words(query: str) -> set[str]:
+    """The words a summary search looks for: runs of word characters, and for a run holding
+    Chinese, Japanese or Korean characters (written without spaces, or with particles on the
+    noun) its pieces and overlapping pairs of characters, as the keyword search of messages
+    looks them up (fts.query_words): a word inside a summary's sentence is found, and a
+    summary shares more of them the more it holds of the question."""
+    import re
+
+    words: set[str] = set()
+    for word in re.findall(r"\w+", query.lower()):
+        words.update(query_words(word) if UNSPACED.search(word) else [word])
+    return words

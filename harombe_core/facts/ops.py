@@ -12,17 +12,17 @@ model named beside it). The keyword index is FTS5 kept by triggers on SQLite and
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import Any
 
 from harombe_core.facts.consolidate import Current, decide
 from harombe_core.facts.models import Fact, FactProposal, FactSource, SessionState
 from harombe_core.store.erasure import mark_erased
-from harombe_core.store.fts import fts_query, query_words
+from harombe_core.store.fts import fts_query, pg_query, query_words
 from harombe_core.store.rows import corrupt_row, from_micros, time_problem, to_micros
 from harombe_core.store.runner import Body, Dialect, Op
 from harombe_core.store.schema import TS_CONFIG
+from harombe_core.store.unspaced import spaced
 
 __all__ = [
     "FACT_COLUMNS",
@@ -54,6 +54,24 @@ _INSERT_FACT = (
     "recorded_at, updated_at, origin, supersedes, vector, vector_model) "
     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id"
 )
+
+
+def _insert_fact(d: Dialect, row: Sequence[Any]) -> Body[int]:
+    """Insert one fact (the values of ``_INSERT_FACT``) and return its id.
+
+    On SQLite the facts' triggers index the text as it is, and this sets the keyword entry of
+    a text holding Chinese, Japanese or Korean characters to its spaced form (each such
+    character a token, store/unspaced.py) in the same transaction. The spacing is done here
+    rather than in a trigger because a trigger calling a function only harombe defines would
+    make every fact written by another program (the sqlite3 shell, a backup tool, a user's
+    script) fail with "no such function"; such a fact is found by its other words, as the
+    trigger indexed it. PostgreSQL's generated column spaces it in SQL, for every writer."""
+    new_id = int((yield d.step(_INSERT_FACT, tuple(row))).rows[0][0])
+    text = str(row[2])
+    if d.name == "sqlite" and spaced(text) != text:
+        sql = "UPDATE facts_fts SET text = ? WHERE rowid = ?"
+        yield d.step(sql, (spaced(text), new_id))
+    return new_id
 
 
 def _fact(row: Sequence[Any], sources: Sequence[FactSource]) -> Fact:
@@ -181,27 +199,23 @@ def consolidate(
             if subject is None and target is not None and proposal.action == "update":
                 subject = target.subject
             status = "open" if proposal.kind == "task" else None
-            new_id = int(
+            new_id = yield from _insert_fact(
+                d,
                 (
-                    yield d.step(
-                        _INSERT_FACT,
-                        (
-                            user_id,
-                            proposal.kind,
-                            proposal.text,
-                            subject,
-                            status,
-                            at,
-                            valid_to,
-                            now,
-                            now,
-                            origin,
-                            None if target is None or decision.historical else target.id,
-                            blob,
-                            None if blob is None else model,
-                        ),
-                    )
-                ).rows[0][0]
+                    user_id,
+                    proposal.kind,
+                    proposal.text,
+                    subject,
+                    status,
+                    at,
+                    valid_to,
+                    now,
+                    now,
+                    origin,
+                    None if target is None or decision.historical else target.id,
+                    blob,
+                    None if blob is None else model,
+                ),
             )
             yield from _add_source(d, new_id, proposal.source)
             if valid_to is None:
@@ -386,14 +400,7 @@ def import_facts(
                 blob,
                 None if blob is None else model,
             )
-            new_id = int(
-                (
-                    yield d.step(
-                        _INSERT_FACT,
-                        row,
-                    )
-                ).rows[0][0]
-            )
+            new_id = yield from _insert_fact(d, row)
             new_ids[fact.id] = new_id
             for source in fact.sources:
                 sql = "SELECT 1 FROM sessions WHERE id = ?"
@@ -495,15 +502,14 @@ def keyword_facts(
             )
             rows = (yield d.step(sql, (match, user_id, limit))).rows
         else:
-            terms = " | ".join(w for w in (re.sub(r"\W", "", x) for x in words) if w)
-            if not terms:
-                return []
+            # The words as the messages' keyword search reads them (Chinese, Japanese and
+            # Korean as phrases of their characters, as the facts' index holds them).
             sql = (
-                f"SELECT f.id, ts_rank(f.fts, to_tsquery('{TS_CONFIG}', ?)) AS r FROM facts f "
-                f"WHERE f.fts @@ to_tsquery('{TS_CONFIG}', ?) AND f.user_id = ?{alive} "
-                "ORDER BY r DESC, f.id LIMIT ?"
+                f"SELECT f.id, ts_rank(f.fts, q) AS r FROM facts f, "
+                f"websearch_to_tsquery('{TS_CONFIG}', ?) AS q "
+                f"WHERE f.fts @@ q AND f.user_id = ?{alive} ORDER BY r DESC, f.id LIMIT ?"
             )
-            rows = (yield d.step(sql, (terms, terms, user_id, limit))).rows
+            rows = (yield d.step(sql, (pg_query(words), user_id, limit))).rows
         return [(int(r[0]), float(r[1])) for r in rows]
 
     return Op(body)

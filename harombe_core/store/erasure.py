@@ -56,8 +56,9 @@ ERASED_VECTORS = "erased_vectors_pending"
 #: The keyword vector of a message on PostgreSQL, from its own content column and one ``?``
 #: (its new previous turn); see ``schema.TSVECTOR_SQL``.
 _PG_RELINK = (
-    f"UPDATE messages SET context = ?, fts = setweight(to_tsvector('{TS_CONFIG}', content), "
-    f"'A') || setweight(to_tsvector('{TS_CONFIG}', ?), 'B') WHERE id = ?"
+    "UPDATE messages SET context = ?, fts = setweight(to_tsvector("
+    f"'{TS_CONFIG}', harombe_spaced(content)), 'A') || "
+    f"setweight(to_tsvector('{TS_CONFIG}', harombe_spaced(?)), 'B') WHERE id = ?"
 )
 
 

@@ -45,6 +45,7 @@ from harombe_core.store.rows import MESSAGE_COLUMNS, row_to_message, scope_sql
 from harombe_core.store.runner import Body, Step
 from harombe_core.store.sqlite_file import SQLiteFile
 from harombe_core.store.unspaced import UNSPACED, spaced
+from harombe_core.store.unspaced import phrase as spaced_phrase
 
 __all__ = [
     "KEYWORD_MARK",
@@ -55,6 +56,7 @@ __all__ = [
     "fts_query",
     "index_terms",
     "keyword_indexer",
+    "pg_query",
     "query_words",
     "rebuild_body",
     "score_tail",
@@ -85,12 +87,12 @@ _UNSPACED_RUN = re.compile(f"({UNSPACED.pattern}+)")
 def query_words(text: str) -> list[str]:
     """The distinct words of free text that a keyword search looks for (at most 64).
 
-    Chinese and Japanese are written without spaces, so a run of their characters gives
-    itself and its overlapping pairs of characters ("東京の寿司" -> "東京の寿司", "東京",
-    "京の", "の寿", "寿司"), each looked up as a phrase (:func:`fts_query`): BM25 then ranks a
-    turn by how many of the question's pairs it has, as it does words (one character alone
-    is a word). The facts' keyword index holds a run as one token: the run itself still
-    matches there. (PostgreSQL's parser makes no token of these scripts at all.)
+    Chinese and Japanese are written without spaces (and Korean writes particles onto its
+    words), so a run of their characters gives itself and its overlapping pairs of characters
+    ("東京の寿司" -> "東京の寿司", "東京", "京の", "の寿", "寿司"), each looked up as a phrase
+    of its characters (:func:`fts_query`, :func:`pg_query`), as every keyword index holds
+    them (:mod:`~harombe_core.store.unspaced`): BM25 then ranks a turn by how many of the
+    question's pairs it has, as it does words (one character alone is a word).
     """
     words: dict[str, None] = {}
     for word in _WORD.findall(text):
@@ -108,17 +110,25 @@ def fts_query(text: str | Sequence[str]) -> str | None:
     injection), OR-ed.
 
     BM25 then ranks by how many rare words match, which is what a user typing a question means.
-    A word of Chinese or Japanese characters is the phrase of its characters (as
-    :func:`spaced` indexes them), or else one token (as an index written before
-    :func:`spaced` holds such text, until ``harombe reindex``).
+    A word of Chinese, Japanese or Korean characters is the phrase of its characters (as
+    :func:`spaced` indexes them; an index written before that was re-indexed as the file was
+    opened, schema migration 17).
     """
     words = query_words(text) if isinstance(text, str) else list(text)
     if not words:
         return None
-    return " OR ".join(
-        f'"{" ".join(spaced(w).split())}" OR "{w}"' if UNSPACED.search(w) else f'"{w}"'
-        for w in words
-    )
+    return " OR ".join(f'"{spaced_phrase(w)}"' for w in words)
+
+
+def pg_query(words: Sequence[str]) -> str | None:
+    """The same words as a ``websearch_to_tsquery`` text for PostgreSQL's keyword indexes:
+    OR-ed, a word of Chinese, Japanese or Korean characters quoted as the phrase of its
+    characters (the index holds them spaced: ``harombe_spaced``, PG migration 13). A word is
+    letters and digits only (:func:`query_words`), so the one syntax it can carry is a literal
+    "or", which is what joins them anyway."""
+    if not words:
+        return None
+    return " or ".join(f'"{spaced_phrase(w)}"' if UNSPACED.search(w) else w for w in words)
 
 
 _TERMS_LOCK = threading.Lock()
@@ -219,7 +229,6 @@ def catch_up(file: SQLiteFile, retries: int) -> int:
         # Rows the index already holds above the mark are skipped (one empty rowid range when
         # the mark is right), so a mark set too low cannot fail every catch-up on a rowid
         # the index has.
-        c.create_function("harombe_spaced", 1, spaced, deterministic=True)
         count = c.execute(
             "INSERT INTO messages_fts (rowid, content, context) SELECT m.id, "
             f"harombe_spaced(m.content), harombe_spaced({CONTEXT_SQL}) FROM messages m "

@@ -40,7 +40,14 @@ from harombe_core.store.rows import (
     to_micros,
 )
 from harombe_core.store.runner import Body, Dialect, Op
-from harombe_core.store.schema import PG_SCHEMA_VERSION, SCHEMA_VERSION, TS_CONFIG, TSVECTOR_SQL
+from harombe_core.store.schema import (
+    PG_NOT_WORD,
+    PG_SCHEMA_VERSION,
+    SCHEMA_VERSION,
+    TS_CONFIG,
+    TSVECTOR_SQL,
+)
+from harombe_core.store.unspaced import phrase as spaced_phrase
 from harombe_core.validate import optional_count, optional_id
 
 __all__ = [
@@ -214,6 +221,16 @@ def update_session(
             raise SessionNotFoundError(
                 f"no session {session_id!r}; create it first (MemoryManager.create_session)."
             )
+        if d.name == "sqlite" and ("summary" in changes or "summary_json" in changes):
+            # The trigger indexed the summary as it is; Chinese, Japanese and Korean characters
+            # are set apart here, not in the trigger, so that other programs can still write
+            # the file (a trigger calling harombe_spaced would fail in them).
+            yield d.step(
+                "UPDATE sessions_fts SET summary = harombe_spaced(summary) "
+                "WHERE rowid = (SELECT rowid FROM sessions WHERE id = ?) "
+                "AND harombe_spaced(summary) <> summary",
+                (session_id,),
+            )
         if moved:
             yield d.step(
                 "UPDATE messages SET embedded = FALSE WHERE session_id = ? AND embedded",
@@ -284,7 +301,9 @@ def summaries_matching(words: Sequence[str]) -> Op[list[tuple[str, str, str | No
         if not terms:
             return []
         if d.name == "sqlite":
-            match = " OR ".join('"' + term.replace('"', '""') + '"' for term in terms)
+            match = " OR ".join(
+                '"' + spaced_phrase(term).replace('"', '""') + '"' for term in terms
+            )
             sql = (
                 "SELECT s.id, s.summary, s.summary_json FROM sessions_fts f "
                 "JOIN sessions s ON s.rowid = f.rowid "
@@ -294,8 +313,12 @@ def summaries_matching(words: Sequence[str]) -> Op[list[tuple[str, str, str | No
             params: list[Any] = [match]
         else:
             # Each word as the trigger indexed the text: runs of word characters (as the
-            # database's locale has them), the 'simple' configuration.
-            word = "plainto_tsquery('simple', regexp_replace(?, '[^[:alnum:]_]+', ' ', 'g'))"
+            # database's locale has them), the 'simple' configuration, a Chinese, Japanese or
+            # Korean run as the phrase of its characters (PG migration 13).
+            word = (
+                "phraseto_tsquery('simple', "
+                f"harombe_spaced(regexp_replace(?, '{PG_NOT_WORD}', ' ', 'g')))"
+            )
             query = " || ".join([word] * len(terms))
             sql = (
                 "SELECT id, summary, summary_json FROM sessions "
@@ -862,7 +885,7 @@ def keyword_search(
             "JOIN sessions s ON s.id = m.session_id "
             f"WHERE m.fts @@ q{where} ORDER BY rank DESC, m.id DESC LIMIT ?"
         )
-        rows = (yield d.step(sql, [" or ".join(words), *params, limit])).rows
+        rows = (yield d.step(sql, [fts.pg_query(words), *params, limit])).rows
         return [KeywordHit(row_to_message(r[:-1]), float(r[-1])) for r in rows]
 
     return Op(body, empty=not words or limit <= 0)
@@ -870,17 +893,27 @@ def keyword_search(
 
 def rebuild_keyword_index() -> Op[int]:
     """Recreate the keyword index from the messages (idempotent); the rows indexed: SQLite's
-    FTS5 rows, or PostgreSQL's context and ``tsvector`` of every message."""
+    FTS5 rows, or PostgreSQL's context and ``tsvector`` of every message.
+
+    On SQLite it also sets apart the Chinese, Japanese and Korean characters of the facts' and
+    the summaries' keyword entries that another program wrote (their triggers index the text
+    as it is; harombe's own writes space it), so those are found by a word inside a run too."""
 
     def body(d: Dialect) -> Body[int]:
         if d.name == "sqlite":
-            return (yield from fts.rebuild_body())
+            count = yield from fts.rebuild_body()
+            for table, column in (("facts_fts", "text"), ("sessions_fts", "summary")):
+                yield d.step(
+                    f"UPDATE {table} SET {column} = harombe_spaced({column}) "
+                    f"WHERE harombe_spaced({column}) <> {column}"
+                )
+            return count
         result = yield d.step(
             "WITH ctx AS (SELECT id, COALESCE(LAG(content) OVER (PARTITION BY session_id "
             "ORDER BY id), '') AS context FROM messages) "
             "UPDATE messages m SET context = ctx.context, "
-            f"fts = setweight(to_tsvector('{TS_CONFIG}', m.content), 'A') || "
-            f"setweight(to_tsvector('{TS_CONFIG}', ctx.context), 'B') "
+            f"fts = setweight(to_tsvector('{TS_CONFIG}', harombe_spaced(m.content)), 'A') || "
+            f"setweight(to_tsvector('{TS_CONFIG}', harombe_spaced(ctx.context)), 'B') "
             "FROM ctx WHERE ctx.id = m.id"
         )
         return int(result.rowcount)

@@ -10,10 +10,12 @@ messages on SQLite, a ``tsvector`` column on PostgreSQL) and the column types.
 from __future__ import annotations
 
 from harombe_core.store.context_sql import context_indexes
+from harombe_core.store.unspaced import PG_FOLDED, PG_UNSPACED
 
 __all__ = [
     "MIGRATIONS",
     "PG_MIGRATIONS",
+    "PG_NOT_WORD",
     "PG_SCHEMA_VERSION",
     "SCHEMA_VERSION",
     "TSVECTOR_SQL",
@@ -520,19 +522,49 @@ MIGRATIONS: list[list[str]] = [
     # characters, 48 of its bits in every listing: each key gets a random id unrelated to it
     # (server/keys.py new_key_id), the same form as a new key's.
     ["UPDATE api_keys SET id = 'k' || lower(hex(randomblob(8)))"],
+    # 17: Chinese, Japanese and Korean words inside a run of text are found
+    # (store/unspaced.py): the rows indexed before, as one token per run, are indexed again
+    # with each of those characters set apart (``harombe_spaced``, a function harombe's
+    # connections define; the migration runs in harombe): the facts and the messages (or turns
+    # they answer) and the session summaries that hold such characters, only them. Nothing
+    # left in the schema calls it: the triggers stay those of migrations 7 and 10, and
+    # harombe's own writes of a fact or a summary set the spaced text (facts/ops.py
+    # _insert_fact, ops.update_session), so plain sqlite3 can still write every table.
+    [
+        "UPDATE facts_fts SET text = harombe_spaced(text) WHERE harombe_spaced(text) <> text",
+        "UPDATE sessions_fts SET summary = harombe_spaced(summary) "
+        "WHERE harombe_spaced(summary) <> summary",
+        "UPDATE messages_fts SET content = harombe_spaced(content), "
+        "context = harombe_spaced(context) "
+        "WHERE harombe_spaced(content) <> content OR harombe_spaced(context) <> context",
+    ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
+
+#: PostgreSQL: what separates the words of the summaries' keyword index (PG migration 13):
+#: ASCII punctuation, spaces and controls, and the punctuation blocks of Latin-1, General
+#: Punctuation, CJK and the fullwidth forms. Every other character is part of a word. (The
+#: class was ``[^[:alnum:]_]``, whose [:alnum:] is ASCII only in a "C" locale: a summary in
+#: Russian, Greek, Chinese... had no word left.) A regular expression in ASCII escapes, so the
+#: schema's SQL is the same bytes whatever the database's encoding.
+PG_NOT_WORD = (
+    "[\\x01-\\x2f\\x3a-\\x40\\x5b-\\x5e\\x60\\x7b-\\x7f\\u00a0-\\u00bf\\u00d7\\u00f7"
+    "\\u2000-\\u206f\\u3000-\\u303f\\uff01-\\uff0f\\uff1a-\\uff20\\uff3b-\\uff40\\uff5b-\\uff65]+"
+)
+#: A text holding any character outside ASCII (PG migration 13 re-indexes those summaries).
+PG_NOT_ASCII = "[^\\x01-\\x7f]"
 
 #: The text search configuration of the PostgreSQL keyword index.
 TS_CONFIG = "english"
 
 #: A message's keyword vector on PostgreSQL: the message (weight A) and the turn it answers
 #: (weight B), from two ``?`` parameters.
-TSVECTOR_SQL = (
-    f"setweight(to_tsvector('{TS_CONFIG}', ?), 'A') || "
-    f"setweight(to_tsvector('{TS_CONFIG}', ?), 'B')"
+_PG_VECTOR = (
+    f"setweight(to_tsvector('{TS_CONFIG}', harombe_spaced({{content}})), 'A') || "
+    f"setweight(to_tsvector('{TS_CONFIG}', harombe_spaced({{context}})), 'B')"
 )
+TSVECTOR_SQL = _PG_VECTOR.format(content="?", context="?")
 
 #: The pgvector table: one vector per message, gone with its message. The column is untyped so
 #: vectors of any model fit; each dimension gets its own partial HNSW index (vectors/pgvector.py).
@@ -719,5 +751,44 @@ PG_MIGRATIONS: list[list[str]] = [
     ["ALTER TABLE store_vectors ADD COLUMN IF NOT EXISTS model TEXT"],
     # 12: a random public id for every API key, as SQLite migration 16.
     ["UPDATE api_keys SET id = 'k' || substr(md5(gen_random_uuid()::text), 1, 16)"],
+    # 13: Chinese, Japanese and Korean words inside a run of text are found, as SQLite
+    # migration 17: ``harombe_spaced`` sets each of their characters apart (store/unspaced.py;
+    # the parser made one token of a whole run), the messages' keyword vectors that hold such
+    # characters are computed again through it, the facts' generated vector is replaced by
+    # one computed through it (which recomputes every fact's), and the summaries' trigger
+    # function spaces the text it indexes.
+    [
+        # (It lowers the letters a "C" locale leaves as they are, too: PG_FOLDED.)
+        "CREATE OR REPLACE FUNCTION harombe_spaced(t TEXT) RETURNS TEXT LANGUAGE sql "
+        "IMMUTABLE STRICT PARALLEL SAFE AS $$ SELECT regexp_replace("
+        f"{PG_FOLDED.format(text='t')}, '({PG_UNSPACED})', ' \\1 ', 'g') $$",
+        f"UPDATE messages SET fts = {_PG_VECTOR.format(content='content', context='context')} "
+        f"WHERE content ~ '{PG_NOT_ASCII}' OR context ~ '{PG_NOT_ASCII}'",
+        "ALTER TABLE facts DROP COLUMN fts",
+        "ALTER TABLE facts ADD COLUMN fts TSVECTOR GENERATED ALWAYS AS "
+        f"(to_tsvector('{TS_CONFIG}', harombe_spaced(text))) STORED",
+        "CREATE INDEX facts_fts ON facts USING GIN (fts)",
+        # The summaries' vector too (migration 10's function, the text spaced and those
+        # characters kept as word characters, which a "C" locale's [:alnum:] does not hold),
+        # recomputed for the summaries holding such characters.
+        f"""CREATE OR REPLACE FUNCTION harombe_summary_fts() RETURNS trigger LANGUAGE plpgsql AS $$
+        DECLARE
+            topics TEXT;
+        BEGIN
+            BEGIN
+                SELECT string_agg(t, ' ') INTO topics
+                FROM jsonb_array_elements_text(NEW.summary_json::jsonb -> 'topics') AS t;
+            EXCEPTION WHEN others THEN
+                topics := NULL;  -- no topics, or not a list of them
+            END;
+            NEW.summary_fts := CASE WHEN COALESCE(NEW.summary, '') = '' THEN NULL
+                ELSE to_tsvector('simple', harombe_spaced(regexp_replace(
+                    NEW.summary || ' ' || COALESCE(topics, ''), '{PG_NOT_WORD}', ' ', 'g')))
+                END;
+            RETURN NEW;
+        END $$""",
+        f"UPDATE sessions SET summary = summary WHERE summary ~ '{PG_NOT_ASCII}' "
+        f"OR summary_json ~ '{PG_NOT_ASCII}'",
+    ],
 ]
 PG_SCHEMA_VERSION = len(PG_MIGRATIONS)

@@ -102,3 +102,28 @@ def test_keys_expire_after_their_lifetime_in_real_time(
             assert _count(pg_url) == 1
     finally:
         store.close()
+
+
+def test_a_retry_returns_a_recorded_text_result_then_no_row_holds_it(pg_url: str) -> None:
+    """A result holding text is recorded for a retry and deleted once the call has it: the
+    retry after a lost COMMIT still returns it (the block ran once), and no row keeps it."""
+    with MemoryManager(pg_url, embedding=None) as mm:
+        mm.save_messages("s", [Message(role="user", content=f"pin {i} zq81x") for i in range(2)])
+        store: Any = mm.store
+        runs: list[int] = []
+
+        def block() -> list[str]:
+            runs.append(1)
+            texts = [m.content for m in store.run(ops.get_messages("s"))]
+            store.run(ops.clear_session("s"))
+            return texts
+
+        with lose_first_commit_answer(store) as lost:
+            removed = store.atomic(block)
+        assert lost == [True]
+        assert removed == ["pin 0 zq81x", "pin 1 zq81x"]
+        assert runs == [1]  # the retry found the key: the block was not run again
+        assert mm.get_messages("s") == []
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            rows = conn.execute("SELECT result FROM harombe_writes").fetchall()
+        assert not any("zq81x" in r[0] for r in rows)

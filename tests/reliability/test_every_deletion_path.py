@@ -335,15 +335,11 @@ def _rows_holding(url: str, word: str) -> list[str]:
     return found
 
 
-#: On PostgreSQL these chat-store calls run exactly once through the write log, whose row keeps
-#: their result (the deleted message) until it expires (minutes): no API reads it, but the
-#: row holds the text. Known and reported; strict, so the fix turns these into failures to
-#: remove from this list.
-
-
 def test_on_postgres_no_row_holds_it(
     pg_url: str, case: tuple[str, Case], control_word: str
 ) -> None:
+    """The exactly-once write log included: the LlamaIndex deletions return the removed
+    message, which the log records for a retry only until the call has it."""
     _, chosen = case
     secret = token()
     with MemoryManager(pg_url, embedding=FakeEmbedder(), vector_store="pgvector") as mm:
@@ -352,3 +348,51 @@ def test_on_postgres_no_row_holds_it(
         _kept(mm, control_word)
     assert _rows_holding(pg_url, secret) == []
     assert _rows_holding(pg_url, control_word)
+
+
+def _prune_named_session(mm: MemoryManager, secret: str) -> object:
+    """``delete_sessions_before`` returns the ids it deleted: here the id is the secret."""
+    from datetime import UTC, datetime, timedelta
+
+    _chat(mm, f"notes-{secret}", secret)
+    return mm.store.run(ops.delete_sessions_before(datetime.now(UTC) + timedelta(1)))
+
+
+def _atomic_returning(mm: MemoryManager, secret: str) -> object:
+    """``atomic``'s result is recorded: here, the text a block read and deleted."""
+
+    def block() -> list[str]:
+        texts = [m.content for m in mm.store.run(ops.get_messages("s"))]
+        mm.store.run(ops.clear_session("s"))
+        return texts
+
+    _chat(mm, "s", secret)
+    return mm.store.atomic(block)
+
+
+def _body_returning(mm: MemoryManager, secret: str) -> object:
+    """An extension's exactly-once body (the LangGraph store's) records what it returns."""
+    from harombe_core.store.runner import Body, Step
+
+    def body() -> Body[str]:
+        yield Step("SELECT 1", ())
+        return f"removed {secret}"
+
+    return mm.store.run_body(body, exactly_once=True)
+
+
+#: Keyed calls beside the deletion paths above whose recorded result may hold user text.
+KEYED_RESULTS: dict[str, Callable[[MemoryManager, str], object]] = {
+    "delete_sessions_before": _prune_named_session,
+    "atomic": _atomic_returning,
+    "run_body_exactly_once": _body_returning,
+}
+
+
+@pytest.mark.parametrize("name", sorted(KEYED_RESULTS))
+def test_on_postgres_no_write_log_row_holds_a_keyed_result(pg_url: str, name: str) -> None:
+    secret = token()
+    with MemoryManager(pg_url, embedding=None) as mm:
+        result = KEYED_RESULTS[name](mm, secret)
+        assert secret in str(result)  # the caller has it
+        assert "harombe_writes" not in _rows_holding(pg_url, secret)
