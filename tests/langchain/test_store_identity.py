@@ -10,27 +10,12 @@ identities, keep being ranked as they were, and ``reindex`` records them anew.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
-
-import pytest
 
 from harombe_core.embeddings import aidentity, identity
 from harombe_core.manager import MemoryManager
 from harombe_core.testing import FakeEmbedder
 from langchain_harombe import HarombeStore
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def manager(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MemoryManager]:
-    url = (
-        str(request.getfixturevalue("pg_url"))
-        if request.param == "postgres"
-        else str(tmp_path / "m.db")
-    )
-    with MemoryManager(url, embedding=None) as opened:
-        yield opened
 
 
 def _fake(text: str, shift: int) -> list[float]:
@@ -39,11 +24,11 @@ def _fake(text: str, shift: int) -> list[float]:
     return counts[shift:] + counts[:shift]
 
 
-def test_two_embedders_of_one_name_are_told_apart(manager: MemoryManager) -> None:
+def test_two_embedders_of_one_name_are_told_apart(backend_manager: MemoryManager) -> None:
     old = lambda texts: [_fake(t, 0) for t in texts]  # noqa: E731  (two lambdas: one name)
     new = lambda texts: [_fake(t, 1) for t in texts]  # noqa: E731
-    before = HarombeStore(manager, index={"embed": old, "dims": 3, "fields": ["text"]})
-    after = HarombeStore(manager, index={"embed": new, "dims": 3, "fields": ["text"]})
+    before = HarombeStore(backend_manager, index={"embed": old, "dims": 3, "fields": ["text"]})
+    after = HarombeStore(backend_manager, index={"embed": new, "dims": 3, "fields": ["text"]})
     assert before._embedder.name == after._embedder.name  # the name alone cannot tell
     before.put(("m",), "trip", {"text": "lisbon flight"})
     after.put(("m",), "fresh", {"text": "green tea"})
@@ -56,10 +41,10 @@ def test_two_embedders_of_one_name_are_told_apart(manager: MemoryManager) -> Non
 
 
 def test_vectors_recorded_under_the_bare_name_rank_until_reindex(
-    manager: MemoryManager,
+    backend_manager: MemoryManager,
 ) -> None:
     embedder = FakeEmbedder()
-    store = HarombeStore(manager, index={"embed": embedder, "fields": ["text"]})
+    store = HarombeStore(backend_manager, index={"embed": embedder, "fields": ["text"]})
     store.put(("m",), "trip", {"text": "lisbon flight"})
     store.put(("m",), "tea", {"text": "green tea"})
 
@@ -67,7 +52,7 @@ def test_vectors_recorded_under_the_bare_name_rank_until_reindex(
         yield store._backend.step("UPDATE store_vectors SET model = ?", [embedder.name])
 
     store._backend.run(legacy)
-    reopened = HarombeStore(manager, index={"embed": embedder, "fields": ["text"]})
+    reopened = HarombeStore(backend_manager, index={"embed": embedder, "fields": ["text"]})
     hits = reopened.search(("m",), query="lisbon flight")
     assert hits[0].key == "trip"
     assert all(h.score is not None for h in hits)  # still ranked, as before

@@ -10,8 +10,6 @@ suffixes, every depth and pages of every size.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -51,15 +49,10 @@ QUERIES: list[dict[str, Any]] = [
 ]
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def harombe(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[HarombeStore]:
-    url = (
-        str(request.getfixturevalue("pg_url"))
-        if request.param == "postgres"
-        else str(tmp_path / "m.db")
-    )
-    with MemoryManager(url, embedding=None) as manager:
-        yield HarombeStore(manager)
+@pytest.fixture
+def harombe(backend_manager: MemoryManager) -> HarombeStore:
+    """A store on each backend (the adapter tests' ``backend_manager``)."""
+    return HarombeStore(backend_manager)
 
 
 def test_list_namespaces_answers_as_langgraph_stores(harombe: HarombeStore) -> None:
