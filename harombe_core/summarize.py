@@ -23,12 +23,14 @@ import re
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from itertools import pairwise
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from harombe_core.errors import InvalidInputError, SummarizationError
 from harombe_core.flows import Flow, adrive, drive
 from harombe_core.llm import acall_llm, ask, call_llm
 from harombe_core.models import Message, MessageSummary
+from harombe_core.store.unspaced import UNSPACED
 
 __all__ = [
     "ExtractiveSummarizer",
@@ -138,8 +140,12 @@ class Summarizer(Protocol):
 # --------------------------------------------------------------------------------------------
 # extractive (no model)
 
-_SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
-_WORD = re.compile(r"[A-Za-z][A-Za-z'\-]+")
+#: A sentence ends at . ! ? and a space, or at the full-width 。！？ of Chinese and Japanese,
+#: which no space follows.
+_SENTENCE = re.compile(r"(?<=[.!?])\s+|(?<=[。！？])\s*|\n+")
+#: A word of any alphabet: a letter, then letters, apostrophes or hyphens (not only A-Z: a
+#: session held in Russian or German had no content word, so no summary at all).
+_WORD = re.compile(r"[^\W\d_](?:[^\W\d_]|['\-])+")
 _STOPWORDS = frozenset(
     (  # noqa: SIM905 - a word list reads better as text
         "a about above after again all also am an and any are as at be because been before being "
@@ -185,7 +191,18 @@ def _sentences(text: str) -> list[str]:
 
 
 def _keywords(text: str) -> list[str]:
-    return [w.lower() for w in _WORD.findall(text) if w.lower() not in _STOPWORDS and len(w) > 2]
+    """The content words of ``text``, lowered: words of three letters or more outside the stop
+    words, and for a run of Chinese, Japanese or Korean characters (no spaces between its
+    words) the overlapping pairs of its characters, as its keyword search looks them up."""
+    words: list[str] = []
+    for word in _WORD.findall(text):
+        word = word.lower()
+        if UNSPACED.search(word):
+            chars = [c for c in word if UNSPACED.match(c)]
+            words += [a + b for a, b in pairwise(chars)] or chars
+        elif len(word) > 2 and word not in _STOPWORDS:
+            words.append(word)
+    return words
 
 
 def _topics(counts: Counter[str], limit: int) -> list[str]:
@@ -200,7 +217,7 @@ def _topics(counts: Counter[str], limit: int) -> list[str]:
 def _says_something(sentence: str) -> bool:
     """A statement with some content: not a question, not an acknowledgement ("Will do.",
     "Exciting!"), which tells nothing about how a conversation ended."""
-    return not sentence.rstrip().endswith("?") and len(_keywords(sentence)) >= 2
+    return not sentence.rstrip().endswith(("?", "？")) and len(_keywords(sentence)) >= 2
 
 
 def _outcome(spoken: Sequence[Message]) -> str:

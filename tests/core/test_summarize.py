@@ -250,3 +250,44 @@ def test_end_session_on_the_demo_trip_stores_the_reminder() -> None:
         assert any("remind me to book the Sintra tickets" in a for a in summary.action_items)
         assert summary.outcome != "Will do."
         assert not {"noted", "old", "note"} & set(summary.topics)
+
+
+@pytest.mark.parametrize(
+    ("talk", "topic", "query"),
+    [
+        (
+            [
+                ("user", "Я планирую поездку в Москву летом. Хочу посетить Третьяковскую галерею."),
+                (
+                    "assistant",
+                    "Галерея открыта летом каждый день. Поездка в Москву будет отличной.",
+                ),
+            ],
+            "москву",
+            "галерею",
+        ),
+        (
+            [
+                ("user", "我下周要去北京出差。我想在北京吃烤鸭。你能推荐一家烤鸭店吗？"),
+                ("assistant", "北京的全聚德烤鸭很有名。出差期间可以去全聚德吃烤鸭。"),
+            ],
+            "烤鸭",
+            "全聚德",
+        ),
+    ],
+)
+def test_a_session_in_another_language_gets_an_offline_summary(
+    talk: list[tuple[str, str]], topic: str, query: str
+) -> None:
+    """The offline summariser's words are letters of any alphabet, and pairs of characters for
+    Chinese and Japanese (one A-Z word pattern left such a session with no summary at all), and
+    a Chinese or Japanese sentence ends at its full-width stop."""
+    mm = _manager()
+    sid = mm.create_session(user_id="u1")
+    mm.save_messages(sid, [Message(role=role, content=text) for role, text in talk])
+    summary = mm.end_session(sid)
+    assert summary.summary
+    assert topic in summary.topics
+    assert summary.outcome
+    assert [s.id for s, _ in mm.search_summaries(query, user_id="u1")] == [sid]
+    mm.close()
