@@ -21,6 +21,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from harombe_core import (
+    cli_check,  # noqa: F401  (registers `harombe check PATH`)
     cli_facts,  # noqa: F401  (registers `harombe facts` and `harombe profile`)
     cli_forget,  # noqa: F401  (registers `harombe forget`)
 )

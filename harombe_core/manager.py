@@ -1310,7 +1310,12 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
         yield from self._flush_facts()
 
     def stats(self) -> dict[str, Any]:
-        """Counts of sessions, users, messages, tokens and pending embeddings, and file size."""
+        """Counts of sessions, users, messages, tokens and pending embeddings, and file size.
+
+        The counts are exact, read from the rows themselves (nothing a kill, an import or
+        another process's write could leave stale), so the call scans the messages table:
+        O(messages), about 14 ms for 100,000 messages on SQLite, 11x a raw ``count(*)``
+        (``benchmarks/bench_stats.py``). Call it for a report, not on every request."""
         return drive(self._stats())
 
     async def astats(self) -> dict[str, Any]:

@@ -61,7 +61,7 @@ from langgraph.store.base import (
 from langgraph.store.base.embed import ensure_embeddings, get_text_at_path, tokenize_path
 
 from harombe_core import MemoryManager
-from harombe_core.embeddings import Embedder
+from harombe_core.embeddings import Embedder, aidentity, identity
 from harombe_core.errors import HarombeError, InvalidInputError, MissingExtraError
 from harombe_core.integration import Body, adrive, drive, items, sql_runner, to_micros
 from harombe_core.integration import Op as StoreOp
@@ -184,7 +184,9 @@ class HarombeStore(BaseStore):
         self._fields: _Fields = (
             [] if self.index_config is None else self.index_config["__tokenized_fields"]
         )
-        self._model: str | None = None if self._embedder is None else self._embedder.name
+        # The embedder's identity (name, dimension, fingerprint), found on the first batch
+        # that embeds: opening a store loads no model.
+        self._model: str | None = None
         self._warned_stale = False
         self._sweeper: threading.Thread | None = None
         self._sweeper_stop = threading.Event()
@@ -209,6 +211,8 @@ class HarombeStore(BaseStore):
         if docs:
             plan = _with_vectors(plan, docs, self._embedder.embed([t for _, _, t in docs]))
         queries = {q: self._embedder.embed_query(q) for q in _queries(ops, self._embedder)}
+        if (docs or queries) and self._model is None:
+            self._model = identity(self._embedder)
         plan = plan._replace(queries=queries)
         raw = self._backend.run(lambda: self._body(ops, plan, facts), exactly_once=_writes(ops))
         return _results(ops, raw, facts.reads)
@@ -230,6 +234,8 @@ class HarombeStore(BaseStore):
         texts = _queries(ops, self._embedder)
         found = await asyncio.gather(*(self._embedder.aembed_query(q) for q in texts))
         plan = plan._replace(queries=dict(zip(texts, found, strict=True)))
+        if (docs or texts) and self._model is None:
+            self._model = await aidentity(self._embedder)
         raw = await self._backend.arun(
             lambda: self._body(ops, plan, facts), exactly_once=_writes(ops)
         )
@@ -349,7 +355,8 @@ class HarombeStore(BaseStore):
         is re-embedded at the paths it was embedded at before; an item deleted or rewritten
         meanwhile is skipped (a put already embedded it with the current model). Safe to stop
         and run again."""
-        model = self._reindexing()
+        self._reindexing()
+        model = self._model = self._model or identity(self._embedder)
         done = 0
         while todo := self._backend.read(lambda: items.stale(self._backend, model, batch_size)):
             texts = _stale_texts(todo)
@@ -361,7 +368,8 @@ class HarombeStore(BaseStore):
 
     async def areindex(self, batch_size: int = 100) -> int:
         """:meth:`reindex` on the async path (embedding with the embedder's async methods)."""
-        model = self._reindexing()
+        self._reindexing()
+        model = self._model = self._model or await aidentity(self._embedder)
         done = 0
         while todo := await self._backend.aread(
             lambda: items.stale(self._backend, model, batch_size)
@@ -374,14 +382,13 @@ class HarombeStore(BaseStore):
             )
         return done
 
-    def _reindexing(self) -> str:
-        """The model a reindex embeds with; refuses a store without ``index``."""
-        if self._model is None:
+    def _reindexing(self) -> None:
+        """Refuses a reindex of a store without ``index``."""
+        if self._embedder is None:
             raise InvalidInputError(
                 "this HarombeStore has no index: open it with index={'embed': ...} (the model "
                 "to embed the items with) to reindex them."
             )
-        return self._model
 
     def _namespaces(self, op: ListNamespacesOp) -> Body[list[tuple[str, ...]]]:
         """The item namespaces and the facts namespaces of users with facts, matched, cut to
@@ -395,12 +402,15 @@ class HarombeStore(BaseStore):
             limit=op.offset + op.limit,  # the page of the merged list lies in this many of each
             omit_expired=self._omit_expired,
         )
-        every += yield from fact_namespaces(self.manager.store.dialect)
-        found = {
-            ns[: op.max_depth] if op.max_depth is not None else ns
-            for ns in every
-            if all(items.ns_matches(kind, path, ns) for kind, path in match)
-        }
+        facts = yield from fact_namespaces(self.manager.store.dialect)
+        found = (
+            set(every)
+            | {  # the item names came matched and cut; the facts' are here
+                ns[: op.max_depth] if op.max_depth is not None else ns
+                for ns in facts
+                if all(items.ns_matches(kind, path, ns) for kind, path in match)
+            }
+        )
         return sorted(found)[op.offset : op.offset + op.limit]
 
     # TTL settings, read live (LangGraph's own tests change ttl_config on a running store) --

@@ -29,7 +29,9 @@ from harombe_core.embeddings.base import (
     BaseEmbedder,
     Embedder,
     FloatArray,
+    aidentity,
     forced_device,
+    identity,
     normalize_rows,
 )
 from harombe_core.embeddings.cache import CachedEmbedder
@@ -52,6 +54,8 @@ __all__ = [
     "OnnxEmbedder",
     "OpenAIEmbedder",
     "SentenceTransformerEmbedder",
+    "aidentity",
+    "identity",
     "normalize_rows",
     "resolve_embedder",
 ]

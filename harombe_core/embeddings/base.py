@@ -11,8 +11,11 @@ every backend is interchangeable for the code above it.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import os
 import re
+import weakref
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
@@ -27,13 +30,70 @@ __all__ = [
     "Embedder",
     "FloatArray",
     "NativeAsyncEmbedder",
+    "aidentity",
     "check_texts",
+    "identity",
+    "legacy_name",
     "normalize_rows",
     "one_text",
     "validate_vectors",
 ]
 
 FloatArray = npt.NDArray[np.float32]
+
+#: The text every embedder embeds once to tell its vectors from another's of the same name.
+IDENTITY_PROBE = "harombe identity probe: the quick brown fox jumps over the lazy dog"
+_IDENTITY = re.compile(r"@\d+:[0-9a-f]{16}$")
+_identities: weakref.WeakKeyDictionary[object, str] = weakref.WeakKeyDictionary()
+
+
+def _identity_of(name: str, probe: FloatArray) -> str:
+    """``name@dimension:fingerprint``: the fingerprint hashes the probe's vector rounded to
+    two decimals (what another model changes; not the last bits a BLAS build may)."""
+    vector = np.asarray(probe, dtype=np.float32).ravel()
+    rounded = np.round(vector * 100).astype(np.int16).tobytes()
+    return f"{name}@{vector.shape[0]}:{hashlib.sha256(rounded).hexdigest()[:16]}"
+
+
+def _cached(embedder: object) -> str | None:
+    try:
+        return _identities.get(embedder)
+    except TypeError:  # neither hashable nor weakly referenceable: computed each time
+        return None
+
+
+def _remember(embedder: object, found: str) -> str:
+    with contextlib.suppress(TypeError):  # not weakly referenceable: not cached
+        _identities[embedder] = found
+    return found
+
+
+def identity(embedder: Embedder) -> str:
+    """What a stored vector records as the model that made it: ``name``, dimension and a
+    fingerprint of the embedding of a fixed probe text, so two embedders of one name (two
+    lambdas of one module, a model swapped behind a name) are told apart. Embeds the probe
+    once per embedder object (cached while it lives)."""
+    found = _cached(embedder)
+    if found is None:
+        found = _remember(
+            embedder, _identity_of(embedder.name, embedder.embed_query(IDENTITY_PROBE))
+        )
+    return found
+
+
+async def aidentity(embedder: Embedder) -> str:
+    """:func:`identity` with the embedder's async method (the event loop is not blocked)."""
+    found = _cached(embedder)
+    if found is None:
+        probe = await embedder.aembed_query(IDENTITY_PROBE)
+        found = _remember(embedder, _identity_of(embedder.name, probe))
+    return found
+
+
+def legacy_name(model: str) -> str | None:
+    """The bare embedder name vectors were recorded with before :func:`identity` (``None``
+    if ``model`` is not an identity): such vectors are still compared, as they were."""
+    return model[: model.rindex("@")] if _IDENTITY.search(model) else None
 
 
 @runtime_checkable

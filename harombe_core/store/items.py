@@ -31,6 +31,7 @@ from typing import Any, TypeVar
 import numpy as np
 import orjson
 
+from harombe_core.embeddings.base import legacy_name
 from harombe_core.errors import CorruptRowError, InvalidInputError
 from harombe_core.limits import current_limits
 from harombe_core.store.rows import corrupt_row, from_micros, json_problem, time_problem
@@ -253,11 +254,13 @@ def search(
     same length; items without one follow, unscored, in the same newest-first order.
     ``refresh`` renews the expiry of the items returned.
 
-    ``model`` (the name of the embedder that made ``query``): only vectors recorded with that
+    ``model`` (the identity of the embedder that made ``query``, from
+    :func:`harombe_core.embeddings.base.identity`): only vectors recorded with that
     model are compared; an item whose vectors another model made is stale and follows unscored,
     never ranked by a meaningless cosine. ``stale`` is then called with how many such items the
-    search met. Vectors written before models were recorded (model unknown) are compared as
-    they always were, so an upgrade loses no search by meaning; ``reindex`` re-embeds them.
+    search met. Vectors written before models were recorded (model unknown), or recorded under
+    the embedder's bare name before identities, are compared as they always were, so an upgrade
+    loses no search by meaning; ``reindex`` re-embeds them under the identity.
     """
     check_namespace(prefix, "namespace_prefix", empty=True)
     name = ".".join(prefix)
@@ -434,16 +437,18 @@ def list_namespaces(
     those matching every ``(match_type, path)`` of ``match`` (:func:`ns_matches`), each cut
     to ``max_depth`` labels (then deduplicated).
 
-    The database narrows and pages as far as SQL can say it: labels before the first ``"*"``
-    of a prefix or suffix become a condition on the dotted name, and when nothing is left for
-    Python (no wildcard, no ``max_depth``) it sorts in tuple order and stops at the page, so a
-    store of thousands of users hands back ``limit`` names, not every one."""
+    The database answers the whole question, so a store of thousands of users hands back
+    ``limit`` names, not every one: the labels before a prefix's (after a suffix's) first
+    ``"*"`` narrow the dotted name by text (an index range for a prefix), every other label of
+    the path is compared by position, the names are cut to ``max_depth`` labels, made
+    distinct, sorted in tuple order and paged in SQL. PostgreSQL splits a name with
+    ``string_to_array``; SQLite with the two functions each harombe connection carries
+    (:func:`harombe_core.store.sqlite_file.ns_label`, ``ns_head``)."""
+    postgres = sql.store.dialect.name == "postgres"
     live, params = _live(omit_expired, now)
     where = "TRUE" + live
-    exact = max_depth is None
     for kind, path in match:
         labels = tuple(path)
-        exact = exact and "*" not in labels
         if kind == "prefix":  # the labels before the first wildcard
             name = ".".join(labels[: labels.index("*")] if "*" in labels else labels)
             if name:
@@ -458,21 +463,48 @@ def list_namespaces(
                     "substr(namespace, length(namespace) - CAST(? AS INTEGER) + 1) = ?)"
                 )
                 params += [name, len(name) + 1, "." + name]
-    query = f"SELECT namespace FROM store_items WHERE {where} GROUP BY namespace"
-    if exact:
-        # Tuple order as text: "." becomes a separator below every character (U+0001 in a
-        # label is escaped first, so no two namespaces share a sort key).
-        query += " ORDER BY replace(replace(namespace, ?, ?), '.', ?) LIMIT ?"
-        params += ["\x01", "\x01\x02", "\x01\x01", min(offset + limit, 2**62)]
-    rows = (yield sql.step(query, params)).rows
-    namespaces: list[Namespace] = [tuple(r[0].split(".")) for r in rows]
-    if match:
-        namespaces = [
-            ns for ns in namespaces if all(ns_matches(kind, path, ns) for kind, path in match)
-        ]
+        if "*" not in labels:
+            continue  # the text condition said it all
+        # Labels counted as dots + 1; each fixed label compared at its position (1-based from
+        # the start for a prefix, from the end, as -1, -2, ..., for a suffix).
+        where += " AND length(namespace) - length(replace(namespace, '.', '')) + 1 >= ?"
+        params.append(len(labels))
+        for i, label in enumerate(labels):
+            if label == "*":
+                continue
+            position = i + 1 if kind == "prefix" else i - len(labels)
+            where += f" AND {_label_sql(postgres)} = ?"
+            params += [*[position] * (3 if postgres else 1), label]
+    head = "namespace"
     if max_depth is not None:
-        namespaces = [ns[:max_depth] for ns in namespaces]
-    return sorted(set(namespaces))[offset : offset + limit]
+        head = (
+            "array_to_string((string_to_array(namespace, '.'))[1:CAST(? AS INTEGER)], '.')"
+            if postgres
+            else "harombe_ns_head(namespace, ?)"
+        )
+        params.insert(0, int(max_depth))
+    # Tuple order as text: "." becomes a separator below every character (U+0001 in a label
+    # is escaped first, so no two namespaces share a sort key).
+    query = (
+        f"SELECT namespace FROM (SELECT DISTINCT {head} AS namespace FROM store_items "
+        f"WHERE {where}) AS heads ORDER BY replace(replace(namespace, ?, ?), '.', ?) "
+        "LIMIT ? OFFSET ?"
+    )
+    params += ["\x01", "\x01\x02", "\x01\x01", min(limit, 2**62), min(offset, 2**62)]
+    rows = (yield sql.step(query, params)).rows
+    return [tuple(r[0].split(".")) for r in rows]
+
+
+def _label_sql(postgres: bool) -> str:
+    """The label of ``namespace`` at a position (``?``): 1-based from the start, or from the
+    end when negative (-1 the last); NULL past either end."""
+    if postgres:
+        arr = "(string_to_array(namespace, '.'))"
+        return (
+            f"{arr}[CASE WHEN CAST(? AS INTEGER) > 0 THEN CAST(? AS INTEGER) "
+            f"ELSE array_length({arr}, 1) + 1 + CAST(? AS INTEGER) END]"
+        )
+    return "harombe_ns_label(namespace, ?)"
 
 
 def sweep(sql: SqlRunner, *, now: int) -> Body[int]:
@@ -487,9 +519,11 @@ def _best_scores(
     sql: SqlRunner, rows: Sequence[Any], query: np.ndarray, model: str | None
 ) -> Body[tuple[dict[tuple[str, str], float], set[tuple[str, str]]]]:
     """Each item's best cosine with ``query`` among its vectors ``model`` (or an unrecorded
-    model) made, and the items with vectors only another model made."""
+    model, or the bare name ``model`` was recorded as before identities) made, and the items
+    with vectors only another model made."""
     keys = {(r[0], r[1]) for r in rows}
     namespaces = sorted({k[0] for k in keys})
+    legacy = None if model is None else legacy_name(model)  # recorded before identities
     best: dict[tuple[str, str], float] = {}
     other: set[tuple[str, str]] = set()
     for start in range(0, len(namespaces), 500):
@@ -503,7 +537,7 @@ def _best_scores(
             if (namespace, key) not in keys:
                 continue
             vector = np.frombuffer(blob, dtype=np.float32)
-            if (made_by is not None and made_by != model) or vector.shape != query.shape:
+            if made_by not in (None, model, legacy) or vector.shape != query.shape:
                 other.add((namespace, key))  # another model's space: not comparable
                 continue
             score = float(np.dot(vector, query))

@@ -71,6 +71,8 @@ __all__ = [
     "classify",
     "is_busy",
     "memory_file",
+    "ns_head",
+    "ns_label",
     "open_file",
     "open_files",
 ]
@@ -90,6 +92,27 @@ FORK_WAIT_SECONDS = 10.0
 #: The most a file's -wal keeps after a checkpoint, in bytes (SQLite's journal_size_limit): four
 #: times what the default auto-checkpoint lets it reach (1,000 pages of 4 KiB).
 WAL_SIZE_LIMIT = 16 * 1024 * 1024
+
+
+def ns_label(namespace: str | None, position: int | None) -> str | None:
+    """SQL ``harombe_ns_label(namespace, position)``: the label of a dotted store namespace at
+    ``position``, 1-based from the start or negative from the end (-1 the last); NULL past
+    either end. SQLite has no string split, and a store's wildcard match compares labels by
+    position (:func:`harombe_core.store.items.list_namespaces`)."""
+    if namespace is None or position is None or position == 0:
+        return None
+    labels = namespace.split(".")
+    if abs(position) > len(labels):
+        return None
+    return labels[position - 1 if position > 0 else position]
+
+
+def ns_head(namespace: str | None, depth: int | None) -> str | None:
+    """SQL ``harombe_ns_head(namespace, depth)``: the first ``depth`` labels of a dotted
+    namespace (a LangGraph ``list_namespaces(max_depth=...)`` cut, made distinct in SQL)."""
+    if namespace is None or depth is None:
+        return namespace
+    return ".".join(namespace.split(".")[: max(int(depth), 0)])
 
 
 def classify(exc: sqlite3.Error, location: str) -> StoreError:
@@ -225,6 +248,8 @@ class SQLiteFile:
                     timeout=self._busy_timeout_ms / 1000,
                 )
             conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout_ms)}")
+            conn.create_function("harombe_ns_label", 2, ns_label, deterministic=True)
+            conn.create_function("harombe_ns_head", 2, ns_head, deterministic=True)
             conn.execute("PRAGMA foreign_keys = ON")
             # Deleted rows are zeroed, not just marked free, whatever the build's default:
             # deleted means gone from the file (store/erasure.py).
