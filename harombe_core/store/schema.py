@@ -555,6 +555,33 @@ PG_NOT_WORD = (
 #: A text holding any character outside ASCII (PG migration 13 re-indexes those summaries).
 PG_NOT_ASCII = "[^\\x01-\\x7f]"
 
+
+def _summary_fts_function(not_word: str, *, spaced: bool) -> str:
+    """The trigger function that sets a session's ``summary_fts`` from its summary and topics:
+    runs of characters outside ``not_word``, passed through ``harombe_spaced`` when ``spaced``
+    (PG migration 10 wrote it without, migration 13 with)."""
+    start, end = ("harombe_spaced(", ")") if spaced else ("", "")
+    return (
+        "CREATE OR REPLACE FUNCTION harombe_summary_fts() RETURNS trigger LANGUAGE plpgsql AS $$"
+        f"""
+        DECLARE
+            topics TEXT;
+        BEGIN
+            BEGIN
+                SELECT string_agg(t, ' ') INTO topics
+                FROM jsonb_array_elements_text(NEW.summary_json::jsonb -> 'topics') AS t;
+            EXCEPTION WHEN others THEN
+                topics := NULL;  -- no topics, or not a list of them
+            END;
+            NEW.summary_fts := CASE WHEN COALESCE(NEW.summary, '') = '' THEN NULL
+                ELSE to_tsvector('simple', {start}regexp_replace(
+                    NEW.summary || ' ' || COALESCE(topics, ''), '{not_word}', ' ', 'g'){end})
+                END;
+            RETURN NEW;
+        END $$"""
+    )
+
+
 #: The text search configuration of the PostgreSQL keyword index.
 TS_CONFIG = "english"
 
@@ -725,22 +752,7 @@ PG_MIGRATIONS: list[list[str]] = [
     # insist.
     [
         "ALTER TABLE sessions ADD COLUMN IF NOT EXISTS summary_fts TSVECTOR",
-        """CREATE OR REPLACE FUNCTION harombe_summary_fts() RETURNS trigger LANGUAGE plpgsql AS $$
-        DECLARE
-            topics TEXT;
-        BEGIN
-            BEGIN
-                SELECT string_agg(t, ' ') INTO topics
-                FROM jsonb_array_elements_text(NEW.summary_json::jsonb -> 'topics') AS t;
-            EXCEPTION WHEN others THEN
-                topics := NULL;  -- no topics, or not a list of them
-            END;
-            NEW.summary_fts := CASE WHEN COALESCE(NEW.summary, '') = '' THEN NULL
-                ELSE to_tsvector('simple', regexp_replace(
-                    NEW.summary || ' ' || COALESCE(topics, ''), '[^[:alnum:]_]+', ' ', 'g'))
-                END;
-            RETURN NEW;
-        END $$""",
+        _summary_fts_function("[^[:alnum:]_]+", spaced=False),
         "DROP TRIGGER IF EXISTS sessions_summary_fts ON sessions",
         "CREATE TRIGGER sessions_summary_fts BEFORE INSERT OR UPDATE OF summary, summary_json "
         "ON sessions FOR EACH ROW EXECUTE FUNCTION harombe_summary_fts()",
@@ -771,22 +783,7 @@ PG_MIGRATIONS: list[list[str]] = [
         # The summaries' vector too (migration 10's function, the text spaced and those
         # characters kept as word characters, which a "C" locale's [:alnum:] does not hold),
         # recomputed for the summaries holding such characters.
-        f"""CREATE OR REPLACE FUNCTION harombe_summary_fts() RETURNS trigger LANGUAGE plpgsql AS $$
-        DECLARE
-            topics TEXT;
-        BEGIN
-            BEGIN
-                SELECT string_agg(t, ' ') INTO topics
-                FROM jsonb_array_elements_text(NEW.summary_json::jsonb -> 'topics') AS t;
-            EXCEPTION WHEN others THEN
-                topics := NULL;  -- no topics, or not a list of them
-            END;
-            NEW.summary_fts := CASE WHEN COALESCE(NEW.summary, '') = '' THEN NULL
-                ELSE to_tsvector('simple', harombe_spaced(regexp_replace(
-                    NEW.summary || ' ' || COALESCE(topics, ''), '{PG_NOT_WORD}', ' ', 'g')))
-                END;
-            RETURN NEW;
-        END $$""",
+        _summary_fts_function(PG_NOT_WORD, spaced=True),
         f"UPDATE sessions SET summary = summary WHERE summary ~ '{PG_NOT_ASCII}' "
         f"OR summary_json ~ '{PG_NOT_ASCII}'",
     ],
