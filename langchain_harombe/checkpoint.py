@@ -11,7 +11,8 @@ Going beyond a checkpointer: the messages of a thread are also a harombe session
 =================================================================================
 
 A thread is the harombe session of the same id, owned by the ``user_id`` of the run that made
-its first checkpoint (``config["configurable"]["user_id"]``). The session holds the messages of
+its first checkpoint (``config["configurable"]["user_id"]``, else the ``user_id`` of the run's
+runtime context, as ``HarombeMemoryMiddleware`` reads it). The session holds the messages of
 the thread's newest checkpoint (main namespace) as ordinary harombe messages, so they are
 searchable by keyword and meaning, windowed, threaded, summarised, exportable, visible to
 ``harombe sessions``/``history``/``search``, recalled by ``HarombeMemoryMiddleware`` in the user's
@@ -44,9 +45,10 @@ Why this is stored twice without ever disagreeing:
 
 Deleting a thread's session with harombe (``harombe sessions``, ``prune_old_sessions``) deletes its
 checkpoints too: a thread and its session are one thing. A session belongs to one user, and the
-saver, like every adapter, acts for the run's user (``configurable["user_id"]``; LangGraph does
-not hand a checkpointer the runtime context): a call (run, ``get_state``, ``update_state``...)
-naming another user, or naming none on a user's thread, is refused with
+saver, like every adapter, acts for the run's user (``configurable["user_id"]``, else the
+runtime context's ``user_id`` during a run; a call from outside a run, such as ``get_state``, has
+no runtime context, so it names the user in ``configurable``): a call (run, ``get_state``,
+``update_state``...) naming another user, or naming none on a user's thread, is refused with
 :class:`~harombe_core.errors.SessionOwnershipError` before anything is read or written. The
 configs it hands back (``get_state_history``, time travel) name the thread's owner, so they act
 for that user. Calls that take no config (``delete_thread``, ``copy_thread``, ``prune``,

@@ -44,6 +44,7 @@ from harombe_core.errors import InvalidInputError
 from harombe_core.integration import Call, Flow, adrive, drive
 from harombe_core.models import Message
 from langchain_harombe._recall import DEFAULT_RECALL_TOKENS, recalling
+from langchain_harombe.checkpoint_rows import context_user
 from langchain_harombe.convert import storable_message, to_langchain
 from langchain_harombe.history import (
     HarombeChatMessageHistory,
@@ -159,13 +160,8 @@ class HarombeMemoryMiddleware(AgentMiddleware[HarombeMemoryState, Any, Any]):
                 "agent with config={'configurable': {'thread_id': '...'}}."
             )
         user_id = self.user_id or configurable.get("user_id")
-        context = getattr(runtime, "context", None)
-        if user_id is None and context is not None:
-            user_id = (
-                context.get("user_id")
-                if isinstance(context, dict)
-                else getattr(context, "user_id", None)
-            )
+        if user_id is None:
+            user_id = context_user(getattr(runtime, "context", None))
         return str(session_id), None if user_id is None else str(user_id)
 
     def _history(self, session_id: str, user_id: str | None) -> HarombeChatMessageHistory:
