@@ -321,6 +321,20 @@ class UserMemory:
             tasks = [t for t in tasks if sid in t.session_ids]
         return tasks
 
+    def note(
+        self, user_id: str, *, max_tokens: int = 200, query: str | None = None
+    ) -> Flow[str | None]:
+        """What a model is told about the user before it answers: the profile within
+        ``max_tokens`` (most relevant to ``query`` first) and the open tasks, as one text;
+        None when nothing is known. The LangChain middleware (``profile_tokens``) and the
+        LlamaIndex memory (``profile_tokens``) put this same text in their system message."""
+        profile = yield from self.profile(user_id, max_tokens=max_tokens, query=query)
+        parts = [f"What you know about the user:\n{profile.text}"] if profile.text else []
+        tasks = yield from self.open_tasks(user_id)
+        if tasks:
+            parts.append("Their open tasks:\n" + "\n".join(f"- {t.text}" for t in tasks))
+        return "\n\n".join(parts) or None
+
     def search(
         self, user_id: str, query: str, *, top_k: int = 5, include_history: bool = False
     ) -> Flow[list[FactHit]]:
