@@ -43,6 +43,7 @@ from harombe_core import MemoryManager
 from harombe_core.errors import InvalidInputError
 from harombe_core.integration import Flow, adrive, drive
 from harombe_core.models import Message
+from harombe_core.validate import keywords_checked
 from langchain_harombe._recall import DEFAULT_RECALL_TOKENS, recalling
 from langchain_harombe.checkpoint_rows import context_user
 from langchain_harombe.convert import storable_message, to_langchain
@@ -113,6 +114,7 @@ class HarombeMemoryMiddleware(AgentMiddleware[HarombeMemoryState, Any, Any]):
 
     state_schema = HarombeMemoryState
 
+    @keywords_checked
     def __init__(
         self,
         manager: MemoryManager,
