@@ -64,7 +64,6 @@ import random
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from contextlib import contextmanager
 from functools import partial
 from typing import Any
 
@@ -93,6 +92,7 @@ from harombe_core.integration import (
     sql_runner,
 )
 from harombe_core.validate import keywords_checked
+from langchain_harombe._opened import Opened, Ready
 from langchain_harombe.checkpoint_mirror import (
     Head,
     convert_ahead,
@@ -215,19 +215,17 @@ class HarombeSaver(ClosesOnExit, BaseCheckpointSaver[str]):
                 self._mirrors.request(thread_id, 0)
 
     @classmethod
-    @contextmanager
-    def from_conn_string(cls, conn_string: str, **options: Any) -> Iterator[HarombeSaver]:
+    def from_conn_string(cls, conn_string: str, **options: Any) -> Opened[HarombeSaver]:
         """A saver on its own manager for a database path or ``postgresql://`` URL, closed on
-        exit (as LangGraph's ``SqliteSaver.from_conn_string``)."""
-        saver = cls(storage_path=conn_string, **options)
-        try:
-            yield saver
-        finally:
-            saver.close()
+        exit: ``with`` as LangGraph's ``SqliteSaver.from_conn_string``, or ``async with`` as
+        ``AsyncSqliteSaver``'s (one saver does both)."""
+        return Opened(partial(cls, storage_path=conn_string, **options))
 
-    def setup(self) -> None:
+    def setup(self) -> Ready:
         """Nothing to do: the tables are created by the database's schema migrations when it
-        is opened. (Kept so code written for LangGraph's savers runs unchanged.)"""
+        is opened. (Kept so code written for LangGraph's savers runs unchanged: ``setup()``,
+        or ``await setup()`` as for ``AsyncSqliteSaver``.)"""
+        return Ready()
 
     def _make_tables(self) -> CheckpointTables:
         return CheckpointTables(
