@@ -256,7 +256,11 @@ class HarombeMemory(BaseMemory):
                 f"and Memory; got {self.token_limit}."
             )
         check_budget(self.rag_max_tokens, "rag_max_tokens")
-        check_budget(self.profile_tokens, "profile_tokens")
+        if check_budget(self.profile_tokens, "profile_tokens") and self.user_id is None:
+            raise InvalidInputError(
+                "profile_tokens puts a user's profile in front of the model, and this memory "
+                "acts for no user: pass user_id='...' too (or leave profile_tokens at 0)."
+            )
         check_count(self.keep_last, "keep_last", high=MAX_TOP_K)
         check_count(self.rag_top_k, "rag_top_k", high=MAX_TOP_K)
         if self.strategy not in ("simple", "summarization", "hybrid", "threaded"):
