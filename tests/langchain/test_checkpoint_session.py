@@ -379,3 +379,6 @@ def test_a_user_named_only_in_the_runtime_context_owns_the_thread(tmp_path: Path
         with pytest.raises(SessionOwnershipError):
             agent.invoke({"messages": [HumanMessage("hi")]},
                          {"configurable": {"thread_id": "t1"}}, context=Context(user_id="bob"))
+        # get_state has no runtime context: the error says where the user goes.
+        with pytest.raises(SessionOwnershipError, match=r"'configurable': \{'thread_id'"):
+            agent.get_state({"configurable": {"thread_id": "t1"}})
