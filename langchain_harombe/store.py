@@ -68,6 +68,7 @@ from harombe_core.integration import Op as StoreOp
 from harombe_core.validate import (
     check_list,
     check_number,
+    keywords_checked,
 )
 from langchain_harombe._packages import missing_package
 from langchain_harombe.embeddings import LangChainEmbedder
@@ -143,6 +144,7 @@ class HarombeStore(BaseStore):
 
     supports_ttl = True
 
+    @keywords_checked
     def __init__(
         self,
         manager: MemoryManager | None = None,
