@@ -377,21 +377,36 @@ class PostgresBackend:
 Backend = SqliteBackend | PostgresBackend
 
 
-def agent_turns(backend: Backend, threads: int, turns: int) -> TurnRow:
-    """Median ms of one ``invoke`` of a checkpointed agent, harombe beside LangGraph's saver."""
+def _agents(peer: str, theirs: BaseCheckpointSaver, manager: Any) -> dict[str, Any]:
+    """A ``create_agent`` with a fake model per saver: LangGraph's (``peer``) and harombe's."""
     from langchain.agents import create_agent
 
-    from harombe_core import MemoryManager
     from langchain_harombe import HarombeSaver
+
+    savers: dict[str, BaseCheckpointSaver] = {peer: theirs, "HarombeSaver": HarombeSaver(manager)}
+    return {n: create_agent(_fake_model(), [], checkpointer=s) for n, s in savers.items()}
+
+
+def _row(
+    mode: str, shape: tuple[int, int], times: dict[str, list[float]], flushed: float, peer: str
+) -> TurnRow:
+    """The row of one run: each saver's median turn, and every turn plus harombe's final
+    flush (``flushed`` s)."""
+    totals = {
+        n: (sum(t) + (flushed if n == "HarombeSaver" else 0.0)) * 1000 for n, t in times.items()
+    }
+    medians = {n: median_ms(t) for n, t in times.items()}
+    return TurnRow(mode, shape[0], shape[1], medians, totals, peer)
+
+
+def agent_turns(backend: Backend, threads: int, turns: int) -> TurnRow:
+    """Median ms of one ``invoke`` of a checkpointed agent, harombe beside LangGraph's saver."""
+    from harombe_core import MemoryManager
 
     tag = uuid.uuid4().hex[:8]
     manager = MemoryManager(backend.harombe(tag), embedding=None)
     with backend.saver(tag) as theirs:
-        savers: dict[str, BaseCheckpointSaver] = {
-            backend.peer: theirs,
-            "HarombeSaver": HarombeSaver(manager),
-        }
-        agents = {n: create_agent(_fake_model(), [], checkpointer=s) for n, s in savers.items()}
+        agents = _agents(backend.peer, theirs, manager)
         times: dict[str, list[float]] = {name: [] for name in agents}
         for name, ask, config in turn_schedule(tag, list(agents), threads, turns):
             start = time.perf_counter()
@@ -399,38 +414,17 @@ def agent_turns(backend: Backend, threads: int, turns: int) -> TurnRow:
             times[name].append(time.perf_counter() - start)
         flushed = timed(manager.flush)
     manager.close()
-    return TurnRow(
-        "invoke",
-        threads,
-        turns,
-        {n: median_ms(t) for n, t in times.items()},
-        _totals(times, flushed),
-        backend.peer,
-    )
-
-
-def _totals(times: dict[str, list[float]], flushed: float) -> dict[str, float]:
-    """ms of all of each saver's turns, harombe's final flush (``flushed`` s) included."""
-    return {
-        n: (sum(t) + (flushed if n == "HarombeSaver" else 0.0)) * 1000 for n, t in times.items()
-    }
+    return _row("invoke", (threads, turns), times, flushed, backend.peer)
 
 
 async def aagent_turns(backend: Backend, threads: int, turns: int) -> TurnRow:
     """:func:`agent_turns` with ``ainvoke`` and LangGraph's async saver."""
-    from langchain.agents import create_agent
-
     from harombe_core import MemoryManager
-    from langchain_harombe import HarombeSaver
 
     tag = uuid.uuid4().hex[:8]
     manager = MemoryManager(backend.harombe(f"a{tag}"), embedding=None)
     async with backend.asaver(tag) as theirs:
-        savers: dict[str, BaseCheckpointSaver] = {
-            backend.peer: theirs,
-            "HarombeSaver": HarombeSaver(manager),
-        }
-        agents = {n: create_agent(_fake_model(), [], checkpointer=s) for n, s in savers.items()}
+        agents = _agents(backend.peer, theirs, manager)
         times: dict[str, list[float]] = {name: [] for name in agents}
         for name, ask, config in turn_schedule(tag, list(agents), threads, turns):
             start = time.perf_counter()
@@ -440,14 +434,7 @@ async def aagent_turns(backend: Backend, threads: int, turns: int) -> TurnRow:
         await manager.aflush()
         flushed = time.perf_counter() - start
     await manager.aclose()
-    return TurnRow(
-        "ainvoke",
-        threads,
-        turns,
-        {n: median_ms(t) for n, t in times.items()},
-        _totals(times, flushed),
-        backend.peer,
-    )
+    return _row("ainvoke", (threads, turns), times, flushed, backend.peer)
 
 
 def print_turns(rows: list[TurnRow]) -> None:
