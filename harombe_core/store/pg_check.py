@@ -35,7 +35,7 @@ from typing import Any
 import psycopg
 from psycopg import errors as pg_errors
 
-from harombe_core.errors import NotAHarombeDatabaseError, StoreUnavailableError
+from harombe_core.errors import NotAHarombeDatabaseError, StoreError, StoreUnavailableError
 from harombe_core.store.postgres import TABLES, redact_url, store_exists
 from harombe_core.store.schema import PG_MESSAGE_VECTOR, PG_SCHEMA_VERSION
 
@@ -51,7 +51,8 @@ def check_postgres(url: str, *, connect_timeout: float = 5.0) -> list[Result]:
     """Every check of the store at ``url``, changing nothing.
 
     Raises StoreUnavailableError (server unreachable, wrong host/port/password),
-    StoreNotFoundError (no such database) or NotAHarombeDatabaseError (no harombe schema).
+    StoreNotFoundError (no such database), NotAHarombeDatabaseError (no harombe schema) or
+    StoreError (a role that may not read the store's tables).
     """
     where = redact_url(url)
     if not store_exists(url, connect_timeout=connect_timeout):
@@ -69,6 +70,12 @@ def check_postgres(url: str, *, connect_timeout: float = 5.0) -> list[Result]:
     try:
         with conn.cursor() as cur:
             return _checks(cur)
+    except psycopg.Error as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise StoreError(
+            f"{where}: the check could not read the store ({first}); nothing was changed. Run "
+            "it as a role that may read harombe's tables (the role the application uses)."
+        ) from None
     finally:
         conn.rollback()
         conn.close()

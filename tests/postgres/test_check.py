@@ -157,6 +157,12 @@ def test_amcheck_runs_when_installed_and_is_skipped_when_not(pg_url: str) -> Non
         assert ok
         assert detail.startswith("skipped: this role may not run amcheck")
         assert code == 0
+        # A role that may not read the tables at all: a typed error, exit code 2.
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute("REVOKE SELECT ON ALL TABLES IN SCHEMA public FROM checker")
+        result = runner.invoke(app, ["check", pg_url.replace("postgres@", "checker@")])
+        assert result.exit_code == 2
+        assert "may read harombe's tables" in result.output
     finally:
         with psycopg.connect(pg_url, autocommit=True) as conn:
             conn.execute("DROP OWNED BY checker")
