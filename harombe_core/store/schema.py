@@ -15,6 +15,7 @@ from harombe_core.store.unspaced import PG_FOLDED, PG_REWRITTEN, PG_UNSPACED
 __all__ = [
     "MIGRATIONS",
     "NS_ORDER",
+    "PG_MESSAGE_VECTOR",
     "PG_MIGRATIONS",
     "PG_NOT_WORD",
     "PG_SCHEMA_VERSION",
@@ -615,6 +616,8 @@ _PG_VECTOR = (
     f"setweight(to_tsvector('{TS_CONFIG}', harombe_spaced({{context}})), 'B')"
 )
 TSVECTOR_SQL = _PG_VECTOR.format(content="?", context="?")
+#: The same over a message row's own columns (what ``harombe check`` compares ``fts`` with).
+PG_MESSAGE_VECTOR = _PG_VECTOR.format(content="content", context="context")
 
 #: The pgvector table: one vector per message, gone with its message. The column is untyped so
 #: vectors of any model fit; each dimension gets its own partial HNSW index (vectors/pgvector.py).
