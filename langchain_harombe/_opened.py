@@ -13,10 +13,9 @@ async ones' ``await store.setup()`` both run unchanged.
 from __future__ import annotations
 
 from collections.abc import Callable, Generator
-from types import TracebackType
 from typing import Any, Generic, Protocol, TypeVar
 
-from harombe_core.integration import Flow, Work, adrive
+from harombe_core.integration import Flow, Work, adrive, drive
 
 __all__ = ["Opened", "Ready"]
 
@@ -28,46 +27,35 @@ class _Closable(Protocol):
 C = TypeVar("C", bound=_Closable)
 
 
-def _one(work: Work[C] | Work[None]) -> Flow[object]:
-    result = yield work
-    return result
-
-
 class Opened(Generic[C]):
-    """Opens ``make()`` on entering, closes it on leaving; ``with`` or ``async with``."""
+    """Opens ``make()`` on entering, closes it on leaving; ``with`` or ``async with`` (one
+    flow each way, driven in place or off the event loop)."""
 
     def __init__(self, make: Callable[[], C]) -> None:
         self._make = make
         self._opened: C | None = None
 
-    def __enter__(self) -> C:
-        self._opened = self._make()
-        return self._opened
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        opened, self._opened = self._opened, None
-        if opened is not None:
-            opened.close()
-
-    async def __aenter__(self) -> C:
-        opened: C = await adrive(_one(Work(self._make)))  # type: ignore[assignment]
+    def _open(self) -> Flow[C]:
+        opened: C = yield Work(self._make)
         self._opened = opened
         return opened
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def _close(self) -> Flow[None]:
         opened, self._opened = self._opened, None
         if opened is not None:
-            await adrive(_one(Work(opened.close)))
+            yield Work(opened.close)
+
+    def __enter__(self) -> C:
+        return drive(self._open())
+
+    def __exit__(self, *exc_info: object) -> None:
+        drive(self._close())
+
+    async def __aenter__(self) -> C:
+        return await adrive(self._open())
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await adrive(self._close())
 
 
 class Ready:

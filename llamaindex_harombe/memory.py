@@ -485,7 +485,9 @@ class HarombeMemory(BaseMemory):
         if self.profile_tokens > 0 and self.user_id is not None:
             about = query or (input.content if isinstance(input, ChatMessage) else input)
             note = yield from mm.user_memory.note(
-                self.user_id, max_tokens=min(self.profile_tokens, budget), query=about or None
+                self.user_id,
+                max_tokens=min(self.profile_tokens, budget),
+                query=about if isinstance(about, str) and about else None,
             )
             if note is not None:
                 context.append(Message(role="system", content=note))
