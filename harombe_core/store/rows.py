@@ -187,6 +187,9 @@ def row_to_message(row: Sequence[Any]) -> Message:
         or role not in ROLES
         or (meta != "{}" and type(message.metadata) is not dict)
         or (calls is not None and type(message.tool_calls) is not list)
+        or (name is not None and type(name) is not str)
+        or (call_id is not None and type(call_id) is not str)
+        or (parent is not None and type(parent) is not int)
     ):
         raise _corrupt("messages", row, _message_problem(row))
     return message
@@ -216,8 +219,10 @@ def row_to_session(row: Sequence[Any]) -> Session:
         )
     except (TypeError, ValueError, OverflowError):
         raise _corrupt("sessions", row, _session_problem(row)) from None
-    if type(session.metadata) is not dict or (
-        session.summary_data is not None and type(session.summary_data) is not dict
+    if (
+        type(session.metadata) is not dict
+        or (session.summary_data is not None and type(session.summary_data) is not dict)
+        or any(row[i] is not None and type(row[i]) is not str for i in (1, 2, 7))
     ):
         raise _corrupt("sessions", row, _session_problem(row))
     return session
@@ -260,8 +265,18 @@ def _message_problem(row: Sequence[Any]) -> tuple[str, str]:
             "token_count",
             None if type(row[9]) is int and row[9] >= 0 else f"is {show(row[9])}, not a count",
         ),
+        ("name", _type_problem(row[4], str)),
+        ("tool_call_id", _type_problem(row[6], str)),
+        ("parent_id", _type_problem(row[10], int)),
     ]
     return next(((c, p) for c, p in checks if p is not None), ("?", "could not be read"))
+
+
+def _type_problem(value: Any, kind: type) -> str | None:
+    """Why a nullable column's ``value`` is not a ``kind`` (None when it is, or is NULL)."""
+    if value is None or type(value) is kind:
+        return None
+    return f"holds a {type(value).__name__}, not {'text' if kind is str else 'an integer'}"
 
 
 def _session_problem(row: Sequence[Any]) -> tuple[str, str]:
@@ -271,6 +286,9 @@ def _session_problem(row: Sequence[Any]) -> tuple[str, str]:
         ("created_at", time_problem(row[4])),
         ("updated_at", time_problem(row[5])),
         ("summary_json", json_problem(row[8], dict, nullable=True)),
+        ("user_id", _type_problem(row[1], str)),
+        ("system_prompt", _type_problem(row[2], str)),
+        ("summary", _type_problem(row[7], str)),
     ]
     return next(((c, p) for c, p in checks if p is not None), ("?", "could not be read"))
 
