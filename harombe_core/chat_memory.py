@@ -41,6 +41,7 @@ from harombe_core.validate import (
     check_count,
     check_path,
     check_query,
+    keywords_checked,
     optional_count,
     optional_id,
 )
@@ -112,6 +113,7 @@ class ChatMemory(ClosesOnExit):
     must be theirs (else :class:`~harombe_core.errors.SessionOwnershipError`).
     """
 
+    @keywords_checked
     def __init__(
         self,
         node_selector: Any = None,

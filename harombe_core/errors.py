@@ -12,6 +12,7 @@ recover. The tree::
     │   ├── InvalidBudgetError                     negative or non-integer token budget
     │   ├── UnencryptedIndexError                  an encryption key with an index kept
     │   │                                          outside the database (Chroma)
+    │   ├── UnknownArgumentError (also TypeError)  a misspelt keyword argument
     │   └── ThreadRuleError                        a thread graph breaks a threading rule
     ├── ConfigError (also ValueError)              YAML/dict configuration that does not validate
     ├── SessionNotFoundError (also KeyError)       a session that must exist does not (export,
@@ -90,6 +91,7 @@ __all__ = [
     "SummarizationError",
     "ThreadRuleError",
     "UnencryptedIndexError",
+    "UnknownArgumentError",
     "UnsafeCheckpointError",
     "VectorIndexBusyError",
     "VectorIndexError",
@@ -157,6 +159,12 @@ class MessageTooLargeError(InvalidMessageError, InputTooLargeError):
 
 class InvalidBudgetError(InvalidInputError):
     """A token budget is negative or not an integer."""
+
+
+class UnknownArgumentError(InvalidInputError, TypeError):
+    """A keyword argument no parameter has (usually a misspelling): the message names the
+    nearest spelling. Also a TypeError, which is what Python itself raises for it, so code
+    that caught that still does."""
 
 
 class ThreadRuleError(InvalidInputError):

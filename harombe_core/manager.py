@@ -57,6 +57,7 @@ from harombe_core.validate import (
     check_id,
     check_list,
     check_location,
+    keywords_checked,
     optional_count,
     optional_id,
     optional_number,
@@ -119,6 +120,7 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
     :class:`~harombe_core.context.ContextBuilder` and user memory (``user_memory=``: facts).
     """
 
+    @keywords_checked
     def __init__(
         self,
         storage_path: str | os.PathLike[str] | MessageStore = ":memory:",

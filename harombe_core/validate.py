@@ -16,14 +16,16 @@ from :mod:`harombe_core.limits`.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 import numbers
 import os
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, Literal, ParamSpec, TypeVar, get_args
 
 from harombe_core.errors import (
     InputTooLargeError,
@@ -31,6 +33,7 @@ from harombe_core.errors import (
     InvalidInputError,
     InvalidMessageError,
     MessageTooLargeError,
+    UnknownArgumentError,
 )
 from harombe_core.limits import MAX_ID_CHARS, current_limits
 
@@ -55,6 +58,7 @@ __all__ = [
     "check_roles",
     "check_text",
     "check_time",
+    "keywords_checked",
     "known_arguments",
     "optional_count",
     "optional_id",
@@ -544,11 +548,12 @@ def check_options(value: Any, known: frozenset[str] | None, what: str) -> dict[s
     return dict(value)
 
 
-# framework models ------------------------------------------------------------------------------
+# keyword arguments -----------------------------------------------------------------------------
 def known_arguments(owner: str, known: Iterable[str], given: Iterable[str]) -> None:
-    """A misspelt keyword of an adapter built on a pydantic model (LlamaIndex's components
-    ignore unknown fields) is an error that names the nearest spelling, not a setting silently
-    dropped (``token_limt=500`` left the default limit in place)."""
+    """A misspelt keyword is an error that names the nearest spelling: for an adapter built on
+    a pydantic model (LlamaIndex's components ignore unknown fields) it would otherwise be a
+    setting silently dropped (``token_limt=500`` left the default limit in place), and for a
+    plain class Python's own TypeError names the wrong word but not the right one."""
     import difflib
 
     names = sorted(set(known))
@@ -557,7 +562,42 @@ def known_arguments(owner: str, known: Iterable[str], given: Iterable[str]) -> N
         return
     close = difflib.get_close_matches(unknown[0], names, n=1)
     hint = f"did you mean {close[0]!r}?" if close else f"its arguments: {', '.join(names)}."
-    raise InvalidInputError(f"{owner} got an unknown argument {unknown[0]!r}; {hint}")
+    raise UnknownArgumentError(f"{owner} got an unknown argument {unknown[0]!r}; {hint}")
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def keywords_checked(function: Callable[_P, _R]) -> Callable[_P, _R]:
+    """``function`` refusing a keyword none of its parameters has with
+    :class:`UnknownArgumentError` ("did you mean 'embedding'?") before it runs.
+
+    For the constructors a user types first (``MemoryManager(..., embeding=...)``,
+    ``HarombeChatMessageHistory(m, sesion_id=...)``). The signature, name and docstring are
+    ``function``'s own (editors and ``help()`` show them); a function that takes ``**kwargs``
+    is returned as it is, since every keyword is then one of its arguments.
+    """
+    parameters = inspect.signature(function).parameters.values()
+    if any(parameter.kind is parameter.VAR_KEYWORD for parameter in parameters):
+        return function
+    names = frozenset(
+        parameter.name
+        for parameter in parameters
+        if parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY)
+    )
+    owner = function.__qualname__.rpartition("<locals>.")[2].removesuffix(".__init__")
+
+    @functools.wraps(function)
+    def checked(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        if not names.issuperset(kwargs):
+            known_arguments(owner, names - {"self"}, kwargs)
+        return function(*args, **kwargs)
+
+    return checked
+
+
+# framework models ------------------------------------------------------------------------------
 
 
 @contextmanager

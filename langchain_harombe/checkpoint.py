@@ -90,6 +90,7 @@ from harombe_core.integration import (
     pending,
     sql_runner,
 )
+from harombe_core.validate import keywords_checked
 from langchain_harombe.checkpoint_mirror import (
     Head,
     convert_ahead,
@@ -157,6 +158,7 @@ class HarombeSaver(ClosesOnExit, BaseCheckpointSaver[str]):
         cache_bytes: Bound of the in-process memory of serialised messages (shared by threads).
     """
 
+    @keywords_checked
     def __init__(
         self,
         manager: MemoryManager | None = None,

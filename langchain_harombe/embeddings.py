@@ -19,6 +19,7 @@ from langchain_core.embeddings import Embeddings
 from harombe_core.embeddings import FloatArray
 from harombe_core.errors import EmbeddingError, InvalidInputError
 from harombe_core.integration import NativeAsyncEmbedder
+from harombe_core.validate import keywords_checked
 
 __all__ = ["LangChainEmbedder", "as_embedder"]
 
@@ -35,6 +36,7 @@ class LangChainEmbedder(NativeAsyncEmbedder):
             ``False`` learns it from the first batch embedded, sync or async.
     """
 
+    @keywords_checked
     def __init__(
         self,
         embeddings: Embeddings,

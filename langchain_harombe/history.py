@@ -27,6 +27,7 @@ from harombe_core.validate import (
     check_id,
     check_list,
     check_options,
+    keywords_checked,
     optional_id,
     show,
 )
@@ -127,6 +128,7 @@ class HarombeChatMessageHistory(BaseChatMessageHistory):
             path from the thread's root to the newest message.
     """
 
+    @keywords_checked
     def __init__(
         self,
         session_id: str,

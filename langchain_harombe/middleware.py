@@ -43,6 +43,7 @@ from harombe_core import MemoryManager
 from harombe_core.errors import InvalidInputError
 from harombe_core.integration import Call, Flow, adrive, drive
 from harombe_core.models import Message
+from harombe_core.validate import keywords_checked
 from langchain_harombe._recall import DEFAULT_RECALL_TOKENS, recalling
 from langchain_harombe.convert import storable_message, to_langchain
 from langchain_harombe.history import (
@@ -112,6 +113,7 @@ class HarombeMemoryMiddleware(AgentMiddleware[HarombeMemoryState, Any, Any]):
 
     state_schema = HarombeMemoryState
 
+    @keywords_checked
     def __init__(
         self,
         manager: MemoryManager,

@@ -31,7 +31,7 @@ from harombe_core.integration import (
     install_command,
 )
 from harombe_core.models import SearchHit
-from harombe_core.validate import MAX_TOP_K, check_count, pydantic_errors
+from harombe_core.validate import MAX_TOP_K, check_count, known_arguments, pydantic_errors
 from langchain_harombe.history import resolve_manager
 
 __all__ = ["HarombeRetriever", "SearchType", "hit_to_document"]
@@ -96,6 +96,8 @@ class HarombeRetriever(BaseRetriever):
         return os.fspath(value) if isinstance(value, os.PathLike) else value
 
     def __init__(self, **data: Any) -> None:
+        # LangChain's retrievers ignore an unknown field: a misspelt ``top_k`` would be dropped.
+        known_arguments("HarombeRetriever", type(self).model_fields, data)
         with pydantic_errors("HarombeRetriever"):  # a bad field is an InvalidInputError too
             super().__init__(**data)
         # Here rather than in a pydantic validator, which would wrap the typed error.

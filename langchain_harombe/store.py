@@ -68,6 +68,7 @@ from harombe_core.integration import Op as StoreOp
 from harombe_core.validate import (
     check_list,
     check_number,
+    keywords_checked,
 )
 from langchain_harombe._packages import missing_package
 from langchain_harombe.embeddings import LangChainEmbedder
@@ -143,6 +144,7 @@ class HarombeStore(BaseStore):
 
     supports_ttl = True
 
+    @keywords_checked
     def __init__(
         self,
         manager: MemoryManager | None = None,
@@ -392,26 +394,28 @@ class HarombeStore(BaseStore):
 
     def _namespaces(self, op: ListNamespacesOp) -> Body[list[tuple[str, ...]]]:
         """The item namespaces and the facts namespaces of users with facts, matched, cut to
-        ``max_depth`` and paged together (as LangGraph's stores page one list)."""
+        ``max_depth`` and paged together (as LangGraph's stores page one list). Without facts
+        that match, the database pages the item names alone; with them, the page of the merged
+        list lies in the first ``offset + limit`` of each."""
         match = [(m.match_type, m.path) for m in op.match_conditions or ()]
+        facts = yield from fact_namespaces(self.manager.store.dialect)
+        found = {  # the item names come matched and cut; the facts' are here
+            ns[: op.max_depth] if op.max_depth is not None else ns
+            for ns in facts
+            if all(items.ns_matches(kind, path, ns) for kind, path in match)
+        }
         every: list[tuple[str, ...]] = yield from items.list_namespaces(
             self._backend,
             now=_now(),
             match=match,
             max_depth=op.max_depth,
-            limit=op.offset + op.limit,  # the page of the merged list lies in this many of each
+            offset=op.offset if not found else 0,
+            limit=op.limit if not found else op.offset + op.limit,
             omit_expired=self._omit_expired,
         )
-        facts = yield from fact_namespaces(self.manager.store.dialect)
-        found = (
-            set(every)
-            | {  # the item names came matched and cut; the facts' are here
-                ns[: op.max_depth] if op.max_depth is not None else ns
-                for ns in facts
-                if all(items.ns_matches(kind, path, ns) for kind, path in match)
-            }
-        )
-        return sorted(found)[op.offset : op.offset + op.limit]
+        if not found:
+            return every
+        return sorted(found.union(every))[op.offset : op.offset + op.limit]
 
     # TTL settings, read live (LangGraph's own tests change ttl_config on a running store) --
     @property

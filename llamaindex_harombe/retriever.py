@@ -19,7 +19,7 @@ from harombe_core import MemoryManager
 from harombe_core.errors import InvalidInputError
 from harombe_core.integration import Call, Flow, adrive, check_search_scope, drive, hit_metadata
 from harombe_core.models import SearchHit
-from harombe_core.validate import check_count, check_query, optional_id
+from harombe_core.validate import check_count, check_query, keywords_checked, optional_id
 from llamaindex_harombe._owned import OwnedManager
 from llamaindex_harombe.memory import (
     DEFAULT_EMBEDDING,
@@ -73,6 +73,7 @@ class HarombeRetriever(OwnedManager, BaseRetriever):
     keyword with the bundled offline model (``embedding=None``: keywords only).
     """
 
+    @keywords_checked
     def __init__(
         self,
         *,

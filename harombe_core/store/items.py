@@ -35,6 +35,7 @@ from harombe_core.embeddings.base import legacy_name
 from harombe_core.errors import CorruptRowError, InvalidInputError
 from harombe_core.limits import current_limits
 from harombe_core.store.rows import corrupt_row, from_micros, json_problem, time_problem
+from harombe_core.store.schema import NS_ORDER
 from harombe_core.store.sql_body import Body, SqlRunner
 from harombe_core.validate import check_id, check_text
 
@@ -49,6 +50,7 @@ __all__ = [
     "list_namespaces",
     "matches_filter",
     "ns_matches",
+    "ns_order",
     "put",
     "search",
     "sweep",
@@ -438,61 +440,103 @@ def list_namespaces(
     to ``max_depth`` labels (then deduplicated).
 
     The database answers the whole question, so a store of thousands of users hands back
-    ``limit`` names, not every one: the labels before a prefix's (after a suffix's) first
-    ``"*"`` narrow the dotted name by text (an index range for a prefix), every other label of
-    the path is compared by position, the names are cut to ``max_depth`` labels, made
-    distinct, sorted in tuple order and paged in SQL. PostgreSQL splits a name with
-    ``string_to_array``; SQLite with the two functions each harombe connection carries
-    (:func:`harombe_core.store.sqlite_file.ns_label`, ``ns_head``)."""
+    ``limit`` names, not every one. Without ``max_depth`` it walks the index on the names'
+    sort key (:data:`harombe_core.store.schema.NS_ORDER`, tuple order) from the page's start:
+    the labels before a prefix's first ``"*"`` are a range of that key, the labels after a
+    suffix's last ``"*"`` compare by text, every other label of a path by position, and the
+    walk stops after ``offset + limit`` names, so no call sorts the whole store. With
+    ``max_depth`` the names are cut, made distinct and sorted by the same key in SQL.
+    PostgreSQL splits a name with ``string_to_array``; SQLite with the two functions each
+    harombe connection carries (:func:`harombe_core.store.sqlite_file.ns_label`,
+    ``ns_head``)."""
     postgres = sql.store.dialect.name == "postgres"
+    order = NS_ORDER[sql.store.dialect.name]
     live, params = _live(omit_expired, now)
-    where = "TRUE" + live
-    for kind, path in match:
-        labels = tuple(path)
-        if kind == "prefix":  # the labels before the first wildcard
-            name = ".".join(labels[: labels.index("*")] if "*" in labels else labels)
-            if name:
-                where += " AND (namespace = ? OR substr(namespace, 1, CAST(? AS INTEGER)) = ?)"
-                params += [name, len(name) + 1, name + "."]
-        elif kind == "suffix":  # the labels after the last wildcard
-            cut = labels[::-1].index("*") if "*" in labels else len(labels)
-            name = ".".join(labels[len(labels) - cut :])
-            if name:
-                where += (
-                    " AND (namespace = ? OR "
-                    "substr(namespace, length(namespace) - CAST(? AS INTEGER) + 1) = ?)"
-                )
-                params += [name, len(name) + 1, "." + name]
-        if "*" not in labels:
-            continue  # the text condition said it all
-        # Labels counted as dots + 1; each fixed label compared at its position (1-based from
-        # the start for a prefix, from the end, as -1, -2, ..., for a suffix).
-        where += " AND length(namespace) - length(replace(namespace, '.', '')) + 1 >= ?"
-        params.append(len(labels))
-        for i, label in enumerate(labels):
-            if label == "*":
-                continue
-            position = i + 1 if kind == "prefix" else i - len(labels)
-            where += f" AND {_label_sql(postgres)} = ?"
-            params += [*[position] * (3 if postgres else 1), label]
-    head = "namespace"
-    if max_depth is not None:
+    scope, scope_params, named, named_params = _namespace_conditions(match, order, postgres)
+    where = "TRUE" + live + scope
+    params += scope_params
+    if max_depth is None and postgres and named:
+        # Planned apart (OFFSET 0 keeps PostgreSQL from pushing the conditions on labels into
+        # the walk, whose rows it would then underestimate and sort all): the walk of the
+        # index in order, then the names it meets that match, up to the page's end.
+        query = (
+            f"SELECT namespace FROM (SELECT {order} AS k, namespace FROM store_items "
+            f"WHERE {where} GROUP BY {order}, namespace ORDER BY {order}, namespace OFFSET 0) "
+            f"AS walked WHERE TRUE{named} ORDER BY k, namespace LIMIT ? OFFSET ?"
+        )
+        params += named_params
+    elif max_depth is None:
+        # Grouped and ordered by the key and the name it is made of (the key alone orders the
+        # same, but SQLite would sort the groups again): the index's order, so the database
+        # reads the index from the start to the page's end, and no further.
+        query = (
+            f"SELECT namespace FROM store_items WHERE {where}{named} "
+            f"GROUP BY {order}, namespace ORDER BY {order}, namespace LIMIT ? OFFSET ?"
+        )
+        params += named_params
+    else:
         head = (
             "array_to_string((string_to_array(namespace, '.'))[1:CAST(? AS INTEGER)], '.')"
             if postgres
             else "harombe_ns_head(namespace, ?)"
         )
-        params.insert(0, int(max_depth))
-    # Tuple order as text: "." becomes a separator below every character (U+0001 in a label
-    # is escaped first, so no two namespaces share a sort key).
-    query = (
-        f"SELECT namespace FROM (SELECT DISTINCT {head} AS namespace FROM store_items "
-        f"WHERE {where}) AS heads ORDER BY replace(replace(namespace, ?, ?), '.', ?) "
-        "LIMIT ? OFFSET ?"
-    )
-    params += ["\x01", "\x01\x02", "\x01\x01", min(limit, 2**62), min(offset, 2**62)]
+        collate = ' COLLATE "C"' if postgres else ""  # (a cut name's is already, in principle)
+        query = (
+            f"SELECT namespace FROM (SELECT DISTINCT {head} AS namespace FROM store_items "
+            f"WHERE {where}{named}) AS heads ORDER BY {order}{collate} LIMIT ? OFFSET ?"
+        )
+        params = [int(max_depth), *params, *named_params]
+    params += [min(limit, 2**62), min(offset, 2**62)]
     rows = (yield sql.step(query, params)).rows
     return [tuple(r[0].split(".")) for r in rows]
+
+
+def _namespace_conditions(
+    match: Sequence[tuple[str, Sequence[str]]], order: str, postgres: bool
+) -> tuple[str, list[Any], str, list[Any]]:
+    """The WHERE conditions of ``match`` in two parts, each as `` AND ...`` text and its
+    parameters: the range of sort keys the labels before each prefix's first wildcard make
+    (what the index answers), and the conditions each name is then checked by: the labels
+    after a suffix's last wildcard by text, every other fixed label of a path by position."""
+    scope, named = "", ""
+    scope_params: list[Any] = []
+    named_params: list[Any] = []
+    for kind, path in match:
+        labels = tuple(path)
+        if kind == "prefix":  # the labels before the first wildcard: a range of sort keys
+            head = labels[: labels.index("*")] if "*" in labels else labels
+            if head:
+                scope += f" AND {order} >= ? AND {order} < ?"
+                scope_params += [ns_order(head), ns_order(head) + "\x01\x02"]
+        elif kind == "suffix":  # the labels after the last wildcard
+            cut = labels[::-1].index("*") if "*" in labels else len(labels)
+            name = ".".join(labels[len(labels) - cut :])
+            if name:
+                named += (
+                    " AND (namespace = ? OR "
+                    "substr(namespace, length(namespace) - CAST(? AS INTEGER) + 1) = ?)"
+                )
+                named_params += [name, len(name) + 1, "." + name]
+        if "*" not in labels:
+            continue  # the key or text condition said it all
+        # Labels counted as dots + 1; each fixed label compared at its position (1-based from
+        # the start for a prefix, from the end, as -1, -2, ..., for a suffix).
+        named += " AND length(namespace) - length(replace(namespace, '.', '')) + 1 >= ?"
+        named_params.append(len(labels))
+        first, last = labels.index("*"), len(labels) - 1 - labels[::-1].index("*")
+        for i, label in enumerate(labels):
+            if label == "*" or (i < first if kind == "prefix" else i > last):
+                continue  # (a label before a prefix's first "*", after a suffix's last: above)
+            position = i + 1 if kind == "prefix" else i - len(labels)
+            named += f" AND {_label_sql(postgres)} = ?"
+            named_params += [*[position] * (3 if postgres else 1), label]
+    return scope, scope_params, named, named_params
+
+
+def ns_order(namespace: Namespace) -> str:
+    """A namespace's sort key, as the database computes it from the dotted name
+    (:data:`harombe_core.store.schema.NS_ORDER`): keys compare as the tuples do."""
+    return "\x01\x01".join(label.replace("\x01", "\x01\x02") for label in namespace)
 
 
 def _label_sql(postgres: bool) -> str:

@@ -61,7 +61,7 @@ from harombe_core.store.runner import POSTGRES, Body, Op, Step, drive
 from harombe_core.store.schema import PG_MIGRATIONS, PG_SCHEMA_VERSION
 
 #: Every table the migrations create (read from their statements).
-_TABLES = sorted(
+TABLES = sorted(
     {
         match.group(1)
         for statements in PG_MIGRATIONS
@@ -545,7 +545,7 @@ class PostgresStore(KeywordShortcuts):
                 yield Step(
                     "SELECT table_name FROM information_schema.tables WHERE table_schema = "
                     "current_schema() AND table_name = ANY(%s) ORDER BY table_name",
-                    (_TABLES,),
+                    (TABLES,),
                 )
             ).rows
             if taken:

@@ -14,6 +14,8 @@ from harombe_core.store.unspaced import PG_FOLDED, PG_REWRITTEN, PG_UNSPACED
 
 __all__ = [
     "MIGRATIONS",
+    "NS_ORDER",
+    "PG_MESSAGE_VECTOR",
     "PG_MIGRATIONS",
     "PG_NOT_WORD",
     "PG_SCHEMA_VERSION",
@@ -252,6 +254,19 @@ def _orphans_swept() -> list[str]:
         for key in ("erased_keywords_pending", "erased_vectors_pending")
     ]
     return [*marks, *(f"DELETE FROM {t} WHERE {w}" for t, w in gone)]
+
+
+#: A LangGraph store namespace's sort key, per dialect: its dotted name with each "." (between
+#: labels) made U+0001 U+0001 and each U+0001 inside a label made U+0001 U+0002, so the keys
+#: compare as the label tuples do in Python (SQLite's BINARY and PostgreSQL's "C" compare code
+#: points): the separator sorts below every character a label can hold (no label holds NUL),
+#: so ("a",) < ("a", "b") < ("ab",). Built-in functions only, so the index on it (migrations
+#: 18 and 14) is kept by every program that writes the file, plain sqlite3 included; the
+#: queries that walk that index spell the key exactly so (store/items.py list_namespaces).
+NS_ORDER = {
+    "sqlite": "replace(replace(namespace, char(1), char(1, 2)), '.', char(1, 1))",
+    "postgres": "replace(replace(namespace, chr(1), chr(1) || chr(2)), '.', chr(1) || chr(1))",
+}
 
 
 # Each migration is a list of statements run in one transaction with the version bump.
@@ -538,6 +553,15 @@ MIGRATIONS: list[list[str]] = [
         "context = harombe_spaced(context) "
         "WHERE harombe_spaced(content) <> content OR harombe_spaced(context) <> context",
     ],
+    # 18: LangGraph's list_namespaces pages the store's namespaces in tuple order; no index
+    # held that order, so every call sorted every namespace. An index on the sort key
+    # (NS_ORDER), with the name and the expiry beside it so a page is read from the index
+    # alone. An index on an expression, not a generated column: SQLite keeps it on every write
+    # from any program, and the file stays readable by a SQLite without generated columns.
+    [
+        f"CREATE INDEX store_items_ns_order ON store_items "
+        f"({NS_ORDER['sqlite']}, namespace, expires_at)"
+    ],
 ]
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -592,6 +616,8 @@ _PG_VECTOR = (
     f"setweight(to_tsvector('{TS_CONFIG}', harombe_spaced({{context}})), 'B')"
 )
 TSVECTOR_SQL = _PG_VECTOR.format(content="?", context="?")
+#: The same over a message row's own columns (what ``harombe check`` compares ``fts`` with).
+PG_MESSAGE_VECTOR = _PG_VECTOR.format(content="content", context="context")
 
 #: The pgvector table: one vector per message, gone with its message. The column is untyped so
 #: vectors of any model fit; each dimension gets its own partial HNSW index (vectors/pgvector.py).
@@ -786,6 +812,13 @@ PG_MIGRATIONS: list[list[str]] = [
         _summary_fts_function(PG_NOT_WORD, spaced=True),
         f"UPDATE sessions SET summary = summary WHERE summary ~ '{PG_NOT_ASCII}' "
         f"OR summary_json ~ '{PG_NOT_ASCII}'",
+    ],
+    # 14: the index that pages the store's namespaces in tuple order, as SQLite migration 18
+    # (the name is "C", so its sort key is too). It may meet the index already there (a schema
+    # history rewound by hand), so it does not insist.
+    [
+        "CREATE INDEX IF NOT EXISTS store_items_ns_order ON store_items "
+        f"(({NS_ORDER['postgres']}), namespace, expires_at)"
     ],
 ]
 PG_SCHEMA_VERSION = len(PG_MIGRATIONS)

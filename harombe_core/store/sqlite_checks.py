@@ -44,7 +44,7 @@ from harombe_core.errors import (
     StoreReadOnlyError,
 )
 
-__all__ = ["APPLICATION_ID", "OpenPlan", "plan_open"]
+__all__ = ["APPLICATION_ID", "OpenPlan", "plan_open", "wrong_key"]
 
 #: Written to the SQLite header so a harombe database can be told from any other SQLite file.
 APPLICATION_ID = 0x48524D42  # "HRMB"
@@ -270,6 +270,21 @@ def _damage(file: Path, uri: str, key: str | None, exc: sqlite3.Error) -> NotAHa
     )
 
 
+def wrong_key(file: Path, exc: sqlite3.Error) -> EncryptionKeyError:
+    """The refusal of a file SQLCipher cannot read with the key given (``exc``: its error)."""
+    from harombe_core.store.encryption import KEY_ENV
+
+    return EncryptionKeyError(
+        f"{file} cannot be opened with this encryption key ({exc}); it was left untouched.",
+        fix=Fix(
+            api=f"Pass the key it was created with (encryption_key=... or {KEY_ENV}); "
+            "a file created without encryption must be opened without a key.",
+            cli=f"Set {KEY_ENV} to the key it was created with; a file created "
+            f"without encryption must be opened with {KEY_ENV} unset.",
+        ),
+    )
+
+
 def _is_damage(exc: sqlite3.Error) -> bool:
     message = str(exc).lower()
     return "not a database" in message or "malformed" in message or "corrupt" in message
@@ -299,18 +314,7 @@ def _inspect_once(
                 "process may read it and its folder."
             )
         if key is not None and "not a database" in str(exc).lower():
-            from harombe_core.store.encryption import KEY_ENV
-
-            return EncryptionKeyError(
-                f"{file} cannot be opened with this encryption key ({exc}); it was left "
-                "untouched.",
-                fix=Fix(
-                    api=f"Pass the key it was created with (encryption_key=... or {KEY_ENV}); "
-                    "a file created without encryption must be opened without a key.",
-                    cli=f"Set {KEY_ENV} to the key it was created with; a file created "
-                    f"without encryption must be opened with {KEY_ENV} unset.",
-                ),
-            )
+            return wrong_key(file, exc)
         if "not a database" in str(exc).lower():
             return NotAHarombeDatabaseError(
                 f"{file} is not a SQLite database (SQLite: {exc}), so it is not a harombe "

@@ -1,16 +1,19 @@
 """``harombe check PATH`` on a sound file, a file with a byte range overwritten, derived rows
-without their sources, and a path with no database."""
+without their sources, and a path with no database; the same for an encrypted file (its key
+from HAROMBE_DB_KEY), and a wrong key. PostgreSQL: tests/postgres/test_check.py."""
 
 from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from harombe_core import MemoryManager, Message
 from harombe_core.cli import app
-from harombe_core.cli_check import check_file
+from harombe_core.cli_check import check, check_file
+from harombe_core.errors import EncryptionKeyError
 
 runner = CliRunner()
 
@@ -68,3 +71,72 @@ def test_no_file_is_exit_code_2(tmp_path: Path) -> None:
     result = runner.invoke(app, ["check", str(tmp_path / "none.db")])
     assert result.exit_code == 2
     assert "no file" in result.output
+
+
+def _encrypted(path: Path, key: str) -> str:
+    pytest.importorskip("sqlcipher3")
+    with MemoryManager(str(path), embedding=None, encryption_key=key) as mm:
+        for s in range(5):
+            sid = mm.create_session(user_id=f"u{s}")
+            mm.save_messages(
+                sid, [Message(role="user", content=f"note {i} about {s} " * 20) for i in range(30)]
+            )
+    return str(path)
+
+
+def test_a_sound_encrypted_file_passes_with_its_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = _encrypted(tmp_path / "m.db", "k-right")
+    monkeypatch.setenv("HAROMBE_DB_KEY", "k-right")
+    result = runner.invoke(app, ["check", db])
+    assert result.exit_code == 0, result.output
+    assert "cipher_integrity_check: ok" in result.output
+    assert "messages_fts integrity-check: ok" in result.output
+
+
+def test_a_page_changed_in_an_encrypted_file_fails(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = _encrypted(tmp_path / "m.db", "k-right")
+    size = Path(db).stat().st_size
+    with open(db, "r+b") as f:  # one page past the middle, inside the page (not its header)
+        f.seek(size // 2 // 4096 * 4096 + 100)
+        f.write(b"\xff" * 100)
+    monkeypatch.setenv("HAROMBE_DB_KEY", "k-right")
+    code, results = check(db)
+    assert code == 1
+    cipher = next(r for r in results if r[0] == "cipher_integrity_check")
+    assert not cipher[1]
+    assert "HMAC verification failed for page" in cipher[2]
+    result = runner.invoke(app, ["check", db])
+    assert result.exit_code == 1
+    assert "FAILED" in result.output
+
+
+def test_a_wrong_key_is_a_typed_error_and_exit_code_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = _encrypted(tmp_path / "m.db", "k-right")
+    before = Path(db).read_bytes()
+    monkeypatch.setenv("HAROMBE_DB_KEY", "k-wrong")
+    with pytest.raises(EncryptionKeyError):
+        check(db)
+    result = runner.invoke(app, ["check", db])
+    assert result.exit_code == 2
+    assert "HAROMBE_DB_KEY" in result.output
+    monkeypatch.delenv("HAROMBE_DB_KEY")
+    result = runner.invoke(app, ["check", db])  # no key at all: not readable, and says why
+    assert result.exit_code == 2
+    assert "HAROMBE_DB_KEY" in result.output
+    assert Path(db).read_bytes() == before
+
+
+def test_a_key_for_an_unencrypted_file_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("sqlcipher3")
+    db = _filled(tmp_path / "m.db")
+    monkeypatch.setenv("HAROMBE_DB_KEY", "k")
+    with pytest.raises(EncryptionKeyError):
+        check(db)

@@ -117,7 +117,7 @@ LAYERS: dict[str, int] = {
     ),
     "cli": 7,
     "cli_app": 7,
-    "cli_check": 7,  # `harombe check PATH` (integrity of a SQLite file)
+    "cli_check": 7,  # `harombe check PATH|URL` (integrity of a SQLite file or a PostgreSQL store)
     "cli_facts": 7,  # `harombe facts` and `harombe profile` (user memory)
     "cli_forget": 7,  # `harombe forget --user U` (erasure)
     # the integration toolkit: what the adapters may use beyond harombe_core's __all__
