@@ -13,11 +13,11 @@ import contextlib
 import json
 import os
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from harombe_core.errors import CorruptRowError, InvalidInputError, SessionNotFoundError
+from harombe_core.errors import InvalidInputError, SessionNotFoundError
 from harombe_core.models import Message, Session
 from harombe_core.owners import check_owner
 from harombe_core.store import fts
@@ -28,14 +28,15 @@ from harombe_core.store.fts import CONTEXT_SQL
 from harombe_core.store.rows import (
     MESSAGE_COLUMNS,
     SESSION_COLUMNS,
+    OnCorrupt,
     check_id,
     check_summary,
-    corrupt_row,
     dumps,
-    json_problem,
     message_ids,
+    readable_messages,
     row_to_message,
     row_to_session,
+    row_to_summary,
     scope_sql,
     session_changes,
     session_span,
@@ -772,14 +773,7 @@ def get_message_summaries(ids: Sequence[int]) -> Op[dict[int, dict[str, Any]]]:
                 "AND summary_json IS NOT NULL"
             )
             for mid, value in (yield d.step(sql, chunk)).rows:
-                try:
-                    summary = json.loads(value)
-                except (TypeError, ValueError):
-                    summary = None
-                if type(summary) is not dict:  # the row was edited outside harombe: name it
-                    problem = json_problem(value, dict, nullable=False) or "could not be read"
-                    raise corrupt_row("messages", mid, "summary_json", problem)
-                out[int(mid)] = summary
+                out[int(mid)] = row_to_summary(mid, value)
         return out
 
     return Op(body, empty=not wanted)
@@ -803,16 +797,9 @@ def mark_embedded(ids: Sequence[int]) -> Op[None]:
 NO_VECTOR = "NOT EXISTS (SELECT 1 FROM message_vectors v WHERE v.message_id = m.id)"
 
 
-def pending_embeddings(
-    limit: int, on_corrupt: Callable[[CorruptRowError], None] | None = None
-) -> Op[list[tuple[Message, str]]]:
-    """The oldest ``limit`` messages not embedded yet, each with the turn it answers (the
-    text the vector is made of).
-
-    A row edited outside harombe that cannot be read is passed over (given to
-    ``on_corrupt``, which says so), not raised: one such row must not stop every other
-    message, of every user, from being embedded. It stays pending until it is repaired or
-    deleted (the error names it)."""
+def pending_embeddings(limit: int, on_corrupt: OnCorrupt = None) -> Op[list[tuple[Message, str]]]:
+    """The oldest ``limit`` messages not embedded yet, each with the turn it answers (its
+    vector's text); an unreadable row goes to ``on_corrupt`` (``rows.readable_messages``)."""
 
     def body(d: Dialect) -> Body[list[tuple[Message, str]]]:
         if d.name == "sqlite":
@@ -825,19 +812,11 @@ def pending_embeddings(
                 f"SELECT {MESSAGE_COLUMNS}, m.context FROM messages m WHERE NOT m.embedded "
                 "AND m.id > ? ORDER BY m.id LIMIT ?"
             )
-        out: list[tuple[Message, str]] = []
-        after = -(2**63)  # ids are 64-bit; a crafted row may hold a negative one
+        after = -(2**63)  # (ids are 64-bit; a crafted row may hold a negative one)
         while True:
             rows = (yield d.step(sql, (after, limit))).rows
-            for row in rows:
-                try:
-                    out.append((row_to_message(row[:-1]), row[-1] or ""))
-                except CorruptRowError as exc:
-                    if on_corrupt is None:
-                        raise
-                    on_corrupt(exc)
-            # Only corrupt rows passed over: read on past them (rare; never with none).
-            if out or len(rows) < limit:
+            out = readable_messages(rows, on_corrupt)
+            if out or len(rows) < limit:  # (only rows passed over: read on past them)
                 return out
             after = rows[-1][0]
 

@@ -33,6 +33,7 @@ from harombe_core.validate import (
 __all__ = [
     "MESSAGE_COLUMNS",
     "SESSION_COLUMNS",
+    "OnCorrupt",
     "check_id",
     "check_summary",
     "corrupt_row",
@@ -40,8 +41,10 @@ __all__ = [
     "from_micros",
     "json_problem",
     "message_ids",
+    "readable_messages",
     "row_to_message",
     "row_to_session",
+    "row_to_summary",
     "scope_sql",
     "session_changes",
     "session_span",
@@ -193,6 +196,41 @@ def row_to_message(row: Sequence[Any]) -> Message:
     ):
         raise _corrupt("messages", row, _message_problem(row))
     return message
+
+
+#: What is told of a row passed over as unreadable (None: it is raised).
+OnCorrupt = Callable[[CorruptRowError], None] | None
+
+
+def readable_messages(
+    rows: Sequence[Sequence[Any]], on_corrupt: OnCorrupt
+) -> list[tuple[Message, str]]:
+    """``(message, context)`` of each row of message columns followed by a context. A row
+    edited outside harombe that cannot be read is given to ``on_corrupt`` (it says so) and
+    left out, where one such row must not stop the others (every later message of every
+    user from being embedded); raised when ``on_corrupt`` is None."""
+    out: list[tuple[Message, str]] = []
+    for row in rows:
+        try:
+            out.append((row_to_message(row[:-1]), row[-1] or ""))
+        except CorruptRowError as exc:
+            if on_corrupt is None:
+                raise
+            on_corrupt(exc)
+    return out
+
+
+def row_to_summary(message_id: Any, value: Any) -> dict[str, Any]:
+    """A message's stored summary (``summary_json``); CorruptRowError naming the row when it
+    is not a JSON object."""
+    try:
+        summary = json.loads(value)
+    except (TypeError, ValueError):
+        summary = None
+    if type(summary) is not dict:
+        problem = json_problem(value, dict, nullable=False) or "could not be read"
+        raise corrupt_row("messages", message_id, "summary_json", problem)
+    return summary
 
 
 _new_message = Message.__new__
