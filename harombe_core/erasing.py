@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -101,7 +102,13 @@ class DeletionEraser:
         self._seen: str | None = None
         self._paid: str | None = None
         self._check_every = max(RECORDED_CHECK_SECONDS, idle)
-        self._jobs = SummaryFolder(self._step, priority=ERASURE)
+        # Held weakly by its (always waiting) look: a manager dropped without close is still
+        # collected, and gives its file back.
+        ref = weakref.ref(self)
+        self._jobs = SummaryFolder(
+            lambda key, until: (eraser := ref()) is not None and eraser._step(key, until),
+            priority=ERASURE,
+        )
         if recorded is not None:
             self._jobs.request(_CHECK, 0, delay=self._check_every)
 
