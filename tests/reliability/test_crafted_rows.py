@@ -342,3 +342,34 @@ def test_a_crafted_message_does_not_stop_the_others_being_indexed(
         ]
         mm.reindex(embedding=FakeEmbedder())
         assert [h.message.content for h in mm.search("banana", user_id="bob")] == ["banana split"]
+
+
+def test_a_crafted_fact_of_one_user_does_not_stop_the_others_facts_being_extracted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The background extractor reads each user's facts before it adds to them: a fact row of
+    ann's edited outside harombe is named in a warning and her session waits, while bob's and
+    carl's messages are extracted (before, the whole round failed on hers, and every
+    ``flush()`` raised)."""
+    import json
+
+    from langchain_core.language_models import FakeListChatModel
+
+    from harombe_core.config import MemoryConfig
+
+    path = tmp_path / "memory.db"
+    with MemoryManager(path, embedding=None) as mm:
+        mm.add_fact("ann", "ann lives in Lisbon", subject="home")
+    _edit(path, "UPDATE facts SET valid_from = 'yesterday'")
+    answer = json.dumps({"operations": [{"action": "add", "kind": "fact", "text": "likes tea"}]})
+    config = MemoryConfig.model_validate({"memory": {"user_memory": True}})
+    llm = FakeListChatModel(responses=[answer] * 10)
+    with MemoryManager(path, embedding=None, fact_extractor=llm, config=config) as mm:
+        for session, user in (("a", "ann"), ("b", "bob"), ("c", "carl")):
+            mm.save_messages(session, [Message(role="user", content="I like tea")], user_id=user)
+        mm.flush()
+        assert [f.text for f in mm.get_facts("bob")] == ["likes tea"]
+        assert [f.text for f in mm.get_facts("carl")] == ["likes tea"]
+        assert "session a: facts not extracted: row 1 of table facts" in caplog.text
+        with pytest.raises(CorruptRowError, match="of table facts: column valid_from"):
+            mm.extract_facts("a")  # asked for by name: the error itself
