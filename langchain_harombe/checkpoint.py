@@ -406,7 +406,7 @@ class HarombeSaver(ClosesOnExit, BaseCheckpointSaver[str]):
             wanted = dict(filter)
 
             def matches(metadata: dict[str, Any]) -> bool:
-                return all(metadata.get(k) == v for k, v in wanted.items())
+                return all(_metadata_value(metadata, k) == v for k, v in wanted.items())
 
         return _Listing(self._tables, filters, matches, limit, config_user(config))
 
@@ -528,6 +528,14 @@ class HarombeSaver(ClosesOnExit, BaseCheckpointSaver[str]):
         process do so by themselves; ``MemoryManager.flush()`` does it too)."""
         self._mirrors.drain()
 
+    async def __aenter__(self) -> HarombeSaver:
+        """``async with HarombeSaver(...) as saver:`` as LangGraph's ``InMemorySaver`` allows
+        (``with`` works too); leaving closes the saver off the event loop."""
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await Work(self.close).arun()  # one hop: close drains the sessions owed
+
     def close(self) -> None:
         """Write the sessions still owed, then close the manager if this saver opened it from
         ``storage_path``."""
@@ -568,6 +576,20 @@ class _Listing:
         if self.left is not None:
             self.left -= len(kept)
         return kept
+
+
+def _metadata_value(metadata: dict[str, Any], key: str) -> Any:
+    """The value a ``list`` filter key names: the key as written (as ``InMemorySaver`` and
+    ``PostgresSaver`` match it), else, for a dotted key, the nested value it is a path to (as
+    ``SqliteSaver`` matches ``{"user.access-level": ...}``)."""
+    if key in metadata or "." not in key:
+        return metadata.get(key)
+    value: Any = metadata
+    for part in key.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return None
+        value = value[part]
+    return value
 
 
 def _next_config(plan: PutPlan) -> RunnableConfig:

@@ -43,7 +43,7 @@ from langgraph.checkpoint.base import (
     CheckpointMetadata,
     CheckpointTuple,
     get_checkpoint_id,
-    get_serializable_checkpoint_metadata,
+    get_checkpoint_metadata,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
@@ -644,11 +644,8 @@ def plan_put(
     stored = dict(checkpoint)
     stored["channel_values"] = inline
     type_, blob = serde.dumps_typed(stored)
-    meta = get_serializable_checkpoint_metadata(config, metadata)
-    try:
-        meta_json = _META_JSON.encode(meta)
-    except ValueError as exc:
-        raise InvalidInputError(f"checkpoint metadata must be JSON: {exc}.") from exc
+    meta = get_checkpoint_metadata(config, metadata)
+    meta_json = _metadata_json(meta)
     run_id = meta.get("run_id")
     return PutPlan(
         thread_id=thread_id,
@@ -666,6 +663,19 @@ def plan_put(
         inline=frozenset(inline),
         unstored=unstored,
     )
+
+
+def _metadata_json(meta: dict[str, Any]) -> str:
+    """A checkpoint's metadata as JSON, ``writes`` included, as LangGraph's SQLite and in-memory
+    savers keep it (so ``list(filter={"writes": ...})`` finds it there and here). Graphs of older
+    LangGraph versions put message objects in ``writes``: that value alone is then left out, as
+    LangGraph's PostgresSaver always leaves it out, rather than refusing the step."""
+    try:
+        return _META_JSON.encode(meta)
+    except ValueError as exc:
+        if "writes" in meta:
+            return _metadata_json({k: v for k, v in meta.items() if k != "writes"})
+        raise InvalidInputError(f"checkpoint metadata must be JSON: {exc}.") from exc
 
 
 def _no_json(value: Any) -> Any:

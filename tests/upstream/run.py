@@ -30,10 +30,18 @@ ROOT = HERE.parent.parent
 # checkout option -> [(package folder, its test files)]
 SUITES: dict[str, list[tuple[str, list[str]]]] = {
     "langgraph": [
-        ("libs/checkpoint", ["tests/test_store.py"]),
+        ("libs/checkpoint", ["tests/test_store.py", "tests/test_memory.py"]),
         (
             "libs/checkpoint-sqlite",
-            ["tests/test_store.py", "tests/test_async_store.py", "tests/test_ttl.py"],
+            [
+                "tests/test_store.py",
+                "tests/test_async_store.py",
+                "tests/test_ttl.py",
+                "tests/test_sqlite.py",
+                "tests/test_aiosqlite.py",
+                "tests/test_get_delta_channel_history.py",
+                "tests/test_delta_channel_migration.py",
+            ],
         ),
     ],
     "llama_index": [
