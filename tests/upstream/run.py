@@ -41,6 +41,7 @@ SUITES: dict[str, list[tuple[str, list[str]]]] = {
                 "tests/test_aiosqlite.py",
                 "tests/test_get_delta_channel_history.py",
                 "tests/test_delta_channel_migration.py",
+                "tests/test_conformance_delta.py",
             ],
         ),
     ],
