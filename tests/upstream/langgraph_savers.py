@@ -6,7 +6,9 @@ SqliteSaver.from_conn_string(":memory:")`` and ``async with
 AsyncSqliteSaver.from_conn_string(":memory:")``. :mod:`upstream_plugin` binds those names, per
 run, to LangGraph's class (the control) or to a class below: ``HarombeSaver`` on its own manager
 opened where the test says (``":memory:"`` or a file; a fresh PostgreSQL database with
-``run.py --postgres``), closed when the test ends.
+``run.py --postgres``), closed when the test ends. LangGraph's PostgreSQL saver tests
+(``PostgresSaver(conn)``, ``AsyncPostgresSaver(pool)``) get ``HarombeSaver`` on a fresh
+database of the same server.
 """
 
 from __future__ import annotations
@@ -16,10 +18,12 @@ from collections.abc import Iterator
 from typing import Any
 
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.postgres import PostgresSaver
+from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
-from langgraph_stores import location
+from langgraph_stores import fresh_postgres_database, location
 
 from langchain_harombe import HarombeSaver
 
@@ -56,6 +60,19 @@ class HarombeSqliteSaver(HarombeSaver):
         return _Both(cls._opened(conn_string, **options))
 
 
+class HarombePostgresSaver(HarombeSaver):
+    """``HarombeSaver`` opened as the tests open ``PostgresSaver(conn_or_pool, pipe=...)`` and
+    ``AsyncPostgresSaver(...)``: on a fresh database of the run's PostgreSQL server, not on the
+    test's own (the test drops its database while harombe's connection pool would still hold
+    it); the connection, pool and pipeline are LangGraph's ways in and have no counterpart."""
+
+    def __init__(
+        self, conn: Any = None, pipe: Any = None, serde: SerializerProtocol | None = None
+    ) -> None:
+        super().__init__(storage_path=fresh_postgres_database(), serde=serde)
+        OPENED.append(self)
+
+
 class _Both:
     """A context manager usable with ``with`` and ``async with``, as ``HarombeSaver``'s is."""
 
@@ -80,6 +97,8 @@ def bindings() -> dict[str, tuple[Any, Any]]:
         "InMemorySaver": (InMemorySaver, HarombeMemorySaver),
         "SqliteSaver": (SqliteSaver, HarombeSqliteSaver),
         "AsyncSqliteSaver": (AsyncSqliteSaver, HarombeSqliteSaver),
+        "PostgresSaver": (PostgresSaver, HarombePostgresSaver),
+        "AsyncPostgresSaver": (AsyncPostgresSaver, HarombePostgresSaver),
     }
 
 

@@ -38,20 +38,31 @@ _names = itertools.count()
 def location(conn_string: str) -> str:
     """Where harombe opens what the test calls ``conn_string``: the same path on SQLite; on
     PostgreSQL a fresh database (the same one for the same file within a test)."""
-    global _server
     if not POSTGRES:
         return conn_string
     if conn_string != ":memory:" and conn_string in _databases:
         return _databases[conn_string]
+    url = fresh_postgres_database()
+    if conn_string != ":memory:":
+        _databases[conn_string] = url
+    return url
+
+
+def fresh_postgres_database() -> str:
+    """The URL of a new database on the run's PostgreSQL server (started on first use)."""
+    global _server
     if _server is None:
         from harombe_core.store.pg_server import EmbeddedPostgres
 
         _server = EmbeddedPostgres()
         _server.start()
-    url = str(_server.create_database(f"upstream{os.getpid()}_{next(_names)}"))
-    if conn_string != ":memory:":
-        _databases[conn_string] = url
-    return url
+    return str(_server.create_database(f"upstream{os.getpid()}_{next(_names)}"))
+
+
+def use_server(server: Any) -> None:
+    """Put harombe's databases on ``server`` (one the run started for the framework's tests)."""
+    global _server
+    _server = server
 
 
 def stop_server() -> None:

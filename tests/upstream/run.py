@@ -10,6 +10,9 @@ installed framework), and with :mod:`upstream_plugin`, which runs each test twic
 framework's class (``control``) and on harombe's adapter (``harombe``), and prints the outcomes
 per file and run. Nothing of the frameworks' is copied into this repository.
 
+LangGraph's ``libs/checkpoint-postgres`` tests look for a PostgreSQL server at
+``localhost:5441``; unless one listens there, the plugin starts a local one on that port.
+
 Exit status: 0 when every run passed (or was skipped or an expected failure with its reason
 declared in :mod:`upstream_plugin`), else pytest's.
 """
@@ -44,6 +47,9 @@ SUITES: dict[str, list[tuple[str, list[str]]]] = {
                 "tests/test_conformance_delta.py",
             ],
         ),
+        # LangGraph's PostgreSQL tests: the plugin starts a local server where they look for
+        # one (localhost:5441) unless one listens there.
+        ("libs/checkpoint-postgres", ["tests/test_sync.py", "tests/test_async.py"]),
     ],
     "llama_index": [
         (

@@ -93,6 +93,9 @@ CANNOT_APPLY: dict[tuple[str, str], str] = {
         "AsyncSqliteStore is async-only and refuses sync calls on its event loop; HarombeStore "
         "has both flavours (as InMemoryStore), so its sync methods work there"
     ),
+    ("checkpoint-postgres/tests/test_sync.py", "test_nonnull_migrations"): (
+        "reads PostgresSaver.MIGRATIONS, its own SQL"
+    ),
     ("checkpoint-sqlite/tests/test_sqlite.py", "test_informative_async_errors"): (
         "SqliteSaver is sync-only and refuses its async methods (naming AsyncSqliteSaver); "
         "HarombeSaver has both flavours, so its async methods work"
@@ -126,6 +129,12 @@ CANNOT_APPLY: dict[tuple[str, str], str] = {
     for kind in (
         ["text", "image", "video", "audio", "document", "tool_call", "thinking", "citable_block"]
     )
+}
+CANNOT_APPLY |= {
+    (f"checkpoint-postgres/tests/{file}", "test_get_checkpoint_no_channel_values"): (
+        "patches PostgresSaver's private _load_checkpoint_tuple"
+    )
+    for file in ("test_sync.py", "test_async.py")
 }
 # InMemorySaver's tests that build their threads in its private dicts.
 CANNOT_APPLY |= {
@@ -184,6 +193,16 @@ DIFFERENCES: dict[tuple[str, str], str] = {
         "only SqliteSaver (it stores every value inside the checkpoint) takes"
     ),
 }
+# LangGraph's PostgreSQL saver tests of a compatibility step of PostgresSaver's alone.
+DIFFERENCES |= {
+    (f"checkpoint-postgres/tests/{file}", "test_pending_sends_migration"): (
+        "as LangGraph's SqliteSaver and InMemorySaver (docs/upstream-suites.md): a checkpoint's "
+        "values are those it was put with; PostgresSaver also moves the TASKS writes of a "
+        "format-v<4 checkpoint's parent into its values, for rows its own older versions wrote "
+        "(graphs of today put those values in the checkpoint)"
+    )
+    for file in ("test_sync.py", "test_async.py")
+}
 
 
 _STALE = "fails on the framework's own class at the installed version (the test is newer or older)"
@@ -239,6 +258,30 @@ def _bound(module: Any) -> dict[str, tuple[Any, Any]]:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "flaky(retries): the framework's own retry marker")
+    if os.environ.get("HAROMBE_UPSTREAM_PACKAGE") == "checkpoint-postgres":
+        _serve_langgraph_postgres()
+
+
+#: Where LangGraph's PostgreSQL tests find their server (their conftest's DEFAULT_POSTGRES_URI).
+LANGGRAPH_POSTGRES_PORT = 5441
+
+
+def _serve_langgraph_postgres() -> None:
+    """A local PostgreSQL server where LangGraph's checkpoint-postgres tests look for one
+    (``localhost:5441``, user ``postgres``; what its docker compose file starts), unless one
+    listens there already; harombe's databases go on it too, and it stops with the run."""
+    import socket
+
+    with socket.socket() as probe:
+        if probe.connect_ex(("127.0.0.1", LANGGRAPH_POSTGRES_PORT)) == 0:
+            return
+    import langgraph_stores
+
+    from harombe_core.store.pg_server import EmbeddedPostgres
+
+    server = EmbeddedPostgres(port=LANGGRAPH_POSTGRES_PORT)
+    server.start()
+    langgraph_stores.use_server(server)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -267,6 +310,11 @@ def upstream_impl(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatc
             request.applymarker(pytest.mark.xfail(strict=False, reason=CONTROL_FAILS[key]))
     elif key in CONTROL_FAILS:
         request.applymarker(pytest.mark.xfail(strict=False, reason=CONTROL_FAILS[key]))
+    if impl == "harombe" and _params(request).get("saver_name") == "shallow":
+        pytest.skip(
+            "cannot apply to harombe: ShallowPostgresSaver (deprecated by LangGraph) keeps only "
+            "each thread's newest checkpoint; HarombeSaver keeps every one, as PostgresSaver"
+        )
     if impl == "control" and request.node.get_closest_marker("flaky") and _bound(module):
         pytest.skip("the framework marks this test flaky on the wall clock: harombe's run only")
     for name, (control, harombe) in _bound(module).items():
@@ -279,6 +327,11 @@ def upstream_impl(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatc
         if impl == "harombe":
             for close in _closers():
                 close()
+
+
+def _params(request: pytest.FixtureRequest) -> dict[str, Any]:
+    callspec = getattr(request.node, "callspec", None)
+    return dict(callspec.params) if callspec is not None else {}
 
 
 def _move_clock(module: Any, monkeypatch: pytest.MonkeyPatch) -> None:
