@@ -52,7 +52,9 @@ __all__ = [
     "TAIL_LIMIT",
     "KeywordIndexer",
     "TermCounts",
+    "bm25",
     "catch_up",
+    "facts_search_body",
     "fts_query",
     "index_terms",
     "keyword_indexer",
@@ -135,18 +137,24 @@ _TERMS_LOCK = threading.Lock()
 _TERMS_DB: list[sqlite3.Connection] = []
 
 
+def _terms_db() -> sqlite3.Connection:
+    """The in-memory FTS5 table that tokenizes as the keyword index does (``_TERMS_LOCK``
+    held)."""
+    if not _TERMS_DB:
+        db = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+        db.execute(f"CREATE VIRTUAL TABLE words USING fts5(word, tokenize = '{TOKENIZER}')")
+        db.execute("CREATE VIRTUAL TABLE word_terms USING fts5vocab(words, 'instance')")
+        _TERMS_DB.append(db)
+    return _TERMS_DB[0]
+
+
 def tokens(text: str) -> tuple[str, ...]:
     """``text`` as the keyword index holds it: FTS5's own tokenizer, so case-folded, accents
     removed and porter-stemmed exactly as the messages were ("running" -> "run")."""
     if not text:
         return ()
     with _TERMS_LOCK:
-        if not _TERMS_DB:
-            db = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
-            db.execute(f"CREATE VIRTUAL TABLE words USING fts5(word, tokenize = '{TOKENIZER}')")
-            db.execute("CREATE VIRTUAL TABLE word_terms USING fts5vocab(words, 'instance')")
-            _TERMS_DB.append(db)
-        db = _TERMS_DB[0]
+        db = _terms_db()
         db.execute("BEGIN")
         try:
             db.execute("INSERT INTO words (rowid, word) VALUES (1, ?)", (spaced(text),))
@@ -154,6 +162,28 @@ def tokens(text: str) -> tuple[str, ...]:
         finally:
             db.execute("ROLLBACK")
     return tuple(str(r[0]) for r in rows)
+
+
+def tokens_many(texts: Sequence[str]) -> list[tuple[str, ...]]:
+    """:func:`tokens` of each of ``texts``, tokenized together in one transaction (a search
+    scoring thousands of rows itself pays one round trip, not one each)."""
+    if not texts:
+        return []
+    with _TERMS_LOCK:
+        db = _terms_db()
+        db.execute("BEGIN")
+        try:
+            db.executemany(
+                "INSERT INTO words (rowid, word) VALUES (?, ?)",
+                [(i + 1, spaced(text)) for i, text in enumerate(texts) if text],
+            )
+            rows = db.execute("SELECT doc, term FROM word_terms ORDER BY doc, offset").fetchall()
+        finally:
+            db.execute("ROLLBACK")
+    out: list[list[str]] = [[] for _ in texts]
+    for doc, term in rows:
+        out[int(doc) - 1].append(str(term))
+    return [tuple(terms) for terms in out]
 
 
 @functools.lru_cache(maxsize=16_384)
@@ -423,22 +453,34 @@ def score_tail(split: Sequence[Split], words: Sequence[str], counts: TermCounts)
         return [0.0] * len(split)
     rows = counts.rows + len(split)
     total = counts.tokens + sum(len(a) + len(b) for a, b in split)
+    # Counts are cached between searches, so a term can seem to be in more rows than the
+    # store now holds (rows deleted, or indexed since); no term is in more than all of them.
+    hits = [
+        min(min(counts.rows_of.get(t, 0) for t in phrase) + tail_rows(split, phrase), rows)
+        for phrase in phrases
+    ]
+    freqs = [[(_phrase_count(a, p), _phrase_count(b, p)) for p in phrases] for a, b in split]
+    return bm25(freqs, [len(a) + len(b) for a, b in split], hits, rows, total)
+
+
+def bm25(
+    freqs: Sequence[Sequence[tuple[int, int]]],
+    lengths: Sequence[int],
+    hits: Sequence[int],
+    rows: int,
+    total: int,
+) -> list[float]:
+    """FTS5's ``bm25(messages_fts, 1.0, 0.4)`` formula (fts5_aux.c), as a positive score, of
+    rows whose statistics are given: ``freqs[row][phrase]`` is the phrase's (content, context)
+    instances in the row, ``lengths[row]`` the row's tokens, ``hits[phrase]`` the rows holding
+    the phrase among ``rows`` rows of ``total`` tokens. A row matching no phrase scores 0."""
     average = total / rows if rows else 1.0
-    idf: list[float] = []
-    for phrase in phrases:
-        hits = min(counts.rows_of.get(t, 0) for t in phrase) + tail_rows(split, phrase)
-        # Counts are cached between searches, so a term can seem to be in more rows than the
-        # store now holds (rows deleted, or indexed since); no term is in more than all of them.
-        hits = min(hits, rows)
-        idf.append(max(math.log((rows - hits + 0.5) / (hits + 0.5)), 1e-6))
+    idf = [max(math.log((rows - n + 0.5) / (n + 0.5)), 1e-6) for n in hits]
     scores = []
-    for content, context in split:
-        length = len(content) + len(context)
+    for row, length in zip(freqs, lengths, strict=True):
         score = 0.0
-        for phrase, weight in zip(phrases, idf, strict=True):
-            freq = BM25_WEIGHTS[0] * _phrase_count(content, phrase) + BM25_WEIGHTS[
-                1
-            ] * _phrase_count(context, phrase)
+        for (content, context), weight in zip(row, idf, strict=True):
+            freq = BM25_WEIGHTS[0] * content + BM25_WEIGHTS[1] * context
             if freq:
                 score += (
                     weight
@@ -450,6 +492,9 @@ def score_tail(split: Sequence[Split], words: Sequence[str], counts: TermCounts)
 
 
 # the search ----------------------------------------------------------------------------------
+#: Whether a search scoped to a user or a session scores with the scope's own statistics
+#: (:func:`_scope_search`) rather than FTS5's over the whole file.
+SCOPE_STATISTICS = True
 #: Common words (see :func:`_drop_common_words`): a word in more than this share of the rows,
 #: and in more than ``_COMMON_MIN_ROWS`` rows, is left out when the query has rarer ones.
 _COMMON_SHARE = 0.05
@@ -505,6 +550,10 @@ def search_body(
         )
     ).rows
     split = split_tail([(r[3], r[-1]) for r in tail])
+    if SCOPE_STATISTICS and scope is not None and (scope.user_id or scope.session_id):
+        if tail:
+            _behind(path or "", len(tail))
+        return (yield from _scope_search(words, limit, scope, size, tail, split, int(upto)))
     kept = yield from _drop_common_words(words, split, path or "", int(newest or 0))
     match = fts_query(kept)
     # The tail is scored with the index's counts read in this same snapshot, never cached
@@ -576,6 +625,178 @@ def search_body(
     return hits[:limit]
 
 
+def _scope_search(
+    words: Sequence[str],
+    limit: int,
+    scope: SearchScope,
+    size: int | None,
+    tail: Sequence[Any],
+    split: Sequence[Split],
+    upto: int,
+) -> Body[list[KeywordHit]]:
+    """A user's or a session's keyword search scored with the scope's own statistics.
+
+    FTS5's ``bm25()`` weighs a word by how many rows of the whole file hold it, and divides by
+    the whole file's average length, so another user's messages would move this user's
+    scores and order: a user could learn whether a rare word is in someone else's messages by
+    comparing scores. Here every statistic is the scope's: its rows and tokens (FTS5's own
+    per-row sizes, ``messages_fts_docsize``), each word's rows in the scope, and each row's
+    instances of each word (FTS5's ``highlight()`` marks them, the tokenizer's own work); the
+    formula is FTS5's (:func:`bm25`). Every row of the scope that holds a word is scored, not
+    a cut FTS5 made by the file's statistics, so which rows make the top ``limit`` depends on
+    the scope alone too. Common words are left out by the scope's counts
+    (:func:`_rarer_words`); the tail (messages not indexed yet) counts as part of the scope.
+
+    The cost follows the scope's matching rows, and the scope's size for its totals.
+    """
+    where, params = scope_sql(scope)
+    scope_rows = f"FROM messages m JOIN sessions s ON s.id = m.session_id WHERE m.id <= ?{where}"
+    rows, total = yield from _scope_totals(scope_rows, [upto, *params])
+    rows += len(split)
+    total += sum(len(a) + len(b) for a, b in split)
+    if size is not None and size <= _SMALL_SCOPE:
+        matching = (
+            "FROM messages_fts WHERE messages_fts MATCH ? "
+            f"AND +messages_fts.rowid IN (SELECT m.id {scope_rows})"
+        )
+        args: list[Any] = [upto, *params]
+    else:
+        id_range, range_params = _fts_id_range(scope)
+        matching = (
+            "FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid "
+            "JOIN sessions s ON s.id = m.session_id "
+            f"WHERE messages_fts MATCH ?{id_range} AND m.id <= ?{where}"
+        )
+        args = [*range_params, upto, *params]
+    phrases = {w: index_terms(w) for w in words}
+    kept = [w for w in words if phrases[w]]
+    if len(kept) > 1 and rows > _COMMON_MIN_ROWS:  # below it no word is common
+        counts = {}
+        for word in kept:
+            found = (yield Step(f"SELECT COUNT(*) {matching}", [fts_query([word]), *args])).rows
+            counts[word] = int(found[0][0]) + tail_rows(split, phrases[word])
+        kept = _rarer_words(kept, counts, rows)
+    freqs: dict[int, list[tuple[int, int]]] = {}
+    lengths: dict[int, int] = {}
+    hits: list[int] = []
+    for i, word in enumerate(kept):
+        found = (
+            yield Step(
+                f"SELECT messages_fts.rowid, highlight(messages_fts, 0, ?, ''), "
+                "highlight(messages_fts, 1, ?, ''), (SELECT sz FROM messages_fts_docsize "
+                f"WHERE id = messages_fts.rowid) {matching}",
+                [_MARK, _MARK, fts_query([word]), *args],
+            )
+        ).rows
+        hits.append(len(found) + tail_rows(split, phrases[word]))
+        for rowid, content, context, sz in found:
+            row = freqs.setdefault(int(rowid), [(0, 0)] * len(kept))
+            row[i] = ((content or "").count(_MARK), (context or "").count(_MARK))
+            lengths[int(rowid)] = _size(sz)
+    ids = list(freqs)
+    scored = [*ids, *(int(r[0]) for r in tail)]
+    docs = [freqs[i] for i in ids] + [
+        [(_phrase_count(a, phrases[w]), _phrase_count(b, phrases[w])) for w in kept]
+        for a, b in split
+    ]
+    sizes = [lengths[i] for i in ids] + [len(a) + len(b) for a, b in split]
+    scores = bm25(docs, sizes, [min(n, rows) for n in hits], rows, total)
+    best = sorted(
+        ((score, mid) for score, mid in zip(scores, scored, strict=True) if score > 0),
+        key=lambda pair: (-pair[0], -pair[1]),
+    )[:limit]
+    wanted = {mid for _, mid in best if mid in freqs}
+    by_id = {int(r[0]): row_to_message(r[:-1]) for r in tail}
+    if wanted:
+        marks = ", ".join("?" * len(wanted))
+        found = (
+            yield Step(
+                f"SELECT {MESSAGE_COLUMNS} FROM messages m WHERE m.id IN ({marks})", list(wanted)
+            )
+        ).rows
+        by_id.update((int(r[0]), row_to_message(r)) for r in found)
+    # A row deleted between the reads is left out (one snapshot: it cannot be, but a message
+    # is never made up).
+    return [KeywordHit(by_id[mid], score) for score, mid in best if mid in by_id]
+
+
+def facts_search_body(
+    words: Sequence[str], user_id: str, current: bool, limit: int
+) -> Body[list[tuple[int, float]]]:
+    """``(fact id, score)`` of ``user_id``'s facts holding any of ``words``, best first (ties to
+    the older fact): FTS5's BM25 over ``facts_fts`` with the user's own statistics (the
+    user's facts, current ones only with ``current``), for the reason
+    :func:`_scope_search` gives: another user's facts change nothing here. A user's facts
+    are few, so every one that holds a word is scored."""
+    alive = " AND f.valid_to IS NULL" if current else ""
+    sizes = (
+        yield Step(
+            "SELECT d.sz FROM facts f JOIN facts_fts_docsize d ON d.id = f.id "
+            f"WHERE f.user_id = ?{alive}",
+            (user_id,),
+        )
+    ).rows
+    rows, total = len(sizes), sum(_size(r[0]) for r in sizes)
+    kept = [w for w in words if index_terms(w)]
+    freqs: dict[int, list[tuple[int, int]]] = {}
+    lengths: dict[int, int] = {}
+    hits: list[int] = []
+    for i, word in enumerate(kept):
+        found = (
+            yield Step(
+                "SELECT facts_fts.rowid, highlight(facts_fts, 0, ?, ''), (SELECT sz FROM "
+                "facts_fts_docsize WHERE id = facts_fts.rowid) FROM facts_fts CROSS JOIN facts f "
+                f"ON f.id = facts_fts.rowid WHERE facts_fts MATCH ? AND f.user_id = ?{alive}",
+                (_MARK, fts_query([word]), user_id),
+            )
+        ).rows
+        hits.append(len(found))
+        for rowid, text, sz in found:
+            freqs.setdefault(int(rowid), [(0, 0)] * len(kept))[i] = ((text or "").count(_MARK), 0)
+            lengths[int(rowid)] = _size(sz)
+    ids = list(freqs)
+    scores = bm25([freqs[i] for i in ids], [lengths[i] for i in ids], hits, rows, total)
+    best = sorted(
+        ((mid, score) for mid, score in zip(ids, scores, strict=True) if score > 0),
+        key=lambda pair: (-pair[1], pair[0]),
+    )
+    return best[:limit]
+
+
+#: What :func:`_scope_search` has ``highlight()`` put before each instance of a word (a
+#: private-use character: chat text does not hold it).
+_MARK = "\ue000"
+
+
+def _size(blob: Any) -> int:
+    """A row's tokens from its ``messages_fts_docsize`` record (one varint per column)."""
+    data = bytes(blob or b"")
+    total = at = 0
+    while at < len(data):
+        value, at = _varint(data, at)
+        total += value
+    return total
+
+
+def _scope_totals(scope_rows: str, params: Sequence[Any]) -> Body[tuple[int, int]]:
+    """(rows, tokens) of the indexed messages of a scope (``scope_rows``: its FROM and WHERE).
+
+    A row's sizes are one varint per column, one byte each below 128 tokens: SQL sums those
+    (a byte below 0x80 is its own character), and only the longer rows' records are read
+    here, so a user with 100,000 messages costs one pass in SQLite, not 100,000 rows."""
+    joined = scope_rows.replace("WHERE", "JOIN messages_fts_docsize d ON d.id = m.id WHERE", 1)
+    byte = "COALESCE(unicode(CAST(substr(d.sz, {}, 1) AS TEXT)), 0)"
+    rows, short = (
+        yield Step(
+            f"SELECT COUNT(*), COALESCE(SUM(CASE WHEN length(d.sz) = 2 THEN "
+            f"{byte.format(1)} + {byte.format(2)} END), 0) {joined}",
+            params,
+        )
+    ).rows[0]
+    longer = (yield Step(f"SELECT d.sz {joined} AND length(d.sz) <> 2", params)).rows
+    return int(rows), int(short) + sum(_size(r[0]) for r in longer)
+
+
 def _behind(path: str, unindexed: int) -> None:
     """A search found ``unindexed`` messages the index lacks in the file at ``path``: have the
     file's indexer in this process catch up (a writer that stopped before indexing, or one
@@ -627,6 +848,12 @@ def _drop_common_words(
             terms = index_terms(word)
             if terms:
                 counts[word] += tail_rows(tail, terms)
+    return _rarer_words(words, counts, rows)
+
+
+def _rarer_words(words: Sequence[str], counts: dict[str, int], rows: int) -> list[str]:
+    """``words`` without the common ones, given each word's rows ``counts`` among ``rows``
+    rows (the rule is :func:`_drop_common_words`')."""
     threshold = max(rows * _COMMON_SHARE, _COMMON_MIN_ROWS)
     kept = [w for w in words if counts[w] <= threshold]
     if not any(counts[w] for w in kept):  # what is left would match no row
