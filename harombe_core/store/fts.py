@@ -33,7 +33,7 @@ import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -459,36 +459,44 @@ def score_tail(split: Sequence[Split], words: Sequence[str], counts: TermCounts)
         min(min(counts.rows_of.get(t, 0) for t in phrase) + tail_rows(split, phrase), rows)
         for phrase in phrases
     ]
-    freqs = [[(_phrase_count(a, p), _phrase_count(b, p)) for p in phrases] for a, b in split]
+    freqs = [
+        _sparse([(_phrase_count(a, p), _phrase_count(b, p)) for p in phrases]) for a, b in split
+    ]
     return bm25(freqs, [len(a) + len(b) for a, b in split], hits, rows, total)
 
 
+#: A row's instances of the query's phrases: ``(phrase index, in content, in context)`` for
+#: each phrase it holds, by increasing phrase index.
+Instances = list[tuple[int, int, int]]
+
+
 def bm25(
-    freqs: Sequence[Sequence[tuple[int, int]]],
+    freqs: Sequence[Instances],
     lengths: Sequence[int],
     hits: Sequence[int],
     rows: int,
     total: int,
 ) -> list[float]:
     """FTS5's ``bm25(messages_fts, 1.0, 0.4)`` formula (fts5_aux.c), as a positive score, of
-    rows whose statistics are given: ``freqs[row][phrase]`` is the phrase's (content, context)
-    instances in the row, ``lengths[row]`` the row's tokens, ``hits[phrase]`` the rows holding
+    rows whose statistics are given: ``freqs[row]`` the phrases' instances in the row
+    (:data:`Instances`), ``lengths[row]`` the row's tokens, ``hits[phrase]`` the rows holding
     the phrase among ``rows`` rows of ``total`` tokens. A row matching no phrase scores 0."""
-    average = total / rows if rows else 1.0
+    average = (total / rows if rows else 1.0) or 1.0
     idf = [max(math.log((rows - n + 0.5) / (n + 0.5)), 1e-6) for n in hits]
     scores = []
     for row, length in zip(freqs, lengths, strict=True):
         score = 0.0
-        for (content, context), weight in zip(row, idf, strict=True):
+        norm = _K1 * (1 - _B + _B * length / average)
+        for i, content, context in row:
             freq = BM25_WEIGHTS[0] * content + BM25_WEIGHTS[1] * context
             if freq:
-                score += (
-                    weight
-                    * (freq * (_K1 + 1))
-                    / (freq + _K1 * (1 - _B + _B * length / (average or 1.0)))
-                )
+                score += idf[i] * (freq * (_K1 + 1)) / (freq + norm)
         scores.append(score)
     return scores
+
+
+def _sparse(counts: Sequence[tuple[int, int]]) -> Instances:
+    return [(i, a, b) for i, (a, b) in enumerate(counts) if a or b]
 
 
 # the search ----------------------------------------------------------------------------------
@@ -654,7 +662,11 @@ def _scope_search(
     rows, total = yield from _scope_totals(scope_rows, [upto, *params])
     rows += len(split)
     total += sum(len(a) + len(b) for a, b in split)
-    if size is not None and size <= _SMALL_SCOPE:
+    everything, _ = yield from _totals()
+    if rows - len(split) == everything:
+        # The scope holds every indexed row (one user in the file): no filter to apply.
+        matching, args = "FROM messages_fts WHERE messages_fts MATCH ?", []
+    elif size is not None and size <= _SMALL_SCOPE:
         matching = (
             "FROM messages_fts WHERE messages_fts MATCH ? "
             f"AND +messages_fts.rowid IN (SELECT m.id {scope_rows})"
@@ -668,6 +680,11 @@ def _scope_search(
             f"WHERE messages_fts MATCH ?{id_range} AND m.id <= ?{where}"
         )
         args = [*range_params, upto, *params]
+    sized = matching.replace(
+        "FROM messages_fts",
+        "FROM messages_fts JOIN messages_fts_docsize d ON d.id = messages_fts.rowid",
+        1,
+    )
     phrases = {w: index_terms(w) for w in words}
     kept = [w for w in words if phrases[w]]
     if len(kept) > 1 and rows > _COMMON_MIN_ROWS:  # below it no word is common
@@ -676,27 +693,33 @@ def _scope_search(
             found = (yield Step(f"SELECT COUNT(*) {matching}", [fts_query([word]), *args])).rows
             counts[word] = int(found[0][0]) + tail_rows(split, phrases[word])
         kept = _rarer_words(kept, counts, rows)
-    freqs: dict[int, list[tuple[int, int]]] = {}
+    freqs: dict[int, Instances] = {}
     lengths: dict[int, int] = {}
-    hits: list[int] = []
-    for i, word in enumerate(kept):
+    match = fts_query(kept)
+    if match is not None:
+        # One pass for every word: highlight() marks each instance of any of them (the
+        # tokenizer's own work, in SQLite), and the marked text says which word it is.
         found = (
             yield Step(
-                f"SELECT messages_fts.rowid, highlight(messages_fts, 0, ?, ''), "
-                "highlight(messages_fts, 1, ?, ''), (SELECT sz FROM messages_fts_docsize "
-                f"WHERE id = messages_fts.rowid) {matching}",
-                [_MARK, _MARK, fts_query([word]), *args],
+                f"SELECT messages_fts.rowid, highlight(messages_fts, 0, ?, ?), "
+                f"highlight(messages_fts, 1, ?, ?), d.sz, {_SHORT_SIZE} {sized}",
+                [_OPEN, _CLOSE, _OPEN, _CLOSE, match, *args],
             )
         ).rows
-        hits.append(len(found) + tail_rows(split, phrases[word]))
-        for rowid, content, context, sz in found:
-            row = freqs.setdefault(int(rowid), [(0, 0)] * len(kept))
-            row[i] = ((content or "").count(_MARK), (context or "").count(_MARK))
-            lengths[int(rowid)] = _size(sz)
+        count = _instance_counter([phrases[w] for w in kept])
+        for rowid, content, context, sz, short in found:
+            a, b = count(content), count(context)
+            freqs[int(rowid)] = [(i, a.get(i, 0), b.get(i, 0)) for i in sorted(a.keys() | b.keys())]
+            lengths[int(rowid)] = _size(sz) if short is None else int(short)
+    held = [0] * len(kept)
+    for row in freqs.values():
+        for i, _, _ in row:
+            held[i] += 1
+    hits = [held[i] + tail_rows(split, phrases[w]) for i, w in enumerate(kept)]
     ids = list(freqs)
     scored = [*ids, *(int(r[0]) for r in tail)]
     docs = [freqs[i] for i in ids] + [
-        [(_phrase_count(a, phrases[w]), _phrase_count(b, phrases[w])) for w in kept]
+        _sparse([(_phrase_count(a, phrases[w]), _phrase_count(b, phrases[w])) for w in kept])
         for a, b in split
     ]
     sizes = [lengths[i] for i in ids] + [len(a) + len(b) for a, b in split]
@@ -738,22 +761,23 @@ def facts_search_body(
     ).rows
     rows, total = len(sizes), sum(_size(r[0]) for r in sizes)
     kept = [w for w in words if index_terms(w)]
-    freqs: dict[int, list[tuple[int, int]]] = {}
+    wanted = [index_terms(w) for w in kept]
+    freqs: dict[int, Instances] = {}
     lengths: dict[int, int] = {}
-    hits: list[int] = []
-    for i, word in enumerate(kept):
+    if kept:
         found = (
             yield Step(
-                "SELECT facts_fts.rowid, highlight(facts_fts, 0, ?, ''), (SELECT sz FROM "
+                "SELECT facts_fts.rowid, highlight(facts_fts, 0, ?, ?), (SELECT sz FROM "
                 "facts_fts_docsize WHERE id = facts_fts.rowid) FROM facts_fts CROSS JOIN facts f "
                 f"ON f.id = facts_fts.rowid WHERE facts_fts MATCH ? AND f.user_id = ?{alive}",
-                (_MARK, fts_query([word]), user_id),
+                (_OPEN, _CLOSE, fts_query(kept), user_id),
             )
         ).rows
-        hits.append(len(found))
+        count = _instance_counter(wanted)
         for rowid, text, sz in found:
-            freqs.setdefault(int(rowid), [(0, 0)] * len(kept))[i] = ((text or "").count(_MARK), 0)
+            freqs[int(rowid)] = [(i, n, 0) for i, n in sorted(count(text).items())]
             lengths[int(rowid)] = _size(sz)
+    hits = [sum(1 for row in freqs.values() for i, _, _ in row if i == k) for k in range(len(kept))]
     ids = list(freqs)
     scores = bm25([freqs[i] for i in ids], [lengths[i] for i in ids], hits, rows, total)
     best = sorted(
@@ -763,9 +787,44 @@ def facts_search_body(
     return best[:limit]
 
 
-#: What :func:`_scope_search` has ``highlight()`` put before each instance of a word (a
-#: private-use character: chat text does not hold it).
-_MARK = "\ue000"
+#: What :func:`_scope_search` has ``highlight()`` put around the instances of the words
+#: (private-use characters: chat text does not hold them).
+_OPEN, _CLOSE = "\ue000", "\ue001"
+_MARKED = re.compile(f"{_OPEN}(.*?){_CLOSE}", re.DOTALL)
+
+
+@functools.lru_cache(maxsize=16_384)
+def _marked_terms(text: str) -> tuple[str, ...]:
+    return tokens(text)
+
+
+def _instance_counter(phrases: Sequence[tuple[str, ...]]) -> Callable[[str | None], dict[int, int]]:
+    """A function giving each phrase's instances (by phrase index) in a column that
+    ``highlight()`` marked. A marked stretch is one instance, or several that overlap
+    (merged): every phrase is counted in its terms. Stretches repeat ("the", "The"), so each
+    distinct one is read once per search."""
+    starting: dict[str, list[tuple[int, tuple[str, ...]]]] = {}
+    for i, phrase in enumerate(phrases):
+        starting.setdefault(phrase[0], []).append((i, phrase))
+    seen: dict[str, list[tuple[int, int]]] = {}
+
+    def count(text: str | None) -> dict[int, int]:
+        out: dict[int, int] = {}
+        for stretch in _MARKED.findall(text or ""):
+            found = seen.get(stretch)
+            if found is None:
+                terms = _marked_terms(stretch)
+                held: dict[int, int] = {}
+                for j, term in enumerate(terms):
+                    for i, phrase in starting.get(term, ()):
+                        if terms[j : j + len(phrase)] == phrase:
+                            held[i] = held.get(i, 0) + 1
+                found = seen[stretch] = list(held.items())
+            for i, n in found:
+                out[i] = out.get(i, 0) + n
+        return out
+
+    return count
 
 
 def _size(blob: Any) -> int:
@@ -778,6 +837,12 @@ def _size(blob: Any) -> int:
     return total
 
 
+_BYTE = "COALESCE(unicode(CAST(substr(d.sz, {}, 1) AS TEXT)), 0)"
+#: The tokens of a row (alias ``d`` of ``messages_fts_docsize``) whose two columns are each
+#: shorter than 128 tokens, in SQL; NULL for a longer row (decode ``d.sz``: :func:`_size`).
+_SHORT_SIZE = f"CASE WHEN length(d.sz) = 2 THEN {_BYTE.format(1)} + {_BYTE.format(2)} END"
+
+
 def _scope_totals(scope_rows: str, params: Sequence[Any]) -> Body[tuple[int, int]]:
     """(rows, tokens) of the indexed messages of a scope (``scope_rows``: its FROM and WHERE).
 
@@ -785,13 +850,8 @@ def _scope_totals(scope_rows: str, params: Sequence[Any]) -> Body[tuple[int, int
     (a byte below 0x80 is its own character), and only the longer rows' records are read
     here, so a user with 100,000 messages costs one pass in SQLite, not 100,000 rows."""
     joined = scope_rows.replace("WHERE", "JOIN messages_fts_docsize d ON d.id = m.id WHERE", 1)
-    byte = "COALESCE(unicode(CAST(substr(d.sz, {}, 1) AS TEXT)), 0)"
     rows, short = (
-        yield Step(
-            f"SELECT COUNT(*), COALESCE(SUM(CASE WHEN length(d.sz) = 2 THEN "
-            f"{byte.format(1)} + {byte.format(2)} END), 0) {joined}",
-            params,
-        )
+        yield Step(f"SELECT COUNT(*), COALESCE(SUM({_SHORT_SIZE}), 0) {joined}", params)
     ).rows[0]
     longer = (yield Step(f"SELECT d.sz {joined} AND length(d.sz) <> 2", params)).rows
     return int(rows), int(short) + sum(_size(r[0]) for r in longer)
