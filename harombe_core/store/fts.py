@@ -513,6 +513,8 @@ _SMALL_SCOPE = 5_000
 #: At most this many sessions' rowid spans are searched one by one (see :func:`search_body`):
 #: each costs FTS5 one pass over every query word's row list, to weigh it for bm25.
 _MAX_SPANS = 8
+#: At most this many rowid ranges a scope-scored search seeks (see :func:`_scope_ranges`).
+_MAX_RANGES = 200
 _BM25 = ", ".join(str(w) for w in BM25_WEIGHTS)
 _VOCABULARY = (
     "CREATE VIRTUAL TABLE IF NOT EXISTS temp.messages_fts_rows "
@@ -561,7 +563,7 @@ def search_body(
     if SCOPE_STATISTICS and scope is not None and (scope.user_id or scope.session_id):
         if tail:
             _behind(path or "", len(tail))
-        return (yield from _scope_search(words, limit, scope, size, tail, split, int(upto)))
+        return (yield from _scope_search(words, limit, scope, tail, split, int(upto)))
     kept = yield from _drop_common_words(words, split, path or "", int(newest or 0))
     match = fts_query(kept)
     # The tail is scored with the index's counts read in this same snapshot, never cached
@@ -637,7 +639,6 @@ def _scope_search(
     words: Sequence[str],
     limit: int,
     scope: SearchScope,
-    size: int | None,
     tail: Sequence[Any],
     split: Sequence[Split],
     upto: int,
@@ -665,69 +666,69 @@ def _scope_search(
     everything, _ = yield from _totals()
     if rows - len(split) == everything:
         # The scope holds every indexed row (one user in the file): no filter to apply.
-        matching, args = "FROM messages_fts WHERE messages_fts MATCH ?", []
-    elif size is not None and size <= _SMALL_SCOPE:
-        matching = (
-            "FROM messages_fts WHERE messages_fts MATCH ? "
-            f"AND +messages_fts.rowid IN (SELECT m.id {scope_rows})"
-        )
-        args: list[Any] = [upto, *params]
+        ranges: list[tuple[int, int]] | None = None
     else:
-        id_range, range_params = _fts_id_range(scope)
-        matching = (
-            "FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid "
-            "JOIN sessions s ON s.id = m.session_id "
-            f"WHERE messages_fts MATCH ?{id_range} AND m.id <= ?{where}"
+        ranges = yield from _scope_ranges(scope)
+
+    def matching(columns: str, column_args: Sequence[Any], match: str) -> tuple[str, list[Any]]:
+        """SQL selecting ``id`` and ``columns`` of the scope's indexed rows that ``match``.
+        FTS5 seeks to each range of the scope's rowids (a small user's rows among many
+        others' are read alone), and the scope's ids keep what is in it."""
+        arm = (
+            f"SELECT messages_fts.rowid AS id{columns} FROM messages_fts WHERE messages_fts MATCH ?"
         )
-        args = [*range_params, upto, *params]
-    sized = matching.replace(
-        "FROM messages_fts",
-        "FROM messages_fts JOIN messages_fts_docsize d ON d.id = messages_fts.rowid",
-        1,
-    )
+        if ranges is None:
+            return arm, [*column_args, match]
+        inner = " UNION ALL ".join(f"{arm} AND messages_fts.rowid BETWEEN ? AND ?" for _ in ranges)
+        inner_args = [v for low, high in ranges for v in (*column_args, match, low, high)]
+        return (
+            f"SELECT * FROM ({inner}) WHERE +id IN (SELECT m.id {scope_rows})",
+            [*inner_args, upto, *params],
+        )
+
     phrases = {w: index_terms(w) for w in words}
     kept = [w for w in words if phrases[w]]
-    if len(kept) > 1 and rows > _COMMON_MIN_ROWS:  # below it no word is common
-        counts = {}
-        for word in kept:
-            found = (yield Step(f"SELECT COUNT(*) {matching}", [fts_query([word]), *args])).rows
-            counts[word] = int(found[0][0]) + tail_rows(split, phrases[word])
-        kept = _rarer_words(kept, counts, rows)
-    freqs: dict[int, Instances] = {}
-    lengths: dict[int, int] = {}
-    match = fts_query(kept)
-    if match is not None:
-        # One pass for every word: highlight() marks each instance of any of them (the
-        # tokenizer's own work, in SQLite), and the marked text says which word it is.
+    counts: dict[str, int] = {}
+    if len(kept) > 1:  # each word's rows in the scope: which are common, and what each weighs
+        parts = [matching("", [], fts_query([word]) or "") for word in kept]
         found = (
             yield Step(
-                f"SELECT messages_fts.rowid, highlight(messages_fts, 0, ?, ?), "
-                f"highlight(messages_fts, 1, ?, ?), d.sz, {_SHORT_SIZE} {sized}",
-                [_OPEN, _CLOSE, _OPEN, _CLOSE, match, *args],
+                "SELECT " + ", ".join(f"(SELECT COUNT(*) FROM ({sql}))" for sql, _ in parts),
+                [value for _, args in parts for value in args],
             )
-        ).rows
-        count = _instance_counter([phrases[w] for w in kept])
-        for rowid, content, context, sz, short in found:
-            a, b = count(content), count(context)
-            freqs[int(rowid)] = [(i, a.get(i, 0), b.get(i, 0)) for i in sorted(a.keys() | b.keys())]
-            lengths[int(rowid)] = _size(sz) if short is None else int(short)
-    held = [0] * len(kept)
-    for row in freqs.values():
-        for i, _, _ in row:
-            held[i] += 1
-    hits = [held[i] + tail_rows(split, phrases[w]) for i, w in enumerate(kept)]
-    ids = list(freqs)
-    scored = [*ids, *(int(r[0]) for r in tail)]
-    docs = [freqs[i] for i in ids] + [
+        ).rows[0]
+        for word, n in zip(kept, found, strict=True):
+            counts[word] = int(n) + tail_rows(split, phrases[word])
+        if rows > _COMMON_MIN_ROWS:  # below it no word is common
+            kept = _rarer_words(kept, counts, rows)
+    minor, bound = _minor_words(kept, counts, rows, limit)
+    tail_docs = [
         _sparse([(_phrase_count(a, phrases[w]), _phrase_count(b, phrases[w])) for w in kept])
         for a, b in split
     ]
-    sizes = [lengths[i] for i in ids] + [len(a) + len(b) for a, b in split]
-    scores = bm25(docs, sizes, [min(n, rows) for n in hits], rows, total)
-    best = sorted(
-        ((score, mid) for score, mid in zip(scores, scored, strict=True) if score > 0),
-        key=lambda pair: (-pair[0], -pair[1]),
-    )[:limit]
+    while True:
+        freqs = yield from _scope_instances(matching, kept, minor, phrases)
+        if counts:
+            hits = [counts[w] for w in kept]
+        else:
+            hits = [tail_rows(split, phrases[w]) for w in kept]
+            for row, _ in freqs.values():
+                for i, _, _ in row:
+                    hits[i] += 1
+        ids = list(freqs)
+        scored = [*ids, *(int(r[0]) for r in tail)]
+        docs = [freqs[i][0] for i in ids] + tail_docs
+        sizes = [freqs[i][1] for i in ids] + [len(a) + len(b) for a, b in split]
+        scores = bm25(docs, sizes, [min(n, rows) for n in hits], rows, total)
+        best = sorted(
+            ((score, mid) for score, mid in zip(scores, scored, strict=True) if score > 0),
+            key=lambda pair: (-pair[0], -pair[1]),
+        )[:limit]
+        # A row holding only minor words scores below ``bound``: if the last row kept scores
+        # at least that, no row left unread could have taken its place.
+        if not minor or (len(best) == limit and best[-1][0] >= bound):
+            break
+        minor = []
     wanted = {mid for _, mid in best if mid in freqs}
     by_id = {int(r[0]): row_to_message(r[:-1]) for r in tail}
     if wanted:
@@ -741,6 +742,71 @@ def _scope_search(
     # A row deleted between the reads is left out (one snapshot: it cannot be, but a message
     # is never made up).
     return [KeywordHit(by_id[mid], score) for score, mid in best if mid in by_id]
+
+
+def _minor_words(
+    words: Sequence[str], counts: dict[str, int], rows: int, limit: int
+) -> tuple[list[str], float]:
+    """The words so common in the scope that rows holding only them are not read, and the
+    score such a row stays below (BM25's term weight is below idf * (k1 + 1)).
+
+    The commonest words go while their bound stays under half the rarest word's idf: a row
+    with the rarest word once, at the scope's average length, scores about that idf. The
+    caller checks the bound against the scores it got, and reads every row when it fails,
+    so the result is exactly what scoring every row gives. None go when the other words are
+    in fewer than ``limit`` rows (the check would fail)."""
+    if len(words) < 2 or not counts:
+        return [], 0.0
+    idf = {w: max(math.log((rows - counts[w] + 0.5) / (counts[w] + 0.5)), 1e-6) for w in words}
+    ranked = sorted(words, key=lambda w: (idf[w], w))
+    target = idf[ranked[-1]] / 2
+    minor: list[str] = []
+    bound = 0.0
+    for word in ranked[:-1]:
+        if bound + idf[word] * (_K1 + 1) >= target:
+            break
+        minor.append(word)
+        bound += idf[word] * (_K1 + 1)
+    if sum(counts[w] for w in words if w not in minor) < limit:
+        return [], 0.0
+    return minor, bound
+
+
+def _scope_instances(
+    matching: Callable[[str, Sequence[Any], str], tuple[str, list[Any]]],
+    kept: Sequence[str],
+    minor: Sequence[str],
+    phrases: dict[str, tuple[str, ...]],
+) -> Body[dict[int, tuple[Instances, int]]]:
+    """Each indexed row of the scope holding a word of ``kept`` that is not in ``minor``:
+    its instances of every word of ``kept`` and its tokens. One pass: highlight() marks the
+    instances of all the words (the tokenizer's own work, in SQLite), and the marked text
+    says which word each is."""
+    major = [w for w in kept if w not in minor]
+    if not major:
+        return {}
+    match = fts_query(major) or ""
+    if minor:  # rows with a major word; highlight() marks the minor words in them too
+        match = f"({match}) AND ({fts_query(kept)})"
+    sql, args = matching(
+        ", highlight(messages_fts, 0, ?, ?) AS a, highlight(messages_fts, 1, ?, ?) AS b",
+        [_OPEN, _CLOSE, _OPEN, _CLOSE],
+        match,
+    )
+    found = (
+        yield Step(
+            f"SELECT f.id, f.a, f.b, d.sz, {_SHORT_SIZE} FROM ({sql}) f "
+            "JOIN messages_fts_docsize d ON d.id = f.id",
+            args,
+        )
+    ).rows
+    count = _instance_counter([phrases[w] for w in kept])
+    out: dict[int, tuple[Instances, int]] = {}
+    for rowid, content, context, sz, short in found:
+        a, b = count(content), count(context)
+        row = [(i, a.get(i, 0), b.get(i, 0)) for i in sorted(a.keys() | b.keys())]
+        out[int(rowid)] = (row, _size(sz) if short is None else int(short))
+    return out
 
 
 def facts_search_body(
@@ -979,12 +1045,29 @@ def _exact_counts(words: Sequence[str]) -> Body[TermCounts]:
     return counts
 
 
-def _session_spans(scope: SearchScope) -> Body[list[tuple[int, int]] | None]:
-    """The first and last message id of each session in a user or session scope, or None
-    when searching them one by one does not pay: they are too many, or they overlap
-    (sessions written at the same time interleave, and each span would be read again; the
-    listed ids are then the cheaper filter). Two index seeks per session: the sessions'
-    sizes do not matter."""
+def _scope_ranges(scope: SearchScope) -> Body[list[tuple[int, int]] | None]:
+    """The rowid ranges that hold a user's or a session's messages: each session's first and
+    last id, overlapping ones merged (sessions written at the same time interleave; another
+    user's rows inside a range are read, then left out). None (one range from the scope's
+    first id to its last) for more than ``_MAX_RANGES`` sessions: each range is a seek in
+    every word's row list, so past a few hundred one pass costs less."""
+    spans = yield from _span_rows(scope, _MAX_RANGES)
+    if spans is None:
+        return None
+    if len(spans) > _MAX_RANGES:
+        return [(spans[0][0], max(high for _, high in spans))]
+    merged: list[tuple[int, int]] = []
+    for low, high in sorted(spans):
+        if merged and low <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(high, merged[-1][1]))
+        else:
+            merged.append((low, high))
+    return merged
+
+
+def _span_rows(scope: SearchScope, cap: int) -> Body[list[tuple[int, int]] | None]:
+    """(first id, last id) of up to ``cap + 1`` non-empty sessions of a user or session scope,
+    sorted; None if the scope names neither."""
     if scope.session_id is not None:
         sql, params = "SELECT s.id FROM sessions s WHERE s.id = ?", [scope.session_id]
     elif scope.user_id is not None:
@@ -998,14 +1081,22 @@ def _session_spans(scope: SearchScope) -> Body[list[tuple[int, int]] | None]:
         yield Step(
             "SELECT (SELECT MIN(id) FROM messages WHERE session_id = x.id), "
             "(SELECT MAX(id) FROM messages WHERE session_id = x.id) "
-            f"FROM ({sql} AND s.message_count > 0 LIMIT {_MAX_SPANS + 1}) x",
+            f"FROM ({sql} AND s.message_count > 0 LIMIT {cap + 1}) x",
             params,
         )
     ).rows
-    found = [(int(a), int(b)) for a, b in spans if a is not None]
-    if len(spans) > _MAX_SPANS:
+    return sorted((int(a), int(b)) for a, b in spans if a is not None)
+
+
+def _session_spans(scope: SearchScope) -> Body[list[tuple[int, int]] | None]:
+    """The first and last message id of each session in a user or session scope, or None
+    when searching them one by one does not pay: they are too many, or they overlap
+    (sessions written at the same time interleave, and each span would be read again; the
+    listed ids are then the cheaper filter). Two index seeks per session: the sessions'
+    sizes do not matter."""
+    found = yield from _span_rows(scope, _MAX_SPANS)
+    if found is None or len(found) > _MAX_SPANS:
         return None
-    found.sort()
     if any(later[0] < earlier[1] for earlier, later in itertools.pairwise(found)):
         return None
     return found

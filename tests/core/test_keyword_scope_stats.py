@@ -157,3 +157,17 @@ def test_the_file_statistics_leak_without_scope_statistics(
     assert [h.score for h in alone.store.keyword_search("kowalski", limit=25, scope=scope)] != [
         h.score for h in shared.store.keyword_search("kowalski", limit=25, scope=scope)
     ]
+
+
+def test_rows_with_only_common_words_are_skipped_only_when_they_cannot_rank(
+    files: tuple[MemoryManager, MemoryManager], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows holding only the scope's commonest words are not read when the scores prove they
+    cannot make the cut: the results are those of scoring every row."""
+    _, shared = files
+    queries = [*QUERIES, "the ferret", "the note", "note the kowalski", "the running note tomato"]
+    scopes = [SearchScope(user_id="a"), SearchScope(user_id="b"), SearchScope(session_id="a1")]
+    asked = [(q, s, n) for q in queries for s in scopes for n in (1, 5, 25)]
+    pruned = [shared.store.keyword_search(q, limit=n, scope=s) for q, s, n in asked]
+    monkeypatch.setattr(fts, "_minor_words", lambda *args: ([], 0.0))
+    assert pruned == [shared.store.keyword_search(q, limit=n, scope=s) for q, s, n in asked]
