@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from harombe_core import MemoryManager, Message
-from harombe_core.store import fts
+from harombe_core.store import fts_scope
 from harombe_core.store.base import SearchScope
 
 
@@ -90,7 +90,7 @@ def queries(n: int) -> list[str]:
 def measure(path: Path, user: str, texts: list[str], scoped: bool) -> tuple[list[float], float]:
     """Wall seconds of each search, and the CPU seconds per search (a busy machine does not
     inflate it as it does the wall clock)."""
-    fts.SCOPE_STATISTICS = scoped
+    fts_scope.SCOPE_STATISTICS = scoped
     out = []
     with MemoryManager(str(path), embedding=None) as mm:
         scope = SearchScope(user_id=user)
@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     build(shared, args.messages, args.users, max(args.users * 10, 100))
     build(alone, args.messages, 1, 100)
     texts = queries(args.queries)
-    default = getattr(fts, "SCOPE_STATISTICS", None)
+    default = fts_scope.SCOPE_STATISTICS
     print(
         f"keyword_search scoped to one user, top 10, {args.queries} queries (p50 / p95 wall ms, "
         "CPU ms per search; scope: the scope's statistics, file: FTS5's bm25 over the file)"
@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         wall = statistics.median(rows["scope"][0]) / statistics.median(rows["file"][0])
         cpu = rows["scope"][1] / rows["file"][1]
         print(f"  {label:40s} scope/file ratio: p50 {wall:.2f}x, CPU {cpu:.2f}x")
-    fts.SCOPE_STATISTICS = default
+    fts_scope.SCOPE_STATISTICS = default
     return 0
 
 

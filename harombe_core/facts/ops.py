@@ -18,7 +18,8 @@ from typing import Any
 from harombe_core.facts.consolidate import Current, decide
 from harombe_core.facts.models import Fact, FactProposal, FactSource, SessionState
 from harombe_core.store.erasure import mark_erased
-from harombe_core.store.fts import facts_search_body, fts_query, pg_query, query_words
+from harombe_core.store.fts import fts_query, pg_query, query_words
+from harombe_core.store.fts_scope import facts_search_body
 from harombe_core.store.rows import corrupt_row, from_micros, time_problem, to_micros
 from harombe_core.store.runner import Body, Dialect, Op
 from harombe_core.store.schema import TS_CONFIG

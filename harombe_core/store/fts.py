@@ -33,7 +33,7 @@ import sqlite3
 import threading
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,23 +48,37 @@ from harombe_core.store.unspaced import UNSPACED, spaced
 from harombe_core.store.unspaced import phrase as spaced_phrase
 
 __all__ = [
+    "BM25_WEIGHTS",
+    "COMMON_MIN_ROWS",
+    "K1",
     "KEYWORD_MARK",
     "TAIL_LIMIT",
+    "B",
+    "Instances",
     "KeywordIndexer",
+    "Split",
     "TermCounts",
+    "behind",
     "bm25",
     "catch_up",
-    "facts_search_body",
     "fts_query",
     "index_terms",
     "keyword_indexer",
     "pg_query",
+    "phrase_count",
     "query_words",
+    "rarer_words",
+    "read_tail",
     "rebuild_body",
     "score_tail",
     "search_body",
+    "span_rows",
+    "sparse",
     "split_tail",
     "tail_rows",
+    "tokens",
+    "totals",
+    "varint",
 ]
 
 log = logging.getLogger(__name__)
@@ -73,7 +87,7 @@ KEYWORD_MARK = "keyword_index_upto"
 #: BM25 column weights: the turn a message answers counts 0.4 against the message itself.
 BM25_WEIGHTS = (1.0, 0.4)
 #: FTS5's bm25() constants (fts5_aux.c).
-_K1, _B = 1.2, 0.75
+K1, B = 1.2, 0.75
 #: The most unindexed messages a search scores itself (the newest ones). The tail is longer
 #: only when no writer indexes it (a read-only file, a crashed writer): it is then logged once.
 TAIL_LIMIT = 5_000
@@ -162,28 +176,6 @@ def tokens(text: str) -> tuple[str, ...]:
         finally:
             db.execute("ROLLBACK")
     return tuple(str(r[0]) for r in rows)
-
-
-def tokens_many(texts: Sequence[str]) -> list[tuple[str, ...]]:
-    """:func:`tokens` of each of ``texts``, tokenized together in one transaction (a search
-    scoring thousands of rows itself pays one round trip, not one each)."""
-    if not texts:
-        return []
-    with _TERMS_LOCK:
-        db = _terms_db()
-        db.execute("BEGIN")
-        try:
-            db.executemany(
-                "INSERT INTO words (rowid, word) VALUES (?, ?)",
-                [(i + 1, spaced(text)) for i, text in enumerate(texts) if text],
-            )
-            rows = db.execute("SELECT doc, term FROM word_terms ORDER BY doc, offset").fetchall()
-        finally:
-            db.execute("ROLLBACK")
-    out: list[list[str]] = [[] for _ in texts]
-    for doc, term in rows:
-        out[int(doc) - 1].append(str(term))
-    return [tuple(terms) for terms in out]
 
 
 @functools.lru_cache(maxsize=16_384)
@@ -396,7 +388,7 @@ class TermCounts:
         )
 
 
-def _varint(data: bytes, at: int) -> tuple[int, int]:
+def varint(data: bytes, at: int) -> tuple[int, int]:
     """One SQLite varint of ``data`` at ``at``: (value, next offset)."""
     value = 0
     for i in range(8):
@@ -412,15 +404,15 @@ def _parse_totals(block: Any) -> tuple[int, int]:
     if not block:
         return 0, 0
     data = bytes(block)
-    rows, at = _varint(data, 0)
+    rows, at = varint(data, 0)
     total = 0
     while at < len(data):
-        size, at = _varint(data, at)
+        size, at = varint(data, at)
         total += size
     return rows, total
 
 
-def _phrase_count(doc: tuple[str, ...], phrase: tuple[str, ...]) -> int:
+def phrase_count(doc: tuple[str, ...], phrase: tuple[str, ...]) -> int:
     n = len(phrase)
     if n == 0:
         return 0
@@ -440,7 +432,7 @@ def split_tail(docs: Sequence[tuple[str, str]]) -> list[Split]:
 
 def tail_rows(split: Sequence[Split], phrase: tuple[str, ...]) -> int:
     """How many tail messages hold ``phrase`` in either column (its row count, once indexed)."""
-    return sum(1 for a, b in split if _phrase_count(a, phrase) or _phrase_count(b, phrase))
+    return sum(1 for a, b in split if phrase_count(a, phrase) or phrase_count(b, phrase))
 
 
 def score_tail(split: Sequence[Split], words: Sequence[str], counts: TermCounts) -> list[float]:
@@ -459,9 +451,7 @@ def score_tail(split: Sequence[Split], words: Sequence[str], counts: TermCounts)
         min(min(counts.rows_of.get(t, 0) for t in phrase) + tail_rows(split, phrase), rows)
         for phrase in phrases
     ]
-    freqs = [
-        _sparse([(_phrase_count(a, p), _phrase_count(b, p)) for p in phrases]) for a, b in split
-    ]
+    freqs = [sparse([(phrase_count(a, p), phrase_count(b, p)) for p in phrases]) for a, b in split]
     return bm25(freqs, [len(a) + len(b) for a, b in split], hits, rows, total)
 
 
@@ -486,35 +476,30 @@ def bm25(
     scores = []
     for row, length in zip(freqs, lengths, strict=True):
         score = 0.0
-        norm = _K1 * (1 - _B + _B * length / average)
+        norm = K1 * (1 - B + B * length / average)
         for i, content, context in row:
             freq = BM25_WEIGHTS[0] * content + BM25_WEIGHTS[1] * context
             if freq:
-                score += idf[i] * (freq * (_K1 + 1)) / (freq + norm)
+                score += idf[i] * (freq * (K1 + 1)) / (freq + norm)
         scores.append(score)
     return scores
 
 
-def _sparse(counts: Sequence[tuple[int, int]]) -> Instances:
+def sparse(counts: Sequence[tuple[int, int]]) -> Instances:
     return [(i, a, b) for i, (a, b) in enumerate(counts) if a or b]
 
 
 # the search ----------------------------------------------------------------------------------
-#: Whether a search scoped to a user or a session scores with the scope's own statistics
-#: (:func:`_scope_search`) rather than FTS5's over the whole file.
-SCOPE_STATISTICS = True
 #: Common words (see :func:`_drop_common_words`): a word in more than this share of the rows,
-#: and in more than ``_COMMON_MIN_ROWS`` rows, is left out when the query has rarer ones.
+#: and in more than ``COMMON_MIN_ROWS`` rows, is left out when the query has rarer ones.
 _COMMON_SHARE = 0.05
-_COMMON_MIN_ROWS = 2_000
+COMMON_MIN_ROWS = 2_000
 _KEEP_WHEN_ALL_COMMON = 2
 #: Scopes of at most this many messages filter keyword matches by their listed ids.
 _SMALL_SCOPE = 5_000
 #: At most this many sessions' rowid spans are searched one by one (see :func:`search_body`):
 #: each costs FTS5 one pass over every query word's row list, to weigh it for bm25.
 _MAX_SPANS = 8
-#: At most this many rowid ranges a scope-scored search seeks (see :func:`_scope_ranges`).
-_MAX_RANGES = 200
 _BM25 = ", ".join(str(w) for w in BM25_WEIGHTS)
 _VOCABULARY = (
     "CREATE VIRTUAL TABLE IF NOT EXISTS temp.messages_fts_rows "
@@ -526,6 +511,29 @@ _TERM_COUNTS: dict[str, TermCounts] = {}
 _TERM_COUNTS_LOCK = threading.Lock()
 _FILES_REMEMBERED = 64
 _WARNED_LONG_TAIL: set[str] = set()
+
+
+def read_tail(scope: SearchScope | None) -> Body[tuple[str, int, int, list[Any]]]:
+    """The file's path (\'\' in memory), the keyword index's mark, the highest message id, and
+    the scope's messages above the mark (the tail, newest first, at most ``TAIL_LIMIT``;
+    each row the message's columns and the turn it answers)."""
+    where, params = scope_sql(scope)
+    path, upto, newest = (
+        yield Step(
+            "SELECT (SELECT file FROM pragma_database_list WHERE name = 'main'), "
+            f"COALESCE({_MARK_SQL}, (SELECT MAX(rowid) FROM messages_fts), 0), "
+            "(SELECT MAX(id) FROM messages)",
+        )
+    ).rows[0]
+    tail = (
+        yield Step(
+            f"SELECT {MESSAGE_COLUMNS}, {CONTEXT_SQL} FROM messages m "
+            f"JOIN sessions s ON s.id = m.session_id WHERE m.id > ?{where} "
+            "ORDER BY m.id DESC LIMIT ?",
+            [int(upto), *params, TAIL_LIMIT],
+        )
+    ).rows
+    return str(path or ""), int(upto), int(newest or 0), list(tail)
 
 
 def search_body(
@@ -544,27 +552,9 @@ def search_body(
     """
     where, params = scope_sql(scope)
     id_range, range_params = _fts_id_range(scope)
-    path, upto, newest = (
-        yield Step(
-            "SELECT (SELECT file FROM pragma_database_list WHERE name = 'main'), "
-            f"COALESCE({_MARK_SQL}, (SELECT MAX(rowid) FROM messages_fts), 0), "
-            "(SELECT MAX(id) FROM messages)",
-        )
-    ).rows[0]
-    tail = (
-        yield Step(
-            f"SELECT {MESSAGE_COLUMNS}, {CONTEXT_SQL} FROM messages m "
-            f"JOIN sessions s ON s.id = m.session_id WHERE m.id > ?{where} "
-            "ORDER BY m.id DESC LIMIT ?",
-            [int(upto), *params, TAIL_LIMIT],
-        )
-    ).rows
+    path, _, newest, tail = yield from read_tail(scope)
     split = split_tail([(r[3], r[-1]) for r in tail])
-    if SCOPE_STATISTICS and scope is not None and (scope.user_id or scope.session_id):
-        if tail:
-            _behind(path or "", len(tail))
-        return (yield from _scope_search(words, limit, scope, tail, split, int(upto)))
-    kept = yield from _drop_common_words(words, split, path or "", int(newest or 0))
+    kept = yield from _drop_common_words(words, split, path, newest)
     match = fts_query(kept)
     # The tail is scored with the index's counts read in this same snapshot, never cached
     # ones: a message then scores exactly as it will once indexed.
@@ -624,7 +614,7 @@ def search_body(
         indexed = (yield Step(sql, [match, *params, *range_params, limit])).rows
     hits = [KeywordHit(row_to_message(r[:-1]), -float(r[-1])) for r in indexed]
     if tail:
-        _behind(path or "", len(tail))
+        behind(path or "", len(tail))
         scores = score_tail(split, kept, counts)
         hits += [
             KeywordHit(row_to_message(r[:-1]), score)
@@ -635,295 +625,7 @@ def search_body(
     return hits[:limit]
 
 
-def _scope_search(
-    words: Sequence[str],
-    limit: int,
-    scope: SearchScope,
-    tail: Sequence[Any],
-    split: Sequence[Split],
-    upto: int,
-) -> Body[list[KeywordHit]]:
-    """A user's or a session's keyword search scored with the scope's own statistics.
-
-    FTS5's ``bm25()`` weighs a word by how many rows of the whole file hold it, and divides by
-    the whole file's average length, so another user's messages would move this user's
-    scores and order: a user could learn whether a rare word is in someone else's messages by
-    comparing scores. Here every statistic is the scope's: its rows and tokens (FTS5's own
-    per-row sizes, ``messages_fts_docsize``), each word's rows in the scope, and each row's
-    instances of each word (FTS5's ``highlight()`` marks them, the tokenizer's own work); the
-    formula is FTS5's (:func:`bm25`). Every row of the scope that holds a word is scored, not
-    a cut FTS5 made by the file's statistics, so which rows make the top ``limit`` depends on
-    the scope alone too. Common words are left out by the scope's counts
-    (:func:`_rarer_words`); the tail (messages not indexed yet) counts as part of the scope.
-
-    The cost follows the scope's matching rows, and the scope's size for its totals.
-    """
-    where, params = scope_sql(scope)
-    scope_rows = f"FROM messages m JOIN sessions s ON s.id = m.session_id WHERE m.id <= ?{where}"
-    rows, total = yield from _scope_totals(scope_rows, [upto, *params])
-    rows += len(split)
-    total += sum(len(a) + len(b) for a, b in split)
-    everything, _ = yield from _totals()
-    if rows - len(split) == everything:
-        # The scope holds every indexed row (one user in the file): no filter to apply.
-        ranges: list[tuple[int, int]] | None = None
-    else:
-        ranges = yield from _scope_ranges(scope)
-
-    def matching(columns: str, column_args: Sequence[Any], match: str) -> tuple[str, list[Any]]:
-        """SQL selecting ``id`` and ``columns`` of the scope's indexed rows that ``match``.
-        FTS5 seeks to each range of the scope's rowids (a small user's rows among many
-        others' are read alone), and the scope's ids keep what is in it."""
-        arm = (
-            f"SELECT messages_fts.rowid AS id{columns} FROM messages_fts WHERE messages_fts MATCH ?"
-        )
-        if ranges is None:
-            return arm, [*column_args, match]
-        inner = " UNION ALL ".join(f"{arm} AND messages_fts.rowid BETWEEN ? AND ?" for _ in ranges)
-        inner_args = [v for low, high in ranges for v in (*column_args, match, low, high)]
-        return (
-            f"SELECT * FROM ({inner}) WHERE +id IN (SELECT m.id {scope_rows})",
-            [*inner_args, upto, *params],
-        )
-
-    phrases = {w: index_terms(w) for w in words}
-    kept = [w for w in words if phrases[w]]
-    counts: dict[str, int] = {}
-    if len(kept) > 1:  # each word's rows in the scope: which are common, and what each weighs
-        parts = [matching("", [], fts_query([word]) or "") for word in kept]
-        found = (
-            yield Step(
-                "SELECT " + ", ".join(f"(SELECT COUNT(*) FROM ({sql}))" for sql, _ in parts),
-                [value for _, args in parts for value in args],
-            )
-        ).rows[0]
-        for word, n in zip(kept, found, strict=True):
-            counts[word] = int(n) + tail_rows(split, phrases[word])
-        if rows > _COMMON_MIN_ROWS:  # below it no word is common
-            kept = _rarer_words(kept, counts, rows)
-    minor, bound = _minor_words(kept, counts, rows, limit)
-    tail_docs = [
-        _sparse([(_phrase_count(a, phrases[w]), _phrase_count(b, phrases[w])) for w in kept])
-        for a, b in split
-    ]
-    while True:
-        freqs = yield from _scope_instances(matching, kept, minor, phrases)
-        if counts:
-            hits = [counts[w] for w in kept]
-        else:
-            hits = [tail_rows(split, phrases[w]) for w in kept]
-            for row, _ in freqs.values():
-                for i, _, _ in row:
-                    hits[i] += 1
-        ids = list(freqs)
-        scored = [*ids, *(int(r[0]) for r in tail)]
-        docs = [freqs[i][0] for i in ids] + tail_docs
-        sizes = [freqs[i][1] for i in ids] + [len(a) + len(b) for a, b in split]
-        scores = bm25(docs, sizes, [min(n, rows) for n in hits], rows, total)
-        best = sorted(
-            ((score, mid) for score, mid in zip(scores, scored, strict=True) if score > 0),
-            key=lambda pair: (-pair[0], -pair[1]),
-        )[:limit]
-        # A row holding only minor words scores below ``bound``: if the last row kept scores
-        # at least that, no row left unread could have taken its place.
-        if not minor or (len(best) == limit and best[-1][0] >= bound):
-            break
-        minor = []
-    wanted = {mid for _, mid in best if mid in freqs}
-    by_id = {int(r[0]): row_to_message(r[:-1]) for r in tail}
-    if wanted:
-        marks = ", ".join("?" * len(wanted))
-        found = (
-            yield Step(
-                f"SELECT {MESSAGE_COLUMNS} FROM messages m WHERE m.id IN ({marks})", list(wanted)
-            )
-        ).rows
-        by_id.update((int(r[0]), row_to_message(r)) for r in found)
-    # A row deleted between the reads is left out (one snapshot: it cannot be, but a message
-    # is never made up).
-    return [KeywordHit(by_id[mid], score) for score, mid in best if mid in by_id]
-
-
-def _minor_words(
-    words: Sequence[str], counts: dict[str, int], rows: int, limit: int
-) -> tuple[list[str], float]:
-    """The words so common in the scope that rows holding only them are not read, and the
-    score such a row stays below (BM25's term weight is below idf * (k1 + 1)).
-
-    The commonest words go while their bound stays under half the rarest word's idf: a row
-    with the rarest word once, at the scope's average length, scores about that idf. The
-    caller checks the bound against the scores it got, and reads every row when it fails,
-    so the result is exactly what scoring every row gives. None go when the other words are
-    in fewer than ``limit`` rows (the check would fail)."""
-    if len(words) < 2 or not counts:
-        return [], 0.0
-    idf = {w: max(math.log((rows - counts[w] + 0.5) / (counts[w] + 0.5)), 1e-6) for w in words}
-    ranked = sorted(words, key=lambda w: (idf[w], w))
-    target = idf[ranked[-1]] / 2
-    minor: list[str] = []
-    bound = 0.0
-    for word in ranked[:-1]:
-        if bound + idf[word] * (_K1 + 1) >= target:
-            break
-        minor.append(word)
-        bound += idf[word] * (_K1 + 1)
-    if sum(counts[w] for w in words if w not in minor) < limit:
-        return [], 0.0
-    return minor, bound
-
-
-def _scope_instances(
-    matching: Callable[[str, Sequence[Any], str], tuple[str, list[Any]]],
-    kept: Sequence[str],
-    minor: Sequence[str],
-    phrases: dict[str, tuple[str, ...]],
-) -> Body[dict[int, tuple[Instances, int]]]:
-    """Each indexed row of the scope holding a word of ``kept`` that is not in ``minor``:
-    its instances of every word of ``kept`` and its tokens. One pass: highlight() marks the
-    instances of all the words (the tokenizer's own work, in SQLite), and the marked text
-    says which word each is."""
-    major = [w for w in kept if w not in minor]
-    if not major:
-        return {}
-    match = fts_query(major) or ""
-    if minor:  # rows with a major word; highlight() marks the minor words in them too
-        match = f"({match}) AND ({fts_query(kept)})"
-    sql, args = matching(
-        ", highlight(messages_fts, 0, ?, ?) AS a, highlight(messages_fts, 1, ?, ?) AS b",
-        [_OPEN, _CLOSE, _OPEN, _CLOSE],
-        match,
-    )
-    found = (
-        yield Step(
-            f"SELECT f.id, f.a, f.b, d.sz, {_SHORT_SIZE} FROM ({sql}) f "
-            "JOIN messages_fts_docsize d ON d.id = f.id",
-            args,
-        )
-    ).rows
-    count = _instance_counter([phrases[w] for w in kept])
-    out: dict[int, tuple[Instances, int]] = {}
-    for rowid, content, context, sz, short in found:
-        a, b = count(content), count(context)
-        row = [(i, a.get(i, 0), b.get(i, 0)) for i in sorted(a.keys() | b.keys())]
-        out[int(rowid)] = (row, _size(sz) if short is None else int(short))
-    return out
-
-
-def facts_search_body(
-    words: Sequence[str], user_id: str, current: bool, limit: int
-) -> Body[list[tuple[int, float]]]:
-    """``(fact id, score)`` of ``user_id``'s facts holding any of ``words``, best first (ties to
-    the older fact): FTS5's BM25 over ``facts_fts`` with the user's own statistics (the
-    user's facts, current ones only with ``current``), for the reason
-    :func:`_scope_search` gives: another user's facts change nothing here. A user's facts
-    are few, so every one that holds a word is scored."""
-    alive = " AND f.valid_to IS NULL" if current else ""
-    sizes = (
-        yield Step(
-            "SELECT d.sz FROM facts f JOIN facts_fts_docsize d ON d.id = f.id "
-            f"WHERE f.user_id = ?{alive}",
-            (user_id,),
-        )
-    ).rows
-    rows, total = len(sizes), sum(_size(r[0]) for r in sizes)
-    kept = [w for w in words if index_terms(w)]
-    wanted = [index_terms(w) for w in kept]
-    freqs: dict[int, Instances] = {}
-    lengths: dict[int, int] = {}
-    if kept:
-        found = (
-            yield Step(
-                "SELECT facts_fts.rowid, highlight(facts_fts, 0, ?, ?), (SELECT sz FROM "
-                "facts_fts_docsize WHERE id = facts_fts.rowid) FROM facts_fts CROSS JOIN facts f "
-                f"ON f.id = facts_fts.rowid WHERE facts_fts MATCH ? AND f.user_id = ?{alive}",
-                (_OPEN, _CLOSE, fts_query(kept), user_id),
-            )
-        ).rows
-        count = _instance_counter(wanted)
-        for rowid, text, sz in found:
-            freqs[int(rowid)] = [(i, n, 0) for i, n in sorted(count(text).items())]
-            lengths[int(rowid)] = _size(sz)
-    hits = [sum(1 for row in freqs.values() for i, _, _ in row if i == k) for k in range(len(kept))]
-    ids = list(freqs)
-    scores = bm25([freqs[i] for i in ids], [lengths[i] for i in ids], hits, rows, total)
-    best = sorted(
-        ((mid, score) for mid, score in zip(ids, scores, strict=True) if score > 0),
-        key=lambda pair: (-pair[1], pair[0]),
-    )
-    return best[:limit]
-
-
-#: What :func:`_scope_search` has ``highlight()`` put around the instances of the words
-#: (private-use characters: chat text does not hold them).
-_OPEN, _CLOSE = "\ue000", "\ue001"
-_MARKED = re.compile(f"{_OPEN}(.*?){_CLOSE}", re.DOTALL)
-
-
-@functools.lru_cache(maxsize=16_384)
-def _marked_terms(text: str) -> tuple[str, ...]:
-    return tokens(text)
-
-
-def _instance_counter(phrases: Sequence[tuple[str, ...]]) -> Callable[[str | None], dict[int, int]]:
-    """A function giving each phrase's instances (by phrase index) in a column that
-    ``highlight()`` marked. A marked stretch is one instance, or several that overlap
-    (merged): every phrase is counted in its terms. Stretches repeat ("the", "The"), so each
-    distinct one is read once per search."""
-    starting: dict[str, list[tuple[int, tuple[str, ...]]]] = {}
-    for i, phrase in enumerate(phrases):
-        starting.setdefault(phrase[0], []).append((i, phrase))
-    seen: dict[str, list[tuple[int, int]]] = {}
-
-    def count(text: str | None) -> dict[int, int]:
-        out: dict[int, int] = {}
-        for stretch in _MARKED.findall(text or ""):
-            found = seen.get(stretch)
-            if found is None:
-                terms = _marked_terms(stretch)
-                held: dict[int, int] = {}
-                for j, term in enumerate(terms):
-                    for i, phrase in starting.get(term, ()):
-                        if terms[j : j + len(phrase)] == phrase:
-                            held[i] = held.get(i, 0) + 1
-                found = seen[stretch] = list(held.items())
-            for i, n in found:
-                out[i] = out.get(i, 0) + n
-        return out
-
-    return count
-
-
-def _size(blob: Any) -> int:
-    """A row's tokens from its ``messages_fts_docsize`` record (one varint per column)."""
-    data = bytes(blob or b"")
-    total = at = 0
-    while at < len(data):
-        value, at = _varint(data, at)
-        total += value
-    return total
-
-
-_BYTE = "COALESCE(unicode(CAST(substr(d.sz, {}, 1) AS TEXT)), 0)"
-#: The tokens of a row (alias ``d`` of ``messages_fts_docsize``) whose two columns are each
-#: shorter than 128 tokens, in SQL; NULL for a longer row (decode ``d.sz``: :func:`_size`).
-_SHORT_SIZE = f"CASE WHEN length(d.sz) = 2 THEN {_BYTE.format(1)} + {_BYTE.format(2)} END"
-
-
-def _scope_totals(scope_rows: str, params: Sequence[Any]) -> Body[tuple[int, int]]:
-    """(rows, tokens) of the indexed messages of a scope (``scope_rows``: its FROM and WHERE).
-
-    A row's sizes are one varint per column, one byte each below 128 tokens: SQL sums those
-    (a byte below 0x80 is its own character), and only the longer rows' records are read
-    here, so a user with 100,000 messages costs one pass in SQLite, not 100,000 rows."""
-    joined = scope_rows.replace("WHERE", "JOIN messages_fts_docsize d ON d.id = m.id WHERE", 1)
-    rows, short = (
-        yield Step(f"SELECT COUNT(*), COALESCE(SUM({_SHORT_SIZE}), 0) {joined}", params)
-    ).rows[0]
-    longer = (yield Step(f"SELECT d.sz {joined} AND length(d.sz) <> 2", params)).rows
-    return int(rows), int(short) + sum(_size(r[0]) for r in longer)
-
-
-def _behind(path: str, unindexed: int) -> None:
+def behind(path: str, unindexed: int) -> None:
     """A search found ``unindexed`` messages the index lacks in the file at ``path``: have the
     file's indexer in this process catch up (a writer that stopped before indexing, or one
     lagging; an in-memory file indexes as it is written), and say once when the tail is so
@@ -953,7 +655,7 @@ def _drop_common_words(
     With ``ORDER BY rank LIMIT``, FTS5 scores every row that matches any of the OR-ed words
     (one document-size lookup each), so a single word found in a third of the rows makes the
     search cost a third of the store. A word is left out when it is in more than
-    ``_COMMON_SHARE`` (5 %) of the indexed rows and more than ``_COMMON_MIN_ROWS`` (2,000)
+    ``_COMMON_SHARE`` (5 %) of the indexed rows and more than ``COMMON_MIN_ROWS`` (2,000)
     rows, and the query has a rarer word. Its BM25 weight (idf at most ln(19) = 2.9, against
     about 9 for a word in a handful of rows) barely moves the order of the rows the rarer
     words find, and the rows only it would add mostly rank below those. Below 2,000 rows
@@ -974,13 +676,13 @@ def _drop_common_words(
             terms = index_terms(word)
             if terms:
                 counts[word] += tail_rows(tail, terms)
-    return _rarer_words(words, counts, rows)
+    return rarer_words(words, counts, rows)
 
 
-def _rarer_words(words: Sequence[str], counts: dict[str, int], rows: int) -> list[str]:
+def rarer_words(words: Sequence[str], counts: dict[str, int], rows: int) -> list[str]:
     """``words`` without the common ones, given each word's rows ``counts`` among ``rows``
     rows (the rule is :func:`_drop_common_words`')."""
-    threshold = max(rows * _COMMON_SHARE, _COMMON_MIN_ROWS)
+    threshold = max(rows * _COMMON_SHARE, COMMON_MIN_ROWS)
     kept = [w for w in words if counts[w] <= threshold]
     if not any(counts[w] for w in kept):  # what is left would match no row
         found = sorted((w for w in words if counts[w]), key=lambda w: counts[w])
@@ -1003,7 +705,7 @@ def _word_rows(words: Sequence[str], path: str, newest: int) -> Body[tuple[dict[
     with _TERM_COUNTS_LOCK:
         counts = _TERM_COUNTS.get(path) if path else None
     if counts is None or counts.stale(newest):
-        rows, tokens = yield from _totals()
+        rows, tokens = yield from totals()
         counts = TermCounts(rows, newest, time.monotonic(), tokens)
         if path:
             with _TERM_COUNTS_LOCK:
@@ -1015,7 +717,7 @@ def _word_rows(words: Sequence[str], path: str, newest: int) -> Body[tuple[dict[
     return out, counts.rows
 
 
-def _totals() -> Body[tuple[int, int]]:
+def totals() -> Body[tuple[int, int]]:
     """(rows, tokens over every column) of the keyword index: FTS5's own averages record,
     which is what its bm25() divides by, read in one lookup."""
     rows = (yield Step("SELECT block FROM messages_fts_data WHERE id = 1")).rows
@@ -1039,33 +741,13 @@ def _exact_counts(words: Sequence[str]) -> Body[TermCounts]:
     """The keyword index's row and token totals and the row count of each term of ``words``,
     read in the caller's snapshot: what FTS5's bm25() would use now. Each count reads that
     term's list of rows, as FTS5's own scoring of the term does."""
-    rows, tokens = yield from _totals()
+    rows, tokens = yield from totals()
     counts = TermCounts(rows=rows, tokens=tokens)
     yield from _count_terms(counts, words)
     return counts
 
 
-def _scope_ranges(scope: SearchScope) -> Body[list[tuple[int, int]] | None]:
-    """The rowid ranges that hold a user's or a session's messages: each session's first and
-    last id, overlapping ones merged (sessions written at the same time interleave; another
-    user's rows inside a range are read, then left out). None (one range from the scope's
-    first id to its last) for more than ``_MAX_RANGES`` sessions: each range is a seek in
-    every word's row list, so past a few hundred one pass costs less."""
-    spans = yield from _span_rows(scope, _MAX_RANGES)
-    if spans is None:
-        return None
-    if len(spans) > _MAX_RANGES:
-        return [(spans[0][0], max(high for _, high in spans))]
-    merged: list[tuple[int, int]] = []
-    for low, high in sorted(spans):
-        if merged and low <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(high, merged[-1][1]))
-        else:
-            merged.append((low, high))
-    return merged
-
-
-def _span_rows(scope: SearchScope, cap: int) -> Body[list[tuple[int, int]] | None]:
+def span_rows(scope: SearchScope, cap: int) -> Body[list[tuple[int, int]] | None]:
     """(first id, last id) of up to ``cap + 1`` non-empty sessions of a user or session scope,
     sorted; None if the scope names neither."""
     if scope.session_id is not None:
@@ -1094,7 +776,7 @@ def _session_spans(scope: SearchScope) -> Body[list[tuple[int, int]] | None]:
     (sessions written at the same time interleave, and each span would be read again; the
     listed ids are then the cheaper filter). Two index seeks per session: the sessions'
     sizes do not matter."""
-    found = yield from _span_rows(scope, _MAX_SPANS)
+    found = yield from span_rows(scope, _MAX_SPANS)
     if found is None or len(found) > _MAX_SPANS:
         return None
     if any(later[0] < earlier[1] for earlier, later in itertools.pairwise(found)):

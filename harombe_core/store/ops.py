@@ -20,7 +20,7 @@ from typing import Any
 from harombe_core.errors import InvalidInputError, SessionNotFoundError
 from harombe_core.models import Message, Session
 from harombe_core.owners import check_owner
-from harombe_core.store import fts
+from harombe_core.store import fts, fts_scope
 from harombe_core.store.base import UNSET, KeywordHit, SearchScope, adjacent_ids_sql
 from harombe_core.store.context_sql import important_before_sql, is_threaded_sql, thread_path_sql
 from harombe_core.store.erasure import mark_erased, relink_successors
@@ -877,6 +877,8 @@ def keyword_search(
             size = None if scope is None else (yield from scope_size(scope).body(d))
             if size == 0:  # nothing is in scope (an unknown user, or only the excluded one)
                 return []
+            if fts_scope.scoped(scope) and scope is not None:  # each user's own statistics
+                return (yield from fts_scope.search_body(words, limit, scope))
             return (yield from fts.search_body(words, limit, scope, size))
         where, params = scope_sql(scope)
         sql = (

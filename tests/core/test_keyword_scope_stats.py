@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from harombe_core import MemoryManager, Message
-from harombe_core.store import fts, ops
+from harombe_core.store import fts_scope, ops
 from harombe_core.store.base import SearchScope
 from harombe_core.testing import FakeEmbedder
 
@@ -151,7 +151,7 @@ def test_the_file_statistics_leak_without_scope_statistics(
     files: tuple[MemoryManager, MemoryManager], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The leak these tests guard against is real: FTS5's own scores differ between files."""
-    monkeypatch.setattr(fts, "SCOPE_STATISTICS", False)
+    monkeypatch.setattr(fts_scope, "SCOPE_STATISTICS", False)
     alone, shared = files
     scope = SearchScope(user_id="b")
     assert [h.score for h in alone.store.keyword_search("kowalski", limit=25, scope=scope)] != [
@@ -169,5 +169,5 @@ def test_rows_with_only_common_words_are_skipped_only_when_they_cannot_rank(
     scopes = [SearchScope(user_id="a"), SearchScope(user_id="b"), SearchScope(session_id="a1")]
     asked = [(q, s, n) for q in queries for s in scopes for n in (1, 5, 25)]
     pruned = [shared.store.keyword_search(q, limit=n, scope=s) for q, s, n in asked]
-    monkeypatch.setattr(fts, "_minor_words", lambda *args: ([], 0.0))
+    monkeypatch.setattr(fts_scope, "_minor_words", lambda *args: ([], 0.0))
     assert pruned == [shared.store.keyword_search(q, limit=n, scope=s) for q, s, n in asked]
