@@ -84,12 +84,12 @@ def load(path: str) -> list[Conversation]:
 
 def candidates(conversation: Conversation) -> list[tuple[str, str, float]]:
     """(turn id, speaker, confidence) of every proposal the extractor makes at threshold 0."""
-    from harombe_core.facts.extract import _SENTENCE, OfflineExtractor
+    from harombe_core.facts.extract import OfflineExtractor, statements
 
     extractor = OfflineExtractor(min_confidence=0.0)
     out = []
     for turn, speaker, text in conversation.turns:
-        for sentence in _SENTENCE.split(text):
+        for sentence in statements(text):
             found = extractor.sentence(sentence)
             if found is not None:
                 out.append((turn, speaker, found[1]))

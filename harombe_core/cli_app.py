@@ -187,10 +187,14 @@ def clean_errors() -> Iterator[None]:
 
 @contextmanager
 def open_memory(
-    db: str, *, create: bool = False, embedding: str | None = None
+    db: str,
+    *,
+    create: bool = False,
+    embedding: str | None = None,
+    vector_store: str | None = "database",
 ) -> Iterator[MemoryManager]:
     """A manager over ``db``, without semantic memory unless ``embedding`` names a model (no
-    model load for inspecting a store).
+    model load for inspecting a store); its vectors in ``vector_store``.
 
     Unless ``create``, a path with no file is an error rather than a new empty database, so a
     typo in ``--db`` is reported instead of silently showing nothing.
@@ -206,7 +210,7 @@ def open_memory(
             f"no database at {path}. Pass --db PATH (or set HAROMBE_DB), or create one with "
             f"`harombe demo --db {path}` or `harombe import FILE --db {path}`."
         )
-    with MemoryManager(path, embedding=embedding) as manager:
+    with MemoryManager(path, embedding=embedding, vector_store=vector_store) as manager:
         yield manager
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -35,6 +36,11 @@ log = logging.getLogger("harombe_core.manager")
 
 #: The job's key on the background worker (one per eraser).
 _JOB = "erase-deleted"
+#: The key of the look for a debt another process recorded and left (see
+#: :meth:`DeletionEraser.check_recorded`).
+_CHECK = "erase-recorded"
+#: Seconds between those looks (at least the eraser's ``idle``): one indexed read each.
+RECORDED_CHECK_SECONDS = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +78,11 @@ class DeletionEraser:
     one; an erasure a reader kept from finishing is retried ``idle`` seconds later.
 
     ``clock`` (``time.monotonic``) is injectable so tests decide when "idle" is; the step is
-    :meth:`run_due` (the worker calls it; a test may too)."""
+    :meth:`run_due` (the worker calls it; a test may too).
+
+    ``recorded`` (the debt the file records now, None when nothing is owed) lets it pay a
+    debt another process left: see :meth:`check_recorded`, which the worker runs every
+    ``max(RECORDED_CHECK_SECONDS, idle)`` seconds."""
 
     def __init__(
         self,
@@ -80,6 +90,7 @@ class DeletionEraser:
         idle: float,
         *,
         clock: Callable[[], float] = time.monotonic,
+        recorded: Callable[[], str | None] | None = None,
     ) -> None:
         from harombe_core.folding import ERASURE, SummaryFolder
 
@@ -87,7 +98,19 @@ class DeletionEraser:
         self.idle = idle
         self._clock = clock
         self._last: float | None = None
-        self._jobs = SummaryFolder(self._step, priority=ERASURE)
+        self._recorded = recorded
+        self._seen: str | None = None
+        self._paid: str | None = None
+        self._check_every = max(RECORDED_CHECK_SECONDS, idle)
+        # Held weakly by its (always waiting) look: a manager dropped without close is still
+        # collected, and gives its file back.
+        ref = weakref.ref(self)
+        self._jobs = SummaryFolder(
+            lambda key, until: (eraser := ref()) is not None and eraser._step(key, until),
+            priority=ERASURE,
+        )
+        if recorded is not None:
+            self._jobs.request(_CHECK, 0, delay=self._check_every)
 
     def deleted(self) -> None:
         """A deletion was committed: erase ``idle`` seconds after the last of a burst (returns
@@ -112,9 +135,37 @@ class DeletionEraser:
             self._jobs.request(_JOB, 0, delay=max(self.idle, 0.1))
         return result
 
-    def _step(self, _key: str, _until: int) -> bool:
+    def check_recorded(self) -> Erasure | None:
+        """Pay a debt the file records that no deletion of this process armed, once it has
+        stood unchanged since the previous look (``max(RECORDED_CHECK_SECONDS, idle)``
+        seconds apart): the process that deleted would have paid it ``idle`` seconds after
+        its last deletion, so it was killed, or is not a manager (a script's SQL, an old
+        version). Without this a server open for weeks kept another process's deleted text
+        in the WAL and the keyword index (or its Chroma folder) until it closed. Returns what
+        was left, or None when nothing was done (costs one indexed read)."""
+        if self._recorded is None:
+            return None
+        token = self._recorded()
+        seen, self._seen = self._seen, token
+        if token is None or token != seen or token == self._paid or self._last is not None:
+            # Nothing owed, a new deletion (its maker pays), one this eraser paid its part of
+            # (what stays recorded is another process's to pay), or armed already.
+            return None
+        self._last = self._clock() - self.idle  # due now
+        result = self.run_due()
+        if result is not None and result.complete:
+            self._paid = token
+        return result
+
+    def _step(self, key: str, _until: int) -> bool:
         try:
-            self.run_due()
+            if key == _CHECK:
+                try:
+                    self.check_recorded()
+                finally:
+                    self._jobs.request(_CHECK, 0, delay=self._check_every)
+            else:
+                self.run_due()
         except HarombeError as exc:  # the debt stays recorded: close (or a retry) pays it
             log.warning("could not erase deleted text yet: %s", exc)
         return False

@@ -223,7 +223,9 @@ class SessionOwnershipError(HarombeError):
                 "adapter without a user_id only reaches sessions that have no owner."
             )
             fix = Fix(
-                api="Pass the user_id of the user it is acting for" + move,
+                api="Pass the user_id of the user it is acting for (user_id=... to the "
+                "component; for a LangGraph graph, config={'configurable': {'thread_id': ..., "
+                "'user_id': ...}}, which get_state and update_state need too)" + move,
                 cli="Pass --user with the user it belongs to.",
             )
         else:

@@ -215,7 +215,11 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
         if self._store.location == ":memory:":
             return None
         store, searcher = self._store, self._searcher
-        eraser = DeletionEraser(lambda: erase_deleted(store, searcher.semantic), idle)
+        eraser = DeletionEraser(
+            lambda: erase_deleted(store, searcher.semantic),
+            idle,
+            recorded=getattr(store, "erasure_debt", None),
+        )
         # Armed by the deletion's own commit, whichever code made it (this manager, an
         # adapter's SQL, a trigger): every write that records an erasure owed calls it.
         self._unwatch = file.on_erasure_owed(eraser.deleted)

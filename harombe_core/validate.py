@@ -562,7 +562,18 @@ def known_arguments(owner: str, known: Iterable[str], given: Iterable[str]) -> N
         return
     close = difflib.get_close_matches(unknown[0], names, n=1)
     hint = f"did you mean {close[0]!r}?" if close else f"its arguments: {', '.join(names)}."
+    if not close and owner != "MemoryManager" and unknown[0] in _CHECKED.get("MemoryManager", ()):
+        # A component that opens its own manager from a path takes none of the manager's
+        # settings (HarombeMemory.from_defaults(user_memory=True)): they go on the manager.
+        hint = (
+            f"{unknown[0]} is a setting of the MemoryManager: open one with "
+            f"MemoryManager(path, {unknown[0]}=...) and pass it as manager=."
+        )
     raise UnknownArgumentError(f"{owner} got an unknown argument {unknown[0]!r}; {hint}")
+
+
+#: The keywords of each class checked by :func:`keywords_checked`, by its name.
+_CHECKED: dict[str, frozenset[str]] = {}
 
 
 _P = ParamSpec("_P")
@@ -587,6 +598,7 @@ def keywords_checked(function: Callable[_P, _R]) -> Callable[_P, _R]:
         if parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY)
     )
     owner = function.__qualname__.rpartition("<locals>.")[2].removesuffix(".__init__")
+    _CHECKED[owner] = names - {"self"}
 
     @functools.wraps(function)
     def checked(*args: _P.args, **kwargs: _P.kwargs) -> _R:

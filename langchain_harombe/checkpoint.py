@@ -11,7 +11,8 @@ Going beyond a checkpointer: the messages of a thread are also a harombe session
 =================================================================================
 
 A thread is the harombe session of the same id, owned by the ``user_id`` of the run that made
-its first checkpoint (``config["configurable"]["user_id"]``). The session holds the messages of
+its first checkpoint (``config["configurable"]["user_id"]``, else the ``user_id`` of the run's
+runtime context, as ``HarombeMemoryMiddleware`` reads it). The session holds the messages of
 the thread's newest checkpoint (main namespace) as ordinary harombe messages, so they are
 searchable by keyword and meaning, windowed, threaded, summarised, exportable, visible to
 ``harombe sessions``/``history``/``search``, recalled by ``HarombeMemoryMiddleware`` in the user's
@@ -44,9 +45,10 @@ Why this is stored twice without ever disagreeing:
 
 Deleting a thread's session with harombe (``harombe sessions``, ``prune_old_sessions``) deletes its
 checkpoints too: a thread and its session are one thing. A session belongs to one user, and the
-saver, like every adapter, acts for the run's user (``configurable["user_id"]``; LangGraph does
-not hand a checkpointer the runtime context): a call (run, ``get_state``, ``update_state``...)
-naming another user, or naming none on a user's thread, is refused with
+saver, like every adapter, acts for the run's user (``configurable["user_id"]``, else the
+runtime context's ``user_id`` during a run; a call from outside a run, such as ``get_state``, has
+no runtime context, so it names the user in ``configurable``): a call (run, ``get_state``,
+``update_state``...) naming another user, or naming none on a user's thread, is refused with
 :class:`~harombe_core.errors.SessionOwnershipError` before anything is read or written. The
 configs it hands back (``get_state_history``, time travel) name the thread's owner, so they act
 for that user. Calls that take no config (``delete_thread``, ``copy_thread``, ``prune``,
@@ -62,7 +64,6 @@ import random
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from contextlib import contextmanager
 from functools import partial
 from typing import Any
 
@@ -91,6 +92,7 @@ from harombe_core.integration import (
     sql_runner,
 )
 from harombe_core.validate import keywords_checked
+from langchain_harombe._opened import Opened, Ready
 from langchain_harombe.checkpoint_mirror import (
     Head,
     convert_ahead,
@@ -213,19 +215,17 @@ class HarombeSaver(ClosesOnExit, BaseCheckpointSaver[str]):
                 self._mirrors.request(thread_id, 0)
 
     @classmethod
-    @contextmanager
-    def from_conn_string(cls, conn_string: str, **options: Any) -> Iterator[HarombeSaver]:
+    def from_conn_string(cls, conn_string: str, **options: Any) -> Opened[HarombeSaver]:
         """A saver on its own manager for a database path or ``postgresql://`` URL, closed on
-        exit (as LangGraph's ``SqliteSaver.from_conn_string``)."""
-        saver = cls(storage_path=conn_string, **options)
-        try:
-            yield saver
-        finally:
-            saver.close()
+        exit: ``with`` as LangGraph's ``SqliteSaver.from_conn_string``, or ``async with`` as
+        ``AsyncSqliteSaver``'s (one saver does both)."""
+        return Opened(partial(cls, storage_path=conn_string, **options))
 
-    def setup(self) -> None:
+    def setup(self) -> Ready:
         """Nothing to do: the tables are created by the database's schema migrations when it
-        is opened. (Kept so code written for LangGraph's savers runs unchanged.)"""
+        is opened. (Kept so code written for LangGraph's savers runs unchanged: ``setup()``,
+        or ``await setup()`` as for ``AsyncSqliteSaver``.)"""
+        return Ready()
 
     def _make_tables(self) -> CheckpointTables:
         return CheckpointTables(

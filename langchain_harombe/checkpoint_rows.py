@@ -67,6 +67,7 @@ __all__ = [
     "checkpoint_config",
     "checkpoint_id_of",
     "config_user",
+    "context_user",
     "load_messages",
     "message_array",
     "message_hash",
@@ -214,11 +215,34 @@ def thread_key(config: RunnableConfig) -> tuple[str, str]:
     return checked_id(configurable["thread_id"], "thread_id"), namespace
 
 
+#: Where LangGraph puts a run's ``Runtime`` in the config it hands the checkpointer
+#: (``langgraph._internal._constants.CONFIG_KEY_RUNTIME``, not public).
+_RUNTIME_KEY = "__pregel_runtime"
+
+
 def config_user(config: RunnableConfig | None) -> str | None:
-    """The run's ``user_id`` (from ``configurable``), or None when it names none."""
+    """The run's ``user_id``, or None when it names none.
+
+    ``configurable["user_id"]`` first, then the ``user_id`` of the run's runtime context
+    (``agent.invoke(..., context=Context(user_id="ann"))``, LangChain 1.x's way to pass it), the
+    order ``HarombeMemoryMiddleware`` reads them in: without the second, a thread the saver
+    created for a run that names its user only in the context had no owner, and the
+    middleware, acting for that user, was refused its session on the first turn.
+    """
     configurable = (config or {}).get("configurable") or {}
     value = configurable.get("user_id")
+    if value is None:
+        value = context_user(getattr(configurable.get(_RUNTIME_KEY), "context", None))
     return None if value is None else checked_id(value, "user_id")
+
+
+def context_user(context: Any) -> Any:
+    """The ``user_id`` of a runtime context (a dict, a dataclass or a model), if it has one."""
+    if context is None:
+        return None
+    if isinstance(context, dict):
+        return context.get("user_id")
+    return getattr(context, "user_id", None)
 
 
 def _is_message_list(value: Any) -> bool:

@@ -41,10 +41,11 @@ from langgraph.runtime import Runtime
 
 from harombe_core import MemoryManager
 from harombe_core.errors import InvalidInputError
-from harombe_core.integration import Call, Flow, adrive, drive
+from harombe_core.integration import Flow, adrive, drive
 from harombe_core.models import Message
 from harombe_core.validate import keywords_checked
 from langchain_harombe._recall import DEFAULT_RECALL_TOKENS, recalling
+from langchain_harombe.checkpoint_rows import context_user
 from langchain_harombe.convert import storable_message, to_langchain
 from langchain_harombe.history import (
     HarombeChatMessageHistory,
@@ -161,13 +162,8 @@ class HarombeMemoryMiddleware(AgentMiddleware[HarombeMemoryState, Any, Any]):
                 "agent with config={'configurable': {'thread_id': '...'}}."
             )
         user_id = self.user_id or configurable.get("user_id")
-        context = getattr(runtime, "context", None)
-        if user_id is None and context is not None:
-            user_id = (
-                context.get("user_id")
-                if isinstance(context, dict)
-                else getattr(context, "user_id", None)
-            )
+        if user_id is None:
+            user_id = context_user(getattr(runtime, "context", None))
         return str(session_id), None if user_id is None else str(user_id)
 
     def _history(self, session_id: str, user_id: str | None) -> HarombeChatMessageHistory:
@@ -287,20 +283,12 @@ class HarombeMemoryMiddleware(AgentMiddleware[HarombeMemoryState, Any, Any]):
         """The user's profile and open tasks, for the system message (None: nothing known)."""
         if self.profile_tokens <= 0 or user_id is None:
             return None
-        mm = self.manager
         query = next((m.text for m in reversed(messages) if isinstance(m, HumanMessage)), "")
-        profile = yield Call(
-            mm.get_profile,
-            user_id,
-            self.profile_tokens,
-            query=query.strip() or None,
-            native=mm.aget_profile,
+        return (
+            yield from self.manager.user_memory.note(
+                user_id, max_tokens=self.profile_tokens, query=query.strip() or None
+            )
         )
-        parts = [f"What you know about the user:\n{profile.text}"] if profile.text else []
-        tasks = yield Call(mm.get_open_tasks, user_id, native=mm.aget_open_tasks)
-        if tasks:
-            parts.append("Their open tasks:\n" + "\n".join(f"- {t.text}" for t in tasks))
-        return "\n\n".join(parts) or None
 
     def _recall(
         self,

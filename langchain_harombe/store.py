@@ -70,6 +70,7 @@ from harombe_core.validate import (
     check_number,
     keywords_checked,
 )
+from langchain_harombe._opened import Opened, Ready
 from langchain_harombe._packages import missing_package
 from langchain_harombe.embeddings import LangChainEmbedder
 from langchain_harombe.history import resolve_manager
@@ -507,6 +508,34 @@ class HarombeStore(BaseStore):
             return False
         self._sweeper = None
         return True
+
+    @classmethod
+    def from_conn_string(
+        cls,
+        conn_string: str,
+        *,
+        index: Mapping[str, Any] | None = None,
+        ttl: TTLConfig | None = None,
+        manager_options: dict[str, Any] | None = None,
+    ) -> Opened[HarombeStore]:
+        """A store on its own manager for a database path or ``postgresql://`` URL, closed on
+        exit: ``with`` as LangGraph's ``SqliteStore.from_conn_string``, or ``async with`` as
+        ``AsyncSqliteStore``'s and ``AsyncPostgresStore``'s (one store does both)."""
+        return Opened(
+            functools.partial(
+                cls,
+                storage_path=conn_string,
+                index=index,
+                ttl=ttl,
+                manager_options=manager_options,
+            )
+        )
+
+    def setup(self) -> Ready:
+        """Nothing to do: the tables are created by the database's schema migrations when it
+        is opened. (Kept so code written for LangGraph's stores runs unchanged: ``setup()``
+        as for ``SqliteStore``, or ``await setup()`` as for ``AsyncPostgresStore``.)"""
+        return Ready()
 
     def close(self) -> None:
         """Stop the TTL sweeper, and close the manager if this store opened it from

@@ -212,6 +212,16 @@ class HarombeMemory(BaseMemory):
             "a user_id is given (never another user's), else from every session of every user."
         ),
     )
+    profile_tokens: int = Field(
+        default=0,
+        description=(
+            "With a user_id and > 0: the user's profile from harombe's user memory (facts and "
+            "preferences most relevant to the input, within this many tokens) and their open "
+            "tasks, in a system message in front, as HarombeMemoryMiddleware(profile_tokens=) "
+            "gives a LangChain agent. Facts come from a manager with user_memory=True (or "
+            "end_session, add_fact)."
+        ),
+    )
 
     _manager: MemoryManager = PrivateAttr()
     _owns_manager: bool = PrivateAttr(default=True)
@@ -246,6 +256,11 @@ class HarombeMemory(BaseMemory):
                 f"and Memory; got {self.token_limit}."
             )
         check_budget(self.rag_max_tokens, "rag_max_tokens")
+        if check_budget(self.profile_tokens, "profile_tokens") and self.user_id is None:
+            raise InvalidInputError(
+                "profile_tokens puts a user's profile in front of the model, and this memory "
+                "acts for no user: pass user_id='...' too (or leave profile_tokens at 0)."
+            )
         check_count(self.keep_last, "keep_last", high=MAX_TOP_K)
         check_count(self.rag_top_k, "rag_top_k", high=MAX_TOP_K)
         if self.strategy not in ("simple", "summarization", "hybrid", "threaded"):
@@ -307,6 +322,7 @@ class HarombeMemory(BaseMemory):
         rag_top_k: int = 5,
         rag_max_tokens: int = 512,
         rag_scope: Literal["user", "all"] = "user",
+        profile_tokens: int = 0,
         **kwargs: Any,
     ) -> HarombeMemory:
         """Open (or create) ``session_id`` in the store at ``storage_path`` (or ``manager``).
@@ -322,6 +338,7 @@ class HarombeMemory(BaseMemory):
         recalls by meaning as well as by keyword (``"default"``: the bundled, offline
         all-MiniLM-L6-v2, loaded once per process; ``None``: keywords only); or pass a
         LlamaIndex ``embed_model`` (for example ``Settings.embed_model``) instead.
+        ``profile_tokens`` (with a ``user_id``) puts the user's profile and open tasks in front.
         """
         if llm is not None and not isinstance(llm, LLM):
             raise InvalidInputError(f"llm must be a LlamaIndex LLM, got {type(llm).__name__}.")
@@ -344,6 +361,7 @@ class HarombeMemory(BaseMemory):
             "rag_top_k": rag_top_k,
             "rag_max_tokens": rag_max_tokens,
             "rag_scope": rag_scope,
+            "profile_tokens": profile_tokens,
             **kwargs,
         }
         if session_id is not None:
@@ -464,12 +482,23 @@ class HarombeMemory(BaseMemory):
         )
         context: list[Message] = []
         query = yield from self._recall_query(input)
+        if self.profile_tokens > 0 and self.user_id is not None:
+            about = query or (input.content if isinstance(input, ChatMessage) else input)
+            note = yield from mm.user_memory.note(
+                self.user_id,
+                max_tokens=min(self.profile_tokens, budget),
+                query=about if isinstance(about, str) and about else None,
+            )
+            if note is not None:
+                context.append(Message(role="system", content=note))
         if query:
             args = self._rag_args(budget)
             recalled = yield Call(
                 mm.get_relevant_context, query, native=mm.aget_relevant_context, **args
             )
-            context = self._context(recalled, budget)
+            context += self._context(recalled, budget)
+        if len(context) > 1:  # one system message in front, as models expect
+            context = [Message(role="system", content="\n\n".join(m.content for m in context))]
         if session is None:  # deleted behind this memory's back (e.g. by a chat store)
             return []
         # Recalled context and the conversation window, within ``budget`` when they fit. The

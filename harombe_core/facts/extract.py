@@ -27,9 +27,13 @@ from dataclasses import dataclass
 from harombe_core.facts.models import FactProposal, FactSource
 from harombe_core.models import Message
 
-__all__ = ["SUBJECT_PATTERNS", "OfflineExtractor", "third_person"]
+__all__ = ["SUBJECT_PATTERNS", "OfflineExtractor", "statements", "third_person"]
 
 _SENTENCE = re.compile(r"(?<=[.!?;])\s+|\n+")
+#: Where a sentence joins two first-person statements ("I live in Lisbon and I am vegetarian"):
+#: each is a fact of its own, so neither keeps the other's words ("Lives in Lisbon and I am
+#: vegetarian" was one fact, filed under the home city).
+_AND_I = re.compile(r",?\s+(?:and|but)\s+(?=i(?:'m|'ve|'d|'ll)?\s)", re.I)
 _CLAUSE_END = re.compile(r"\s*(?:,\s*(?:but|and|so|because)\b|\bbut\b|\bbecause\b).*$", re.I)
 
 #: (subject, pattern, confidence): the pattern's group "v" is the attribute's value.
@@ -161,6 +165,12 @@ def third_person(sentence: str) -> str:
     return text[:1].upper() + text[1:]
 
 
+def statements(text: str) -> list[str]:
+    """The statements of a message the extractor reads one by one: its sentences, and the
+    first-person clauses a sentence joins with "and I" / "but I"."""
+    return [c for sentence in _SENTENCE.split(text) for c in _AND_I.split(sentence)]
+
+
 def _clean(value: str) -> str:
     return _CLAUSE_END.sub("", value).strip(" ,.!;:\"'")
 
@@ -188,7 +198,7 @@ class OfflineExtractor:
             source = None
             if message.session_id is not None:
                 source = FactSource(message.session_id, message.id)
-            for sentence in _SENTENCE.split(message.content):
+            for sentence in statements(message.content):
                 proposal = self.sentence(sentence)
                 if proposal is None or proposal[1] < self.min_confidence:
                     continue

@@ -21,7 +21,12 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from harombe_core.errors import FactNotFoundError, InvalidInputError, SessionNotFoundError
+from harombe_core.errors import (
+    CorruptRowError,
+    FactNotFoundError,
+    InvalidInputError,
+    SessionNotFoundError,
+)
 from harombe_core.facts import ops
 from harombe_core.facts.extract import OfflineExtractor
 from harombe_core.facts.models import (
@@ -130,6 +135,7 @@ class UserMemory:
         self._jobs: SummaryFolder | None = None  # on the process's background worker
         self._backoff = POLL_SECONDS
         self.last_error: BaseException | None = None
+        self._passed_over: set[tuple[str, str]] = set()
 
     @property
     def token_counter(self) -> TokenCounter:
@@ -235,10 +241,21 @@ class UserMemory:
                 return total
             done = 0
             for session_id, _owner, _until in pending:
-                done += yield from self.extract_session(session_id)
+                try:
+                    done += yield from self.extract_session(session_id)
+                except CorruptRowError as exc:
+                    # A row edited outside harombe (named): its session waits until it is
+                    # repaired; every other user's sessions are still extracted.
+                    self._pass_over(session_id, exc)
             total += done
             if done == 0:
                 return total
+
+    def _pass_over(self, session_id: str, error: CorruptRowError) -> None:
+        said = (session_id, str(error))
+        if said not in self._passed_over:  # said once, not on every round
+            self._passed_over.add(said)
+            log.warning("session %s: facts not extracted: %s", session_id, error)
 
     # the background extractor --------------------------------------------------------------
     def notify(self, session_id: str | None = None) -> None:
@@ -320,6 +337,20 @@ class UserMemory:
             sid = check_id(session_id, "session_id")
             tasks = [t for t in tasks if sid in t.session_ids]
         return tasks
+
+    def note(
+        self, user_id: str, *, max_tokens: int = 200, query: str | None = None
+    ) -> Flow[str | None]:
+        """What a model is told about the user before it answers: the profile within
+        ``max_tokens`` (most relevant to ``query`` first) and the open tasks, as one text;
+        None when nothing is known. The LangChain middleware (``profile_tokens``) and the
+        LlamaIndex memory (``profile_tokens``) put this same text in their system message."""
+        profile = yield from self.profile(user_id, max_tokens=max_tokens, query=query)
+        parts = [f"What you know about the user:\n{profile.text}"] if profile.text else []
+        tasks = yield from self.open_tasks(user_id)
+        if tasks:
+            parts.append("Their open tasks:\n" + "\n".join(f"- {t.text}" for t in tasks))
+        return "\n\n".join(parts) or None
 
     def search(
         self, user_id: str, query: str, *, top_k: int = 5, include_history: bool = False

@@ -61,6 +61,26 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+#: ``--embedding`` of ``harombe serve`` and ``harombe mcp``: off unless given, so a server
+#: starts without loading a model; with it, search finds by meaning the vectors the
+#: application's own MemoryManager made (same model, same ``--vector-store``).
+EmbeddingOption = Annotated[
+    str | None,
+    typer.Option(
+        "--embedding",
+        metavar="MODEL",
+        help="Search by meaning with this embedder ('default': the bundled model).",
+    ),
+]
+VectorStoreOption = Annotated[
+    str,
+    typer.Option(
+        "--vector-store",
+        metavar="NAME",
+        help="Where --embedding keeps vectors: database (default), chroma or pgvector.",
+    ),
+]
+
 #: How long ``harombe serve`` lets requests in flight finish after SIGTERM. Without a bound one
 #: client that stops sending mid-request kept the server from ever exiting; a request still
 #: running then is cut (not acknowledged: its transaction commits whole or not at all), well
@@ -87,22 +107,8 @@ def serve_command(
         list[str] | None,
         typer.Option("--cors-origin", metavar="ORIGIN", help="Allow this browser origin (CORS)."),
     ] = None,
-    embedding: Annotated[
-        str | None,
-        typer.Option(
-            "--embedding",
-            metavar="MODEL",
-            help="Search by meaning with this embedder ('default': the bundled model).",
-        ),
-    ] = None,
-    vector_store: Annotated[
-        str,
-        typer.Option(
-            "--vector-store",
-            metavar="NAME",
-            help="Where --embedding keeps vectors: database (default), chroma or pgvector.",
-        ),
-    ] = "database",
+    embedding: EmbeddingOption = None,
+    vector_store: VectorStoreOption = "database",
     shutdown_timeout: Annotated[
         float,
         typer.Option(
@@ -227,8 +233,14 @@ def mcp_command(
     user: Annotated[
         str, typer.Option("--user", metavar="USER", help="Whose memory to serve (required).")
     ],
+    embedding: EmbeddingOption = None,
+    vector_store: VectorStoreOption = "database",
 ) -> None:
-    """Serve one user's memory to an MCP client over stdio (Claude Desktop, Cursor, agents)."""
+    """Serve one user's memory to an MCP client over stdio (Claude Desktop, Cursor, agents).
+
+    Without `--embedding`, `search_memory` finds by keyword only; `--embedding default` finds
+    by meaning too, with the vectors your application's MemoryManager keeps in the database.
+    """
     with clean_errors():
         _need_server("harombe mcp")
         from harombe_core.server.keys import Scope
@@ -236,7 +248,8 @@ def mcp_command(
         from harombe_core.validate import check_id
 
         check_id(user, "--user")
-        with open_memory(db, create=True) as manager:
+        chosen = vector_store if embedding else None
+        with open_memory(db, create=True, embedding=embedding, vector_store=chosen) as manager:
             run_stdio(manager, Scope(user_id=user))
 
 

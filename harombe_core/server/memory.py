@@ -67,10 +67,10 @@ class SessionIdUnavailableError(HarombeError):
             if name is not None:
                 own = f", or {session_key(user, name)!r} for this user's conversation {name!r}"
         super().__init__(
-            f"session id {session_id!r} is not available to this key: it is in use, or it is "
+            f"session id {session_id!r} is not available here: it is in use, or it is "
             "the id of another user's conversation (ids of the form USER:NAME are USER's); "
             f"choose another id (or leave session_id out for a new one){own}. GET /api/sessions "
-            "(or the list_sessions tool) lists this key's sessions."
+            "(or the list_sessions tool) lists the sessions you may use."
         )
         self.session_id = session_id
 
@@ -79,7 +79,7 @@ def not_found(session_id: str) -> SessionNotFoundError:
     """The one answer to a session this scope cannot see, whether it exists or not."""
     return SessionNotFoundError(
         f"no session {session_id!r} here; GET /api/sessions (or the list_sessions tool) "
-        "lists the sessions this key may use."
+        "lists the sessions you may use."
     )
 
 

@@ -34,7 +34,7 @@ from typing import Any
 
 from harombe_core.store.runner import Body, Dialect
 from harombe_core.store.schema import TS_CONFIG
-from harombe_core.store.unspaced import spaced
+from harombe_core.store.unspaced import sql_spaced
 
 __all__ = [
     "ERASED_KEYWORDS",
@@ -122,7 +122,7 @@ def relink_successors(d: Dialect, session_id: str, removed: Sequence[int]) -> Bo
                 yield d.step("DELETE FROM messages_fts WHERE rowid = ?", (nid,))
                 yield d.step(
                     "INSERT INTO messages_fts (rowid, content, context) VALUES (?, ?, ?)",
-                    (nid, spaced(content), spaced(context)),
+                    (nid, sql_spaced(content), sql_spaced(context)),
                 )
     yield from _drop_vectors(d, sorted(successors))
     until = (yield d.step("SELECT summary_until_id FROM sessions WHERE id = ?", (session_id,))).rows

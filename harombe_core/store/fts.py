@@ -44,7 +44,7 @@ from harombe_core.store.erasure import KEYWORD_TABLES
 from harombe_core.store.rows import MESSAGE_COLUMNS, row_to_message, scope_sql
 from harombe_core.store.runner import Body, Step
 from harombe_core.store.sqlite_file import SQLiteFile
-from harombe_core.store.unspaced import UNSPACED, spaced
+from harombe_core.store.unspaced import UNSPACED, spaced, sql_spaced
 from harombe_core.store.unspaced import phrase as spaced_phrase
 
 __all__ = [
@@ -165,7 +165,7 @@ def _terms_db() -> sqlite3.Connection:
 def tokens(text: str) -> tuple[str, ...]:
     """``text`` as the keyword index holds it: FTS5's own tokenizer, so case-folded, accents
     removed and porter-stemmed exactly as the messages were ("running" -> "run")."""
-    if not text:
+    if not text or type(text) is not str:  # not text: a blob written into a row by hand
         return ()
     with _TERMS_LOCK:
         db = _terms_db()
@@ -835,7 +835,7 @@ def rebuild_body() -> Body[int]:
             previous_session, context = session_id, ""
         yield Step(
             "INSERT INTO messages_fts (rowid, content, context) VALUES (?, ?, ?)",
-            (mid, spaced(content), spaced(context)),
+            (mid, sql_spaced(content), sql_spaced(context)),
         )
         context = content
         count += 1

@@ -580,6 +580,8 @@ def _best_scores(
         for namespace, key, blob, made_by in found.rows:
             if (namespace, key) not in keys:
                 continue
+            if not isinstance(blob, bytes | memoryview) or len(blob) % 4:  # edited outside
+                raise _corrupt_vector(namespace, key, blob)
             vector = np.frombuffer(blob, dtype=np.float32)
             if made_by not in (None, model, legacy) or vector.shape != query.shape:
                 other.add((namespace, key))  # another model's space: not comparable
@@ -588,6 +590,17 @@ def _best_scores(
             if score > best.get((namespace, key), -2.0):
                 best[(namespace, key)] = score
     return best, other - best.keys()
+
+
+def _corrupt_vector(namespace: str, key: str, blob: Any) -> CorruptRowError:
+    size = f"{len(blob)} bytes" if isinstance(blob, bytes) else f"a {type(blob).__name__}"
+    return corrupt_row(
+        "store_vectors",
+        {"namespace": namespace, "key": key},
+        "vector",
+        f"holds {size}, not float32 values. The vectors are derived: putting the item again "
+        "writes them anew",
+    )
 
 
 def _refresh(sql: SqlRunner, rows: Sequence[Any], now: int) -> Body[None]:

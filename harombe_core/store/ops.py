@@ -28,12 +28,15 @@ from harombe_core.store.fts import CONTEXT_SQL
 from harombe_core.store.rows import (
     MESSAGE_COLUMNS,
     SESSION_COLUMNS,
+    OnCorrupt,
     check_id,
     check_summary,
     dumps,
     message_ids,
+    readable_messages,
     row_to_message,
     row_to_session,
+    row_to_summary,
     scope_sql,
     session_changes,
     session_span,
@@ -770,7 +773,7 @@ def get_message_summaries(ids: Sequence[int]) -> Op[dict[int, dict[str, Any]]]:
                 "AND summary_json IS NOT NULL"
             )
             for mid, value in (yield d.step(sql, chunk)).rows:
-                out[int(mid)] = json.loads(value)
+                out[int(mid)] = row_to_summary(mid, value)
         return out
 
     return Op(body, empty=not wanted)
@@ -794,23 +797,28 @@ def mark_embedded(ids: Sequence[int]) -> Op[None]:
 NO_VECTOR = "NOT EXISTS (SELECT 1 FROM message_vectors v WHERE v.message_id = m.id)"
 
 
-def pending_embeddings(limit: int) -> Op[list[tuple[Message, str]]]:
-    """The oldest ``limit`` messages not embedded yet, each with the turn it answers (the
-    text the vector is made of)."""
+def pending_embeddings(limit: int, on_corrupt: OnCorrupt = None) -> Op[list[tuple[Message, str]]]:
+    """The oldest ``limit`` messages not embedded yet, each with the turn it answers (its
+    vector's text); an unreadable row goes to ``on_corrupt`` (``rows.readable_messages``)."""
 
     def body(d: Dialect) -> Body[list[tuple[Message, str]]]:
         if d.name == "sqlite":
             sql = (
                 f"SELECT {MESSAGE_COLUMNS}, {CONTEXT_SQL} FROM messages m WHERE m.embedded = 0 "
-                f"AND {NO_VECTOR} ORDER BY m.id LIMIT ?"
+                f"AND {NO_VECTOR} AND m.id > ? ORDER BY m.id LIMIT ?"
             )
         else:  # the turn is kept with each message (for its keyword vector)
             sql = (
                 f"SELECT {MESSAGE_COLUMNS}, m.context FROM messages m WHERE NOT m.embedded "
-                "ORDER BY m.id LIMIT ?"
+                "AND m.id > ? ORDER BY m.id LIMIT ?"
             )
-        rows = (yield d.step(sql, (limit,))).rows
-        return [(row_to_message(r[:-1]), r[-1] or "") for r in rows]
+        after = -(2**63)  # (ids are 64-bit; a crafted row may hold a negative one)
+        while True:
+            rows = (yield d.step(sql, (after, limit))).rows
+            out = readable_messages(rows, on_corrupt)
+            if out or len(rows) < limit:  # (only rows passed over: read on past them)
+                return out
+            after = rows[-1][0]
 
     return Op(body)
 

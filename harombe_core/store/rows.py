@@ -33,6 +33,7 @@ from harombe_core.validate import (
 __all__ = [
     "MESSAGE_COLUMNS",
     "SESSION_COLUMNS",
+    "OnCorrupt",
     "check_id",
     "check_summary",
     "corrupt_row",
@@ -40,8 +41,10 @@ __all__ = [
     "from_micros",
     "json_problem",
     "message_ids",
+    "readable_messages",
     "row_to_message",
     "row_to_session",
+    "row_to_summary",
     "scope_sql",
     "session_changes",
     "session_span",
@@ -187,9 +190,47 @@ def row_to_message(row: Sequence[Any]) -> Message:
         or role not in ROLES
         or (meta != "{}" and type(message.metadata) is not dict)
         or (calls is not None and type(message.tool_calls) is not list)
+        or (name is not None and type(name) is not str)
+        or (call_id is not None and type(call_id) is not str)
+        or (parent is not None and type(parent) is not int)
     ):
         raise _corrupt("messages", row, _message_problem(row))
     return message
+
+
+#: What is told of a row passed over as unreadable (None: it is raised).
+OnCorrupt = Callable[[CorruptRowError], None] | None
+
+
+def readable_messages(
+    rows: Sequence[Sequence[Any]], on_corrupt: OnCorrupt
+) -> list[tuple[Message, str]]:
+    """``(message, context)`` of each row of message columns followed by a context. A row
+    edited outside harombe that cannot be read is given to ``on_corrupt`` (it says so) and
+    left out, where one such row must not stop the others (every later message of every
+    user from being embedded); raised when ``on_corrupt`` is None."""
+    out: list[tuple[Message, str]] = []
+    for row in rows:
+        try:
+            out.append((row_to_message(row[:-1]), row[-1] or ""))
+        except CorruptRowError as exc:
+            if on_corrupt is None:
+                raise
+            on_corrupt(exc)
+    return out
+
+
+def row_to_summary(message_id: Any, value: Any) -> dict[str, Any]:
+    """A message's stored summary (``summary_json``); CorruptRowError naming the row when it
+    is not a JSON object."""
+    try:
+        summary = json.loads(value)
+    except (TypeError, ValueError):
+        summary = None
+    if type(summary) is not dict:
+        problem = json_problem(value, dict, nullable=False) or "could not be read"
+        raise corrupt_row("messages", message_id, "summary_json", problem)
+    return summary
 
 
 _new_message = Message.__new__
@@ -216,8 +257,10 @@ def row_to_session(row: Sequence[Any]) -> Session:
         )
     except (TypeError, ValueError, OverflowError):
         raise _corrupt("sessions", row, _session_problem(row)) from None
-    if type(session.metadata) is not dict or (
-        session.summary_data is not None and type(session.summary_data) is not dict
+    if (
+        type(session.metadata) is not dict
+        or (session.summary_data is not None and type(session.summary_data) is not dict)
+        or any(row[i] is not None and type(row[i]) is not str for i in (1, 2, 7))
     ):
         raise _corrupt("sessions", row, _session_problem(row))
     return session
@@ -260,8 +303,18 @@ def _message_problem(row: Sequence[Any]) -> tuple[str, str]:
             "token_count",
             None if type(row[9]) is int and row[9] >= 0 else f"is {show(row[9])}, not a count",
         ),
+        ("name", _type_problem(row[4], str)),
+        ("tool_call_id", _type_problem(row[6], str)),
+        ("parent_id", _type_problem(row[10], int)),
     ]
     return next(((c, p) for c, p in checks if p is not None), ("?", "could not be read"))
+
+
+def _type_problem(value: Any, kind: type) -> str | None:
+    """Why a nullable column's ``value`` is not a ``kind`` (None when it is, or is NULL)."""
+    if value is None or type(value) is kind:
+        return None
+    return f"holds a {type(value).__name__}, not {'text' if kind is str else 'an integer'}"
 
 
 def _session_problem(row: Sequence[Any]) -> tuple[str, str]:
@@ -271,6 +324,9 @@ def _session_problem(row: Sequence[Any]) -> tuple[str, str]:
         ("created_at", time_problem(row[4])),
         ("updated_at", time_problem(row[5])),
         ("summary_json", json_problem(row[8], dict, nullable=True)),
+        ("user_id", _type_problem(row[1], str)),
+        ("system_prompt", _type_problem(row[2], str)),
+        ("summary", _type_problem(row[7], str)),
     ]
     return next(((c, p) for c, p in checks if p is not None), ("?", "could not be read"))
 

@@ -34,6 +34,7 @@ from harombe_core.flows import off_loop
 from harombe_core.store import pending
 from harombe_core.store.erasure import (
     ERASED_KEYWORDS,
+    ERASED_VECTORS,
     merge_keywords,
     owed,
     settle,
@@ -309,6 +310,16 @@ class SQLiteStore(KeywordShortcuts):
         if file.read_only:
             return False
         return file.snapshot(lambda c: owed(c, ERASED_KEYWORDS) is not None, begin=False)
+
+    def erasure_debt(self) -> str | None:
+        """The erasure the file records as owed (the keyword index, the WAL, an embedded
+        vector index), as one token that changes with every deletion; None when nothing is
+        owed or the file is open for reading only (one indexed read)."""
+        file = self._open_file()
+        if file.read_only:
+            return None
+        debts = file.snapshot(lambda c: [owed(c, ERASED_KEYWORDS), owed(c, ERASED_VECTORS)])
+        return None if debts == [None, None] else f"{debts[0]}/{debts[1]}"
 
     def erase_deleted(self) -> int:
         """Do now what the file's last close does after a deletion, with the file open: merge

@@ -60,7 +60,7 @@ from harombe_core.store.base import AtomicBlock
 from harombe_core.store.erasure import DONE, ERASED_KEYWORDS, ERASED_VECTORS
 from harombe_core.store.shared import Lease, SharedRegistry
 from harombe_core.store.sqlite_checks import plan_open
-from harombe_core.store.unspaced import spaced
+from harombe_core.store.unspaced import sql_spaced
 
 #: Seconds a read waits, one after another, for an in-memory database's table lock to go.
 _TABLE_LOCK_WAITS = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.4, 0.8, 1.6)
@@ -257,7 +257,7 @@ class SQLiteFile:
             # The keyword indexes' transform of unspaced scripts (store/unspaced.py), for the
             # re-indexing migration and the messages' catch-up. No trigger, view or index may
             # call it: the file must stay writable by a connection without it (sqlite3).
-            conn.create_function("harombe_spaced", 1, spaced, deterministic=True)
+            conn.create_function("harombe_spaced", 1, sql_spaced, deterministic=True)
             if not self._memory:
                 conn.execute("PRAGMA synchronous = NORMAL")
                 # A checkpoint gives the -wal file back down to this size; without it the file

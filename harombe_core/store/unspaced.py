@@ -99,6 +99,15 @@ def spaced(text: str) -> str:
     return UNSPACED.sub(r" \g<0> ", text) if UNSPACED.search(text) else text
 
 
+def sql_spaced(value: object) -> object:
+    """:func:`spaced` as SQLite's ``harombe_spaced``: a value that is not text (a blob written
+    into a message by hand) has no words, rather than failing every catch-up and rebuild of
+    the keyword index with "user-defined function raised exception"."""
+    if type(value) is str:
+        return spaced(value)
+    return None if value is None else ""
+
+
 def phrase(word: str) -> str:
     """A query word as the index holds it: a run of :data:`UNSPACED` characters as its
     characters separated by single spaces (to be quoted as a phrase), any other word as is."""

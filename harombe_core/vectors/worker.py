@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from harombe_core.errors import (
+    CorruptRowError,
     EmbeddingError,
     EmbeddingModelMismatchError,
     InvalidInputError,
@@ -425,7 +426,7 @@ class EmbeddingWorker:
     def _read_window(self) -> None:
         """Read up to ``window`` pending messages, shortest embedding text first (each batch
         then holds texts of about one length)."""
-        pending = self.store.run(ops.pending_embeddings(self.window))
+        pending = self.store.run(ops.pending_embeddings(self.window, self._passed_over))
         texts = [
             embedding_text(message, context, with_context=self.embed_context)
             for message, context in pending
@@ -435,6 +436,11 @@ class EmbeddingWorker:
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         self._window = deque((pending[i][0], texts[i]) for i in order)
         self._owners = {}  # each session's owner, read once per window
+
+    def _passed_over(self, error: CorruptRowError) -> None:
+        self._log_once(
+            f"corrupt-{error.row_id}", f"{self.store.location}: a message is not embedded: {error}"
+        )
 
     @contextlib.contextmanager
     def _embedding_turn(self, timeout: float | None) -> Iterator[bool]:

@@ -67,6 +67,31 @@ def test_derived_rows_without_their_source_are_counted(tmp_path: Path) -> None:
     ) in results
 
 
+def test_rows_edited_outside_harombe_are_named(tmp_path: Path) -> None:
+    """A blob for text or bad JSON passes SQLite's checks, but fails every read that meets
+    it (CorruptRowError): check names each such row and the SQL that removes it."""
+    db = _filled(tmp_path / "m.db")
+    conn = sqlite3.connect(db)
+    conn.execute("UPDATE messages SET content = x'00ff' WHERE id = 7")
+    conn.execute("UPDATE sessions SET metadata = '{oops' WHERE user_id = 'u3'")
+    conn.execute("INSERT INTO store_items VALUES ('notes', 'k', 'not json', 0, 0, NULL, NULL)")
+    conn.commit()
+    conn.close()
+    code, results = check_file(db)
+    assert code == 1
+    [(_, passed, detail)] = [r for r in results if r[0] == "rows harombe can read"]
+    assert not passed
+    assert detail.startswith("3 row(s) cannot be read")
+    assert "DELETE FROM messages WHERE id = 7;" in detail
+    assert "of table sessions: column metadata is not valid JSON" in detail
+    assert "DELETE FROM store_items WHERE namespace = 'notes' AND key = 'k';" in detail
+    assert check_file(_filled(tmp_path / "sound.db"))[1][-1] == (
+        "rows harombe can read",
+        True,
+        "ok",
+    )
+
+
 def test_no_file_is_exit_code_2(tmp_path: Path) -> None:
     result = runner.invoke(app, ["check", str(tmp_path / "none.db")])
     assert result.exit_code == 2

@@ -77,6 +77,26 @@ def test_repeat_merges_and_its_sources_grow(mm: MemoryManager) -> None:
     assert fact.session_ids == ["s1", "s2"]
 
 
+def test_two_statements_in_one_sentence_are_two_facts(mm: MemoryManager) -> None:
+    """ "I live in Lisbon and I am vegetarian" was one fact, "Lives in Lisbon and I am
+    vegetarian", filed under the home city: a profile a model would read as broken, and a
+    later "I moved to Porto" would have closed the diet with it."""
+    (said,) = _say(
+        mm, "s1", "ann", "I live in Lisbon and I am vegetarian, but I'm allergic to nuts."
+    )
+    mm.end_session("s1")
+    facts = {f.subject: f.text for f in mm.get_facts("ann")}
+    assert facts == {
+        "home city": "Lives in Lisbon",
+        "diet": "Is vegetarian",
+        "allergy": "Is allergic to nuts",
+    }
+    assert {f.message_ids[0] for f in mm.get_facts("ann")} == {said}
+    _say(mm, "s2", "ann", "My wife and I live in Porto now.", day=2)  # "and I" after a noun
+    mm.end_session("s2")
+    assert "Lives in Porto now" in _texts(mm.get_facts("ann"))
+
+
 def test_update_closes_the_old_value_and_keeps_it_as_history(mm: MemoryManager) -> None:
     _say(mm, "s1", "ann", "I live in Lisbon.", day=1)
     _say(mm, "s2", "ann", "I moved to Berlin.", day=20)

@@ -6,6 +6,8 @@ it cannot deadlock, even with async calls of the same manager in flight."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -40,3 +42,36 @@ def test_sync_calls_inside_a_running_loop_with_async_calls_in_flight(tmp_path: P
         stored = {m.id for m in mm.get_messages("s")}
         assert stored == set(sync_ids) | {i for ids in async_ids for i in ids}
         assert len(stored) == 90
+
+
+@pytest.mark.timeout(120)
+def test_with_nest_asyncio_as_llamaindex_notebooks_apply_it(tmp_path: Path) -> None:
+    """LlamaIndex's notebooks start with ``nest_asyncio.apply()``, which lets ``asyncio.run``
+    nest inside the running loop; sync calls, nested ``asyncio.run`` of the async twins and
+    awaited calls all work on one manager there. (In a subprocess: the patch is process-wide.)"""
+    pytest.importorskip("nest_asyncio")
+    script = f"""
+import asyncio, nest_asyncio
+from harombe_core.manager import MemoryManager
+from harombe_core.models import Message
+from harombe_core.testing import FakeEmbedder
+
+nest_asyncio.apply()
+
+async def cell():
+    mm = MemoryManager({str(tmp_path / "n.db")!r}, embedding=FakeEmbedder())
+    mm.save_message("s", Message(role="user", content="sync inside the loop"))
+    asyncio.run(mm.asave_message("s", Message(role="user", content="nested asyncio.run")))
+    await mm.asave_message("s", Message(role="user", content="awaited"))
+    mm.flush(timeout=60)
+    found = asyncio.run(mm.asearch("nested", session_id="s"))
+    print(len(mm.get_messages("s")), found[0].message.content)
+    mm.close()
+
+asyncio.run(cell())
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=100, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[0] == "3 nested asyncio.run"

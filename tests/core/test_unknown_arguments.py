@@ -74,6 +74,25 @@ def test_a_keyword_far_from_every_name_lists_the_arguments(manager: MemoryManage
         langchain.HarombeMemoryMiddleware(manager, budget=500)
 
 
+def test_a_setting_of_the_manager_given_to_a_component_says_where_it_goes(
+    tmp_path: Path,
+) -> None:
+    """``HarombeMemory.from_defaults(storage_path=..., user_memory=True)``: the component opens
+    its own manager, which takes no such setting from it; the error says to open the manager
+    with it and pass that, rather than listing the component's own arguments."""
+    llamaindex = pytest.importorskip("llamaindex_harombe")
+    langchain = pytest.importorskip("langchain_harombe")
+    path = tmp_path / "memory.db"
+    fix = r"user_memory is a setting of the MemoryManager: open one with MemoryManager\(path, "
+    with pytest.raises(UnknownArgumentError, match=fix):
+        llamaindex.HarombeMemory.from_defaults(storage_path=path, user_memory=True)
+    with pytest.raises(UnknownArgumentError, match=fix):
+        langchain.HarombeChatMessageHistory("s", storage_path=path, user_memory=True)
+    with pytest.raises(UnknownArgumentError, match="did you mean 'user_memory'"):
+        MemoryManager(path, user_memry=True)  # the manager's own: a spelling, as before
+    assert not path.exists()
+
+
 def test_the_langchain_retriever_keeps_its_framework_fields(manager: MemoryManager) -> None:
     langchain = pytest.importorskip("langchain_harombe")
     retriever = langchain.HarombeRetriever(

@@ -343,3 +343,42 @@ def test_a_functional_api_thread_is_a_session_with_its_previous_channel(
         ("user", "human said yes"),
         ("assistant", "echo: human said yes"),
     ]
+def test_a_user_named_only_in_the_runtime_context_owns_the_thread(tmp_path: Path) -> None:
+    """LangChain 1.x passes the user as runtime context (``context_schema``); the saver reads
+    it as the middleware does, so the first turn is not refused and the user's other threads
+    recall it. Before, the saver made the thread unowned, and the middleware, acting for the
+    context's user, got SessionOwnershipError on that very first turn."""
+    from dataclasses import dataclass
+
+    from harombe_core.errors import SessionOwnershipError
+    from harombe_core.testing import FakeEmbedder
+
+    @dataclass
+    class Context:
+        user_id: str
+
+    with MemoryManager(
+        str(tmp_path / "m.db"), embedding=FakeEmbedder(), vector_store="chroma"
+    ) as mm:
+        model = RecordingChatModel(echo="transcript")
+        agent = create_agent(
+            model,
+            checkpointer=HarombeSaver(mm),
+            middleware=[HarombeMemoryMiddleware(mm)],
+            context_schema=Context,
+        )
+        agent.invoke({"messages": [HumanMessage("My cat is called Miso")]},
+                     {"configurable": {"thread_id": "t1"}}, context=Context(user_id="ann"))
+        agent.invoke({"messages": [HumanMessage("What is my cat called?")]},
+                     {"configurable": {"thread_id": "t2"}}, context={"user_id": "ann"})
+        assert mm.get_session("t1").user_id == mm.get_session("t2").user_id == "ann"
+        assert "My cat is called Miso" in model.calls[-1][0].text, "recalled from thread t1"
+        # Read from outside a run, the thread is ann's, as one named in configurable.
+        state = agent.get_state({"configurable": {"thread_id": "t1", "user_id": "ann"}})
+        assert len(state.values["messages"]) == 2
+        with pytest.raises(SessionOwnershipError):
+            agent.invoke({"messages": [HumanMessage("hi")]},
+                         {"configurable": {"thread_id": "t1"}}, context=Context(user_id="bob"))
+        # get_state has no runtime context: the error says where the user goes.
+        with pytest.raises(SessionOwnershipError, match=r"'configurable': \{'thread_id'"):
+            agent.get_state({"configurable": {"thread_id": "t1"}})

@@ -12,7 +12,7 @@ from langchain_core.embeddings import DeterministicFakeEmbedding
 from langchain_core.language_models import FakeListChatModel
 
 from harombe_core import MemoryManager, Message
-from harombe_core.errors import InvalidInputError
+from harombe_core.errors import InvalidInputError, StoreError
 from langchain_harombe import (
     HarombeChatMessageHistory,
     HarombeMemoryMiddleware,
@@ -59,3 +59,38 @@ def test_a_chat_model_as_the_embedder_says_it_is_a_chat_model(tmp_path: Path) ->
         MemoryManager(tmp_path / "a.db", embedding=FakeListChatModel(responses=["hi"]))
     assert "it is a chat model or LLM, not an embeddings model" in str(info.value)
     assert not (tmp_path / "a.db").exists()
+
+
+async def test_the_async_savers_and_stores_habits_work_too(tmp_path: Path) -> None:
+    """Code written for LangGraph's ``AsyncSqliteSaver`` / ``AsyncPostgresStore`` (``async
+    with X.from_conn_string(...)``, ``await x.setup()``) and for ``SqliteStore`` (``with
+    SqliteStore.from_conn_string(...)``, ``store.setup()``) runs unchanged on harombe's saver
+    and store: before, ``async with`` raised TypeError and ``HarombeStore`` had neither."""
+    from langchain_core.messages import AIMessage
+    from langgraph.graph import START, MessagesState, StateGraph
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("reply", lambda state: {"messages": [AIMessage("hi")]})
+    builder.add_edge(START, "reply")
+    path = str(tmp_path / "m.db")
+    index = {"embed": DeterministicFakeEmbedding(size=8), "dims": 8}
+    async with (
+        HarombeSaver.from_conn_string(path) as saver,
+        HarombeStore.from_conn_string(path, index=index) as store,
+    ):
+        await saver.setup()
+        await store.setup()
+        graph = builder.compile(checkpointer=saver, store=store)
+        await graph.ainvoke({"messages": [("user", "x")]}, {"configurable": {"thread_id": "1"}})
+        await store.aput(("ann",), "k", {"text": "kept"})
+    for closed in (saver.manager, store.manager):  # each closed the manager it opened
+        with pytest.raises(StoreError, match="closed"):
+            closed.list_sessions()
+    with HarombeStore.from_conn_string(path) as store, HarombeSaver.from_conn_string(path) as saver:
+        store.setup()
+        saver.setup()
+        item = store.get(("ann",), "k")
+        assert item is not None
+        assert item.value == {"text": "kept"}
+        state = builder.compile(checkpointer=saver).get_state({"configurable": {"thread_id": "1"}})
+        assert [m.content for m in state.values["messages"]] == ["x", "hi"]

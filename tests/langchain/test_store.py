@@ -159,6 +159,32 @@ def test_put_without_index_is_not_ranked(store: HarombeStore) -> None:
     assert [(h.key, h.score is None) for h in hits] == [("indexed", False), ("plain", True)]
 
 
+def test_without_index_a_query_is_ranked_by_the_managers_embedder(tmp_path: Path) -> None:
+    """A store opened without ``index`` ranks a query with its manager's embedder; with
+    ``embedding=None`` it returns items unscored, as LangGraph's stores without ``index``
+    (shown on ``InMemoryStore``)."""
+    from langgraph.store.memory import InMemoryStore
+
+    values = {"pizza": {"text": "I love pizza"}, "rain": {"text": "the weather is rainy"}}
+    with MemoryManager(tmp_path / "ranked.db", embedding=FakeEmbedder()) as manager:
+        ranked = HarombeStore(manager)
+        for key, value in values.items():
+            ranked.put(("n",), key, value)
+        hits = ranked.search(("n",), query="I love pizza")
+        assert hits[0].key == "pizza"
+        assert all(h.score is not None for h in hits)
+    with MemoryManager(tmp_path / "plain.db", embedding=None) as manager:
+        plain = HarombeStore(manager)
+        theirs = InMemoryStore()
+        for key, value in values.items():
+            plain.put(("n",), key, value)
+            theirs.put(("n",), key, value)
+        for one in (plain, theirs):
+            hits = one.search(("n",), query="I love pizza")
+            assert sorted(h.key for h in hits) == ["pizza", "rain"]
+            assert all(h.score is None for h in hits)
+
+
 def test_a_put_is_searched_by_what_it_indexes_not_by_an_older_put(store: HarombeStore) -> None:
     """A put replaces the item's vectors: after a put with ``index=False``, or one indexing
     fewer fields, no vector of the older value is left. On purpose, unlike LangGraph's

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from llama_index.core.base.llms.types import ChatMessage, ChatResponse
 from llama_index.core.llms import MockLLM
 from llama_index.core.memory import FactExtractionMemoryBlock, Memory
 
+from harombe_core.errors import InvalidInputError
 from harombe_core.manager import MemoryManager
 from harombe_core.models import Message
 from llamaindex_harombe import HarombeDBChatStore, HarombeProfileBlock
@@ -67,3 +69,42 @@ async def test_profile_block_beside_fact_extraction_block(tmp_path: Any) -> None
         assert any(t.startswith("Works as a nurse") for t in texts)
         ours_text = await ours.aget(messages=[_user("nurse shifts")])
         assert ours_text.splitlines()[0].startswith("- Works as a nurse")
+
+
+async def test_harombe_memory_puts_the_profile_in_front_of_agents_and_engines(
+    tmp_path: Any,
+) -> None:
+    """``HarombeMemory(profile_tokens=...)``: the README's memory knows the user, as the
+    LangChain middleware's ``profile_tokens`` does, with the same text; without it (the
+    default) or without a user, nothing of the profile is added."""
+    from llama_index.core.agent.workflow import FunctionAgent
+    from llama_index.core.chat_engine import SimpleChatEngine
+    from llama_index.core.llms.mock import MockFunctionCallingLLM
+
+    from llamaindex_harombe import HarombeMemory
+
+    with MemoryManager(str(tmp_path / "m.db"), embedding=None, user_memory=True) as mm:
+        first = HarombeMemory.from_defaults(manager=mm, session_id="monday", user_id="ann")
+        engine = SimpleChatEngine.from_defaults(llm=MockLLM(), memory=first)
+        await engine.achat("I live in Lisbon. Remind me to book the flights.")
+        await mm.aflush()  # the background extractor has read the turn
+        memory = HarombeMemory.from_defaults(
+            manager=mm, session_id="tuesday", user_id="ann", profile_tokens=200
+        )
+        await FunctionAgent(tools=[], llm=MockFunctionCallingLLM()).run(
+            "Which flights should I book?", memory=memory
+        )
+        sent = await memory.aget()
+        plain = HarombeMemory.from_defaults(manager=mm, session_id="wednesday", user_id="ann")
+        await plain.aput(ChatMessage(role="user", content="What should I do today?"))
+        plain_window = await plain.aget()
+        with pytest.raises(InvalidInputError, match="pass user_id"):  # whose profile?
+            HarombeMemory.from_defaults(manager=mm, session_id="x", profile_tokens=200)
+    assert [m.role.value for m in sent] == ["system", "user", "assistant"]
+    system = sent[0].content or ""
+    assert system.startswith("What you know about the user:\n- Lives in Lisbon")
+    assert "Their open tasks:\n- Book the flights" in system
+    # One system message: the profile first, then what is recalled of other sessions.
+    assert "Relevant context from past conversations" in system
+    assert system.index("Their open tasks") < system.index("Relevant context")
+    assert "What you know" not in (plain_window[0].content or "")

@@ -51,6 +51,12 @@ MESSAGE_EDITS = {
         "created_at",
     ),
     "unknown role": ("UPDATE messages SET role = 'root' WHERE id = 2", "role"),
+    "name a blob": ("UPDATE messages SET name = x'00' WHERE id = 2", "name"),
+    "tool call id a blob": (
+        "UPDATE messages SET tool_call_id = x'00' WHERE id = 2",
+        "tool_call_id",
+    ),
+    "parent id a text": ("UPDATE messages SET parent_id = 'abc' WHERE id = 2", "parent_id"),
 }
 
 
@@ -90,6 +96,11 @@ SESSION_EDITS = {
         "summary_json",
     ),
     "time a text": ("UPDATE sessions SET created_at = 'x' WHERE id = 'bad'", "created_at"),
+    "system prompt a blob": (
+        "UPDATE sessions SET system_prompt = x'ff00' WHERE id = 'bad'",
+        "system_prompt",
+    ),
+    "owner a blob": ("UPDATE sessions SET user_id = x'ff00' WHERE id = 'bad'", "user_id"),
 }
 
 
@@ -277,3 +288,88 @@ def test_rows_of_a_session_deleted_with_foreign_keys_off_go_at_the_upgrade(
     assert raw.execute("SELECT COUNT(*) FROM messages").fetchone()[0] == 1
     raw.close()
     assert files_holding(tmp_path, secret) == []  # the sweep's erasure was paid at close
+
+
+def test_a_crafted_message_summary_and_store_vector_are_named(tmp_path: Path) -> None:
+    """Export reads the per-message summaries and a store search the items' vectors: a bad
+    one is named as every other crafted row is, not a JSONDecodeError or numpy ValueError."""
+    from harombe_core.export import export_store
+    from langchain_harombe import HarombeStore
+
+    path = tmp_path / "memory.db"
+    _memory(path)
+    with MemoryManager(path, embedding=FakeEmbedder(), token_counter="approximate") as mm:
+        HarombeStore(mm, index={"fields": ["text"]}).put(("ann",), "n1", {"text": "apples"})
+    _edit(path, "UPDATE messages SET summary_json = '{oops' WHERE id = 2")
+    _edit(path, "UPDATE store_vectors SET vector = x'01' WHERE key = 'n1'")
+    with MemoryManager(path, embedding=FakeEmbedder(), token_counter="approximate") as mm:
+        with pytest.raises(CorruptRowError, match="of table messages: column summary_json"):
+            export_store(mm, "json", session_id="bad")
+        export_store(mm, "json", session_id="good")  # the other session exports
+        store = HarombeStore(mm, index={"fields": ["text"]})
+        with pytest.raises(CorruptRowError, match="store_vectors: column vector") as caught:
+            store.search(("ann",), query="apples")
+        assert caught.value.row_id == {"namespace": "ann", "key": "n1"}
+        store.put(("ann",), "n1", {"text": "apples"})  # the repair the error names
+        assert [i.key for i in store.search(("ann",), query="apples")] == ["n1"]
+
+
+def test_a_crafted_message_does_not_stop_the_others_being_indexed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Messages are embedded and keyword-indexed in the background after their commit. A row
+    edited before that (a blob for text, bad JSON) is passed over with a warning naming it;
+    every other message, of every user, is still embedded and found, and ``reindex`` (the
+    repair for the indexes) does not fail on it either."""
+    from harombe_core.testing import hold_background
+
+    path = tmp_path / "memory.db"
+    with MemoryManager(path, embedding=FakeEmbedder(), token_counter="approximate") as mm:
+        with hold_background():
+            mm.save_messages("bad", [Message(role="user", content=f"apple {i}") for i in range(3)])
+            _edit(path, "UPDATE messages SET content = x'00ff' WHERE id = 2")
+            _edit(path, "UPDATE messages SET tool_calls = 'not json' WHERE id = 3")
+            mm.save_message("good", Message(role="user", content="banana split"), user_id="bob")
+        mm.flush()
+        assert "row 2 of table messages: column content" in caplog.text
+        assert "row 3 of table messages: column tool_calls" in caplog.text
+        raw = sqlite3.connect(path)
+        assert raw.execute("SELECT message_id FROM message_vectors").fetchall() == [(1,), (4,)]
+        raw.close()
+        assert [h.message.content for h in mm.store.keyword_search("banana")] == ["banana split"]
+        assert [m.content for m in mm.search_similar("banana split", user_id="bob")] == [
+            "banana split"
+        ]
+        mm.reindex(embedding=FakeEmbedder())
+        assert [h.message.content for h in mm.search("banana", user_id="bob")] == ["banana split"]
+
+
+def test_a_crafted_fact_of_one_user_does_not_stop_the_others_facts_being_extracted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The background extractor reads each user's facts before it adds to them: a fact row of
+    ann's edited outside harombe is named in a warning and her session waits, while bob's and
+    carl's messages are extracted (before, the whole round failed on hers, and every
+    ``flush()`` raised)."""
+    import json
+
+    from langchain_core.language_models import FakeListChatModel
+
+    from harombe_core.config import MemoryConfig
+
+    path = tmp_path / "memory.db"
+    with MemoryManager(path, embedding=None) as mm:
+        mm.add_fact("ann", "ann lives in Lisbon", subject="home")
+    _edit(path, "UPDATE facts SET valid_from = 'yesterday'")
+    answer = json.dumps({"operations": [{"action": "add", "kind": "fact", "text": "likes tea"}]})
+    config = MemoryConfig.model_validate({"memory": {"user_memory": True}})
+    llm = FakeListChatModel(responses=[answer] * 10)
+    with MemoryManager(path, embedding=None, fact_extractor=llm, config=config) as mm:
+        for session, user in (("a", "ann"), ("b", "bob"), ("c", "carl")):
+            mm.save_messages(session, [Message(role="user", content="I like tea")], user_id=user)
+        mm.flush()
+        assert [f.text for f in mm.get_facts("bob")] == ["likes tea"]
+        assert [f.text for f in mm.get_facts("carl")] == ["likes tea"]
+        assert "session a: facts not extracted: row 1 of table facts" in caplog.text
+        with pytest.raises(CorruptRowError, match="of table facts: column valid_from"):
+            mm.extract_facts("a")  # asked for by name: the error itself

@@ -425,6 +425,55 @@ def test_harombe_forget_says_when_another_process_holds_the_wal(tmp_path: Path) 
         assert [h.message.content for h in mm.search("kept", top_k=5)] == ["kept"]
 
 
+_KILLED_AFTER_DELETING = """
+import os, sys
+from harombe_core.config import MemoryConfig
+from harombe_core.manager import MemoryManager
+from harombe_core.testing import FakeEmbedder
+config = MemoryConfig.model_validate({"memory": {"erase_after_seconds": 3600}})
+mm = MemoryManager(sys.argv[1], embedding=FakeEmbedder(), vector_store=sys.argv[2], config=config)
+mm.delete_session(sys.argv[3])
+os._exit(0)  # killed before its pause ended: it never erases
+"""
+
+
+@pytest.mark.parametrize("kind", ["database", "chroma"])
+def test_a_killed_processs_deletion_is_erased_by_a_manager_left_open(
+    tmp_path: Path, kind: str
+) -> None:
+    """Another process deletes and is killed before its eraser's pause ends. The manager
+    that stays open (a server; it holds the Chroma folder) finds the debt standing unchanged
+    on two looks and erases it, so the deleted text does not wait for its close."""
+    import subprocess
+    import sys
+
+    folder = tmp_path / "store"
+    folder.mkdir()
+    db = folder / "m.db"
+    secret, sid = token(), "s-" + token()
+    config = MemoryConfig.model_validate({"memory": {"erase_after_seconds": 3600}})
+    with MemoryManager(str(db), embedding=FakeEmbedder(), vector_store=kind, config=config) as mm:
+        eraser = mm._eraser
+        assert eraser is not None
+        kept = _fill(mm, secret, sid, "ann")
+        killed = subprocess.run(
+            [sys.executable, "-c", _KILLED_AFTER_DELETING, str(db), kind, sid],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert killed.returncode == 0, killed.stderr
+        assert mm.get_session(sid) is None
+        assert files_holding(folder, secret)  # nobody erased: it waits for this close
+        assert eraser.check_recorded() is None  # first look: it may still be its maker's
+        assert files_holding(folder, secret)
+        assert eraser.check_recorded() == Erasure()  # unchanged since: this manager pays it
+        assert files_holding(folder, secret) == []
+        assert files_holding(folder, sid) == []
+        assert eraser.check_recorded() is None  # paid: not again
+        _everything_else_found(mm, kept)
+
+
 def test_searches_racing_a_chroma_erasure_still_answer(tmp_path: Path) -> None:
     """The Chroma folder is swapped under searches running on other threads: each still
     answers (from the stored vectors while the index is away), none raises."""

@@ -94,6 +94,38 @@ async def test_stdio_serves_the_chosen_user(fresh_db: str) -> None:
         assert result_json(await session.call_tool("profile", {}))["user_id"] == "ann"
 
 
+async def test_stdio_with_embedding_finds_the_applications_memory_by_meaning(
+    fresh_db: str,
+) -> None:
+    """An assistant sharing the application's memory (Claude Desktop's config with
+    ``--embedding default``) searches by meaning the vectors the application's manager made;
+    without the option it finds by keyword only, so the same question finds nothing."""
+    from harombe_core import MemoryManager, Message
+
+    with MemoryManager(fresh_db) as mm:  # the application: the bundled model, vectors in the db
+        sid = mm.create_session(user_id="ann")
+        mm.save_message(sid, Message(role="user", content="I moved to Lisbon last spring."))
+        mm.flush()
+    found = {}
+    for extra in ([], ["--embedding", "default"]):
+        params = StdioServerParameters(
+            command=sys.executable,
+            args=["-m", "harombe_core.cli", "mcp", "--db", fresh_db, "--user", "ann", *extra],
+        )
+        async with (
+            stdio_client(params) as streams,
+            ClientSession(streams[0], streams[1]) as session,
+        ):
+            await session.initialize()
+            query = {"query": "which city is home now"}
+            found[bool(extra)] = result_json(await session.call_tool("search_memory", query))
+    assert found[False] == []
+    (hit,) = found[True]
+    assert hit["message"]["content"] == "I moved to Lisbon last spring."
+    assert hit["vector_score"] is not None
+    assert hit["keyword_score"] is None
+
+
 def test_json_nested_too_deeply_is_a_parse_error_not_a_500(served: Served) -> None:
     headers = {
         "Authorization": f"Bearer {served.ann}",
