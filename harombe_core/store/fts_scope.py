@@ -19,6 +19,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from harombe_core.store import fts
 from harombe_core.store.base import KeywordHit, SearchScope
 from harombe_core.store.fts import (
     COMMON_MIN_ROWS,
@@ -43,7 +44,7 @@ from harombe_core.store.fts import (
 from harombe_core.store.rows import MESSAGE_COLUMNS, row_to_message, scope_sql
 from harombe_core.store.runner import Body, Step
 
-__all__ = ["SCOPE_STATISTICS", "facts_search_body", "scoped", "search_body"]
+__all__ = ["SCOPE_STATISTICS", "facts_search_body", "keyword_body", "scoped", "search_body"]
 
 #: Whether a search scoped to a user or a session scores with the scope's own statistics
 #: rather than FTS5's over the whole file (a switch for benchmarks and tests).
@@ -59,6 +60,17 @@ def scoped(scope: SearchScope | None) -> bool:
         and scope is not None
         and (scope.user_id is not None or scope.session_id is not None)
     )
+
+
+def keyword_body(
+    words: Sequence[str], limit: int, scope: SearchScope | None, size: int | None
+) -> Body[list[KeywordHit]]:
+    """The SQLite body of :func:`~harombe_core.store.ops.keyword_search`: a :func:`scoped`
+    scope's here (:func:`search_body`), any other FTS5's own ranking
+    (:func:`harombe_core.store.fts.search_body`; ``size`` is the scope's size)."""
+    if scope is not None and scoped(scope):
+        return (yield from search_body(words, limit, scope))
+    return (yield from fts.search_body(words, limit, scope, size))
 
 
 def search_body(words: Sequence[str], limit: int, scope: SearchScope) -> Body[list[KeywordHit]]:

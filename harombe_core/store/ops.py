@@ -870,9 +870,9 @@ def keyword_search(
     """Messages in ``scope`` matching ``query`` by keyword, best first; ``score`` is positive,
     higher is better.
 
-    The keyword index differs by backend in more than its SQL: on SQLite, FTS5's BM25 over
-    each message and the turn it answers, plus the messages not indexed yet, scored alike
-    (:func:`harombe_core.store.fts.search_body`); on PostgreSQL, full-text rank over the
+    The keyword index differs by backend in more than its SQL: on SQLite, BM25 over each
+    message and the turn it answers, with a user's or session's own statistics in its scope
+    (:mod:`harombe_core.store.fts_scope`), plus the unindexed tail; on PostgreSQL, rank over the
     weighted ``tsvector`` of the same two texts. Both read the words of ``query`` alike (at
     most 64, each quoted: no query syntax gets through), and a query without one asks nothing.
     """
@@ -885,9 +885,7 @@ def keyword_search(
             size = None if scope is None else (yield from scope_size(scope).body(d))
             if size == 0:  # nothing is in scope (an unknown user, or only the excluded one)
                 return []
-            if fts_scope.scoped(scope) and scope is not None:  # each user's own statistics
-                return (yield from fts_scope.search_body(words, limit, scope))
-            return (yield from fts.search_body(words, limit, scope, size))
+            return (yield from fts_scope.keyword_body(words, limit, scope, size))
         where, params = scope_sql(scope)
         sql = (
             f"SELECT {MESSAGE_COLUMNS}, ts_rank(m.fts, q) AS rank "
