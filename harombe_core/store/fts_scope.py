@@ -175,8 +175,8 @@ def _scope_search(
         sparse([(phrase_count(a, phrases[w]), phrase_count(b, phrases[w])) for w in kept])
         for a, b in split
     ]
+    freqs = yield from _scope_instances(matching, kept, minor, phrases, rest=False)
     while True:
-        freqs = yield from _scope_instances(matching, kept, minor, phrases)
         if counts:
             hits = [counts[w] for w in kept]
         else:
@@ -194,9 +194,11 @@ def _scope_search(
             key=lambda pair: (-pair[0], -pair[1]),
         )[:limit]
         # A row holding only minor words scores below ``bound``: if the last row kept scores
-        # at least that, no row left unread could have taken its place.
+        # at least that, no row left unread could have taken its place. Else they are read
+        # too (only they: the others are read already) and everything is ranked again.
         if not minor or (len(best) == limit and best[-1][0] >= bound):
             break
+        freqs.update((yield from _scope_instances(matching, kept, minor, phrases, rest=True)))
         minor = []
     wanted = {mid for _, mid in best if mid in freqs}
     by_id = {int(r[0]): row_to_message(r[:-1]) for r in tail}
@@ -246,17 +248,22 @@ def _scope_instances(
     kept: Sequence[str],
     minor: Sequence[str],
     phrases: dict[str, tuple[str, ...]],
+    *,
+    rest: bool,
 ) -> Body[dict[int, tuple[Instances, int]]]:
-    """Each indexed row of the scope holding a word of ``kept`` that is not in ``minor``:
-    its instances of every word of ``kept`` and its tokens. One pass: highlight() marks the
-    instances of all the words (the tokenizer's own work, in SQLite), and the marked text
-    says which word each is."""
+    """Each indexed row of the scope holding a word of ``kept`` that is not in ``minor`` (with
+    ``rest``: each holding only words of ``minor``): its instances of every word of ``kept``
+    and its tokens. One pass: highlight() marks the instances of all the words (the
+    tokenizer's own work, in SQLite), and the marked text says which word each is."""
     major = [w for w in kept if w not in minor]
-    if not major:
+    if rest:
+        match = f"({fts_query(minor)}) NOT ({fts_query(major)})"
+    elif not major:
         return {}
-    match = fts_query(major) or ""
-    if minor:  # rows with a major word; highlight() marks the minor words in them too
-        match = f"({match}) AND ({fts_query(kept)})"
+    elif minor:  # rows with a major word; highlight() marks the minor words in them too
+        match = f"({fts_query(major)}) AND ({fts_query(kept)})"
+    else:
+        match = fts_query(major) or ""
     sql, args = matching(
         ", highlight(messages_fts, 0, ?, ?) AS a, highlight(messages_fts, 1, ?, ?) AS b",
         [_OPEN, _CLOSE, _OPEN, _CLOSE],
