@@ -478,9 +478,16 @@ def bm25(
         score = 0.0
         norm = K1 * (1 - B + B * length / average)
         for i, content, context in row:
-            freq = BM25_WEIGHTS[0] * content + BM25_WEIGHTS[1] * context
+            # In FTS5's order of operations, so that a score equals its bm25() to the last
+            # bit: each instance adds its column's weight, content's before context's, and
+            # the idf multiplies the fraction.
+            freq = 0.0
+            for _ in range(content):
+                freq += BM25_WEIGHTS[0]
+            for _ in range(context):
+                freq += BM25_WEIGHTS[1]
             if freq:
-                score += idf[i] * (freq * (K1 + 1)) / (freq + norm)
+                score += idf[i] * ((freq * (K1 + 1)) / (freq + norm))
         scores.append(score)
     return scores
 
@@ -566,7 +573,7 @@ def search_body(
         sql = (
             f"SELECT {MESSAGE_COLUMNS}, f.rank FROM (SELECT rowid, rank FROM "
             f"messages_fts WHERE messages_fts MATCH ? AND rank MATCH 'bm25({_BM25})' "
-            "ORDER BY rank LIMIT ?) f JOIN messages m ON m.id = f.rowid ORDER BY f.rank"
+            "ORDER BY rank, rowid DESC LIMIT ?) f JOIN messages m ON m.id = f.rowid"
         )
         indexed = (yield Step(sql, [match, limit])).rows
     elif (
@@ -585,7 +592,7 @@ def search_body(
         sql = (
             f"SELECT {MESSAGE_COLUMNS}, f.rank FROM ({inner}) f "
             "JOIN messages m ON m.id = f.rowid JOIN sessions s ON s.id = m.session_id "
-            f"WHERE 1 = 1{where} ORDER BY f.rank LIMIT ?"
+            f"WHERE 1 = 1{where} ORDER BY f.rank, f.rowid DESC LIMIT ?"
         )
         args = [value for low, high in spans for value in (match, low, high)]
         if spans:
@@ -600,8 +607,8 @@ def search_body(
             f"bm25(messages_fts, {_BM25}) AS rank FROM messages_fts "
             f"WHERE messages_fts MATCH ?{id_range} AND +rowid IN (SELECT m.id FROM "
             f"messages m JOIN sessions s ON s.id = m.session_id WHERE 1 = 1{where}) "
-            "ORDER BY rank LIMIT ?) f JOIN messages m ON m.id = f.rowid "
-            f"JOIN sessions s ON s.id = m.session_id WHERE 1 = 1{where} ORDER BY f.rank"
+            "ORDER BY rank, rowid DESC LIMIT ?) f JOIN messages m ON m.id = f.rowid "
+            f"JOIN sessions s ON s.id = m.session_id WHERE 1 = 1{where}"
         )
         indexed = (yield Step(sql, [match, *range_params, *params, limit, *params])).rows
     else:
@@ -609,7 +616,7 @@ def search_body(
             f"SELECT {MESSAGE_COLUMNS}, bm25(messages_fts, {_BM25}) AS rank "
             "FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid "
             "JOIN sessions s ON s.id = m.session_id "
-            f"WHERE messages_fts MATCH ?{where}{id_range} ORDER BY rank LIMIT ?"
+            f"WHERE messages_fts MATCH ?{where}{id_range} ORDER BY rank, m.id DESC LIMIT ?"
         )
         indexed = (yield Step(sql, [match, *params, *range_params, limit])).rows
     hits = [KeywordHit(row_to_message(r[:-1]), -float(r[-1])) for r in indexed]
@@ -621,6 +628,8 @@ def search_body(
             for r, score in zip(tail, scores, strict=True)
             if score > 0
         ]
+    # Ties go to the newer message, here and in every cut above (``rowid DESC``), as in the
+    # scoped search (:mod:`harombe_core.store.fts_scope`).
     hits.sort(key=lambda h: (-h.score, -(h.message.id or 0)))
     return hits[:limit]
 

@@ -73,11 +73,40 @@ def keyword_body(
     return (yield from fts.search_body(words, limit, scope, size))
 
 
+def _whole_file(scope: SearchScope) -> Body[bool]:
+    """Whether ``scope`` holds every message of the file (the file has one user, or one
+    session). With every message indexed, its statistics are then the index's, and FTS5's
+    own ranking, unscoped, gives the same results to the last bit (``fts.bm25`` follows
+    FTS5's arithmetic, and both break ties to the newer message) at a fraction of the cost:
+    no pass over the scope's rows. A filter beyond the user and the session (roles, dates, an
+    excluded session) narrows the scope below the file, so it is never the whole file here.
+    One seek in the sessions' user index."""
+    if scope.roles is not None or scope.since is not None or scope.until is not None:
+        return False
+    if scope.exclude_session_id is not None:
+        return False
+    other: list[str] = []
+    params: list[Any] = []
+    if scope.user_id is not None:
+        other.append("user_id IS NOT ?")
+        params.append(scope.user_id)
+    if scope.session_id is not None:
+        other.append("id IS NOT ?")
+        params.append(scope.session_id)
+    rows = (
+        yield Step(f"SELECT EXISTS (SELECT 1 FROM sessions WHERE {' OR '.join(other)})", params)
+    ).rows
+    return not rows[0][0]
+
+
 def search_body(words: Sequence[str], limit: int, scope: SearchScope) -> Body[list[KeywordHit]]:
     """The SQLite body of :func:`~harombe_core.store.ops.keyword_search` for a :func:`scoped`
     scope: one read snapshot, the index as it is plus the scope's messages not indexed yet
     (scored alike, as part of the scope), best first (ties to the newer message)."""
     path, upto, _, tail = yield from read_tail(scope)
+    if not tail and (yield from _whole_file(scope)):
+        # Every message is in the scope and indexed: FTS5 ranks and cuts on its own.
+        return (yield from fts.search_body(words, limit, None, None))
     split = split_tail([(r[3], r[-1]) for r in tail])
     if tail:
         behind(path, len(tail))

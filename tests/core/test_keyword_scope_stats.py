@@ -19,6 +19,7 @@ import pytest
 from harombe_core import MemoryManager, Message
 from harombe_core.store import fts_scope, ops
 from harombe_core.store.base import SearchScope
+from harombe_core.store.runner import Body
 from harombe_core.testing import FakeEmbedder
 
 B_WORDS = ["ferret", "allergy", "kowalski", "garden", "running", "penicillin", "tomato", "the"]
@@ -135,16 +136,43 @@ def test_facts_ids_agree_between_the_files(files: tuple[MemoryManager, MemoryMan
         assert shared.store.run(fts_facts(query)) == alone.store.run(fts_facts(query))
 
 
-def test_a_user_alone_in_the_file_scores_as_fts5_does(tmp_path: Path) -> None:
-    """With one user the scope is the file: its scores are FTS5's own bm25 (same formula)."""
+def test_a_user_alone_in_the_file_scores_as_fts5_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With one user, fully indexed, the scope is the file: FTS5 ranks it on its own (no pass
+    over the scope's rows), and the results are the scope scoring's to the last bit: the same
+    hits, order (ties to the newer message, at every cut), and scores."""
     mm = _build(tmp_path / "alone.db", with_a=False)
     with mm:
-        for query in QUERIES:
-            mine = mm.store.keyword_search(query, limit=100, scope=SearchScope(user_id="b"))
-            theirs = mm.store.keyword_search(query, limit=100)
-            assert {h.message.id: round(h.score, 9) for h in mine} == {
-                h.message.id: round(h.score, 9) for h in theirs
-            }
+        asked = [
+            (query, scope, limit)
+            for query in [*QUERIES, "note", "the note ferret"]
+            for scope in (SearchScope(user_id="b"), SearchScope(session_id="b1"))
+            for limit in (1, 3, 25, 100)
+        ]
+
+        def results() -> list[list[tuple[int, float]]]:
+            return [
+                [(h.message.id or 0, h.score) for h in mm.store.keyword_search(q, limit=n, scope=s)]
+                for q, s, n in asked
+            ]
+
+        whole = results()
+        by_user = [i for i, (_, scope, _) in enumerate(asked) if scope.session_id is None]
+        assert [whole[i] for i in by_user] == [
+            [(h.message.id or 0, h.score) for h in mm.store.keyword_search(q, limit=n)]
+            for q, _, n in (asked[i] for i in by_user)
+        ]
+        monkeypatch.setattr(fts_scope, "_whole_file", _never_whole)
+        forced = results()
+        assert any(whole)
+        assert forced == whole
+
+
+def _never_whole(scope: SearchScope) -> Body[bool]:
+    """``fts_scope._whole_file`` answering no: the scope is scored with its own statistics."""
+    return False
+    yield  # a body of SQL steps that runs none
 
 
 def test_the_file_statistics_leak_without_scope_statistics(
