@@ -19,6 +19,7 @@ from harombe_core.facts.consolidate import Current, decide
 from harombe_core.facts.models import Fact, FactProposal, FactSource, SessionState
 from harombe_core.store.erasure import mark_erased
 from harombe_core.store.fts import fts_query, pg_query, query_words
+from harombe_core.store.fts_scope import facts_search_body
 from harombe_core.store.rows import corrupt_row, from_micros, time_problem, to_micros
 from harombe_core.store.runner import Body, Dialect, Op
 from harombe_core.store.schema import TS_CONFIG
@@ -491,16 +492,9 @@ def keyword_facts(
         if match is None:
             return []
         if d.name == "sqlite":
-            # The keyword index first, once, then each match's fact by its id. Not the user's
-            # facts first with a rowid lookup each: FTS5 evaluates the whole MATCH again for
-            # every rowid it is asked for, so that plan cost the user's facts times the
-            # query's matches (26 ms for a user with 184 facts, against 0.3 ms this way).
-            sql = (
-                "SELECT f.id, -bm25(facts_fts) FROM facts_fts CROSS JOIN facts f ON "
-                f"f.id = facts_fts.rowid WHERE facts_fts MATCH ? AND f.user_id = ?{alive} "
-                "ORDER BY bm25(facts_fts) LIMIT ?"
-            )
-            rows = (yield d.step(sql, (match, user_id, limit))).rows
+            # Scored with the user's own statistics, not FTS5's over every user's facts (so
+            # nothing another user writes moves these scores): see fts.facts_search_body.
+            return (yield from facts_search_body(words, user_id, current, limit))
         else:
             # The words as the messages' keyword search reads them (Chinese, Japanese and
             # Korean as phrases of their characters, as the facts' index holds them).

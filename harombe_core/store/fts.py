@@ -48,21 +48,37 @@ from harombe_core.store.unspaced import UNSPACED, spaced, sql_spaced
 from harombe_core.store.unspaced import phrase as spaced_phrase
 
 __all__ = [
+    "BM25_WEIGHTS",
+    "COMMON_MIN_ROWS",
+    "K1",
     "KEYWORD_MARK",
     "TAIL_LIMIT",
+    "B",
+    "Instances",
     "KeywordIndexer",
+    "Split",
     "TermCounts",
+    "behind",
+    "bm25",
     "catch_up",
     "fts_query",
     "index_terms",
     "keyword_indexer",
     "pg_query",
+    "phrase_count",
     "query_words",
+    "rarer_words",
+    "read_tail",
     "rebuild_body",
     "score_tail",
     "search_body",
+    "span_rows",
+    "sparse",
     "split_tail",
     "tail_rows",
+    "tokens",
+    "totals",
+    "varint",
 ]
 
 log = logging.getLogger(__name__)
@@ -71,7 +87,7 @@ KEYWORD_MARK = "keyword_index_upto"
 #: BM25 column weights: the turn a message answers counts 0.4 against the message itself.
 BM25_WEIGHTS = (1.0, 0.4)
 #: FTS5's bm25() constants (fts5_aux.c).
-_K1, _B = 1.2, 0.75
+K1, B = 1.2, 0.75
 #: The most unindexed messages a search scores itself (the newest ones). The tail is longer
 #: only when no writer indexes it (a read-only file, a crashed writer): it is then logged once.
 TAIL_LIMIT = 5_000
@@ -135,18 +151,24 @@ _TERMS_LOCK = threading.Lock()
 _TERMS_DB: list[sqlite3.Connection] = []
 
 
+def _terms_db() -> sqlite3.Connection:
+    """The in-memory FTS5 table that tokenizes as the keyword index does (``_TERMS_LOCK``
+    held)."""
+    if not _TERMS_DB:
+        db = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+        db.execute(f"CREATE VIRTUAL TABLE words USING fts5(word, tokenize = '{TOKENIZER}')")
+        db.execute("CREATE VIRTUAL TABLE word_terms USING fts5vocab(words, 'instance')")
+        _TERMS_DB.append(db)
+    return _TERMS_DB[0]
+
+
 def tokens(text: str) -> tuple[str, ...]:
     """``text`` as the keyword index holds it: FTS5's own tokenizer, so case-folded, accents
     removed and porter-stemmed exactly as the messages were ("running" -> "run")."""
     if not text or type(text) is not str:  # not text: a blob written into a row by hand
         return ()
     with _TERMS_LOCK:
-        if not _TERMS_DB:
-            db = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
-            db.execute(f"CREATE VIRTUAL TABLE words USING fts5(word, tokenize = '{TOKENIZER}')")
-            db.execute("CREATE VIRTUAL TABLE word_terms USING fts5vocab(words, 'instance')")
-            _TERMS_DB.append(db)
-        db = _TERMS_DB[0]
+        db = _terms_db()
         db.execute("BEGIN")
         try:
             db.execute("INSERT INTO words (rowid, word) VALUES (1, ?)", (spaced(text),))
@@ -366,7 +388,7 @@ class TermCounts:
         )
 
 
-def _varint(data: bytes, at: int) -> tuple[int, int]:
+def varint(data: bytes, at: int) -> tuple[int, int]:
     """One SQLite varint of ``data`` at ``at``: (value, next offset)."""
     value = 0
     for i in range(8):
@@ -382,15 +404,15 @@ def _parse_totals(block: Any) -> tuple[int, int]:
     if not block:
         return 0, 0
     data = bytes(block)
-    rows, at = _varint(data, 0)
+    rows, at = varint(data, 0)
     total = 0
     while at < len(data):
-        size, at = _varint(data, at)
+        size, at = varint(data, at)
         total += size
     return rows, total
 
 
-def _phrase_count(doc: tuple[str, ...], phrase: tuple[str, ...]) -> int:
+def phrase_count(doc: tuple[str, ...], phrase: tuple[str, ...]) -> int:
     n = len(phrase)
     if n == 0:
         return 0
@@ -410,7 +432,7 @@ def split_tail(docs: Sequence[tuple[str, str]]) -> list[Split]:
 
 def tail_rows(split: Sequence[Split], phrase: tuple[str, ...]) -> int:
     """How many tail messages hold ``phrase`` in either column (its row count, once indexed)."""
-    return sum(1 for a, b in split if _phrase_count(a, phrase) or _phrase_count(b, phrase))
+    return sum(1 for a, b in split if phrase_count(a, phrase) or phrase_count(b, phrase))
 
 
 def score_tail(split: Sequence[Split], words: Sequence[str], counts: TermCounts) -> list[float]:
@@ -423,37 +445,62 @@ def score_tail(split: Sequence[Split], words: Sequence[str], counts: TermCounts)
         return [0.0] * len(split)
     rows = counts.rows + len(split)
     total = counts.tokens + sum(len(a) + len(b) for a, b in split)
-    average = total / rows if rows else 1.0
-    idf: list[float] = []
-    for phrase in phrases:
-        hits = min(counts.rows_of.get(t, 0) for t in phrase) + tail_rows(split, phrase)
-        # Counts are cached between searches, so a term can seem to be in more rows than the
-        # store now holds (rows deleted, or indexed since); no term is in more than all of them.
-        hits = min(hits, rows)
-        idf.append(max(math.log((rows - hits + 0.5) / (hits + 0.5)), 1e-6))
+    # Counts are cached between searches, so a term can seem to be in more rows than the
+    # store now holds (rows deleted, or indexed since); no term is in more than all of them.
+    hits = [
+        min(min(counts.rows_of.get(t, 0) for t in phrase) + tail_rows(split, phrase), rows)
+        for phrase in phrases
+    ]
+    freqs = [sparse([(phrase_count(a, p), phrase_count(b, p)) for p in phrases]) for a, b in split]
+    return bm25(freqs, [len(a) + len(b) for a, b in split], hits, rows, total)
+
+
+#: A row's instances of the query's phrases: ``(phrase index, in content, in context)`` for
+#: each phrase it holds, by increasing phrase index.
+Instances = list[tuple[int, int, int]]
+
+
+def bm25(
+    freqs: Sequence[Instances],
+    lengths: Sequence[int],
+    hits: Sequence[int],
+    rows: int,
+    total: int,
+) -> list[float]:
+    """FTS5's ``bm25(messages_fts, 1.0, 0.4)`` formula (fts5_aux.c), as a positive score, of
+    rows whose statistics are given: ``freqs[row]`` the phrases' instances in the row
+    (:data:`Instances`), ``lengths[row]`` the row's tokens, ``hits[phrase]`` the rows holding
+    the phrase among ``rows`` rows of ``total`` tokens. A row matching no phrase scores 0."""
+    average = (total / rows if rows else 1.0) or 1.0
+    idf = [max(math.log((rows - n + 0.5) / (n + 0.5)), 1e-6) for n in hits]
     scores = []
-    for content, context in split:
-        length = len(content) + len(context)
+    for row, length in zip(freqs, lengths, strict=True):
         score = 0.0
-        for phrase, weight in zip(phrases, idf, strict=True):
-            freq = BM25_WEIGHTS[0] * _phrase_count(content, phrase) + BM25_WEIGHTS[
-                1
-            ] * _phrase_count(context, phrase)
+        norm = K1 * (1 - B + B * length / average)
+        for i, content, context in row:
+            # In FTS5's order of operations, so that a score equals its bm25() to the last
+            # bit: each instance adds its column's weight, content's before context's, and
+            # the idf multiplies the fraction.
+            freq = 0.0
+            for _ in range(content):
+                freq += BM25_WEIGHTS[0]
+            for _ in range(context):
+                freq += BM25_WEIGHTS[1]
             if freq:
-                score += (
-                    weight
-                    * (freq * (_K1 + 1))
-                    / (freq + _K1 * (1 - _B + _B * length / (average or 1.0)))
-                )
+                score += idf[i] * ((freq * (K1 + 1)) / (freq + norm))
         scores.append(score)
     return scores
 
 
+def sparse(counts: Sequence[tuple[int, int]]) -> Instances:
+    return [(i, a, b) for i, (a, b) in enumerate(counts) if a or b]
+
+
 # the search ----------------------------------------------------------------------------------
 #: Common words (see :func:`_drop_common_words`): a word in more than this share of the rows,
-#: and in more than ``_COMMON_MIN_ROWS`` rows, is left out when the query has rarer ones.
+#: and in more than ``COMMON_MIN_ROWS`` rows, is left out when the query has rarer ones.
 _COMMON_SHARE = 0.05
-_COMMON_MIN_ROWS = 2_000
+COMMON_MIN_ROWS = 2_000
 _KEEP_WHEN_ALL_COMMON = 2
 #: Scopes of at most this many messages filter keyword matches by their listed ids.
 _SMALL_SCOPE = 5_000
@@ -473,6 +520,29 @@ _FILES_REMEMBERED = 64
 _WARNED_LONG_TAIL: set[str] = set()
 
 
+def read_tail(scope: SearchScope | None) -> Body[tuple[str, int, int, list[Any]]]:
+    """The file's path (\'\' in memory), the keyword index's mark, the highest message id, and
+    the scope's messages above the mark (the tail, newest first, at most ``TAIL_LIMIT``;
+    each row the message's columns and the turn it answers)."""
+    where, params = scope_sql(scope)
+    path, upto, newest = (
+        yield Step(
+            "SELECT (SELECT file FROM pragma_database_list WHERE name = 'main'), "
+            f"COALESCE({_MARK_SQL}, (SELECT MAX(rowid) FROM messages_fts), 0), "
+            "(SELECT MAX(id) FROM messages)",
+        )
+    ).rows[0]
+    tail = (
+        yield Step(
+            f"SELECT {MESSAGE_COLUMNS}, {CONTEXT_SQL} FROM messages m "
+            f"JOIN sessions s ON s.id = m.session_id WHERE m.id > ?{where} "
+            "ORDER BY m.id DESC LIMIT ?",
+            [int(upto), *params, TAIL_LIMIT],
+        )
+    ).rows
+    return str(path or ""), int(upto), int(newest or 0), list(tail)
+
+
 def search_body(
     words: Sequence[str], limit: int, scope: SearchScope | None, size: int | None
 ) -> Body[list[KeywordHit]]:
@@ -489,23 +559,9 @@ def search_body(
     """
     where, params = scope_sql(scope)
     id_range, range_params = _fts_id_range(scope)
-    path, upto, newest = (
-        yield Step(
-            "SELECT (SELECT file FROM pragma_database_list WHERE name = 'main'), "
-            f"COALESCE({_MARK_SQL}, (SELECT MAX(rowid) FROM messages_fts), 0), "
-            "(SELECT MAX(id) FROM messages)",
-        )
-    ).rows[0]
-    tail = (
-        yield Step(
-            f"SELECT {MESSAGE_COLUMNS}, {CONTEXT_SQL} FROM messages m "
-            f"JOIN sessions s ON s.id = m.session_id WHERE m.id > ?{where} "
-            "ORDER BY m.id DESC LIMIT ?",
-            [int(upto), *params, TAIL_LIMIT],
-        )
-    ).rows
+    path, _, newest, tail = yield from read_tail(scope)
     split = split_tail([(r[3], r[-1]) for r in tail])
-    kept = yield from _drop_common_words(words, split, path or "", int(newest or 0))
+    kept = yield from _drop_common_words(words, split, path, newest)
     match = fts_query(kept)
     # The tail is scored with the index's counts read in this same snapshot, never cached
     # ones: a message then scores exactly as it will once indexed.
@@ -517,7 +573,7 @@ def search_body(
         sql = (
             f"SELECT {MESSAGE_COLUMNS}, f.rank FROM (SELECT rowid, rank FROM "
             f"messages_fts WHERE messages_fts MATCH ? AND rank MATCH 'bm25({_BM25})' "
-            "ORDER BY rank LIMIT ?) f JOIN messages m ON m.id = f.rowid ORDER BY f.rank"
+            "ORDER BY rank, rowid DESC LIMIT ?) f JOIN messages m ON m.id = f.rowid"
         )
         indexed = (yield Step(sql, [match, limit])).rows
     elif (
@@ -536,7 +592,7 @@ def search_body(
         sql = (
             f"SELECT {MESSAGE_COLUMNS}, f.rank FROM ({inner}) f "
             "JOIN messages m ON m.id = f.rowid JOIN sessions s ON s.id = m.session_id "
-            f"WHERE 1 = 1{where} ORDER BY f.rank LIMIT ?"
+            f"WHERE 1 = 1{where} ORDER BY f.rank, f.rowid DESC LIMIT ?"
         )
         args = [value for low, high in spans for value in (match, low, high)]
         if spans:
@@ -551,8 +607,8 @@ def search_body(
             f"bm25(messages_fts, {_BM25}) AS rank FROM messages_fts "
             f"WHERE messages_fts MATCH ?{id_range} AND +rowid IN (SELECT m.id FROM "
             f"messages m JOIN sessions s ON s.id = m.session_id WHERE 1 = 1{where}) "
-            "ORDER BY rank LIMIT ?) f JOIN messages m ON m.id = f.rowid "
-            f"JOIN sessions s ON s.id = m.session_id WHERE 1 = 1{where} ORDER BY f.rank"
+            "ORDER BY rank, rowid DESC LIMIT ?) f JOIN messages m ON m.id = f.rowid "
+            f"JOIN sessions s ON s.id = m.session_id WHERE 1 = 1{where}"
         )
         indexed = (yield Step(sql, [match, *range_params, *params, limit, *params])).rows
     else:
@@ -560,23 +616,25 @@ def search_body(
             f"SELECT {MESSAGE_COLUMNS}, bm25(messages_fts, {_BM25}) AS rank "
             "FROM messages_fts JOIN messages m ON m.id = messages_fts.rowid "
             "JOIN sessions s ON s.id = m.session_id "
-            f"WHERE messages_fts MATCH ?{where}{id_range} ORDER BY rank LIMIT ?"
+            f"WHERE messages_fts MATCH ?{where}{id_range} ORDER BY rank, m.id DESC LIMIT ?"
         )
         indexed = (yield Step(sql, [match, *params, *range_params, limit])).rows
     hits = [KeywordHit(row_to_message(r[:-1]), -float(r[-1])) for r in indexed]
     if tail:
-        _behind(path or "", len(tail))
+        behind(path or "", len(tail))
         scores = score_tail(split, kept, counts)
         hits += [
             KeywordHit(row_to_message(r[:-1]), score)
             for r, score in zip(tail, scores, strict=True)
             if score > 0
         ]
+    # Ties go to the newer message, here and in every cut above (``rowid DESC``), as in the
+    # scoped search (:mod:`harombe_core.store.fts_scope`).
     hits.sort(key=lambda h: (-h.score, -(h.message.id or 0)))
     return hits[:limit]
 
 
-def _behind(path: str, unindexed: int) -> None:
+def behind(path: str, unindexed: int) -> None:
     """A search found ``unindexed`` messages the index lacks in the file at ``path``: have the
     file's indexer in this process catch up (a writer that stopped before indexing, or one
     lagging; an in-memory file indexes as it is written), and say once when the tail is so
@@ -606,7 +664,7 @@ def _drop_common_words(
     With ``ORDER BY rank LIMIT``, FTS5 scores every row that matches any of the OR-ed words
     (one document-size lookup each), so a single word found in a third of the rows makes the
     search cost a third of the store. A word is left out when it is in more than
-    ``_COMMON_SHARE`` (5 %) of the indexed rows and more than ``_COMMON_MIN_ROWS`` (2,000)
+    ``_COMMON_SHARE`` (5 %) of the indexed rows and more than ``COMMON_MIN_ROWS`` (2,000)
     rows, and the query has a rarer word. Its BM25 weight (idf at most ln(19) = 2.9, against
     about 9 for a word in a handful of rows) barely moves the order of the rows the rarer
     words find, and the rows only it would add mostly rank below those. Below 2,000 rows
@@ -627,7 +685,13 @@ def _drop_common_words(
             terms = index_terms(word)
             if terms:
                 counts[word] += tail_rows(tail, terms)
-    threshold = max(rows * _COMMON_SHARE, _COMMON_MIN_ROWS)
+    return rarer_words(words, counts, rows)
+
+
+def rarer_words(words: Sequence[str], counts: dict[str, int], rows: int) -> list[str]:
+    """``words`` without the common ones, given each word's rows ``counts`` among ``rows``
+    rows (the rule is :func:`_drop_common_words`')."""
+    threshold = max(rows * _COMMON_SHARE, COMMON_MIN_ROWS)
     kept = [w for w in words if counts[w] <= threshold]
     if not any(counts[w] for w in kept):  # what is left would match no row
         found = sorted((w for w in words if counts[w]), key=lambda w: counts[w])
@@ -650,7 +714,7 @@ def _word_rows(words: Sequence[str], path: str, newest: int) -> Body[tuple[dict[
     with _TERM_COUNTS_LOCK:
         counts = _TERM_COUNTS.get(path) if path else None
     if counts is None or counts.stale(newest):
-        rows, tokens = yield from _totals()
+        rows, tokens = yield from totals()
         counts = TermCounts(rows, newest, time.monotonic(), tokens)
         if path:
             with _TERM_COUNTS_LOCK:
@@ -662,7 +726,7 @@ def _word_rows(words: Sequence[str], path: str, newest: int) -> Body[tuple[dict[
     return out, counts.rows
 
 
-def _totals() -> Body[tuple[int, int]]:
+def totals() -> Body[tuple[int, int]]:
     """(rows, tokens over every column) of the keyword index: FTS5's own averages record,
     which is what its bm25() divides by, read in one lookup."""
     rows = (yield Step("SELECT block FROM messages_fts_data WHERE id = 1")).rows
@@ -686,18 +750,15 @@ def _exact_counts(words: Sequence[str]) -> Body[TermCounts]:
     """The keyword index's row and token totals and the row count of each term of ``words``,
     read in the caller's snapshot: what FTS5's bm25() would use now. Each count reads that
     term's list of rows, as FTS5's own scoring of the term does."""
-    rows, tokens = yield from _totals()
+    rows, tokens = yield from totals()
     counts = TermCounts(rows=rows, tokens=tokens)
     yield from _count_terms(counts, words)
     return counts
 
 
-def _session_spans(scope: SearchScope) -> Body[list[tuple[int, int]] | None]:
-    """The first and last message id of each session in a user or session scope, or None
-    when searching them one by one does not pay: they are too many, or they overlap
-    (sessions written at the same time interleave, and each span would be read again; the
-    listed ids are then the cheaper filter). Two index seeks per session: the sessions'
-    sizes do not matter."""
+def span_rows(scope: SearchScope, cap: int) -> Body[list[tuple[int, int]] | None]:
+    """(first id, last id) of up to ``cap + 1`` non-empty sessions of a user or session scope,
+    sorted; None if the scope names neither."""
     if scope.session_id is not None:
         sql, params = "SELECT s.id FROM sessions s WHERE s.id = ?", [scope.session_id]
     elif scope.user_id is not None:
@@ -711,14 +772,22 @@ def _session_spans(scope: SearchScope) -> Body[list[tuple[int, int]] | None]:
         yield Step(
             "SELECT (SELECT MIN(id) FROM messages WHERE session_id = x.id), "
             "(SELECT MAX(id) FROM messages WHERE session_id = x.id) "
-            f"FROM ({sql} AND s.message_count > 0 LIMIT {_MAX_SPANS + 1}) x",
+            f"FROM ({sql} AND s.message_count > 0 LIMIT {cap + 1}) x",
             params,
         )
     ).rows
-    found = [(int(a), int(b)) for a, b in spans if a is not None]
-    if len(spans) > _MAX_SPANS:
+    return sorted((int(a), int(b)) for a, b in spans if a is not None)
+
+
+def _session_spans(scope: SearchScope) -> Body[list[tuple[int, int]] | None]:
+    """The first and last message id of each session in a user or session scope, or None
+    when searching them one by one does not pay: they are too many, or they overlap
+    (sessions written at the same time interleave, and each span would be read again; the
+    listed ids are then the cheaper filter). Two index seeks per session: the sessions'
+    sizes do not matter."""
+    found = yield from span_rows(scope, _MAX_SPANS)
+    if found is None or len(found) > _MAX_SPANS:
         return None
-    found.sort()
     if any(later[0] < earlier[1] for earlier, later in itertools.pairwise(found)):
         return None
     return found

@@ -20,7 +20,7 @@ from typing import Any
 from harombe_core.errors import InvalidInputError, SessionNotFoundError
 from harombe_core.models import Message, Session
 from harombe_core.owners import check_owner
-from harombe_core.store import fts
+from harombe_core.store import fts, fts_scope
 from harombe_core.store.base import UNSET, KeywordHit, SearchScope, adjacent_ids_sql
 from harombe_core.store.context_sql import important_before_sql, is_threaded_sql, thread_path_sql
 from harombe_core.store.erasure import mark_erased, relink_successors
@@ -870,9 +870,9 @@ def keyword_search(
     """Messages in ``scope`` matching ``query`` by keyword, best first; ``score`` is positive,
     higher is better.
 
-    The keyword index differs by backend in more than its SQL: on SQLite, FTS5's BM25 over
-    each message and the turn it answers, plus the messages not indexed yet, scored alike
-    (:func:`harombe_core.store.fts.search_body`); on PostgreSQL, full-text rank over the
+    The keyword index differs by backend in more than its SQL: on SQLite, BM25 over each
+    message and the turn it answers, with a user's or session's own statistics in its scope
+    (:mod:`harombe_core.store.fts_scope`), plus the unindexed tail; on PostgreSQL, rank over the
     weighted ``tsvector`` of the same two texts. Both read the words of ``query`` alike (at
     most 64, each quoted: no query syntax gets through), and a query without one asks nothing.
     """
@@ -885,7 +885,7 @@ def keyword_search(
             size = None if scope is None else (yield from scope_size(scope).body(d))
             if size == 0:  # nothing is in scope (an unknown user, or only the excluded one)
                 return []
-            return (yield from fts.search_body(words, limit, scope, size))
+            return (yield from fts_scope.keyword_body(words, limit, scope, size))
         where, params = scope_sql(scope)
         sql = (
             f"SELECT {MESSAGE_COLUMNS}, ts_rank(m.fts, q) AS rank "

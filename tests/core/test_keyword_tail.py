@@ -92,10 +92,17 @@ def test_a_message_is_found_before_it_is_indexed_and_ranks_the_same_after(
         store.index_keywords()
         assert _unindexed(with_tail) == 0
         after = store.keyword_search("zeppelin lake", limit=3)
+        scoped_after = store.keyword_search(
+            "zeppelin lake", limit=3, scope=SearchScope(user_id="u")
+        )
     finally:
         store.close()
     assert before[0].message.content == FRESH
     assert scoped[0].message.content == FRESH
+    # scored with the user's own statistics, the tail counting as part of them: the same
+    # before and after it is indexed
+    assert [h.message.id for h in scoped] == [h.message.id for h in scoped_after]
+    assert [h.score for h in scoped] == pytest.approx([h.score for h in scoped_after], rel=1e-9)
     assert [h.message.id for h in before] == [h.message.id for h in after]
     # the tail is scored with FTS5's own formula, on the same totals it then uses
     assert before[0].score == pytest.approx(after[0].score, rel=1e-6)

@@ -113,7 +113,7 @@ def old_sqlite(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     with monkeypatch.context() as old:
         old.setattr(sqlite_module, "MIGRATIONS", sqlite_module.MIGRATIONS[:16])
         old.setattr(sqlite_module, "SCHEMA_VERSION", 16)
-        old.setattr(sqlite_file, "spaced", lambda text: text)
+        old.setattr(sqlite_file, "sql_spaced", lambda value: value)
         old.setattr(fact_ops, "spaced", lambda text: text)
         with MemoryManager(path, embedding=None, user_memory=True) as mm:
             _save(mm)
