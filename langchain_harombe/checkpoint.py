@@ -88,6 +88,7 @@ from harombe_core.integration import (
     SqlRunner,
     SummaryFolder,
     Work,
+    items,
     pending,
     sql_runner,
 )
@@ -406,7 +407,9 @@ class HarombeSaver(ClosesOnExit, BaseCheckpointSaver[str]):
             wanted = dict(filter)
 
             def matches(metadata: dict[str, Any]) -> bool:
-                return all(_metadata_value(metadata, k) == v for k, v in wanted.items())
+                # A key as written, else a dotted path into nested metadata (as SqliteSaver
+                # reads it; InMemorySaver and PostgresSaver match keys as written).
+                return all(items.filter_field(metadata, k) == v for k, v in wanted.items())
 
         return _Listing(self._tables, filters, matches, limit, config_user(config))
 
@@ -576,20 +579,6 @@ class _Listing:
         if self.left is not None:
             self.left -= len(kept)
         return kept
-
-
-def _metadata_value(metadata: dict[str, Any], key: str) -> Any:
-    """The value a ``list`` filter key names: the key as written (as ``InMemorySaver`` and
-    ``PostgresSaver`` match it), else, for a dotted key, the nested value it is a path to (as
-    ``SqliteSaver`` matches ``{"user.access-level": ...}``)."""
-    if key in metadata or "." not in key:
-        return metadata.get(key)
-    value: Any = metadata
-    for part in key.split("."):
-        if not isinstance(value, dict) or part not in value:
-            return None
-        value = value[part]
-    return value
 
 
 def _next_config(plan: PutPlan) -> RunnableConfig:

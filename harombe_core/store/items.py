@@ -46,6 +46,7 @@ __all__ = [
     "check_namespace",
     "delete",
     "encode_values",
+    "filter_field",
     "get",
     "list_namespaces",
     "matches_filter",
@@ -664,9 +665,10 @@ def check_filter(condition: Any, top: bool = True) -> None:
         check_filter(operand, top=False)
 
 
-def _field(value: Mapping[str, Any], key: str) -> Any:
+def filter_field(value: Mapping[str, Any], key: str) -> Any:
     """The value a filter key names: the key itself, else a dotted path through nested
-    objects (``"user.access-level"``), as ``SqliteStore`` reads it; None when missing."""
+    objects (``"user.access-level"``), as ``SqliteStore`` reads it; None when missing. (The
+    checkpointer reads ``list`` filters of checkpoint metadata the same way.)"""
     if key in value:
         return value[key]
     node: Any = value
@@ -679,7 +681,7 @@ def _field(value: Mapping[str, Any], key: str) -> Any:
 
 def matches_filter(value: Mapping[str, Any], condition: Mapping[str, Any]) -> bool:
     """``value`` satisfies a LangGraph filter: every key, a field or dotted path, compares."""
-    return all(_compare(_field(value, key), wanted) for key, wanted in condition.items())
+    return all(_compare(filter_field(value, key), wanted) for key, wanted in condition.items())
 
 
 def _compare(value: Any, condition: Any) -> bool:
