@@ -43,6 +43,7 @@ from harombe_core.store.fts import (
 )
 from harombe_core.store.rows import MESSAGE_COLUMNS, row_to_message, scope_sql
 from harombe_core.store.runner import Body, Step
+from harombe_core.validate import MAX_COUNT
 
 __all__ = ["SCOPE_STATISTICS", "facts_search_body", "keyword_body", "scoped", "search_body"]
 
@@ -116,14 +117,16 @@ def search_body(words: Sequence[str], limit: int, scope: SearchScope) -> Body[li
 def _scope_ranges(scope: SearchScope) -> Body[list[tuple[int, int]] | None]:
     """The rowid ranges that hold a user's or a session's messages: each session's first and
     last id, overlapping ones merged (sessions written at the same time interleave; another
-    user's rows inside a range are read, then left out). None (one range from the scope's
-    first id to its last) for more than ``_MAX_RANGES`` sessions: each range is a seek in
-    every word's row list, so past a few hundred one pass costs less."""
+    user's rows inside a range are read, then left out). One range over every rowid for more
+    than ``_MAX_RANGES`` sessions: each range is a seek in every word's row list, so past a
+    few hundred one pass costs less. None when the scope names no user or session."""
     spans = yield from span_rows(scope, _MAX_RANGES)
     if spans is None:
         return None
     if len(spans) > _MAX_RANGES:
-        return [(spans[0][0], max(high for _, high in spans))]
+        # Only the first sessions were read: one range over every rowid (the scope's ids
+        # keep what is in it), never one that would end before a later session's messages.
+        return [(0, MAX_COUNT)]
     merged: list[tuple[int, int]] = []
     for low, high in sorted(spans):
         if merged and low <= merged[-1][1]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -199,3 +200,25 @@ def test_rows_with_only_common_words_are_skipped_only_when_they_cannot_rank(
     pruned = [shared.store.keyword_search(q, limit=n, scope=s) for q, s, n in asked]
     monkeypatch.setattr(fts_scope, "_minor_words", lambda *args: ([], 0.0))
     assert pruned == [shared.store.keyword_search(q, limit=n, scope=s) for q, s, n in asked]
+
+
+def test_a_user_with_many_sessions_is_searched_in_every_one(tmp_path: Path) -> None:
+    """Past ``_MAX_RANGES`` sessions the scope is read in one pass over every rowid: a word
+    in the user's oldest session (not among the sessions updated last) is found, with
+    another user's sessions between the user's and with a time filter (which keeps the
+    scoped path even for a user alone)."""
+    sessions = fts_scope._MAX_RANGES + 50
+    with MemoryManager(tmp_path / "many.db", embedding=None) as mm:
+        mm.save_message("b0", Message(role="user", content="zeppelin"), user_id="b")
+        for i in range(sessions):
+            mm.save_message(f"b{i}", Message(role="user", content=f"b note {i}"), user_id="b")
+            mm.save_message(f"a{i}", Message(role="user", content=f"a zeppelin {i}"), user_id="a")
+        mm.flush()
+        for scope in (
+            SearchScope(user_id="b"),
+            SearchScope(user_id="b", since=datetime(2000, 1, 1, tzinfo=UTC)),
+        ):
+            hits = mm.store.keyword_search("zeppelin", limit=5, scope=scope)
+            found = [(h.message.session_id, h.message.content) for h in hits]
+            # the turn after it answers it (its keyword context): found too, ranked below
+            assert found == [("b0", "zeppelin"), ("b0", "b note 0")]
