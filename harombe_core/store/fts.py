@@ -544,7 +544,11 @@ def read_tail(scope: SearchScope | None) -> Body[tuple[str, int, int, list[Any]]
 
 
 def search_body(
-    words: Sequence[str], limit: int, scope: SearchScope | None, size: int | None
+    words: Sequence[str],
+    limit: int,
+    scope: SearchScope | None,
+    size: int | None,
+    read: tuple[str, int, int, list[Any]] | None = None,
 ) -> Body[list[KeywordHit]]:
     """The SQLite body of :func:`~harombe_core.store.ops.keyword_search`: BM25 over each
     message and the turn it answers, scoped in the same query, best first (ties to the newer
@@ -555,11 +559,12 @@ def search_body(
     as soon as its save returns; a tail found has the file's indexer catch up soon (its writer
     stopped before indexing it, or lags). Words found in a large share of the rows are left out
     when the query has rarer ones (:func:`_drop_common_words`), so the cost follows the rare
-    words.
+    words. ``read`` is :func:`read_tail`'s answer for ``scope`` when the caller has it, in this
+    snapshot.
     """
     where, params = scope_sql(scope)
     id_range, range_params = _fts_id_range(scope)
-    path, _, newest, tail = yield from read_tail(scope)
+    path, _, newest, tail = read if read is not None else (yield from read_tail(scope))
     split = split_tail([(r[3], r[-1]) for r in tail])
     kept = yield from _drop_common_words(words, split, path, newest)
     match = fts_query(kept)

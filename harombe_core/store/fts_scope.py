@@ -104,10 +104,12 @@ def search_body(words: Sequence[str], limit: int, scope: SearchScope) -> Body[li
     """The SQLite body of :func:`~harombe_core.store.ops.keyword_search` for a :func:`scoped`
     scope: one read snapshot, the index as it is plus the scope's messages not indexed yet
     (scored alike, as part of the scope), best first (ties to the newer message)."""
-    path, upto, _, tail = yield from read_tail(scope)
+    read = yield from read_tail(scope)
+    path, upto, _, tail = read
     if not tail and (yield from _whole_file(scope)):
-        # Every message is in the scope and indexed: FTS5 ranks and cuts on its own.
-        return (yield from fts.search_body(words, limit, None, None))
+        # Every message is in the scope and indexed: FTS5 ranks and cuts on its own (the
+        # file's tail is the scope's, read above: empty).
+        return (yield from fts.search_body(words, limit, None, None, read))
     split = split_tail([(r[3], r[-1]) for r in tail])
     if tail:
         behind(path, len(tail))
