@@ -27,6 +27,17 @@ summaries as extra keys of their turns (``TextKeys``); ``--gather --facts`` gath
 observations extracted as facts through the library's LLM extractor instead, so that
 ``--set fact_weight=0,0.4,0.8`` measures the library's own ``fact_weight``.
 
+``--column late`` adds late interaction (ColBERT-style MaxSim over MiniLM's token vectors,
+names out); ``--map`` trains a linear map of the query embedding on the other conversations'
+question-evidence pairs (per held-out conversation, so no question is scored with a map that
+saw its conversation) and mixes the mapped query's cosine into the candidates' by each
+``--map-shares`` value (``--map-option both=1`` maps the turns' vectors too, ``name_free=1``
+trains on the question without its names, ``kind=1`` diagonal, ``kind=0`` full, ``kind=16``
+rank 16). Neither ships (``docs/ranking.md``); the flags measure them again:
+
+    python benchmarks/locomo_lab.py --data ../shared/data/locomo/locomo_dev.json \\
+        --map --map-option kind=16 --map-option both=1
+
 The
 pickle holds the candidates' messages (the conversations' text): it is written to the
 temporary folder by default and is for this machine only, never for the repository.
@@ -363,6 +374,265 @@ class TextKeys:
         return column
 
 
+def turn_vectors(data: list[dict[str, Any]], embedder: Any, lr: Any) -> list[dict[str, Any]]:
+    """Every turn's stored vector, by ``dia_id``, per conversation: the text the index embeds
+    (``"Speaker: text"``, ``embed_context`` off), through the embedding cache, so the vectors
+    are the ones the candidates' cosines were computed with."""
+    out = []
+    for sample in data:
+        turns = conversation_turns(sample, lr)
+        vectors = np.asarray(embedder.embed([f"{t[1]}: {t[3]}" for t in turns]), dtype=np.float32)
+        out.append({t[2]: vectors[i] for i, t in enumerate(turns)})
+    return out
+
+
+class QueryMap:
+    """A learned linear map of the query embedding (not shipped; ``docs/ranking.md``).
+
+    ``W = I + A`` is trained on the other conversations' questions (leave one conversation
+    out: a question is only ever scored with a map that never saw its conversation) so that
+    ``W q`` lies nearer the question's evidence turns: a listwise softmax (temperature
+    ``temperature``) of each evidence turn against every non-evidence turn of the
+    conversation (all of them, so the candidates' hard negatives are among them), plus
+    ``ridge`` times ``|A|^2`` (toward the identity). ``kind``: 0 full, 1 diagonal, r > 1 low
+    rank ``U V^T`` of rank r. ``both`` maps the turns too (``W q . W d``); ``name_free``
+    trains on the question without the speakers' names. The candidates' cosines (and their
+    name-free cosines) become ``(1 - share) * cos(q, d) + share * cos(W q, d)``, each share a
+    grid point.
+    """
+
+    def __init__(
+        self,
+        data: list[dict[str, Any]],
+        questions: list[Any],
+        found: list[dict[int, Any]],
+        embedder: Any,
+        lr: Any,
+        kind: float = 16,
+        ridge: float = 0.1,
+        temperature: float = 0.05,
+        steps: float = 200,
+        lr_rate: float = 0.01,
+        both: float = 0.0,
+        name_free: float = 0.0,
+        seed: float = 0,
+    ) -> None:
+        import torch
+
+        from harombe_core.ranking import without_names
+
+        torch.manual_seed(int(seed))
+        torch.set_num_threads(1)  # small matrices: threads only spin on a shared machine
+        self.both, self.embedder = bool(both), embedder
+        self.turns = turn_vectors(data, embedder, lr)
+        self.question_vector: list[Any] = []
+        self.free_vector: list[Any] = []
+        for qi, q in enumerate(questions):
+            any_found = next(iter(found[qi].values()))
+            vector = np.asarray(embedder.embed_query(q.text), dtype=np.float32)
+            free = without_names(q.text, any_found.speakers)
+            self.question_vector.append(vector)
+            self.free_vector.append(
+                np.asarray(embedder.embed_query(free), dtype=np.float32)
+                if free and free != q.text
+                else None
+            )
+        conversations = sorted({q.conversation for q in questions})
+        self.maps: dict[int, Any] = {}
+        dim = len(self.question_vector[0])
+        for held in conversations:
+            # One (question vector, turn matrix, evidence mask) per training question.
+            batches = []
+            for c in conversations:
+                if c == held:
+                    continue
+                ids = sorted(self.turns[c])
+                matrix = torch.tensor(np.stack([self.turns[c][i] for i in ids]))
+                at = {d: n for n, d in enumerate(ids)}
+                rows, masks = [], []
+                for qi, q in enumerate(questions):
+                    if q.conversation != c:
+                        continue
+                    vector = self.question_vector[qi]
+                    if name_free and self.free_vector[qi] is not None:
+                        vector = self.free_vector[qi]
+                    mask = np.zeros(len(ids), dtype=bool)
+                    mask[[at[e] for e in q.evidence if e in at]] = True
+                    if mask.any():
+                        rows.append(vector)
+                        masks.append(mask)
+                batches.append(
+                    (matrix, torch.tensor(np.stack(rows)), torch.tensor(np.stack(masks)))
+                )
+            k = int(kind)
+            if k == 0:
+                params = [torch.zeros(dim, dim, requires_grad=True)]
+            elif k == 1:
+                params = [torch.zeros(dim, requires_grad=True)]
+            else:
+                params = [
+                    (0.01 * torch.randn(dim, k)).requires_grad_(),
+                    (0.01 * torch.randn(dim, k)).requires_grad_(),
+                ]
+
+            def delta(params: list[Any] = params, k: int = k) -> Any:
+                if k == 0:
+                    return params[0]
+                if k == 1:
+                    return torch.diag(params[0])
+                return params[0] @ params[1].T
+
+            optimiser = torch.optim.Adam(params, lr=lr_rate)
+            eye = torch.eye(dim)
+            for _ in range(int(steps)):
+                optimiser.zero_grad()
+                w = eye + delta()
+                loss = torch.zeros(())
+                count = 0
+                for matrix, rows, masks in batches:
+                    mq = torch.nn.functional.normalize(rows @ w.T, dim=1)
+                    docs = matrix
+                    if self.both:
+                        docs = torch.nn.functional.normalize(matrix @ w.T, dim=1)
+                    logits = mq @ docs.T / temperature  # [question, turn]
+                    negatives = logits.masked_fill(masks, -torch.inf).logsumexp(dim=1, keepdim=True)
+                    per = (torch.logaddexp(logits, negatives) - logits)[masks]
+                    loss = loss + per.sum()
+                    count += int(masks.sum())
+                (loss / count + ridge * (delta() ** 2).sum()).backward()
+                optimiser.step()
+            with torch.no_grad():
+                self.maps[held] = (eye + delta()).numpy().astype(np.float32)
+        self._cache: dict[tuple[int, int], Any] = {}
+
+    def variant(self, qi: int, question: Any, found: Any, share: float) -> Any:
+        """``found`` with its cosines mixed toward the mapped query's (``share``)."""
+        if share == 0:
+            return found
+        w = self.maps[question.conversation]
+        turns = self.turns[question.conversation]
+
+        def mapped(vector: Any) -> Any:
+            m = w @ vector
+            return m / (np.linalg.norm(m) or 1.0)
+
+        q = mapped(self.question_vector[qi])
+        free = self.free_vector[qi]
+        qf = None if free is None else mapped(free)
+        cosine, name_free = dict(found.cosine), dict(found.name_free_cosine)
+        for mid, message in found.messages.items():
+            d = turns.get(message.metadata.get("dia_id"))
+            if d is None:
+                continue
+            if self.both:
+                d = mapped(d)
+            if mid in cosine:
+                cosine[mid] = (1 - share) * cosine[mid] + share * float(q @ d)
+            if mid in name_free and qf is not None:
+                name_free[mid] = (1 - share) * name_free[mid] + share * float(qf @ d)
+        return replace(found, cosine=cosine, name_free_cosine=name_free)
+
+    def coverage(self, questions: list[Any], pool: int) -> tuple[float, float]:
+        """Recall of the plain and the mapped query's ``pool`` nearest turns (the vector
+        side's pool, as the index would return it)."""
+        plain, mapped = [], []
+        for qi, q in enumerate(questions):
+            turns = self.turns[q.conversation]
+            ids = list(turns)
+            matrix = np.stack([turns[i] for i in ids])
+            w = self.maps[q.conversation]
+            v = self.question_vector[qi]
+            docs = matrix
+            if self.both:
+                docs = matrix @ w.T
+                docs /= np.linalg.norm(docs, axis=1, keepdims=True)
+            for vec, out, dm in ((v, plain, matrix), (w @ v, mapped, docs)):
+                top = np.argsort(-(dm @ vec))[:pool]
+                got = {ids[i] for i in top}
+                out.append(len(q.evidence & got) / len(q.evidence))
+        return 100 * float(np.mean(plain)), 100 * float(np.mean(mapped))
+
+
+class LateInteraction:
+    """ColBERT-style MaxSim over MiniLM's token vectors (not shipped; ``docs/ranking.md``).
+
+    The question's content tokens (its words without stopwords or the speakers' names, as
+    wordpieces) each take their best cosine to a token of the turn (the turn's text without
+    the speaker's name), from the model's last hidden state before pooling; the column is
+    their mean, min-max scaled over the candidates. ``replace`` subtracts the scaled
+    cosine of the fused score's vector side, so the weight moves a share of it to MaxSim.
+    """
+
+    def __init__(
+        self, data: list[dict[str, Any]], questions: list[Any], lr: Any, replace: float = 0.0
+    ) -> None:
+        from sentence_transformers import SentenceTransformer
+
+        from harombe_core.embeddings.sentence_transformers import bundled_model_path
+
+        self.replace = bool(replace)
+        self.model = SentenceTransformer(str(bundled_model_path()), device="cpu")
+        self.tokenizer = self.model.tokenizer
+        self.turns: list[dict[str, Any]] = []
+        for sample in data:
+            turns = conversation_turns(sample, lr)
+            texts = [t[3] for t in turns]
+            tokens = self._tokens(texts)
+            self.turns.append({t[2]: tokens[i] for i, t in enumerate(turns)})
+        self._queries: dict[str, Any] = {}
+
+    def _tokens(self, texts: list[str]) -> list[Any]:
+        """Each text's normalised token vectors, [CLS], [SEP] and padding out."""
+        out = self.model.encode(
+            texts, output_value="token_embeddings", batch_size=64, convert_to_numpy=False
+        )
+        result = []
+        for vectors in out:
+            v = vectors.numpy()[1:-1] if len(vectors) > 2 else vectors.numpy()
+            result.append(v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-9))
+        return result
+
+    def _query(self, text: str, speakers: frozenset[str]) -> Any:
+        if text not in self._queries:
+            from harombe_core.ranking import STOPWORDS, WORDS
+
+            vectors = self.model.encode(
+                [text], output_value="token_embeddings", convert_to_numpy=False
+            )[0].numpy()
+            encoding = self.tokenizer(text)
+            keep = []
+            for position, word in enumerate(encoding.word_ids()):
+                if word is None:
+                    continue
+                start, end = encoding.word_to_chars(word)
+                w = text[start:end].casefold()
+                if WORDS.fullmatch(w) and w not in STOPWORDS and w not in speakers and len(w) > 1:
+                    keep.append(position)
+            v = vectors[keep] if keep else vectors[1:-1]
+            self._queries[text] = v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-9)
+        return self._queries[text]
+
+    def __call__(self, question: Any, found: Any, messages: list[Any], table: Any) -> Any:
+        q = self._query(question.text, found.speakers)
+        turns = self.turns[question.conversation]
+        column = np.zeros(len(messages))
+        for i, m in enumerate(messages):
+            d = turns.get(m.metadata.get("dia_id"))
+            if d is not None and len(d):
+                column[i] = float((q @ d.T).max(axis=1).mean())
+        pooled = column[column > 0]
+        if len(pooled):
+            low, high = pooled.min(), pooled.max()
+            column = np.clip((column - low) / ((high - low) or 1.0), 0.0, None)
+        if self.replace:
+            cos = np.array([found.cosine.get(int(m.id or 0), np.nan) for m in messages])
+            ok = ~np.isnan(cos)
+            if ok.any():
+                low, high = cos[ok].min(), cos[ok].max()
+                column -= np.where(ok, (cos - low) / ((high - low) or 1.0), 0.0)
+        return column
+
+
 def extra_column(args: argparse.Namespace, lr: Any, questions: list[Any]) -> Any:
     """The ``--column`` to measure, built over the conversations (None without one)."""
     if args.column is None:
@@ -379,6 +649,8 @@ def extra_column(args: argparse.Namespace, lr: Any, questions: list[Any]) -> Any
         return SoftTerms(data, questions, embedder, lr, **options)
     if args.column in ("facts", "summaries"):
         return TextKeys(data, embedder, lr, kind=args.column, **options)
+    if args.column == "late":
+        return LateInteraction(data, questions, lr, **options)
     return TurnWalk(data, embedder, lr, **options)
 
 
@@ -433,6 +705,28 @@ def parse_sets(items: list[str]) -> dict[str, tuple[float, ...]]:
     return out
 
 
+def query_map(args: argparse.Namespace, lr: Any, questions: list[Any], found: Any) -> Any:
+    """The ``--map`` to measure, trained per held-out conversation (None without one)."""
+    if not args.map:
+        return None
+    from harombe_core.embeddings import resolve_embedder
+
+    options: dict[str, float] = {}
+    for item in args.map_option:
+        name, _, value = item.partition("=")
+        options[name] = float(value)
+    data = lr.read_data(args.data)
+    embedder = lr.DiskCachedEmbedder(resolve_embedder("default"), args.cache)
+    started = time.perf_counter()
+    mapping = QueryMap(data, questions, found, embedder, lr, **options)
+    plain, mapped = mapping.coverage(questions, 40)
+    print(
+        f"query map trained in {time.perf_counter() - started:.0f} s; recall of the 40 nearest "
+        f"turns: plain query {plain:.1f}, mapped {mapped:.1f}"
+    )
+    return mapping
+
+
 def rank_grid(args: argparse.Namespace, lr: Any) -> None:
     """Leave-one-conversation-out recall of the grid over the pickled candidates."""
     from harombe_core.ranking import evidence, evidence_weights
@@ -444,6 +738,9 @@ def rank_grid(args: argparse.Namespace, lr: Any) -> None:
     grid = {**GRID, **sets}
     grid_sets = {*GRID, *sets}  # the settings' names (the column's weight is not one)
     column = extra_column(args, lr, questions)
+    mapping = query_map(args, lr, questions, found)
+    shares = tuple(args.map_shares) if mapping is not None else (0.0,)
+    grid["map_share"] = shares
     if column is not None:
         grid[f"{args.column}_weight"] = tuple(args.column_weights)
     names = list(grid)
@@ -456,16 +753,25 @@ def rank_grid(args: argparse.Namespace, lr: Any) -> None:
     # evidence table (as in locomo_recall.grid_scores).
     groups: dict[tuple[float, ...], list[int]] = {}
     for n, s in enumerate(settings):
-        key = (s.vector_weight, s.keyword_weight, float(s.neighbor_weight > 0), s.name_free_weight)
+        key = (
+            s.vector_weight,
+            s.keyword_weight,
+            float(s.neighbor_weight > 0),
+            s.name_free_weight,
+            points[n]["map_share"],
+        )
         groups.setdefault(key, []).append(n)
     ks = args.k
     pool_of = pools(ks, base.candidates, base.min_candidates)
     recall_at = np.zeros((len(points), len(questions), len(ks)))
     started = time.perf_counter()
     for qi, q in enumerate(questions):
-        for size, candidates in found[qi].items():
+        for size, gathered in found[qi].items():
             wanted = [k for k in ks if pool_of[k] == size]
-            for members in groups.values():
+            for key, members in groups.items():
+                candidates = gathered
+                if mapping is not None:
+                    candidates = mapping.variant(qi, q, gathered, key[-1])
                 messages, table = evidence(candidates, settings[members[0]])
                 if not messages:
                     continue
@@ -480,7 +786,8 @@ def rank_grid(args: argparse.Namespace, lr: Any) -> None:
     took = time.perf_counter() - started
     print(f"cross-validated recall@k (%), {len(points)} settings ({took:.0f} s)")
     print("\n".join(lr.table(lr.by_category(scores, questions, ks), ks)))
-    for option in [*sets, *([names[-1]] if column is not None else [])]:
+    extra = [*([names[-1]] if column is not None else []), *(["map_share"] if mapping else [])]
+    for option in [*sets, *extra]:
         n = names.index(option)
         picks = ", ".join(str(point[n]) for point in chosen)
         print(f"{option} chosen per held-out conversation: {picks}")
@@ -515,7 +822,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--column",
-        choices=("soft", "walk", "facts", "summaries"),
+        choices=("soft", "walk", "facts", "summaries", "late"),
         default=None,
         help="a measured, unshipped column beside the shipped ones: soft BM25 or a turn walk",
     )
@@ -531,6 +838,25 @@ def main(argv: list[str] | None = None) -> int:
         type=lambda text: [float(v) for v in text.split(",")],
         default=[0.0, 0.1, 0.2, 0.4, 0.8],
         help="V1,V2,...: the --column weights in the grid",
+    )
+    parser.add_argument(
+        "--map",
+        action="store_true",
+        help="a learned linear map of the query embedding, trained per held-out conversation "
+        "(QueryMap), its cosine mixed into the candidates' by --map-shares",
+    )
+    parser.add_argument(
+        "--map-option",
+        action="append",
+        default=[],
+        help="NAME=V: an option of --map (kind, ridge, temperature, steps, lr_rate, both, "
+        "name_free, seed)",
+    )
+    parser.add_argument(
+        "--map-shares",
+        type=lambda text: [float(v) for v in text.split(",")],
+        default=[0.0, 0.25, 0.5, 0.75, 1.0],
+        help="V1,V2,...: the mapped query's share of the cosine in the grid",
     )
     args = parser.parse_args(argv)
     args.k = sorted(args.k)
