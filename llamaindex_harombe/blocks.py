@@ -112,7 +112,10 @@ class HarombeMemoryBlock(OwnedManager, BaseMemoryBlock[str]):
             where: dict[str, Any] = {"session_id": session_id, "user_id": self.user_id}
         else:  # "user", or "all": with a user_id given only that user's sessions
             where = {"user_id": self.user_id}
-        hits = await self._manager.asearch(query, top_k=self.top_k + len(messages), **where)
+        # Recall enriches the prompt: a row edited outside harombe is left out with a warning
+        # (an explicit search raises it), so one bad row cannot fail every turn of its user.
+        top_k = self.top_k + len(messages)
+        hits = await self._manager.asearch(query, top_k=top_k, skip_unreadable=True, **where)
         # What the model already sees in the window is not "recalled".
         visible = {(m.role.value, m.content or "") for m in messages}
         fresh = [

@@ -41,7 +41,7 @@ from harombe_core.store.fts import (
     totals,
     varint,
 )
-from harombe_core.store.rows import MESSAGE_COLUMNS, row_to_message, scope_sql
+from harombe_core.store.rows import MESSAGE_COLUMNS, scope_messages, scope_sql
 from harombe_core.store.runner import Body, Step
 from harombe_core.validate import MAX_COUNT
 
@@ -109,7 +109,8 @@ def search_body(words: Sequence[str], limit: int, scope: SearchScope) -> Body[li
     if not tail and (yield from _whole_file(scope)):
         # Every message is in the scope and indexed: FTS5 ranks and cuts on its own (the
         # file's tail is the scope's, read above: empty).
-        return (yield from fts.search_body(words, limit, None, None, read))
+        whole = SearchScope(on_corrupt=scope.on_corrupt)  # (equal to no scope: unscoped)
+        return (yield from fts.search_body(words, limit, whole, None, read))
     split = split_tail([(r[3], r[-1]) for r in tail])
     if tail:
         behind(path, len(tail))
@@ -235,7 +236,7 @@ def _scope_search(
         freqs.update((yield from _scope_instances(matching, kept, minor, phrases, rest=True)))
         minor = []
     wanted = {mid for _, mid in best if mid in freqs}
-    by_id = {int(r[0]): row_to_message(r[:-1]) for r in tail}
+    by_id = {int(m.id or 0): m for m in scope_messages((r[:-1] for r in tail), scope)}
     if wanted:
         marks = ", ".join("?" * len(wanted))
         found = (
@@ -243,7 +244,7 @@ def _scope_search(
                 f"SELECT {MESSAGE_COLUMNS} FROM messages m WHERE m.id IN ({marks})", list(wanted)
             )
         ).rows
-        by_id.update((int(r[0]), row_to_message(r)) for r in found)
+        by_id.update((int(m.id or 0), m) for m in scope_messages(found, scope))
     # A row deleted between the reads is left out (one snapshot: it cannot be, but a message
     # is never made up).
     return [KeywordHit(by_id[mid], score) for score, mid in best if mid in by_id]

@@ -100,10 +100,8 @@ class VectorMatrix:
             after = int(rows[-1][0])
             fresh = [r for r in rows if int(r[0]) not in recent]
             if fresh:
-                self._append(
-                    np.fromiter((int(r[0]) for r in fresh), dtype=np.int64, count=len(fresh)),
-                    decode_vectors(fresh, self.stored.dimension),
-                )
+                ids, vectors = decode_vectors(fresh, self.stored.dimension)
+                self._append(np.asarray(ids, dtype=np.int64), vectors)
             if len(rows) < LOAD_PAGE:
                 break
         self._low = low

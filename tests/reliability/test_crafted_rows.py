@@ -373,3 +373,31 @@ def test_a_crafted_fact_of_one_user_does_not_stop_the_others_facts_being_extract
         assert "session a: facts not extracted: row 1 of table facts" in caplog.text
         with pytest.raises(CorruptRowError, match="of table facts: column valid_from"):
             mm.extract_facts("a")  # asked for by name: the error itself
+
+
+def test_a_crafted_vector_does_not_stop_the_others_being_filed_into_chroma(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The process that owns a Chroma folder files the stored vectors it lacks. A stored
+    vector edited outside harombe (a blob of another length) is passed over with one warning
+    naming it and its repair; every other vector, of every user, is still filed and found."""
+    path = tmp_path / "memory.db"
+    with MemoryManager(path, embedding=FakeEmbedder(), vector_store="database") as mm:
+        mm.save_messages("a", [Message(role="user", content=f"apple {i}") for i in range(5)])
+        mm.flush()
+    _edit(path, "UPDATE message_vectors SET vector = x'00' WHERE message_id = 2")
+    with MemoryManager(path, embedding=FakeEmbedder(), vector_store="chroma") as mm:
+        mm.save_message("b", Message(role="user", content="banana split"), user_id="bob")
+        mm.flush()
+        mm.flush()  # (told once)
+        told = [
+            r.getMessage() for r in caplog.records if "not filed into the index" in r.getMessage()
+        ]
+        assert len(told) == 1 and "row {'message_id': 2} of table message_vectors" in told[0]
+        assert "harombe reindex --reembed" in told[0]
+        assert [m.content for m in mm.search_similar("banana split", user_id="bob")] == [
+            "banana split"
+        ]
+    raw = sqlite3.connect(path)
+    assert raw.execute("SELECT id FROM messages WHERE embedded = 0").fetchall() == [(2,)]
+    raw.close()
