@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import math
 import re
+import sqlite3
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -263,7 +264,10 @@ def _minor_words(
     in fewer than ``limit`` rows (the check would fail)."""
     if len(words) < 2 or not counts:
         return [], 0.0
-    idf = {w: max(math.log((rows - counts[w] + 0.5) / (counts[w] + 0.5)), 1e-6) for w in words}
+    # (a word's rows are at most the scope's: a docsize row deleted outside harombe drops
+    # a row from the scope's totals, never its words from the index)
+    held = {w: min(counts[w], rows) for w in words}
+    idf = {w: max(math.log((rows - held[w] + 0.5) / (held[w] + 0.5)), 1e-6) for w in words}
     ranked = sorted(words, key=lambda w: (idf[w], w))
     target = idf[ranked[-1]] / 2
     minor: list[str] = []
@@ -316,7 +320,7 @@ def _scope_instances(
     for rowid, content, context, sz, short in found:
         a, b = count(content), count(context)
         row = [(i, a.get(i, 0), b.get(i, 0)) for i in sorted(a.keys() | b.keys())]
-        out[int(rowid)] = (row, _size(sz) if short is None else int(short))
+        out[int(rowid)] = (row, _size(sz, rowid) if short is None else int(short))
     return out
 
 
@@ -331,12 +335,12 @@ def facts_search_body(
     alive = " AND f.valid_to IS NULL" if current else ""
     sizes = (
         yield Step(
-            "SELECT d.sz FROM facts f JOIN facts_fts_docsize d ON d.id = f.id "
+            "SELECT d.sz, d.id FROM facts f JOIN facts_fts_docsize d ON d.id = f.id "
             f"WHERE f.user_id = ?{alive}",
             (user_id,),
         )
     ).rows
-    rows, total = len(sizes), sum(_size(r[0]) for r in sizes)
+    rows, total = len(sizes), sum(_size(r[0], r[1], "facts_fts") for r in sizes)
     kept = [w for w in words if index_terms(w)]
     wanted = [index_terms(w) for w in kept]
     freqs: dict[int, Instances] = {}
@@ -353,7 +357,7 @@ def facts_search_body(
         count = _instance_counter(wanted)
         for rowid, text, sz in found:
             freqs[int(rowid)] = [(i, n, 0) for i, n in sorted(count(text).items())]
-            lengths[int(rowid)] = _size(sz)
+            lengths[int(rowid)] = _size(sz, rowid, "facts_fts")
     hits = [sum(1 for row in freqs.values() for i, _, _ in row if i == k) for k in range(len(kept))]
     ids = list(freqs)
     scores = bm25([freqs[i] for i in ids], [lengths[i] for i in ids], hits, rows, total)
@@ -404,13 +408,24 @@ def _instance_counter(phrases: Sequence[tuple[str, ...]]) -> Callable[[str | Non
     return count
 
 
-def _size(blob: Any) -> int:
-    """A row's tokens from its ``messages_fts_docsize`` record (one varint per column)."""
-    data = bytes(blob or b"")
-    total = at = 0
-    while at < len(data):
-        value, at = varint(data, at)
-        total += value
+def _size(blob: Any, rowid: Any, table: str = "messages_fts") -> int:
+    """A row's tokens from its ``docsize`` record (one varint per column).
+
+    A record that is not one (edited outside harombe) is what FTS5's own ``bm25()`` reports
+    as "database disk image is malformed": raised as that, so the store names the damaged
+    keyword index and its repair (``harombe reindex``) as it does for FTS5's own reads,
+    rather than an IndexError from deep in the scoring."""
+    try:
+        if type(blob) is not bytes:
+            raise TypeError(type(blob).__name__)
+        total = at = 0
+        while at < len(blob):
+            value, at = varint(blob, at)
+            total += value
+    except (IndexError, TypeError) as exc:
+        raise sqlite3.DatabaseError(
+            f"database disk image is malformed: {table}_docsize row {rowid} does not decode"
+        ) from exc
     return total
 
 
@@ -430,5 +445,5 @@ def _scopetotals(scope_rows: str, params: Sequence[Any]) -> Body[tuple[int, int]
     rows, short = (
         yield Step(f"SELECT COUNT(*), COALESCE(SUM({_SHORT_SIZE}), 0) {joined}", params)
     ).rows[0]
-    longer = (yield Step(f"SELECT d.sz {joined} AND length(d.sz) <> 2", params)).rows
-    return int(rows), int(short) + sum(_size(r[0]) for r in longer)
+    longer = (yield Step(f"SELECT d.sz, d.id {joined} AND length(d.sz) <> 2", params)).rows
+    return int(rows), int(short) + sum(_size(r[0], r[1]) for r in longer)

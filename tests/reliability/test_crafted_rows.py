@@ -402,3 +402,37 @@ def test_a_crafted_vector_does_not_stop_the_others_being_filed_into_chroma(
     raw = sqlite3.connect(path)
     assert raw.execute("SELECT id FROM messages WHERE embedded = 0").fetchall() == [(2,)]
     raw.close()
+
+
+@pytest.mark.parametrize(
+    ("edit", "damaged"),
+    [
+        ("UPDATE messages_fts_docsize SET sz = 'text' WHERE id = 2", True),
+        ("UPDATE messages_fts_docsize SET sz = x'ff' WHERE id = 2", True),
+        ("UPDATE messages_fts_docsize SET sz = NULL WHERE id = 2", True),
+        # a missing record: the row is scored without its size, nothing else is hurt
+        ("DELETE FROM messages_fts_docsize WHERE id = 2", False),
+    ],
+)
+def test_a_crafted_keyword_size_record_is_a_damaged_index_that_reindex_repairs(
+    tmp_path: Path, edit: str, damaged: bool
+) -> None:
+    """A user's keyword search reads each row's size from the index (its own statistics). A
+    size record edited outside harombe is the damaged index it is, named with its repair,
+    not an IndexError or a math error from the scoring; ``reindex`` repairs it."""
+    path = tmp_path / "memory.db"
+    _memory(path)
+    with MemoryManager(path, embedding=None, token_counter="approximate") as mm:
+        mm.store.index_keywords()
+    _edit(path, edit)
+    ann = ["apple 0", "apple 1", "apple 2"]
+    with MemoryManager(path, embedding=None, token_counter="approximate") as mm:
+        if damaged:
+            with pytest.raises(NotAHarombeDatabaseError, match="harombe reindex"):
+                mm.search("apple pie", user_id="ann", top_k=10)
+        else:
+            hits = mm.search("apple pie", user_id="ann", top_k=10)
+            assert sorted(h.message.content for h in hits) == ann
+        mm.reindex(embedding=FakeEmbedder())
+        hits = mm.search("apple pie", user_id="ann", top_k=10)
+        assert sorted(h.message.content for h in hits) == ann
