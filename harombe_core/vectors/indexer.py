@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from harombe_core.errors import (
+    CorruptRowError,
     EmbeddingError,
     EmbeddingModelMismatchError,
     Fix,
@@ -585,9 +586,15 @@ class SemanticMemory(EmbeddingWorker):
                 return stored.exact_search(query, k, scope)
         matrix = self._matrix
         if matrix is None or matrix.stored is not stored:
-            matrix = self._matrix = VectorMatrix(stored)
+            matrix = self._matrix = VectorMatrix(stored, self._left_out)
         found = matrix.search(query, k, scope)
         return stored.exact_search(query, k, scope) if found is None else found
+
+    def _left_out(self, error: CorruptRowError) -> None:
+        self._log_once(
+            f"matrix-{error.row_id}",
+            f"{self.store.location}: a stored vector is left out of searches across users: {error}",
+        )
 
     def vectors_for(
         self, ids: Sequence[int], on_corrupt: OnCorrupt = None

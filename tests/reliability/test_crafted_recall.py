@@ -172,3 +172,30 @@ def test_recall_on_postgres_passes_over_a_bad_row_too(
         assert len(_warnings(caplog)) == 1
         with pytest.raises(CorruptRowError, match="column tool_calls is not valid JSON"):
             mm.search("cat miso", user_id="ann")
+
+
+def test_one_users_crafted_vector_does_not_fail_anothers_search_through_the_matrix(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A user with very many messages is searched through the in-process matrix of every
+    user's vectors. Ann's crafted vector is left out of it with one warning: Bob's searches
+    work and tell him nothing of her row (before, they raised a CorruptRowError naming it)."""
+    path = tmp_path / "memory.db"
+    with MemoryManager(path, embedding=FakeEmbedder(), token_counter="approximate") as mm:
+        ann = [Message(role="user", content=f"apple {i}") for i in range(3)]
+        mm.save_messages("a", ann, user_id="ann")
+        bob = [Message(role="user", content=f"banana {i}") for i in range(3)]
+        mm.save_messages("b", bob, user_id="bob")
+        mm.flush()
+    _edit(path, "UPDATE message_vectors SET vector = x'00' WHERE message_id = 2")
+    with MemoryManager(path, embedding=FakeEmbedder(), token_counter="approximate") as mm:
+        semantic = mm._semantic
+        assert semantic is not None
+        semantic.matrix_scope_limit = 0  # Bob's scope by the matrix, as past 16,000 messages
+        found = mm.search_similar("banana 1", user_id="bob")
+        assert sorted(m.content for m in found) == ["banana 0", "banana 1", "banana 2"]
+        hits = mm.search("banana 1", user_id="bob")
+        assert sorted(h.message.content for h in hits) == ["banana 0", "banana 1", "banana 2"]
+        told = [r.getMessage() for r in caplog.records if "left out of searches" in r.getMessage()]
+        assert len(told) == 1
+        assert NAMED["vector blob"] in told[0]
