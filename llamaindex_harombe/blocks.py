@@ -235,10 +235,13 @@ class HarombeProfileBlock(OwnedManager, BaseMemoryBlock[str]):
     ) -> str:
         recent = (messages or [])[-self.query_window :] if self.query_window > 0 else []
         query = " ".join(m.content or "" for m in recent).strip() or None
-        profile = await self._manager.aget_profile(self.user_id, self.max_tokens, query=query)
+        # It enriches a prompt: an unreadable fact is left out with a warning, not raised.
+        profile = await self._manager.aget_profile(
+            self.user_id, self.max_tokens, query=query, skip_unreadable=True
+        )
         parts = [profile.text] if profile.text else []
         if self.include_tasks:
-            tasks = await self._manager.aget_open_tasks(self.user_id)
+            tasks = await self._manager.aget_open_tasks(self.user_id, skip_unreadable=True)
             if tasks:
                 parts.append("Open tasks:\n" + "\n".join(f"- {t.text}" for t in tasks))
         return "\n".join(parts)

@@ -199,3 +199,55 @@ def test_one_users_crafted_vector_does_not_fail_anothers_search_through_the_matr
         told = [r.getMessage() for r in caplog.records if "left out of searches" in r.getMessage()]
         assert len(told) == 1
         assert NAMED["vector blob"] in told[0]
+
+
+def test_a_crafted_fact_is_left_out_of_the_profile_a_prompt_is_given(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The profile put in front of every turn (middleware and LlamaIndex ``profile_tokens``,
+    the profile block, the context builder's profile) reads all of the user's facts; one fact
+    row edited outside harombe is left out with one warning, while ``get_profile`` (asked
+    for) still names it."""
+    from langchain.agents import create_agent
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+    from langchain_core.messages import AIMessage, HumanMessage
+    from llama_index.core.base.llms.types import ChatMessage
+
+    from langchain_harombe import HarombeMemoryMiddleware, HarombeSaver
+    from llamaindex_harombe import HarombeMemory, HarombeProfileBlock
+
+    path = tmp_path / "memory.db"
+    with MemoryManager(path, embedding=FakeEmbedder(), token_counter="approximate") as mm:
+        mm.add_fact("ann", "ann likes apples")
+        mm.add_fact("ann", "ann lives in Lisbon")
+        mm.add_fact("ann", "call the bank", kind="task")
+        mm.save_message("old", Message(role="user", content="hello"), user_id="ann")
+    _edit(path, "UPDATE facts SET valid_from = 'yesterday' WHERE text = 'ann likes apples'")
+    with MemoryManager(path, embedding=FakeEmbedder(), token_counter="approximate") as mm:
+        model = GenericFakeChatModel(messages=(AIMessage("ok") for _ in itertools.count()))
+        middleware = HarombeMemoryMiddleware(mm, recall_tokens=300, profile_tokens=200)
+        agent = create_agent(model, [], checkpointer=HarombeSaver(mm), middleware=[middleware])
+        config = {"configurable": {"thread_id": "new", "user_id": "ann"}}
+        agent.invoke({"messages": [HumanMessage("where do I live")]}, config)
+        memory = HarombeMemory.from_defaults(
+            manager=mm, session_id="li", user_id="ann", profile_tokens=200
+        )
+        got = memory.get(input="where do I live")
+        assert "ann lives in Lisbon" in "\n".join(str(m.content) for m in got)
+        block = HarombeProfileBlock(manager=mm, user_id="ann")
+        text = asyncio.run(block.aget([ChatMessage(role="user", content="where do I live")]))
+        assert "ann lives in Lisbon" in text
+        assert "call the bank" in text
+        budget = ContextBudget(user_profile=0.5)
+        context = mm.get_context("old", max_tokens=2000, user_id="ann", query="live", budget=budget)
+        assert "ann lives in Lisbon" in "\n".join(m.content for m in context)
+        told = [
+            r.getMessage()
+            for r in caplog.records
+            if "left out of the user's profile" in r.getMessage()
+        ]
+        assert len(told) == 1, told
+        assert "of table facts: column valid_from" in told[0]
+        assert "harombe check" in told[0]
+        with pytest.raises(CorruptRowError, match="of table facts: column valid_from"):
+            mm.get_profile("ann")
