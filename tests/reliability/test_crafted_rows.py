@@ -436,3 +436,27 @@ def test_a_crafted_keyword_size_record_is_a_damaged_index_that_reindex_repairs(
         mm.reindex(embedding=FakeEmbedder())
         hits = mm.search("apple pie", user_id="ann", top_k=10)
         assert sorted(h.message.content for h in hits) == ann
+
+
+def test_a_store_namespace_that_is_not_text_is_named_when_namespaces_are_listed(
+    tmp_path: Path,
+) -> None:
+    """``list_namespaces`` (and its ``max_depth`` cut, made by a SQL function) meeting a
+    namespace edited into a blob raises CorruptRowError naming it and the DELETE, not a
+    TypeError or "user-defined function raised exception"; other prefixes still list."""
+    from langchain_harombe import HarombeStore
+
+    path = tmp_path / "memory.db"
+    with MemoryManager(path, embedding=None, token_counter="approximate") as mm:
+        store = HarombeStore(mm)
+        store.put(("a", "b"), "k1", {"v": 1})
+        store.put(("c",), "k2", {"v": 2})
+    _edit(path, "UPDATE store_items SET namespace = x'00ff' WHERE key = 'k2'")
+    with MemoryManager(path, embedding=None, token_counter="approximate") as mm:
+        store = HarombeStore(mm)
+        named = re.escape("DELETE FROM store_items WHERE namespace = x'00ff';")
+        with pytest.raises(CorruptRowError, match=named):
+            store.list_namespaces()
+        with pytest.raises(CorruptRowError, match=named):
+            store.list_namespaces(max_depth=1)
+        assert store.list_namespaces(prefix=("a",)) == [("a", "b")]
