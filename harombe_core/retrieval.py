@@ -41,12 +41,13 @@ from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from harombe_core.errors import CorruptRowError, EmbeddingError
+from harombe_core.errors import EmbeddingError
 from harombe_core.flows import Call, Flow, Parallel, Run, Subflow, Work, drive
 from harombe_core.models import Message, SearchHit, Session
 from harombe_core.query_time import query_time_ranges, slack_end
 from harombe_core.store import ops
 from harombe_core.store.base import KeywordHit, MessageStore, OnCorrupt, SearchScope
+from harombe_core.store.rows import LeftOut
 from harombe_core.validate import (
     MAX_TOP_K,
     check_budget,
@@ -297,8 +298,8 @@ class Retriever:
         #: names one again has its name-free text embedded in the same model call as
         #: itself (``name_free_weight``), at a fraction of the cost of a second call.
         self.named: set[str] = set()
-        #: The unreadable rows searches passed over and said so (each is told once).
-        self.passed_over: set[tuple[str, str, str]] = set()
+        #: Where a search that passes over unreadable rows tells of them (once per row).
+        self.passed_over = LeftOut(store.location, "the recalled context")
 
     @property
     def mode(self) -> str:
@@ -399,7 +400,7 @@ class Retriever:
         lam = optional_number(
             s.mmr_lambda if mmr_lambda is None else mmr_lambda, "mmr_lambda", low=0.0, high=1.0
         )
-        passing_over = self._passed_over if check_flag(skip_unreadable, "skip_unreadable") else None
+        passing_over = self.passed_over if check_flag(skip_unreadable, "skip_unreadable") else None
         scope = SearchScope(
             user_id=optional_id(user_id, "user_id"),
             session_id=optional_id(session_id, "session_id"),
@@ -428,24 +429,6 @@ class Retriever:
             vectors = yield Work(self.semantic.vectors_for, ids, scope.on_corrupt)
             return mmr_select(hits[: k * 4], vectors, k, lam)
         return hits[:k]
-
-    def _passed_over(self, error: CorruptRowError) -> None:
-        """A row a search left out as unreadable: one warning naming it and the check that
-        lists every such row (then none for it again, however many turns recall past it)."""
-        key = (error.table, str(error.row_id), error.column)
-        if key in self.passed_over:
-            return
-        if len(self.passed_over) >= NAMED_LIMIT:
-            self.passed_over.clear()
-        self.passed_over.add(key)
-        where = self.store.location
-        log.warning(
-            "%s: a row was left out of the recalled context: %s `harombe check %s` lists "
-            "every row harombe cannot read.",
-            where,
-            error,
-            where,
-        )
 
     def gather(
         self,

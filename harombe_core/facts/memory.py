@@ -47,7 +47,7 @@ from harombe_core.flows import Call, Flow, Work, drive
 from harombe_core.folding import FACTS, SummaryFolder
 from harombe_core.models import Message
 from harombe_core.store.base import MessageStore
-from harombe_core.store.rows import to_micros
+from harombe_core.store.rows import LeftOut, to_micros
 from harombe_core.store.runner import Op
 from harombe_core.tokens import TokenCounter
 from harombe_core.validate import (
@@ -131,8 +131,8 @@ class UserMemory:
         self.batch_size = BATCH_SIZE
         self.background = background
         self._lock = threading.Lock()
-        #: The unreadable fact rows a prompt's profile left out and said so (each told once).
-        self._told: set[str] = set()
+        #: Where the profile a prompt is given tells of an unreadable fact it left out.
+        self._left_out = LeftOut(store.location, "the user's profile")
         self._extracting = threading.Lock()
         self._jobs: SummaryFolder | None = None  # on the process's background worker
         self._backoff = POLL_SECONDS
@@ -342,24 +342,6 @@ class UserMemory:
             sid = check_id(session_id, "session_id")
             tasks = [t for t in tasks if sid in t.session_ids]
         return tasks
-
-    def _left_out(self, error: CorruptRowError) -> None:
-        """A fact row left out of what a prompt is told: one warning per row, naming it and
-        the check that lists every such row."""
-        key = f"{error.table}:{error.row_id}"
-        if key in self._told:
-            return
-        if len(self._told) >= 10_000:
-            self._told.clear()
-        self._told.add(key)
-        where = self.store.location
-        log.warning(
-            "%s: a fact was left out of the user's profile: %s `harombe check %s` lists every "
-            "row harombe cannot read.",
-            where,
-            error,
-            where,
-        )
 
     def note(
         self, user_id: str, *, max_tokens: int = 200, query: str | None = None

@@ -10,6 +10,7 @@ read the same thing: a value one of them accepts, the other accepts too.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import fields
 from datetime import UTC, datetime, timedelta
@@ -33,6 +34,7 @@ from harombe_core.validate import (
 __all__ = [
     "MESSAGE_COLUMNS",
     "SESSION_COLUMNS",
+    "LeftOut",
     "OnCorrupt",
     "check_id",
     "check_summary",
@@ -66,6 +68,7 @@ SESSION_COLUMNS = (
 
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
@@ -219,6 +222,36 @@ def readable(
                 raise
             on_corrupt(exc)
     return out
+
+
+class LeftOut:
+    """The ``on_corrupt`` of a read that enriches a prompt (recall, the user's profile): it
+    leaves an unreadable row out and says so once per row, naming it and the check that
+    lists every such row, however many turns read past it."""
+
+    #: Rows remembered as told at most (then the memory starts again).
+    LIMIT = 10_000
+
+    def __init__(self, location: str, what: str) -> None:
+        self.location = location
+        self.what = what
+        self.told: set[tuple[str, str, str]] = set()
+
+    def __call__(self, error: CorruptRowError) -> None:
+        key = (error.table, str(error.row_id), error.column)
+        if key in self.told:
+            return
+        if len(self.told) >= self.LIMIT:
+            self.told.clear()
+        self.told.add(key)
+        log.warning(
+            "%s: a row was left out of %s: %s `harombe check %s` lists every row harombe "
+            "cannot read.",
+            self.location,
+            self.what,
+            error,
+            self.location,
+        )
 
 
 def readable_messages(
