@@ -293,7 +293,12 @@ def _scope_instances(
     """Each indexed row of the scope holding a word of ``kept`` that is not in ``minor`` (with
     ``rest``: each holding only words of ``minor``): its instances of every word of ``kept``
     and its tokens. One pass: highlight() marks the instances of all the words (the
-    tokenizer's own work, in SQLite), and the marked text says which word each is."""
+    tokenizer's own work, in SQLite), and the marked text says which word each is.
+
+    highlight() copies the text built so far at each instance, so its cost grows with the
+    row's length times its instances: a row longer than ``_HIGHLIGHT_CHARS`` (one message of
+    a million characters repeating the word took seconds a search) is read as it is instead,
+    and its terms counted here, in one pass over them."""
     major = [w for w in kept if w not in minor]
     if rest:
         match = f"({fts_query(minor)}) NOT ({fts_query(major)})"
@@ -303,22 +308,31 @@ def _scope_instances(
         match = f"({fts_query(major)}) AND ({fts_query(kept)})"
     else:
         match = fts_query(major) or ""
+    short_row = f"{_ROW_CHARS} <= {_HIGHLIGHT_CHARS}"
     sql, args = matching(
-        ", highlight(messages_fts, 0, ?, ?) AS a, highlight(messages_fts, 1, ?, ?) AS b",
+        f", CASE WHEN {short_row} THEN highlight(messages_fts, 0, ?, ?) END AS a, "
+        f"CASE WHEN {short_row} THEN highlight(messages_fts, 1, ?, ?) END AS b, "
+        f"CASE WHEN NOT {short_row} THEN messages_fts.content END AS whole_a, "
+        f"CASE WHEN NOT {short_row} THEN messages_fts.context END AS whole_b",
         [_OPEN, _CLOSE, _OPEN, _CLOSE],
         match,
     )
     found = (
         yield Step(
-            f"SELECT f.id, f.a, f.b, d.sz, {_SHORT_SIZE} FROM ({sql}) f "
+            f"SELECT f.id, f.a, f.b, d.sz, {_SHORT_SIZE}, f.whole_a, f.whole_b FROM ({sql}) f "
             "JOIN messages_fts_docsize d ON d.id = f.id",
             args,
         )
     ).rows
-    count = _instance_counter([phrases[w] for w in kept])
+    wanted = [phrases[w] for w in kept]
+    count, starting = _instance_counter(wanted), _starting(wanted)
     out: dict[int, tuple[Instances, int]] = {}
-    for rowid, content, context, sz, short in found:
-        a, b = count(content), count(context)
+    for rowid, content, context, sz, short, whole_a, whole_b in found:
+        if content is None and context is None:  # a long row, read as it is
+            a = _phrase_counts(starting, tokens(whole_a))
+            b = _phrase_counts(starting, tokens(whole_b))
+        else:
+            a, b = count(content), count(context)
         row = [(i, a.get(i, 0), b.get(i, 0)) for i in sorted(a.keys() | b.keys())]
         out[int(rowid)] = (row, _size(sz, rowid) if short is None else int(short))
     return out
@@ -346,17 +360,20 @@ def facts_search_body(
     freqs: dict[int, Instances] = {}
     lengths: dict[int, int] = {}
     if kept:
+        short = f"length(facts_fts.text) <= {_HIGHLIGHT_CHARS}"  # (see _scope_instances)
         found = (
             yield Step(
-                "SELECT facts_fts.rowid, highlight(facts_fts, 0, ?, ?), (SELECT sz FROM "
-                "facts_fts_docsize WHERE id = facts_fts.rowid) FROM facts_fts CROSS JOIN facts f "
+                f"SELECT facts_fts.rowid, CASE WHEN {short} THEN highlight(facts_fts, 0, ?, ?) "
+                f"END, (SELECT sz FROM facts_fts_docsize WHERE id = facts_fts.rowid), CASE WHEN "
+                f"NOT {short} THEN facts_fts.text END FROM facts_fts CROSS JOIN facts f "
                 f"ON f.id = facts_fts.rowid WHERE facts_fts MATCH ? AND f.user_id = ?{alive}",
                 (_OPEN, _CLOSE, fts_query(kept), user_id),
             )
         ).rows
-        count = _instance_counter(wanted)
-        for rowid, text, sz in found:
-            freqs[int(rowid)] = [(i, n, 0) for i, n in sorted(count(text).items())]
+        count, starting = _instance_counter(wanted), _starting(wanted)
+        for rowid, text, sz, whole in found:
+            held = count(text) if whole is None else _phrase_counts(starting, tokens(whole))
+            freqs[int(rowid)] = [(i, n, 0) for i, n in sorted(held.items())]
             lengths[int(rowid)] = _size(sz, rowid, "facts_fts")
     hits = [sum(1 for row in freqs.values() for i, _, _ in row if i == k) for k in range(len(kept))]
     ids = list(freqs)
@@ -379,14 +396,42 @@ def _marked_terms(text: str) -> tuple[str, ...]:
     return tokens(text)
 
 
+#: Rows longer than this (characters of the message and its turn) have their instances
+#: counted from their terms rather than marked by highlight() (see :func:`_scope_instances`).
+_HIGHLIGHT_CHARS = 20_000
+_ROW_CHARS = (
+    "(COALESCE(length(messages_fts.content), 0) + COALESCE(length(messages_fts.context), 0))"
+)
+
+
+#: The phrases a search counts, by their first term: ``term -> [(phrase index, phrase)]``.
+Starting = dict[str, list[tuple[int, tuple[str, ...]]]]
+
+
+def _starting(phrases: Sequence[tuple[str, ...]]) -> Starting:
+    starting: Starting = {}
+    for i, phrase in enumerate(phrases):
+        starting.setdefault(phrase[0], []).append((i, phrase))
+    return starting
+
+
+def _phrase_counts(starting: Starting, terms: Sequence[str]) -> dict[int, int]:
+    """Each phrase's instances (by phrase index) in a column's ``terms``: what highlight()
+    marks, counted in one pass."""
+    held: dict[int, int] = {}
+    for j, term in enumerate(terms):
+        for i, phrase in starting.get(term, ()):
+            if len(phrase) == 1 or tuple(terms[j : j + len(phrase)]) == phrase:
+                held[i] = held.get(i, 0) + 1
+    return held
+
+
 def _instance_counter(phrases: Sequence[tuple[str, ...]]) -> Callable[[str | None], dict[int, int]]:
     """A function giving each phrase's instances (by phrase index) in a column that
     ``highlight()`` marked. A marked stretch is one instance, or several that overlap
     (merged): every phrase is counted in its terms. Stretches repeat ("the", "The"), so each
     distinct one is read once per search."""
-    starting: dict[str, list[tuple[int, tuple[str, ...]]]] = {}
-    for i, phrase in enumerate(phrases):
-        starting.setdefault(phrase[0], []).append((i, phrase))
+    starting = _starting(phrases)
     seen: dict[str, list[tuple[int, int]]] = {}
 
     def count(text: str | None) -> dict[int, int]:
@@ -394,13 +439,9 @@ def _instance_counter(phrases: Sequence[tuple[str, ...]]) -> Callable[[str | Non
         for stretch in _MARKED.findall(text or ""):
             found = seen.get(stretch)
             if found is None:
-                terms = _marked_terms(stretch)
-                held: dict[int, int] = {}
-                for j, term in enumerate(terms):
-                    for i, phrase in starting.get(term, ()):
-                        if terms[j : j + len(phrase)] == phrase:
-                            held[i] = held.get(i, 0) + 1
-                found = seen[stretch] = list(held.items())
+                found = seen[stretch] = list(
+                    _phrase_counts(starting, _marked_terms(stretch)).items()
+                )
             for i, n in found:
                 out[i] = out.get(i, 0) + n
         return out
