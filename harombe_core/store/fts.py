@@ -180,16 +180,18 @@ def _terms_db() -> sqlite3.Connection:
     return _TERMS_DB[0]
 
 
-def tokens(text: str) -> tuple[str, ...]:
+def tokens(text: str, *, indexed: bool = False) -> tuple[str, ...]:
     """``text`` as the keyword index holds it: FTS5's own tokenizer, so case-folded, accents
-    removed and porter-stemmed exactly as the messages were ("running" -> "run")."""
+    removed and porter-stemmed exactly as the messages were ("running" -> "run").
+    ``indexed``: ``text`` is read from the index, its unspaced scripts spaced already."""
     if not text or type(text) is not str:  # not text: a blob written into a row by hand
         return ()
     with _TERMS_LOCK:
         db = _terms_db()
         db.execute("BEGIN")
         try:
-            db.execute("INSERT INTO words (rowid, word) VALUES (1, ?)", (spaced(text),))
+            row = text if indexed else spaced(text)
+            db.execute("INSERT INTO words (rowid, word) VALUES (1, ?)", (row,))
             rows = db.execute("SELECT term FROM word_terms ORDER BY offset").fetchall()
         finally:
             db.execute("ROLLBACK")

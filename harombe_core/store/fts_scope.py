@@ -329,8 +329,8 @@ def _scope_instances(
     out: dict[int, tuple[Instances, int]] = {}
     for rowid, content, context, sz, short, whole_a, whole_b in found:
         if content is None and context is None:  # a long row, read as it is
-            a = _phrase_counts(starting, tokens(whole_a))
-            b = _phrase_counts(starting, tokens(whole_b))
+            a = _phrase_counts(starting, tokens(whole_a, indexed=True))
+            b = _phrase_counts(starting, tokens(whole_b, indexed=True))
         else:
             a, b = count(content), count(context)
         row = [(i, a.get(i, 0), b.get(i, 0)) for i in sorted(a.keys() | b.keys())]

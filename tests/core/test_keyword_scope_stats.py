@@ -14,6 +14,7 @@ import random
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -251,10 +252,10 @@ def test_a_long_row_is_counted_from_its_terms_with_the_scores_highlight_gives(
     long_reads: list[int] = []
     tokens = fts_scope.tokens
 
-    def counting(text: str) -> tuple[str, ...]:
+    def counting(text: str, **options: Any) -> tuple[str, ...]:
         if len(text or "") > fts_scope._HIGHLIGHT_CHARS:
             long_reads.append(len(text))
-        return tokens(text)
+        return tokens(text, **options)
 
     monkeypatch.setattr(fts_scope, "tokens", counting)
     by_terms = searched()
