@@ -633,16 +633,22 @@ class LateInteraction:
         return column
 
 
+def parse_options(items: list[str]) -> dict[str, float]:
+    """``NAME=V`` options (``--column-option``, ``--map-option``) as keyword arguments."""
+    options: dict[str, float] = {}
+    for item in items:
+        name, _, value = item.partition("=")
+        options[name] = float(value)
+    return options
+
+
 def extra_column(args: argparse.Namespace, lr: Any, questions: list[Any]) -> Any:
     """The ``--column`` to measure, built over the conversations (None without one)."""
     if args.column is None:
         return None
     from harombe_core.embeddings import resolve_embedder
 
-    options: dict[str, float] = {}
-    for item in args.column_option:
-        name, _, value = item.partition("=")
-        options[name] = float(value)
+    options = parse_options(args.column_option)
     data = lr.read_data(args.data)
     embedder = lr.DiskCachedEmbedder(resolve_embedder("default"), args.cache)
     if args.column == "soft":
@@ -711,10 +717,7 @@ def query_map(args: argparse.Namespace, lr: Any, questions: list[Any], found: An
         return None
     from harombe_core.embeddings import resolve_embedder
 
-    options: dict[str, float] = {}
-    for item in args.map_option:
-        name, _, value = item.partition("=")
-        options[name] = float(value)
+    options = parse_options(args.map_option)
     data = lr.read_data(args.data)
     embedder = lr.DiskCachedEmbedder(resolve_embedder("default"), args.cache)
     started = time.perf_counter()
@@ -824,7 +827,8 @@ def main(argv: list[str] | None = None) -> int:
         "--column",
         choices=("soft", "walk", "facts", "summaries", "late"),
         default=None,
-        help="a measured, unshipped column beside the shipped ones: soft BM25 or a turn walk",
+        help="a measured, unshipped column beside the shipped ones: soft BM25, a turn walk, "
+        "LLM-written keys, or late interaction (MaxSim over token vectors)",
     )
     parser.add_argument(
         "--column-option",
