@@ -15,6 +15,10 @@ Why it looks the way it does:
   result in the same transaction, and a retry first looks that key up. An acknowledged message is
   therefore stored exactly once. A key expires once no retry can need it, and writes delete
   expired keys as they go, so the log holds only the last few minutes of writes.
+* A transaction runs in psycopg's pipeline mode (:func:`_pipelined`): statements go out as the
+  body yields them and the body waits only where it reads an answer, so BEGIN, a lock and the
+  read after it, inserts, the exactly-once record and COMMIT share round trips. A body that
+  usually asks one statement can run it alone outside a transaction (``first_alone``).
 * :meth:`PostgresStore.atomic` makes many calls one transaction (an import is all or nothing).
 * Writers to one session take that session's row lock first, so message ids grow in commit order
   within a session (readers paging with ``after_id`` never miss a row).
