@@ -11,7 +11,7 @@ import ipaddress
 import os
 import re
 import socket
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 from rich.markup import escape
@@ -107,7 +107,8 @@ def server_embedding(option: str | None, location: str) -> str | None:
     if recorded is not None and recorded != BUNDLED_NAME:
         err_console.print(
             f"searching by keyword only: the database was indexed with the embedding model "
-            f"{escape(recorded)}; pass --embedding with that model to search by meaning."
+            f"{escape(recorded)}; pass --embedding with that model to search by meaning.",
+            soft_wrap=True,
         )
         return None
     try:
@@ -117,12 +118,18 @@ def server_embedding(option: str | None, location: str) -> str | None:
     except MissingExtraError as exc:
         err_console.print(
             f"searching by keyword only: {escape(str(exc))} (--embedding none: keyword search "
-            "on purpose, without this line)"
+            "on purpose, without this line)",
+            soft_wrap=True,
         )
         return None
-    err_console.print("searching by meaning and keyword (--embedding none: keyword only)")
+    err_console.print(
+        "searching by meaning and keyword (--embedding none: keyword only)", soft_wrap=True
+    )
     return "default"
 
+
+#: ``--log-level`` of ``harombe serve``: uvicorn's levels. ``info`` adds its access log.
+LogLevel = Literal["critical", "error", "warning", "info", "debug"]
 
 #: How long ``harombe serve`` lets requests in flight finish after SIGTERM. Without a bound one
 #: client that stops sending mid-request kept the server from ever exiting; a request still
@@ -170,6 +177,15 @@ def serve_command(
             help="Requests one API key may have in flight at once; more get 429 (0: no cap).",
         ),
     ] = 64,  # api.MAX_CONCURRENT_PER_KEY (not imported here: the CLI stays light)
+    log_level: Annotated[
+        LogLevel,
+        typer.Option(
+            "--log-level",
+            metavar="LEVEL",
+            help="warning (default: problems only), info (a line per request: client, method, "
+            "path with its query, status), debug, error or critical.",
+        ),
+    ] = "warning",
 ) -> None:
     """Serve memory over HTTP: JSON API (/api, /docs), MCP (/mcp) and inspector (/)."""
     with clean_errors():
@@ -212,12 +228,14 @@ def serve_command(
                 from harombe_core.store.postgres import redact_url
 
                 named = redact_url(location)
-            err_console.print(f"harombe serving {escape(named)} on http://{shown}:{bound}")
+            err_console.print(
+                f"harombe serving {escape(named)} on http://{shown}:{bound}", soft_wrap=True
+            )
             config = uvicorn.Config(
                 application,
                 host=host,
                 port=bound,
-                log_level="warning",
+                log_level=log_level,
                 timeout_graceful_shutdown=shutdown_timeout,  # type: ignore[arg-type]
             )
             uvicorn.Server(config).run(sockets=[listener])
