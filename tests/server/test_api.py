@@ -534,7 +534,8 @@ def test_the_start_line_never_shows_a_postgres_password(monkeypatch: pytest.Monk
     monkeypatch.setattr(api, "create_app", lambda *a, **k: object())
     monkeypatch.setattr(uvicorn.Server, "run", lambda self, sockets=None: None)
     url = "postgresql://ann:s3cret-pw@db.example:5432/memory"
-    done = CliRunner().invoke(app, ["serve", "--db", url, "--port", "0"])
+    args = ["serve", "--db", url, "--port", "0", "--embedding", "none"]  # no database to read
+    done = CliRunner().invoke(app, args)
     assert done.exit_code == 0, done.output
     assert "s3cret-pw" not in done.output
     assert "postgresql://ann:***@db.example:5432/memory" in done.output

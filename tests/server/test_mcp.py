@@ -67,7 +67,9 @@ async def test_http_tools_have_typed_schemas_and_are_scoped(served: Served) -> N
         assert profile["user_id"] == "ann"
 
     async with http_session(served, served.bob) as session:
-        assert result_json(await session.call_tool("search_memory", {"query": "Miso"})) == []
+        found = result_json(await session.call_tool("search_memory", {"query": "Miso"}))
+        assert sid not in {hit["session_id"] for hit in found}  # by meaning: bob's own only
+        assert "Miso" not in json.dumps(found)
         refused = await session.call_tool("forget", {"session_id": sid})
         assert refused.isError
         assert "SessionNotFoundError" in refused.content[0].text  # as a missing one
