@@ -64,7 +64,7 @@ def is_loopback(host: str) -> bool:
 #: ``--embedding`` of ``harombe serve`` and ``harombe mcp``. Unset, a server searches by
 #: meaning with the bundled model when the ``onnx`` extra is installed (see
 #: :func:`server_embedding`); the model loads at the first search or embedding, so start-up
-#: costs only the check that its ONNX graph is cached.
+#: costs only the check that its ONNX graph is cached (about 0.3 s measured, imports included).
 EmbeddingOption = Annotated[
     str | None,
     typer.Option(
