@@ -34,6 +34,7 @@ from rich.markup import escape
 
 from harombe_core.cli_app import command, console, error_line
 from harombe_core.errors import HarombeError, MissingExtraError
+from harombe_core.store.rows_check import rows_check
 
 __all__ = ["check", "check_command", "check_file"]
 
@@ -105,7 +106,7 @@ def check_file(path: str, key: str | None = None) -> tuple[int, list[Result]]:
         for label, (table, sql) in _CONSISTENCY.items():
             if table in tables:
                 results.append(_count_check(conn, label, sql))
-        results.append(_rows_check(conn, tables))
+        results.append(rows_check(conn.execute, tables, (sqlite3.DatabaseError,)))
     finally:
         conn.close()
     return (0 if all(ok for _, ok, _ in results) else 1), results
@@ -176,45 +177,6 @@ def _count_check(conn: Any, label: str, sql: str) -> Result:
     except sqlite3.DatabaseError as exc:
         return (label, False, str(exc))
     return (label, found == 0, f"{found} row(s)" + (": run `harombe reindex`" if found else ""))
-
-
-def _rows_check(conn: Any, tables: set[str]) -> Result:
-    """Every message, session and LangGraph store item read as harombe reads it: a row edited
-    outside harombe (a blob for text, bad JSON, a time that is not one) passes SQLite's checks
-    but fails each read that meets it with CorruptRowError; named here, with its repair."""
-    from harombe_core.errors import CorruptRowError
-    from harombe_core.store import items
-    from harombe_core.store.rows import (
-        MESSAGE_COLUMNS,
-        SESSION_COLUMNS,
-        row_to_message,
-        row_to_session,
-    )
-
-    reads = [
-        ("messages", f"SELECT {MESSAGE_COLUMNS} FROM messages m", row_to_message),
-        ("sessions", f"SELECT {SESSION_COLUMNS} FROM sessions", row_to_session),
-        ("store_items", f"SELECT {items.COLUMNS} FROM store_items", items.to_item),
-    ]
-    found: list[str] = []
-    count = 0
-    for table, sql, read in reads:
-        if table not in tables:
-            continue
-        try:
-            cursor = conn.execute(sql)
-            while batch := cursor.fetchmany(1000):
-                for row in batch:
-                    try:
-                        read(row)
-                    except CorruptRowError as exc:
-                        count += 1
-                        if len(found) < 5:
-                            found.append(str(exc))
-        except sqlite3.DatabaseError as exc:
-            return ("rows harombe can read", False, f"{table}: {exc}")
-    detail = "ok" if not count else f"{count} row(s) cannot be read: " + " | ".join(found)
-    return ("rows harombe can read", count == 0, detail)
 
 
 @command("check")

@@ -509,7 +509,8 @@ class ContextBuilder:
         from harombe_core.strategies import fit_block
 
         blocks: list[Message] = []
-        tasks = yield from self.user_memory.open_tasks(user_id)
+        # It enriches a prompt: an unreadable fact is left out with a warning, not raised.
+        tasks = yield from self.user_memory.open_tasks(user_id, skip_unreadable=True)
         if tasks:
             lines = "\n".join(f"- {t.text}" for t in tasks)
             blocks += fit_block([self.context_message("Open tasks:\n" + lines, "tasks")], share)
@@ -517,7 +518,7 @@ class ContextBuilder:
         header = self.context_message("User profile:\n", "profile").token_count or 0
         if left > header:
             profile = yield from self.user_memory.profile(
-                user_id, max_tokens=left - header, query=query
+                user_id, max_tokens=left - header, query=query, skip_unreadable=True
             )
             if profile.text:
                 note = self.context_message("User profile:\n" + profile.text, "profile")

@@ -998,7 +998,9 @@ class MemoryManager(UserMemoryMethods, ClosesOnExit):
         ``name_free_weight``, ``feedback_weight`` and ``fact_weight`` (the user's facts as
         extra keys of the messages they came from; see
         :class:`~harombe_core.retrieval.RetrievalSettings`); ``now`` anchors relative times in
-        the query ("last week"). Without semantic memory this is keyword (BM25) search and
+        the query ("last week"); ``skip_unreadable=True`` leaves out a row edited outside
+        harombe that cannot be read, with one warning, instead of raising its CorruptRowError
+        (as recall for a prompt does). Without semantic memory this is keyword (BM25) search and
         ``retriever.mode == "keyword"``. Given both ``session_id`` and ``user_id``, the
         session must be that user's (else SessionOwnershipError), as everywhere a user names
         a session.

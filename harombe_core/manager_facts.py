@@ -56,17 +56,36 @@ class UserMemoryMethods:
         return self._facts
 
     def get_profile(
-        self, user_id: str, max_tokens: int = 200, *, query: str | None = None
+        self,
+        user_id: str,
+        max_tokens: int = 200,
+        *,
+        query: str | None = None,
+        skip_unreadable: bool = False,
     ) -> Profile:
         """The user's current facts, preferences and decisions within ``max_tokens``, most
         relevant first (to ``query`` when given, then the most confirmed, then the newest);
-        ``str(profile)`` is the text to give a model. Reads O(the user's facts)."""
-        return drive(self._facts.profile(user_id, max_tokens=max_tokens, query=query))
+        ``str(profile)`` is the text to give a model. Reads O(the user's facts).
+        ``skip_unreadable=True`` leaves out a fact row edited outside harombe, with one
+        warning, instead of raising its CorruptRowError (as the profile a prompt is given
+        does)."""
+        profile = self._facts.profile
+        return drive(
+            profile(user_id, max_tokens=max_tokens, query=query, skip_unreadable=skip_unreadable)
+        )
 
     async def aget_profile(
-        self, user_id: str, max_tokens: int = 200, *, query: str | None = None
+        self,
+        user_id: str,
+        max_tokens: int = 200,
+        *,
+        query: str | None = None,
+        skip_unreadable: bool = False,
     ) -> Profile:
-        return await adrive(self._facts.profile(user_id, max_tokens=max_tokens, query=query))
+        profile = self._facts.profile
+        return await adrive(
+            profile(user_id, max_tokens=max_tokens, query=query, skip_unreadable=skip_unreadable)
+        )
 
     def get_facts(
         self,
@@ -93,12 +112,18 @@ class UserMemoryMethods:
         flow = self._facts.facts(user_id, kinds=kinds, as_of=as_of, include_history=include_history)
         return await adrive(flow)
 
-    def get_open_tasks(self, user_id: str, *, session_id: str | None = None) -> list[Fact]:
+    def get_open_tasks(
+        self, user_id: str, *, session_id: str | None = None, skip_unreadable: bool = False
+    ) -> list[Fact]:
         """The user's open tasks (the seed's ``getOngoingTasks``), of one session if given."""
-        return drive(self._facts.open_tasks(user_id, session_id))
+        tasks = self._facts.open_tasks(user_id, session_id, skip_unreadable=skip_unreadable)
+        return drive(tasks)
 
-    async def aget_open_tasks(self, user_id: str, *, session_id: str | None = None) -> list[Fact]:
-        return await adrive(self._facts.open_tasks(user_id, session_id))
+    async def aget_open_tasks(
+        self, user_id: str, *, session_id: str | None = None, skip_unreadable: bool = False
+    ) -> list[Fact]:
+        tasks = self._facts.open_tasks(user_id, session_id, skip_unreadable=skip_unreadable)
+        return await adrive(tasks)
 
     def search_facts(
         self, user_id: str, query: str, *, top_k: int = 5, include_history: bool = False

@@ -46,11 +46,13 @@ from harombe_core.flows import Call, Flow, Parallel, Run, Subflow, Work, drive
 from harombe_core.models import Message, SearchHit, Session
 from harombe_core.query_time import query_time_ranges, slack_end
 from harombe_core.store import ops
-from harombe_core.store.base import KeywordHit, MessageStore, SearchScope
+from harombe_core.store.base import KeywordHit, MessageStore, OnCorrupt, SearchScope
+from harombe_core.store.rows import LeftOut
 from harombe_core.validate import (
     MAX_TOP_K,
     check_budget,
     check_count,
+    check_flag,
     check_number,
     check_options,
     check_query,
@@ -190,6 +192,7 @@ SEARCH_OPTIONS = frozenset(
         "name_free_weight",
         "fact_weight",
         "now",
+        "skip_unreadable",
     }
 )
 #: Largest weight of either side of hybrid search (they are relative: only the ratio counts).
@@ -206,11 +209,15 @@ def _check_k(value: Any, what: str = "top_k") -> int:
 
 
 def _add_cosines(
-    found: Candidates, semantic: SemanticMemory | None, keep_vectors: bool = False
+    found: Candidates,
+    semantic: SemanticMemory | None,
+    keep_vectors: bool = False,
+    on_corrupt: OnCorrupt = None,
 ) -> Flow[None]:
     """The cosine of every candidate (and neighbour) that the vector side did not propose,
     and which of them are not embedded yet (they have none). ``keep_vectors`` also keeps
-    every candidate's vector (pseudo-relevance feedback moves the query with them)."""
+    every candidate's vector (pseudo-relevance feedback moves the query with them). A vector
+    edited outside harombe raises, or goes to ``on_corrupt`` (the search's scope's)."""
     if semantic is None or found.query_vector is None:
         return
     import numpy as np
@@ -218,7 +225,7 @@ def _add_cosines(
     known = found.vectors.keys() if keep_vectors else found.cosine.keys()
     missing = [i for i in (*found.messages, *found.outside) if i not in known]
     if missing:
-        vectors, pending = yield Work(semantic.vectors_or_pending, missing)
+        vectors, pending = yield Work(semantic.vectors_or_pending, missing, on_corrupt)
         for mid, vec in vectors.items():
             found.cosine.setdefault(mid, float(np.dot(vec, found.query_vector)))
             if keep_vectors:
@@ -231,6 +238,7 @@ def _add_name_free_cosines(
     semantic: SemanticMemory | None,
     query: str,
     embedded: tuple[str, Any] | None,
+    on_corrupt: OnCorrupt = None,
 ) -> Flow[None]:
     """Every candidate's (and neighbour's) cosine to ``query`` without the names of the
     speakers it names (``name_free_weight``), only for a query that names a speaker.
@@ -263,7 +271,7 @@ def _add_name_free_cosines(
         free = np.asarray(vector, dtype=np.float32)
     wanted = [i for i in (*found.messages, *found.outside) if i in found.cosine]
     missing = [i for i in wanted if i not in found.vectors]
-    stored = (yield Work(semantic.vectors_for, missing)) if missing else {}
+    stored = (yield Work(semantic.vectors_for, missing, on_corrupt)) if missing else {}
     vectors = {**found.vectors, **stored}
     found.name_free_cosine = {mid: float(vectors[mid] @ free) for mid in wanted if mid in vectors}
 
@@ -290,6 +298,8 @@ class Retriever:
         #: names one again has its name-free text embedded in the same model call as
         #: itself (``name_free_weight``), at a fraction of the cost of a second call.
         self.named: set[str] = set()
+        #: Where a search that passes over unreadable rows tells of them (once per row).
+        self.passed_over = LeftOut(store.location, "the recalled context")
 
     @property
     def mode(self) -> str:
@@ -336,6 +346,7 @@ class Retriever:
         name_free_weight: float | None = None,
         fact_weight: float | None = None,
         now: datetime | None = None,
+        skip_unreadable: bool = False,
     ) -> Flow[list[SearchHit]]:
         """The best ``top_k`` messages for ``query`` inside the scope, best first, with scores.
 
@@ -346,6 +357,10 @@ class Retriever:
         :class:`~harombe_core.models.SearchHit`. ``min_similarity`` drops hits whose cosine is
         below it (a message not embedded yet has none and is kept on its keywords). Every
         weight left ``None`` comes from the settings (the ``rag:`` config).
+
+        A row edited outside harombe that cannot be read raises its CorruptRowError, naming
+        it; with ``skip_unreadable`` (recall that only enriches a prompt, which one bad row
+        must not fail turn after turn) it is left out, with one warning naming it.
 
         A flow: every store read is a :class:`~harombe_core.flows.Run` of one operation and
         every embedding or vector read a request of its own, so the async path
@@ -385,6 +400,7 @@ class Retriever:
         lam = optional_number(
             s.mmr_lambda if mmr_lambda is None else mmr_lambda, "mmr_lambda", low=0.0, high=1.0
         )
+        passing_over = self.passed_over if check_flag(skip_unreadable, "skip_unreadable") else None
         scope = SearchScope(
             user_id=optional_id(user_id, "user_id"),
             session_id=optional_id(session_id, "session_id"),
@@ -392,6 +408,7 @@ class Retriever:
             since=optional_time(since, "since"),
             until=optional_time(until, "until"),
             exclude_session_id=optional_id(exclude_session_id, "exclude_session_id"),
+            on_corrupt=passing_over,
         )
         now = optional_time(now, "now")
         if k == 0 or not query.strip():
@@ -409,7 +426,7 @@ class Retriever:
         if lam is not None and found.query_vector is not None and len(hits) > 1:
             assert self.semantic is not None
             ids = [h.message.id or 0 for h in hits[: k * 4]]
-            vectors = yield Work(self.semantic.vectors_for, ids)
+            vectors = yield Work(self.semantic.vectors_for, ids, scope.on_corrupt)
             return mmr_select(hits[: k * 4], vectors, k, lam)
         return hits[:k]
 
@@ -545,15 +562,15 @@ class Retriever:
                 found, keyword_text, max(k, NEIGHBOR_SEEDS), pool, scope, s
             )
         feedback = s.feedback_weight > 0 and wv > 0
-        yield from _add_cosines(found, semantic, feedback)
+        yield from _add_cosines(found, semantic, feedback, scope.on_corrupt)
         if neighbors if neighbors is not None else s.neighbor_weight > 0:
             yield from self._add_neighbors(found, scope, max(k, NEIGHBOR_SEEDS))
-            yield from _add_cosines(found, semantic, feedback)
+            yield from _add_cosines(found, semantic, feedback, scope.on_corrupt)
         if name_free and found.speakers:
             if len(self.named) > NAMED_LIMIT:
                 self.named.clear()
             self.named.update(found.speakers)
-            yield from _add_name_free_cosines(found, semantic, query, embedded)
+            yield from _add_name_free_cosines(found, semantic, query, embedded, scope.on_corrupt)
         return found
 
     def _vector_side(
@@ -798,6 +815,7 @@ class Retriever:
         top_k = options.pop("top_k", None)
         wanted = _check_k(top_k) if top_k is not None else self.settings.top_k
         k = min(max(wanted, 1) * 4, MAX_TOP_K)
+        options.setdefault("skip_unreadable", True)  # it enriches a prompt: see search_flow
         hits = yield from self.search_flow(
             query,
             k,

@@ -112,7 +112,10 @@ class HarombeMemoryBlock(OwnedManager, BaseMemoryBlock[str]):
             where: dict[str, Any] = {"session_id": session_id, "user_id": self.user_id}
         else:  # "user", or "all": with a user_id given only that user's sessions
             where = {"user_id": self.user_id}
-        hits = await self._manager.asearch(query, top_k=self.top_k + len(messages), **where)
+        # Recall enriches the prompt: a row edited outside harombe is left out with a warning
+        # (an explicit search raises it), so one bad row cannot fail every turn of its user.
+        top_k = self.top_k + len(messages)
+        hits = await self._manager.asearch(query, top_k=top_k, skip_unreadable=True, **where)
         # What the model already sees in the window is not "recalled".
         visible = {(m.role.value, m.content or "") for m in messages}
         fresh = [
@@ -232,10 +235,13 @@ class HarombeProfileBlock(OwnedManager, BaseMemoryBlock[str]):
     ) -> str:
         recent = (messages or [])[-self.query_window :] if self.query_window > 0 else []
         query = " ".join(m.content or "" for m in recent).strip() or None
-        profile = await self._manager.aget_profile(self.user_id, self.max_tokens, query=query)
+        # It enriches a prompt: an unreadable fact is left out with a warning, not raised.
+        profile = await self._manager.aget_profile(
+            self.user_id, self.max_tokens, query=query, skip_unreadable=True
+        )
         parts = [profile.text] if profile.text else []
         if self.include_tasks:
-            tasks = await self._manager.aget_open_tasks(self.user_id)
+            tasks = await self._manager.aget_open_tasks(self.user_id, skip_unreadable=True)
             if tasks:
                 parts.append("Open tasks:\n" + "\n".join(f"- {t.text}" for t in tasks))
         return "\n".join(parts)

@@ -47,7 +47,7 @@ from harombe_core.flows import Call, Flow, Work, drive
 from harombe_core.folding import FACTS, SummaryFolder
 from harombe_core.models import Message
 from harombe_core.store.base import MessageStore
-from harombe_core.store.rows import to_micros
+from harombe_core.store.rows import LeftOut, to_micros
 from harombe_core.store.runner import Op
 from harombe_core.tokens import TokenCounter
 from harombe_core.validate import (
@@ -131,6 +131,8 @@ class UserMemory:
         self.batch_size = BATCH_SIZE
         self.background = background
         self._lock = threading.Lock()
+        #: Where the profile a prompt is given tells of an unreadable fact it left out.
+        self._left_out = LeftOut(store.location, "the user's profile")
         self._extracting = threading.Lock()
         self._jobs: SummaryFolder | None = None  # on the process's background worker
         self._backoff = POLL_SECONDS
@@ -329,9 +331,12 @@ class UserMemory:
         found: list[Fact] = yield _run(self.store, op)
         return found
 
-    def open_tasks(self, user_id: str, session_id: str | None = None) -> Flow[list[Fact]]:
+    def open_tasks(
+        self, user_id: str, session_id: str | None = None, *, skip_unreadable: bool = False
+    ) -> Flow[list[Fact]]:
         user_id = check_user(user_id)
-        op = ops.list_facts(user_id, kinds=["task"], status="open")
+        on_corrupt = self._left_out if check_flag(skip_unreadable, "skip_unreadable") else None
+        op = ops.list_facts(user_id, kinds=["task"], status="open", on_corrupt=on_corrupt)
         tasks: list[Fact] = yield _run(self.store, op)
         if session_id is not None:
             sid = check_id(session_id, "session_id")
@@ -344,19 +349,32 @@ class UserMemory:
         """What a model is told about the user before it answers: the profile within
         ``max_tokens`` (most relevant to ``query`` first) and the open tasks, as one text;
         None when nothing is known. The LangChain middleware (``profile_tokens``) and the
-        LlamaIndex memory (``profile_tokens``) put this same text in their system message."""
-        profile = yield from self.profile(user_id, max_tokens=max_tokens, query=query)
+        LlamaIndex memory (``profile_tokens``) put this same text in their system message.
+        It enriches a prompt: a fact row edited outside harombe is left out, with one warning
+        (``skip_unreadable``), rather than fail every turn of the user."""
+        profile = yield from self.profile(
+            user_id, max_tokens=max_tokens, query=query, skip_unreadable=True
+        )
         parts = [f"What you know about the user:\n{profile.text}"] if profile.text else []
-        tasks = yield from self.open_tasks(user_id)
+        tasks = yield from self.open_tasks(user_id, skip_unreadable=True)
         if tasks:
             parts.append("Their open tasks:\n" + "\n".join(f"- {t.text}" for t in tasks))
         return "\n\n".join(parts) or None
 
     def search(
-        self, user_id: str, query: str, *, top_k: int = 5, include_history: bool = False
+        self,
+        user_id: str,
+        query: str,
+        *,
+        top_k: int = 5,
+        include_history: bool = False,
+        skip_unreadable: bool = False,
     ) -> Flow[list[FactHit]]:
         """Facts by meaning (exact cosine over the user's fact vectors) and by keyword (the
-        facts' own keyword index), fused by reciprocal rank; best first."""
+        facts' own keyword index), fused by reciprocal rank; best first. A fact row edited
+        outside harombe raises CorruptRowError, or with ``skip_unreadable`` is left out with
+        one warning."""
+        on_corrupt = self._left_out if check_flag(skip_unreadable, "skip_unreadable") else None
         user_id = check_user(user_id)
         query = check_query(query)
         top_k = check_count(top_k, "top_k", low=1, high=MAX_TOP_K)
@@ -387,24 +405,32 @@ class UserMemory:
             for rank, (fid, _score) in enumerate(ranking):
                 fused[fid] = fused.get(fid, 0.0) + 1.0 / (RRF_K + rank + 1)
         best = sorted(fused, key=lambda fid: -fused[fid])[:top_k]
-        found: list[Fact] = yield _run(self.store, ops.list_facts(user_id, current=None, ids=best))
+        op = ops.list_facts(user_id, current=None, ids=best, on_corrupt=on_corrupt)
+        found: list[Fact] = yield _run(self.store, op)
         by_id = {f.id: f for f in found}
         return [FactHit(by_id[fid], fused[fid]) for fid in best if fid in by_id]
 
     def profile(
-        self, user_id: str, *, max_tokens: int = 200, query: str | None = None
+        self,
+        user_id: str,
+        *,
+        max_tokens: int = 200,
+        query: str | None = None,
+        skip_unreadable: bool = False,
     ) -> Flow[Profile]:
         """The user's current facts, preferences and decisions that fit ``max_tokens``, most
         relevant first: those matching ``query`` (when given), then the most often confirmed
-        (most sources), then the newest."""
+        (most sources), then the newest. ``skip_unreadable`` as for :meth:`search`."""
         user_id = check_user(user_id)
         budget = check_budget(max_tokens, "max_tokens")
-        facts: list[Fact] = yield _run(
-            self.store, ops.list_facts(user_id, kinds=["fact", "preference", "decision"])
-        )
+        skip = check_flag(skip_unreadable, "skip_unreadable")
+        kinds = ["fact", "preference", "decision"]
+        op = ops.list_facts(user_id, kinds=kinds, on_corrupt=self._left_out if skip else None)
+        facts: list[Fact] = yield _run(self.store, op)
         relevance: dict[int, float] = {}
         if query is not None and facts:
-            hits = yield from self.search(user_id, query, top_k=min(len(facts), MAX_TOP_K))
+            top_k = min(len(facts), MAX_TOP_K)
+            hits = yield from self.search(user_id, query, top_k=top_k, skip_unreadable=skip)
             relevance = {h.fact.id: h.score for h in hits}
         facts.sort(
             key=lambda f: (-relevance.get(f.id, 0.0), -len(f.sources), -f.updated_at.timestamp())

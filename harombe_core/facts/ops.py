@@ -17,10 +17,11 @@ from typing import Any
 
 from harombe_core.facts.consolidate import Current, decide
 from harombe_core.facts.models import Fact, FactProposal, FactSource, SessionState
+from harombe_core.store.base import OnCorrupt
 from harombe_core.store.erasure import mark_erased
 from harombe_core.store.fts import fts_query, pg_query, query_words
 from harombe_core.store.fts_scope import facts_search_body
-from harombe_core.store.rows import corrupt_row, from_micros, time_problem, to_micros
+from harombe_core.store.rows import corrupt_row, from_micros, readable, time_problem, to_micros
 from harombe_core.store.runner import Body, Dialect, Op
 from harombe_core.store.schema import TS_CONFIG
 from harombe_core.store.unspaced import spaced
@@ -101,8 +102,11 @@ def _fact(row: Sequence[Any], sources: Sequence[FactSource]) -> Fact:
         raise corrupt_row("facts", row[0], column, what) from None
 
 
-def _with_sources(d: Dialect, rows: Sequence[Any]) -> Body[list[Fact]]:
-    """Facts from their rows, each with the messages it came from (read by chunks of ids)."""
+def _with_sources(
+    d: Dialect, rows: Sequence[Any], on_corrupt: OnCorrupt = None
+) -> Body[list[Fact]]:
+    """Facts from their rows, each with the messages it came from (read by chunks of ids);
+    a row that cannot be read raises, or goes to ``on_corrupt`` (``rows.readable``)."""
     ids = [int(r[0]) for r in rows]
     sources: dict[int, list[FactSource]] = {i: [] for i in ids}
     for start in range(0, len(ids), _CHUNK):
@@ -114,7 +118,7 @@ def _with_sources(d: Dialect, rows: Sequence[Any]) -> Body[list[Fact]]:
         )
         for fid, sid, mid in found.rows:
             sources[int(fid)].append(FactSource(sid, None if mid is None else int(mid)))
-    return [_fact(r, sources[int(r[0])]) for r in rows]
+    return readable(rows, lambda r: _fact(r, sources[int(r[0])]), on_corrupt)
 
 
 def _vector(blob: Any) -> Any:
@@ -429,10 +433,12 @@ def list_facts(
     status: str | None = None,
     ids: Sequence[int] | None = None,
     limit: int | None = None,
+    on_corrupt: OnCorrupt = None,
 ) -> Op[list[Fact]]:
     """Facts, oldest first: ``user_id``'s (None: every user's, for export), of ``kinds``;
     ``current`` True (holding now), False (closed) or None (both); ``as_of``: those that held
-    at that time instead; ``status`` for tasks; ``ids``: only these."""
+    at that time instead; ``status`` for tasks; ``ids``: only these. A row edited outside
+    harombe raises CorruptRowError, or goes to ``on_corrupt`` and is left out."""
 
     def body(d: Dialect) -> Body[list[Fact]]:
         where: list[str] = []
@@ -464,7 +470,7 @@ def list_facts(
         sql += " ORDER BY user_id, id LIMIT ?"
         params.append(d.no_limit if limit is None else limit)
         rows = (yield d.step(sql, params)).rows
-        return (yield from _with_sources(d, rows))
+        return (yield from _with_sources(d, rows, on_corrupt))
 
     return Op(body)
 

@@ -11,10 +11,11 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar, runtime_checkable
 
+from harombe_core.errors import CorruptRowError
 from harombe_core.models import Message
 
 if TYPE_CHECKING:
@@ -26,6 +27,7 @@ __all__ = [
     "ClosesOnExit",
     "KeywordHit",
     "MessageStore",
+    "OnCorrupt",
     "SearchScope",
     "adjacent_ids_sql",
 ]
@@ -49,6 +51,9 @@ class _Unset:
 
 UNSET: Any = _Unset()
 
+#: What is told of a row passed over as unreadable (None: it is raised).
+OnCorrupt = Callable[[CorruptRowError], None] | None
+
 
 @dataclass(frozen=True, slots=True)
 class SearchScope:
@@ -62,6 +67,11 @@ class SearchScope:
     #: A session left out (the one being answered, when asking for the relevant past): in
     #: the scope itself, so its own matches never fill the candidates the others need.
     exclude_session_id: str | None = None
+    #: Where a row edited outside harombe that cannot be read goes when the search passes over
+    #: it (recall that enriches a prompt: one bad row must not fail every turn of its user);
+    #: None, the default, raises its CorruptRowError (a caller who asked for results must
+    #: know some could not be read). Not part of what the scope admits, so not compared.
+    on_corrupt: OnCorrupt = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,8 +41,9 @@ from harombe_core.errors import HarombeError
 from harombe_core.folding import KEYWORDS, SummaryFolder
 from harombe_core.store.base import KeywordHit, SearchScope
 from harombe_core.store.erasure import KEYWORD_TABLES
-from harombe_core.store.rows import MESSAGE_COLUMNS, row_to_message, scope_sql
-from harombe_core.store.runner import Body, Step
+from harombe_core.store.rows import MESSAGE_COLUMNS, scope_hits, scope_sql
+from harombe_core.store.runner import Body, Dialect, Step
+from harombe_core.store.schema import TS_CONFIG
 from harombe_core.store.sqlite_file import SQLiteFile
 from harombe_core.store.unspaced import UNSPACED, spaced, sql_spaced
 from harombe_core.store.unspaced import phrase as spaced_phrase
@@ -64,6 +65,7 @@ __all__ = [
     "fts_query",
     "index_terms",
     "keyword_indexer",
+    "pg_keyword_body",
     "pg_query",
     "phrase_count",
     "query_words",
@@ -147,6 +149,22 @@ def pg_query(words: Sequence[str]) -> str | None:
     return " or ".join(f'"{spaced_phrase(w)}"' if UNSPACED.search(w) else w for w in words)
 
 
+def pg_keyword_body(
+    d: Dialect, words: Sequence[str], limit: int, scope: SearchScope | None
+) -> Body[list[KeywordHit]]:
+    """PostgreSQL's keyword search (``ops.keyword_search``): ``ts_rank`` over the weighted
+    ``tsvector`` of each message and the turn it answers, inside ``scope``."""
+    where, params = scope_sql(scope)
+    sql = (
+        f"SELECT {MESSAGE_COLUMNS}, ts_rank(m.fts, q) AS rank "
+        f"FROM websearch_to_tsquery('{TS_CONFIG}', ?) AS q, messages m "
+        "JOIN sessions s ON s.id = m.session_id "
+        f"WHERE m.fts @@ q{where} ORDER BY rank DESC, m.id DESC LIMIT ?"
+    )
+    rows = (yield d.step(sql, [pg_query(words), *params, limit])).rows
+    return scope_hits(rows, scope)
+
+
 _TERMS_LOCK = threading.Lock()
 _TERMS_DB: list[sqlite3.Connection] = []
 
@@ -162,16 +180,18 @@ def _terms_db() -> sqlite3.Connection:
     return _TERMS_DB[0]
 
 
-def tokens(text: str) -> tuple[str, ...]:
+def tokens(text: str, *, indexed: bool = False) -> tuple[str, ...]:
     """``text`` as the keyword index holds it: FTS5's own tokenizer, so case-folded, accents
-    removed and porter-stemmed exactly as the messages were ("running" -> "run")."""
+    removed and porter-stemmed exactly as the messages were ("running" -> "run").
+    ``indexed``: ``text`` is read from the index, its unspaced scripts spaced already."""
     if not text or type(text) is not str:  # not text: a blob written into a row by hand
         return ()
     with _TERMS_LOCK:
         db = _terms_db()
         db.execute("BEGIN")
         try:
-            db.execute("INSERT INTO words (rowid, word) VALUES (1, ?)", (spaced(text),))
+            row = text if indexed else spaced(text)
+            db.execute("INSERT INTO words (rowid, word) VALUES (1, ?)", (row,))
             rows = db.execute("SELECT term FROM word_terms ORDER BY offset").fetchall()
         finally:
             db.execute("ROLLBACK")
@@ -624,15 +644,12 @@ def search_body(
             f"WHERE messages_fts MATCH ?{where}{id_range} ORDER BY rank, m.id DESC LIMIT ?"
         )
         indexed = (yield Step(sql, [match, *params, *range_params, limit])).rows
-    hits = [KeywordHit(row_to_message(r[:-1]), -float(r[-1])) for r in indexed]
+    hits = scope_hits(indexed, scope, -1.0)
     if tail:
         behind(path or "", len(tail))
         scores = score_tail(split, kept, counts)
-        hits += [
-            KeywordHit(row_to_message(r[:-1]), score)
-            for r, score in zip(tail, scores, strict=True)
-            if score > 0
-        ]
+        scored = [(*r[:-1], score) for r, score in zip(tail, scores, strict=True) if score > 0]
+        hits += scope_hits(scored, scope)
     # Ties go to the newer message, here and in every cut above (``rowid DESC``), as in the
     # scoped search (:mod:`harombe_core.store.fts_scope`).
     hits.sort(key=lambda h: (-h.score, -(h.message.id or 0)))

@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import math
 import re
+import sqlite3
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -41,7 +42,7 @@ from harombe_core.store.fts import (
     totals,
     varint,
 )
-from harombe_core.store.rows import MESSAGE_COLUMNS, row_to_message, scope_sql
+from harombe_core.store.rows import MESSAGE_COLUMNS, scope_messages, scope_sql
 from harombe_core.store.runner import Body, Step
 from harombe_core.validate import MAX_COUNT
 
@@ -109,7 +110,8 @@ def search_body(words: Sequence[str], limit: int, scope: SearchScope) -> Body[li
     if not tail and (yield from _whole_file(scope)):
         # Every message is in the scope and indexed: FTS5 ranks and cuts on its own (the
         # file's tail is the scope's, read above: empty).
-        return (yield from fts.search_body(words, limit, None, None, read))
+        whole = SearchScope(on_corrupt=scope.on_corrupt)  # (equal to no scope: unscoped)
+        return (yield from fts.search_body(words, limit, whole, None, read))
     split = split_tail([(r[3], r[-1]) for r in tail])
     if tail:
         behind(path, len(tail))
@@ -235,7 +237,7 @@ def _scope_search(
         freqs.update((yield from _scope_instances(matching, kept, minor, phrases, rest=True)))
         minor = []
     wanted = {mid for _, mid in best if mid in freqs}
-    by_id = {int(r[0]): row_to_message(r[:-1]) for r in tail}
+    by_id = {int(m.id or 0): m for m in scope_messages((r[:-1] for r in tail), scope)}
     if wanted:
         marks = ", ".join("?" * len(wanted))
         found = (
@@ -243,7 +245,7 @@ def _scope_search(
                 f"SELECT {MESSAGE_COLUMNS} FROM messages m WHERE m.id IN ({marks})", list(wanted)
             )
         ).rows
-        by_id.update((int(r[0]), row_to_message(r)) for r in found)
+        by_id.update((int(m.id or 0), m) for m in scope_messages(found, scope))
     # A row deleted between the reads is left out (one snapshot: it cannot be, but a message
     # is never made up).
     return [KeywordHit(by_id[mid], score) for score, mid in best if mid in by_id]
@@ -262,7 +264,10 @@ def _minor_words(
     in fewer than ``limit`` rows (the check would fail)."""
     if len(words) < 2 or not counts:
         return [], 0.0
-    idf = {w: max(math.log((rows - counts[w] + 0.5) / (counts[w] + 0.5)), 1e-6) for w in words}
+    # (a word's rows are at most the scope's: a docsize row deleted outside harombe drops
+    # a row from the scope's totals, never its words from the index)
+    held = {w: min(counts[w], rows) for w in words}
+    idf = {w: max(math.log((rows - held[w] + 0.5) / (held[w] + 0.5)), 1e-6) for w in words}
     ranked = sorted(words, key=lambda w: (idf[w], w))
     target = idf[ranked[-1]] / 2
     minor: list[str] = []
@@ -288,7 +293,12 @@ def _scope_instances(
     """Each indexed row of the scope holding a word of ``kept`` that is not in ``minor`` (with
     ``rest``: each holding only words of ``minor``): its instances of every word of ``kept``
     and its tokens. One pass: highlight() marks the instances of all the words (the
-    tokenizer's own work, in SQLite), and the marked text says which word each is."""
+    tokenizer's own work, in SQLite), and the marked text says which word each is.
+
+    highlight() copies the text built so far at each instance, so its cost grows with the
+    row's length times its instances: a row longer than ``_HIGHLIGHT_CHARS`` (one message of
+    a million characters repeating the word took seconds a search) is read as it is instead,
+    and its terms counted here, in one pass over them."""
     major = [w for w in kept if w not in minor]
     if rest:
         match = f"({fts_query(minor)}) NOT ({fts_query(major)})"
@@ -298,24 +308,33 @@ def _scope_instances(
         match = f"({fts_query(major)}) AND ({fts_query(kept)})"
     else:
         match = fts_query(major) or ""
+    short_row = f"{_ROW_CHARS} <= {_HIGHLIGHT_CHARS}"
     sql, args = matching(
-        ", highlight(messages_fts, 0, ?, ?) AS a, highlight(messages_fts, 1, ?, ?) AS b",
+        f", CASE WHEN {short_row} THEN highlight(messages_fts, 0, ?, ?) END AS a, "
+        f"CASE WHEN {short_row} THEN highlight(messages_fts, 1, ?, ?) END AS b, "
+        f"CASE WHEN NOT {short_row} THEN messages_fts.content END AS whole_a, "
+        f"CASE WHEN NOT {short_row} THEN messages_fts.context END AS whole_b",
         [_OPEN, _CLOSE, _OPEN, _CLOSE],
         match,
     )
     found = (
         yield Step(
-            f"SELECT f.id, f.a, f.b, d.sz, {_SHORT_SIZE} FROM ({sql}) f "
+            f"SELECT f.id, f.a, f.b, d.sz, {_SHORT_SIZE}, f.whole_a, f.whole_b FROM ({sql}) f "
             "JOIN messages_fts_docsize d ON d.id = f.id",
             args,
         )
     ).rows
-    count = _instance_counter([phrases[w] for w in kept])
+    wanted = [phrases[w] for w in kept]
+    count, starting = _instance_counter(wanted), _starting(wanted)
     out: dict[int, tuple[Instances, int]] = {}
-    for rowid, content, context, sz, short in found:
-        a, b = count(content), count(context)
+    for rowid, content, context, sz, short, whole_a, whole_b in found:
+        if content is None and context is None:  # a long row, read as it is
+            a = _phrase_counts(starting, tokens(whole_a, indexed=True))
+            b = _phrase_counts(starting, tokens(whole_b, indexed=True))
+        else:
+            a, b = count(content), count(context)
         row = [(i, a.get(i, 0), b.get(i, 0)) for i in sorted(a.keys() | b.keys())]
-        out[int(rowid)] = (row, _size(sz) if short is None else int(short))
+        out[int(rowid)] = (row, _size(sz, rowid) if short is None else int(short))
     return out
 
 
@@ -330,29 +349,32 @@ def facts_search_body(
     alive = " AND f.valid_to IS NULL" if current else ""
     sizes = (
         yield Step(
-            "SELECT d.sz FROM facts f JOIN facts_fts_docsize d ON d.id = f.id "
+            "SELECT d.sz, d.id FROM facts f JOIN facts_fts_docsize d ON d.id = f.id "
             f"WHERE f.user_id = ?{alive}",
             (user_id,),
         )
     ).rows
-    rows, total = len(sizes), sum(_size(r[0]) for r in sizes)
+    rows, total = len(sizes), sum(_size(r[0], r[1], "facts_fts") for r in sizes)
     kept = [w for w in words if index_terms(w)]
     wanted = [index_terms(w) for w in kept]
     freqs: dict[int, Instances] = {}
     lengths: dict[int, int] = {}
     if kept:
+        short = f"length(facts_fts.text) <= {_HIGHLIGHT_CHARS}"  # (see _scope_instances)
         found = (
             yield Step(
-                "SELECT facts_fts.rowid, highlight(facts_fts, 0, ?, ?), (SELECT sz FROM "
-                "facts_fts_docsize WHERE id = facts_fts.rowid) FROM facts_fts CROSS JOIN facts f "
+                f"SELECT facts_fts.rowid, CASE WHEN {short} THEN highlight(facts_fts, 0, ?, ?) "
+                f"END, (SELECT sz FROM facts_fts_docsize WHERE id = facts_fts.rowid), CASE WHEN "
+                f"NOT {short} THEN facts_fts.text END FROM facts_fts CROSS JOIN facts f "
                 f"ON f.id = facts_fts.rowid WHERE facts_fts MATCH ? AND f.user_id = ?{alive}",
                 (_OPEN, _CLOSE, fts_query(kept), user_id),
             )
         ).rows
-        count = _instance_counter(wanted)
-        for rowid, text, sz in found:
-            freqs[int(rowid)] = [(i, n, 0) for i, n in sorted(count(text).items())]
-            lengths[int(rowid)] = _size(sz)
+        count, starting = _instance_counter(wanted), _starting(wanted)
+        for rowid, text, sz, whole in found:
+            held = count(text) if whole is None else _phrase_counts(starting, tokens(whole))
+            freqs[int(rowid)] = [(i, n, 0) for i, n in sorted(held.items())]
+            lengths[int(rowid)] = _size(sz, rowid, "facts_fts")
     hits = [sum(1 for row in freqs.values() for i, _, _ in row if i == k) for k in range(len(kept))]
     ids = list(freqs)
     scores = bm25([freqs[i] for i in ids], [lengths[i] for i in ids], hits, rows, total)
@@ -374,14 +396,42 @@ def _marked_terms(text: str) -> tuple[str, ...]:
     return tokens(text)
 
 
+#: Rows longer than this (characters of the message and its turn) have their instances
+#: counted from their terms rather than marked by highlight() (see :func:`_scope_instances`).
+_HIGHLIGHT_CHARS = 20_000
+_ROW_CHARS = (
+    "(COALESCE(length(messages_fts.content), 0) + COALESCE(length(messages_fts.context), 0))"
+)
+
+
+#: The phrases a search counts, by their first term: ``term -> [(phrase index, phrase)]``.
+Starting = dict[str, list[tuple[int, tuple[str, ...]]]]
+
+
+def _starting(phrases: Sequence[tuple[str, ...]]) -> Starting:
+    starting: Starting = {}
+    for i, phrase in enumerate(phrases):
+        starting.setdefault(phrase[0], []).append((i, phrase))
+    return starting
+
+
+def _phrase_counts(starting: Starting, terms: Sequence[str]) -> dict[int, int]:
+    """Each phrase's instances (by phrase index) in a column's ``terms``: what highlight()
+    marks, counted in one pass."""
+    held: dict[int, int] = {}
+    for j, term in enumerate(terms):
+        for i, phrase in starting.get(term, ()):
+            if len(phrase) == 1 or tuple(terms[j : j + len(phrase)]) == phrase:
+                held[i] = held.get(i, 0) + 1
+    return held
+
+
 def _instance_counter(phrases: Sequence[tuple[str, ...]]) -> Callable[[str | None], dict[int, int]]:
     """A function giving each phrase's instances (by phrase index) in a column that
     ``highlight()`` marked. A marked stretch is one instance, or several that overlap
     (merged): every phrase is counted in its terms. Stretches repeat ("the", "The"), so each
     distinct one is read once per search."""
-    starting: dict[str, list[tuple[int, tuple[str, ...]]]] = {}
-    for i, phrase in enumerate(phrases):
-        starting.setdefault(phrase[0], []).append((i, phrase))
+    starting = _starting(phrases)
     seen: dict[str, list[tuple[int, int]]] = {}
 
     def count(text: str | None) -> dict[int, int]:
@@ -389,13 +439,9 @@ def _instance_counter(phrases: Sequence[tuple[str, ...]]) -> Callable[[str | Non
         for stretch in _MARKED.findall(text or ""):
             found = seen.get(stretch)
             if found is None:
-                terms = _marked_terms(stretch)
-                held: dict[int, int] = {}
-                for j, term in enumerate(terms):
-                    for i, phrase in starting.get(term, ()):
-                        if terms[j : j + len(phrase)] == phrase:
-                            held[i] = held.get(i, 0) + 1
-                found = seen[stretch] = list(held.items())
+                found = seen[stretch] = list(
+                    _phrase_counts(starting, _marked_terms(stretch)).items()
+                )
             for i, n in found:
                 out[i] = out.get(i, 0) + n
         return out
@@ -403,13 +449,24 @@ def _instance_counter(phrases: Sequence[tuple[str, ...]]) -> Callable[[str | Non
     return count
 
 
-def _size(blob: Any) -> int:
-    """A row's tokens from its ``messages_fts_docsize`` record (one varint per column)."""
-    data = bytes(blob or b"")
-    total = at = 0
-    while at < len(data):
-        value, at = varint(data, at)
-        total += value
+def _size(blob: Any, rowid: Any, table: str = "messages_fts") -> int:
+    """A row's tokens from its ``docsize`` record (one varint per column).
+
+    A record that is not one (edited outside harombe) is what FTS5's own ``bm25()`` reports
+    as "database disk image is malformed": raised as that, so the store names the damaged
+    keyword index and its repair (``harombe reindex``) as it does for FTS5's own reads,
+    rather than an IndexError from deep in the scoring."""
+    try:
+        if type(blob) is not bytes:
+            raise TypeError(type(blob).__name__)
+        total = at = 0
+        while at < len(blob):
+            value, at = varint(blob, at)
+            total += value
+    except (IndexError, TypeError) as exc:
+        raise sqlite3.DatabaseError(
+            f"database disk image is malformed: {table}_docsize row {rowid} does not decode"
+        ) from exc
     return total
 
 
@@ -429,5 +486,5 @@ def _scopetotals(scope_rows: str, params: Sequence[Any]) -> Body[tuple[int, int]
     rows, short = (
         yield Step(f"SELECT COUNT(*), COALESCE(SUM({_SHORT_SIZE}), 0) {joined}", params)
     ).rows[0]
-    longer = (yield Step(f"SELECT d.sz {joined} AND length(d.sz) <> 2", params)).rows
-    return int(rows), int(short) + sum(_size(r[0]) for r in longer)
+    longer = (yield Step(f"SELECT d.sz, d.id {joined} AND length(d.sz) <> 2", params)).rows
+    return int(rows), int(short) + sum(_size(r[0], r[1]) for r in longer)

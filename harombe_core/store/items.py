@@ -489,7 +489,16 @@ def list_namespaces(
         params = [int(max_depth), *params, *named_params]
     params += [min(limit, 2**62), min(offset, 2**62)]
     rows = (yield sql.step(query, params)).rows
-    return [tuple(r[0].split(".")) for r in rows]
+    return [_namespace(r[0]) for r in rows]
+
+
+def _namespace(name: Any) -> Namespace:
+    """A stored namespace name as LangGraph's tuple; CorruptRowError naming it when it is not
+    text (a row edited outside harombe), rather than a TypeError from ``split``."""
+    if type(name) is not str:
+        what = f"holds {type(name).__name__}, not text"
+        raise corrupt_row("store_items", {"namespace": name}, "namespace", what)
+    return tuple(name.split("."))
 
 
 def _namespace_conditions(

@@ -37,6 +37,7 @@ from harombe_core.store.rows import (
     row_to_message,
     row_to_session,
     row_to_summary,
+    scope_messages,
     scope_sql,
     session_changes,
     session_span,
@@ -592,8 +593,8 @@ def get_messages_by_ids(ids: Sequence[int], scope: SearchScope | None = None) ->
                 f"SELECT {MESSAGE_COLUMNS} FROM messages m JOIN sessions s ON s.id = m.session_id "
                 f"WHERE m.id IN ({d.marks(len(chunk))}){where}"
             )
-            for row in (yield d.step(sql, [*chunk, *scope_params])).rows:
-                found[int(row[0])] = row_to_message(row)
+            rows = (yield d.step(sql, [*chunk, *scope_params])).rows
+            found.update((int(m.id or 0), m) for m in scope_messages(rows, scope))
         return [found[i] for i in wanted if i in found]
 
     return Op(body, empty=not wanted)
@@ -886,15 +887,7 @@ def keyword_search(
             if size == 0:  # nothing is in scope (an unknown user, or only the excluded one)
                 return []
             return (yield from fts_scope.keyword_body(words, limit, scope, size))
-        where, params = scope_sql(scope)
-        sql = (
-            f"SELECT {MESSAGE_COLUMNS}, ts_rank(m.fts, q) AS rank "
-            f"FROM websearch_to_tsquery('{TS_CONFIG}', ?) AS q, messages m "
-            "JOIN sessions s ON s.id = m.session_id "
-            f"WHERE m.fts @@ q{where} ORDER BY rank DESC, m.id DESC LIMIT ?"
-        )
-        rows = (yield d.step(sql, [fts.pg_query(words), *params, limit])).rows
-        return [KeywordHit(row_to_message(r[:-1]), float(r[-1])) for r in rows]
+        return (yield from fts.pg_keyword_body(d, words, limit, scope))
 
     return Op(body, empty=not words or limit <= 0)
 

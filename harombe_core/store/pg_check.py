@@ -37,6 +37,7 @@ from psycopg import errors as pg_errors
 
 from harombe_core.errors import NotAHarombeDatabaseError, StoreError, StoreUnavailableError
 from harombe_core.store.postgres import TABLES, redact_url, store_exists
+from harombe_core.store.rows_check import rows_check
 from harombe_core.store.schema import PG_MESSAGE_VECTOR, PG_SCHEMA_VERSION
 
 __all__ = ["Result", "check_postgres"]
@@ -118,6 +119,7 @@ def _checks(cur: psycopg.Cursor[Any]) -> list[Result]:
                 "store_items i WHERE i.namespace = v.namespace AND i.key = v.key)",
             )
         )
+    results.append(rows_check(cur.execute, tables, (psycopg.Error,)))
     results.append(_amcheck(cur, sorted(tables)))
     return results
 

@@ -10,15 +10,16 @@ read the same thing: a value one of them accepts, the other accepts too.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import fields
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from harombe_core.errors import CorruptRowError, InvalidInputError
 from harombe_core.limits import current_limits
 from harombe_core.models import ROLES, Message, Session
-from harombe_core.store.base import UNSET, SearchScope
+from harombe_core.store.base import UNSET, KeywordHit, OnCorrupt, SearchScope
 from harombe_core.validate import (
     check_count,
     check_id,
@@ -33,6 +34,7 @@ from harombe_core.validate import (
 __all__ = [
     "MESSAGE_COLUMNS",
     "SESSION_COLUMNS",
+    "LeftOut",
     "OnCorrupt",
     "check_id",
     "check_summary",
@@ -41,10 +43,13 @@ __all__ = [
     "from_micros",
     "json_problem",
     "message_ids",
+    "readable",
     "readable_messages",
     "row_to_message",
     "row_to_session",
     "row_to_summary",
+    "scope_hits",
+    "scope_messages",
     "scope_sql",
     "session_changes",
     "session_span",
@@ -61,6 +66,9 @@ SESSION_COLUMNS = (
     "summary_json, summary_until_id"
 )
 
+
+T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
@@ -198,26 +206,78 @@ def row_to_message(row: Sequence[Any]) -> Message:
     return message
 
 
-#: What is told of a row passed over as unreadable (None: it is raised).
-OnCorrupt = Callable[[CorruptRowError], None] | None
-
-
-def readable_messages(
-    rows: Sequence[Sequence[Any]], on_corrupt: OnCorrupt
-) -> list[tuple[Message, str]]:
-    """``(message, context)`` of each row of message columns followed by a context. A row
-    edited outside harombe that cannot be read is given to ``on_corrupt`` (it says so) and
-    left out, where one such row must not stop the others (every later message of every
-    user from being embedded); raised when ``on_corrupt`` is None."""
-    out: list[tuple[Message, str]] = []
+def readable(
+    rows: Iterable[Sequence[Any]], read: Callable[[Sequence[Any]], T], on_corrupt: OnCorrupt
+) -> list[T]:
+    """``read`` of each row. A row edited outside harombe that ``read`` cannot make sense of
+    is given to ``on_corrupt`` (it says so) and left out, where one such row must not stop
+    the others (every later message of every user from being embedded, every turn of a user
+    from being answered); its CorruptRowError is raised when ``on_corrupt`` is None."""
+    out: list[T] = []
     for row in rows:
         try:
-            out.append((row_to_message(row[:-1]), row[-1] or ""))
+            out.append(read(row))
         except CorruptRowError as exc:
             if on_corrupt is None:
                 raise
             on_corrupt(exc)
     return out
+
+
+class LeftOut:
+    """The ``on_corrupt`` of a read that enriches a prompt (recall, the user's profile): it
+    leaves an unreadable row out and says so once per row, naming it and the check that
+    lists every such row, however many turns read past it."""
+
+    #: Rows remembered as told at most (then the memory starts again).
+    LIMIT = 10_000
+
+    def __init__(self, location: str, what: str) -> None:
+        self.location = location
+        self.what = what
+        self.told: set[tuple[str, str, str]] = set()
+
+    def __call__(self, error: CorruptRowError) -> None:
+        key = (error.table, str(error.row_id), error.column)
+        if key in self.told:
+            return
+        if len(self.told) >= self.LIMIT:
+            self.told.clear()
+        self.told.add(key)
+        log.warning(
+            "%s: a row was left out of %s: %s `harombe check %s` lists every row harombe "
+            "cannot read.",
+            self.location,
+            self.what,
+            error,
+            self.location,
+        )
+
+
+def readable_messages(
+    rows: Sequence[Sequence[Any]], on_corrupt: OnCorrupt
+) -> list[tuple[Message, str]]:
+    """``(message, context)`` of each row of message columns followed by a context, as
+    :func:`readable` reads them."""
+    return readable(rows, lambda row: (row_to_message(row[:-1]), row[-1] or ""), on_corrupt)
+
+
+def scope_messages(rows: Iterable[Sequence[Any]], scope: SearchScope | None) -> list[Message]:
+    """The messages of rows a search read within ``scope``: an unreadable one raises, or goes
+    to the scope's ``on_corrupt`` when the search passes over such rows."""
+    return readable(rows, row_to_message, None if scope is None else scope.on_corrupt)
+
+
+def scope_hits(
+    rows: Iterable[Sequence[Any]], scope: SearchScope | None, sign: float = 1.0
+) -> list[KeywordHit]:
+    """Keyword hits of rows of message columns followed by a rank (times ``sign``), read as
+    :func:`scope_messages` reads them."""
+    return readable(
+        rows,
+        lambda row: KeywordHit(row_to_message(row[:-1]), sign * float(row[-1])),
+        None if scope is None else scope.on_corrupt,
+    )
 
 
 def row_to_summary(message_id: Any, value: Any) -> dict[str, Any]:

@@ -94,24 +94,24 @@ FORK_WAIT_SECONDS = 10.0
 WAL_SIZE_LIMIT = 16 * 1024 * 1024
 
 
-def ns_label(namespace: str | None, position: int | None) -> str | None:
+def ns_label(namespace: Any, position: int | None) -> str | None:
     """SQL ``harombe_ns_label(namespace, position)``: the label of a dotted store namespace at
     ``position``, 1-based from the start or negative from the end (-1 the last); NULL past
     either end. SQLite has no string split, and a store's wildcard match compares labels by
     position (:func:`harombe_core.store.items.list_namespaces`)."""
-    if namespace is None or position is None or position == 0:
-        return None
+    if type(namespace) is not str or position is None or position == 0:
+        return None  # (NULL, or a value edited outside harombe: no label matches it)
     labels = namespace.split(".")
     if abs(position) > len(labels):
         return None
     return labels[position - 1 if position > 0 else position]
 
 
-def ns_head(namespace: str | None, depth: int | None) -> str | None:
+def ns_head(namespace: Any, depth: int | None) -> Any:
     """SQL ``harombe_ns_head(namespace, depth)``: the first ``depth`` labels of a dotted
     namespace (a LangGraph ``list_namespaces(max_depth=...)`` cut, made distinct in SQL)."""
-    if namespace is None or depth is None:
-        return namespace
+    if type(namespace) is not str or depth is None:
+        return namespace  # (a value edited outside harombe is named as it is by the caller)
     return ".".join(namespace.split(".")[: max(int(depth), 0)])
 
 

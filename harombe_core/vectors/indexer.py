@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from harombe_core.errors import (
+    CorruptRowError,
     EmbeddingError,
     EmbeddingModelMismatchError,
     Fix,
@@ -63,7 +64,7 @@ from harombe_core.folding import SummaryFolder
 from harombe_core.models import Message
 from harombe_core.progress import Progress, progress_reporter, silent
 from harombe_core.store import ops
-from harombe_core.store.base import MessageStore, SearchScope
+from harombe_core.store.base import MessageStore, OnCorrupt, SearchScope
 from harombe_core.store.erasure import ERASED_VECTORS, owed
 from harombe_core.vectors.base import FloatArray, VectorIndex, VectorMatch, scope_metadata_filter
 from harombe_core.vectors.choice import resolve_embedder_spec, resolve_index
@@ -585,25 +586,35 @@ class SemanticMemory(EmbeddingWorker):
                 return stored.exact_search(query, k, scope)
         matrix = self._matrix
         if matrix is None or matrix.stored is not stored:
-            matrix = self._matrix = VectorMatrix(stored)
+            matrix = self._matrix = VectorMatrix(stored, self._left_out)
         found = matrix.search(query, k, scope)
         return stored.exact_search(query, k, scope) if found is None else found
 
-    def vectors_for(self, ids: Sequence[int]) -> dict[int, FloatArray]:
+    def _left_out(self, error: CorruptRowError) -> None:
+        self._log_once(
+            f"matrix-{error.row_id}",
+            f"{self.store.location}: a stored vector is left out of searches across users: {error}",
+        )
+
+    def vectors_for(
+        self, ids: Sequence[int], on_corrupt: OnCorrupt = None
+    ) -> dict[int, FloatArray]:
         """Stored vectors of these messages (SQLite copy first, else the index)."""
-        return self.vectors_or_pending(ids)[0]
+        return self.vectors_or_pending(ids, on_corrupt)[0]
 
     def vectors_or_pending(
-        self, ids: Sequence[int]
+        self, ids: Sequence[int], on_corrupt: OnCorrupt = None
     ) -> tuple[dict[int, FloatArray], frozenset[int]]:
         """Stored vectors of these messages, and which of them are not embedded yet.
 
         Every embedded message has a vector where this looks (SQLite's copy; on PostgreSQL the
         pgvector table), so an id without one is waiting for the embedder. An index that cannot
-        return vectors tells nothing: then no id is called pending.
+        return vectors tells nothing: then no id is called pending. A stored vector that is
+        not one of this model's raises CorruptRowError, or goes to ``on_corrupt`` (and its id
+        is called pending).
         """
         if self.stored is not None:
-            found = self.stored.get(ids)
+            found = self.stored.get(ids, on_corrupt)
             return found, frozenset(int(i) for i in ids) - found.keys()
         index = self.index
         if index is None:

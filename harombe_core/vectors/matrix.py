@@ -29,7 +29,7 @@ from harombe_core.vectors.base import FloatArray, VectorMatch
 from harombe_core.vectors.stored import decode_vectors
 
 if TYPE_CHECKING:
-    from harombe_core.store.base import SearchScope
+    from harombe_core.store.base import OnCorrupt, SearchScope
     from harombe_core.vectors.stored import StoredVectors
 
 __all__ = ["VectorMatrix"]
@@ -52,8 +52,12 @@ _LOW_SQL = (
 class VectorMatrix:
     """Every stored vector of one SQLite store as one float32 matrix, searched exactly."""
 
-    def __init__(self, stored: StoredVectors) -> None:
+    def __init__(self, stored: StoredVectors, on_corrupt: OnCorrupt = None) -> None:
         self.stored = stored
+        #: Where a stored vector edited outside harombe goes (left out of the matrix): the
+        #: matrix holds every user's vectors, so one user's bad row must not fail the
+        #: searches of the others, nor tell them its id. None raises (tests).
+        self.on_corrupt = on_corrupt
         self._lock = threading.Lock()
         self.reset()
 
@@ -100,10 +104,8 @@ class VectorMatrix:
             after = int(rows[-1][0])
             fresh = [r for r in rows if int(r[0]) not in recent]
             if fresh:
-                self._append(
-                    np.fromiter((int(r[0]) for r in fresh), dtype=np.int64, count=len(fresh)),
-                    decode_vectors(fresh, self.stored.dimension),
-                )
+                ids, vectors = decode_vectors(fresh, self.stored.dimension, self.on_corrupt)
+                self._append(np.asarray(ids, dtype=np.int64), vectors)
             if len(rows) < LOAD_PAGE:
                 break
         self._low = low

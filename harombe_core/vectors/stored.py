@@ -28,34 +28,45 @@ from typing import Any
 
 import numpy as np
 
-from harombe_core.store.base import SearchScope
-from harombe_core.store.rows import corrupt_row, scope_sql
+from harombe_core.store.base import OnCorrupt, SearchScope
+from harombe_core.store.rows import corrupt_row, readable, scope_sql
 from harombe_core.store.sqlite import SQLiteStore
 from harombe_core.vectors.base import FloatArray, VectorMatch
 
 __all__ = ["StoredVectors", "decode_vectors"]
 
 
-def decode_vectors(rows: Sequence[Sequence[Any]], dimension: int) -> FloatArray:
-    """The ``(message_id, vector)`` rows' vectors as one matrix.
+def decode_vectors(
+    rows: Sequence[Sequence[Any]], dimension: int, on_corrupt: OnCorrupt = None
+) -> tuple[list[int], FloatArray]:
+    """The ids and vectors of ``(message_id, vector)`` rows, the vectors as one matrix.
 
     A blob of another length (the row was edited outside harombe, or written by another
     model without the model change being recorded) raises CorruptRowError naming it, with the
-    rebuild that repairs it, instead of numpy's "buffer size must be a multiple of element size".
+    rebuild that repairs it, instead of numpy's "buffer size must be a multiple of element
+    size"; or, with ``on_corrupt``, is given to it and left out (``rows.readable``).
     """
-    if not rows:
-        return np.zeros((0, dimension), dtype=np.float32)
-    joined = b"".join(r[1] for r in rows)
-    if len(joined) != len(rows) * dimension * 4:
-        mid, blob = next((r[0], r[1]) for r in rows if len(r[1]) != dimension * 4)
-        raise corrupt_row(
-            "message_vectors",
-            {"message_id": mid},
-            "vector",
-            f"holds {len(blob)} bytes, not {dimension} float32 values. The vectors are derived: "
-            "`harombe reindex --reembed` (MemoryManager.reindex(reembed=True)) writes them anew",
-        )
-    return np.frombuffer(joined, dtype=np.float32).reshape(len(rows), dimension)
+    size = dimension * 4
+
+    def read(row: Sequence[Any]) -> Sequence[Any]:
+        if type(row[1]) is not bytes or len(row[1]) != size:
+            held = f"{len(row[1])} bytes" if type(row[1]) is bytes else type(row[1]).__name__
+            raise corrupt_row(
+                "message_vectors",
+                {"message_id": row[0]},
+                "vector",
+                f"holds {held}, not {dimension} float32 values. The vectors are derived: "
+                "`harombe reindex --reembed` (MemoryManager.reindex(reembed=True)) writes them "
+                "anew",
+            )
+        return row
+
+    kept = readable(rows, read, on_corrupt)
+    if not kept:
+        return [], np.zeros((0, dimension), dtype=np.float32)
+    joined = b"".join(r[1] for r in kept)
+    ids = [int(r[0]) for r in kept]
+    return ids, np.frombuffer(joined, dtype=np.float32).reshape(len(kept), dimension)
 
 
 class StoredVectors:
@@ -159,9 +170,13 @@ class StoredVectors:
             )
         return found
 
-    def tail(self, after: int, limit: int) -> tuple[list[int], FloatArray, list[dict[str, Any]]]:
+    def tail(
+        self, after: int, limit: int, on_corrupt: OnCorrupt = None
+    ) -> tuple[list[int], FloatArray, list[dict[str, Any]], int]:
         """Up to ``limit`` stored vectors the index does not hold, ids above ``after``, with
-        the metadata the index keeps (read now, so a moved session carries its new owner)."""
+        the metadata the index keeps (read now, so a moved session carries its new owner),
+        and the last id read (``after`` when none was), to read on from past a vector
+        ``on_corrupt`` was given (``decode_vectors``)."""
         rows = self.store.query(
             "SELECT m.id, v.vector, m.session_id, s.user_id, m.role, m.created_at "
             "FROM messages m JOIN message_vectors v ON v.message_id = m.id "
@@ -169,9 +184,12 @@ class StoredVectors:
             "WHERE m.embedded = 0 AND m.id > ? ORDER BY m.id LIMIT ?",
             (after, limit),
         )
-        ids = [int(r[0]) for r in rows]
-        metas = [index_metadata(int(r[0]), r[2], r[3], r[4], int(r[5])) for r in rows]
-        return ids, decode_vectors([(r[0], r[1]) for r in rows], self.dimension), metas
+        ids, vectors = decode_vectors(rows, self.dimension, on_corrupt)
+        kept = set(ids)
+        metas = [
+            index_metadata(int(r[0]), r[2], r[3], r[4], int(r[5])) for r in rows if r[0] in kept
+        ]
+        return ids, vectors, metas, int(rows[-1][0]) if rows else after
 
     def settle_tail(self) -> int:
         """Where the stored vectors are the index (``vector_store="database"``), a stored
@@ -214,10 +232,10 @@ class StoredVectors:
             f"JOIN message_vectors v ON v.message_id = m.id WHERE 1 = 1{where}",
             params,
         )
-        if not rows:
+        on_corrupt = None if scope is None else scope.on_corrupt
+        ids, matrix = decode_vectors(rows, self.dimension, on_corrupt)
+        if not ids:
             return []
-        ids = [r[0] for r in rows]
-        matrix = decode_vectors(rows, self.dimension)
         sims = matrix @ np.asarray(query, dtype=np.float32)
         if len(ids) > k:
             top = np.argpartition(-sims, k - 1)[:k]
@@ -226,17 +244,20 @@ class StoredVectors:
             order = np.argsort(-sims)
         return [VectorMatch(int(ids[i]), float(sims[i])) for i in order]
 
-    def get(self, ids: Sequence[int]) -> dict[int, FloatArray]:
+    def get(self, ids: Sequence[int], on_corrupt: OnCorrupt = None) -> dict[int, FloatArray]:
+        """The stored vectors of these messages (those that have one), read as
+        :func:`decode_vectors` reads them."""
         wanted = [int(i) for i in ids]
         out: dict[int, FloatArray] = {}
         for start in range(0, len(wanted), 500):
             chunk = wanted[start : start + 500]
-            for mid, blob in self.store.query(
+            rows = self.store.query(
                 "SELECT message_id, vector FROM message_vectors WHERE message_id IN "
                 f"({','.join('?' * len(chunk))})",
                 chunk,
-            ):
-                out[int(mid)] = np.frombuffer(blob, dtype=np.float32)
+            )
+            read, matrix = decode_vectors(rows, self.dimension, on_corrupt)
+            out.update(zip(read, matrix, strict=True))
         return out
 
     def count(self) -> int:

@@ -442,6 +442,12 @@ class EmbeddingWorker:
             f"corrupt-{error.row_id}", f"{self.store.location}: a message is not embedded: {error}"
         )
 
+    def _not_filed(self, error: CorruptRowError) -> None:
+        self._log_once(
+            f"corrupt-vector-{error.row_id}",
+            f"{self.store.location}: a stored vector is not filed into the index: {error}",
+        )
+
     @contextlib.contextmanager
     def _embedding_turn(self, timeout: float | None) -> Iterator[bool]:
         """Hold the database's embedding lock for one batch (see :meth:`_batch_lock`)."""
@@ -537,14 +543,16 @@ class EmbeddingWorker:
         with self._work_lock:
             copied, after = 0, 0
             while not self._stop.is_set():
-                ids, vectors, metas = stored.tail(after, TAIL_BATCH)
-                if not ids:
+                ids, vectors, metas, last = stored.tail(after, TAIL_BATCH, self._not_filed)
+                if last == after:
                     break
+                after = last
+                if not ids:  # (only unreadable vectors, passed over: read on past them)
+                    continue
                 if not self._upsert(ids, vectors, metas):
                     break
                 stored.mark_indexed(ids, [meta.get("user_id") for meta in metas])
                 copied += len(ids)
-                after = ids[-1]
                 if advance is not None:
                     advance(len(ids))
             return copied
@@ -557,7 +565,12 @@ class EmbeddingWorker:
             return stored.settle_tail()
         if stored is None or self.index is None:
             return 0
-        ids, vectors, metas = stored.tail(0, TAIL_BATCH)
+        after = 0
+        while True:
+            ids, vectors, metas, last = stored.tail(after, TAIL_BATCH, self._not_filed)
+            if ids or last == after:
+                break
+            after = last  # a batch of only unreadable vectors, passed over: read on past it
         if not ids or not self._upsert(ids, vectors, metas):
             return 0
         stored.mark_indexed(ids, [meta.get("user_id") for meta in metas])

@@ -14,6 +14,7 @@ import random
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -222,3 +223,66 @@ def test_a_user_with_many_sessions_is_searched_in_every_one(tmp_path: Path) -> N
             found = [(h.message.session_id, h.message.content) for h in hits]
             # the turn after it answers it (its keyword context): found too, ranked below
             assert found == [("b0", "zeppelin"), ("b0", "b note 0")]
+
+
+def test_a_long_row_is_counted_from_its_terms_with_the_scores_highlight_gives(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """FTS5's highlight() copies the text built so far at every instance it marks, so its
+    cost is the row's length times its instances: one message of a million characters
+    repeating the word took seconds a search, of every search and recall of its user. A row
+    longer than ``_HIGHLIGHT_CHARS`` is read as it is and its terms counted in one pass; the
+    scores are the ones highlight() gives, for words of one term, of several (a phrase) and
+    of unspaced scripts."""
+    long = ("apple e-mail 東京 banana " * 1_500) + "zebra"
+    assert len(long) > fts_scope._HIGHLIGHT_CHARS
+    mm = MemoryManager(tmp_path / "m.db", embedding=None, token_counter="approximate")
+    texts = [long, "apple pie and an e-mail", "東京 trip with apples", "banana apple apple"]
+    for i, text in enumerate(texts):
+        mm.save_message(f"ann{i % 2}", Message(role="user", content=text), user_id="ann")
+    mm.save_message("bob", Message(role="user", content="apple e-mail 東京"), user_id="bob")
+    mm.store.index_keywords()
+    scope = SearchScope(user_id="ann")
+    queries = ["apple", "apple zebra", "e-mail banana", "東京", "apples e-mail 東京 zebra"]
+
+    def searched() -> list[list[tuple[int, float]]]:
+        hits = [mm.store.keyword_search(q, limit=10, scope=scope) for q in queries]
+        return [[(int(h.message.id or 0), h.score) for h in found] for found in hits]
+
+    long_reads: list[int] = []
+    tokens = fts_scope.tokens
+
+    def counting(text: str, **options: Any) -> tuple[str, ...]:
+        if len(text or "") > fts_scope._HIGHLIGHT_CHARS:
+            long_reads.append(len(text))
+        return tokens(text, **options)
+
+    monkeypatch.setattr(fts_scope, "tokens", counting)
+    by_terms = searched()
+    assert long_reads  # the long row was counted from its terms
+    monkeypatch.setattr(fts_scope, "_HIGHLIGHT_CHARS", 10**9)  # every row by highlight()
+    assert searched() == by_terms
+    assert by_terms[0][0][0] == 1  # the long row holds "apple" most often
+    mm.close()
+
+
+def test_a_long_fact_is_counted_from_its_terms_with_the_scores_highlight_gives(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same for a user's facts (a fact may be as long as a message)."""
+    from harombe_core.facts import ops as fact_ops
+
+    mm = MemoryManager(tmp_path / "m.db", embedding=None, token_counter="approximate")
+    mm.add_fact("ann", ("apple e-mail 東京 banana " * 1_500) + "zebra")
+    mm.add_fact("ann", "apple pie and an e-mail")
+    mm.add_fact("bob", "apple e-mail")
+    queries = ["apple", "e-mail zebra", "東京 banana"]
+
+    def searched() -> list[list[tuple[int, float]]]:
+        return [mm.store.run(fact_ops.keyword_facts("ann", q, limit=10)) for q in queries]
+
+    by_terms = searched()
+    monkeypatch.setattr(fts_scope, "_HIGHLIGHT_CHARS", 10**9)  # every fact by highlight()
+    assert searched() == by_terms
+    assert all(by_terms)
+    mm.close()

@@ -200,3 +200,26 @@ def test_a_missing_database_or_one_without_a_store_is_exit_code_2(
     result = runner.invoke(app, ["check", empty])
     assert result.exit_code == 2
     assert "holds no harombe store" in result.output
+
+
+def test_rows_edited_outside_harombe_are_named_and_nothing_is_changed(pg_url: str) -> None:
+    """A row whose JSON is not what harombe writes passes PostgreSQL's constraints but fails
+    every read that meets it; the check names it, as on SQLite, and changes nothing."""
+    sessions = _filled(pg_url)
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE messages SET tool_calls = 'oops' WHERE content = 'note 1 about topic 0'"
+        )
+        conn.execute("UPDATE sessions SET metadata = '[]' WHERE id = %s", (sessions[2],))
+        rows = "(SELECT string_agg(x::text || x.xmin::text, '|' ORDER BY x.id) FROM {} x)"
+        snapshot = f"SELECT {rows.format('messages')}, {rows.format('sessions')}"
+        before = conn.execute(snapshot).fetchone()
+    ok, detail = _found(check(pg_url)[1], "rows harombe can read")
+    assert not ok
+    assert detail.startswith("2 row(s) cannot be read")
+    assert "of table messages: column tool_calls is not valid JSON" in detail
+    assert f"row '{sessions[2]}' of table sessions: column metadata" in detail
+    result = runner.invoke(app, ["check", pg_url])
+    assert result.exit_code == 1, result.output
+    with psycopg.connect(pg_url) as conn:
+        assert conn.execute(snapshot).fetchone() == before

@@ -373,3 +373,90 @@ def test_a_crafted_fact_of_one_user_does_not_stop_the_others_facts_being_extract
         assert "session a: facts not extracted: row 1 of table facts" in caplog.text
         with pytest.raises(CorruptRowError, match="of table facts: column valid_from"):
             mm.extract_facts("a")  # asked for by name: the error itself
+
+
+def test_a_crafted_vector_does_not_stop_the_others_being_filed_into_chroma(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The process that owns a Chroma folder files the stored vectors it lacks. A stored
+    vector edited outside harombe (a blob of another length) is passed over with one warning
+    naming it and its repair; every other vector, of every user, is still filed and found."""
+    path = tmp_path / "memory.db"
+    with MemoryManager(path, embedding=FakeEmbedder(), vector_store="database") as mm:
+        mm.save_messages("a", [Message(role="user", content=f"apple {i}") for i in range(5)])
+        mm.flush()
+    _edit(path, "UPDATE message_vectors SET vector = x'00' WHERE message_id = 2")
+    with MemoryManager(path, embedding=FakeEmbedder(), vector_store="chroma") as mm:
+        mm.save_message("b", Message(role="user", content="banana split"), user_id="bob")
+        mm.flush()
+        mm.flush()  # (told once)
+        told = [
+            r.getMessage() for r in caplog.records if "not filed into the index" in r.getMessage()
+        ]
+        assert len(told) == 1
+        assert "row {'message_id': 2} of table message_vectors" in told[0]
+        assert "harombe reindex --reembed" in told[0]
+        assert [m.content for m in mm.search_similar("banana split", user_id="bob")] == [
+            "banana split"
+        ]
+    raw = sqlite3.connect(path)
+    assert raw.execute("SELECT id FROM messages WHERE embedded = 0").fetchall() == [(2,)]
+    raw.close()
+
+
+@pytest.mark.parametrize(
+    ("edit", "damaged"),
+    [
+        ("UPDATE messages_fts_docsize SET sz = 'text' WHERE id = 2", True),
+        ("UPDATE messages_fts_docsize SET sz = x'ff' WHERE id = 2", True),
+        ("UPDATE messages_fts_docsize SET sz = NULL WHERE id = 2", True),
+        # a missing record: the row is scored without its size, nothing else is hurt
+        ("DELETE FROM messages_fts_docsize WHERE id = 2", False),
+    ],
+)
+def test_a_crafted_keyword_size_record_is_a_damaged_index_that_reindex_repairs(
+    tmp_path: Path, edit: str, damaged: bool
+) -> None:
+    """A user's keyword search reads each row's size from the index (its own statistics). A
+    size record edited outside harombe is the damaged index it is, named with its repair,
+    not an IndexError or a math error from the scoring; ``reindex`` repairs it."""
+    path = tmp_path / "memory.db"
+    _memory(path)
+    with MemoryManager(path, embedding=None, token_counter="approximate") as mm:
+        mm.store.index_keywords()
+    _edit(path, edit)
+    ann = ["apple 0", "apple 1", "apple 2"]
+    with MemoryManager(path, embedding=None, token_counter="approximate") as mm:
+        if damaged:
+            with pytest.raises(NotAHarombeDatabaseError, match="harombe reindex"):
+                mm.search("apple pie", user_id="ann", top_k=10)
+        else:
+            hits = mm.search("apple pie", user_id="ann", top_k=10)
+            assert sorted(h.message.content for h in hits) == ann
+        mm.reindex(embedding=FakeEmbedder())
+        hits = mm.search("apple pie", user_id="ann", top_k=10)
+        assert sorted(h.message.content for h in hits) == ann
+
+
+def test_a_store_namespace_that_is_not_text_is_named_when_namespaces_are_listed(
+    tmp_path: Path,
+) -> None:
+    """``list_namespaces`` (and its ``max_depth`` cut, made by a SQL function) meeting a
+    namespace edited into a blob raises CorruptRowError naming it and the DELETE, not a
+    TypeError or "user-defined function raised exception"; other prefixes still list."""
+    from langchain_harombe import HarombeStore
+
+    path = tmp_path / "memory.db"
+    with MemoryManager(path, embedding=None, token_counter="approximate") as mm:
+        store = HarombeStore(mm)
+        store.put(("a", "b"), "k1", {"v": 1})
+        store.put(("c",), "k2", {"v": 2})
+    _edit(path, "UPDATE store_items SET namespace = x'00ff' WHERE key = 'k2'")
+    with MemoryManager(path, embedding=None, token_counter="approximate") as mm:
+        store = HarombeStore(mm)
+        named = re.escape("DELETE FROM store_items WHERE namespace = x'00ff';")
+        with pytest.raises(CorruptRowError, match=named):
+            store.list_namespaces()
+        with pytest.raises(CorruptRowError, match=named):
+            store.list_namespaces(max_depth=1)
+        assert store.list_namespaces(prefix=("a",)) == [("a", "b")]

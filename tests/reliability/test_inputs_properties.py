@@ -531,6 +531,7 @@ def common_kinds(world: World) -> dict[str, st.SearchStrategy[Any]]:
         "created_at": st.one_of(st.none(), times),
         "as_of": st.one_of(st.none(), times),
         "include_history": flags,
+        "skip_unreadable": flags,
         "fact_id": counts,
         "outcome": kind(st.sampled_from(["resolved", "ongoing", "abandoned", None, "nope"])),
         "important": st.one_of(st.none(), flags),
