@@ -17,14 +17,14 @@ otherwise run on the padding too (4-8% of the tokens of chat batched by length).
 
 Only the standard ONNX operators (opset 17) are used. onnxruntime fuses them itself when it
 loads the graph (``ORT_ENABLE_ALL``: each bias into its matrix product, GELU, the attention's
-scaled product), with the same arithmetic. Writing the layers with onnxruntime's own ``Attention`` and
-``SkipLayerNormalization`` operators instead, as its transformer optimizer does, measured 15-20%
-fewer texts per CPU-second on its CPU kernels (onnxruntime 1.32, 1 and 2 threads, chat texts of
-26 and 49 tokens on average: ``benchmarks/bench_embeddings.py``), so the graph is left plain;
-the same graph also feeds int8 quantisation, whose quantiser knows only standard operators.
-Any BERT-style model (``BertModel`` in ``config.json``, absolute positions) can be built;
-others are refused with an :class:`~harombe_core.errors.EmbeddingError` that names the
-alternative.
+scaled product), with the same arithmetic. Writing the layers with onnxruntime's own
+``Attention`` and ``SkipLayerNormalization`` operators instead, as its transformer optimizer
+does, measured 15-20% fewer texts per CPU-second on its CPU kernels (onnxruntime 1.32, 1 and 2
+threads, chat texts of 26 and 49 tokens on average: ``benchmarks/bench_embeddings.py``), so
+the graph is left plain; the same graph also feeds int8 quantisation, whose quantiser knows
+only standard operators. Any BERT-style model (``BertModel`` in ``config.json``, absolute
+positions) can be built; others are refused with an
+:class:`~harombe_core.errors.EmbeddingError` that names the alternative.
 """
 
 from __future__ import annotations
