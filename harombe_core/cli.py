@@ -522,7 +522,9 @@ def migrate_command(
         f"{plural(report.skipped_sessions, 'session')} already done) and "
         f"{plural(report.store_items, 'store item')} ({report.copied_store_items:,} copied "
         f"now) and {plural(report.checkpoint_rows, 'checkpoint row')} "
-        f"({report.copied_checkpoint_rows:,} copied now); verified: counts and checksums match."
+        f"({report.copied_checkpoint_rows:,} copied now) and "
+        f"{plural(report.api_keys, 'API key')} ({report.copied_api_keys:,} copied now); "
+        "verified: counts and checksums match."
     )
 
 

@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from harombe_core.store.base import ClosesOnExit
     from harombe_core.store.items import check_key, check_namespace
     from harombe_core.store.rows import corrupt_row, to_micros
-    from harombe_core.store.runner import Body, Dialect, Op
+    from harombe_core.store.runner import Body, Dialect, Op, StepResult
     from harombe_core.store.sql_body import SqlRunner, sql_runner
     from harombe_core.threader import Threader, shared_threader
     from harombe_core.threads import resolve_selector
@@ -63,6 +63,7 @@ _LAZY: dict[str, str] = {
     "Body": "harombe_core.store.runner",
     "Dialect": "harombe_core.store.runner",
     "Op": "harombe_core.store.runner",
+    "StepResult": "harombe_core.store.runner",
     "SqlRunner": "harombe_core.store.sql_body",
     "sql_runner": "harombe_core.store.sql_body",
     "ClosesOnExit": "harombe_core.store.base",
@@ -129,6 +130,7 @@ __all__ = [
     "NativeAsyncEmbedder",
     "Op",
     "SqlRunner",
+    "StepResult",
     "SummaryFolder",
     "Threader",
     "TypePolicy",

@@ -126,19 +126,46 @@ class UserMemoryMethods:
         return await adrive(tasks)
 
     def search_facts(
-        self, user_id: str, query: str, *, top_k: int = 5, include_history: bool = False
+        self,
+        user_id: str,
+        query: str,
+        *,
+        top_k: int = 5,
+        include_history: bool = False,
+        min_similarity: float | None = None,
     ) -> list[FactHit]:
         """The user's facts matching ``query`` by meaning (with semantic memory) and keyword,
-        best first; each hit's ``fact.sources`` say which messages it came from."""
+        best first; each hit's ``fact.sources`` say which messages it came from, and its
+        ``vector_score`` / ``keyword_score`` how it matched. ``min_similarity`` leaves out a
+        fact whose cosine is below it and whose words do not match (a user has few facts, so
+        without it up to ``top_k`` come back however weak the match)."""
         return drive(
-            self._facts.search(user_id, query, top_k=top_k, include_history=include_history)
+            self._facts.search(
+                user_id,
+                query,
+                top_k=top_k,
+                include_history=include_history,
+                min_similarity=min_similarity,
+            )
         )
 
     async def asearch_facts(
-        self, user_id: str, query: str, *, top_k: int = 5, include_history: bool = False
+        self,
+        user_id: str,
+        query: str,
+        *,
+        top_k: int = 5,
+        include_history: bool = False,
+        min_similarity: float | None = None,
     ) -> list[FactHit]:
         return await adrive(
-            self._facts.search(user_id, query, top_k=top_k, include_history=include_history)
+            self._facts.search(
+                user_id,
+                query,
+                top_k=top_k,
+                include_history=include_history,
+                min_similarity=min_similarity,
+            )
         )
 
     def add_fact(
@@ -175,6 +202,23 @@ class UserMemoryMethods:
             user_id, text, kind=kind, subject=subject, valid_from=valid_from, sources=sources
         )
         return await adrive(flow)
+
+    def get_fact(self, user_id: str, fact_id: int) -> Fact:
+        """One of the user's facts by id, current or history. FactNotFoundError if the user
+        has none of that id (another user's fact is not found either)."""
+        return drive(self._facts.get(user_id, fact_id))
+
+    async def aget_fact(self, user_id: str, fact_id: int) -> Fact:
+        return await adrive(self._facts.get(user_id, fact_id))
+
+    def get_fact_history(self, user_id: str, fact_id: int) -> list[Fact]:
+        """The values a fact has had, oldest first: the facts it superseded (corrected,
+        contradicted, updated) and those that superseded it, each with ``valid_from`` /
+        ``valid_to``. FactNotFoundError if the user has no fact of that id."""
+        return drive(self._facts.history(user_id, fact_id))
+
+    async def aget_fact_history(self, user_id: str, fact_id: int) -> list[Fact]:
+        return await adrive(self._facts.history(user_id, fact_id))
 
     def correct_fact(self, user_id: str, fact_id: int, text: str, *, subject: Any = ...) -> Fact:
         """Replace a current fact's text; the old one is closed as history. Returns the new

@@ -255,7 +255,7 @@ class HarombeSaver(ClosesOnExit, BaseCheckpointSaver[str]):
         plan = plan_put(self.serde, self._cache, config, checkpoint, metadata, new_versions)
         result = self._runner.run(
             lambda: self._tables.put(plan, _now(), _epoch), exactly_once=True,
-            adds_messages=False,
+            adds_messages=False, text_free=True,  # (a blob epoch and flags)
         )
         return self._after_put(plan, result)
 
@@ -267,7 +267,7 @@ class HarombeSaver(ClosesOnExit, BaseCheckpointSaver[str]):
         try:
             result = await self._runner.arun(
                 lambda: self._tables.put(plan, _now(), _epoch), exactly_once=True,
-                adds_messages=False,
+                adds_messages=False, text_free=True,
             )
         except asyncio.CancelledError:
             # The put's thread finished before the cancellation went on: if it committed,
@@ -287,7 +287,7 @@ class HarombeSaver(ClosesOnExit, BaseCheckpointSaver[str]):
         known = [
             (plan.namespace, channel, version, _NO_BLOB, None) for channel, version in plan.unstored
         ]
-        if result.get("stored"):  # its blobs, unless one was stored before (then read them)
+        if plan.blobs_stored():  # its blobs, unless one was stored before (then read them)
             known += [(plan.namespace, *blob) for blob in plan.blobs]
         self._cache.remember_put(
             plan.thread_id, result["epoch"], plan.written, plan.head_hashes(self.messages_key),

@@ -49,7 +49,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 
 from harombe_core.errors import HarombeError, InvalidInputError, UnsafeCheckpointError
-from harombe_core.integration import corrupt_row
+from harombe_core.integration import StepResult, corrupt_row
 from harombe_core.validate import check_id
 
 __all__ = [
@@ -298,6 +298,19 @@ class PutPlan:
 
     #: The message blobs the put's transaction wrote (set by it, for the cache).
     written: list[tuple[bytes, str, bytes]] = field(default_factory=list)
+    #: The results of its channel-blob inserts (set by it; see :meth:`blobs_stored`).
+    inserted: list[StepResult] = field(default_factory=list)
+
+    def blobs_stored(self) -> bool:
+        """Whether the put's transaction inserted every channel blob (none had a same-keyed
+        earlier put's value), so this process may keep the values as the stored ones.
+
+        Asked after the commit: on PostgreSQL the inserts' counts then come back with the
+        COMMIT, in its round trip (a count that never came back, the connection lost, counts
+        as not stored: the blobs are then read back when needed)."""
+        if not all(done.arrived for done in self.inserted):
+            return False
+        return sum(done.rowcount for done in self.inserted) == len(self.blobs)
 
     def head_hashes(self, channel: str) -> list[bytes]:
         entry = self.lists.get(channel)

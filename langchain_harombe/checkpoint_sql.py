@@ -9,9 +9,9 @@ snapshot. Nothing here serialises or deserialises values beyond a checkpoint's o
 
 A thread is the session of the same id, so writes first create the session if needed (owned by
 the run's user), then read it locked and check its owner: a saver acts for the run's user, so
-a call naming another user, or none on a user's thread, is refused. That lock (``FOR UPDATE`` on
-PostgreSQL; SQLite's write transactions lock the file) orders two processes writing one thread,
-as the row lock of ``add_messages`` does.
+a call naming another user, or none on a user's thread, is refused. That lock (``FOR NO KEY
+UPDATE`` on PostgreSQL; SQLite's write transactions lock the file) orders two processes writing
+one thread, as the row lock of ``add_messages`` does.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from langgraph.checkpoint.base import Checkpoint
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from harombe_core.errors import InvalidInputError
-from harombe_core.integration import Body, SqlRunner, check_owner
+from harombe_core.integration import Body, SqlRunner, StepResult, check_owner
 from harombe_core.models import Message
 from langchain_harombe.checkpoint_mirror import Head, Mirror, ThreadState, mirror_json, reconcile
 from langchain_harombe.checkpoint_rows import (
@@ -287,7 +287,7 @@ class CheckpointTables:
             [(thread_id, *blob) for blob in plan.written],
             "(thread_id, hash) DO NOTHING",
         )
-        inserted = yield from self._insert(
+        plan.inserted = yield from self._insert(
             "checkpoint_blobs (thread_id, checkpoint_ns, channel, version, type, blob)",
             [(thread_id, plan.namespace, *b) for b in plan.blobs],
             "(thread_id, checkpoint_ns, channel, version) DO NOTHING",
@@ -296,14 +296,11 @@ class CheckpointTables:
             # The session now owes this head's messages: written by :meth:`mirror` in the
             # background, and found by the next open if this process dies first.
             yield self.runner.step(_MARK_DUE, (thread_id,))
-        return {
-            "epoch": epoch,
-            "head": head,
-            # Whether every blob went in (none had a same-keyed earlier put's value): then
-            # this process may keep the values as the stored ones. Counted, not returned by
-            # the insert, as SQLite builds a temporary table for a RETURNING clause.
-            "stored": inserted == len(plan.blobs),
-        }
+        # Whether every blob went in is read after the commit (PutPlan.blobs_stored): on
+        # PostgreSQL these inserts, the write-log record and COMMIT then share one round trip.
+        # Counted, not returned by the insert, as SQLite builds a temporary table for a
+        # RETURNING clause.
+        return {"epoch": epoch, "head": head}
 
     def mirror(
         self, thread_id: str, head: Head | None, converted: dict[int, Message]
@@ -592,26 +589,30 @@ class CheckpointTables:
         into: str,
         rows: Sequence[tuple[Any, ...]],
         conflict: str,
-    ) -> Body[int]:
-        """Insert ``rows``; the number really inserted (not those ``conflict`` skipped)."""
+    ) -> Body[list[StepResult]]:
+        """Insert ``rows``; the statements' results, whose row counts are the rows really
+        inserted (not those ``conflict`` skipped). They are left to the caller to read when
+        it needs them: on PostgreSQL a statement's result is waited for only when read."""
         if not rows:
-            return 0
+            return []
         width = len(rows[0])
         if len(rows) <= _CHUNK:  # the common case, without the chunks' generator
             done = yield self.runner.step(
                 _insert_sql(into, width, len(rows), conflict),
                 [value for row in rows for value in row],
             )
-            return done.rowcount
-        count = 0
+            return [done]
+        results = []
         for chunk in _chunks(rows):
-            count += (
-                yield self.runner.step(
-                    _insert_sql(into, width, len(chunk), conflict),
-                    [value for row in chunk for value in row],
+            results.append(
+                (
+                    yield self.runner.step(
+                        _insert_sql(into, width, len(chunk), conflict),
+                        [value for row in chunk for value in row],
+                    )
                 )
-            ).rowcount
-        return count
+            )
+        return results
 
     def _reconcile(
         self,

@@ -64,7 +64,6 @@ def _callable_llm() -> Callable[[str], str]:
 
 #: Page and section -> the names its blocks leave to the reader, and offline fakes.
 NEEDS: dict[str, dict[str, Callable[[], Any]]] = {
-    "langchain.md: Chains and retrievers": {"model": _chat_model},
     "langchain.md: The LangGraph store": {"model": _chat_model},
     "threads-and-summaries.md: Threaded memory": {"my_llm": _callable_llm},
     "user-memory.md: Extractors": {"model": _chat_model},

@@ -58,6 +58,7 @@ from harombe_core.validate import (
     check_id,
     check_list,
     check_query,
+    optional_number,
     optional_time,
 )
 
@@ -368,22 +369,26 @@ class UserMemory:
         *,
         top_k: int = 5,
         include_history: bool = False,
+        min_similarity: float | None = None,
         skip_unreadable: bool = False,
     ) -> Flow[list[FactHit]]:
         """Facts by meaning (exact cosine over the user's fact vectors) and by keyword (the
-        facts' own keyword index), fused by reciprocal rank; best first. A fact row edited
-        outside harombe raises CorruptRowError, or with ``skip_unreadable`` is left out with
-        one warning."""
+        facts' own keyword index), fused by reciprocal rank; best first. ``min_similarity``
+        keeps a fact by meaning only when its cosine reaches it (a keyword match is kept). A
+        fact row edited outside harombe raises CorruptRowError, or with ``skip_unreadable`` is
+        left out with one warning."""
         on_corrupt = self._left_out if check_flag(skip_unreadable, "skip_unreadable") else None
         user_id = check_user(user_id)
         query = check_query(query)
         top_k = check_count(top_k, "top_k", low=1, high=MAX_TOP_K)
         current = not check_flag(include_history, "include_history")
+        floor = optional_number(min_similarity, "min_similarity", low=-1.0, high=1.0)
         pool = max(top_k * 4, 20)
         keyword: list[tuple[int, float]] = yield _run(
             self.store, ops.keyword_facts(user_id, query, limit=pool, current=current)
         )
         rankings = [keyword]
+        similarity: dict[int, float] = {}
         embedder = self._embedder()
         if embedder is not None:
             q = yield Work(embedder.embed_query, query)
@@ -398,6 +403,9 @@ class UserMemory:
                 for fid, blob in rows
                 if len(blob) == query_vector.nbytes
             ]
+            similarity = dict(scored)
+            if floor is not None:
+                scored = [pair for pair in scored if pair[1] >= floor]
             scored.sort(key=lambda pair: -pair[1])
             rankings.append(scored[:pool])
         fused: dict[int, float] = {}
@@ -408,7 +416,12 @@ class UserMemory:
         op = ops.list_facts(user_id, current=None, ids=best, on_corrupt=on_corrupt)
         found: list[Fact] = yield _run(self.store, op)
         by_id = {f.id: f for f in found}
-        return [FactHit(by_id[fid], fused[fid]) for fid in best if fid in by_id]
+        matched = dict(keyword)
+        return [
+            FactHit(by_id[fid], fused[fid], similarity.get(fid), matched.get(fid))
+            for fid in best
+            if fid in by_id
+        ]
 
     def profile(
         self,
@@ -538,6 +551,25 @@ class UserMemory:
         user_id = check_user(user_id)
         count: int = yield _run(self.store, ops.delete_user_facts(user_id))
         return count
+
+    def get(self, user_id: str, fact_id: int) -> Flow[Fact]:
+        user_id = check_user(user_id)
+        return (yield from self._one(user_id, fact_id))
+
+    def history(self, user_id: str, fact_id: int) -> Flow[list[Fact]]:
+        """The fact's line of values, oldest first: those it superseded and those that
+        superseded it. Reads the user's facts (a user has few), never another user's."""
+        user_id = check_user(user_id)
+        start = yield from self._one(user_id, fact_id)
+        every: list[Fact] = yield _run(self.store, ops.list_facts(user_id, current=None))
+        by_id = {f.id: f for f in every}
+        after = {f.supersedes: f for f in every if f.supersedes is not None}
+        line = [start]
+        while line[0].supersedes in by_id and by_id[line[0].supersedes] not in line:
+            line.insert(0, by_id[line[0].supersedes])
+        while line[-1].id in after and after[line[-1].id] not in line:
+            line.append(after[line[-1].id])
+        return line
 
     def _one(self, user_id: str, fact_id: int) -> Flow[Fact]:
         fid = check_count(fact_id, "fact_id", low=1)

@@ -234,10 +234,20 @@ class FactProposal:
 @dataclass(frozen=True, slots=True)
 class FactHit:
     """A fact found by :meth:`~harombe_core.manager.MemoryManager.search_facts`, with its score
-    (higher is better; its sources say which messages it came from)."""
+    (higher is better; its sources say which messages it came from).
+
+    ``score`` is the reciprocal-rank fusion of the two rankings, so it orders hits but says
+    little about how well one matched; the evidence does: ``vector_score`` is the cosine
+    similarity to the query (``None`` without semantic memory, or for a fact not embedded
+    yet), ``keyword_score`` the keyword index's score (``None`` when no word matched). A user
+    has few facts, so a search returns up to ``top_k`` of them however weak the match: keep
+    those with evidence, or pass ``min_similarity``.
+    """
 
     fact: Fact
     score: float
+    vector_score: float | None = None
+    keyword_score: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

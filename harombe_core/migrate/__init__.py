@@ -13,7 +13,8 @@ Why it works the way it does:
   copied after the sessions, by :mod:`harombe_core.migrate.items`, resumable the same way; so
   are the LangGraph checkpoints of its threads, row for row (:mod:`harombe_core.migrate.tables`),
   and user memory: facts with their sources translated by position, and session state
-  (:mod:`harombe_core.migrate.facts`).
+  (:mod:`harombe_core.migrate.facts`); and the server's API keys (their hashes), row for row,
+  so a server moved to the destination accepts the keys its clients hold.
 * At the end both stores are compared session by session: counts and a SHA-256 over every field
   (threads expressed as positions, not ids), and every store item field by field. A mismatch is
   an error, never a warning.
@@ -35,6 +36,7 @@ from harombe_core.migrate.sessions import all_sessions, copy_session, finish_ses
 from harombe_core.migrate.tables import (
     CHECKPOINT_MARKS,
     CHECKPOINT_TABLES,
+    KEY_TABLES,
     check_tables,
     copy_tables,
     verify_tables,
@@ -62,6 +64,8 @@ class MigrationReport:
     copied_checkpoint_rows: int = 0
     facts: int = 0
     copied_facts: int = 0
+    api_keys: int = 0
+    copied_api_keys: int = 0
     checksums: dict[str, str] = field(default_factory=dict)
     verified: bool = False
 
@@ -75,8 +79,8 @@ def migrate(
     on_batch: Callable[[int], None] | None = None,
     allowed_types: AllowList = None,
 ) -> MigrationReport:
-    """Copy every session, message, thread, summary, store item, checkpoint and fact to
-    ``destination``.
+    """Copy every session, message, thread, summary, store item, checkpoint, fact and API key
+    (its hash: ``harombe serve``'s clients keep their keys) to ``destination``.
 
     Either may be a SQLite path, a ``postgresql://`` URL or an open store. Re-running after an
     interruption continues where it stopped. Raises StoreNotFoundError if the source does not
@@ -148,6 +152,9 @@ def migrate(
         )
         copy_tables(src, dst, CHECKPOINT_MARKS, batch_size=batch_size)
         report.facts, report.copied_facts = copy_facts(src, dst)
+        report.api_keys, report.copied_api_keys = copy_tables(
+            src, dst, KEY_TABLES, batch_size=batch_size
+        )
         _verify(src, dst, sessions, report)
     finally:
         if owns_src:
@@ -238,6 +245,7 @@ def _verify(
         problems.append(f"source has {have} messages, destination {copied}")
     problems += verify_store_items(src, dst)
     problems += verify_tables(src, dst, CHECKPOINT_TABLES)
+    problems += verify_tables(src, dst, KEY_TABLES)
     problems += verify_facts(src, dst)
     if problems:
         raise MigrationError(

@@ -32,6 +32,7 @@ from harombe_core.store.sql_body import Body, SqlRunner, sql_runner
 __all__ = [
     "CHECKPOINT_MARKS",
     "CHECKPOINT_TABLES",
+    "KEY_TABLES",
     "Table",
     "check_tables",
     "copy_tables",
@@ -74,6 +75,17 @@ CHECKPOINT_TABLES = (
 #: Threads whose session is still owed its newest checkpoint's messages (schema migration 9):
 #: copied too, so the destination's first checkpointer writes those sessions.
 CHECKPOINT_MARKS = (Table("checkpoint_mirror_due", ("thread_id",), ()),)
+
+#: The API keys of ``harombe serve`` (schema migration 8), by their SHA-256 only (never a key):
+#: copied so a server moved to the destination accepts the keys its clients already hold, and a
+#: revoked key stays revoked there.
+KEY_TABLES = (
+    Table(
+        "api_keys",
+        ("id",),
+        ("key_hash", "user_id", "admin", "label", "created_at", "revoked_at"),
+    ),
+)
 
 Row = tuple[Any, ...]
 

@@ -11,7 +11,7 @@ import ipaddress
 import os
 import re
 import socket
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 from rich.markup import escape
@@ -61,15 +61,17 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-#: ``--embedding`` of ``harombe serve`` and ``harombe mcp``: off unless given, so a server
-#: starts without loading a model; with it, search finds by meaning the vectors the
-#: application's own MemoryManager made (same model, same ``--vector-store``).
+#: ``--embedding`` of ``harombe serve`` and ``harombe mcp``. Unset, a server searches by
+#: meaning with the bundled model when the ``onnx`` extra is installed (see
+#: :func:`server_embedding`); the model loads at the first search or embedding, so start-up
+#: costs only the check that its ONNX graph is cached (about 0.3 s measured, imports included).
 EmbeddingOption = Annotated[
     str | None,
     typer.Option(
         "--embedding",
         metavar="MODEL",
-        help="Search by meaning with this embedder ('default': the bundled model).",
+        help="Search by meaning with this embedder: 'default' (the bundled model; used when "
+        "the onnx extra is installed) or 'none' (keyword search only, no model).",
     ),
 ]
 VectorStoreOption = Annotated[
@@ -77,9 +79,57 @@ VectorStoreOption = Annotated[
     typer.Option(
         "--vector-store",
         metavar="NAME",
-        help="Where --embedding keeps vectors: database (default), chroma or pgvector.",
+        help="Where the vectors of search by meaning are kept: database (default), chroma, "
+        "pgvector.",
     ),
 ]
+
+
+def server_embedding(option: str | None, location: str) -> str | None:
+    """The embedder a server opens ``location`` with: ``option`` as given (``none``/``off``:
+    keyword search only); unset, the bundled model when it is installed and the database holds
+    no vectors of another model, else keyword search. Says on stderr which, and how to change
+    it, so an assistant's unexpected miss has an explanation in the server's log.
+
+    Search by meaning is what a user of the memory expects from ``search_memory``; a server
+    that quietly searched by keyword found nothing for "which city is home now" where the
+    application found "I moved to Lisbon".
+    """
+    if option is not None:
+        return None if option.strip().lower() in ("none", "off", "") else option
+    from harombe_core.embeddings.onnx import onnx_available
+    from harombe_core.embeddings.sentence_transformers import BUNDLED_NAME, bundled_model_path
+    from harombe_core.store import ops
+    from harombe_core.vectors.indexer import META_MODEL
+
+    with open_memory(location, create=True) as plain:  # (a new database records none)
+        recorded = plain.store.run(ops.get_meta(META_MODEL))
+    if recorded is not None and recorded != BUNDLED_NAME:
+        err_console.print(
+            f"searching by keyword only: the database was indexed with the embedding model "
+            f"{escape(recorded)}; pass --embedding with that model to search by meaning.",
+            soft_wrap=True,
+        )
+        return None
+    try:
+        bundled_model_path()
+        if not onnx_available():
+            raise MissingExtraError("search by meaning", extra="onnx", module="onnxruntime")
+    except MissingExtraError as exc:
+        err_console.print(
+            f"searching by keyword only: {escape(str(exc))} (--embedding none: keyword search "
+            "on purpose, without this line)",
+            soft_wrap=True,
+        )
+        return None
+    err_console.print(
+        "searching by meaning and keyword (--embedding none: keyword only)", soft_wrap=True
+    )
+    return "default"
+
+
+#: ``--log-level`` of ``harombe serve``: uvicorn's levels. ``info`` adds its access log.
+LogLevel = Literal["critical", "error", "warning", "info", "debug"]
 
 #: How long ``harombe serve`` lets requests in flight finish after SIGTERM. Without a bound one
 #: client that stops sending mid-request kept the server from ever exiting; a request still
@@ -127,6 +177,15 @@ def serve_command(
             help="Requests one API key may have in flight at once; more get 429 (0: no cap).",
         ),
     ] = 64,  # api.MAX_CONCURRENT_PER_KEY (not imported here: the CLI stays light)
+    log_level: Annotated[
+        LogLevel,
+        typer.Option(
+            "--log-level",
+            metavar="LEVEL",
+            help="warning (default: problems only), info (a line per request: client, method, "
+            "path with its query, status), debug, error or critical.",
+        ),
+    ] = "warning",
 ) -> None:
     """Serve memory over HTTP: JSON API (/api, /docs), MCP (/mcp) and inspector (/)."""
     with clean_errors():
@@ -152,6 +211,7 @@ def serve_command(
             location = db if "://" in db else os.path.expanduser(db)
             with open_memory(location, create=True):
                 pass  # the database exists and is migrated before the first request
+            embedding = server_embedding(embedding, location)
             application = create_app(
                 location,
                 auth=not no_auth,
@@ -168,12 +228,14 @@ def serve_command(
                 from harombe_core.store.postgres import redact_url
 
                 named = redact_url(location)
-            err_console.print(f"harombe serving {escape(named)} on http://{shown}:{bound}")
+            err_console.print(
+                f"harombe serving {escape(named)} on http://{shown}:{bound}", soft_wrap=True
+            )
             config = uvicorn.Config(
                 application,
                 host=host,
                 port=bound,
-                log_level="warning",
+                log_level=log_level,
                 timeout_graceful_shutdown=shutdown_timeout,  # type: ignore[arg-type]
             )
             uvicorn.Server(config).run(sockets=[listener])
@@ -238,8 +300,9 @@ def mcp_command(
 ) -> None:
     """Serve one user's memory to an MCP client over stdio (Claude Desktop, Cursor, agents).
 
-    Without `--embedding`, `search_memory` finds by keyword only; `--embedding default` finds
-    by meaning too, with the vectors your application's MemoryManager keeps in the database.
+    `search_memory` finds by meaning and keyword with the bundled model (the vectors your
+    application's MemoryManager keeps in the database) when the onnx extra is installed;
+    `--embedding none` searches by keyword only.
     """
     with clean_errors():
         _need_server("harombe mcp")
@@ -248,6 +311,7 @@ def mcp_command(
         from harombe_core.validate import check_id
 
         check_id(user, "--user")
+        embedding = server_embedding(embedding, db)
         chosen = vector_store if embedding else None
         with open_memory(db, create=True, embedding=embedding, vector_store=chosen) as manager:
             run_stdio(manager, Scope(user_id=user))

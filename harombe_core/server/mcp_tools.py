@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from fastapi import FastAPI
 
     from harombe_core.manager import MemoryManager
+    from harombe_core.models import Message, SearchHit
 __all__ = ["SCOPE_KEY", "TOOLS", "McpEndpoint", "build_mcp", "run_stdio"]
 
 #: Where :class:`McpEndpoint` leaves the resolved scope in the ASGI scope of a request.
@@ -52,6 +53,39 @@ TOOLS = ("remember", "search_memory", "get_context", "list_sessions", "profile",
 
 #: The conversation an assistant's memories go to when it names no session.
 DEFAULT_CONVERSATION = "memory"
+
+
+#: Digits kept of a score in a tool's answer: enough to order and compare hits, and each digit
+#: more is tokens an assistant pays for.
+SCORE_DIGITS = 3
+
+
+def brief_message(message: Message) -> dict[str, Any]:
+    """A message as an assistant needs it: role and text, plus a name, tool calls or the tool
+    call answered when it has them. What the JSON API adds (metadata such as LangChain's ``lc``
+    ids and ``langgraph_message`` hashes, token counts, empty fields) is left out: each of those
+    characters is tokens an assistant pays for on every call."""
+    brief: dict[str, Any] = {"role": message.role, "content": message.content}
+    for field in ("name", "tool_calls", "tool_call_id"):
+        value = getattr(message, field)
+        if value:
+            brief[field] = value
+    return brief
+
+
+def brief_hit(hit: SearchHit) -> dict[str, Any]:
+    """A search hit for an assistant: where it is, when it was said, the brief message and its
+    score, with the meaning and keyword evidence that matched (an absent one is left out)."""
+    message = hit.message
+    brief: dict[str, Any] = {"session_id": hit.session_id, "message_id": message.id}
+    brief.update(brief_message(message))
+    if message.created_at is not None:
+        brief["created_at"] = message.created_at.isoformat(timespec="seconds")
+    brief["score"] = round(hit.score, SCORE_DIGITS)
+    for name, value in (("vector_score", hit.vector_score), ("keyword_score", hit.keyword_score)):
+        if value is not None:
+            brief[name] = round(value, SCORE_DIGITS)
+    return brief
 
 
 @contextmanager
@@ -132,10 +166,12 @@ def build_mcp(
     async def search_memory(
         query: str, ctx: Context, top_k: int = 5, session_id: str | None = None
     ) -> list[dict[str, Any]]:
-        """Find past messages relevant to query, best first, each with its score and evidence
-        (meaning, keyword); within one session when session_id is given."""
+        """Find past messages relevant to query, best first: each with its session, role, text,
+        date and score (vector_score: matched by meaning; keyword_score: by keyword); within one
+        session when session_id is given."""
         with _told():
-            return await memory(ctx).search(query, top_k=top_k, session_id=session_id)
+            hits = await memory(ctx).search_hits(query, top_k=top_k, session_id=session_id)
+            return [brief_hit(hit) for hit in hits]
 
     @mcp.tool()
     async def get_context(
@@ -145,11 +181,16 @@ def build_mcp(
         strategy: Literal["simple", "summarization", "hybrid", "threaded"] = "simple",
         query: str | None = None,
     ) -> dict[str, Any]:
-        """The messages of a session to give a model, within max_tokens, chosen by strategy."""
+        """The messages of a session to give a model, within max_tokens, chosen by strategy
+        (each with its role and text), and how many tokens they count."""
         with _told():
-            return await memory(ctx).context(
+            messages = await memory(ctx).context_messages(
                 session_id, strategy=strategy, max_tokens=max_tokens, query=query
             )
+            return {
+                "messages": [brief_message(m) for m in messages],
+                "tokens": sum(m.token_count or 0 for m in messages),
+            }
 
     @mcp.tool()
     async def list_sessions(ctx: Context, limit: int = 20) -> list[dict[str, Any]]:

@@ -296,11 +296,35 @@ class ScopedMemory:
     ) -> dict[str, Any]:
         """The messages a model would be given for the session (``full``: the budgeted context
         with summaries of the user's other sessions and relevant past messages)."""
+        messages = await self.context_messages(
+            session_id,
+            strategy=strategy,
+            max_tokens=max_tokens,
+            query=query,
+            keep_last=keep_last,
+            full=full,
+        )
+        return {
+            "messages": [message_json(m) for m in messages],
+            "tokens": sum(m.token_count or 0 for m in messages),
+        }
+
+    async def context_messages(
+        self,
+        session_id: str,
+        *,
+        strategy: str = "simple",
+        max_tokens: int | None = None,
+        query: str | None = None,
+        keep_last: int = 6,
+        full: bool = False,
+    ) -> list[Message]:
+        """:meth:`context` as messages, for an answer of another shape (the MCP tools')."""
         from harombe_core.strategies import ContextBudget
 
         await self.session(session_id)
         with self._unseen(session_id):
-            messages = await self.manager.aget_context(
+            return await self.manager.aget_context(
                 session_id,
                 strategy,
                 max_tokens,
@@ -309,10 +333,6 @@ class ScopedMemory:
                 budget=ContextBudget() if full else None,
                 user_id=self.user(),
             )
-        return {
-            "messages": [message_json(m) for m in messages],
-            "tokens": sum(m.token_count or 0 for m in messages),
-        }
 
     async def summarize(self, session_id: str) -> dict[str, Any]:
         await self.session(session_id)
@@ -330,12 +350,23 @@ class ScopedMemory:
     ) -> list[dict[str, Any]]:
         """Messages relevant to ``query``, best first, each with its evidence; within one of this
         scope's sessions when ``session_id`` is given."""
+        hits = await self.search_hits(query, top_k=top_k, session_id=session_id, user_id=user_id)
+        return [hit_json(h) for h in hits]
+
+    async def search_hits(
+        self,
+        query: str,
+        *,
+        top_k: int = 10,
+        session_id: str | None = None,
+        user_id: str | None = None,
+    ) -> list[SearchHit]:
+        """:meth:`search` as hits, for an answer of another shape (the MCP tools')."""
         user = self.user(user_id)
         if session_id is not None:
             await self.session(session_id, user_id)
         with self._unseen(session_id or ""):
-            hits = await self.manager.asearch(query, top_k, session_id, user)
-        return [hit_json(h) for h in hits]
+            return await self.manager.asearch(query, top_k, session_id, user)
 
     # users -----------------------------------------------------------------------------------
     async def users(self) -> list[str]:

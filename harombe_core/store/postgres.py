@@ -15,6 +15,10 @@ Why it looks the way it does:
   result in the same transaction, and a retry first looks that key up. An acknowledged message is
   therefore stored exactly once. A key expires once no retry can need it, and writes delete
   expired keys as they go, so the log holds only the last few minutes of writes.
+* A transaction runs in psycopg's pipeline mode (:func:`_pipelined`): statements go out as the
+  body yields them and the body waits only where it reads an answer, so BEGIN, a lock and the
+  read after it, inserts, the exactly-once record and COMMIT share round trips. A body that
+  usually asks one statement can run it alone outside a transaction (``first_alone``).
 * :meth:`PostgresStore.atomic` makes many calls one transaction (an import is all or nothing).
 * Writers to one session take that session's row lock first, so message ids grow in commit order
   within a session (readers paging with ``after_id`` never miss a row).
@@ -29,6 +33,7 @@ Why it looks the way it does:
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import logging
@@ -57,7 +62,7 @@ from harombe_core.store import pending
 from harombe_core.store.base import AtomicBlock
 from harombe_core.store.ops import KeywordShortcuts
 from harombe_core.store.rows import dumps
-from harombe_core.store.runner import POSTGRES, Body, Op, Step, drive
+from harombe_core.store.runner import MORE, POSTGRES, Body, Op, Step, StepResult, drive, drive_first
 from harombe_core.store.schema import PG_MIGRATIONS, PG_SCHEMA_VERSION
 
 #: Every table the migrations create (read from their statements).
@@ -407,33 +412,48 @@ class PostgresStore(KeywordShortcuts):
         write: bool = True,
         keyed: bool = True,
         pin: bool = False,
+        alone: bool = False,
+        text_free: bool = False,
     ) -> T:
         """Run a body in one transaction; retry transient failures without applying it twice.
 
         Inside :meth:`atomic` (on its thread) the body joins that block's transaction instead.
         With ``pin`` every store call the body makes on this thread joins this transaction.
+        Else the body runs pipelined (:func:`_pipelined`). With ``alone`` its first statement
+        runs first by itself, outside a transaction, and the body runs again as usual only if
+        it asks a second (see :meth:`run_body`).
         """
         if self._closed:
             raise StoreError(f"{self.location}: the store is closed; open a new MemoryManager.")
         if self._block.handle is not None:
             return self._run_inside(self._block.handle, factory)
-        tries = _Attempts(self, factory, write and keyed)
+        if alone:
+            done = self._attempts(_Attempts(self, factory, False), _alone)
+            if done is not MORE:
+                return done
+        tries = _Attempts(self, factory, write and keyed, text_free=text_free)
+        return self._attempts(tries, self._pinned if pin else _pipelined)
+
+    def _attempts(
+        self, tries: _Attempts[T], drive_on: Callable[[psycopg.Connection[Any], Body[T]], Any]
+    ) -> Any:
+        """``drive_on(connection, body)`` with a fresh body per try until one succeeds (or the
+        error is not transient, or the retry window has passed: raised typed)."""
         while True:
             try:
                 with self._pool.connection() as conn:
                     conn.prepare_threshold = self._prepare_threshold
-                    with conn.transaction(), conn.cursor() as cur:
-                        body = tries.body()
-                        if not pin:
-                            value = drive(cur, body)
-                        else:
-                            with self._block.open(cur):
-                                value = drive(cur, body)
+                    value = drive_on(conn, tries.body())
             except (psycopg.Error, UnicodeError) as exc:
                 time.sleep(tries.wait(exc))
             else:
                 tries.forget_recorded()
                 return value
+
+    def _pinned(self, conn: psycopg.Connection[Any], body: Body[T]) -> T:
+        """``body`` in a transaction that every store call of this thread joins (atomic)."""
+        with conn.transaction(), conn.cursor() as cur, self._block.open(cur):
+            return drive(cur, body)
 
     def _run_inside(self, cur: psycopg.Cursor[Any], factory: Callable[[], Body[T]]) -> T:
         """Run a body inside the :meth:`atomic` block of this thread.
@@ -485,7 +505,14 @@ class PostgresStore(KeywordShortcuts):
             return op.result_without_sql(POSTGRES)
         return await off_loop(self.run, op)
 
-    def run_body(self, factory: Callable[[], Body[T]], *, exactly_once: bool = False) -> T:
+    def run_body(
+        self,
+        factory: Callable[[], Body[T]],
+        *,
+        exactly_once: bool = False,
+        first_alone: bool = False,
+        text_free: bool = False,
+    ) -> T:
         """Run a body in one transaction, with the store's retries and error types.
 
         For tables kept beside the messages by an extension (the LangGraph store of the
@@ -494,12 +521,43 @@ class PostgresStore(KeywordShortcuts):
         what it returns is the call's result. ``factory`` is called again for each retry. With
         ``exactly_once`` a retry after a COMMIT that may have landed returns the first result
         (which must then be JSON-serialisable) instead of running the body again.
-        """
-        return self._run(factory, write=exactly_once, keyed=exactly_once)
 
-    async def arun_body(self, factory: Callable[[], Body[T]], *, exactly_once: bool = False) -> T:
+        ``first_alone`` for a body that usually asks a single statement (a read of one row, a
+        write that checks its own condition): that statement runs alone, outside a
+        transaction (one round trip, no BEGIN and COMMIT). A body that asks a second one is
+        dropped and run again from its start in one transaction, so its first statement must
+        have written nothing when the body goes on; and it is not recorded for
+        ``exactly_once`` (a retry runs it again), so running it twice must change nothing
+        (an insert that skips rows already stored).
+
+        ``text_free`` when the result of an ``exactly_once`` body holds no text of a user
+        (flags, counts, random tokens): its write-log row is then left to expire, not deleted
+        once the call has its answer (a round trip less; see :meth:`_keyed`).
+        """
+        return self._run(
+            factory,
+            write=exactly_once,
+            keyed=exactly_once,
+            alone=first_alone,
+            text_free=text_free,
+        )
+
+    async def arun_body(
+        self,
+        factory: Callable[[], Body[T]],
+        *,
+        exactly_once: bool = False,
+        first_alone: bool = False,
+        text_free: bool = False,
+    ) -> T:
         """:meth:`run_body` in a worker thread, one hop (as :meth:`arun`)."""
-        return await off_loop(self.run_body, factory, exactly_once=exactly_once)
+        return await off_loop(
+            self.run_body,
+            factory,
+            exactly_once=exactly_once,
+            first_alone=first_alone,
+            text_free=text_free,
+        )
 
     def _read(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         pending.settle(self.location, self._block)
@@ -590,8 +648,16 @@ class _Attempts(Generic[T]):
     """One call's tries: its exactly-once key (None when the body need not be keyed), deadline
     and backoff."""
 
-    def __init__(self, store: PostgresStore, factory: Callable[[], Body[T]], keyed: bool) -> None:
+    def __init__(
+        self,
+        store: PostgresStore,
+        factory: Callable[[], Body[T]],
+        keyed: bool,
+        *,
+        text_free: bool = False,
+    ) -> None:
         self.store = store
+        self.text_free = text_free  # its result holds no user's text: nothing to forget
         self.factory = factory
         self.key = uuid.uuid4() if keyed else None
         self.started = time.monotonic()
@@ -615,7 +681,7 @@ class _Attempts(Generic[T]):
         (LlamaIndex ``delete_message`` returns it) would stay in a row until the log is
         pruned. A failure here loses nothing: the row still expires.
         """
-        if self.key is None or not self.holds_text:
+        if self.key is None or not self.holds_text or self.text_free:
             return
         try:
             with self.store._pool.connection() as conn:
@@ -631,3 +697,80 @@ class _Attempts(Generic[T]):
             raise self.store._classify(exc) from exc
         self.delay = min(self.delay * 2, 1.0)
         return wait
+
+
+class _Pending(StepResult):
+    """The result of a statement sent in pipeline mode: reading ``rows`` or ``rowcount`` waits
+    for the server (one round trip answers every statement sent until then), so a body that
+    reads nothing of a statement does not wait for it."""
+
+    __slots__ = ("_cursor", "_pipeline", "_rows")
+
+    def __init__(self, cursor: psycopg.Cursor[Any], pipeline: psycopg.Pipeline) -> None:
+        self._cursor, self._pipeline = cursor, pipeline
+        self._rows: list[Any] | None = None
+
+    @property
+    def arrived(self) -> bool:
+        return self._cursor.pgresult is not None
+
+    def _arrived(self) -> psycopg.Cursor[Any]:
+        if self._cursor.pgresult is None:
+            self._pipeline.sync()  # raises the first error of what was sent
+        return self._cursor
+
+    @property
+    def rows(self) -> list[Any]:  # type: ignore[override]
+        if self._rows is None:
+            cursor = self._arrived()
+            self._rows = cursor.fetchall() if cursor.description is not None else []
+        return self._rows
+
+    @property
+    def rowcount(self) -> int:  # type: ignore[override]
+        return self._arrived().rowcount
+
+
+def _pipelined(conn: psycopg.Connection[Any], body: Body[T]) -> T:
+    """Run ``body`` in one transaction in pipeline mode, on a connection in autocommit.
+
+    Each statement goes to the server as soon as the body yields it, and the body waits only
+    when it reads a result (:class:`_Pending`). So BEGIN travels with the first statement, a
+    lock with the read that must follow it, inserts whose counts are not read yet with each
+    other, and the write-log record with COMMIT: a checkpoint put is two round trips, not
+    eight. The server still runs the statements one after the other, each in its own snapshot
+    as before (READ COMMITTED): only the waits between them are gone. An error surfaces at the
+    next read or at COMMIT, and the transaction is rolled back as before.
+    """
+    try:
+        with conn.pipeline() as pipeline:
+            try:
+                conn.execute("BEGIN")
+                result: StepResult | None = None
+                while True:
+                    try:
+                        step = next(body) if result is None else body.send(result)
+                    except StopIteration as stop:
+                        value: T = stop.value
+                        break
+                    cursor = conn.cursor()  # one per statement: each keeps its own result
+                    cursor.execute(step.sql, step.params)
+                    result = _Pending(cursor, pipeline)
+                conn.execute("COMMIT")
+            except BaseException:
+                with contextlib.suppress(psycopg.Error):
+                    pipeline.sync()  # what was still in flight (its errors follow this one)
+                raise
+        # (Leaving pipeline mode waits for every result: the round trip of COMMIT.)
+    except BaseException:
+        with contextlib.suppress(psycopg.Error):
+            conn.rollback()  # (nothing if the transaction already ended)
+        raise
+    return value
+
+
+def _alone(conn: psycopg.Connection[Any], body: Body[T]) -> Any:
+    """``body``'s result if it asks a single statement, run outside a transaction; else
+    :data:`~harombe_core.store.runner.MORE` (nothing was written: see ``run_body``)."""
+    with conn.cursor() as cursor:
+        return drive_first(cursor, body)

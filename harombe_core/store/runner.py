@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, Literal, NamedTuple, TypeVar
 
 __all__ = [
+    "MORE",
     "POSTGRES",
     "SQLITE",
     "Body",
@@ -22,6 +23,7 @@ __all__ = [
     "Step",
     "StepResult",
     "drive",
+    "drive_first",
 ]
 
 T = TypeVar("T")
@@ -34,11 +36,23 @@ class Step(NamedTuple):
     params: Sequence[Any] = ()
 
 
-class StepResult(NamedTuple):
-    """What a statement returned: its rows (empty for writes) and its row count."""
+class StepResult:
+    """What a statement returned: its rows (empty for writes) and its row count.
 
-    rows: list[Any]
-    rowcount: int
+    (A plain class, not a tuple: PostgreSQL's pipelined driver answers a subclass that waits
+    for the server only when the body reads it.)"""
+
+    __slots__ = ("rowcount", "rows")
+
+    def __init__(self, rows: list[Any], rowcount: int) -> None:
+        self.rows = rows
+        self.rowcount = rowcount
+
+    @property
+    def arrived(self) -> bool:
+        """Whether the answer is here to read without asking the server (always, but for a
+        pipelined statement whose answer has not come, or never will: a connection lost)."""
+        return True
 
 
 Body = Generator[Step, StepResult, T]
@@ -63,6 +77,25 @@ def drive(cursor: Any, body: Body[T]) -> T:
         more, value = _send(body, StepResult(rows, done.rowcount))
     result: T = value
     return result
+
+
+#: What :func:`drive_first` answers for a body of more than one statement.
+MORE: Any = object()
+
+
+def drive_first(cursor: Any, body: Body[T]) -> Any:
+    """``body``'s result when it asks at most one statement (run on ``cursor``), else
+    :data:`MORE` (the body is then closed, its answer unused): the driver of a body whose one
+    statement may run alone, without the BEGIN and COMMIT around it."""
+    try:
+        step = next(body)
+        done = cursor.execute(step.sql, step.params)
+        rows = done.fetchall() if done.description is not None else []
+        body.send(StepResult(rows, done.rowcount))
+    except StopIteration as stop:
+        return stop.value
+    body.close()
+    return MORE
 
 
 @dataclass(frozen=True, slots=True)

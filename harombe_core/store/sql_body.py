@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from harombe_core.errors import InvalidInputError
 from harombe_core.flows import off_loop
 from harombe_core.store import ops
-from harombe_core.store.runner import Body, Step, StepResult, drive
+from harombe_core.store.runner import MORE, Body, Step, StepResult, drive, drive_first
 
 if TYPE_CHECKING:
     from harombe_core.models import Message
@@ -42,7 +42,12 @@ class SqlRunner:
 
     def for_update(self, alias: str) -> str:
         """The clause that locks the rows a SELECT of table ``alias`` reads until the
-        transaction ends ("" on SQLite, whose write transactions lock the whole file)."""
+        transaction ends ("" on SQLite, whose write transactions lock the whole file).
+
+        On PostgreSQL it is the lock an UPDATE of the row takes (``FOR NO KEY UPDATE``): it
+        orders every writer of the row (they take it too, or update the row), but does not
+        hold up an insert that only references the row (a foreign key's check takes ``KEY
+        SHARE``), such as a task's pending writes beside a checkpoint put of its thread."""
         return ""
 
     def __init__(self, store: Any) -> None:
@@ -61,6 +66,7 @@ class SqlRunner:
         exactly_once: bool = False,
         adds_messages: bool = True,
         first_alone: bool = False,
+        text_free: bool = False,
     ) -> T:
         """Run the body ``factory()`` makes, in one transaction (``factory`` may run again on
         a retry, so it must build a fresh generator each time). ``adds_messages=False``: the
@@ -70,12 +76,18 @@ class SqlRunner:
         statement has written nothing when the body asks another (a write that checks its own
         condition, such as a checkpointer's pending writes): that statement runs alone and
         commits by itself, without the BEGIN and COMMIT around it; a body that asks a second
-        one is dropped and run again from its start in one transaction."""
+        one is dropped and run again from its start in one transaction. (On PostgreSQL that
+        lone statement is not recorded for ``exactly_once``: running it twice, as a retry after
+        a lost connection does, must change nothing.)
+
+        ``text_free=True``: the body's result holds no text of a user (flags, counts, random
+        tokens), so PostgreSQL leaves the ``exactly_once`` record of it to expire instead of
+        deleting it after the call (a round trip less). Nothing to do on SQLite."""
         if first_alone:
             done = self.store.transaction(
-                lambda c: _first(c, factory()), adds_messages=adds_messages, begin=False
+                lambda c: drive_first(c, factory()), adds_messages=adds_messages, begin=False
             )
-            if done is not _MORE:
+            if done is not MORE:
                 return done
         return self.store.transaction(lambda c: drive(c, factory()), adds_messages=adds_messages)
 
@@ -86,6 +98,7 @@ class SqlRunner:
         exactly_once: bool = False,
         adds_messages: bool = True,
         first_alone: bool = False,
+        text_free: bool = False,
     ) -> T:
         """:meth:`run` without blocking the event loop: in a worker thread, one hop."""
         return await off_loop(
@@ -94,6 +107,7 @@ class SqlRunner:
             exactly_once=exactly_once,
             adds_messages=adds_messages,
             first_alone=first_alone,
+            text_free=text_free,
         )
 
     def read(self, factory: Callable[[], Body[T]]) -> T:
@@ -110,8 +124,8 @@ class SqlRunner:
         COMMIT around it, as one statement already reads one consistent snapshot. A body that
         asks a second one is dropped and run again from its start by :meth:`read`, so every
         answer still comes from one snapshot."""
-        done = self.store.snapshot(lambda c: _first(c, factory()), begin=False)
-        return self.read(factory) if done is _MORE else done
+        done = self.store.snapshot(lambda c: drive_first(c, factory()), begin=False)
+        return self.read(factory) if done is MORE else done
 
     async def aread_one(self, factory: Callable[[], Body[T]]) -> T:
         """:meth:`read_one` without blocking the event loop: in a worker thread, one hop."""
@@ -130,7 +144,7 @@ class _PostgresRunner(SqlRunner):
     writes_one_at_a_time = False
 
     def for_update(self, alias: str) -> str:
-        return f" FOR UPDATE OF {alias}"
+        return f" FOR NO KEY UPDATE OF {alias}"
 
     def step(self, sql: str, params: Sequence[Any] = ()) -> Step:
         step: Step = self.store.dialect.step(sql, params)
@@ -142,31 +156,18 @@ class _PostgresRunner(SqlRunner):
         *,
         exactly_once: bool = False,
         adds_messages: bool = True,
-        first_alone: bool = False,  # (each run_body is its own transaction)
+        first_alone: bool = False,
+        text_free: bool = False,
     ) -> T:
-        return self.store.run_body(factory, exactly_once=exactly_once)
+        return self.store.run_body(
+            factory, exactly_once=exactly_once, first_alone=first_alone, text_free=text_free
+        )
 
     def read(self, factory: Callable[[], Body[T]]) -> T:
         return self.store.run_body(factory)
 
-    read_one = read  # (each run_body is its own transaction: nothing to leave out)
-
-
-_MORE: Any = object()  # what :func:`_first` answers for a body of more than one statement
-
-
-def _first(cursor: Any, body: Body[T]) -> Any:
-    """``body``'s result when it asks at most one statement (run on ``cursor``), else
-    :data:`_MORE` (the body is then closed, its answer unused)."""
-    try:
-        step = next(body)
-        done = cursor.execute(step.sql, step.params)
-        rows = done.fetchall() if done.description is not None else []
-        body.send(StepResult(rows, done.rowcount))
-    except StopIteration as stop:
-        return stop.value
-    body.close()
-    return _MORE
+    def read_one(self, factory: Callable[[], Body[T]]) -> T:
+        return self.store.run_body(factory, first_alone=True)
 
 
 def sql_runner(store: Any) -> SqlRunner:

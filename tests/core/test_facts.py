@@ -423,6 +423,52 @@ def test_search_by_meaning_with_semantic_memory(tmp_path: Path) -> None:
         assert hits[0].fact.text == "Her favourite drink is green tea"
 
 
+def test_a_search_says_how_each_fact_matched_and_can_keep_only_matches(tmp_path: Path) -> None:
+    """A user has few facts, so a search returns up to top_k of them however weak: each hit
+    carries its cosine and keyword evidence, and ``min_similarity`` leaves out what matched
+    neither (mem0's ``search(..., threshold=)`` habit)."""
+    with MemoryManager(tmp_path / "m.db", embedding=FakeEmbedder()) as mm:
+        tea = mm.add_fact("ann", "Her favourite drink is green tea")
+        mm.add_fact("ann", "Drives a red bicycle to work")
+        mm.flush()
+        hits = mm.search_facts("ann", "green tea", top_k=5)
+        assert len(hits) == 2  # the bicycle too: every fact is a candidate
+        best, weak = hits
+        assert best.fact.id == tea.id
+        assert best.keyword_score is not None
+        assert weak.keyword_score is None
+        assert best.vector_score is not None
+        assert weak.vector_score is not None
+        assert best.vector_score > weak.vector_score
+        floor = (best.vector_score + weak.vector_score) / 2
+        kept = mm.search_facts("ann", "green tea", min_similarity=floor)
+        assert [h.fact.id for h in kept] == [tea.id]
+        # a keyword match is kept whatever its cosine
+        assert [h.fact.id for h in mm.search_facts("ann", "tea", min_similarity=1.0)] == [tea.id]
+        with pytest.raises(InvalidInputError):
+            mm.search_facts("ann", "tea", min_similarity=2)
+
+
+def test_one_fact_and_its_history_by_id(location: str) -> None:
+    """mem0's ``get(memory_id)`` and ``history(memory_id)``: one fact by id, and the values
+    it has had, oldest first, whichever of them is named; another user's id is not found."""
+    with MemoryManager(location, embedding=None) as mm:
+        first = mm.add_fact("ann", "Has a cat called Miso", subject="pet")
+        second = mm.correct_fact("ann", first.id, "Has a cat called Mochi")
+        third = mm.correct_fact("ann", second.id, "Has a cat called Momo")
+        other = mm.add_fact("ann", "Lives in Lisbon")
+        assert mm.get_fact("ann", first.id).valid_to is not None  # history is found too
+        assert mm.get_fact("ann", third.id).text == "Has a cat called Momo"
+        line = [first.id, second.id, third.id]
+        for named in line:
+            assert [f.id for f in mm.get_fact_history("ann", named)] == line
+        assert [f.id for f in mm.get_fact_history("ann", other.id)] == [other.id]
+        with pytest.raises(FactNotFoundError):
+            mm.get_fact("bob", first.id)
+        with pytest.raises(FactNotFoundError):
+            mm.get_fact_history("bob", first.id)
+
+
 async def test_async_twins(location: str) -> None:
     with MemoryManager(location, embedding=None) as mm:
         fact = await mm.aadd_fact("ann", "Remind them to stretch", kind="task")
@@ -431,6 +477,8 @@ async def test_async_twins(location: str) -> None:
         assert await mm.aget_facts("ann") == []
         assert (await mm.asearch_facts("ann", "stretch", include_history=True))[0].fact.id
         assert (await mm.aget_profile("ann")).facts == []
+        assert (await mm.aget_fact("ann", fact.id)).status == "done"
+        assert [f.id for f in await mm.aget_fact_history("ann", fact.id)] == [fact.id]
         assert await mm.aforget_fact("ann", fact.id)
         assert await mm.aforget_user_facts("ann") == 0
 

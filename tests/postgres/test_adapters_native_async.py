@@ -155,21 +155,23 @@ async def test_an_agent_turn_builds_the_model_request_one_hop_per_operation(
     ]
 
 
-class _Stalling:
-    """A cursor whose transaction stalls, once it has inserted a message, until ``go`` is set;
-    then it goes on, or fails (so the transaction rolls back) when ``fail`` is set."""
-
-    def __init__(self, cursor: Any, reached: threading.Event, go: threading.Event, fail: bool):
-        self.cursor, self.reached, self.go, self.fail = cursor, reached, go, fail
-
-    def execute(self, sql: str, params: Any = ()) -> Any:
-        done = self.cursor.execute(sql, params)
-        if "INSERT INTO messages" in sql and not self.reached.is_set():
-            self.reached.set()
-            self.go.wait()
-            if self.fail:
+def _stalling(body: Any, reached: threading.Event, go: threading.Event, fail: bool) -> Any:
+    """``body``, stalled once it has inserted a message (the insert's answer is in) until
+    ``go`` is set; then it goes on, or fails (so the transaction rolls back) when ``fail`` is
+    set."""
+    result = None
+    while True:
+        try:
+            step = next(body) if result is None else body.send(result)
+        except StopIteration as stop:
+            return stop.value
+        result = yield step
+        if "INSERT INTO messages" in step.sql and not reached.is_set():
+            assert result.rowcount > 0
+            reached.set()
+            go.wait()
+            if fail:
                 raise RuntimeError("the transaction fails after its first insert")
-        return done
 
 
 async def _cancel_mid_transaction(
@@ -184,9 +186,9 @@ async def _cancel_mid_transaction(
     ``CancelledError`` waits until the transaction has ended, committed or (``fail``) rolled
     back, and ``stored()`` already shows the outcome when it arrives."""
     reached, go = threading.Event(), threading.Event()
-    real_drive = postgres.drive
+    real = postgres._pipelined
     monkeypatch.setattr(
-        postgres, "drive", lambda cur, body: real_drive(_Stalling(cur, reached, go, fail), body)
+        postgres, "_pipelined", lambda conn, body: real(conn, _stalling(body, reached, go, fail))
     )
     task = asyncio.ensure_future(middleware.abefore_model(state, NO_RUNTIME))
     while not reached.is_set():  # the worker thread is inside the transaction

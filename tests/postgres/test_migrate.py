@@ -186,3 +186,33 @@ def test_the_same_database_at_both_ends_is_refused(pg_url: str) -> None:
     for destination in (pg_url, spelled_out):
         with pytest.raises(InvalidInputError, match="are the same store"):
             migrate(pg_url, destination, progress=False)
+
+
+def test_a_server_moved_to_postgres_keeps_its_api_keys(tmp_path: Path, pg_url: str) -> None:
+    """A team moving ``harombe serve`` from its SQLite file to PostgreSQL with ``harombe
+    migrate`` keeps the keys its apps and assistants hold: each key's hash, user, label and
+    revocation are copied (a revoked key stays revoked), and a re-run copies none twice."""
+    from harombe_core.server.keys import create_key, list_keys, resolve_key, revoke_key
+
+    path = str(tmp_path / "served.db")
+    with MemoryManager(path, embedding=None) as mm:
+        mm.save_message(mm.create_session(user_id="ann"), Message(role="user", content="hi"))
+        anns, _ = create_key(mm.store, user_id="ann", label="app1")
+        admin, _ = create_key(mm.store, admin=True)
+        old, old_record = create_key(mm.store, user_id="bob")
+        assert revoke_key(mm.store, old_record.id)
+        listed = list_keys(mm.store)
+    report = migrate(path, pg_url, progress=False)
+    assert (report.api_keys, report.copied_api_keys) == (3, 3)
+    assert report.verified
+    with MemoryManager(pg_url, embedding=None) as moved:
+        assert list_keys(moved.store) == listed
+        scope = resolve_key(moved.store, anns)
+        assert scope is not None
+        assert scope.user_id == "ann"
+        admin_scope = resolve_key(moved.store, admin)
+        assert admin_scope is not None
+        assert admin_scope.admin
+        assert resolve_key(moved.store, old) is None  # revoked there too
+    again = migrate(path, pg_url, progress=False)
+    assert (again.api_keys, again.copied_api_keys) == (3, 0)

@@ -534,7 +534,8 @@ def test_the_start_line_never_shows_a_postgres_password(monkeypatch: pytest.Monk
     monkeypatch.setattr(api, "create_app", lambda *a, **k: object())
     monkeypatch.setattr(uvicorn.Server, "run", lambda self, sockets=None: None)
     url = "postgresql://ann:s3cret-pw@db.example:5432/memory"
-    done = CliRunner().invoke(app, ["serve", "--db", url, "--port", "0"])
+    args = ["serve", "--db", url, "--port", "0", "--embedding", "none"]  # no database to read
+    done = CliRunner().invoke(app, args)
     assert done.exit_code == 0, done.output
     assert "s3cret-pw" not in done.output
     assert "postgresql://ann:***@db.example:5432/memory" in done.output
@@ -637,3 +638,38 @@ def test_sigterm_stops_the_server_while_a_client_stalls_mid_request(fresh_db: st
     with ServerProcess(fresh_db) as again:
         messages = httpx.get(again.url + "/api/sessions/stall/messages", headers=auth).json()
         assert [m["content"] for m in messages] == ["acknowledged"]
+
+
+def test_log_level_info_logs_each_request_and_the_start_line_is_whole(fresh_db: str) -> None:
+    """An operator's ``--log-level info`` shows a line per request (uvicorn's access log, on
+    stdout) and keeps the default quiet otherwise; the line naming the database and address is
+    one line however long, so a log shipper does not split it."""
+    import time
+
+    import httpx
+
+    from harombe_core.store.pg_server import free_port
+
+    port = free_port()
+    logs = {name: Path(fresh_db).with_suffix(f".{name}") for name in ("out", "err")}
+    with logs["out"].open("wb") as out, logs["err"].open("wb") as err:
+        args = ["-m", "harombe_core.cli", "serve", "--db", fresh_db, "--port", str(port)]
+        server = subprocess.Popen(
+            [sys.executable, *args, "--log-level", "info", "--embedding", "none"],
+            stdout=out,
+            stderr=err,
+        )
+        try:
+            for _ in range(600):
+                try:
+                    if httpx.get(f"http://127.0.0.1:{port}/openapi.json").status_code == 200:
+                        break
+                except httpx.TransportError:
+                    time.sleep(0.1)
+            assert httpx.get(f"http://127.0.0.1:{port}/api/sessions").status_code == 401
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+    assert '"GET /api/sessions HTTP/1.1" 401' in logs["out"].read_text()
+    said = logs["err"].read_text().splitlines()
+    assert f"harombe serving {fresh_db} on http://127.0.0.1:{port}" in said

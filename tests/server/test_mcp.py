@@ -58,7 +58,7 @@ async def test_http_tools_have_typed_schemas_and_are_scoped(served: Served) -> N
         )
         sid = kept["session_id"]
         hits = result_json(await session.call_tool("search_memory", {"query": "cat Miso"}))
-        assert hits[0]["message"]["content"] == "Ann's cat is called Miso."
+        assert hits[0]["content"] == "Ann's cat is called Miso."
         context = result_json(await session.call_tool("get_context", {"session_id": sid}))
         assert context["messages"][-1]["content"] == "Ann's cat is called Miso."
         sessions = result_json(await session.call_tool("list_sessions", {}))
@@ -67,7 +67,9 @@ async def test_http_tools_have_typed_schemas_and_are_scoped(served: Served) -> N
         assert profile["user_id"] == "ann"
 
     async with http_session(served, served.bob) as session:
-        assert result_json(await session.call_tool("search_memory", {"query": "Miso"})) == []
+        found = result_json(await session.call_tool("search_memory", {"query": "Miso"}))
+        assert sid not in {hit["session_id"] for hit in found}  # by meaning: bob's own only
+        assert "Miso" not in json.dumps(found)
         refused = await session.call_tool("forget", {"session_id": sid})
         assert refused.isError
         assert "SessionNotFoundError" in refused.content[0].text  # as a missing one
@@ -94,12 +96,13 @@ async def test_stdio_serves_the_chosen_user(fresh_db: str) -> None:
         assert result_json(await session.call_tool("profile", {}))["user_id"] == "ann"
 
 
-async def test_stdio_with_embedding_finds_the_applications_memory_by_meaning(
+async def test_stdio_finds_the_applications_memory_by_meaning_by_default(
     fresh_db: str,
 ) -> None:
-    """An assistant sharing the application's memory (Claude Desktop's config with
-    ``--embedding default``) searches by meaning the vectors the application's manager made;
-    without the option it finds by keyword only, so the same question finds nothing."""
+    """An assistant sharing the application's memory (Claude Desktop's config) searches by
+    meaning the vectors the application's manager made, with no option: the bundled model is
+    installed here. ``--embedding none`` searches by keyword only, so the same question finds
+    nothing."""
     from harombe_core import MemoryManager, Message
 
     with MemoryManager(fresh_db) as mm:  # the application: the bundled model, vectors in the db
@@ -107,7 +110,7 @@ async def test_stdio_with_embedding_finds_the_applications_memory_by_meaning(
         mm.save_message(sid, Message(role="user", content="I moved to Lisbon last spring."))
         mm.flush()
     found = {}
-    for extra in ([], ["--embedding", "default"]):
+    for extra in ([], ["--embedding", "none"]):
         params = StdioServerParameters(
             command=sys.executable,
             args=["-m", "harombe_core.cli", "mcp", "--db", fresh_db, "--user", "ann", *extra],
@@ -118,12 +121,66 @@ async def test_stdio_with_embedding_finds_the_applications_memory_by_meaning(
         ):
             await session.initialize()
             query = {"query": "which city is home now"}
-            found[bool(extra)] = result_json(await session.call_tool("search_memory", query))
+            found[not extra] = result_json(await session.call_tool("search_memory", query))
     assert found[False] == []
     (hit,) = found[True]
-    assert hit["message"]["content"] == "I moved to Lisbon last spring."
+    assert hit["content"] == "I moved to Lisbon last spring."
     assert hit["vector_score"] is not None
-    assert hit["keyword_score"] is None
+    assert "keyword_score" not in hit  # no keyword of the question is in it
+
+
+def test_a_server_keeps_the_model_a_database_was_indexed_with(
+    fresh_db: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Unset, ``--embedding`` is the bundled model, except on a database whose vectors another
+    model made: then the server searches by keyword and says which model to pass, rather than
+    refusing to start where it started before. ``none`` is keyword search on purpose."""
+    from harombe_core import MemoryManager, Message
+    from harombe_core.server.cli import server_embedding
+    from harombe_core.testing import FakeEmbedder
+
+    assert server_embedding(None, fresh_db) == "default"
+    assert "searching by meaning" in capsys.readouterr().err
+    assert server_embedding("none", fresh_db) is None
+    assert server_embedding("default", fresh_db) == "default"
+    with MemoryManager(fresh_db, embedding=FakeEmbedder()) as mm:
+        mm.save_message(mm.create_session(), Message(role="user", content="indexed"))
+        mm.flush()
+    assert server_embedding(None, fresh_db) is None
+    said = " ".join(capsys.readouterr().err.split())
+    for needed in ("keyword only", FakeEmbedder().name, "--embedding"):
+        assert needed in said
+
+
+async def test_tool_answers_are_brief_for_an_assistant(fresh_db: str) -> None:
+    """An assistant pays for every character of a tool's answer: a hit and a context message
+    carry the text, role, where and when, and the score, not the metadata a framework stored
+    (LangChain's ``lc`` ids, LangGraph's message hashes), token counts or empty fields."""
+    from harombe_core import MemoryManager, Message
+
+    with MemoryManager(fresh_db, embedding=None) as mm:
+        sid = mm.create_session(user_id="ann")
+        stored = {"lc": {"type": "human", "id": "7aaea2e9"}, "langgraph_message": "c9def181"}
+        mm.save_message(sid, Message(role="user", content="My cat is Miso.", metadata=stored))
+    keyword = ["--embedding", "none"]  # the keyword evidence alone, whatever the model finds
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "harombe_core.cli", "mcp", "--db", fresh_db, "--user", "ann", *keyword],
+    )
+    async with stdio_client(params) as streams, ClientSession(streams[0], streams[1]) as session:
+        await session.initialize()
+        found = await session.call_tool("search_memory", {"query": "cat Miso"})
+        context = await session.call_tool("get_context", {"session_id": sid})
+    (hit,) = result_json(found)
+    kept = ("session_id", "message_id", "role", "content", "created_at", "score", "keyword_score")
+    assert set(hit) == set(kept)
+    assert (hit["session_id"], hit["role"], hit["content"]) == (sid, "user", "My cat is Miso.")
+    assert hit["score"] == round(hit["score"], 3)
+    texts = " ".join(c.text for c in found.content) + " ".join(c.text for c in context.content)
+    assert "lc" not in texts.replace('"', " ").split()
+    for left_out in ("7aaea2e9", "c9def181", "token_count", "null"):
+        assert left_out not in texts
+    assert result_json(context)["messages"] == [{"role": "user", "content": "My cat is Miso."}]
 
 
 def test_json_nested_too_deeply_is_a_parse_error_not_a_500(served: Served) -> None:
