@@ -45,7 +45,7 @@ __all__ = ["OnnxEmbedder", "cache_dir", "export_onnx", "onnx_available"]
 
 _log = logging.getLogger(__name__)
 
-_EXPORT_VERSION = "4"  # bump when the built graph changes, so old caches are not reused
+_EXPORT_VERSION = "5"  # bump when the built graph changes, so old caches are not reused
 _INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 

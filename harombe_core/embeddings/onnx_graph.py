@@ -11,16 +11,20 @@ it in the test suite), with pooling and normalisation inside:
     per layer:   x = LayerNorm(x + Attention(x, mask));  x = LayerNorm(x + FFN(x))
     output:      L2-normalise(mean of x over the unmasked tokens)   (or the first token)
 
+The layers run on the batch's real tokens only (see :meth:`_Builder.layers`): a batch is
+padded to its longest text, and the dense layers, nearly all of the model's arithmetic, would
+otherwise run on the padding too (4-8% of the tokens of chat batched by length).
+
 Only the standard ONNX operators (opset 17) are used. onnxruntime fuses them itself when it
-loads the graph (``ORT_ENABLE_ALL``: GELU with its bias, the attention's scaled product), with
-the same arithmetic. Writing the layers with onnxruntime's own ``Attention`` and
-``SkipLayerNormalization`` operators instead, as its transformer optimizer does, measured 15-20%
-fewer texts per CPU-second on its CPU kernels (onnxruntime 1.32, 1 and 2 threads, chat texts of
-26 and 49 tokens on average: ``benchmarks/bench_embeddings.py``), so the graph is left plain;
-the same graph also feeds int8 quantisation, whose quantiser knows only standard operators.
-Any BERT-style model (``BertModel`` in ``config.json``, absolute positions) can be built;
-others are refused with an :class:`~harombe_core.errors.EmbeddingError` that names the
-alternative.
+loads the graph (``ORT_ENABLE_ALL``: each bias into its matrix product, GELU, the attention's
+scaled product), with the same arithmetic. Writing the layers with onnxruntime's own
+``Attention`` and ``SkipLayerNormalization`` operators instead, as its transformer optimizer
+does, measured 15-20% fewer texts per CPU-second on its CPU kernels (onnxruntime 1.32, 1 and 2
+threads, chat texts of 26 and 49 tokens on average: ``benchmarks/bench_embeddings.py``), so
+the graph is left plain; the same graph also feeds int8 quantisation, whose quantiser knows
+only standard operators. Any BERT-style model (``BertModel`` in ``config.json``, absolute
+positions) can be built; others are refused with an
+:class:`~harombe_core.errors.EmbeddingError` that names the alternative.
 """
 
 from __future__ import annotations
@@ -138,29 +142,54 @@ class _Builder:
         summed = self.op("Add", self.op("Add", words, places), types)
         return self.layer_norm(summed, "embeddings.LayerNorm")
 
+    def packing(self) -> tuple[str, str]:
+        """Where the batch's real tokens are, from the attention mask: ``tokens`` ([T], each
+        real token's place in the batch flattened to [B*S]) and ``places`` ([B*S], each
+        place's row among the T real tokens; padding points at row 0, a real token whose
+        values the attention mask keeps out of every result)."""
+        flat = self.op("Reshape", "attention_mask", self.ints("flat", -1))
+        tokens = self.op("Reshape", self.op("NonZero", flat), self.ints("flat", -1))
+        counted = self.op("CumSum", flat, self.const("axis_0_scalar", np.array(0, np.int64)))
+        rows = self.op("Sub", counted, self.ints("one_int", 1))
+        real = self.op("Cast", flat, to=self.onnx.TensorProto.BOOL)
+        return tokens, self.op("Where", real, rows, self.ints("zero_1d", 0))
+
     def layers(self, x: str, mask: str, count: int) -> str:
-        """The encoder layers in standard operators."""
+        """The encoder layers in standard operators, on the batch's real tokens only.
+
+        The dense layers (the projections and the feed-forward block: nearly all of the
+        arithmetic) treat every token alike, so they run on the [T, hidden] matrix of the real
+        tokens, gathered once from the padded [B, S] batch; only attention, which mixes the
+        tokens of a text, gathers them back into the padded shape. Nothing is computed for
+        padding but the attention scores it is masked out of, and the 2-D matrices let
+        onnxruntime fold each bias into its matrix product (``Gemm``).
+        """
         heads, size = self.heads, self.hidden // self.heads
+        tokens, places = self.packing()
         # Padding gets a score that softmax turns into exactly 0: [B, 1, 1, S].
         blocked = self.op("Sub", self.scalar("one", 1.0), mask)
         bias = self.op("Mul", blocked, self.scalar("masked", _MASKED))
         bias = self.op("Unsqueeze", bias, self.ints("axes_1_2", 1, 2))
-        split = self.ints("split_heads", 0, 0, heads, size)
-        merge = self.ints("merge_heads", 0, 0, self.hidden)
+        batch = self.op("Shape", "input_ids")  # [B, S]
+        split = self.op("Concat", batch, self.ints("heads_size", heads, size), axis=0)
+        rows = self.ints("rows_hidden", -1, self.hidden)
         scale = self.scalar("attention_scale", 1.0 / math.sqrt(size))
+        x = self.op("Gather", self.op("Reshape", x, rows), tokens, axis=0)
         for i in range(count):
             p = f"encoder.layer.{i}"
 
             def heads_of(name: str, perm: list[int], x: str = x, p: str = p) -> str:
                 projected = self.linear(x, f"{p}.attention.self.{name}")
-                return self.op("Transpose", self.op("Reshape", projected, split), perm=perm)
+                padded = self.op("Gather", projected, places, axis=0)
+                return self.op("Transpose", self.op("Reshape", padded, split), perm=perm)
 
             q = heads_of("query", [0, 2, 1, 3])
             k = heads_of("key", [0, 2, 3, 1])
             v = heads_of("value", [0, 2, 1, 3])
             scores = self.op("Add", self.op("Mul", self.op("MatMul", q, k), scale), bias)
             context = self.op("MatMul", self.op("Softmax", scores, axis=-1), v)
-            context = self.op("Reshape", self.op("Transpose", context, perm=[0, 2, 1, 3]), merge)
+            context = self.op("Reshape", self.op("Transpose", context, perm=[0, 2, 1, 3]), rows)
+            context = self.op("Gather", context, tokens, axis=0)
             attended = self.linear(context, f"{p}.attention.output.dense")
             x = self.layer_norm(self.op("Add", attended, x), f"{p}.attention.output.LayerNorm")
             inner = self.linear(x, f"{p}.intermediate.dense")
@@ -171,7 +200,8 @@ class _Builder:
             )
             out = self.linear(inner, f"{p}.output.dense")
             x = self.layer_norm(self.op("Add", out, x), f"{p}.output.LayerNorm")
-        return x
+        shape = self.op("Concat", batch, self.ints("hidden_1d", self.hidden), axis=0)
+        return self.op("Reshape", self.op("Gather", x, places, axis=0), shape)  # [B, S, hidden]
 
     def pool(self, x: str, mask: str, pooling: str) -> None:
         """Mean over the unmasked tokens (or the first token), L2-normalised: ``embedding``."""

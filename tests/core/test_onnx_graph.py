@@ -91,6 +91,23 @@ def test_built_graph_equals_sentence_transformers(reference: np.ndarray) -> None
     _assert_same(np.concatenate([_run(session, [text]) for text in VARIED]), reference)
 
 
+def test_first_token_pooling_equals_sentence_transformers() -> None:
+    """CLS pooling reads the first token of each padded row back from the real tokens the
+    layers ran on: padded batches of mixed lengths and single texts both match."""
+    if importlib.util.find_spec("sentence_transformers") is None:
+        pytest.skip("the reference needs the st extra")
+    from sentence_transformers import SentenceTransformer, models
+
+    path = str(bundled_model_path())
+    encoder = models.Transformer(path, max_seq_length=256)
+    pooling = models.Pooling(encoder.auto_model.config.hidden_size, pooling_mode="cls")
+    model = SentenceTransformer(modules=[encoder, pooling, models.Normalize()], device="cpu")
+    reference = np.asarray(model.encode(VARIED, normalize_embeddings=True))
+    session = _session(build_bert_graph(bundled_model_path(), pooling="cls"))
+    _assert_same(_run(session, VARIED), reference)
+    _assert_same(np.concatenate([_run(session, [text]) for text in VARIED]), reference)
+
+
 @pytest.mark.parametrize("threads", [1, 2])
 def test_the_default_embedder_equals_sentence_transformers(
     reference: np.ndarray, threads: int
