@@ -17,8 +17,9 @@ Why it looks the way it does:
   expired keys as they go, so the log holds only the last few minutes of writes.
 * A transaction runs in psycopg's pipeline mode (:func:`_pipelined`): statements go out as the
   body yields them and the body waits only where it reads an answer, so BEGIN, a lock and the
-  read after it, inserts, the exactly-once record and COMMIT share round trips. A body that
-  usually asks one statement can run it alone outside a transaction (``first_alone``).
+  read after it, inserts and the exactly-once record share round trips; COMMIT follows by
+  itself (safe behind pgbouncer). A body that usually asks one statement can run it alone
+  outside a transaction (``first_alone``).
 * :meth:`PostgresStore.atomic` makes many calls one transaction (an import is all or nothing).
 * Writers to one session take that session's row lock first, so message ids grow in commit order
   within a session (readers paging with ``after_id`` never miss a row).
@@ -442,14 +443,7 @@ class PostgresStore(KeywordShortcuts):
         while True:
             try:
                 with self._pool.connection() as conn:
-                    # Pipelined statements run unprepared: behind pgbouncer (1.18, transaction
-                    # mode) a pipeline that prepares statements on the server connection
-                    # another client shares had that connection closed under it, in about
-                    # half the runs of tests/postgres/test_pgbouncer.py, and every retry failed
-                    # the same way; unprepared, the same test passed every time.
-                    conn.prepare_threshold = (
-                        None if drive_on is _pipelined else self._prepare_threshold
-                    )
+                    conn.prepare_threshold = self._prepare_threshold
                     value = drive_on(conn, tries.body())
             except (psycopg.Error, UnicodeError) as exc:
                 time.sleep(tries.wait(exc))
@@ -744,10 +738,17 @@ def _pipelined(conn: psycopg.Connection[Any], body: Body[T]) -> T:
     Each statement goes to the server as soon as the body yields it, and the body waits only
     when it reads a result (:class:`_Pending`). So BEGIN travels with the first statement, a
     lock with the read that must follow it, inserts whose counts are not read yet with each
-    other, and the write-log record with COMMIT: a checkpoint put is two round trips, not
-    eight. The server still runs the statements one after the other, each in its own snapshot
-    as before (READ COMMITTED): only the waits between them are gone. An error surfaces at the
-    next read or at COMMIT, and the transaction is rolled back as before.
+    other: a checkpoint put is three round trips, not eight. The server still runs the
+    statements one after the other, each in its own snapshot as before (READ COMMITTED): only
+    the waits between them are gone. An error surfaces at the next read or on leaving pipeline
+    mode, and the transaction is rolled back as before.
+
+    COMMIT runs after pipeline mode is left, by itself. Leaving pipeline mode sends a Sync and
+    then a Flush; were the transaction already committed by then, pgbouncer before 1.21 (in
+    transaction mode) would have given the server connection back at the Sync and hand one
+    out again for the Flush, which no answer ever ends: that client held the server connection
+    and every other client sharing it waited until pgbouncer's query_wait_timeout. Left while
+    the transaction is open, both messages reach the connection the transaction holds.
     """
     try:
         with conn.pipeline() as pipeline:
@@ -763,12 +764,12 @@ def _pipelined(conn: psycopg.Connection[Any], body: Body[T]) -> T:
                     cursor = conn.cursor()  # one per statement: each keeps its own result
                     cursor.execute(step.sql, step.params)
                     result = _Pending(cursor, pipeline)
-                conn.execute("COMMIT")
             except BaseException:
                 with contextlib.suppress(psycopg.Error):
                     pipeline.sync()  # what was still in flight (its errors follow this one)
                 raise
-        # (Leaving pipeline mode waits for every result: the round trip of COMMIT.)
+        # (Leaving pipeline mode waited for every result, still inside the transaction.)
+        conn.execute("COMMIT")
     except BaseException:
         with contextlib.suppress(psycopg.Error):
             conn.rollback()  # (nothing if the transaction already ended)

@@ -1,6 +1,12 @@
 """Behind pgbouncer in transaction pooling mode (each transaction may run on another server
 connection): statements psycopg prepared on one connection are missing or clash on the next,
-so the store notices and runs unprepared instead of failing every call."""
+so the store notices and runs unprepared instead of failing every call.
+
+pgbouncer before 1.21 also hands the server connection to a client for any message that
+arrives after its transaction ended, even one that no answer ends (the Flush psycopg sends on
+leaving pipeline mode), and every other client then waits until its query_wait_timeout. Whether
+that Flush arrived after the COMMIT's answer was a race, lost by a few percent of pipelined
+transactions here; sixty transactions make a regression show in most runs."""
 
 from __future__ import annotations
 
@@ -75,7 +81,7 @@ def test_two_processes_share_one_server_connection_through_pgbouncer(
     first = PostgresStore(url, max_size=1)
     second = PostgresStore(url, max_size=1)  # another process's pool, same server connection
     try:
-        for n in range(8):  # past psycopg's prepare threshold on both
+        for n in range(30):  # past psycopg's prepare threshold on both; many transactions
             for store, sid in ((first, "a"), (second, "b")):
                 store.run(
                     ops.add_messages(sid, [Message(role="user", content=f"{n}", token_count=1)])
@@ -83,7 +89,7 @@ def test_two_processes_share_one_server_connection_through_pgbouncer(
                 assert store.run(ops.count_messages(sid)) == n + 1
         for store, sid in ((first, "a"), (second, "b")):
             assert [m.content for m in store.run(ops.get_messages(sid))] == [
-                str(n) for n in range(8)
+                str(n) for n in range(30)
             ]
     finally:
         first.close()

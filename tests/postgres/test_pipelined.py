@@ -1,10 +1,12 @@
 """PostgreSQL runs a body pipelined: each statement is sent as the body yields it, and the body
-waits for the server only where it reads a result, so BEGIN, the statements whose answers it
-does not read and COMMIT share round trips. A failure anywhere still rolls the whole body back,
-and the connection goes back to the pool clean.
+waits for the server only where it reads a result, so BEGIN and the statements whose answers
+it does not read share round trips; COMMIT follows by itself once pipeline mode is left (so
+nothing reaches a pooler after the transaction ends: tests/postgres/test_pgbouncer.py). A
+failure anywhere still rolls the whole body back, and the connection goes back to the pool
+clean.
 
 The waits are counted where the driver waits (a pipeline sync to read an answer, leaving the
-pipeline to commit, a lone statement run outside a transaction), not timed.
+pipeline, the COMMIT after it, a lone statement run outside a transaction), not timed.
 """
 
 from __future__ import annotations
@@ -41,9 +43,9 @@ def store(pg_url: str) -> Iterator[PostgresStore]:
 
 
 class Waits:
-    """Every wait for the server, as ``"read"`` (an answer read mid-body), ``"commit"``
-    (leaving the pipeline) or ``"alone"`` (a lone statement), with the saver method it was in
-    (``None`` outside one)."""
+    """Every wait for the server, as ``"read"`` (an answer read mid-body), ``"leave"``
+    (leaving the pipeline: every answer still due), ``"commit"`` (COMMIT, after it) or
+    ``"alone"`` (a lone statement), with the saver method it was in (``None`` outside one)."""
 
     def __init__(self) -> None:
         self.seen: list[tuple[str | None, str]] = []
@@ -62,14 +64,20 @@ class Waits:
 def waits(monkeypatch: pytest.MonkeyPatch) -> Waits:
     found = Waits()
     sync, leave, alone = psycopg.Pipeline.sync, psycopg.Pipeline.__exit__, postgres._alone
+    execute = psycopg.Connection.execute
 
     def counted_sync(self: psycopg.Pipeline) -> None:
         found.add("read")
         sync(self)
 
     def counted_exit(self: psycopg.Pipeline, *exc_info: Any) -> None:
-        found.add("commit")
+        found.add("leave")
         leave(self, *exc_info)
+
+    def counted_execute(self: psycopg.Connection[Any], query: Any, *args: Any, **kw: Any) -> Any:
+        if query == "COMMIT":
+            found.add("commit")
+        return execute(self, query, *args, **kw)
 
     def counted_alone(conn: Any, body: Any) -> Any:
         found.add("alone")
@@ -77,6 +85,7 @@ def waits(monkeypatch: pytest.MonkeyPatch) -> Waits:
 
     monkeypatch.setattr(psycopg.Pipeline, "sync", counted_sync)
     monkeypatch.setattr(psycopg.Pipeline, "__exit__", counted_exit)
+    monkeypatch.setattr(psycopg.Connection, "execute", counted_execute)
     monkeypatch.setattr(postgres, "_alone", counted_alone)
     return found
 
@@ -99,9 +108,9 @@ def test_a_body_waits_for_the_server_only_where_it_reads_an_answer(
         return count
 
     assert store.run_body(body, exactly_once=True) == 2
-    # BEGIN and both inserts went with the count; the last insert, the write-log record and
-    # COMMIT with the end of the pipeline.
-    assert waits.kinds() == ["read", "commit"]
+    # BEGIN and both inserts went with the count; the last insert and the write-log record
+    # with the end of the pipeline; then COMMIT.
+    assert waits.kinds() == ["read", "leave", "commit"]
     assert _rows(store) == [(1, "a"), (2, "b"), (3, "c")]
 
 
@@ -151,14 +160,15 @@ def test_a_lone_first_statement_runs_alone_and_a_longer_body_runs_again_whole(
         return "inserted"
 
     assert store.run_body(lambda: body(1), first_alone=True) == "inserted"
-    assert waits.kinds() == ["alone", "read", "commit"]  # dropped, then run in a transaction
+    # dropped, then run in a transaction
+    assert waits.kinds() == ["alone", "read", "leave", "commit"]
     waits.seen.clear()
     assert store.run_body(lambda: body(1), first_alone=True) == "new"
     assert waits.kinds() == ["alone"]
     assert _rows(store) == [(1, "new")]
 
 
-def test_a_checkpointer_turn_waits_twice_per_put_and_once_per_other_call(
+def test_a_checkpointer_turn_waits_three_times_per_put_and_once_per_other_call(
     pg_url: str, waits: Waits, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A steady turn of a thread: its read, its pending writes and its puts."""
@@ -187,8 +197,10 @@ def test_a_checkpointer_turn_waits_twice_per_put_and_once_per_other_call(
     assert sorted(set(calls)) == [
         ("get_tuple", "alone"),
         ("put", "commit"),
+        ("put", "leave"),
         ("put", "read"),
         ("put_writes", "alone"),
     ]
     puts = [kind for method, kind in calls if method == "put"]
-    assert puts.count("read") == puts.count("commit") > 0  # each put: its state, its commit
+    # each put: its state, the rest of its statements, its commit
+    assert puts.count("read") == puts.count("leave") == puts.count("commit") > 0
