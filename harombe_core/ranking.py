@@ -263,7 +263,9 @@ def evidence(
 
     Neighbours are candidates only when ``neighbor_weight > 0`` (as ``search`` gathers them);
     ``min_similarity`` drops rows here (an excluded session never reaches the candidates:
-    the store leaves it out of the scope).
+    the store leaves it out of the scope); keyword-only search has no cosine to judge, so it
+    drops nothing there (a ``rag.min_similarity`` in the config must not empty every keyword
+    search of a manager opened with ``embedding=None``).
     """
     s = settings
     hybrid = found.query_vector is not None
@@ -294,6 +296,7 @@ def evidence(
         message = found.messages[mid]
         if (
             min_similarity is not None
+            and hybrid  # keyword-only search has no cosines: nothing to judge, all kept
             and mid not in found.unembedded  # no cosine to judge yet: kept on its keywords
             and found.cosine.get(mid, -math.inf) < min_similarity
         ):

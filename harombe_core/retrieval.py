@@ -355,7 +355,8 @@ class Retriever:
         similarity (``None`` where unknown) and ``keyword_score`` (0..1) the BM25 score relative
         to the best keyword match (``None`` if the words did not match); see
         :class:`~harombe_core.models.SearchHit`. ``min_similarity`` drops hits whose cosine is
-        below it (a message not embedded yet has none and is kept on its keywords). Every
+        below it (a message not embedded yet has none and is kept on its keywords; keyword-only
+        search has no cosines and ignores it). Every
         weight left ``None`` comes from the settings (the ``rag:`` config).
 
         A row edited outside harombe that cannot be read raises its CorruptRowError, naming

@@ -494,9 +494,24 @@ def add_api(app: FastAPI) -> None:
         top_k: Annotated[int, Query(ge=1, le=1000)] = 10,
         session_id: str | None = None,
         user_id: UserQuery = None,
+        min_similarity: Annotated[
+            float | None,
+            Query(
+                ge=-1.0,
+                le=1.0,
+                description="Leave out messages whose similarity of meaning (cosine) to q is "
+                "below this; keyword-only search ignores it.",
+            ),
+        ] = None,
     ) -> list[dict[str, Any]]:
         """Messages relevant to ``q``, best first, each with its meaning/keyword evidence."""
-        return await memory.search(q, top_k=top_k, session_id=session_id, user_id=user_id)
+        return await memory.search(
+            q,
+            top_k=top_k,
+            session_id=session_id,
+            user_id=user_id,
+            min_similarity=min_similarity,
+        )
 
     # after every /api/sessions/{id}/... route: a path id may hold '/', and the first route
     # that matches a path answers it

@@ -110,9 +110,19 @@ class _Requests:
 
     @staticmethod
     def search(
-        query: str, top_k: int = 10, session_id: str | None = None, user_id: str | None = None
+        query: str,
+        top_k: int = 10,
+        session_id: str | None = None,
+        user_id: str | None = None,
+        min_similarity: float | None = None,
     ) -> _Request:
-        params = _query(q=query, top_k=top_k, session_id=session_id, user_id=user_id)
+        params = _query(
+            q=query,
+            top_k=top_k,
+            session_id=session_id,
+            user_id=user_id,
+            min_similarity=min_similarity,
+        )
         return _Request("GET", "/api/search", params)
 
     @staticmethod
@@ -226,9 +236,12 @@ class HarombeClient(_Base):
         top_k: int = 10,
         session_id: str | None = None,
         user_id: str | None = None,
+        min_similarity: float | None = None,
     ) -> list[dict[str, Any]]:
-        """Relevant messages, best first, each with its evidence."""
-        return self._send(self._requests.search(query, top_k, session_id, user_id))
+        """Relevant messages, best first, each with its evidence; ``min_similarity`` leaves out
+        those whose cosine to the query is below it."""
+        request = self._requests.search(query, top_k, session_id, user_id, min_similarity)
+        return self._send(request)
 
     def profile(self, user_id: str | None = None) -> dict[str, Any]:
         """What memory holds about the user."""
@@ -322,8 +335,10 @@ class AsyncHarombeClient(_Base):
         top_k: int = 10,
         session_id: str | None = None,
         user_id: str | None = None,
+        min_similarity: float | None = None,
     ) -> list[dict[str, Any]]:
-        return await self._send(self._requests.search(query, top_k, session_id, user_id))
+        request = self._requests.search(query, top_k, session_id, user_id, min_similarity)
+        return await self._send(request)
 
     async def aprofile(self, user_id: str | None = None) -> dict[str, Any]:
         return await self._send(self._requests.profile(user_id))

@@ -164,13 +164,21 @@ def build_mcp(
 
     @mcp.tool()
     async def search_memory(
-        query: str, ctx: Context, top_k: int = 5, session_id: str | None = None
+        query: str,
+        ctx: Context,
+        top_k: int = 5,
+        session_id: str | None = None,
+        min_similarity: float | None = None,
     ) -> list[dict[str, Any]]:
         """Find past messages relevant to query, best first: each with its session, role, text,
         date and score (vector_score: matched by meaning; keyword_score: by keyword); within one
-        session when session_id is given."""
+        session when session_id is given. Search by meaning returns the nearest messages
+        however weak: min_similarity (-1 to 1, e.g. 0.3) leaves out those whose vector_score is
+        below it, so an empty answer means nothing related is remembered."""
         with _told():
-            hits = await memory(ctx).search_hits(query, top_k=top_k, session_id=session_id)
+            hits = await memory(ctx).search_hits(
+                query, top_k=top_k, session_id=session_id, min_similarity=min_similarity
+            )
             return [brief_hit(hit) for hit in hits]
 
     @mcp.tool()

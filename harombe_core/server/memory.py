@@ -347,10 +347,19 @@ class ScopedMemory:
         top_k: int = 10,
         session_id: str | None = None,
         user_id: str | None = None,
+        min_similarity: float | None = None,
     ) -> list[dict[str, Any]]:
         """Messages relevant to ``query``, best first, each with its evidence; within one of this
-        scope's sessions when ``session_id`` is given."""
-        hits = await self.search_hits(query, top_k=top_k, session_id=session_id, user_id=user_id)
+        scope's sessions when ``session_id`` is given. ``min_similarity`` leaves out hits whose
+        cosine to the query is below it (search by meaning always returns the nearest
+        messages, however weak; keyword-only search has no cosines and ignores it)."""
+        hits = await self.search_hits(
+            query,
+            top_k=top_k,
+            session_id=session_id,
+            user_id=user_id,
+            min_similarity=min_similarity,
+        )
         return [hit_json(h) for h in hits]
 
     async def search_hits(
@@ -360,13 +369,14 @@ class ScopedMemory:
         top_k: int = 10,
         session_id: str | None = None,
         user_id: str | None = None,
+        min_similarity: float | None = None,
     ) -> list[SearchHit]:
         """:meth:`search` as hits, for an answer of another shape (the MCP tools')."""
         user = self.user(user_id)
         if session_id is not None:
             await self.session(session_id, user_id)
         with self._unseen(session_id or ""):
-            return await self.manager.asearch(query, top_k, session_id, user)
+            return await self.manager.asearch(query, top_k, session_id, user, min_similarity)
 
     # users -----------------------------------------------------------------------------------
     async def users(self) -> list[str]:

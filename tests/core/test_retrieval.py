@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
@@ -113,6 +114,18 @@ def test_min_similarity(mm: MemoryManager) -> None:
     hits = mm.search("golden retriever puppy", top_k=5, min_similarity=0.4)
     assert hits
     assert all(h.vector_score is not None and h.vector_score >= 0.4 for h in hits)
+
+
+def test_min_similarity_leaves_keyword_only_search_whole(tmp_path: Path) -> None:
+    """Without semantic memory there is no cosine to judge: a ``min_similarity`` (one set in
+    the config's ``rag:`` section, say) must not empty every keyword search."""
+    with MemoryManager(str(tmp_path / "k.db"), embedding=None) as keyword_only:
+        keyword_only.save_message("s", Message(role="user", content="I moved to Lisbon in May."))
+        hits = keyword_only.search("Lisbon", min_similarity=0.9)
+        assert [h.message.content for h in hits] == ["I moved to Lisbon in May."]
+        assert hits[0].vector_score is None
+        with pytest.raises(InvalidInputError):
+            keyword_only.search("Lisbon", min_similarity=2)
 
 
 def test_temporal_decay_prefers_recent_of_equal_relevance(mm: MemoryManager) -> None:

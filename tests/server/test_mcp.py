@@ -268,3 +268,59 @@ def test_get_is_405_not_a_stream_held_open(served: Served) -> None:
         assert answer.status_code == 405
         assert answer.json()["error"] == "HTTPError"
         assert http.get("/mcp", timeout=10).status_code == 405
+
+
+async def test_min_similarity_leaves_out_weak_matches_everywhere_the_server_searches(
+    fresh_db: str,
+) -> None:
+    """Search by meaning returns the nearest messages however unrelated; ``min_similarity``
+    (the MCP tool, the JSON API, both clients) leaves out those whose cosine is below it, so an
+    assistant can tell "nothing remembered" from "the least unrelated things". (The memory is
+    the application's, embedded before the server starts, so every message has its vector.)"""
+    from harombe_core import MemoryManager, Message
+    from harombe_core.server import AsyncHarombeClient, HarombeClient
+    from tests.server.conftest import serve
+
+    dentist = "Ann's dentist appointment moved to Thursday at nine."
+    with MemoryManager(fresh_db) as mm:
+        sid = mm.create_session(user_id="ann")
+        mm.save_messages(
+            sid,
+            [
+                Message(role="user", content=dentist),
+                Message(role="user", content="We painted the kitchen green on Sunday."),
+            ],
+        )
+        mm.flush()
+    unrelated = "quantum chromodynamics lecture notes"
+    served = serve(fresh_db)
+    try:
+        async with http_session(served, served.ann) as session:
+            nearest = result_json(await session.call_tool("search_memory", {"query": unrelated}))
+            assert nearest  # the nearest, however weak
+            assert all(hit["vector_score"] < 0.4 for hit in nearest)
+            floor = {"query": unrelated, "min_similarity": 0.4}
+            assert result_json(await session.call_tool("search_memory", floor)) == []
+            asked = {"query": "when is my dentist appointment", "min_similarity": 0.4}
+            hits = result_json(await session.call_tool("search_memory", asked))
+            assert [hit["content"] for hit in hits] == [dentist]
+            refused = await session.call_tool("search_memory", {"query": "x", "min_similarity": 3})
+            assert refused.isError
+            assert "InvalidInputError" in refused.content[0].text
+
+        with served.http(served.ann) as http:
+            params: dict[str, Any] = {"q": unrelated, "min_similarity": 0.4}
+            assert http.get("/api/search", params=params).json() == []
+            params["q"] = "when is my dentist appointment"
+            found = http.get("/api/search", params=params).json()
+            assert [hit["message"]["content"] for hit in found] == [dentist]
+            bad = http.get("/api/search", params={"q": "x", "min_similarity": 3})
+            assert bad.status_code == 422
+        with HarombeClient(served.url, api_key=served.ann) as client:
+            assert client.search(unrelated, min_similarity=0.4) == []
+            assert client.search(unrelated)  # the nearest again
+        async with AsyncHarombeClient(served.url, api_key=served.ann) as aclient:
+            found = await aclient.asearch("when is my dentist appointment", min_similarity=0.4)
+            assert [hit["message"]["content"] for hit in found] == [dentist]
+    finally:
+        served.server.stop()
