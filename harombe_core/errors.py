@@ -341,7 +341,7 @@ class NotAHarombeDatabaseError(StoreError):
 
 class CorruptRowError(StoreError):
     """A row of the database holds a value harombe never writes (JSON that does not parse, a
-    text where a number belongs, an unknown role): the file was edited outside harombe.
+    text where a number belongs, an unknown role): the database was edited outside harombe.
 
     Raised by the read that met the row, naming it (``table``, ``row_id``, ``column``) so it
     can be repaired or deleted; the rest of the file is untouched and other reads still work.

@@ -395,7 +395,7 @@ def _corrupt(table: str, row: Sequence[Any], problem: tuple[str, str]) -> Corrup
     return corrupt_row(table, row[0], *problem)
 
 
-_EDITED = "harombe never writes that, so the file was edited outside harombe"
+_EDITED = "harombe never writes that, so the database was edited outside harombe"
 
 
 def corrupt_row(
@@ -403,25 +403,26 @@ def corrupt_row(
 ) -> CorruptRowError:
     """The error for a stored row harombe cannot read: which row, which column, what is
     wrong with it, why (by default: harombe cannot have written it), and the SQL that deletes
-    it (``row_id`` is the row's ``id``, or for a table keyed otherwise a mapping of its key
-    columns)."""
-    if isinstance(row_id, Mapping):
-        where = " AND ".join(f"{k} = {_literal(v)}" for k, v in row_id.items())
-    else:
-        where = f"id = {_literal(row_id)}"
+    it on SQLite and on PostgreSQL (``row_id`` is the row's ``id``, or for a table keyed
+    otherwise a mapping of its key columns). The decoders that raise it serve both stores and
+    do not know which one they read, so the message gives both statements."""
+    keys = row_id.items() if isinstance(row_id, Mapping) else [("id", row_id)]
+    where = " AND ".join(f"{k} = {_literal(v)}" for k, v in keys)
+    pg_where = " AND ".join(f"{k} = {_literal(v, postgres=True)}" for k, v in keys)
     return CorruptRowError(
         f"row {show(row_id)} of table {table}: column {column} {what}. {cause}. Repair that "
         f"column, or delete the row (PRAGMA foreign_keys = ON; DELETE FROM {table} WHERE "
-        f"{where};); the other rows are untouched and still readable.",
+        f"{where};), on PostgreSQL (DELETE FROM {table} WHERE {pg_where};); the other rows "
+        "are untouched and still readable.",
         table=table,
         row_id=row_id,
         column=column,
     )
 
 
-def _literal(value: Any) -> str:
-    if isinstance(value, bytes):  # a BLOB key (a message hash): SQLite's x'..' form
-        return f"x'{value.hex()}'"
+def _literal(value: Any, *, postgres: bool = False) -> str:
+    if isinstance(value, bytes):  # a BLOB / bytea key (a message hash)
+        return f"'\\x{value.hex()}'::bytea" if postgres else f"x'{value.hex()}'"
     return str(value) if type(value) is int else "'" + str(value).replace("'", "''") + "'"
 
 

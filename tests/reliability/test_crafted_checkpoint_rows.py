@@ -170,6 +170,16 @@ def test_a_crafted_checkpoint_row_on_postgres_is_named_too(pg_url: str, case: st
             return raw.execute(sql.format("%s"), (value,)).rowcount
 
     _check(pg_url, case, edit)
+    # The PostgreSQL statement the message gives deletes the row at fault there.
+    with (
+        MemoryManager(pg_url, embedding=None) as mm,
+        pytest.raises((CorruptRowError, UnsafeCheckpointError)) as caught,
+    ):
+        HarombeSaver(mm).get_tuple(_config("bad"))
+    delete = re.search(r"on PostgreSQL \((DELETE FROM [^;]+;)\)", str(caught.value))
+    assert delete is not None
+    with psycopg.connect(pg_url, autocommit=True) as raw:
+        assert raw.execute(delete.group(1)).rowcount >= 1
 
 
 def test_an_owed_thread_with_a_crafted_checkpoint_does_not_break_other_reads(
