@@ -344,7 +344,7 @@ class CorruptRowError(StoreError):
     text where a number belongs, an unknown role): the database was edited outside harombe.
 
     Raised by the read that met the row, naming it (``table``, ``row_id``, ``column``) so it
-    can be repaired or deleted; the rest of the file is untouched and other reads still work.
+    can be repaired or deleted; the rest of the database is untouched and other reads still work.
     """
 
     def __init__(
