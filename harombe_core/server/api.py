@@ -377,7 +377,33 @@ class SessionPatch(BaseModel):
     user_id: str | None = Field(default=None, description="Admin keys only: a new owner.")
 
 
+class FactIn(BaseModel):
+    """A fact to keep about the user."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [{"text": "lives in Lisbon", "kind": "fact", "subject": "home city"}]
+        },
+    )
+    text: str
+    kind: str = Field(default="fact", description="fact, preference, task or decision.")
+    subject: str | None = Field(
+        default=None, description="What it is about: a new value of a subject supersedes the old."
+    )
+
+
+class FactCorrection(BaseModel):
+    """A current fact's new text (the old one is kept as history)."""
+
+    model_config = ConfigDict(
+        extra="forbid", json_schema_extra={"examples": [{"text": "lives in Porto"}]}
+    )
+    text: str
+
+
 SessionId = Annotated[str, Path(description="The session's id.")]
+FactId = Annotated[int, Path(ge=1, description="The fact's id.")]
 UserQuery = Annotated[
     str | None, Query(description="Admin keys: act as this user (a user key: only itself).")
 ]
@@ -515,6 +541,71 @@ def add_api(app: FastAPI) -> None:
 
     # after every /api/sessions/{id}/... route: a path id may hold '/', and the first route
     # that matches a path answers it
+    @app.get("/api/facts", tags=["facts"])
+    async def facts(
+        memory: Memory,
+        user_id: UserQuery = None,
+        q: Annotated[
+            str | None, Query(min_length=1, description="Search the facts by meaning and words.")
+        ] = None,
+        kind: Annotated[str | None, Query(description="Only facts of this kind.")] = None,
+        top_k: Annotated[int, Query(ge=1, le=1000)] = 10,
+        min_similarity: Annotated[float | None, Query(ge=-1.0, le=1.0)] = None,
+        include_history: bool = False,
+    ) -> list[dict[str, Any]]:
+        """The user's current facts, oldest first; with ``q``, those matching it best first,
+        each with its evidence (``min_similarity`` leaves out weak matches)."""
+        return await memory.facts(
+            q,
+            user_id=user_id,
+            kind=kind,
+            top_k=top_k,
+            min_similarity=min_similarity,
+            include_history=include_history,
+        )
+
+    @app.post("/api/facts", status_code=201, tags=["facts"])
+    async def add_fact(memory: Memory, body: FactIn, user_id: UserQuery = None) -> dict[str, Any]:
+        """Keep a fact about the user (a repeat merges into the current one)."""
+        return await memory.add_fact(
+            body.text, kind=body.kind, subject=body.subject, user_id=user_id
+        )
+
+    @app.get("/api/facts/{fact_id}", tags=["facts"])
+    async def get_fact(
+        memory: Memory, fact_id: FactId, user_id: UserQuery = None
+    ) -> dict[str, Any]:
+        """One of the user's facts, current or history."""
+        return await memory.fact(fact_id, user_id)
+
+    @app.get("/api/facts/{fact_id}/history", tags=["facts"])
+    async def fact_history(
+        memory: Memory, fact_id: FactId, user_id: UserQuery = None
+    ) -> list[dict[str, Any]]:
+        """The values the fact has had, oldest first."""
+        return await memory.fact_history(fact_id, user_id)
+
+    @app.patch("/api/facts/{fact_id}", tags=["facts"])
+    async def correct_fact(
+        memory: Memory, fact_id: FactId, body: FactCorrection, user_id: UserQuery = None
+    ) -> dict[str, Any]:
+        """Correct a current fact: the new fact (the old one kept as history)."""
+        return await memory.correct_fact(fact_id, body.text, user_id)
+
+    @app.post("/api/facts/{fact_id}/complete", tags=["facts"])
+    async def complete_task(
+        memory: Memory, fact_id: FactId, user_id: UserQuery = None
+    ) -> dict[str, Any]:
+        """Close a task (or a fact that stopped being true), kept as history."""
+        return await memory.complete_task(fact_id, user_id)
+
+    @app.delete("/api/facts/{fact_id}", tags=["facts"])
+    async def forget_fact(
+        memory: Memory, fact_id: FactId, user_id: UserQuery = None
+    ) -> dict[str, Any]:
+        """Delete a fact for good: nothing finds it afterwards."""
+        return await memory.forget_fact(fact_id, user_id)
+
     @app.get("/api/sessions/{session_id:path}", tags=["sessions"])
     async def get_session(memory: Memory, session_id: SessionId) -> dict[str, Any]:
         """A session's record: owner, system prompt, metadata, counts, summary."""

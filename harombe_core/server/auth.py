@@ -48,6 +48,7 @@ STATUS: dict[type[err.HarombeError], int] = {
     err.SessionOwnershipError: 403,
     SessionIdUnavailableError: 409,
     err.SessionNotFoundError: 404,
+    err.FactNotFoundError: 404,
     err.InputTooLargeError: 413,
     err.InvalidInputError: 422,
     err.MissingExtraError: 501,

@@ -133,6 +133,49 @@ class _Requests:
     def profile(user_id: str | None = None) -> _Request:
         return _Request("GET", "/api/profile", _query(user_id=user_id))
 
+    @staticmethod
+    def facts(
+        query: str | None,
+        user_id: str | None,
+        kind: str | None,
+        top_k: int,
+        min_similarity: float | None,
+        include_history: bool,
+    ) -> _Request:
+        params = _query(
+            q=query,
+            user_id=user_id,
+            kind=kind,
+            top_k=top_k,
+            min_similarity=min_similarity,
+            include_history=include_history or None,
+        )
+        return _Request("GET", "/api/facts", params)
+
+    @staticmethod
+    def add_fact(
+        text: str, kind: str = "fact", subject: str | None = None, user_id: str | None = None
+    ) -> _Request:
+        body = _query(text=text, kind=kind, subject=subject)
+        return _Request("POST", "/api/facts", _query(user_id=user_id), json=body)
+
+    @staticmethod
+    def fact(fact_id: int, user_id: str | None = None, part: str = "") -> _Request:
+        return _Request("GET", f"/api/facts/{int(fact_id)}{part}", _query(user_id=user_id))
+
+    @staticmethod
+    def correct_fact(fact_id: int, text: str, user_id: str | None = None) -> _Request:
+        path, params = f"/api/facts/{int(fact_id)}", _query(user_id=user_id)
+        return _Request("PATCH", path, params, json={"text": text})
+
+    @staticmethod
+    def complete_task(fact_id: int, user_id: str | None = None) -> _Request:
+        return _Request("POST", f"/api/facts/{int(fact_id)}/complete", _query(user_id=user_id))
+
+    @staticmethod
+    def forget_fact(fact_id: int, user_id: str | None = None) -> _Request:
+        return _Request("DELETE", f"/api/facts/{int(fact_id)}", _query(user_id=user_id))
+
 
 def _answer(request: _Request, response: httpx.Response) -> Any:
     if response.status_code >= 400:
@@ -251,6 +294,52 @@ class HarombeClient(_Base):
         """Erase everything stored for the user; how many sessions went."""
         return int(self._send(self._requests.forget_user(user_id))["sessions_deleted"])
 
+    def facts(
+        self,
+        query: str | None = None,
+        *,
+        user_id: str | None = None,
+        kind: str | None = None,
+        top_k: int = 10,
+        min_similarity: float | None = None,
+        include_history: bool = False,
+    ) -> list[dict[str, Any]]:
+        """The user's current facts; with ``query``, those matching it best first, each as
+        ``{"fact", "score", "vector_score", "keyword_score"}``."""
+        request = self._requests.facts(query, user_id, kind, top_k, min_similarity, include_history)
+        return self._send(request)
+
+    def add_fact(
+        self,
+        text: str,
+        *,
+        kind: str = "fact",
+        subject: str | None = None,
+        user_id: str | None = None,
+    ) -> dict[str, Any]:
+        """Keep a fact about the user (fact, preference, task or decision); the fact."""
+        return self._send(self._requests.add_fact(text, kind, subject, user_id))
+
+    def get_fact(self, fact_id: int, user_id: str | None = None) -> dict[str, Any]:
+        """One of the user's facts by id."""
+        return self._send(self._requests.fact(fact_id, user_id))
+
+    def get_fact_history(self, fact_id: int, user_id: str | None = None) -> list[dict[str, Any]]:
+        """The values the fact has had, oldest first."""
+        return self._send(self._requests.fact(fact_id, user_id, "/history"))
+
+    def correct_fact(self, fact_id: int, text: str, user_id: str | None = None) -> dict[str, Any]:
+        """Replace a current fact's text (the old one kept as history); the new fact."""
+        return self._send(self._requests.correct_fact(fact_id, text, user_id))
+
+    def complete_task(self, fact_id: int, user_id: str | None = None) -> dict[str, Any]:
+        """Close a task, kept as history; the closed task."""
+        return self._send(self._requests.complete_task(fact_id, user_id))
+
+    def forget_fact(self, fact_id: int, user_id: str | None = None) -> bool:
+        """Delete a fact for good (HarombeServerError 404 if the user has none of that id)."""
+        return bool(self._send(self._requests.forget_fact(fact_id, user_id))["deleted"])
+
     def close(self) -> None:
         """Release the connections."""
         self._http.close()
@@ -345,6 +434,48 @@ class AsyncHarombeClient(_Base):
 
     async def aforget_user(self, user_id: str) -> int:
         return int((await self._send(self._requests.forget_user(user_id)))["sessions_deleted"])
+
+    async def afacts(
+        self,
+        query: str | None = None,
+        *,
+        user_id: str | None = None,
+        kind: str | None = None,
+        top_k: int = 10,
+        min_similarity: float | None = None,
+        include_history: bool = False,
+    ) -> list[dict[str, Any]]:
+        request = self._requests.facts(query, user_id, kind, top_k, min_similarity, include_history)
+        return await self._send(request)
+
+    async def aadd_fact(
+        self,
+        text: str,
+        *,
+        kind: str = "fact",
+        subject: str | None = None,
+        user_id: str | None = None,
+    ) -> dict[str, Any]:
+        return await self._send(self._requests.add_fact(text, kind, subject, user_id))
+
+    async def aget_fact(self, fact_id: int, user_id: str | None = None) -> dict[str, Any]:
+        return await self._send(self._requests.fact(fact_id, user_id))
+
+    async def aget_fact_history(
+        self, fact_id: int, user_id: str | None = None
+    ) -> list[dict[str, Any]]:
+        return await self._send(self._requests.fact(fact_id, user_id, "/history"))
+
+    async def acorrect_fact(
+        self, fact_id: int, text: str, user_id: str | None = None
+    ) -> dict[str, Any]:
+        return await self._send(self._requests.correct_fact(fact_id, text, user_id))
+
+    async def acomplete_task(self, fact_id: int, user_id: str | None = None) -> dict[str, Any]:
+        return await self._send(self._requests.complete_task(fact_id, user_id))
+
+    async def aforget_fact(self, fact_id: int, user_id: str | None = None) -> bool:
+        return bool((await self._send(self._requests.forget_fact(fact_id, user_id)))["deleted"])
 
     async def aclose(self) -> None:
         await self._http.aclose()

@@ -15,7 +15,7 @@ saw the request; a request without a live key never reaches a tool.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -41,6 +41,7 @@ from harombe_core.server.memory import ScopedMemory
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
+    from harombe_core.facts.models import FactHit
     from harombe_core.manager import MemoryManager
     from harombe_core.models import Message, SearchHit
 __all__ = ["SCOPE_KEY", "TOOLS", "McpEndpoint", "build_mcp", "run_stdio"]
@@ -49,7 +50,18 @@ __all__ = ["SCOPE_KEY", "TOOLS", "McpEndpoint", "build_mcp", "run_stdio"]
 SCOPE_KEY = "harombe.scope"
 
 #: The tools every MCP server of harombe offers, by name.
-TOOLS = ("remember", "search_memory", "get_context", "list_sessions", "profile", "forget")
+TOOLS = (
+    "remember",
+    "search_memory",
+    "get_context",
+    "list_sessions",
+    "profile",
+    "forget",
+    "remember_fact",
+    "search_facts",
+    "complete_task",
+    "forget_fact",
+)
 
 #: The conversation an assistant's memories go to when it names no session.
 DEFAULT_CONVERSATION = "memory"
@@ -88,6 +100,29 @@ def brief_hit(hit: SearchHit) -> dict[str, Any]:
     return brief
 
 
+def brief_fact(fact: Mapping[str, Any]) -> dict[str, Any]:
+    """A fact (its JSON record, :meth:`~harombe_core.facts.models.Fact.to_dict`) for an
+    assistant: its id (to complete or forget it), kind, text, and its subject and status (a
+    task's) when it has them; since when it holds, to the day."""
+    brief: dict[str, Any] = {"fact_id": fact["id"], "kind": fact["kind"], "text": fact["text"]}
+    if fact["subject"]:
+        brief["subject"] = fact["subject"]
+    if fact["status"]:  # a task's open / done
+        brief["status"] = fact["status"]
+    brief["since"] = str(fact["valid_from"])[:10]
+    return brief
+
+
+def brief_fact_hit(hit: FactHit) -> dict[str, Any]:
+    """A fact found by a search, with the evidence that matched (3 digits)."""
+    brief = brief_fact(hit.fact.to_dict())
+    brief["score"] = round(hit.score, SCORE_DIGITS)
+    for name, value in (("vector_score", hit.vector_score), ("keyword_score", hit.keyword_score)):
+        if value is not None:
+            brief[name] = round(value, SCORE_DIGITS)
+    return brief
+
+
 @contextmanager
 def _told() -> Iterator[None]:
     """A typed harombe error reaches the assistant with its class and message (the SDK shows
@@ -114,7 +149,8 @@ def build_mcp(
         instructions=(
             "Long-term conversation memory. Use remember to keep something said, "
             "search_memory to find it again, get_context for what to put in a prompt, "
-            "profile for what is known about the user."
+            "profile for what is known about the user; remember_fact, search_facts, "
+            "complete_task and forget_fact for single facts and tasks about the user."
         ),
         host=host,
         streamable_http_path="/mcp",
@@ -218,6 +254,42 @@ def build_mcp(
         """Delete a session of the user's with all its messages, for good."""
         with _told():
             return await memory(ctx).delete_session(session_id)
+
+    @mcp.tool()
+    async def remember_fact(
+        text: str,
+        ctx: Context,
+        kind: Literal["fact", "preference", "task", "decision"] = "fact",
+        subject: str | None = None,
+    ) -> dict[str, Any]:
+        """Keep one fact about the user (a preference, an open task, a decision). Give subject
+        (e.g. "home city") when it has one: a new value of the same subject replaces the old,
+        which is kept as history. A repeat of a current fact is merged, not doubled."""
+        with _told():
+            return brief_fact(await memory(ctx).add_fact(text, kind=kind, subject=subject))
+
+    @mcp.tool()
+    async def search_facts(
+        query: str, ctx: Context, top_k: int = 5, min_similarity: float | None = None
+    ) -> list[dict[str, Any]]:
+        """Find the user's current facts and tasks relevant to query, best first. A user has
+        few facts, so without min_similarity (-1 to 1, e.g. 0.3) the nearest come back however
+        weak; with it an empty answer means nothing related is known."""
+        with _told():
+            hits = await memory(ctx).fact_hits(query, top_k=top_k, min_similarity=min_similarity)
+            return [brief_fact_hit(hit) for hit in hits]
+
+    @mcp.tool()
+    async def complete_task(fact_id: int, ctx: Context) -> dict[str, Any]:
+        """Mark the user's task done (or a fact no longer true); it is kept as history."""
+        with _told():
+            return brief_fact(await memory(ctx).complete_task(fact_id))
+
+    @mcp.tool()
+    async def forget_fact(fact_id: int, ctx: Context) -> dict[str, Any]:
+        """Delete one of the user's facts for good."""
+        with _told():
+            return await memory(ctx).forget_fact(fact_id)
 
     return mcp
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from harombe_core.errors import (
+    FactNotFoundError,
     HarombeError,
     InvalidInputError,
     SessionNotFoundError,
@@ -35,12 +36,14 @@ from harombe_core.owners import session_key, split_session_key
 from harombe_core.server.keys import AccessDeniedError, Scope
 
 if TYPE_CHECKING:
+    from harombe_core.facts.models import FactHit
     from harombe_core.manager import MemoryManager
     from harombe_core.models import Message, SearchHit, Session
 
 __all__ = [
     "ScopedMemory",
     "SessionIdUnavailableError",
+    "fact_hit_json",
     "hit_json",
     "message_json",
     "session_json",
@@ -102,6 +105,16 @@ def session_json(session: Session) -> dict[str, Any]:
         "message_count": session.message_count,
         "summary": session.summary,
         "summary_data": data or None,
+    }
+
+
+def fact_hit_json(hit: FactHit) -> dict[str, Any]:
+    """A fact found by a search, with its evidence (as :func:`hit_json` for messages)."""
+    return {
+        "fact": hit.fact.to_dict(),
+        "score": hit.score,
+        "vector_score": hit.vector_score,
+        "keyword_score": hit.keyword_score,
     }
 
 
@@ -377,6 +390,96 @@ class ScopedMemory:
             await self.session(session_id, user_id)
         with self._unseen(session_id or ""):
             return await self.manager.asearch(query, top_k, session_id, user, min_similarity)
+
+    # facts -----------------------------------------------------------------------------------
+    def fact_owner(self, user_id: str | None = None) -> str:
+        """The user whose facts a request reaches; facts are always one user's."""
+        user = self.user(user_id)
+        if user is None:
+            raise AccessDeniedError("facts are one user's: name the user (user_id=...).")
+        return user
+
+    async def facts(
+        self,
+        query: str | None = None,
+        *,
+        user_id: str | None = None,
+        kind: str | None = None,
+        top_k: int = 10,
+        min_similarity: float | None = None,
+        include_history: bool = False,
+    ) -> list[dict[str, Any]]:
+        """The user's facts: all current ones (oldest first) without ``query``, else those
+        matching it best first, each with its evidence (``min_similarity`` leaves out a fact
+        whose cosine is below it and whose words do not match). ``kind`` keeps one kind."""
+        user = self.fact_owner(user_id)
+        kinds = None if kind is None else [kind]
+        if query is None:
+            found = await self.manager.aget_facts(
+                user, kinds=kinds, include_history=include_history
+            )
+            return [fact.to_dict() for fact in found]
+        hits = await self.manager.asearch_facts(
+            user,
+            query,
+            top_k=top_k,
+            include_history=include_history,
+            min_similarity=min_similarity,
+        )
+        return [fact_hit_json(hit) for hit in hits if kind is None or hit.fact.kind == kind]
+
+    async def fact_hits(
+        self, query: str, *, top_k: int = 5, min_similarity: float | None = None
+    ) -> list[FactHit]:
+        """:meth:`facts` matching ``query`` as hits, for an answer of another shape (MCP's)."""
+        user = self.fact_owner()
+        return await self.manager.asearch_facts(
+            user, query, top_k=top_k, min_similarity=min_similarity
+        )
+
+    async def add_fact(
+        self,
+        text: str,
+        *,
+        kind: str = "fact",
+        subject: str | None = None,
+        user_id: str | None = None,
+    ) -> dict[str, Any]:
+        """Keep a fact (a repeat merges into the current one; a new value of its ``subject``
+        supersedes the old, kept as history); the fact as stored."""
+        user = self.fact_owner(user_id)
+        fact = await self.manager.aadd_fact(user, text, kind=kind, subject=subject)
+        return fact.to_dict()
+
+    async def fact(self, fact_id: int, user_id: str | None = None) -> dict[str, Any]:
+        """One of the user's facts; another user's is not found, as a missing one."""
+        user = self.fact_owner(user_id)
+        return (await self.manager.aget_fact(user, fact_id)).to_dict()
+
+    async def fact_history(self, fact_id: int, user_id: str | None = None) -> list[dict[str, Any]]:
+        """The values the fact has had, oldest first."""
+        user = self.fact_owner(user_id)
+        return [f.to_dict() for f in await self.manager.aget_fact_history(user, fact_id)]
+
+    async def correct_fact(
+        self, fact_id: int, text: str, user_id: str | None = None
+    ) -> dict[str, Any]:
+        """Replace a current fact's text (the old one kept as history); the new fact."""
+        user = self.fact_owner(user_id)
+        return (await self.manager.acorrect_fact(user, fact_id, text)).to_dict()
+
+    async def complete_task(self, fact_id: int, user_id: str | None = None) -> dict[str, Any]:
+        """Close a task (or a fact that stopped being true), kept as history."""
+        user = self.fact_owner(user_id)
+        return (await self.manager.acomplete_task(user, fact_id)).to_dict()
+
+    async def forget_fact(self, fact_id: int, user_id: str | None = None) -> dict[str, Any]:
+        """Delete a fact for good (its vector and keyword entry too); another user's fact is
+        not found, as a missing one."""
+        user = self.fact_owner(user_id)
+        if not await self.manager.aforget_fact(user, fact_id):
+            raise FactNotFoundError(f"no fact {fact_id} for this user.")
+        return {"deleted": True, **await self._erased(True)}
 
     # users -----------------------------------------------------------------------------------
     async def users(self) -> list[str]:

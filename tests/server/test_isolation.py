@@ -26,6 +26,8 @@ PUBLIC = {"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc", "/login",
 
 MARKER = f"SECRET{uuid.uuid4().hex}"
 A_SESSION = f"ann-{uuid.uuid4().hex[:8]}"
+#: The id of ann's fact holding the marker, once ``ann_memory`` has kept it.
+A_FACT: dict[str, int] = {}
 
 
 @pytest.fixture(scope="module")
@@ -59,13 +61,21 @@ def ann_memory(served: Served) -> dict[str, Any]:
         }
         assert http.post(f"/api/sessions/{A_SESSION}/messages", json=body).status_code == 201
         assert http.post(f"/api/sessions/{A_SESSION}/summary").status_code == 200
+        for kind in ("fact", "task"):
+            fact = http.post("/api/facts", json={"text": f"{kind} {MARKER}", "kind": kind})
+            assert fact.status_code == 201, fact.text
+            A_FACT[kind] = fact.json()["id"]
         return _snapshot(http)
 
 
 def _snapshot(http: httpx.Client) -> dict[str, Any]:
     session = http.get(f"/api/sessions/{A_SESSION}").json()
     session.pop("updated_at", None)
-    return {"session": session, "messages": http.get(f"/api/sessions/{A_SESSION}/messages").json()}
+    return {
+        "session": session,
+        "messages": http.get(f"/api/sessions/{A_SESSION}/messages").json(),
+        "facts": http.get("/api/facts", params={"include_history": True}).json(),
+    }
 
 
 def _value(name: str, annotation: Any, default: Any = None) -> Any:
@@ -79,6 +89,8 @@ def _value(name: str, annotation: Any, default: Any = None) -> Any:
     }
     if name in aimed:
         return aimed[name]
+    if name == "fact_id":  # the task: every fact route and tool applies to it
+        return A_FACT["task"]
     if default is not None and default is not PydanticUndefined:
         return default
     return 1 if annotation in (int, int | None) else "x"
