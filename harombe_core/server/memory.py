@@ -419,22 +419,31 @@ class ScopedMemory:
                 user, kinds=kinds, include_history=include_history
             )
             return [fact.to_dict() for fact in found]
-        hits = await self.manager.asearch_facts(
-            user,
+        hits = await self.fact_hits(
             query,
+            user_id=user,
             top_k=top_k,
-            include_history=include_history,
             min_similarity=min_similarity,
+            include_history=include_history,
         )
         return [fact_hit_json(hit) for hit in hits if kind is None or hit.fact.kind == kind]
 
     async def fact_hits(
-        self, query: str, *, top_k: int = 5, min_similarity: float | None = None
+        self,
+        query: str,
+        *,
+        user_id: str | None = None,
+        top_k: int = 5,
+        min_similarity: float | None = None,
+        include_history: bool = False,
     ) -> list[FactHit]:
         """:meth:`facts` matching ``query`` as hits, for an answer of another shape (MCP's)."""
-        user = self.fact_owner()
         return await self.manager.asearch_facts(
-            user, query, top_k=top_k, min_similarity=min_similarity
+            self.fact_owner(user_id),
+            query,
+            top_k=top_k,
+            include_history=include_history,
+            min_similarity=min_similarity,
         )
 
     async def add_fact(

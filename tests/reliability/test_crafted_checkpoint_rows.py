@@ -147,16 +147,10 @@ def test_a_crafted_checkpoint_row_is_named_by_a_typed_error(tmp_path: Path, case
 
     _check(str(path), case, edit)
     # The SQL the message gives deletes exactly the row at fault.
-    with (
-        MemoryManager(path, embedding=None) as mm,
-        pytest.raises((CorruptRowError, UnsafeCheckpointError)) as caught,
-    ):
-        HarombeSaver(mm).get_tuple(_config("bad"))
-    delete = re.search(r"\((PRAGMA foreign_keys = ON; DELETE FROM [^;]+;)\)", str(caught.value))
-    assert delete is not None
+    delete = _repair(str(path), r"\((PRAGMA foreign_keys = ON; DELETE FROM [^;]+;)\)")
     raw = sqlite3.connect(path)
     before = raw.total_changes
-    raw.executescript(delete.group(1))
+    raw.executescript(delete)
     assert raw.total_changes - before >= 1
     raw.close()
 
@@ -171,15 +165,22 @@ def test_a_crafted_checkpoint_row_on_postgres_is_named_too(pg_url: str, case: st
 
     _check(pg_url, case, edit)
     # The PostgreSQL statement the message gives deletes the row at fault there.
+    delete = _repair(pg_url, r"on PostgreSQL \((DELETE FROM [^;]+;)\)")
+    with psycopg.connect(pg_url, autocommit=True) as raw:
+        assert raw.execute(delete).rowcount >= 1
+
+
+def _repair(location: str, pattern: str) -> str:
+    """The repair statement (``pattern``'s group) in the typed error that reading the crafted
+    thread raises."""
     with (
-        MemoryManager(pg_url, embedding=None) as mm,
+        MemoryManager(location, embedding=None) as mm,
         pytest.raises((CorruptRowError, UnsafeCheckpointError)) as caught,
     ):
         HarombeSaver(mm).get_tuple(_config("bad"))
-    delete = re.search(r"on PostgreSQL \((DELETE FROM [^;]+;)\)", str(caught.value))
-    assert delete is not None
-    with psycopg.connect(pg_url, autocommit=True) as raw:
-        assert raw.execute(delete.group(1)).rowcount >= 1
+    found = re.search(pattern, str(caught.value))
+    assert found is not None, str(caught.value)
+    return found.group(1)
 
 
 def test_an_owed_thread_with_a_crafted_checkpoint_does_not_break_other_reads(
