@@ -98,3 +98,24 @@ def test_install_commands_in_the_docs_work_from_the_clone() -> None:
         if re.search(r"pip install [\"']?harombe-memory", line)
     ]
     assert wrong == []
+
+
+def test_the_documented_ranking_defaults_are_the_code_defaults() -> None:
+    """The ranking page's evidence table and the configuration page's ``rag:`` block name each
+    weight's default; a default chosen again must not leave either page behind."""
+    from harombe_core.config import RagSection
+
+    defaults = RagSection()
+    ranking = (ROOT / "docs" / "ranking.md").read_text(encoding="utf-8")
+    table = [line for line in ranking.splitlines() if line.startswith("| ")]
+    documented = dict(re.findall(r"`(\w+)` \(([\d.]+)[):]", "\n".join(table)))
+    assert {"neighbor_weight", "length_weight", "statement_weight"} <= set(documented)
+    for name, value in documented.items():
+        assert float(value) == float(getattr(defaults, name)), (name, value)
+
+    configuration = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
+    rag = configuration.split("\nrag:\n", 1)[1].split("```", 1)[0]
+    listed = dict(re.findall(r"^  (\w+): ([\d.]+)\b", rag, flags=re.MULTILINE))
+    assert {"top_k", "length_weight", "statement_weight", "person_weight"} <= set(listed)
+    for name, value in listed.items():
+        assert float(value) == float(getattr(defaults, name)), (name, value)
