@@ -71,8 +71,8 @@ GRID: dict[str, tuple[float, ...]] = {
     "neighbor_weight": (0.4, 0.7),
     "session_weight": (0.4, 0.7),
     "speaker_weight": (0.0, 0.1, 0.2),
-    "length_weight": (0.2, 0.4),
-    "statement_weight": (0.5, 0.7),
+    "length_weight": (0.4, 0.6),
+    "statement_weight": (0.2, 0.3),
 }
 
 

@@ -147,9 +147,9 @@ class RagSection(_Section):
     speaker_weight: float = Field(default=0.2, ge=0.0)
     time_weight: float = Field(default=0.8, ge=0.0)
     time_slack_days: float = Field(default=7.0, ge=0.0)
-    length_weight: float = Field(default=0.2, ge=0.0)
+    length_weight: float = Field(default=0.4, ge=0.0)
     length_tokens: int = Field(default=80, ge=1)
-    statement_weight: float = Field(default=0.7, ge=0.0)
+    statement_weight: float = Field(default=0.2, ge=0.0)
     person_weight: float = Field(default=0.2, ge=0.0)
     name_free_weight: float = Field(default=1.0, ge=0.0)
     names_as_keywords: bool = False

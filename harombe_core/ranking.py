@@ -88,11 +88,9 @@ class RetrievalSettings:
       what they did, have and like; the short ones ("Wow, that's awesome!") react. BM25
       discounts long texts and a mean-pooled embedding dilutes them, which buries exactly the
       turns that hold facts.
-    * ``statement_weight``: times the share of the message that states rather than asks (its
-      sentences that do not end with a question mark, by length). Asked questions ("What did
-      you paint?") share the words of later searches but hold no answer; the reply does. A
-      turn that tells and then asks ("We adopted a puppy last week, a golden retriever. Which
-      food suits him?", the way people write to an assistant) keeps the share it tells.
+    * ``statement_weight``: when the message states rather than asks (its last sentence does
+      not end with a question mark). Asked questions ("What did you paint?") share the words
+      of later searches but hold no answer; the reply does.
     * ``person_weight``: when the query asks for a judgement about a person it names (a
       yes/no or speculative question: "Would Ann enjoy ...?", "Is Bo likely to ...?",
       :func:`asks_judgement`) and the message is that person's. Such a question is answered
@@ -145,9 +143,9 @@ class RetrievalSettings:
     speaker_weight: float = 0.2
     time_weight: float = 0.8
     time_slack_days: float = 7.0
-    length_weight: float = 0.2
+    length_weight: float = 0.4
     length_tokens: int = 80
-    statement_weight: float = 0.7
+    statement_weight: float = 0.2
     person_weight: float = 0.2
     name_free_weight: float = 1.0
     names_as_keywords: bool = False
@@ -258,8 +256,8 @@ def evidence(
     session. ``session``: the mean of the :data:`SESSION_EVIDENCE` best fused scores among its
     session's candidates. ``speaker``: 1 if the query names its speaker. ``time``: 1 if it was
     written in a time the query names (or up to ``time_slack_days`` after). ``length``: its
-    token count over ``length_tokens``, at most 1 (:func:`length_prior`). ``statement``: the
-    share of it that does not ask (:func:`statement_share`). ``person``: 1 if the query asks for a
+    token count over ``length_tokens``, at most 1 (:func:`length_prior`). ``statement``: 1
+    unless its last sentence asks (:func:`asks`). ``person``: 1 if the query asks for a
     judgement about a person (:func:`asks_judgement`) and names its speaker. ``fact``: the
     mean score of the user's facts it is a source of (0 without; ``found.fact_score``).
 
@@ -314,7 +312,7 @@ def evidence(
                 float(speaker),
                 float(when),
                 length_prior(message, s.length_tokens),
-                statement_share(message.content),
+                0.0 if asks(message.content) else 1.0,
                 float(speaker and found.judgement),
                 found.fact_score.get(mid, 0.0),
             )
@@ -332,31 +330,16 @@ def length_prior(message: Message, length_tokens: int) -> float:
     return min(tokens / max(length_tokens, 1), 1.0)
 
 
-#: A sentence: text up to and with its end marks, or what follows the last end mark (an
-#: attachment's caption, an emoji, a sentence left open).
-_END_MARKS = ".!?\uff1f\uff01\u3002"
-_SENTENCES = re.compile(f"[^{_END_MARKS}]*[{_END_MARKS}]+|[^{_END_MARKS}]+$")
-_QUESTION_MARKS = ("?", "\uff1f")
+#: The end of a sentence: what decides whether a message's last sentence asks.
+_SENTENCE_END = re.compile(r"[.!?\uff1f\uff01\u3002]")
 
 
-def statement_share(text: str) -> float:
-    """The share of ``text`` (by characters, over its sentences) in sentences that do not ask:
-    1 for a statement, 0 for a bare question ("What did you paint?"), in between for a turn
-    that tells and asks. Graded rather than a yes/no on the last sentence: a reaction before
-    a question ("Wow! What did you paint?") tells little, while a request that gives its
-    context first (what people write to an assistant) tells most of what it holds.
-    Full-width marks count; text after the last end mark (a caption, an emoji) tells. On
-    LoCoMo, where two people chat, it ties the yes/no it replaced (cross-validated recall@10
-    84.3 against 84.1); it is for the turns that tell and ask, which an assistant's user
-    writes and LoCoMo has few of (``docs/ranking.md``)."""
-    sentences = [part.strip() for part in _SENTENCES.findall(text)]
-    told = asked = 0
-    for sentence in sentences:
-        if sentence.endswith(_QUESTION_MARKS):
-            asked += len(sentence)
-        else:
-            told += len(sentence)
-    return 1.0 if told + asked == 0 else told / (told + asked)
+def asks(text: str) -> bool:
+    """Whether ``text``'s last sentence is a question (the last ``.``, ``!`` or ``?`` is a
+    ``?``; full-width marks count). Whatever follows without an end mark (an attachment's
+    caption, an emoji) does not change it."""
+    ends = _SENTENCE_END.findall(text)
+    return bool(ends) and ends[-1] in "?\uff1f"
 
 
 #: A question that asks for a judgement rather than a recorded fact: one that opens with an

@@ -1,6 +1,5 @@
 """The priors that hold for every query: a long turn, and one that states rather than asks, is
-more likely to hold what a later search looks for than a short reaction or a question; a turn
-that tells and then asks (as people write to an assistant) keeps what it tells."""
+more likely to hold what a later search looks for than a short reaction or a question."""
 
 from __future__ import annotations
 
@@ -17,10 +16,10 @@ from harombe_core.ranking import (
     EVIDENCE,
     Candidates,
     RetrievalSettings,
+    asks,
     evidence,
     length_prior,
     rank,
-    statement_share,
 )
 from harombe_core.store.base import SearchScope
 
@@ -85,46 +84,20 @@ def test_length_weight_prefers_the_turn_that_tells_over_the_reaction() -> None:
 
 
 @pytest.mark.parametrize(
-    ("text", "share"),
+    ("text", "question"),
     [
-        ("What did you paint last weekend?", 0.0),
-        ("Full-width too\uff1f", 0.0),
-        ("Why? How?", 0.0),
-        ("I painted a sunset last weekend.", 1.0),
-        ("Really?! I finished it last night!", 1.0),  # "?!" exclaims
-        ("ok", 1.0),
-        ("", 1.0),
-        ("   ", 1.0),
-        # by characters over the stripped sentences: 20 told, 19 asked
-        ("Wow, that's awesome! What did you paint?", 20 / 39),
-        # a caption after the question tells: 11 asked, 34 told
-        ("Did you go? [shares a photo: a dog on a beach]", 34 / 45),
-        ("Really? I finished it last night!", 25 / 32),
+        ("What did you paint last weekend?", True),
+        ("Nice! What did you paint?", True),
+        ("Did you go? [shares a photo: a dog on a beach]", True),
+        ("Full-width too\uff1f", True),
+        ("I painted a sunset last weekend.", False),
+        ("Really? I finished it last night!", False),
+        ("ok", False),
+        ("", False),
     ],
 )
-def test_statement_share_is_the_part_of_a_turn_that_does_not_ask(text: str, share: float) -> None:
-    assert statement_share(text) == pytest.approx(share)
-
-
-def test_a_turn_that_tells_then_asks_keeps_what_it_tells() -> None:
-    """What people write to an assistant: the context first, then the request. Scored as a
-    bare question it would lose to the assistant's reply, which repeats its words but is not
-    where the user's facts are."""
-    request = (
-        "We adopted a puppy named Max last week, a golden retriever who chews everything. "
-        "Which food suits him?"
-    )
-    reply = "For a golden retriever puppy a large-breed puppy food suits best; feed Max thrice."
-    found = _found((request, 24, 3.0), (reply, 24, 2.5), ("Which food is best for Max?", 8, 3.1))
-    settings = replace(OFF, statement_weight=0.5)
-    assert _contents(found, settings) == [request, reply, "Which food is best for Max?"]
-    messages, table = evidence(found, settings)
-    column = {
-        m.content: row[EVIDENCE.index("statement")] for m, row in zip(messages, table, strict=True)
-    }
-    assert column[reply] == 1.0
-    assert column["Which food is best for Max?"] == 0.0
-    assert 0.7 < column[request] < 0.9
+def test_asks_reads_the_last_sentence(text: str, question: bool) -> None:
+    assert asks(text) is question
 
 
 def test_statement_weight_prefers_the_answer_to_the_question_that_shares_its_words() -> None:
@@ -173,7 +146,7 @@ def test_search_applies_the_priors_and_validates_them() -> None:
             m.content[:5]: row[EVIDENCE.index("statement")]
             for m, row in zip(messages, table, strict=True)
         }
-        assert statement == {"Which": 0.0, "The r": 1.0}  # a bare question, a statement
+        assert statement == {"Which": 0.0, "The r": 1.0}
         for name in ("length_weight", "statement_weight"):
             for bad in (-0.1, float("nan"), "1", True):
                 with pytest.raises(InvalidInputError, match=name):
